@@ -1,0 +1,124 @@
+"""Start N real worker processes the way torchrun does, on Gloo over loopback.
+
+Used by the audit, the demo and the tests: every resume happens in processes that did not exist
+before, which is the only way to catch state that lives outside the checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    returncode: int
+    stdout: str
+    stderr: str
+    killed: bool  # True when we SIGKILLed the job because `kill_when` appeared
+
+    def check(self) -> LaunchResult:
+        """Raise with the tail of stderr when the launch failed (and was not killed on purpose)."""
+        if self.returncode != 0 and not self.killed:
+            tail = "\n".join(self.stderr.strip().splitlines()[-40:])
+            raise RuntimeError(f"worker launch failed with exit code {self.returncode}:\n{tail}")
+        return self
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (Linux /proc). torchrun puts workers in new sessions,
+    so a process-group kill of the launcher does not reach them."""
+    found: list[int] = []
+    stack = [pid]
+    while stack:
+        parent = stack.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{task}/children") as f:
+                    children = [int(c) for c in f.read().split()]
+            except OSError:
+                continue
+            found.extend(children)
+            stack.extend(children)
+    return found
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process and all its descendants, children first seen first killed."""
+    for victim in [*_descendants(pid), pid]:
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for workers: CPU only, Gloo on loopback, one thread each (2-core machines)."""
+    env = dict(os.environ)
+    env.update(
+        CUDA_VISIBLE_DEVICES="",
+        GLOO_SOCKET_IFNAME=env.get("GLOO_SOCKET_IFNAME", "lo"),
+        OMP_NUM_THREADS="1",
+        PYTHONUNBUFFERED="1",
+        TORCHELASTIC_ERROR_FILE="",
+    )
+    env.pop("TORCHELASTIC_ERROR_FILE")
+    if extra:
+        env.update(extra)
+    return env
+
+
+def launch(
+    target: Sequence[str],
+    nproc: int,
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float = 300.0,
+    kill_when: str | None = None,
+    extra_launcher_args: Sequence[str] = (),
+) -> LaunchResult:
+    """Run ``python -m torch.distributed.run --standalone --nproc_per_node=nproc *target``.
+
+    ``target`` is what follows the launcher arguments: a script path and its arguments, or
+    ``["-m", "module", ...]``. With ``kill_when`` (a file path), the whole process group is
+    SIGKILLed as soon as that file exists, as a preempted job would be: no cleanup, no atexit.
+    """
+    if nproc < 1:
+        raise ValueError(f"nproc: found {nproc}, expected an integer >= 1")
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+        "--monitor_interval=0.1", *extra_launcher_args, *target,
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=worker_env(env), start_new_session=True,
+    )
+    killed = False
+    deadline = time.monotonic() + timeout
+    try:
+        if kill_when is None:
+            out, err = proc.communicate(timeout=timeout)
+        else:
+            while proc.poll() is None:
+                if os.path.exists(kill_when):
+                    kill_tree(proc.pid)
+                    killed = True
+                    break
+                if time.monotonic() > deadline:
+                    raise subprocess.TimeoutExpired(cmd, timeout)
+                time.sleep(0.01)
+            out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        kill_tree(proc.pid)
+        out, err = proc.communicate()
+        raise RuntimeError(f"worker launch timed out after {timeout:.0f}s:\n{err[-4000:]}") from None
+    return LaunchResult(proc.returncode, out, err, killed)
