@@ -1,0 +1,1 @@
+"""Integrations with outside frameworks: one module each, patches and adapters only."""
