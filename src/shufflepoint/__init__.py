@@ -7,6 +7,7 @@ a handful of integers that are the same on every rank.
 from __future__ import annotations
 
 from shufflepoint._errors import ResumeWarning, StateError
+from shufflepoint.integrations.accelerate import patch_accelerate, unpatch_accelerate
 
 __version__ = "0.1.0"
 
@@ -14,4 +15,6 @@ __all__ = [
     "ResumeWarning",
     "StateError",
     "__version__",
+    "patch_accelerate",
+    "unpatch_accelerate",
 ]
