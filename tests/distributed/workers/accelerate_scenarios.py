@@ -214,7 +214,7 @@ def main() -> None:
                 result = run_save(name, cfg, out)
             else:
                 result = run_resume(name, cfg, out, 2 if phase == "resume2" else 1)
-        result["resume_warnings"] = [str(w.message) for w in caught if w.category is shufflepoint.ResumeWarning]
+        result["warnings"] = [str(w.message) for w in caught if w.category is shufflepoint.ResumeWarning]
         if cfg.get("stock"):
             shufflepoint.patch_accelerate()
         with open(os.path.join(out, name, f"{phase}_r{rank()}.json"), "w") as f:
