@@ -39,6 +39,7 @@ import importlib.metadata
 import inspect
 import os
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,7 +85,8 @@ class _EpochTracker:
     epoch: int | None = None
     epoch_start_generator: str | None = None
     pass_done: bool = False
-    current: Any = None  # the loader iterating the pass in progress
+    # The loader iterating the pass in progress, held weakly: no cycle keeps a loader alive.
+    current: weakref.ref | None = None
 
 
 @dataclass
@@ -317,7 +319,7 @@ def _order_state(loader: Any) -> dict[str, Any]:
     iteration = loader.iteration  # TOUCH POINT: DataLoaderShard/DataLoaderDispatcher.iteration
     at_start = True  # the generator state to save is the one before this epoch's draw
     if tracker.epoch is not None:
-        current = tracker.current
+        current = tracker.current() if tracker.current is not None else None
         at_end = tracker.pass_done or bool(current is not None and current.end_of_dataloader)
         if at_end:
             # The epoch is over: the next pass serves the next epoch (or the one set_epoch chose),
@@ -482,16 +484,17 @@ def _make_begin(original: Any) -> Any:
         # set_epoch(self.iteration) and only then build the base iterator, which draws the
         # permutation. So here is the start of the epoch, before the draw.
         original(self)
-        _drop_eager_iterator(self)
         tracker = _tracker(self)
         sampler = _leaf_sampler(self)
+        if _order_source(sampler) in ("generator", "seedable"):
+            _drop_eager_iterator(self)
         if _order_source(sampler) == "generator":
             tracker.epoch_start_generator = _encode_generator(_ensure_generator(sampler))
         else:
             tracker.epoch_start_generator = None
         tracker.epoch = int(self.iteration)
         tracker.pass_done = False
-        tracker.current = self
+        tracker.current = weakref.ref(self)
 
     return begin
 
@@ -502,7 +505,7 @@ def _make_end(original: Any) -> Any:
         # (and after iteration += 1).
         original(self)
         tracker = _tracker(self)
-        if tracker.current is self:
+        if tracker.current is not None and tracker.current() is self:
             tracker.pass_done = True
         source = self.__dict__.get("_shufflepoint_source")
         if source is not None:
@@ -519,7 +522,8 @@ def _drop_eager_iterator(loader: Any) -> None:
     TOUCH POINT: torchdata StatefulDataLoader._initial_iter_for_state_dict. With num_workers > 0
     that iterator already sent indices to its workers, drawn at prepare() time, before the RNG
     sync and before the seedable sampler was swapped in, and the first pass would reuse it
-    (upstream #4204). ``load_state_dict({})`` is torchdata's public way to drop it.
+    (upstream #4204). ``load_state_dict({})`` is torchdata's public way to drop it. Only for a
+    shuffled order: an unshuffled one was drawn right, and keeping the iterator keeps its seeds.
     """
     base = loader.__dict__["base_dataloader"]
     if getattr(base, "num_workers", 0) > 0 and getattr(base, "_initial_iter_for_state_dict", False):
