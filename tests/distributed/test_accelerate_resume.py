@@ -125,3 +125,31 @@ def test_save_state_writes_one_loader_file_per_rank(runs: str) -> None:
     checkpoint = os.path.join(runs, "acc_plain", "ckpt1")
     names = set(os.listdir(checkpoint))
     assert {"dl_state_dict_rank0.bin", "dl_state_dict_rank1.bin", "dl_state_dict.bin"} <= names
+
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
+
+
+def _steps(record: str, rank: int) -> dict[int, list[int]]:
+    with open(f"{record}.rank{rank}") as f:
+        rows = [json.loads(line) for line in f]
+    return {row["step"]: row["ids"] for row in rows}
+
+
+def test_patched_example_resumes_exactly_after_a_stop(tmp_path) -> None:
+    """examples/accelerate_patched.py: stop after step 12 (checkpoint at 10), rerun, compare."""
+    script = os.path.join(EXAMPLES, "accelerate_patched.py")
+    interrupted, uninterrupted = tmp_path / "interrupted", tmp_path / "uninterrupted"
+    common = ["--checkpoint-every", "5"]
+    launch([script, *common, "--checkpoint-dir", str(interrupted), "--record", str(tmp_path / "first"),
+            "--stop-after-step", "12"], 2, timeout=240).check()
+    resumed = launch([script, *common, "--checkpoint-dir", str(interrupted),
+                      "--record", str(tmp_path / "second")], 2, timeout=240).check()
+    assert "resumed at step 10, epoch 1" in resumed.stdout
+    launch([script, *common, "--checkpoint-dir", str(uninterrupted), "--record", str(tmp_path / "whole")],
+           2, timeout=240).check()
+    for rank in range(2):
+        whole, first, second = (_steps(str(tmp_path / n), rank) for n in ("whole", "first", "second"))
+        assert sorted(whole) == list(range(1, 25))
+        assert {s: first[s] for s in range(1, 11)} == {s: whole[s] for s in range(1, 11)}
+        assert second == {s: whole[s] for s in range(11, 25)}
