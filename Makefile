@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test bench soak lint clean
+.PHONY: setup demo test bench soak lint clean test-accelerate-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -33,3 +33,28 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
+
+# The Accelerate integration against every Accelerate release it claims (issue 3): one venv each,
+# torch first and alone (the local CPU wheel), then that Accelerate. Prints one line per version.
+ACCELERATE_VERSIONS := 1.13.0 1.14.0 1.15.0
+ACCELERATE_TESTS := tests/test_accelerate_patch.py tests/distributed/test_accelerate_resume.py
+
+test-accelerate-matrix:
+	@status=0; summary=""; \
+	for v in $(ACCELERATE_VERSIONS); do \
+	  env=.venv-accelerate-$$v; \
+	  if [ ! -f $$env/.installed ]; then \
+	    $(PYTHON) -m venv $$env && \
+	    $$env/bin/python -m pip install -q --upgrade pip && \
+	    $$env/bin/python -m pip install -q torch==2.13.0 && \
+	    $$env/bin/python -m pip install -q accelerate==$$v torchdata==0.11.0 pytest pytest-timeout hypothesis numpy && \
+	    $$env/bin/python -m pip install -q -e . && \
+	    touch $$env/.installed || { status=1; summary="$$summary\naccelerate $$v: INSTALL FAILED"; continue; }; \
+	  fi; \
+	  echo "== accelerate $$v"; \
+	  if $$env/bin/python -m pytest -q -p no:cacheprovider $(ACCELERATE_TESTS) > $$env/last-run.log 2>&1; \
+	  then result=passed; else result=FAILED; status=1; fi; \
+	  tail -n 1 $$env/last-run.log; \
+	  summary="$$summary\naccelerate $$v: $$result ($$(tail -n 1 $$env/last-run.log | tr -d '='))"; \
+	done; \
+	printf "$$summary\n"; exit $$status

@@ -43,7 +43,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from shufflepoint._errors import ResumeWarning, StateError, field_error
+from shufflepoint._errors import ResumeWarning, field_error
 
 __all__ = ["TESTED_ACCELERATE", "patch_accelerate", "unpatch_accelerate"]
 
@@ -145,10 +145,10 @@ def patch_accelerate(force: bool = False) -> None:
     replacements: list[tuple[Any, str, Any]] = []
     for cls in (shard, dispatcher):
         replacements += [
-            (cls, "state_dict", _make_state_dict(getattr(cls, "state_dict"))),
-            (cls, "load_state_dict", _make_load_state_dict(getattr(cls, "load_state_dict"))),
-            (cls, "begin", _make_begin(getattr(cls, "begin"))),
-            (cls, "end", _make_end(getattr(cls, "end"))),
+            (cls, "state_dict", _make_state_dict(cls.state_dict)),
+            (cls, "load_state_dict", _make_load_state_dict(cls.load_state_dict)),
+            (cls, "begin", _make_begin(cls.begin)),
+            (cls, "end", _make_end(cls.end)),
         ]
     original_skip = data_loader_module.skip_first_batches
     patched_skip = _make_skip_first_batches(original_skip)
@@ -676,4 +676,116 @@ def _native_loader_class() -> Any:
 
 
 def _prepare_native(accelerator: Any, loader: Any, device_placement: Any) -> Any:
-    raise NotImplementedError("the native path lands with shufflepoint.DataLoader")
+    """Wrap a shufflepoint.DataLoader for Accelerate without re-sharding it.
+
+    TOUCH POINTS: Accelerator._dataloaders (save_state/load_state checkpoint what is listed there),
+    Accelerator.device_placement / .device / .non_blocking (read), and DataLoaderStateMixin with
+    GradientState (accelerate/data_loader.py, accelerate/state.py) for end_of_dataloader and
+    remainder, which accumulate() and gather_for_metrics() read.
+    """
+    if device_placement is None:
+        device_placement = accelerator.device_placement
+    prepared = _native_wrapper_class()(
+        loader, device=accelerator.device if device_placement else None,
+        non_blocking=bool(getattr(accelerator, "non_blocking", False)))
+    accelerator._dataloaders.append(prepared)
+    return prepared
+
+
+_NATIVE_WRAPPER: Any = None
+
+
+def _native_wrapper_class() -> Any:
+    """Build (once) the wrapper class; it subclasses Accelerate's DataLoaderStateMixin, which can
+    only be imported once Accelerate is."""
+    global _NATIVE_WRAPPER
+    if _NATIVE_WRAPPER is not None:
+        return _NATIVE_WRAPPER
+    from accelerate.data_loader import DataLoaderStateMixin
+    from accelerate.state import GradientState
+    from accelerate.utils import send_to_device
+
+    class PreparedDataLoader(DataLoaderStateMixin):
+        """A shufflepoint.DataLoader as Accelerate sees it: batches on the device, GradientState
+        told where the epoch ends. Not a torch DataLoader: it wraps one, and says so.
+
+        The sharding, the order and the state stay shufflepoint's: ``state_dict()`` is the
+        loader's own state as of the last batch handed out (the wrapper reads one batch ahead to
+        know which batch is the last, as Accelerate's DataLoaderShard does).
+        """
+
+        _shufflepoint_native = True
+        _is_accelerate_prepared = True
+
+        def __init__(self, loader: Any, device: Any, non_blocking: bool) -> None:
+            self.loader = loader
+            self.device = device
+            self._non_blocking = non_blocking
+            self._drop_last = bool(loader.drop_last)
+            self.gradient_state = GradientState()
+            self._state_of_yielded: dict[str, Any] | None = None
+
+        @property
+        def dataset(self) -> Any:
+            return self.loader.dataset
+
+        @property
+        def batch_size(self) -> int:
+            return int(self.loader.batch_size)
+
+        @property
+        def total_batch_size(self) -> int:
+            return self.batch_size * int(self.loader.world_size)
+
+        @property
+        def total_dataset_length(self) -> int:
+            return len(self.loader.dataset)
+
+        def __len__(self) -> int:
+            return len(self.loader)
+
+        def __iter__(self) -> Any:
+            self.begin()
+            try:
+                iterator = iter(self.loader)
+                try:
+                    current = next(iterator)
+                except StopIteration:
+                    return
+                while True:
+                    self._state_of_yielded = self.loader.state_dict()
+                    try:
+                        following = next(iterator)
+                    except StopIteration:
+                        self.end_of_dataloader = True
+                        yield self._to_device(current)
+                        break
+                    yield self._to_device(current)
+                    current = following
+            finally:
+                self._state_of_yielded = None
+                self.end()
+
+        def _to_device(self, batch: Any) -> Any:
+            if self.device is None:
+                return batch
+            return send_to_device(batch, self.device, non_blocking=self._non_blocking)
+
+        def state_dict(self) -> dict[str, Any]:
+            if self._state_of_yielded is not None:
+                return dict(self._state_of_yielded)
+            return self.loader.state_dict()
+
+        def load_state_dict(self, state: dict[str, Any]) -> None:
+            self.loader.load_state_dict(state)
+
+        def set_epoch(self, epoch: int) -> None:
+            self.loader.set_epoch(epoch)
+
+        def __getattr__(self, name: str) -> Any:
+            if name == "loader":
+                raise AttributeError(name)
+            return getattr(self.loader, name)
+
+    _NATIVE_WRAPPER = PreparedDataLoader
+    return PreparedDataLoader

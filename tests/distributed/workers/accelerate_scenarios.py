@@ -177,7 +177,9 @@ def run_resume(name: str, cfg: dict, out: str, step: int) -> dict:
         for current in range(starting_epoch, EPOCHS):
             if how == "set_epoch_skip":
                 loader.set_epoch(current)
-            active = accelerator.skip_first_batches(loader, resume_step) if current == starting_epoch else loader
+            active = loader
+            if current == starting_epoch:
+                active = accelerator.skip_first_batches(loader, resume_step)
             passes.append([ids(b) for b in active])
         return {"passes": passes}
     load(accelerator, loader, cfg, out, name, step)
