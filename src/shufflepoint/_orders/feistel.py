@@ -1,0 +1,173 @@
+"""The default order: a keyed, seekable pseudo-random permutation (Feistel network + cycle walking).
+
+Why a Feistel network. The order must be a pure function of (seed, epoch, position) that reads any
+position in O(1) time and memory, is a bijection for *every* n (not only powers of two), and is
+fast enough vectorised in numpy to feed a loader (>= 20 M indices/s). A Feistel network over a
+power-of-two domain is a bijection by construction whatever its round function is, and the
+standard way to narrow it to an arbitrary n is cycle walking (Black & Rogaway, 2002): re-encrypt
+until the value falls below n, which stays a bijection of [0, n). We considered the swap-or-not
+shuffle (works on [0, n) directly, no walking), but it needs several times more rounds for the same
+mixing, each as costly as a Feistel round.
+
+Details that matter:
+- Domain: 2**w with w = max(6, bit_length(n - 1)), so for n > 64, 2**w < 2n and cycle walking
+  takes < 2 encryptions per index on average. The floor of 6 bits matters for tiny n: with 1- or
+  2-bit halves the round functions have too few inputs to mix, and n = 8 failed the fixed-point
+  test at w = 3; tiny n pays more walking, which costs nothing that matters. The halves may be unequal (w odd): the network alternates
+  which side is wider, which keeps every round invertible. This is the spot where a well-known
+  seekable shuffle breaks at n = 4**k + 1: it rounds the width so that n - 1 = 2**w no longer
+  fits. Here the width is computed from n - 1 exactly and tested exhaustively on such sizes.
+- Halves are at most 31 bits, so every round runs on uint32 arrays (vectorised multiplies); n may
+  be as large as 2**62.
+- Round function: (right half XOR round key), multiplied, xor-shifted and multiplied again (the
+  core of murmur3's 32-bit finaliser); its top bits are used, which depend on every input bit.
+- Rounds: 8. Luby-Rackoff needs 4 for a strong pseudo-random permutation with ideal round
+  functions; ours are cheap mixers, and the statistical tests against ``torch.randperm`` (position
+  uniformity, fixed points, adjacent pairs; tests/test_orders.py) pass with margin at 8 on the small
+  domains where weaknesses would show first. 8 rounds still generate > 20 M indices/s here.
+- Parity: every Feistel permutation of a power-of-two domain is even, so on small n it reaches
+  only half of all permutations and the fixed-point count is visibly biased (n = 8 fails the test
+  without this). A final swap-or-not round on [0, n) (Hoang, Morris & Rogaway, 2012: swap each
+  pair {x, pivot - x mod n} or not, by a keyed bit) makes the parity a coin flip. It is an
+  involution on [0, n), so the whole stays a bijection.
+- Keys: 9 32-bit round keys from splitmix64 over (seed, epoch). This is the specification of
+  order version 1: changing any constant changes every order, which the golden tests catch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+NAME = "feistel"
+VERSION = 1
+ROUNDS = 8
+MIN_WIDTH = 6
+MAX_N = 2**62
+
+_M64 = (1 << 64) - 1
+_M32 = (1 << 32) - 1
+_C1 = 0x85EBCA6B
+_C2 = 0xC2B2AE35
+_CHUNK = 1 << 16  # elements per vectorised pass: keeps the working set in L2
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+def _base_key(seed: int, epoch: int) -> int:
+    return _splitmix64(_splitmix64(seed & _M64) ^ (epoch & _M64))
+
+
+def round_keys(seed: int, epoch: int) -> tuple[int, ...]:
+    base = _base_key(seed, epoch)
+    return tuple(_splitmix64(base + i) & _M32 for i in range(ROUNDS + 1))
+
+
+def _mix32(value: int) -> int:
+    h = (value * _C1) & _M32
+    h ^= h >> 15
+    return (h * _C2) & _M32
+
+
+class FeistelOrder:
+    """A permutation of range(n) for one (seed, epoch); ``take`` maps positions to sample indices."""
+
+    name = NAME
+    version = VERSION
+
+    def __init__(self, n: int, seed: int, epoch: int) -> None:
+        self.n = n
+        width = max(MIN_WIDTH, (n - 1).bit_length())
+        # Round i splits the value into a high part of `high[i]` bits and a low part of `low[i]`.
+        first_high, first_low = width - width // 2, width // 2
+        self._splits = tuple(
+            (first_high, first_low) if i % 2 == 0 else (first_low, first_high) for i in range(ROUNDS)
+        )
+        keys = round_keys(seed, epoch)
+        self._keys, self._swap_key32 = keys[:ROUNDS], keys[ROUNDS]
+        self._keys32 = tuple(np.uint32(k) for k in self._keys)
+        # The swap-or-not pivot: a keyed point of [0, n).
+        self._pivot = _splitmix64(_base_key(seed, epoch) ^ 0x5EED) % max(n, 1)
+
+    # -- scalar path: the specification, in plain integers ---------------------------------------
+    def _encrypt_one(self, x: int) -> int:
+        for (high, low), key in zip(self._splits, self._keys):
+            right = x & ((1 << low) - 1)
+            left = x >> low
+            h = ((right ^ key) * _C1) & _M32
+            h ^= h >> 15
+            h = (h * _C2) & _M32
+            x = (right << high) | (left ^ (h >> (32 - high)))
+        return x
+
+    def _swap_one(self, x: int) -> int:
+        partner = (self._pivot - x) % self.n
+        m = max(x, partner)
+        h = _mix32((m & _M32) ^ ((m >> 32) * _C2 & _M32) ^ self._swap_key32)
+        return partner if h >> 31 else x
+
+    def index(self, position: int) -> int:
+        x = self._encrypt_one(position)
+        while x >= self.n:
+            x = self._encrypt_one(x)
+        return self._swap_one(x)
+
+    # -- vectorised path: the same arithmetic on uint32 halves ------------------------------------
+    def _encrypt(self, values: np.ndarray) -> np.ndarray:
+        """Encrypt uint64 values of the 2**w domain; returns a new uint64 array."""
+        low0 = self._splits[0][1]
+        right = (values & np.uint64((1 << low0) - 1)).astype(np.uint32)
+        left = (values >> np.uint64(low0)).astype(np.uint32)
+        h = np.empty_like(right)
+        tmp = np.empty_like(right)
+        c1, c2 = np.uint32(_C1), np.uint32(_C2)
+        for (high, _low), key in zip(self._splits, self._keys32):
+            np.bitwise_xor(right, key, out=h)
+            h *= c1
+            np.right_shift(h, 15, out=tmp)
+            h ^= tmp
+            h *= c2
+            h >>= np.uint32(32 - high)
+            h ^= left
+            # new (left, right) = (old right, old left ^ F): the old right becomes the high part.
+            left, right, h = right, h, left
+        last_high = self._splits[-1][0]
+        out = left.astype(np.uint64)
+        out <<= np.uint64(last_high)
+        out |= right
+        return out
+
+    def take(self, positions: np.ndarray) -> np.ndarray:
+        """Sample indices (int64) at the given positions (int64, each in [0, n))."""
+        positions = np.asarray(positions, dtype=np.int64)
+        out = np.empty(positions.shape, dtype=np.int64)
+        flat_in, flat_out = positions.reshape(-1), out.reshape(-1)
+        n = np.uint64(self.n)
+        for start in range(0, flat_in.size, _CHUNK):
+            values = self._encrypt(flat_in[start : start + _CHUNK].astype(np.uint64))
+            outside = np.flatnonzero(values >= n)
+            while outside.size:  # cycle walking: < 2 rounds of encryption on average
+                walked = self._encrypt(values[outside])
+                values[outside] = walked
+                outside = outside[walked >= n]
+            flat_out[start : start + _CHUNK] = self._swap(values.view(np.int64))
+        return out
+
+    def _swap(self, x: np.ndarray) -> np.ndarray:
+        """One swap-or-not round on [0, n): pairs {x, pivot - x mod n} swap or not, by a keyed bit."""
+        partner = np.int64(self._pivot) - x
+        partner += np.where(partner < 0, np.int64(self.n), np.int64(0))
+        m = np.maximum(x, partner).view(np.uint64)
+        h = (m & np.uint64(_M32)).astype(np.uint32)
+        high = (m >> np.uint64(32)).astype(np.uint32)
+        high *= np.uint32(_C2)
+        h ^= high
+        h ^= np.uint32(self._swap_key32)
+        h *= np.uint32(_C1)
+        h ^= h >> np.uint32(15)
+        h *= np.uint32(_C2)
+        return np.where(h >> np.uint32(31) != 0, partner, x)

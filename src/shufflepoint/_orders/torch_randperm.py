@@ -1,0 +1,33 @@
+"""The ``torch`` order: exactly ``DistributedSampler``'s shuffle, so a run can switch without a jump.
+
+``torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch))``, materialised once per
+epoch (8 bytes per sample, O(n) time) and then read by position. Its output depends on torch's
+implementation of ``randperm``, which is not promised stable across torch releases; the state
+records the torch version and a load under another version raises a ``ResumeWarning``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+NAME = "torch"
+VERSION = 1
+MAX_N = 2**40  # materialised: far beyond this, memory runs out first
+
+
+class TorchRandpermOrder:
+    name = NAME
+    version = VERSION
+
+    def __init__(self, n: int, seed: int, epoch: int) -> None:
+        import torch
+
+        self.n = n
+        generator = torch.Generator().manual_seed(seed + epoch)
+        self._perm = torch.randperm(n, generator=generator).numpy()
+
+    def index(self, position: int) -> int:
+        return int(self._perm[position])
+
+    def take(self, positions: np.ndarray) -> np.ndarray:
+        return self._perm[np.asarray(positions, dtype=np.int64)]
