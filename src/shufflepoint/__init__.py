@@ -7,14 +7,24 @@ a handful of integers that are the same on every rank.
 from __future__ import annotations
 
 from shufflepoint._errors import ResumeWarning, StateError
+from shufflepoint._loader import DataLoader
+from shufflepoint._orders import ORDERS, Permutation, permutation
+from shufflepoint._sampler import ResumableSampler
+from shufflepoint._state import FIELDS as STATE_FIELDS
 from shufflepoint.integrations.accelerate import patch_accelerate, unpatch_accelerate
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ORDERS",
+    "STATE_FIELDS",
+    "DataLoader",
+    "Permutation",
+    "ResumableSampler",
     "ResumeWarning",
     "StateError",
     "__version__",
     "patch_accelerate",
+    "permutation",
     "unpatch_accelerate",
 ]

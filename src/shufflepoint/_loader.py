@@ -1,0 +1,189 @@
+"""``shufflepoint.DataLoader``: a torch DataLoader that shards, shuffles and resumes by arithmetic."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import torch.utils.data
+
+from shufflepoint import _state
+from shufflepoint._orders import check_int
+from shufflepoint._plan import Layout
+from shufflepoint._sampler import OrderCache, dataset_length, rank_index_chunks, resolve_world
+
+
+class _Pass:
+    """One run of ``iter(loader)`` over (part of) an epoch: where it started, what was received."""
+
+    __slots__ = ("epoch", "start_cursor", "received")
+
+    def __init__(self, epoch: int, start_cursor: int) -> None:
+        self.epoch, self.start_cursor, self.received = epoch, start_cursor, 0
+
+
+class _PassSampler(torch.utils.data.Sampler[int]):
+    """The index sampler torch's machinery drives: this rank's indices for the loader's live pass."""
+
+    def __init__(self, loader: DataLoader) -> None:
+        self._loader = loader
+
+    def __iter__(self) -> Iterator[int]:
+        loader = self._loader
+        live = loader._pass
+        if live is None:  # iterated outside iter(loader): read the current position
+            live = _Pass(loader._epoch, loader._cursor)
+        order = loader._orders.get(live.epoch)
+        chunks = rank_index_chunks(order, loader._layout, loader._rank, live.start_cursor)
+        return itertools.chain.from_iterable(chunks)
+
+    def __len__(self) -> int:
+        return self._loader._layout.samples_per_rank(0)
+
+
+class DataLoader(torch.utils.data.DataLoader):
+    """A ``torch.utils.data.DataLoader`` whose data order survives a restart exactly.
+
+    It shards the dataset over the ranks itself (like ``DistributedSampler``), shuffles with a
+    seekable order that is a pure function of (seed, epoch, position), and counts what the
+    training loop *received* (not what workers prefetched). Its whole state is a few integers,
+    identical on every rank::
+
+        loader = shufflepoint.DataLoader(dataset, batch_size=32, seed=1234, num_workers=2)
+        for epoch in range(loader.epoch, epochs):     # loader.epoch: 0, or the restored epoch
+            for batch in loader:                       # each iter() continues the current epoch
+                ...
+                torch.save({"loader": loader.state_dict(), ...}, path)
+
+        # in new processes, maybe with another world size or batch size:
+        loader.load_state_dict(torch.load(path)["loader"])   # the next batch is the right one
+
+    Epochs: ``iter(loader)`` continues the current epoch from the cursor; when a pass is exhausted
+    the loader moves to the next epoch by itself. ``set_epoch(e)`` jumps to the start of epoch e;
+    calling it with the current epoch is a no-op, so a restored mid-epoch cursor survives loops
+    that call ``set_epoch`` every epoch. ``rank``/``world_size`` default to the initialised
+    process group, else 0 and 1. ``sampler``/``batch_sampler`` cannot be passed: the order is ours.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        num_workers: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        order: str = "feistel",
+        dataset_fingerprint: str | None = None,
+        **torch_dataloader_kwargs: Any,
+    ) -> None:
+        taken = sorted({"sampler", "batch_sampler"} & torch_dataloader_kwargs.keys())
+        if taken:
+            raise TypeError(
+                f"shufflepoint.DataLoader got {', '.join(taken)}: it builds its own order and "
+                "sharding; use seed=, shuffle=, order= instead, or shufflepoint.ResumableSampler "
+                "with a plain torch DataLoader"
+            )
+        if not isinstance(shuffle, bool):
+            raise TypeError(f"shuffle: found {shuffle!r}, expected a bool")
+        if dataset_fingerprint is not None and not isinstance(dataset_fingerprint, str):
+            raise TypeError(f"dataset_fingerprint: found {dataset_fingerprint!r}, expected a str or None")
+        world_size, rank = resolve_world(world_size, rank)
+        self._layout = Layout(dataset_length(dataset), world_size, batch_size, drop_last)
+        self._rank = rank
+        self._seed = check_int("seed", seed, 0, 2**64 - 1)
+        self._shuffle = shuffle
+        self._orders = OrderCache(order if shuffle else "identity", self._layout.n, self._seed)
+        self._fingerprint = dataset_fingerprint
+        self._epoch = 0
+        self._cursor = 0
+        self._pass: _Pass | None = None
+        super().__init__(
+            dataset, batch_size=batch_size, sampler=_PassSampler(self), drop_last=drop_last,
+            num_workers=num_workers, **torch_dataloader_kwargs,
+        )
+
+    # -- position ----------------------------------------------------------------------------
+    @property
+    def epoch(self) -> int:
+        """The epoch the next batch belongs to."""
+        return self._pass.epoch if self._pass is not None else self._epoch
+
+    @property
+    def cursor(self) -> int:
+        """Positions of this epoch's global stream that the training loop has received (all ranks)."""
+        live = self._pass
+        if live is None:
+            return self._cursor
+        return min(live.start_cursor + self._layout.step_size * live.received, self._layout.n)
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def world_size(self) -> int:
+        return self._layout.world_size
+
+    @property
+    def seed(self) -> int:
+        return self._seed
+
+    def set_epoch(self, epoch: int) -> None:
+        """Jump to the first batch of ``epoch``. The current epoch again changes nothing."""
+        check_int("epoch", epoch, 0, 2**62)
+        if epoch != self.epoch:
+            self._pass, self._epoch, self._cursor = None, int(epoch), 0
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        epoch, cursor = self.epoch, self.cursor
+        live = _Pass(epoch, cursor)
+        self._pass, self._epoch, self._cursor = live, epoch, cursor
+        return self._count(super().__iter__(), live)
+
+    def _count(self, batches: Iterator[Any], live: _Pass) -> Iterator[Any]:
+        for batch in batches:
+            if self._pass is not live:
+                raise RuntimeError(
+                    "this iterator was superseded by a newer iter(loader), set_epoch() or "
+                    "load_state_dict(); iterate the newest one"
+                )
+            live.received += 1
+            yield batch
+        if self._pass is live:  # the pass is exhausted: the epoch is over
+            self._pass, self._epoch, self._cursor = None, live.epoch + 1, 0
+
+    def __len__(self) -> int:
+        """Batches per epoch on this rank (a whole epoch, whatever the cursor)."""
+        return self._layout.batches_per_rank(0)
+
+    # -- state -------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """What the training loop has received, as a small dict of JSON values, same on all ranks."""
+        return _state.build(
+            kind="loader", seed=self._seed, epoch=self.epoch, cursor=self.cursor, n=self._layout.n,
+            shuffle=self._shuffle, order=self._orders.name, order_version=self._orders.version,
+            world_size=self._layout.world_size, batch_size=self._layout.batch_size,
+            drop_last=self._layout.drop_last, dataset_fingerprint=self._fingerprint,
+        )
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Make the next batches exactly those the saved run would have received next.
+
+        The state may come from any rank and from another world size or batch size (the rest of
+        the epoch is re-dealt, each sample once). A refused state raises ``StateError`` and
+        changes nothing.
+        """
+        epoch, cursor = _state.validate(state, self._expected())
+        self._pass, self._epoch, self._cursor = None, epoch, cursor
+
+    def _expected(self) -> _state.Expected:
+        return _state.Expected(
+            kind="loader", n=self._layout.n, seed=self._seed, shuffle=self._shuffle,
+            order=self._orders.name, order_version=self._orders.version,
+            dataset_fingerprint=self._fingerprint,
+        )

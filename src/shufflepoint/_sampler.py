@@ -1,0 +1,189 @@
+"""Samplers on top of the plan: the rank's index stream, and a DistributedSampler drop-in."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sized
+from typing import Any
+
+from torch.utils.data.distributed import DistributedSampler
+
+from shufflepoint import _state
+from shufflepoint._orders import Order, check_int, check_order_name, make_order, order_version
+from shufflepoint._plan import Layout
+
+# First chunks are small so a resume reaches its first batch fast; later ones amortise numpy calls.
+_FIRST_CHUNK, _MAX_CHUNK = 1 << 12, 1 << 16
+
+
+def resolve_world(world_size: int | None, rank: int | None) -> tuple[int, int]:
+    """(world_size, rank): given values, else the initialised process group's, else (1, 0)."""
+    import torch.distributed as dist
+
+    initialised = dist.is_available() and dist.is_initialized()
+    if world_size is None:
+        world_size = dist.get_world_size() if initialised else 1
+    if rank is None:
+        rank = dist.get_rank() if initialised else 0
+    check_int("world_size", world_size, 1, 2**31)
+    check_int("rank", rank, 0, 2**31)
+    if rank >= world_size:
+        raise ValueError(f"rank: found {rank}, expected an int in [0, world_size={world_size})")
+    return int(world_size), int(rank)
+
+
+def dataset_length(dataset: object) -> int:
+    if not isinstance(dataset, Sized):
+        raise TypeError(
+            f"dataset: found {type(dataset).__name__} without __len__, expected a map-style dataset "
+            "(one with __getitem__ and __len__); an IterableDataset has no seekable order"
+        )
+    return len(dataset)
+
+
+class OrderCache:
+    """The order of the current epoch, built once per epoch (the ``torch`` order costs O(n))."""
+
+    def __init__(self, name: str, n: int, seed: int) -> None:
+        self.name, self.n, self.seed = check_order_name(name), n, seed
+        self.version = order_version(name)
+        self._epoch: int | None = None
+        self._order: Order | None = None
+
+    def get(self, epoch: int) -> Order:
+        if self._order is None or self._epoch != epoch:
+            self._order, self._epoch = make_order(self.name, self.n, self.seed, epoch), epoch
+        return self._order
+
+
+def rank_index_chunks(order: Order, layout: Layout, rank: int, cursor: int) -> Iterator[list[int]]:
+    """This rank's sample indices from ``cursor`` to the end of the epoch, as lists of ints."""
+    total = layout.samples_per_rank(cursor)
+    start, size = 0, _FIRST_CHUNK
+    while start < total:
+        stop = min(start + size, total)
+        yield order.take(layout.rank_positions(rank, cursor, start, stop)).tolist()
+        start, size = stop, min(size * 4, _MAX_CHUNK)
+
+
+class _CountingIterator(Iterator[int]):
+    """Yields one rank's indices and counts them; the sampler's state reads the count."""
+
+    __slots__ = ("epoch", "start_cursor", "_chunks", "_buffer", "_position", "_done_before")
+
+    def __init__(self, epoch: int, start_cursor: int, chunks: Iterator[list[int]]) -> None:
+        self.epoch, self.start_cursor = epoch, start_cursor
+        self._chunks = chunks
+        self._buffer: list[int] = []
+        self._position = 0
+        self._done_before = 0  # indices yielded from earlier chunks
+
+    @property
+    def yielded(self) -> int:
+        return self._done_before + self._position
+
+    def __iter__(self) -> _CountingIterator:
+        return self
+
+    def __next__(self) -> int:
+        if self._position == len(self._buffer):
+            self._done_before += self._position
+            self._buffer, self._position = next(self._chunks), 0  # StopIteration ends the epoch
+        value = self._buffer[self._position]
+        self._position += 1
+        return value
+
+
+class ResumableSampler(DistributedSampler):
+    """``DistributedSampler`` with the same arguments and order layout, plus an exact state.
+
+    Use it wherever a ``DistributedSampler`` goes (a plain ``DataLoader``, torchdata's
+    ``StatefulDataLoader``, Lightning): call ``set_epoch(epoch)`` at the start of every epoch as
+    usual. ``state_dict()`` counts the indices this sampler's current iterator has yielded; under
+    ``StatefulDataLoader`` (any ``num_workers``) and under a plain ``DataLoader`` with
+    ``num_workers=0`` that is exactly what the training loop received. (A plain ``DataLoader``
+    with workers prefetches ahead of the loop: use ``shufflepoint.DataLoader`` there.)
+
+    ``order="torch"`` reproduces ``DistributedSampler``'s own order exactly, so a running job can
+    switch to this class mid-training without a jump in its data order.
+
+    >>> sampler = ResumableSampler(range(10), num_replicas=2, rank=0, seed=7)
+    >>> it = iter(sampler); first = [next(it) for _ in range(2)]
+    >>> state = sampler.state_dict()              # cursor: 4 positions of the global stream
+    >>> fresh = ResumableSampler(range(10), num_replicas=2, rank=0, seed=7)
+    >>> fresh.load_state_dict(state)
+    >>> list(fresh) == list(it)
+    True
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        *,
+        order: str = "feistel",
+        dataset_fingerprint: str | None = None,
+    ) -> None:
+        world_size, rank = resolve_world(num_replicas, rank)
+        n = dataset_length(dataset)
+        check_int("seed", seed, 0, 2**64 - 1)
+        if not isinstance(shuffle, bool):
+            raise TypeError(f"shuffle: found {shuffle!r}, expected a bool")
+        super().__init__(dataset, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed,
+                         drop_last=drop_last)
+        self._layout = Layout(n, world_size, 1, drop_last)
+        self._orders = OrderCache(order if shuffle else "identity", n, seed)
+        self._fingerprint = dataset_fingerprint
+        self._pending_cursor: int | None = None  # from load_state_dict, for the next __iter__
+        self._active: _CountingIterator | None = None
+
+    def __iter__(self) -> Iterator[int]:
+        cursor, self._pending_cursor = self._pending_cursor or 0, None
+        chunks = rank_index_chunks(self._orders.get(self.epoch), self._layout, self.rank, cursor)
+        self._active = _CountingIterator(self.epoch, cursor, chunks)
+        return self._active
+
+    def __len__(self) -> int:
+        return self._layout.samples_per_rank(0)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start ``epoch`` at its first sample; the current epoch again keeps a restored position."""
+        check_int("epoch", epoch, 0, 2**62)
+        if epoch != self.epoch:
+            self.epoch, self._pending_cursor, self._active = int(epoch), None, None
+
+    @property
+    def cursor(self) -> int:
+        """Positions of this epoch's global stream handed out, over all ranks."""
+        if self._pending_cursor is not None:
+            return self._pending_cursor
+        active = self._active
+        if active is None or active.epoch != self.epoch:
+            return 0
+        return self._layout.cursor_after(active.start_cursor, active.yielded)
+
+    def state_dict(self) -> dict[str, Any]:
+        return _state.build(
+            kind="sampler", seed=self.seed, epoch=self.epoch, cursor=self.cursor, n=self._layout.n,
+            shuffle=self.shuffle, order=self._orders.name, order_version=self._orders.version,
+            world_size=self._layout.world_size, batch_size=1, drop_last=self.drop_last,
+            dataset_fingerprint=self._fingerprint,
+        )
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Make the next ``iter()`` continue where the state's run was. Refused loads change nothing."""
+        epoch, cursor = _state.validate(state, self._expected())
+        self.epoch, self._pending_cursor, self._active = epoch, cursor, None
+
+    def _expected(self) -> _state.Expected:
+        return _state.Expected(
+            kind="sampler", n=self._layout.n, seed=self.seed, shuffle=self.shuffle,
+            order=self._orders.name, order_version=self._orders.version,
+            dataset_fingerprint=self._fingerprint,
+        )
+
+
+__all__ = ["ResumableSampler"]

@@ -1,0 +1,202 @@
+"""The state: a versioned, flat dict of JSON values, the same on every rank. Written and read here.
+
+Fields (format version 1):
+
+=====================  ===========  ==========================================================
+field                  type         meaning
+=====================  ===========  ==========================================================
+format                 str          always ``"shufflepoint"``
+version                int          format version, 1
+kind                   str          ``"loader"`` or ``"sampler"``: which object wrote it
+seed                   int          the order's seed
+epoch                  int          the epoch being read
+cursor                 int          positions of the epoch's global stream handed out (0..n)
+n                      int          dataset length
+shuffle                bool         False means the identity order
+order                  str          order algorithm (``feistel``, ``torch``, ``identity``)
+order_version          int          version of that algorithm
+world_size             int          ranks when saved (informational: a new one is allowed)
+batch_size             int          per-rank batch size when saved (informational, likewise)
+drop_last              bool         tail policy when saved (informational, likewise)
+torch_version          str or null  torch's version, recorded for the ``torch`` order only
+dataset_fingerprint    str or null  optional user-supplied identity of the dataset
+=====================  ===========  ==========================================================
+
+The key set never depends on progress (torch.distributed.checkpoint asks a fresh object for its
+keys). Every field is checked on load; nothing is ``.get(key, default)``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from shufflepoint._errors import ResumeWarning, StateError
+
+FORMAT = "shufflepoint"
+VERSION = 1
+KINDS = ("loader", "sampler")
+MAX_INT = 2**63 - 1
+
+_INT = "an int (not a bool)"
+_SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
+    "format": ((str,), "the string 'shufflepoint'"),
+    "version": ((int,), _INT),
+    "kind": ((str,), "'loader' or 'sampler'"),
+    "seed": ((int,), _INT),
+    "epoch": ((int,), _INT),
+    "cursor": ((int,), _INT),
+    "n": ((int,), _INT),
+    "shuffle": ((bool,), "a bool"),
+    "order": ((str,), "a string"),
+    "order_version": ((int,), _INT),
+    "world_size": ((int,), _INT),
+    "batch_size": ((int,), _INT),
+    "drop_last": ((bool,), "a bool"),
+    "torch_version": ((str, type(None)), "a string or None"),
+    "dataset_fingerprint": ((str, type(None)), "a string or None"),
+}
+FIELDS: tuple[str, ...] = tuple(_SCHEMA)
+
+# Keys that identify states written by other libraries, to say so instead of "missing keys".
+_FOREIGN = {
+    "_num_yielded": "a torchdata StatefulDataLoader (or an Accelerate-prepared loader)",
+    "_sampler_iter_yielded": "a torchdata StatefulDataLoader (or an Accelerate-prepared loader)",
+    "_iteration": "an Accelerate-prepared loader",
+    "yielded": "torchdata's StatefulDistributedSampler",
+    "samples_yielded": "a torchdata BatchSampler",
+}
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What the object being loaded was constructed with; a state must agree on these."""
+
+    kind: str
+    n: int
+    seed: int
+    shuffle: bool
+    order: str
+    order_version: int
+    dataset_fingerprint: str | None = None
+
+
+def _fail(field: str, found: object, expected: str, fix: str) -> StateError:
+    shown = repr(found)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return StateError(f"state field {field!r}: found {shown}, expected {expected}. {fix}")
+
+
+def _check_shape(state: object) -> Mapping[str, Any]:
+    if not isinstance(state, Mapping):
+        hint = " To read a JSON file, json.load it first." if isinstance(state, (str, bytes)) else ""
+        raise StateError(
+            f"state: found {type(state).__name__}, expected a dict as returned by state_dict().{hint}"
+        )
+    keys = set(state)
+    if "format" not in keys or state.get("format") != FORMAT:
+        foreign = sorted({who for key, who in _FOREIGN.items() if key in keys})
+        origin = f" It looks like a state of {foreign[0]}." if foreign else ""
+        found = state["format"] if "format" in keys else f"no 'format' key (keys: {sorted(map(str, keys))[:8]})"
+        raise _fail(
+            "format", found, repr(FORMAT),
+            f"This is not a shufflepoint state.{origin} Load it into the object that wrote it, or "
+            "start this loader fresh.",
+        )
+    version = state.get("version")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise _fail("version", version, _INT, "The state is damaged; use another checkpoint.")
+    if version != VERSION:
+        newer = isinstance(version, int) and version > VERSION
+        raise _fail(
+            "version", version, str(VERSION),
+            "It was written by a newer shufflepoint; upgrade shufflepoint to load it."
+            if newer else "This format version is not known; the state is damaged or foreign.",
+        )
+    missing = [f for f in FIELDS if f not in keys]
+    extra = sorted(str(k) for k in keys - set(FIELDS))
+    if missing:
+        raise _fail("(keys)", f"missing {missing}", f"all of {list(FIELDS)}",
+                    "The state is truncated or was edited; use another checkpoint.")
+    if extra:
+        raise _fail("(keys)", f"unknown {extra}", f"exactly {list(FIELDS)}",
+                    "The state was edited or comes from another program; use another checkpoint.")
+    for field, (types, text) in _SCHEMA.items():
+        value = state[field]
+        is_bool = isinstance(value, bool)
+        if not isinstance(value, types) or (is_bool and bool not in types):
+            raise _fail(field, value, text, "The state is damaged; use another checkpoint.")
+        if isinstance(value, int) and not is_bool and not 0 <= value <= MAX_INT:
+            raise _fail(field, value, f"an int in [0, {MAX_INT}]", "The state is damaged; use another checkpoint.")
+    return state
+
+
+def validate(state: object, expected: Expected) -> tuple[int, int]:
+    """Check a state against the loading object; return its (epoch, cursor). Raises StateError.
+
+    Emits ResumeWarning (after all checks pass) where the load is accepted but cannot be exact.
+    """
+    state = _check_shape(state)
+    if state["kind"] != expected.kind:
+        raise _fail("kind", state["kind"], repr(expected.kind),
+                    f"A {state['kind']} state cannot restore a {expected.kind}; load it into a {state['kind']}.")
+    if state["n"] != expected.n:
+        raise _fail("n", state["n"], f"{expected.n} (len(dataset) now)",
+                    "The dataset changed length since the checkpoint; resume with the same dataset.")
+    if state["shuffle"] != expected.shuffle:
+        raise _fail("shuffle", state["shuffle"], f"{expected.shuffle!r} (what this {expected.kind} was built with)",
+                    f"The constructor's value is not silently overridden: build the {expected.kind} with "
+                    f"shuffle={state['shuffle']!r} to resume this run, or start fresh.")
+    if state["order"] != expected.order:
+        raise _fail("order", state["order"], f"{expected.order!r} (what this {expected.kind} was built with)",
+                    f"Build the {expected.kind} with order={state['order']!r} to resume this run, or start fresh.")
+    if state["order_version"] != expected.order_version:
+        raise _fail("order_version", state["order_version"], f"{expected.order_version} (this shufflepoint's "
+                    f"{expected.order!r} order)", "The state was written by a shufflepoint whose order "
+                    "algorithm differs; resume with that shufflepoint version.")
+    if state["seed"] != expected.seed:
+        raise _fail("seed", state["seed"], f"{expected.seed!r} (what this {expected.kind} was built with)",
+                    f"The constructor's value is not silently overridden: build the {expected.kind} with "
+                    f"seed={state['seed']!r} to resume this run, or start fresh.")
+    if state["cursor"] > state["n"]:
+        raise _fail("cursor", state["cursor"], f"an int in [0, n={state['n']}]", "The state is damaged.")
+    for field in ("world_size", "batch_size"):
+        if state[field] < 1:
+            raise _fail(field, state[field], "an int >= 1", "The state is damaged.")
+    found_print, expected_print = state["dataset_fingerprint"], expected.dataset_fingerprint
+    if found_print is not None and expected_print is not None and found_print != expected_print:
+        raise _fail("dataset_fingerprint", found_print, repr(expected_print),
+                    "The dataset is not the one the checkpoint was written with.")
+    if state["order"] == "torch":
+        import torch
+
+        if state["torch_version"] != torch.__version__:
+            warnings.warn(
+                f"the 'torch' order was saved under torch {state['torch_version']} and is resumed under "
+                f"torch {torch.__version__}: torch.randperm may differ between versions, so the order "
+                "may not be the same. The default 'feistel' order does not depend on torch.",
+                ResumeWarning, stacklevel=3,
+            )
+    return state["epoch"], state["cursor"]
+
+
+def build(
+    *, kind: str, seed: int, epoch: int, cursor: int, n: int, shuffle: bool, order: str,
+    order_version: int, world_size: int, batch_size: int, drop_last: bool,
+    dataset_fingerprint: str | None,
+) -> dict[str, Any]:
+    """The state dict, every field in schema order."""
+    torch_version = None
+    if order == "torch":
+        import torch
+
+        torch_version = torch.__version__
+    return {
+        "format": FORMAT, "version": VERSION, "kind": kind, "seed": seed, "epoch": epoch,
+        "cursor": cursor, "n": n, "shuffle": shuffle, "order": order, "order_version": order_version,
+        "world_size": world_size, "batch_size": batch_size, "drop_last": drop_last,
+        "torch_version": torch_version, "dataset_fingerprint": dataset_fingerprint,
+    }
