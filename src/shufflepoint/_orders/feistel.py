@@ -13,7 +13,8 @@ Details that matter:
 - Domain: 2**w with w = max(6, bit_length(n - 1)), so for n > 64, 2**w < 2n and cycle walking
   takes < 2 encryptions per index on average. The floor of 6 bits matters for tiny n: with 1- or
   2-bit halves the round functions have too few inputs to mix, and n = 8 failed the fixed-point
-  test at w = 3; tiny n pays more walking, which costs nothing that matters. The halves may be unequal (w odd): the network alternates
+  test at w = 3; tiny n pays more walking, which costs nothing that matters. The halves may be
+  unequal (w odd): the network alternates
   which side is wider, which keeps every round invertible. This is the spot where a well-known
   seekable shuffle breaks at n = 4**k + 1: it rounds the width so that n - 1 = 2**w no longer
   fits. Here the width is computed from n - 1 exactly and tested exhaustively on such sizes.
@@ -95,7 +96,7 @@ class FeistelOrder:
 
     # -- scalar path: the specification, in plain integers ---------------------------------------
     def _encrypt_one(self, x: int) -> int:
-        for (high, low), key in zip(self._splits, self._keys):
+        for (high, low), key in zip(self._splits, self._keys, strict=True):
             right = x & ((1 << low) - 1)
             left = x >> low
             h = ((right ^ key) * _C1) & _M32
@@ -125,7 +126,7 @@ class FeistelOrder:
         h = np.empty_like(right)
         tmp = np.empty_like(right)
         c1, c2 = np.uint32(_C1), np.uint32(_C2)
-        for (high, _low), key in zip(self._splits, self._keys32):
+        for (high, _low), key in zip(self._splits, self._keys32, strict=True):
             np.bitwise_xor(right, key, out=h)
             h *= c1
             np.right_shift(h, 15, out=tmp)
