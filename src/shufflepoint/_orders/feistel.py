@@ -50,6 +50,7 @@ _M32 = (1 << 32) - 1
 _C1 = 0x85EBCA6B
 _C2 = 0xC2B2AE35
 _CHUNK = 1 << 16  # elements per vectorised pass: keeps the working set in L2
+_TABLE_WIDTH = 16  # domains up to 2**16 are computed whole once (<= 512 KiB), then looked up
 
 
 def _splitmix64(x: int) -> int:
@@ -93,6 +94,8 @@ class FeistelOrder:
         self._keys32 = tuple(np.uint32(k) for k in self._keys)
         # The swap-or-not pivot: a keyed point of [0, n).
         self._pivot = _splitmix64(_base_key(seed, epoch) ^ 0x5EED) % max(n, 1)
+        self._width = width
+        self._table: np.ndarray | None = None
 
     # -- scalar path: the specification, in plain integers ---------------------------------------
     def _encrypt_one(self, x: int) -> int:
@@ -142,9 +145,24 @@ class FeistelOrder:
         out |= right
         return out
 
+    def _small_table(self) -> np.ndarray:
+        """The whole order of a small domain: cycle walking by table lookups, not re-encryption."""
+        if self._table is None:
+            step = self._encrypt(np.arange(1 << self._width, dtype=np.uint64)).view(np.int64)
+            values = step[: self.n].copy()
+            outside = np.flatnonzero(values >= self.n)
+            while outside.size:
+                walked = step[values[outside]]
+                values[outside] = walked
+                outside = outside[walked >= self.n]
+            self._table = self._swap(values)
+        return self._table
+
     def take(self, positions: np.ndarray) -> np.ndarray:
         """Sample indices (int64) at the given positions (int64, each in [0, n))."""
         positions = np.asarray(positions, dtype=np.int64)
+        if self._width <= _TABLE_WIDTH:
+            return self._small_table()[positions]
         out = np.empty(positions.shape, dtype=np.int64)
         flat_in, flat_out = positions.reshape(-1), out.reshape(-1)
         n = np.uint64(self.n)

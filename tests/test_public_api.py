@@ -1,0 +1,44 @@
+"""The public surface is deliberate: this test fails when __all__ drifts."""
+
+import shufflepoint
+
+EXPECTED = {
+    "DataLoader",
+    "ORDERS",
+    "Permutation",
+    "ResumableSampler",
+    "ResumeWarning",
+    "STATE_FIELDS",
+    "StateError",
+    "__version__",
+    "patch_accelerate",
+    "permutation",
+    "unpatch_accelerate",
+}
+
+
+def test_all_is_exactly_the_public_api():
+    assert set(shufflepoint.__all__) == EXPECTED
+
+
+def test_every_exported_name_exists_and_public_modules_are_private():
+    for name in shufflepoint.__all__:
+        obj = getattr(shufflepoint, name)
+        module = getattr(obj, "__module__", "shufflepoint")
+        assert module.startswith("shufflepoint"), name
+        assert not [part for part in module.split(".")[1:] if not part.startswith("_")
+                    and part not in ("integrations", "accelerate")], (name, module)
+
+
+def test_errors_have_the_documented_bases():
+    assert issubclass(shufflepoint.StateError, ValueError)
+    assert issubclass(shufflepoint.ResumeWarning, UserWarning)
+
+
+def test_dataloader_is_a_real_torch_dataloader():
+    import torch.utils.data
+
+    loader = shufflepoint.DataLoader(list(range(10)), 2)
+    assert type(loader).__mro__[1] is torch.utils.data.DataLoader
+    assert isinstance(loader, torch.utils.data.DataLoader)
+    assert isinstance(shufflepoint.ResumableSampler(range(10), 1, 0), torch.utils.data.DistributedSampler)
