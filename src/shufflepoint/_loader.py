@@ -32,8 +32,15 @@ class _PassSampler(torch.utils.data.Sampler[int]):
     def __iter__(self) -> Iterator[int]:
         loader = self._loader
         live = loader._pass
-        if live is None:  # iterated outside iter(loader): read the current position
-            live = _Pass(loader._epoch, loader._cursor)
+        if live is None:
+            raise RuntimeError(
+                "shufflepoint.DataLoader: its sampler is being iterated by another loader (found: "
+                "iteration outside iter(loader); expected: batches taken through the "
+                "shufflepoint.DataLoader, which counts them). Likely cause: accelerator.prepare(loader) "
+                "without shufflepoint.patch_accelerate(), which rebuilds the loader and shards it a "
+                "second time, so each rank would see part of its shard and the position would never "
+                "advance. Fix: call shufflepoint.patch_accelerate() before accelerator.prepare(...)."
+            )
         order = loader._orders.get(live.epoch)
         chunks = rank_index_chunks(order, loader._layout, loader._rank, live.start_cursor)
         return itertools.chain.from_iterable(chunks)
