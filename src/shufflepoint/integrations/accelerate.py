@@ -71,7 +71,12 @@ _TOUCH_POINTS = (
     "accelerate.data_loader.skip_first_batches (also bound in accelerate.accelerator and "
     "accelerate): carry the epoch (#4071) and report the epoch's end to the source loader",
     "accelerate.accelerator.save_accelerator_state / load_accelerator_state: per-rank files",
-    "accelerate.accelerator.Accelerator.prepare_data_loader: shufflepoint.DataLoader passes through",
+    "accelerate.accelerator.Accelerator.prepare_data_loader: a shufflepoint.DataLoader is wrapped, not "
+    "re-sharded, and listed in Accelerator._dataloaders",
+    "accelerate.accelerator.Accelerator.gather_for_metrics: the padded tail of a shufflepoint.DataLoader "
+    "with more than one padded rank is trimmed by position",
+    "accelerate.data_loader.DataLoaderStateMixin and accelerate.state.GradientState._add_dataloader: "
+    "end_of_dataloader and remainder of a prepared shufflepoint.DataLoader",
     "torchdata StatefulDataLoader._initial_iter_for_state_dict: the iterator built by the eager "
     "state_dict() in DataLoaderAdapter.__init__ (#4204)",
 )
@@ -162,6 +167,8 @@ def patch_accelerate(force: bool = False) -> None:
          _make_load_accelerator_state(accelerator_module.load_accelerator_state)),
         (accelerator_module.Accelerator, "prepare_data_loader",
          _make_prepare_data_loader(accelerator_module.Accelerator.prepare_data_loader)),
+        (accelerator_module.Accelerator, "gather_for_metrics",
+         _make_gather_for_metrics(accelerator_module.Accelerator.gather_for_metrics)),
     ]
     originals = []
     for owner, name, value in replacements:
@@ -537,6 +544,7 @@ def _make_skip_first_batches(original: Any) -> Any:
         # ended (#4233). The new loader shares the source's epoch tracker.
         from accelerate.data_loader import DataLoaderDispatcher, DataLoaderShard
 
+        _refuse_skipping_native(dataloader)
         skipping = original(dataloader, num_batches=num_batches)
         kinds = (DataLoaderShard, DataLoaderDispatcher)
         if type(skipping) in kinds and type(dataloader) in kinds:
@@ -657,8 +665,7 @@ def _make_prepare_data_loader(original: Any) -> Any:
                             slice_fn_for_dispatch: Any = None) -> Any:
         # TOUCH POINT: wraps Accelerator.prepare_data_loader (accelerate/accelerator.py), which
         # re-shards any DataLoader. A shufflepoint.DataLoader already shards itself.
-        native = _native_loader_class()
-        if native is not None and isinstance(data_loader, native):
+        if isinstance(data_loader, _native_loader_class()):
             return _prepare_native(self, data_loader, device_placement)
         return original(self, data_loader, device_placement=device_placement,
                         slice_fn_for_dispatch=slice_fn_for_dispatch)
@@ -668,28 +675,133 @@ def _make_prepare_data_loader(original: Any) -> Any:
 
 
 def _native_loader_class() -> Any:
-    try:
-        from shufflepoint._loader import DataLoader
-    except ImportError:
-        return None
+    from shufflepoint._loader import DataLoader
+
     return DataLoader
 
 
 def _prepare_native(accelerator: Any, loader: Any, device_placement: Any) -> Any:
     """Wrap a shufflepoint.DataLoader for Accelerate without re-sharding it.
 
-    TOUCH POINTS: Accelerator._dataloaders (save_state/load_state checkpoint what is listed there),
-    Accelerator.device_placement / .device / .non_blocking (read), and DataLoaderStateMixin with
-    GradientState (accelerate/data_loader.py, accelerate/state.py) for end_of_dataloader and
-    remainder, which accumulate() and gather_for_metrics() read.
+    Refuses what cannot hold: a loader built for another rank layout than the Accelerator's (built
+    before ``Accelerator(...)`` started the process group, say), and the DataLoaderConfiguration
+    options that change who reads what (``split_batches``, ``dispatch_batches``,
+    ``even_batches=False``). ``use_stateful_dataloader``, ``use_seedable_sampler`` and
+    ``data_seed`` do not apply: the order and its state are shufflepoint's.
+
+    TOUCH POINTS: Accelerator.num_processes / .process_index / .split_batches / .dispatch_batches /
+    .even_batches / .device_placement / .device / .non_blocking / .distributed_type (read), and
+    Accelerator._dataloaders (appended to, as stock prepare_data_loader does: save_state and
+    load_state checkpoint what is listed there).
     """
+    from accelerate.utils import DistributedType
+
+    found = (int(loader.rank), int(loader.world_size))
+    expected = (int(accelerator.process_index), int(accelerator.num_processes))
+    if found != expected:
+        raise ValueError(
+            f"accelerator.prepare(shufflepoint.DataLoader): the loader shards for rank {found[0]} of "
+            f"{found[1]}, but this Accelerator is process {expected[0]} of {expected[1]}. Likely cause: "
+            f"the loader was built before Accelerator(...) started the process group. Fix: build the "
+            f"loader after Accelerator(...), or pass rank=accelerator.process_index, "
+            f"world_size=accelerator.num_processes."
+        )
+    refused = [
+        (bool(accelerator.split_batches), "split_batches=True",
+         "batch_size is per process here; pass the per-process batch size"),
+        (accelerator.dispatch_batches is True, "dispatch_batches=True",
+         "every process reads its own shard here; leave dispatch_batches unset"),
+        (accelerator.even_batches is False, "even_batches=False",
+         "the tail is padded evenly here (drop_last=False) or dropped (drop_last=True); choose with drop_last"),
+    ]
+    for is_set, option, fix in refused:
+        if is_set:
+            raise ValueError(
+                f"accelerator.prepare(shufflepoint.DataLoader): DataLoaderConfiguration({option}) is "
+                f"set, but a shufflepoint.DataLoader does its own sharding and batching and cannot honour "
+                f"it. Fix: drop the option ({fix})."
+            )
     if device_placement is None:
-        device_placement = accelerator.device_placement
+        device_placement = accelerator.device_placement and accelerator.distributed_type != DistributedType.XLA
     prepared = _native_wrapper_class()(
         loader, device=accelerator.device if device_placement else None,
         non_blocking=bool(getattr(accelerator, "non_blocking", False)))
     accelerator._dataloaders.append(prepared)
     return prepared
+
+
+def _tail_trim(loader: Any) -> tuple[int, list[int] | None]:
+    """What ``gather_for_metrics`` must keep of the last gathered batch of a pass starting now.
+
+    Returns ``(remainder, keep)``: ``remainder`` is the number of real samples in the last global
+    step (0 when nothing is padded), which Accelerate keeps as a prefix of the gathered batch.
+    ``keep`` is None when that prefix is exactly the real samples; otherwise it lists their
+    positions. The gather is rank-major and the tail strided, so with r real samples left, each
+    rank's last batch has m = ceil(r / W) samples and rank k's t-th is real when k + W*t < r. Two
+    ranks, r = 3 (one padded sample, P)::
+
+        rank 0: [s0, s2]   rank 1: [s1, P]   gathered: [s0, s2, s1, P]   keep the first 3
+
+    Four ranks, r = 5: ``[s0, s4 | s1, P | s2, P | s3, P]``, keep positions 0, 1, 2, 4, 6: no prefix.
+    """
+    from shufflepoint._plan import Layout
+
+    layout = Layout(len(loader.dataset), int(loader.world_size), int(loader.batch_size), bool(loader.drop_last))
+    remaining = layout.n - int(loader.cursor)
+    real = remaining % layout.step_size
+    if layout.drop_last or real == 0:
+        return 0, None
+    world_size = layout.world_size
+    per_rank = -(-real // world_size)
+    keep = [rank * per_rank + t for rank in range(world_size) for t in range(per_rank) if rank + world_size * t < real]
+    return real, (None if keep == list(range(real)) else keep)
+
+
+def _make_gather_for_metrics(original: Any) -> Any:
+    def gather_for_metrics(self: Any, input_data: Any, use_gather_object: bool = False) -> Any:
+        # TOUCH POINT: wraps Accelerator.gather_for_metrics (accelerate/accelerator.py), which at the
+        # end of a dataloader keeps the first GradientState.remainder gathered samples. That is exact
+        # for a shufflepoint tail whenever at most one rank is padded (always with 2 processes);
+        # otherwise the padding sits at the end of several ranks' parts, and the real samples are
+        # picked by position (_tail_trim). The gather itself is the original's code path.
+        active = self.gradient_state.active_dataloader
+        keep = active._tail_keep if _is_native(active) and active.end_of_dataloader else None
+        if keep is None:
+            return original(self, input_data, use_gather_object=use_gather_object)
+        from accelerate.utils import gather_object, recursively_apply
+
+        try:
+            recursively_apply(lambda x: x, input_data, error_on_other_type=True)
+            all_tensors = True
+        except TypeError:
+            all_tensors = False
+        gathered_length = active._tail_gathered_length
+
+        def select(data: Any) -> Any:
+            if len(data) != gathered_length:
+                return data[: active.remainder]  # not one row per sample: Accelerate's own trim
+            if isinstance(data, list):
+                return [data[i] for i in keep]
+            import torch
+
+            return data[torch.tensor(keep, device=data.device)]
+
+        if use_gather_object or not all_tensors:
+            return select(gather_object(input_data))
+        return recursively_apply(select, self.gather(input_data))
+
+    gather_for_metrics.__doc__ = original.__doc__
+    return gather_for_metrics
+
+
+def _refuse_skipping_native(dataloader: Any) -> None:
+    if _is_native(dataloader) or isinstance(dataloader, _native_loader_class()):
+        raise TypeError(
+            "skip_first_batches: found a shufflepoint.DataLoader, expected an Accelerate-prepared torch "
+            "DataLoader. A shufflepoint.DataLoader's position is part of its state: accelerator.load_state() "
+            "(or loader.load_state_dict()) already puts it at the next batch, so skipping on top would skip "
+            "those batches twice. Fix: drop the skip_first_batches call and iterate the loader itself."
+        )
 
 
 _NATIVE_WRAPPER: Any = None
@@ -707,11 +819,17 @@ def _native_wrapper_class() -> Any:
 
     class PreparedDataLoader(DataLoaderStateMixin):
         """A shufflepoint.DataLoader as Accelerate sees it: batches on the device, GradientState
-        told where the epoch ends. Not a torch DataLoader: it wraps one, and says so.
+        told where the epoch ends. Not a torch DataLoader: it wraps one (``.loader``), and says so.
 
-        The sharding, the order and the state stay shufflepoint's: ``state_dict()`` is the
-        loader's own state as of the last batch handed out (the wrapper reads one batch ahead to
-        know which batch is the last, as Accelerate's DataLoaderShard does).
+        The sharding, the order and the state stay the loader's: ``state_dict()``,
+        ``load_state_dict()``, ``set_epoch()``, ``epoch``, ``cursor`` and every other attribute are
+        the loader's own. Nothing is read ahead: the last batch of a pass is known by arithmetic
+        (every rank takes the same number of steps), so what the loader counts as received is
+        exactly what the training loop received, also after a ``break``.
+
+        TOUCH POINTS: DataLoaderStateMixin (end_of_dataloader, remainder, reset, end) and
+        GradientState._add_dataloader (accelerate/data_loader.py, accelerate/state.py), which
+        accumulate() and gather_for_metrics() read through GradientState.
         """
 
         _shufflepoint_native = True
@@ -723,7 +841,8 @@ def _native_wrapper_class() -> Any:
             self._non_blocking = non_blocking
             self._drop_last = bool(loader.drop_last)
             self.gradient_state = GradientState()
-            self._state_of_yielded: dict[str, Any] | None = None
+            self._tail_keep: list[int] | None = None
+            self._tail_gathered_length = 0
 
         @property
         def dataset(self) -> Any:
@@ -744,26 +863,35 @@ def _native_wrapper_class() -> Any:
         def __len__(self) -> int:
             return len(self.loader)
 
+        def begin(self) -> None:
+            """Register with GradientState for the pass that starts at the loader's cursor."""
+            self.reset()
+            self.remainder, self._tail_keep = _tail_trim(self.loader)
+            world_size = int(self.loader.world_size)
+            self._tail_gathered_length = world_size * -(-self.remainder // world_size)
+            self.gradient_state._add_dataloader(self)
+
         def __iter__(self) -> Any:
+            from shufflepoint._plan import Layout
+
+            loader = self.loader
+            layout = Layout(len(loader.dataset), int(loader.world_size), int(loader.batch_size),
+                            bool(loader.drop_last))
+            batches = layout.batches_per_rank(int(loader.cursor))
             self.begin()
             try:
-                iterator = iter(self.loader)
-                try:
-                    current = next(iterator)
-                except StopIteration:
-                    return
-                while True:
-                    self._state_of_yielded = self.loader.state_dict()
-                    try:
-                        following = next(iterator)
-                    except StopIteration:
+                received = 0
+                for batch in loader:
+                    received += 1
+                    if received == batches:
                         self.end_of_dataloader = True
-                        yield self._to_device(current)
-                        break
-                    yield self._to_device(current)
-                    current = following
+                    yield self._to_device(batch)
+                if received != batches:
+                    raise RuntimeError(
+                        f"shufflepoint: the loader gave {received} batches in this pass, expected "
+                        f"{batches}; please report this as a bug"
+                    )
             finally:
-                self._state_of_yielded = None
                 self.end()
 
         def _to_device(self, batch: Any) -> Any:
@@ -772,8 +900,6 @@ def _native_wrapper_class() -> Any:
             return send_to_device(batch, self.device, non_blocking=self._non_blocking)
 
         def state_dict(self) -> dict[str, Any]:
-            if self._state_of_yielded is not None:
-                return dict(self._state_of_yielded)
             return self.loader.state_dict()
 
         def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -786,6 +912,9 @@ def _native_wrapper_class() -> Any:
             if name == "loader":
                 raise AttributeError(name)
             return getattr(self.loader, name)
+
+        def __repr__(self) -> str:
+            return f"PreparedDataLoader(device={self.device!s}, loader={self.loader!r})"
 
     _NATIVE_WRAPPER = PreparedDataLoader
     return PreparedDataLoader
