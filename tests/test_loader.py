@@ -1,0 +1,211 @@
+"""shufflepoint.DataLoader in one process: semantics, the resume contract, torch options."""
+
+import json
+import threading
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DistributedSampler
+
+import shufflepoint
+from resume_contract import Component, assert_resume_contract
+
+
+def ids(batch):
+    if isinstance(batch, dict):
+        batch = batch["id"]
+    if isinstance(batch, (list, tuple)):
+        batch = batch[0]
+    return batch.tolist()
+
+
+def run_loader(loader, first_epoch, epochs):
+    for epoch in range(first_epoch, epochs):
+        loader.set_epoch(epoch)  # the usual loop; a no-op for the restored epoch
+        for batch in loader:
+            yield "item", epoch, ids(batch)
+        yield "epoch_end", epoch, None
+
+
+def loader_component(n=23, batch_size=3, rank=1, world_size=2, **kwargs):
+    return Component(
+        name=f"DataLoader(n={n}, B={batch_size}, r={rank}/{world_size}, {kwargs})",
+        make=lambda: shufflepoint.DataLoader(
+            list(range(n)), batch_size, rank=rank, world_size=world_size, seed=11, **kwargs),
+        run=run_loader,
+        resume_epoch=lambda state: state["epoch"],
+    )
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(), dict(drop_last=True), dict(shuffle=False), dict(order="torch"),
+    dict(n=8, batch_size=4, rank=0, world_size=2), dict(n=5, batch_size=2, rank=2, world_size=3),
+])
+def test_loader_resume_contract(kwargs):
+    assert assert_resume_contract(loader_component(**kwargs)) >= 6
+
+
+def test_loader_resume_contract_with_workers():
+    component = loader_component(n=30, batch_size=4, num_workers=2, persistent_workers=True,
+                                 prefetch_factor=2)
+    assert assert_resume_contract(component, epochs=2, every=3) >= 4
+
+
+def test_loader_without_set_epoch_advances_by_itself():
+    loader = shufflepoint.DataLoader(list(range(12)), 3, seed=5)
+    first, second = [ids(b) for b in loader], [ids(b) for b in loader]
+    assert sorted(sum(first, [])) == sorted(sum(second, [])) == list(range(12))
+    assert first != second
+    assert loader.epoch == 2 and loader.cursor == 0
+    expected = shufflepoint.permutation(12, 5, 1)[:].tolist()
+    assert sum(second, []) == expected
+
+
+def test_state_is_small_json_and_the_same_on_every_rank():
+    loaders = [shufflepoint.DataLoader(list(range(100)), 4, rank=r, world_size=3, seed=2) for r in range(3)]
+    iterators = [iter(loader) for loader in loaders]
+    for _ in range(5):
+        for it in iterators:
+            next(it)
+    states = [loader.state_dict() for loader in loaders]
+    assert states[0] == states[1] == states[2]
+    assert states[0]["cursor"] == 5 * 4 * 3 and states[0]["epoch"] == 0
+    assert len(json.dumps(states[0])) <= 512
+    assert tuple(states[0]) == shufflepoint.STATE_FIELDS
+
+
+def test_state_counts_received_batches_not_prefetched_ones():
+    loader = shufflepoint.DataLoader(list(range(200)), 2, num_workers=2, prefetch_factor=4, seed=1)
+    it = iter(loader)
+    next(it)
+    next(it)
+    assert loader.cursor == 4  # workers have fetched far more by now
+
+
+def test_mid_epoch_state_survives_set_epoch_of_the_same_epoch():
+    loader = shufflepoint.DataLoader(list(range(20)), 2, seed=3)
+    for epoch_pass in range(2):
+        for _ in loader:
+            pass
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    fresh = shufflepoint.DataLoader(list(range(20)), 2, seed=3)
+    fresh.load_state_dict(state)
+    fresh.set_epoch(2)
+    assert fresh.cursor == 2 and fresh.epoch == 2
+    fresh.set_epoch(3)
+    assert fresh.cursor == 0 and fresh.epoch == 3
+
+
+def test_superseded_iterator_refuses_to_continue():
+    loader = shufflepoint.DataLoader(list(range(20)), 2)
+    old = iter(loader)
+    next(old)
+    new = iter(loader)
+    assert ids(next(new)) == shufflepoint.permutation(20, 0, 0)[2:4].tolist()  # continues the cursor
+    with pytest.raises(RuntimeError, match="superseded"):
+        next(old)
+
+
+def test_last_batch_and_between_epochs_are_different_states():
+    loader = shufflepoint.DataLoader(list(range(8)), 4, seed=9)
+    it = iter(loader)
+    next(it)
+    next(it)
+    at_last_batch = loader.state_dict()
+    with pytest.raises(StopIteration):
+        next(it)
+    between = loader.state_dict()
+    assert (at_last_batch["epoch"], at_last_batch["cursor"]) == (0, 8)
+    assert (between["epoch"], between["cursor"]) == (1, 0)
+    resumed = shufflepoint.DataLoader(list(range(8)), 4, seed=9)
+    resumed.load_state_dict(at_last_batch)
+    assert [ids(b) for b in resumed] == []  # the rest of epoch 0 is empty ...
+    assert resumed.epoch == 1  # ... and then epoch 1 follows
+
+
+def test_elastic_resume_in_process_two_to_three_ranks():
+    n, seed = 50, 4
+    old = [shufflepoint.DataLoader(list(range(n)), 3, rank=r, world_size=2, seed=seed) for r in range(2)]
+    its = [iter(loader) for loader in old]
+    seen = [x for _ in range(4) for it in its for x in ids(next(it))]
+    state = old[0].state_dict()
+    new = [shufflepoint.DataLoader(list(range(n)), 2, rank=r, world_size=3, seed=seed) for r in range(3)]
+    for loader in new:
+        loader.load_state_dict(state)
+    rest = [x for loader in new for b in loader for x in ids(b)]
+    counts = np.bincount(seen + rest, minlength=n)
+    padding = 3 * new[0]._layout.samples_per_rank(state["cursor"]) - (n - state["cursor"])
+    assert (counts >= 1).all() and int((counts - 1).sum()) == padding
+
+
+def test_matches_distributed_sampler_with_the_torch_order():
+    dataset = list(range(37))
+    for rank in range(3):
+        ours = shufflepoint.DataLoader(dataset, 4, rank=rank, world_size=3, seed=8, order="torch")
+        sampler = DistributedSampler(dataset, num_replicas=3, rank=rank, seed=8)
+        theirs = torch.utils.data.DataLoader(dataset, 4, sampler=sampler)
+        for epoch in range(2):
+            ours.set_epoch(epoch)
+            sampler.set_epoch(epoch)
+            assert [ids(b) for b in ours] == [ids(b) for b in theirs]
+
+
+def test_torch_dataloader_options_work():
+    dataset = [{"id": torch.tensor(i), "x": torch.randn(2)} for i in range(16)]
+    seen = []
+    collate = lambda items: {"id": torch.stack([i["id"] for i in items]), "n": len(items)}  # noqa: E731
+    loader = shufflepoint.DataLoader(dataset, 4, num_workers=2, pin_memory=False, persistent_workers=True,
+                                     collate_fn=collate, seed=1)
+    for epoch in range(2):
+        seen.append(sorted(x for b in loader for x in b["id"].tolist()))
+    assert seen == [list(range(16))] * 2
+
+
+def test_huggingface_dataset():
+    datasets = pytest.importorskip("datasets")
+    dataset = datasets.Dataset.from_dict({"id": list(range(30)), "x": [float(i) for i in range(30)]})
+    dataset = dataset.with_format("torch")
+    loader = shufflepoint.DataLoader(dataset, 4, seed=2)
+    it = iter(loader)
+    first = [ids(next(it)) for _ in range(3)]
+    fresh = shufflepoint.DataLoader(dataset, 4, seed=2)
+    fresh.load_state_dict(loader.state_dict())
+    rest = [ids(b) for b in fresh]
+    assert sorted(sum(first + rest, [])) == list(range(30))
+    assert sum(first + rest, []) == shufflepoint.permutation(30, 2, 0)[:].tolist()
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(sampler=[1]), TypeError, "builds its own order"),
+    (dict(batch_sampler=[1]), TypeError, "builds its own order"),
+    (dict(rank=2, world_size=2), ValueError, "rank: found 2"),
+    (dict(shuffle=1), TypeError, "shuffle: found 1"),
+    (dict(seed=-5), ValueError, "seed: found -5"),
+    (dict(order="randperm"), ValueError, "order: found 'randperm'"),
+])
+def test_bad_arguments(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        shufflepoint.DataLoader(list(range(10)), 2, **kwargs)
+
+
+def test_iterable_dataset_is_refused():
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(3))
+
+    with pytest.raises(TypeError, match="map-style"):
+        shufflepoint.DataLoader(Stream(), 2)
+
+
+def test_two_threads_reading_state_while_iterating_do_not_crash():
+    loader = shufflepoint.DataLoader(list(range(1000)), 1)
+    states = []
+    reader = threading.Thread(target=lambda: [states.append(loader.state_dict()) for _ in range(200)])
+    reader.start()
+    for _ in loader:
+        pass
+    reader.join()
+    assert all(0 <= s["cursor"] <= 1000 for s in states)
