@@ -174,8 +174,17 @@ class ResumableSampler(DistributedSampler):
         )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Make the next ``iter()`` continue where the state's run was. Refused loads change nothing."""
+        """Make the next ``iter()`` continue where the state's run was. Refused loads change nothing.
+
+        The state's epoch wins over the sampler's, except that a state of a *finished* epoch never
+        moves the sampler back from a later epoch already chosen with ``set_epoch``.
+        """
         epoch, cursor = _state.validate(state, self._expected())
+        if cursor == self._layout.n and self.epoch > epoch:
+            # A finished epoch says nothing about a later epoch the loop already chose with
+            # set_epoch (torchdata applies a loaded state lazily, after the loop's set_epoch).
+            self._pending_cursor, self._active = None, None
+            return
         self.epoch, self._pending_cursor, self._active = epoch, cursor, None
 
     def _expected(self) -> _state.Expected:
