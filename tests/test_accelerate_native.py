@@ -1,0 +1,174 @@
+"""accelerator.prepare(shufflepoint.DataLoader(...)) in one process: the wrapper, its refusals, the
+tail arithmetic for gather_for_metrics, and what happens without the patch.
+
+Resume across fresh processes, with 2 and 3 ranks, is in
+tests/distributed/test_accelerate_native_resume.py.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("accelerate")
+
+import torch  # noqa: E402
+from torch.utils.data import TensorDataset  # noqa: E402
+
+import shufflepoint  # noqa: E402
+from shufflepoint._plan import Layout  # noqa: E402
+from shufflepoint.integrations.accelerate import _tail_trim  # noqa: E402
+
+
+@pytest.fixture
+def unpatched():
+    shufflepoint.unpatch_accelerate()
+    yield
+    shufflepoint.unpatch_accelerate()
+
+
+@pytest.fixture
+def patched():
+    shufflepoint.unpatch_accelerate()
+    shufflepoint.patch_accelerate()
+    yield
+    shufflepoint.unpatch_accelerate()
+
+
+def _accelerator(**config):
+    from accelerate import Accelerator, DataLoaderConfiguration
+
+    return Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(**config))
+
+
+def _loader(n: int = 10, **kwargs) -> shufflepoint.DataLoader:
+    return shufflepoint.DataLoader(TensorDataset(torch.arange(n)), batch_size=4, seed=7, **kwargs)
+
+
+def _ids(batches) -> list[list[int]]:
+    return [batch[0].tolist() for batch in batches]
+
+
+def test_without_the_patch_iteration_is_refused_with_the_fix(unpatched) -> None:
+    prepared = _accelerator().prepare(_loader())
+    with pytest.raises(RuntimeError, match=r"without shufflepoint.patch_accelerate\(\).*Fix: call"):
+        next(iter(prepared))
+
+
+def test_prepare_wraps_the_loader_without_resharding(patched) -> None:
+    accelerator = _accelerator()
+    loader = _loader()
+    prepared = accelerator.prepare(loader)
+    assert prepared.loader is loader and prepared in accelerator._dataloaders
+    assert accelerator.prepare(prepared) is prepared  # a second prepare changes nothing
+    assert len(prepared) == len(loader) == 3
+    expected = _ids(_loader())
+    got, ends = [], []
+    for batch in prepared:
+        got.append(batch[0].tolist())
+        ends.append((accelerator.gradient_state.end_of_dataloader, accelerator.gradient_state.remainder))
+    assert got == expected
+    assert ends == [(False, 2), (False, 2), (True, 2)]  # 10 = 4 + 4 + 2: 2 real samples in the tail
+    assert not accelerator.gradient_state.in_dataloader
+    assert prepared.epoch == 1 and prepared.cursor == 0
+
+
+def test_break_loses_nothing_the_state_counts_what_was_received(patched) -> None:
+    prepared = _accelerator().prepare(_loader(n=20))
+    whole = _ids(_loader(n=20))
+    first = []
+    for batch in prepared:
+        first.append(batch[0].tolist())
+        if len(first) == 2:
+            break
+    assert prepared.state_dict()["cursor"] == 8 and prepared.cursor == 8
+    assert first + _ids(prepared) == whole
+
+
+def test_save_state_and_load_state_resume_mid_epoch(patched, tmp_path) -> None:
+    accelerator = _accelerator()
+    prepared = accelerator.prepare(_loader(n=40))
+    epoch0 = _ids(prepared)
+    head = []
+    for batch in prepared:
+        head.append(batch[0].tolist())
+        if len(head) == 3:
+            accelerator.save_state(str(tmp_path / "ckpt"))
+            break
+    tail = _ids(prepared)
+    fresh = _accelerator()
+    restored = fresh.prepare(_loader(n=40))
+    fresh.load_state(str(tmp_path / "ckpt"))
+    assert (restored.epoch, restored.cursor) == (1, 12)
+    assert _ids(restored) == tail and head + tail != epoch0
+
+
+@pytest.mark.parametrize("config, option", [
+    (dict(split_batches=True), "split_batches=True"),
+    (dict(even_batches=False), "even_batches=False"),
+    (dict(dispatch_batches=True), "dispatch_batches=True"),
+])
+def test_options_that_change_who_reads_what_are_refused(patched, config, option) -> None:
+    with pytest.raises(ValueError, match=rf"DataLoaderConfiguration\({option}\).*Fix: drop the option"):
+        _accelerator(**config).prepare(_loader())
+
+
+def test_a_loader_built_for_another_rank_layout_is_refused(patched) -> None:
+    with pytest.raises(ValueError, match=r"rank 1 of 2, but this Accelerator is process 0 of 1.*Fix"):
+        _accelerator().prepare(_loader(rank=1, world_size=2))
+
+
+def test_skip_first_batches_is_refused_the_position_is_in_the_state(patched) -> None:
+    accelerator = _accelerator()
+    loader = _loader()
+    prepared = accelerator.prepare(loader)
+    for target in (prepared, loader):
+        with pytest.raises(TypeError, match="skipping on top would skip those batches twice"):
+            accelerator.skip_first_batches(target, 1)
+
+
+def test_gather_for_metrics_trims_the_tail_in_one_process(patched) -> None:
+    accelerator = _accelerator()
+    prepared = accelerator.prepare(_loader(n=10))
+    gathered = [i for batch in prepared for i in accelerator.gather_for_metrics(batch[0]).tolist()]
+    assert sorted(gathered) == list(range(10))
+
+
+def _brute_force_keep(n: int, world_size: int, batch_size: int, cursor: int) -> list[int]:
+    """Positions of real samples in the rank-major gather of the last step, from the plan itself."""
+    layout = Layout(n, world_size, batch_size, False)
+    per_rank = layout.samples_per_rank(cursor)
+    last = per_rank - (per_rank - 1) % batch_size - 1  # first sample of the last batch
+    keep, offset = [], 0
+    for rank in range(world_size):
+        for t in range(last, per_rank):
+            if cursor + rank + world_size * t < n:  # past n is the wrapped padding
+                keep.append(offset)
+            offset += 1
+    return keep
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5])
+def test_tail_trim_matches_the_plan(world_size: int) -> None:
+    for n in range(1, 31):
+        for batch_size in (1, 2, 3, 4):
+            for cursor in range(n):
+                loader = SimpleNamespace(dataset=range(n), world_size=world_size, batch_size=batch_size,
+                                         drop_last=False, cursor=cursor)
+                remainder, keep = _tail_trim(loader)
+                expected = _brute_force_keep(n, world_size, batch_size, cursor)
+                step = world_size * batch_size
+                if (n - cursor) % step == 0:
+                    assert (remainder, keep) == (0, None)
+                    assert len(expected) == step  # the last step is whole: nothing to trim
+                    continue
+                assert remainder == len(expected) == (n - cursor) % step
+                assert (keep if keep is not None else list(range(remainder))) == expected
+                if world_size <= 2:
+                    assert keep is None  # Accelerate's prefix trim is exact with two ranks
+
+
+def test_tail_trim_with_drop_last_trims_nothing() -> None:
+    loader = SimpleNamespace(dataset=range(67), world_size=2, batch_size=4, drop_last=True, cursor=0)
+    assert _tail_trim(loader) == (0, None)
