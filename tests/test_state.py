@@ -1,0 +1,144 @@
+"""State validation: every refused state names the field, and a refused load changes nothing."""
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import shufflepoint
+from shufflepoint import StateError
+
+N = 40
+
+
+def make(**kwargs):
+    options = dict(seed=3, rank=0, world_size=2)
+    options.update(kwargs)
+    return shufflepoint.DataLoader(list(range(N)), 4, **options)
+
+
+def progressed():
+    loader = make()
+    it = iter(loader)
+    next(it)
+    next(it)
+    return loader
+
+
+def good_state():
+    return progressed().state_dict()
+
+
+def test_state_fields_are_documented_in_order():
+    assert tuple(good_state()) == shufflepoint.STATE_FIELDS
+
+
+@pytest.mark.parametrize("edit, match", [
+    (dict(format="torchdata"), "'format': found 'torchdata'"),
+    (dict(version=2), "'version': found 2.*newer shufflepoint"),
+    (dict(version=True), "'version': found True"),
+    (dict(kind="sampler"), "'kind': found 'sampler'"),
+    (dict(n=41), "'n': found 41, expected 40.*dataset changed length"),
+    (dict(seed=4), "'seed': found 4, expected 3.*build the loader with seed=4"),
+    (dict(shuffle=False), "'shuffle': found False"),
+    (dict(order="torch"), "'order': found 'torch'.*order='torch'"),
+    (dict(order_version=0), "'order_version': found 0"),
+    (dict(cursor=41), "'cursor': found 41"),
+    (dict(cursor=-1), "'cursor': found -1"),
+    (dict(cursor=2.0), "'cursor': found 2.0, expected an int"),
+    (dict(cursor=True), "'cursor': found True, expected an int"),
+    (dict(epoch=float("nan")), "'epoch': found nan"),
+    (dict(epoch=2**64), "'epoch': found"),
+    (dict(world_size=0), "'world_size': found 0"),
+    (dict(drop_last="no"), "'drop_last': found 'no', expected a bool"),
+    (dict(torch_version=3), "'torch_version': found 3"),
+    (dict(dataset_fingerprint="other"), None),  # accepted: this loader has no fingerprint to compare
+])
+def test_each_bad_field_is_named(edit, match):
+    loader = progressed()
+    before = loader.state_dict()
+    state = dict(before, **edit)
+    if match is None:
+        loader.load_state_dict(state)
+        return
+    with pytest.raises(StateError, match=match):
+        loader.load_state_dict(state)
+    assert loader.state_dict() == before  # nothing half-applied
+
+
+def test_missing_and_extra_keys():
+    state = good_state()
+    del state["cursor"]
+    with pytest.raises(StateError, match=r"missing \['cursor'\]"):
+        make().load_state_dict(state)
+    with pytest.raises(StateError, match=r"unknown \['surprise'\]"):
+        make().load_state_dict(dict(good_state(), surprise=1))
+
+
+@pytest.mark.parametrize("foreign, match", [
+    ({"_num_yielded": 3, "_sampler_iter_yielded": 3, "_iterator_finished": False}, "torchdata"),
+    ({"_iteration": 1, "_num_yielded": 3}, "torchdata StatefulDataLoader|Accelerate"),
+    ({"yielded": 5}, "StatefulDistributedSampler"),
+    ("{'cursor': 3}", "found str, expected a dict.*json.load"),
+    (None, "found NoneType"),
+    ([1, 2], "found list"),
+])
+def test_foreign_states_say_where_they_come_from(foreign, match):
+    with pytest.raises(StateError, match=match):
+        make().load_state_dict(foreign)
+
+
+def test_fingerprint_mismatch_is_refused():
+    loader = make(dataset_fingerprint="v1")
+    state = loader.state_dict()
+    with pytest.raises(StateError, match="'dataset_fingerprint': found 'v1', expected 'v2'"):
+        make(dataset_fingerprint="v2").load_state_dict(state)
+
+
+def test_elastic_fields_may_differ():
+    state = good_state()
+    loader = shufflepoint.DataLoader(list(range(N)), 3, seed=3, rank=1, world_size=3, drop_last=True)
+    loader.load_state_dict(state)
+    assert (loader.epoch, loader.cursor) == (state["epoch"], state["cursor"])
+
+
+def test_torch_order_version_change_warns():
+    loader = make(order="torch")
+    state = dict(loader.state_dict(), torch_version="1.0.0")
+    with pytest.warns(shufflepoint.ResumeWarning, match="torch 1.0.0.*torch 2"):
+        make(order="torch").load_state_dict(state)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=True) | st.text(max_size=5),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(data=st.data())
+def test_fuzz_malformed_states_raise_state_error_and_change_nothing(data):
+    loader = progressed()
+    before = loader.state_dict()
+    state = dict(before)
+    action = data.draw(st.sampled_from(["replace", "delete", "add", "whole"]))
+    if action == "whole":
+        state = data.draw(json_values)
+    elif action == "add":
+        state[data.draw(st.text(min_size=1, max_size=8).filter(lambda k: k not in before))] = data.draw(json_values)
+    else:
+        field = data.draw(st.sampled_from(list(before)))
+        if action == "delete":
+            del state[field]
+        else:
+            state[field] = data.draw(json_values.filter(lambda v: v != before[field] or type(v) is not type(before[field])))
+    try:
+        loader.load_state_dict(state)
+    except StateError as error:
+        assert str(error).startswith("state")
+        assert loader.state_dict() == before
+    else:  # accepted only if it is a valid state for this loader
+        json.dumps(state)
+        assert loader.state_dict()["cursor"] <= N
