@@ -85,7 +85,7 @@ def test_state_counts_received_batches_not_prefetched_ones():
 
 def test_mid_epoch_state_survives_set_epoch_of_the_same_epoch():
     loader = shufflepoint.DataLoader(list(range(20)), 2, seed=3)
-    for epoch_pass in range(2):
+    for _ in range(2):
         for _ in loader:
             pass
     it = iter(loader)
@@ -159,7 +159,7 @@ def test_torch_dataloader_options_work():
     collate = lambda items: {"id": torch.stack([i["id"] for i in items]), "n": len(items)}  # noqa: E731
     loader = shufflepoint.DataLoader(dataset, 4, num_workers=2, pin_memory=False, persistent_workers=True,
                                      collate_fn=collate, seed=1)
-    for epoch in range(2):
+    for _ in range(2):
         seen.append(sorted(x for b in loader for x in b["id"].tolist()))
     assert seen == [list(range(16))] * 2
 

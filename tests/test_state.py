@@ -133,7 +133,8 @@ def test_fuzz_malformed_states_raise_state_error_and_change_nothing(data):
         if action == "delete":
             del state[field]
         else:
-            state[field] = data.draw(json_values.filter(lambda v: v != before[field] or type(v) is not type(before[field])))
+            old = before[field]
+            state[field] = data.draw(json_values.filter(lambda v: v != old or type(v) is not type(old)))
     try:
         loader.load_state_dict(state)
     except StateError as error:
