@@ -26,6 +26,15 @@ What the saved state holds, next to torchdata's own keys:
   ``SequentialSampler``, ``DistributedSampler``), ``dataset`` (an iterable dataset: its own order,
   given the epoch) or ``unknown`` (any other sampler: ``ResumeWarning`` at save and at load).
 
+Native path: with the patch installed, ``accelerator.prepare(shufflepoint.DataLoader(...))`` wraps
+the loader (``PreparedDataLoader``) instead of re-sharding it: batches go to the device,
+``GradientState`` learns where each pass ends (``accumulate()`` syncs on the last batch,
+``gather_for_metrics()`` drops the tail padding, each sample once), and ``save_state`` /
+``load_state`` checkpoint the loader's own state. Without the patch, Accelerate rebuilds the loader
+and shards it a second time; the loader refuses to be iterated that way (``RuntimeError`` naming
+``patch_accelerate()``), at the first batch. ``skip_first_batches`` of a shufflepoint loader is
+refused: its position is already in its state.
+
 Every place where this module reaches into Accelerate (or torchdata) is a *touch point*, listed
 in ``_TOUCH_POINTS`` and marked ``TOUCH POINT`` in a comment naming the Accelerate source it
 replaces or reads. The patch refuses Accelerate versions it was not tested on
