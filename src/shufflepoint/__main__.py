@@ -1,0 +1,7 @@
+"""``python -m shufflepoint``: the same command as the ``shufflepoint`` console script."""
+
+import sys
+
+from shufflepoint._cli import main
+
+sys.exit(main())
