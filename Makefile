@@ -37,7 +37,8 @@ clean:
 # The Accelerate integration against every Accelerate release it claims (issue 3): one venv each,
 # torch first and alone (the local CPU wheel), then that Accelerate. Prints one line per version.
 ACCELERATE_VERSIONS := 1.13.0 1.14.0 1.15.0
-ACCELERATE_TESTS := tests/test_accelerate_patch.py tests/distributed/test_accelerate_resume.py
+ACCELERATE_TESTS := tests/test_accelerate_patch.py tests/distributed/test_accelerate_resume.py \
+	tests/test_accelerate_native.py tests/distributed/test_accelerate_native_resume.py
 
 test-accelerate-matrix:
 	@status=0; summary=""; \
