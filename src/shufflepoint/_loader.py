@@ -9,9 +9,16 @@ from typing import Any
 import torch.utils.data
 
 from shufflepoint import _state
+from shufflepoint._agreement import validate_everywhere
 from shufflepoint._orders import check_int
 from shufflepoint._plan import Layout
-from shufflepoint._sampler import OrderCache, dataset_length, rank_index_chunks, resolve_world
+from shufflepoint._sampler import (
+    OrderCache,
+    dataset_length,
+    rank_index_chunks,
+    resolve_fingerprint,
+    resolve_world,
+)
 
 
 class _Pass:
@@ -86,6 +93,7 @@ class DataLoader(torch.utils.data.DataLoader):
         world_size: int | None = None,
         order: str = "feistel",
         dataset_fingerprint: str | None = None,
+        verify_ranks: bool = True,
         **torch_dataloader_kwargs: Any,
     ) -> None:
         taken = sorted({"sampler", "batch_sampler"} & torch_dataloader_kwargs.keys())
@@ -97,15 +105,14 @@ class DataLoader(torch.utils.data.DataLoader):
             )
         if not isinstance(shuffle, bool):
             raise TypeError(f"shuffle: found {shuffle!r}, expected a bool")
-        if dataset_fingerprint is not None and not isinstance(dataset_fingerprint, str):
-            raise TypeError(f"dataset_fingerprint: found {dataset_fingerprint!r}, expected a str or None")
         world_size, rank = resolve_world(world_size, rank)
         self._layout = Layout(dataset_length(dataset), world_size, batch_size, drop_last)
+        self._fingerprint = resolve_fingerprint(dataset_fingerprint, dataset, self._layout.n)
+        self._verify_ranks = bool(verify_ranks)
         self._rank = rank
         self._seed = check_int("seed", seed, 0, 2**64 - 1)
         self._shuffle = shuffle
         self._orders = OrderCache(order if shuffle else "identity", self._layout.n, self._seed)
-        self._fingerprint = dataset_fingerprint
         self._epoch = 0
         self._cursor = 0
         self._pass: _Pass | None = None
@@ -178,14 +185,22 @@ class DataLoader(torch.utils.data.DataLoader):
             drop_last=self._layout.drop_last, dataset_fingerprint=self._fingerprint,
         )
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(
+        self, state: dict[str, Any], *, strict: bool = True, verify_ranks: bool | None = None,
+    ) -> None:
         """Make the next batches exactly those the saved run would have received next.
 
         The state may come from any rank and from another world size or batch size (the rest of
         the epoch is re-dealt, each sample once). A refused state raises ``StateError`` and
-        changes nothing.
+        changes nothing. In a process group that matches this loader's ranks, one small collective
+        checks that every rank loaded the same state (``verify_ranks=False``, here or in the
+        constructor, skips it when you load on a subset of ranks on purpose). ``strict=False``
+        accepts a changed ``dataset_fingerprint`` with a ``ResumeWarning``.
         """
-        epoch, cursor = _state.validate(state, self._expected())
+        epoch, cursor = validate_everywhere(
+            state, self._expected(), strict=strict, rank=self._rank, world_size=self._layout.world_size,
+            verify_ranks=self._verify_ranks if verify_ranks is None else verify_ranks,
+        )
         self._pass, self._epoch, self._cursor = None, epoch, cursor
 
     def _expected(self) -> _state.Expected:

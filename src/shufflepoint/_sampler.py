@@ -8,6 +8,7 @@ from typing import Any
 from torch.utils.data.distributed import DistributedSampler
 
 from shufflepoint import _state
+from shufflepoint._agreement import validate_everywhere
 from shufflepoint._orders import Order, check_int, check_order_name, make_order, order_version
 from shufflepoint._plan import Layout
 
@@ -38,6 +39,19 @@ def dataset_length(dataset: object) -> int:
             "(one with __getitem__ and __len__); an IterableDataset has no seekable order"
         )
     return len(dataset)
+
+
+def resolve_fingerprint(value: str | None, dataset: Any, n: int) -> str | None:
+    """None, the user's own string, or ``"auto"``: length plus a hash of a few items."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"dataset_fingerprint: found {value!r}, expected a str, 'auto' or None")
+    if value == "auto":
+        from shufflepoint._fingerprint import fingerprint
+
+        return fingerprint(dataset, n)
+    return value
 
 
 class OrderCache:
@@ -126,6 +140,7 @@ class ResumableSampler(DistributedSampler):
         *,
         order: str = "feistel",
         dataset_fingerprint: str | None = None,
+        verify_ranks: bool = True,
     ) -> None:
         world_size, rank = resolve_world(num_replicas, rank)
         n = dataset_length(dataset)
@@ -136,7 +151,8 @@ class ResumableSampler(DistributedSampler):
                          drop_last=drop_last)
         self._layout = Layout(n, world_size, 1, drop_last)
         self._orders = OrderCache(order if shuffle else "identity", n, seed)
-        self._fingerprint = dataset_fingerprint
+        self._fingerprint = resolve_fingerprint(dataset_fingerprint, dataset, n)
+        self._verify_ranks = bool(verify_ranks)
         self._pending_cursor: int | None = None  # from load_state_dict, for the next __iter__
         self._active: _CountingIterator | None = None
 
@@ -173,13 +189,19 @@ class ResumableSampler(DistributedSampler):
             dataset_fingerprint=self._fingerprint,
         )
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(
+        self, state: dict[str, Any], *, strict: bool = True, verify_ranks: bool | None = None,
+    ) -> None:
         """Make the next ``iter()`` continue where the state's run was. Refused loads change nothing.
 
         The state's epoch wins over the sampler's, except that a state of a *finished* epoch never
-        moves the sampler back from a later epoch already chosen with ``set_epoch``.
+        moves the sampler back from a later epoch already chosen with ``set_epoch``. Rank agreement
+        and ``strict`` work as in ``shufflepoint.DataLoader.load_state_dict``.
         """
-        epoch, cursor = _state.validate(state, self._expected())
+        epoch, cursor = validate_everywhere(
+            state, self._expected(), strict=strict, rank=self.rank, world_size=self._layout.world_size,
+            verify_ranks=self._verify_ranks if verify_ranks is None else verify_ranks,
+        )
         if cursor == self._layout.n and self.epoch > epoch:
             # A finished epoch says nothing about a later epoch the loop already chose with
             # set_epoch (torchdata applies a loaded state lazily, after the loop's set_epoch).

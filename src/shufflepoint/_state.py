@@ -134,10 +134,11 @@ def _check_shape(state: object) -> Mapping[str, Any]:
     return state
 
 
-def validate(state: object, expected: Expected) -> tuple[int, int]:
+def validate(state: object, expected: Expected, *, strict: bool = True) -> tuple[int, int]:
     """Check a state against the loading object; return its (epoch, cursor). Raises StateError.
 
     Emits ResumeWarning (after all checks pass) where the load is accepted but cannot be exact.
+    ``strict=False`` turns a dataset-fingerprint mismatch into a ResumeWarning; nothing else.
     """
     state = _check_shape(state)
     if state["kind"] != expected.kind:
@@ -167,9 +168,17 @@ def validate(state: object, expected: Expected) -> tuple[int, int]:
         if state[field] < 1:
             raise _fail(field, state[field], "an int >= 1", "The state is damaged.")
     found_print, expected_print = state["dataset_fingerprint"], expected.dataset_fingerprint
-    if found_print is not None and expected_print is not None and found_print != expected_print:
+    fingerprint_changed = found_print is not None and expected_print is not None and found_print != expected_print
+    if fingerprint_changed and strict:
         raise _fail("dataset_fingerprint", found_print, repr(expected_print),
-                    "The dataset is not the one the checkpoint was written with.")
+                    "The dataset is not the one the checkpoint was written with; resume with that "
+                    "dataset, or load with strict=False to accept the change.")
+    if fingerprint_changed:
+        warnings.warn(
+            f"the dataset changed since the checkpoint (fingerprint {found_print!r} -> {expected_print!r}); "
+            "loaded anyway (strict=False): the positions now point at other samples than before.",
+            ResumeWarning, stacklevel=3,
+        )
     if state["order"] == "torch":
         import torch
 

@@ -1,0 +1,49 @@
+"""Agreement across ranks at load: one collective, the same StateError on every rank."""
+
+import json
+import os
+
+import pytest
+
+from shufflepoint._launch import launch
+
+WORKER = os.path.join(os.path.dirname(__file__), "workers", "agreement_worker.py")
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("agreement")
+    launch([WORKER, str(out)], 2).check()
+    return [json.loads((out / f"agreement.r{rank}.json").read_text()) for rank in range(2)]
+
+
+def test_identical_states_load(results):
+    assert all(r["same"] == {"ok": True, "cursor": 16} for r in results)
+
+
+@pytest.mark.parametrize("case, field, values", [
+    ("cursor_differs", "'cursor'", ["rank 0=16", "rank 1=24"]),
+    ("epoch_differs", "'epoch'", ["rank 0=0", "rank 1=1"]),
+    ("sampler_cursor_differs", "'cursor'", ["rank 0=0", "rank 1=2"]),
+])
+def test_disagreement_is_refused_on_every_rank_naming_the_field(results, case, field, values):
+    for rank_results in results:
+        outcome = rank_results[case]
+        assert outcome["ok"] is False
+        assert "ranks loaded different states" in outcome["error"] and field in outcome["error"]
+        assert all(value in outcome["error"] for value in values)
+        assert outcome.get("unchanged", True)
+
+
+def test_one_rank_refusing_makes_every_rank_refuse(results):
+    for rank_results in results:
+        outcome = rank_results["one_rank_garbage"]
+        assert outcome["ok"] is False and outcome["unchanged"]
+        assert "refused on 1 rank(s)" in outcome["error"] and "rank 1:" in outcome["error"]
+        assert "StatefulDistributedSampler" in outcome["error"]
+
+
+def test_opt_out_loads_per_rank_states(results):
+    for rank, rank_results in enumerate(results):
+        assert rank_results["opt_out"] == {"ok": True, "cursor": 16 + 8 * rank}
+        assert rank_results["opt_out_in_constructor"] == {"ok": True, "cursor": 16 + 8 * rank}

@@ -1,0 +1,46 @@
+"""Ranks that load different states: every rank must refuse, naming the disagreement."""
+
+import json
+import os
+import sys
+
+import torch.distributed as dist
+
+import shufflepoint
+
+OUT = sys.argv[1]
+dist.init_process_group("gloo")
+RANK = dist.get_rank()
+results = {}
+
+
+def make(**kwargs):
+    return shufflepoint.DataLoader(list(range(40)), 4, seed=3, **kwargs)
+
+
+def attempt(name, state, **kwargs):
+    loader = make(**kwargs.pop("init", {}))
+    before = loader.state_dict()
+    try:
+        loader.load_state_dict(state, **kwargs)
+        results[name] = {"ok": True, "cursor": loader.cursor}
+    except shufflepoint.StateError as error:
+        results[name] = {"ok": False, "error": str(error), "unchanged": loader.state_dict() == before}
+
+
+good = make().state_dict()
+attempt("same", dict(good, cursor=16))
+attempt("cursor_differs", dict(good, cursor=16 + 8 * RANK))
+attempt("epoch_differs", dict(good, epoch=RANK))
+attempt("one_rank_garbage", dict(good, cursor=16) if RANK == 0 else {"yielded": 3})
+attempt("opt_out", dict(good, cursor=16 + 8 * RANK), verify_ranks=False)
+attempt("opt_out_in_constructor", dict(good, cursor=16 + 8 * RANK), init={"verify_ranks": False})
+sampler = shufflepoint.ResumableSampler(list(range(40)), seed=3)
+try:
+    sampler.load_state_dict(dict(sampler.state_dict(), cursor=2 * RANK))
+    results["sampler_cursor_differs"] = {"ok": True}
+except shufflepoint.StateError as error:
+    results["sampler_cursor_differs"] = {"ok": False, "error": str(error)}
+with open(os.path.join(OUT, f"agreement.r{RANK}.json"), "w") as f:
+    json.dump(results, f)
+dist.destroy_process_group()

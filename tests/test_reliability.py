@@ -1,0 +1,66 @@
+"""Dataset drift and dying workers: caught loudly, survived exactly."""
+
+import os
+import signal
+
+import pytest
+import torch
+
+import shufflepoint
+from shufflepoint._launch import _descendants
+
+
+def ids(batch):
+    return batch.tolist()
+
+
+def test_auto_fingerprint_catches_a_changed_dataset():
+    original = [torch.tensor(i) for i in range(50)]
+    loader = shufflepoint.DataLoader(original, 5, seed=1, dataset_fingerprint="auto")
+    state = loader.state_dict()
+    assert state["dataset_fingerprint"].startswith("auto:n=50:")
+    shufflepoint.DataLoader(list(original), 5, seed=1, dataset_fingerprint="auto").load_state_dict(state)
+    edited = list(original)
+    edited[0] = torch.tensor(999)
+    with pytest.raises(shufflepoint.StateError, match="'dataset_fingerprint'.*strict=False"):
+        shufflepoint.DataLoader(edited, 5, seed=1, dataset_fingerprint="auto").load_state_dict(state)
+    relaxed = shufflepoint.DataLoader(edited, 5, seed=1, dataset_fingerprint="auto")
+    with pytest.warns(shufflepoint.ResumeWarning, match="dataset changed since the checkpoint"):
+        relaxed.load_state_dict(state, strict=False)
+
+
+def test_strict_false_does_not_relax_anything_else():
+    state = shufflepoint.DataLoader(list(range(50)), 5, seed=1).state_dict()
+    with pytest.raises(shufflepoint.StateError, match="'seed'"):
+        shufflepoint.DataLoader(list(range(50)), 5, seed=2).load_state_dict(state, strict=False)
+
+
+def test_fingerprint_must_be_a_string():
+    with pytest.raises(TypeError, match="dataset_fingerprint: found 3"):
+        shufflepoint.DataLoader(list(range(5)), 1, dataset_fingerprint=3)
+
+
+class Slow(torch.utils.data.Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, index):
+        return torch.tensor(index)
+
+
+def test_a_killed_worker_surfaces_and_the_last_state_resumes_exactly():
+    reference = [ids(b) for b in shufflepoint.DataLoader(Slow(), 4, seed=6)]
+    loader = shufflepoint.DataLoader(Slow(), 4, seed=6, num_workers=2)
+    it = iter(loader)
+    received = [ids(next(it)) for _ in range(5)]
+    state = loader.state_dict()
+    workers = _descendants(os.getpid())
+    assert len(workers) >= 2
+    with pytest.raises(RuntimeError, match="DataLoader worker .* exited unexpectedly|killed by signal"):
+        os.kill(workers[0], signal.SIGKILL)  # torch's SIGCHLD handler may raise right here
+        for _ in range(20):
+            received.append(ids(next(it)))
+    del it
+    resumed = shufflepoint.DataLoader(Slow(), 4, seed=6, num_workers=2)
+    resumed.load_state_dict(state)
+    assert received[:5] + [ids(b) for b in resumed] == reference
