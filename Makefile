@@ -26,7 +26,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/run.py
 
 soak: $(STAMP)
-	SHUFFLEPOINT_SOAK_CYCLES=200 $(PY) -m pytest -q -m soak tests
+	SHUFFLEPOINT_SOAK_CYCLES=$${CYCLES:-30} $(PY) -m pytest -q -s -m soak tests
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests
