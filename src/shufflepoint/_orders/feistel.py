@@ -51,6 +51,8 @@ _C1 = 0x85EBCA6B
 _C2 = 0xC2B2AE35
 _CHUNK = 1 << 16  # elements per vectorised pass: keeps the working set in L2
 _TABLE_WIDTH = 16  # domains up to 2**16 are computed whole once (<= 512 KiB), then looked up
+_SCALAR_WALK = 8  # this few walkers left in a chunk: walk them one by one (a numpy pass costs ~50 calls)
+_U32_15, _U32_C1, _U32_C2 = np.uint32(15), np.uint32(_C1), np.uint32(_C2)
 
 
 def _splitmix64(x: int) -> int:
@@ -96,6 +98,12 @@ class FeistelOrder:
         self._pivot = _splitmix64(_base_key(seed, epoch) ^ 0x5EED) % max(n, 1)
         self._width = width
         self._table: np.ndarray | None = None
+        # The vectorised path's constants, as numpy scalars once (not per call).
+        self._split0 = (np.uint64(first_low), np.uint64((1 << first_low) - 1))
+        self._rounds32 = tuple(
+            (key, np.uint32(32 - high)) for (high, _low), key in zip(self._splits, self._keys32, strict=True)
+        )
+        self._last_high = np.uint64(self._splits[-1][0])
 
     # -- scalar path: the specification, in plain integers ---------------------------------------
     def _encrypt_one(self, x: int) -> int:
@@ -123,26 +131,24 @@ class FeistelOrder:
     # -- vectorised path: the same arithmetic on uint32 halves ------------------------------------
     def _encrypt(self, values: np.ndarray) -> np.ndarray:
         """Encrypt uint64 values of the 2**w domain; returns a new uint64 array."""
-        low0 = self._splits[0][1]
-        right = (values & np.uint64((1 << low0) - 1)).astype(np.uint32)
-        left = (values >> np.uint64(low0)).astype(np.uint32)
+        shift0, mask0 = self._split0
+        right = (values & mask0).astype(np.uint32)
+        left = (values >> shift0).astype(np.uint32)
         h = np.empty_like(right)
         tmp = np.empty_like(right)
-        c1, c2 = np.uint32(_C1), np.uint32(_C2)
-        for (high, _low), key in zip(self._splits, self._keys32, strict=True):
+        for key, shift in self._rounds32:
             np.bitwise_xor(right, key, out=h)
-            h *= c1
-            np.right_shift(h, 15, out=tmp)
-            h ^= tmp
-            h *= c2
-            h >>= np.uint32(32 - high)
-            h ^= left
+            np.multiply(h, _U32_C1, out=h)
+            np.right_shift(h, _U32_15, out=tmp)
+            np.bitwise_xor(h, tmp, out=h)
+            np.multiply(h, _U32_C2, out=h)
+            np.right_shift(h, shift, out=h)
+            np.bitwise_xor(h, left, out=h)
             # new (left, right) = (old right, old left ^ F): the old right becomes the high part.
             left, right, h = right, h, left
-        last_high = self._splits[-1][0]
         out = left.astype(np.uint64)
-        out <<= np.uint64(last_high)
-        out |= right
+        np.left_shift(out, self._last_high, out=out)
+        np.bitwise_or(out, right, out=out)
         return out
 
     def _small_table(self) -> np.ndarray:
@@ -167,26 +173,40 @@ class FeistelOrder:
         flat_in, flat_out = positions.reshape(-1), out.reshape(-1)
         n = np.uint64(self.n)
         for start in range(0, flat_in.size, _CHUNK):
-            values = self._encrypt(flat_in[start : start + _CHUNK].astype(np.uint64))
+            values = self._encrypt(flat_in[start : start + _CHUNK].view(np.uint64))
             outside = np.flatnonzero(values >= n)
-            while outside.size:  # cycle walking: < 2 rounds of encryption on average
+            while outside.size > _SCALAR_WALK:  # cycle walking: < 2 rounds of encryption on average
                 walked = self._encrypt(values[outside])
                 values[outside] = walked
                 outside = outside[walked >= n]
-            flat_out[start : start + _CHUNK] = self._swap(values.view(np.int64))
+            for i in outside.tolist():  # the last few walkers: the scalar path, the same arithmetic
+                x = self._encrypt_one(int(values[i]))
+                while x >= self.n:
+                    x = self._encrypt_one(x)
+                values[i] = x
+            self._swap_into(values.view(np.int64), flat_out[start : start + _CHUNK])
         return out
 
     def _swap(self, x: np.ndarray) -> np.ndarray:
         """One swap-or-not round on [0, n): pairs {x, pivot - x mod n} swap or not, by a keyed bit."""
-        partner = np.int64(self._pivot) - x
-        partner += np.where(partner < 0, np.int64(self.n), np.int64(0))
-        m = np.maximum(x, partner).view(np.uint64)
-        h = (m & np.uint64(_M32)).astype(np.uint32)
-        high = (m >> np.uint64(32)).astype(np.uint32)
-        high *= np.uint32(_C2)
-        h ^= high
-        h ^= np.uint32(self._swap_key32)
-        h *= np.uint32(_C1)
-        h ^= h >> np.uint32(15)
-        h *= np.uint32(_C2)
-        return np.where(h >> np.uint32(31) != 0, partner, x)
+        out = np.empty_like(x)
+        self._swap_into(x, out)
+        return out
+
+    def _swap_into(self, x: np.ndarray, out: np.ndarray) -> None:
+        """``_swap(x)`` written into ``out`` (int64 arrays of values in [0, n))."""
+        partner = np.subtract(np.int64(self._pivot), x)
+        np.add(partner, np.int64(self.n), out=partner, where=partner < 0)
+        m = np.maximum(x, partner)
+        h = m.astype(np.uint32)  # the low 32 bits (m >= 0)
+        if self.n > 1 << 32:  # below, the high 32 bits are all 0 and mixing them in changes nothing
+            high = (m >> np.int64(32)).astype(np.uint32)
+            np.multiply(high, _U32_C2, out=high)
+            np.bitwise_xor(h, high, out=h)
+        np.bitwise_xor(h, np.uint32(self._swap_key32), out=h)
+        np.multiply(h, _U32_C1, out=h)
+        tmp = np.right_shift(h, _U32_15)
+        np.bitwise_xor(h, tmp, out=h)
+        np.multiply(h, _U32_C2, out=h)
+        out[...] = x
+        np.copyto(out, partner, where=h >= np.uint32(1 << 31))
