@@ -118,8 +118,8 @@ def parse_target(text: str, what: str = "TARGET") -> Target:
 
     try:
         found = importlib.util.find_spec(location)
-    except (ImportError, ValueError) as error:
-        raise UsageError(f"{what}: module {location!r} cannot be found: {error}") from None
+    except (ImportError, ValueError):
+        found = None  # a parent package is missing
     if found is None:
         raise UsageError(
             f"{what}: module {location!r} not found on sys.path (from {os.getcwd()}); give a file path "
@@ -443,6 +443,7 @@ def judge(
     *,
     dataset_length: int | None = None,
     drop_last: bool | None = None,
+    resume_batch_size: int | None = None,
 ) -> Judgement:
     """The verdict for one audit.
 
@@ -450,7 +451,9 @@ def judge(
     ``resumed[r][p]``: new rank r's batches of pass p after the resume; pass 0 is the rest of
     epoch ``save.epoch``, pass p is epoch ``save.epoch + p``. Same number of ranks: judged rank by
     rank (EXACT or the first difference). Another number: judged epoch by epoch over the union of
-    ranks (EXACTLY_ONCE or what went wrong).
+    ranks (EXACTLY_ONCE or what went wrong). ``dataset_length``, ``drop_last`` and the resumed
+    loader's per-rank ``resume_batch_size`` size the allowed tail; unknown, they are read off the
+    streams.
     """
     if not reference or not resumed:
         return Judgement(ERROR, "no streams were recorded", False)
@@ -465,7 +468,7 @@ def judge(
         offset = epoch - save.epoch
         before = [rank[epoch][: save.step] for rank in reference] if offset == 0 else []
         after = [rank[offset] if offset < len(rank) else [] for rank in resumed]
-        batch_size = max((len(b) for rank in after for b in rank), default=0) or max(
+        batch_size = resume_batch_size or max((len(b) for rank in resumed for p in rank for b in p), default=0) or max(
             (len(b) for rank in reference for b in rank[epoch]), default=1)
         result.epochs.append(judge_epoch(
             epoch, before, after, dataset_length=n, world_size=len(resumed), batch_size=batch_size,
@@ -721,7 +724,8 @@ def run_audit(config: AuditConfig, progress: Callable[[str], None] = lambda _: N
         reference = [r["epochs"] for r in records]  # type: ignore[index]
         judgement = judge(reference, [r["passes"] for r in resumed],  # type: ignore[index]
                           config.save_at, dataset_length=facts.get("dataset_length"),
-                          drop_last=records[0].get("drop_last"))  # type: ignore[union-attr]
+                          drop_last=records[0].get("drop_last"),  # type: ignore[union-attr]
+                          resume_batch_size=resumed[0].get("batch_size"))  # type: ignore[union-attr]
         if config.kill:
             reason = check_reproducible(reference, [r["epochs"] for r in interrupted], config.save_at)  # type: ignore[index]
             if reason is not None:

@@ -93,6 +93,12 @@ def _drop_last(loader: Any) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
+def _batch_size(loader: Any) -> int | None:
+    """Per-rank batch size, when the loader says so."""
+    value = getattr(loader, "batch_size", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 class Worker:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -133,6 +139,7 @@ class Worker:
         self.record.update(
             loader=f"{type(loader).__module__}.{type(loader).__qualname__}",
             dataset_length=_dataset_length(loader), drop_last=_drop_last(loader),
+            batch_size=_batch_size(loader),
         )
         return loader
 
