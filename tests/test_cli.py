@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
+import runpy
 import sys
 
 import pytest
@@ -67,10 +67,11 @@ def test_audit_usage_errors_exit_2_before_launching(argv, message, capsys):
     assert err.startswith("shufflepoint audit: error: ") and message in err
 
 
-def test_python_dash_m_runs_the_same_command():
-    done = subprocess.run([sys.executable, "-m", "shufflepoint", "inspect", "/no/such/path"],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and "/no/such/path: no such file or directory" in done.stderr
+def test_python_dash_m_runs_the_same_command(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["shufflepoint", "inspect", "/no/such/path"])
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_module("shufflepoint", run_name="__main__")
+    assert exit_info.value.code == 2 and "/no/such/path: no such file or directory" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------
@@ -323,3 +324,26 @@ def test_doctor_probes_the_installed_accelerate(tmp_path, capsys):
     if importlib.metadata.version("accelerate") == "1.13.0":
         assert bug["status"] == "present"  # the seed's version
         assert bug["stock"]["plain"]["expected_first_batch"] == [55, 16, 59, 0]  # the seed's reference output
+
+
+# ---------------------------------------------------------------------------------------------
+# demo pieces that need no processes (the demo itself runs in tests/distributed/test_demo.py)
+
+
+def test_demo_plot_degrades_without_matplotlib(tmp_path, monkeypatch):
+    from shufflepoint import _demo
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    path, note = _demo._plot({"v": ([1.0, 0.5], [1.0, 0.5], 1, "EXACT")}, str(tmp_path / "p.png"))
+    assert path is None and note == "no plot: matplotlib is not installed (pip install 'shufflepoint[plot]')"
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_demo_plot_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    from shufflepoint import _demo
+
+    curves = {"a": ([1.0, 0.8, 0.6], [1.0, 0.8, 0.7], 1, "ORDER_LOST"), "b": ([1.0, 0.5], [1.0, 0.5], 1, "EXACT")}
+    path, note = _demo._plot(curves, str(tmp_path / "p.png"))
+    assert path == str(tmp_path / "p.png") and path in note
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
