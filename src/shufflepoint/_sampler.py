@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sized
 from typing import Any
 
@@ -81,32 +82,33 @@ def rank_index_chunks(order: Order, layout: Layout, rank: int, cursor: int) -> I
         start, size = stop, min(size * 4, _MAX_CHUNK)
 
 
-class _CountingIterator(Iterator[int]):
-    """Yields one rank's indices and counts them; the sampler's state reads the count."""
+class _Progress:
+    """How many indices one ``iter(sampler)`` has yielded, read without a Python call per index.
 
-    __slots__ = ("epoch", "start_cursor", "_chunks", "_buffer", "_position", "_done_before")
+    The indices reach torch through ``itertools.chain`` over list iterators (C speed); the count is
+    the finished chunks plus what the current chunk's iterator has given out (its length minus its
+    ``__length_hint__``). It does not hold the chain, so there is no reference cycle.
+    """
 
-    def __init__(self, epoch: int, start_cursor: int, chunks: Iterator[list[int]]) -> None:
+    __slots__ = ("epoch", "start_cursor", "_current", "_current_size", "_done_before")
+
+    def __init__(self, epoch: int, start_cursor: int) -> None:
         self.epoch, self.start_cursor = epoch, start_cursor
-        self._chunks = chunks
-        self._buffer: list[int] = []
-        self._position = 0
+        self._current: Iterator[int] = iter(())
+        self._current_size = 0
         self._done_before = 0  # indices yielded from earlier chunks
 
     @property
     def yielded(self) -> int:
-        return self._done_before + self._position
+        return self._done_before + self._current_size - self._current.__length_hint__()  # type: ignore[attr-defined]
 
-    def __iter__(self) -> _CountingIterator:
-        return self
-
-    def __next__(self) -> int:
-        if self._position == len(self._buffer):
-            self._done_before += self._position
-            self._buffer, self._position = next(self._chunks), 0  # StopIteration ends the epoch
-        value = self._buffer[self._position]
-        self._position += 1
-        return value
+    def track(self, chunks: Iterator[list[int]]) -> Iterator[Iterator[int]]:
+        for chunk in chunks:
+            self._done_before += self._current_size
+            self._current, self._current_size = iter(chunk), len(chunk)
+            yield self._current
+        self._done_before += self._current_size
+        self._current, self._current_size = iter(()), 0
 
 
 class ResumableSampler(DistributedSampler):
@@ -156,13 +158,13 @@ class ResumableSampler(DistributedSampler):
         self._fingerprint = resolve_fingerprint(dataset_fingerprint, dataset, n)
         self._verify_ranks = bool(verify_ranks)
         self._pending_cursor: int | None = None  # from load_state_dict, for the next __iter__
-        self._active: _CountingIterator | None = None
+        self._active: _Progress | None = None
 
     def __iter__(self) -> Iterator[int]:
         cursor, self._pending_cursor = self._pending_cursor or 0, None
         chunks = rank_index_chunks(self._orders.get(self.epoch), self._layout, self.rank, cursor)
-        self._active = _CountingIterator(self.epoch, cursor, chunks)
-        return self._active
+        self._active = _Progress(self.epoch, cursor)
+        return itertools.chain.from_iterable(self._active.track(chunks))
 
     def __len__(self) -> int:
         return self._layout.samples_per_rank(0)
