@@ -113,6 +113,15 @@ def test_audit_runner_end_to_end_in_one_process(tmp_path, capsys, in_process_lau
     assert "verdict: EXACT" in err and "uninterrupted run, state saved on the way: 1 processes" in err
 
 
+def test_audit_with_a_custom_sample_id(tmp_path, capsys, in_process_launch):
+    ids = tmp_path / "my_ids.py"
+    ids.write_text("def sample_id(batch):\n    return [f'sample-{i}' for i in batch[0].tolist()]\n")
+    code, out, _ = run(capsys, "audit", f"{TARGETS}:shufflepoint_loader", "--nproc", "1", "--sample-id",
+                       f"{ids}:sample_id", "--save-at", "0:2", "--json", str(tmp_path / "r.json"))
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert code == 0 and report["verdict"] == "EXACT" and report["sample_id"] == f"{ids}:sample_id"
+
+
 def test_audit_of_a_target_that_is_not_a_loader_exits_2(capsys, in_process_launch):
     code, out, err = run(capsys, "audit", f"{TARGETS}:not_a_loader", "--nproc", "1")
     assert code == 2 and out == ""

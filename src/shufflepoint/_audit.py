@@ -408,11 +408,9 @@ def judge_epoch(
                                                       batch_size, drop_last)
     if padding_outside_tail or duplicates > allowed_padding:
         verdict = DUPLICATED
-        detail = f"{duplicates} samples served twice" + (
-            f", {padding_outside_tail} of them before the epoch's last batch" if padding_outside_tail else
-            f" (tail padding allows {allowed_padding})")
-        if missing:
-            detail += f"; {missing} never served"
+        detail = f"{duplicates} samples served twice" + (f" and {missing} never" if missing else "")
+        if not padding_outside_tail:  # only the tail repeats, but more than padding can explain
+            detail += f" (tail padding explains at most {allowed_padding})"
     elif missing > allowed_dropped:
         verdict = DROPPED
         detail = f"{missing} samples never served (the tail allows {allowed_dropped} dropped)"

@@ -62,7 +62,10 @@ def _parser() -> argparse.ArgumentParser:
                     "DUPLICATED, DROPPED, DIVERGED, ERROR.",
         epilog="TARGET's factory takes no arguments and is called in every process once RANK, WORLD_SIZE, "
                "LOCAL_RANK, MASTER_ADDR and MASTER_PORT are set; it returns a loader with state_dict() and "
-               "load_state_dict(). Exit 0 for EXACT / EXACTLY_ONCE, 1 otherwise, 2 for usage errors.")
+               "load_state_dict(). Each epoch the audit calls loader.sampler.set_epoch(epoch) if the loader has "
+               "no set_epoch of its own (DistributedSampler's contract), then iterates the loader; a loader "
+               "that keeps its own epoch (Accelerate's, shufflepoint's) gets nothing but its saved state. "
+               "Exit 0 for EXACT / EXACTLY_ONCE, 1 otherwise, 2 for usage errors.")
     audit.add_argument("target", metavar="TARGET", help="path/to/file.py:factory or package.module:factory")
     audit.add_argument("--nproc", type=_positive, required=True, help="processes for the first run")
     audit.add_argument("--resume-nproc", type=_positive, help="processes for the resume (default: --nproc)")
@@ -131,7 +134,10 @@ def _audit(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from shufflepoint import _demo
 
-    result = _demo.run_demo(args.out, progress=_progress)
+    try:
+        result = _demo.run_demo(args.out, progress=_progress)
+    except RuntimeError as error:  # a launch failed or timed out: the tool, not a finding
+        return _usage_error("demo", str(error))
     print(_demo.render(result), file=_out(args.json), flush=True)
     _write_json(args.json, result)
     return int(result["exit_code"])
