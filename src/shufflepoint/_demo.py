@@ -272,6 +272,7 @@ def run_demo(out: str, progress: Callable[[str], None] = lambda _: None) -> dict
 
     def step(label: str, key: str, phase: str, names: list[str], nproc: int, kill: bool = False) -> None:
         begin = time.monotonic()
+        progress(f"[{begin - started:5.1f}s] {label} ...")
         result = launch([*target, phase, run_dir, *names], nproc, timeout=300,
                         kill_when=os.path.join(run_dir, "interrupt.saved") if kill else None)
         timings[key] = time.monotonic() - begin

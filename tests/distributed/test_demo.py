@@ -37,7 +37,7 @@ def test_demo_shows_the_seeds_bug_and_its_fixes(tmp_path):
     assert "stock Accelerate                  ORDER_LOST    DIFFER" in done.stdout
     assert "Accelerate + patch_accelerate()   EXACT         identical, bit for bit" in done.stdout
     assert "elastic 2 -> 1 (shufflepoint)     EXACTLY_ONCE  differ by" in done.stdout
-    assert done.stderr.count("s] ") == 3 and "SIGKILLed right after the checkpoint" in done.stderr
+    assert done.stderr.count("s] ") == 6 and "SIGKILLed right after the checkpoint" in done.stderr
     # the plot, at the path it printed
     assert result["plot"] == str(tmp_path / "demo_loss.png") and f"{result['plot']}" in done.stdout
     with open(result["plot"], "rb") as f:
