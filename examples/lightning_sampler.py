@@ -23,9 +23,9 @@ import os
 
 import lightning as L
 import torch
+from lightning_ddp import Model, Preempt  # the same model, recording and preemption as the other example
 
 import shufflepoint
-from lightning_ddp import Model, Preempt  # the same model, recording and preemption as the other example
 
 
 # --- the README's Lightning-sampler snippet starts here ---

@@ -13,8 +13,7 @@ after the checkpoint of step N, on the first attempt only. --record FILE appends
 trained on.
 
 (The rotation is applied to the loader's ``rank=``, not to the process group: on one machine
-torchrun hands out the same RANKs again, and rewriting RANK before init_process_group made the
-restarted workers' Gloo rendezvous fail here. The loader only sees the rank it is given.)
+torchrun hands out the same RANKs again. The loader only sees the rank it is given.)
 """
 
 import argparse
@@ -38,7 +37,11 @@ args = parser.parse_args()
 # --- the README's torchrun snippet starts here ---
 attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))  # 0, then 1 after the first restart
 slot = int(os.environ["LOCAL_RANK"])  # which process on this machine: the checkpoint file it owns
-dist.init_process_group("gloo")
+# torchrun keeps one store across restarts; without a prefix per attempt, the restarted workers'
+# Gloo rendezvous can read the dead workers' addresses ("Connection refused"; seen here).
+store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False)
+dist.init_process_group("gloo", store=dist.PrefixStore(f"attempt-{attempt}", store),
+                        rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
 rank = (dist.get_rank() + attempt) % dist.get_world_size()  # another rank on each restart
 
 generator = torch.Generator().manual_seed(0)
