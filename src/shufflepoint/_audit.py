@@ -685,6 +685,7 @@ def run_audit(config: AuditConfig, progress: Callable[[str], None] = lambda _: N
 
     def phase(name: str, nproc: int, label: str, kill: bool = False) -> Any:
         begin = time.monotonic()
+        progress(f"[{begin - started:5.1f}s] {label}: starting {nproc} processes ...")
         kill_when = os.path.join(directory, "interrupt.saved") if kill else None
         result = launch([*worker, name, *common], nproc, timeout=config.timeout, kill_when=kill_when)
         timings[name] = time.monotonic() - begin

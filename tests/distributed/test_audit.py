@@ -46,7 +46,7 @@ def test_finds_the_seeds_bug_in_stock_accelerate(tmp_path, capsys):
     # the table, the side-by-side difference, the verdict line; progress on stderr
     assert "0     ORDER_LOST" in out and "first difference: rank 0, epoch 1, batch 3" in out
     assert out.rstrip().splitlines()[-1].startswith("verdict: ORDER_LOST - rank 0: epoch 1: position right")
-    assert "resumed in new processes: 2 processes" in err
+    assert "resumed in new processes: 2 processes, exit code 0" in err
     # the JSON schema the README documents
     for key in ("schema_version", "verdict", "exit_code", "summary", "target", "nproc", "resume_nproc", "epochs",
                 "save_at", "kill", "ranks", "epoch_checks", "notes", "error", "versions", "timings_s"):
