@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -106,8 +107,14 @@ def _out(json_path: str | None):
     return sys.stderr if json_path == "-" else sys.stdout
 
 
+_PROGRESS_LOCK = threading.Lock()
+
+
 def _progress(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    """One whole line to stderr; the demo reports from two threads at once."""
+    with _PROGRESS_LOCK:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
 
 
 def _usage_error(command: str, message: str) -> int:
