@@ -10,8 +10,8 @@ The Trainer (and Accelerate's checkpointing example) stores only ``global_step``
     loader = skip_first_batches(loader, steps_trained_in_current_epoch)   # replays k batches
 
 ``skip_first_batches`` draws and drops k batches of indices: O(k), every rank, at every resume.
-On a shufflepoint.DataLoader the same two numbers are a position, so ``seek`` below moves there
-in O(1) (the same cost at step 10 as at step 10 million), and the next batch on every rank is the
+On a shufflepoint.DataLoader the same two numbers are a position, so ``loader.seek`` moves there
+with ``loader.seek`` in O(1) (the same cost at step 10 as at step 10 million), and the next batch on every rank is the
 one an uninterrupted run would have read. (With gradient accumulation, pass batches, not
 optimizer steps: k = steps_trained_in_current_epoch * gradient_accumulation_steps.)
 
@@ -29,23 +29,11 @@ import shufflepoint
 
 
 # --- the README's seek snippet starts here ---
-def seek(loader: shufflepoint.DataLoader, epoch: int, batches_done: int) -> shufflepoint.DataLoader:
-    """Put ``loader`` after the first ``batches_done`` batches of ``epoch``, in O(1).
-
-    Every rank took ``batches_done`` batches of ``batch_size``, so ``batches_done * world_size *
-    batch_size`` positions of the epoch's global order are used (at most the whole epoch).
-    """
-    state = loader.state_dict()
-    state["epoch"] = epoch
-    state["cursor"] = min(batches_done * loader.world_size * loader.batch_size, len(loader.dataset))
-    loader.load_state_dict(state)
-    return loader
-
-
 def resume_from_global_step(loader: shufflepoint.DataLoader, global_step: int) -> shufflepoint.DataLoader:
     """The Trainer's arithmetic, then a seek instead of ``set_epoch`` + ``skip_first_batches``."""
     epochs_trained, batches_done = divmod(global_step, len(loader))  # len(loader): batches per epoch
-    return seek(loader, epochs_trained, batches_done)
+    loader.seek(epochs_trained, batches_done)  # O(1): no sample is read, nothing is replayed
+    return loader
 # --- the README's seek snippet ends here ---
 
 

@@ -12,10 +12,10 @@ Three things to know (each is in the code below):
   same on every rank) and loads it on every rank when it resumes mid-epoch. Nothing to write.
 - ``use_distributed_sampler=False``: the loader shards over the ranks itself. (With the default
   ``True``, Lightning would rebuild it with a ``DistributedSampler`` and shufflepoint refuses.)
-- Lightning ends an epoch by counting batches, without asking the loader for one more, so it never
-  sees the epoch end. ``train_dataloader()`` therefore puts the loader at ``trainer.current_epoch``
-  (a no-op for the epoch the loader is already in, so a restored mid-epoch position is kept), and
-  ``reload_dataloaders_every_n_epochs=1`` makes Lightning call it at every epoch.
+- Lightning ends an epoch by counting batches, without asking the loader for one more; it tells
+  the loader about the next epoch through ``loader.sampler.set_epoch(epoch)``, which shufflepoint
+  forwards to ``loader.set_epoch`` (a no-op for the epoch the loader is in, so a restored mid-epoch
+  position is kept). Nothing to write.
 """
 
 import argparse
@@ -40,7 +40,6 @@ class DataModule(L.LightningDataModule):
     def train_dataloader(self):
         if self.loader is None:  # built here: the process group exists now, and it shards over it
             self.loader = shufflepoint.DataLoader(self.dataset, batch_size=4, seed=1234)
-        self.loader.set_epoch(self.trainer.current_epoch)  # the current epoch again changes nothing
         return self.loader
 
 
@@ -94,7 +93,6 @@ def main() -> None:
         accelerator="cpu", strategy="ddp", devices=int(os.environ.get("WORLD_SIZE", 1)),
         max_epochs=args.epochs, callbacks=callbacks,
         use_distributed_sampler=False,  # shufflepoint.DataLoader shards over the ranks itself
-        reload_dataloaders_every_n_epochs=1,  # train_dataloader() puts the loader at the current epoch
         logger=False, enable_progress_bar=False, enable_model_summary=False,
     )
     latest = os.path.join(args.checkpoint_dir, "latest.ckpt")

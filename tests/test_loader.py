@@ -209,3 +209,29 @@ def test_two_threads_reading_state_while_iterating_do_not_crash():
         pass
     reader.join()
     assert all(0 <= s["cursor"] <= 1000 for s in states)
+
+
+def test_frameworks_that_count_batches_move_epochs_through_sampler_set_epoch():
+    """Lightning stops after len(loader) batches without exhausting the iterator."""
+    loader = shufflepoint.DataLoader(list(range(12)), 3, seed=4)
+    for epoch in range(3):
+        loader.sampler.set_epoch(epoch)  # what Lightning's _set_sampler_epoch calls
+        it = iter(loader)
+        got = [ids(next(it)) for _ in range(len(loader))]
+        assert sum(got, []) == shufflepoint.permutation(12, 4, epoch)[:].tolist()
+
+
+def test_seek_equals_the_uninterrupted_continuation():
+    for world_size, drop_last in ((1, False), (2, False), (3, True)):
+        whole = [shufflepoint.DataLoader(list(range(29)), 2, seed=8, rank=r, world_size=world_size,
+                                         drop_last=drop_last) for r in range(world_size)]
+        reference = [[ids(b) for _ in range(2) for b in loader] for loader in whole]
+        per_epoch = len(whole[0])
+        for global_step in range(2 * per_epoch + 1):
+            epoch, batches = divmod(global_step, per_epoch)
+            for rank in range(world_size):
+                fresh = shufflepoint.DataLoader(list(range(29)), 2, seed=8, rank=rank, world_size=world_size,
+                                                drop_last=drop_last)
+                fresh.seek(epoch, batches)
+                rest = [ids(b) for _ in range(2) for b in fresh if fresh.epoch < 2]
+                assert rest[: len(reference[rank]) - global_step] == reference[rank][global_step:]

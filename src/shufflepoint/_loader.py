@@ -55,6 +55,14 @@ class _PassSampler(torch.utils.data.Sampler[int]):
     def __len__(self) -> int:
         return self._loader._layout.samples_per_rank(0)
 
+    def set_epoch(self, epoch: int) -> None:
+        """Frameworks call ``loader.sampler.set_epoch(e)`` each epoch (Lightning, HF Trainer): forward it.
+
+        Lightning ends an epoch by counting ``len(loader)`` batches, never asking for one more, so
+        the loader cannot see the end by itself; this call is how it learns the new epoch.
+        """
+        self._loader.set_epoch(epoch)
+
 
 class DataLoader(torch.utils.data.DataLoader):
     """A ``torch.utils.data.DataLoader`` whose data order survives a restart exactly.
@@ -152,6 +160,18 @@ class DataLoader(torch.utils.data.DataLoader):
         check_int("epoch", epoch, 0, 2**62)
         if epoch != self.epoch:
             self._pass, self._epoch, self._cursor = None, int(epoch), 0
+
+    def seek(self, epoch: int, batches: int = 0) -> None:
+        """Go to ``epoch`` after its first ``batches`` batches per rank: O(1), no sample is read.
+
+        What ``skip_first_batches`` does by replaying, done by arithmetic: e.g. the Hugging Face
+        Trainer's ``divmod(global_step, len(loader))`` turned into a position. With the same world
+        size and batch size as the run being continued, the next batch is exactly its next batch.
+        """
+        check_int("epoch", epoch, 0, 2**62)
+        check_int("batches", batches, 0, 2**62)
+        self._pass, self._epoch = None, int(epoch)
+        self._cursor = min(int(batches) * self._layout.step_size, self._layout.n)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         epoch, cursor = self.epoch, self.cursor

@@ -46,9 +46,8 @@ def test_seek_reads_nothing_it_skips():
     """skip_first_batches would fetch and drop k batches; the seek fetches only the next one."""
     dataset = CountingSamples(2**40)
     for global_step in (10, 10_000_000):
-        loader = hf_trainer_seek.seek(
-            hf_trainer_seek.shufflepoint.DataLoader(dataset, batch_size=4, seed=1234, rank=1, world_size=2),
-            epoch=0, batches_done=global_step)
+        loader = hf_trainer_seek.shufflepoint.DataLoader(dataset, batch_size=4, seed=1234, rank=1, world_size=2)
+        loader.seek(0, global_step)
         dataset.reads = 0
         next(iter(loader))
         assert dataset.reads == 4
