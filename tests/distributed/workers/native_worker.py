@@ -81,7 +81,7 @@ for s in SCENARIOS:
         if s.get("kill"):
             if RANK == 0:
                 open(os.path.join(OUT, f"{name}.saved"), "w").close()
-            for batch in loader:  # keep training: the launcher kills us mid-epoch
+            for _batch in loader:  # keep training: the launcher kills us mid-epoch
                 time.sleep(0.05)
             time.sleep(60)
     else:
