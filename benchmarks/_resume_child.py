@@ -55,6 +55,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, required=True)
     parser.add_argument("--fracs", default="0,0.5,0.9")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--schedule", default="",
+                        help="cursors of the timed runs after the memory run, in order (overrides --repeats)")
     parser.add_argument("--synth", action="store_true", help="write the states instead of iterating")
     parser.add_argument("--trace-batches", type=int, default=0)
     parser.add_argument("--no-reference", action="store_true")
@@ -124,7 +126,10 @@ def main() -> None:
     reference = None if args.no_reference or key in ("torch", "torch_ds") else L.Reference(key, n)
     gc.collect()
     # Repeats, interleaved over the cursors; the memory run above counts as one at the last cursor.
-    schedule = [frac for _ in range(args.repeats) for frac in fracs][:-1]
+    if args.schedule:
+        schedule = [float(f) for f in args.schedule.split(",")]
+    else:
+        schedule = [frac for _ in range(args.repeats) for frac in fracs][:-1]
     runs = [first]
     for frac in schedule:
         seconds, batch, loader = run_once(frac)

@@ -24,7 +24,6 @@ import itertools
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import time
@@ -35,19 +34,23 @@ RESULTS = HERE / "results"
 RAW = RESULTS / "raw.jsonl"
 sys.path.insert(0, str(HERE))
 
+import _loaders as L  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-import _loaders as L  # noqa: E402
-
-# (impl, n, repeats, synthetic state). Peers at 1e8 cost tens of seconds per resume: few repeats.
-# Real states (iterated) up to 1e6; written states above, checked against real ones by synth_check.
+# (impl, n, repeats, synthetic state): one fresh process each. A repeat is one resume at each
+# cursor; the first resume of a process (at 90%) is also its memory measurement. Peers at 1e8 cost
+# tens of seconds per resume (minutes on a busy machine), so there: 0% and 50% once, 90% twice
+# (PEER_1E8_SCHEDULE). Real states (iterated) up to 1e6; written ("synthetic") states above,
+# checked against real ones by synth_check.
+BIG = 10**8
+PEER_1E8_SCHEDULE = "0,0.5,0.9"
 RESUME_PLAN: list[tuple[str, int, int, bool]] = [
     *[("shufflepoint", n, 15, n > 10**6) for n in (10**5, 10**6, 10**7, 10**8, 10**9)],
-    *[("sp_sampler", n, 9, n > 10**6) for n in (10**5, 10**6, 10**7, 10**8, 10**9)],
-    *[("torch_ds", n, r, False) for n, r in ((10**5, 9), (10**6, 7), (10**7, 5), (10**8, 3))],
-    *[("accelerate", n, r, n > 10**6) for n, r in ((10**5, 9), (10**6, 5), (10**7, 3), (10**8, 3))],
-    *[("torchdata", n, r, n > 10**6) for n, r in ((10**5, 9), (10**6, 5), (10**7, 3), (10**8, 2))],
+    *[("sp_sampler", n, 9, n > 10**6) for n in (10**5, 10**9)],
+    *[("torch_ds", n, r, False) for n, r in ((10**5, 9), (10**6, 5), (10**7, 3), (BIG, 2))],
+    *[("accelerate", n, r, n > 10**6) for n, r in ((10**5, 7), (10**6, 5), (10**7, 2), (BIG, 2))],
+    *[("torchdata", n, r, n > 10**6) for n, r in ((10**5, 7), (10**6, 3), (10**7, 2), (BIG, 2))],
 ]
 QUICK_RESUME_PLAN: list[tuple[str, int, int, bool]] = [
     *[("shufflepoint", n, 5, n > 10**5) for n in (10**5, 10**6, 10**9)],
@@ -108,14 +111,16 @@ def _git_commit() -> str:
 
 
 # -- index generation ------------------------------------------------------------------------
-def _time(fn, repeats: int) -> list[float]:
-    times = []
+def _time(fn, repeats: int) -> dict[str, list[float]]:
+    """Wall and CPU seconds (this thread; numpy and the list work here are single-threaded)."""
+    wall, cpu = [], []
     for _ in range(repeats):
         gc.collect()
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.thread_time()
         fn()
-        times.append(time.perf_counter() - start)
-    return times
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.thread_time() - start_cpu)
+    return {"seconds": wall, "cpu_seconds": cpu}
 
 
 def indexgen(sink: Sink, quick: bool) -> None:
@@ -123,39 +128,39 @@ def indexgen(sink: Sink, quick: bool) -> None:
     from shufflepoint._plan import Layout
     from shufflepoint._sampler import rank_index_chunks
 
-    count = 1 << 22
-    repeats = 3 if quick else 7
+    count = 1 << 21
+    repeats = 3 if quick else 5
     for n in (10**6, 10**8, 10**9):
         order = make_order("feistel", n, L.SEED, 0)
         positions = np.arange(min(n, count), dtype=np.int64)
         order.take(positions[:1000])
-        times = _time(lambda: order.take(positions), repeats)
+        times = _time(lambda order=order, positions=positions: order.take(positions), repeats)
         sink.write({"section": "indexgen", "op": "feistel take (int64 array)", "n": n, "count": positions.size,
-                    "seconds": times})
+                    **times})
 
         layout = Layout(n, L.WORLD, L.BATCH, False)
-        stream_count = min(n // L.WORLD, 1 << 21)
+        stream_count = min(n // L.WORLD, 1 << 20)
 
-        def stream() -> None:
+        def stream(order=order, layout=layout, stream_count=stream_count) -> None:
             chunks = itertools.chain.from_iterable(rank_index_chunks(order, layout, 0, 0))
             for _ in itertools.islice(chunks, 0, stream_count, L.BATCH):  # consumed in C, one per batch
                 pass
 
         times = _time(stream, repeats)
         sink.write({"section": "indexgen", "op": "feistel loader stream (rank 0 of 2, Python ints)", "n": n,
-                    "count": stream_count, "seconds": times})
+                    "count": stream_count, **times})
     for n in (10**6, 10**7) if quick else (10**6, 10**7, 10**8):
-        reps = 2 if n >= 10**8 else repeats
-        times = _time(lambda: torch.randperm(n), reps)
-        sink.write({"section": "indexgen", "op": "torch.randperm", "n": n, "count": n, "seconds": times})
+        reps = 2 if n >= 10**8 else 3 if n >= 10**7 else repeats
+        times = _time(lambda n=n: torch.randperm(n), reps)
+        sink.write({"section": "indexgen", "op": "torch.randperm", "n": n, "count": n, **times})
         if n <= 10**7:
-            times = _time(lambda: torch.randperm(n).tolist(), reps)
+            times = _time(lambda n=n: torch.randperm(n).tolist(), reps)
             sink.write({"section": "indexgen", "op": "torch.randperm(n).tolist() (what samplers do)", "n": n,
-                        "count": n, "seconds": times})
+                        "count": n, **times})
             positions = np.arange(n, dtype=np.int64)
-            times = _time(lambda: make_order("torch", n, L.SEED, 0).take(positions), reps)
+            times = _time(lambda n=n, positions=positions: make_order("torch", n, L.SEED, 0).take(positions), reps)
             sink.write({"section": "indexgen", "op": "torch order (build + take all)", "n": n, "count": n,
-                        "seconds": times})
+                        **times})
         log(f"indexgen n={n:.0e} done")
 
 
@@ -164,19 +169,19 @@ ITER_IMPLS = ("torch_ds", "shufflepoint", "sp_sampler", "torch", "torchdata", "a
 
 
 def iteration(sink: Sink, quick: bool) -> None:
-    settings = [(0, 10**6, 3 if quick else 7), (2, 10**5, 1 if quick else 3)]
+    settings = [(0, 10**6, 3 if quick else 5), (2, 5 * 10**4, 1 if quick else 2)]
     for workers, n, repeats in settings:
         for repeat in range(repeats):
             for key in ITER_IMPLS:
                 loader = L.build(key, n, num_workers=workers)
                 gc.collect()
                 batches = 0
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.thread_time()
                 for _ in loader:
                     batches += 1
-                seconds = time.perf_counter() - start
+                seconds, cpu_seconds = time.perf_counter() - start, time.thread_time() - start_cpu
                 sink.write({"section": "iter", "impl": key, "workers": workers, "n": n, "repeat": repeat,
-                            "batches": batches, "seconds": seconds})
+                            "batches": batches, "seconds": seconds, "cpu_seconds": cpu_seconds})
                 del loader
         log(f"iter num_workers={workers} done")
 
@@ -235,7 +240,8 @@ def synth_check(sink: Sink, quick: bool) -> None:
             real, synthetic = L.real_state(key, n, k), L.synthetic_state(key, n, k)
             resumed = L.resume(key, L.build(key, n), L.round_trip(key, synthetic)).tolist()
             sink.write({"section": "synth_check", "impl": key, "n": n, "frac": frac, "k": k,
-                        "state_equal": L.states_equal(real, synthetic), "next_batch_exact": resumed == reference.batch(k)})
+                        "state_equal": L.states_equal(real, synthetic),
+                        "next_batch_exact": resumed == reference.batch(k)})
     log("synth_check done")
 
 
@@ -248,6 +254,8 @@ def resume_and_memory(sink: Sink, quick: bool) -> None:
                    "--repeats", str(repeats), "--fracs", fracs]
         if synth:
             command.append("--synth")
+        if n >= BIG and key in ("torchdata", "accelerate"):
+            command += ["--schedule", PEER_1E8_SCHEDULE]
         if key in ("shufflepoint", "sp_sampler"):
             command += ["--trace-batches", str(TRACE_BATCHES)]
         start = time.perf_counter()
