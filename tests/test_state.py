@@ -143,3 +143,12 @@ def test_fuzz_malformed_states_raise_state_error_and_change_nothing(data):
     else:  # accepted only if it is a valid state for this loader
         json.dumps(state)
         assert loader.state_dict()["cursor"] <= N
+
+
+@pytest.mark.parametrize("seed", [0, 2**63 - 1, 2**63, 2**64 - 1])
+def test_every_accepted_seed_round_trips(seed):
+    loader = make(seed=seed)
+    state = json.loads(json.dumps(loader.state_dict()))
+    make(seed=seed).load_state_dict(state)
+    with pytest.raises(StateError, match="'seed': found 18446744073709551616"):
+        make(seed=seed).load_state_dict(dict(state, seed=2**64))

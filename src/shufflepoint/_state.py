@@ -39,6 +39,7 @@ FORMAT = "shufflepoint"
 VERSION = 1
 KINDS = ("loader", "sampler")
 MAX_INT = 2**63 - 1
+MAX_SEED = 2**64 - 1  # seeds span torch's full range; every other int fits an int64
 
 _INT = "an int (not a bool)"
 _SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
@@ -129,8 +130,9 @@ def _check_shape(state: object) -> Mapping[str, Any]:
         is_bool = isinstance(value, bool)
         if not isinstance(value, types) or (is_bool and bool not in types):
             raise _fail(field, value, text, "The state is damaged; use another checkpoint.")
-        if isinstance(value, int) and not is_bool and not 0 <= value <= MAX_INT:
-            raise _fail(field, value, f"an int in [0, {MAX_INT}]", "The state is damaged; use another checkpoint.")
+        highest = MAX_SEED if field == "seed" else MAX_INT
+        if isinstance(value, int) and not is_bool and not 0 <= value <= highest:
+            raise _fail(field, value, f"an int in [0, {highest}]", "The state is damaged; use another checkpoint.")
     return state
 
 
