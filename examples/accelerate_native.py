@@ -88,6 +88,8 @@ def main() -> None:
                 accelerator.save_state(latest)
             if args.stop_after_step is not None and step == args.stop_after_step:
                 accelerator.print(f"stopping after step {step} (simulated preemption)")
+                accelerator.wait_for_everyone()
+                accelerator.end_training()  # close the process group on every rank before exiting
                 return
 
         model.eval()
@@ -99,6 +101,8 @@ def main() -> None:
         errors = torch.cat(squared_errors)
         accelerator.print(f"epoch {epoch}: eval mse {errors.mean().item():.4f} over {errors.numel()} samples")
     accelerator.print(f"done: {progress.step} steps")
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
 
 
 if __name__ == "__main__":

@@ -80,8 +80,12 @@ def main() -> None:
                 accelerator.save_state(latest)
             if args.stop_after_step is not None and step == args.stop_after_step:
                 accelerator.print(f"stopping after step {step} (simulated preemption)")
+                accelerator.wait_for_everyone()
+                accelerator.end_training()  # close the process group on every rank before exiting
                 return
     accelerator.print(f"done: {progress.step} steps, final loss {loss.item():.4f}")
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
 
 
 if __name__ == "__main__":

@@ -80,8 +80,11 @@ def main() -> None:
             if args.stop_after_step is not None and progress.step == args.stop_after_step:
                 accelerator.wait_for_everyone()
                 accelerator.print(f"stopping after step {progress.step} (simulated preemption)")
+                accelerator.end_training()  # close the process group on every rank before exiting
                 return
     accelerator.print(f"done: {progress.step} steps")
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
 
 
 if __name__ == "__main__":

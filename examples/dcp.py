@@ -70,5 +70,6 @@ while loader.epoch < args.epochs:
                                     "loss": loss.item()}) + "\n")
         if args.stop_after_step is not None and progress["step"] == args.stop_after_step:
             dist.barrier()
+            dist.destroy_process_group()  # close Gloo cleanly on every rank before exiting
             raise SystemExit(0)
 dist.destroy_process_group()

@@ -52,5 +52,6 @@ while loader.epoch < args.epochs:
                 f.write(json.dumps({"epoch": loader.epoch, "ids": ids.tolist()}) + "\n")
         if args.stop_after_step is not None and step == args.stop_after_step:
             dist.barrier()
+            dist.destroy_process_group()  # close Gloo cleanly on every rank before exiting
             raise SystemExit(0)
 dist.destroy_process_group()
