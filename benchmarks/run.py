@@ -124,9 +124,9 @@ def _time(fn, repeats: int) -> dict[str, list[float]]:
 
 
 def indexgen(sink: Sink, quick: bool) -> None:
-    from shufflepoint._orders import make_order
-    from shufflepoint._plan import Layout
-    from shufflepoint._sampler import rank_index_chunks
+    from shufflepoint._core.plan import Layout
+    from shufflepoint._loading.sampler import rank_index_chunks
+    from shufflepoint._order import make_order
 
     count = 1 << 21
     repeats = 3 if quick else 5

@@ -17,8 +17,8 @@ import torch  # noqa: E402
 from torch.utils.data import TensorDataset  # noqa: E402
 
 import shufflepoint  # noqa: E402
-from shufflepoint._plan import Layout  # noqa: E402
-from shufflepoint.integrations.accelerate import _tail_trim  # noqa: E402
+from shufflepoint._core.plan import Layout  # noqa: E402
+from shufflepoint.integrations.accelerate import tail_trim as _tail_trim  # noqa: E402
 
 
 @pytest.fixture

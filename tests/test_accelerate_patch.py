@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 import shufflepoint  # noqa: E402
 from shufflepoint.integrations import accelerate as integration  # noqa: E402
+from shufflepoint.integrations.accelerate import _patch  # noqa: E402
 
 
 def _touched() -> list[tuple[object, str]]:
@@ -73,7 +74,7 @@ def test_patch_is_idempotent_and_unpatch_restores_the_originals(unpatched) -> No
 
 @pytest.mark.parametrize("version", ["1.12.0", "1.16.0", "2.0.0", "1.15.0.dev0"])
 def test_unknown_version_is_refused_with_version_and_range(unpatched, monkeypatch, version) -> None:
-    monkeypatch.setattr(integration, "_installed_accelerate_version", lambda: version)
+    monkeypatch.setattr(_patch, "_installed_accelerate_version", lambda: version)
     before = _snapshot()
     with pytest.raises(RuntimeError, match=rf"Accelerate {version} is installed.*tested on 1\.13\.0 up to "
                                            rf"\(not including\) 1\.16\.0.*force=True"):
@@ -82,15 +83,15 @@ def test_unknown_version_is_refused_with_version_and_range(unpatched, monkeypatc
 
 
 def test_force_patches_an_unknown_version_with_a_warning(unpatched, monkeypatch) -> None:
-    monkeypatch.setattr(integration, "_installed_accelerate_version", lambda: "1.99.0")
+    monkeypatch.setattr(_patch, "_installed_accelerate_version", lambda: "1.99.0")
     with pytest.warns(shufflepoint.ResumeWarning, match=r"force=True.*1\.99\.0.*not guaranteed"):
         shufflepoint.patch_accelerate(force=True)
-    assert integration._PATCH is not None
+    assert integration.is_patched()
 
 
 @pytest.mark.parametrize("version", ["1.13.0", "1.14.0", "1.15.0", "1.15.2"])
 def test_tested_versions_are_accepted(version) -> None:
-    assert integration._version_in_range(version)
+    assert integration.version_in_range(version)
 
 
 def test_state_keys_contain_iteration_and_are_json(unpatched) -> None:

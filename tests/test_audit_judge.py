@@ -12,8 +12,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shufflepoint import _audit
-from shufflepoint._audit import (
+from shufflepoint._core.plan import Layout
+from shufflepoint._loading.sampler import OrderCache, rank_index_chunks
+from shufflepoint._tools import audit as _audit
+from shufflepoint._tools.audit import (
     DIVERGED,
     DROPPED,
     DUPLICATED,
@@ -26,8 +28,6 @@ from shufflepoint._audit import (
     sample_ids,
     tail_allowance,
 )
-from shufflepoint._plan import Layout
-from shufflepoint._sampler import OrderCache, rank_index_chunks
 
 # ---------------------------------------------------------------------------------------------
 # identity

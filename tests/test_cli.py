@@ -15,8 +15,8 @@ import pytest
 import torch
 
 import shufflepoint
-from shufflepoint import _audit_worker
-from shufflepoint._cli import main
+from shufflepoint._tools.audit import worker as _audit_worker
+from shufflepoint._tools.cli import main
 
 TARGETS = os.path.join(os.path.dirname(__file__), "distributed", "targets", "loaders.py")
 
@@ -96,13 +96,13 @@ def _worker(tmp_path, target, phase="record"):
 def in_process_launch(monkeypatch, one_process):
     """launch() replaced by running the worker right here as the one rank of a 1-process job: this
     tests the runner's plumbing (phases, records, errors, report), not distribution."""
-    from shufflepoint._launch import LaunchResult
+    from shufflepoint._tools.launch import LaunchResult
 
     def fake_launch(target, nproc, **_):
-        assert target[:2] == ["-m", "shufflepoint._audit_worker"] and nproc == 1
+        assert target[:2] == ["-m", "shufflepoint._tools.audit.worker"] and nproc == 1
         return LaunchResult(_audit_worker.main(list(target[2:])), "", "", False)
 
-    monkeypatch.setattr("shufflepoint._launch.launch", fake_launch)
+    monkeypatch.setattr("shufflepoint._tools.launch.launch", fake_launch)
 
 
 def test_audit_runner_end_to_end_in_one_process(tmp_path, capsys, in_process_launch):
@@ -172,7 +172,7 @@ def test_worker_refuses_a_save_point_the_loader_never_reaches(tmp_path, one_proc
 def test_worker_records_in_one_process(tmp_path, one_process):
     code, record = _worker(tmp_path, f"{TARGETS}:shufflepoint_loader")
     assert code == 0 and record["error"] is None
-    assert record["loader"] == "shufflepoint._loader.DataLoader" and record["dataset_length"] == 67
+    assert record["loader"] == "shufflepoint._loading.loader.DataLoader" and record["dataset_length"] == 67
     assert [len(e) for e in record["epochs"]] == [17, 17]
     assert sorted(i for b in record["epochs"][1] for i in b) == list(range(67))
     assert (tmp_path / "state_r0.pt").exists() and "cursor" in record["state_keys"]
@@ -197,7 +197,7 @@ def _accelerate_state(patched: bool):
 
     from shufflepoint.integrations import accelerate as integration
 
-    was = integration._PATCH is not None
+    was = integration.is_patched()
     if patched:
         shufflepoint.patch_accelerate()
     else:
@@ -312,9 +312,9 @@ def test_doctor_probes_the_installed_accelerate(tmp_path, capsys):
     pytest.importorskip("torchdata")
     from shufflepoint.integrations import accelerate as integration
 
-    was = integration._PATCH is not None
+    was = integration.is_patched()
     code, out, _ = run(capsys, "doctor", "--json", str(tmp_path / "doctor.json"))
-    assert (integration._PATCH is not None) == was  # the probe leaves the process as it found it
+    assert (integration.is_patched()) == was  # the probe leaves the process as it found it
     report = json.loads((tmp_path / "doctor.json").read_text())
     assert report["versions"]["torch"] == torch.__version__ and report["gloo"] is True
     bug = report["accelerate_4195"]
@@ -340,19 +340,19 @@ def test_doctor_probes_the_installed_accelerate(tmp_path, capsys):
 
 
 def test_demo_plot_degrades_without_matplotlib(tmp_path, monkeypatch):
-    from shufflepoint import _demo
+    from shufflepoint._tools.demo import report as _demo
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
-    path, note = _demo._plot({"v": ([1.0, 0.5], [1.0, 0.5], 1, "EXACT")}, str(tmp_path / "p.png"))
+    path, note = _demo.plot_losses({"v": ([1.0, 0.5], [1.0, 0.5], 1, "EXACT")}, str(tmp_path / "p.png"))
     assert path is None and note == "no plot: matplotlib is not installed (pip install 'shufflepoint[plot]')"
     assert not (tmp_path / "p.png").exists()
 
 
 def test_demo_plot_writes_a_png(tmp_path):
     pytest.importorskip("matplotlib")
-    from shufflepoint import _demo
+    from shufflepoint._tools.demo import report as _demo
 
     curves = {"a": ([1.0, 0.8, 0.6], [1.0, 0.8, 0.7], 1, "ORDER_LOST"), "b": ([1.0, 0.5], [1.0, 0.5], 1, "EXACT")}
-    path, note = _demo._plot(curves, str(tmp_path / "p.png"))
+    path, note = _demo.plot_losses(curves, str(tmp_path / "p.png"))
     assert path == str(tmp_path / "p.png") and path in note
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"

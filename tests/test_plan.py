@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shufflepoint._plan import Layout
+from shufflepoint._core.plan import Layout
 
 
 def all_rank_positions(layout: Layout, cursor: int) -> list[np.ndarray]:

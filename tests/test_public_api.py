@@ -26,8 +26,9 @@ def test_every_exported_name_exists_and_public_modules_are_private():
         obj = getattr(shufflepoint, name)
         module = getattr(obj, "__module__", "shufflepoint")
         assert module.startswith("shufflepoint"), name
-        assert not [part for part in module.split(".")[1:] if not part.startswith("_")
-                    and part not in ("integrations", "accelerate")], (name, module)
+        # defined under a private package (shufflepoint._loading.loader) or module
+        # (shufflepoint.integrations.accelerate._patch): nothing but shufflepoint itself is public
+        assert any(part.startswith("_") for part in module.split(".")[1:]) or module == "shufflepoint", (name, module)
 
 
 def test_errors_have_the_documented_bases():

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import shufflepoint
-from shufflepoint._launch import _descendants
+from shufflepoint._tools.launch import _descendants
 
 
 def ids(batch):

@@ -6,11 +6,11 @@ a handful of integers that are the same on every rank.
 
 from __future__ import annotations
 
-from shufflepoint._errors import ResumeWarning, StateError
-from shufflepoint._loader import DataLoader
-from shufflepoint._orders import ORDERS, Permutation, permutation
-from shufflepoint._sampler import ResumableSampler
-from shufflepoint._state import FIELDS as STATE_FIELDS
+from shufflepoint._core.errors import ResumeWarning, StateError
+from shufflepoint._core.state import FIELDS as STATE_FIELDS
+from shufflepoint._loading.loader import DataLoader
+from shufflepoint._loading.sampler import ResumableSampler
+from shufflepoint._order import ORDERS, Permutation, permutation
 from shufflepoint.integrations.accelerate import patch_accelerate, unpatch_accelerate
 
 __version__ = "0.1.0"

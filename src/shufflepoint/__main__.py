@@ -2,6 +2,6 @@
 
 import sys
 
-from shufflepoint._cli import main
+from shufflepoint._tools.cli import main
 
 sys.exit(main())

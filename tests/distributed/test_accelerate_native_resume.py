@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("accelerate")
 
-from shufflepoint._launch import launch  # noqa: E402
+from shufflepoint._tools.launch import launch  # noqa: E402
 
 WORKERS = os.path.join(os.path.dirname(__file__), "workers")
 sys.path.insert(0, WORKERS)

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from shufflepoint._launch import launch
+from shufflepoint._tools.launch import launch
 
 WORKER = os.path.join(os.path.dirname(__file__), "workers", "agreement_worker.py")
 

@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from shufflepoint._cli import main
+from shufflepoint._tools.cli import main
 
 TARGETS = os.path.join(os.path.dirname(__file__), "targets", "loaders.py")
 needs_accelerate = pytest.mark.skipif(

@@ -3,7 +3,7 @@
 import json
 import os
 
-from shufflepoint._launch import launch
+from shufflepoint._tools.launch import launch
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "quickstart.py")
 

@@ -9,7 +9,7 @@ pytest.importorskip("accelerate", reason="the accelerate extra is missing: pip i
 
 from integration_checks import batches, read_records, reference  # noqa: E402
 
-from shufflepoint._launch import launch  # noqa: E402
+from shufflepoint._tools.launch import launch  # noqa: E402
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "accelerate_registered.py")
 N, SEED, BATCH, EPOCHS = 64, 1234, 4, 3

@@ -10,7 +10,7 @@ import os
 
 from integration_checks import assert_epoch_exactly_once, batches, read_records, reference
 
-from shufflepoint._launch import launch
+from shufflepoint._tools.launch import launch
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "dcp.py")
 N, SEED, BATCH, EPOCHS = 64, 1234, 4, 3  # 8 steps per epoch at 2 processes, 6 (last one short) at 3

@@ -16,7 +16,7 @@ pytest.importorskip("lightning", reason="the lightning extra is not installed: p
 
 from integration_checks import batches, read_records, reference  # noqa: E402
 
-from shufflepoint._launch import launch  # noqa: E402
+from shufflepoint._tools.launch import launch  # noqa: E402
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
 N, SEED, BATCH, EPOCHS = 64, 1234, 4, 3  # 8 steps per epoch

@@ -6,7 +6,7 @@ import os
 
 from integration_checks import batches, read_records, reference
 
-from shufflepoint._launch import launch
+from shufflepoint._tools.launch import launch
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "torchrun_restarts.py")
 N, SEED, BATCH, EPOCHS = 64, 1234, 4, 3

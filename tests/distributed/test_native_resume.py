@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from shufflepoint._launch import launch
+from shufflepoint._tools.launch import launch
 
 WORKER = os.path.join(os.path.dirname(__file__), "workers", "native_worker.py")
 SEED_SHAPE = dict(n=64, batch_size=4, seed=1234, epochs=3, save_at=[1, 3])

@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 import torch
 
-from shufflepoint._launch import launch
+from shufflepoint._tools.launch import launch
 
 WORKER = os.path.join(os.path.dirname(__file__), "workers", "soak_worker.py")
 N, EPOCHS = 60, 3

@@ -8,17 +8,17 @@ from typing import Any
 
 import torch.utils.data
 
-from shufflepoint import _state
-from shufflepoint._agreement import validate_everywhere
-from shufflepoint._orders import check_int
-from shufflepoint._plan import Layout
-from shufflepoint._sampler import (
+from shufflepoint._core import state as _state
+from shufflepoint._core.plan import Layout
+from shufflepoint._loading.agreement import validate_everywhere
+from shufflepoint._loading.sampler import (
     OrderCache,
     dataset_length,
     rank_index_chunks,
     resolve_fingerprint,
     resolve_world,
 )
+from shufflepoint._order import check_int
 
 
 class _Pass:

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shufflepoint._errors import ResumeWarning, StateError
+from shufflepoint._core.errors import ResumeWarning, StateError
 
 FORMAT = "shufflepoint"
 VERSION = 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shufflepoint._errors import StateError
+from shufflepoint._core.errors import StateError
 
 
 def group_matches(rank: int, world_size: int) -> bool:
@@ -54,7 +54,7 @@ def validate_everywhere(
     state: object, expected: Any, *, strict: bool, rank: int, world_size: int, verify_ranks: bool,
 ) -> tuple[int, int]:
     """Validate a state locally and, in a matching process group, across ranks; (epoch, cursor)."""
-    from shufflepoint import _state
+    from shufflepoint._core import state as _state
 
     collective = verify_ranks and group_matches(rank, world_size)
     try:

@@ -17,7 +17,7 @@ import sys
 import warnings
 from typing import Any
 
-from shufflepoint import _audit
+from shufflepoint._tools import audit as _audit
 
 SCHEMA_VERSION = 1
 _SAVE = _audit.SavePoint(epoch=1, step=3)
@@ -81,14 +81,14 @@ def run_doctor() -> dict[str, Any]:
                       "(pip install 'shufflepoint[plot]')")
     from shufflepoint.integrations import accelerate as integration
 
-    patch_active = integration._PATCH is not None
+    patch_active = integration.is_patched()
     found["patch_active"] = patch_active
     if versions["accelerate"] is None or versions["torchdata"] is None:
         missing = [n for n in ("accelerate", "torchdata") if versions[n] is None]
         found["accelerate_4195"] = {"status": "not applicable", "detail": f"{' and '.join(missing)} not installed"}
         advice.append("Accelerate's stateful loaders are not in use here; shufflepoint.DataLoader needs neither")
     else:
-        in_range = integration._version_in_range(versions["accelerate"])
+        in_range = integration.version_in_range(versions["accelerate"])
         low, high = integration.TESTED_ACCELERATE
         found["patch_tested_range"] = [low, high]
         found["patch_supports_installed"] = in_range

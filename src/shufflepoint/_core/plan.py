@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shufflepoint._orders import check_int
+from shufflepoint._order import check_int
 
 MAX_N = 2**62
 

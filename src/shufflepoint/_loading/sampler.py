@@ -8,10 +8,10 @@ from typing import Any
 
 from torch.utils.data.distributed import DistributedSampler
 
-from shufflepoint import _state
-from shufflepoint._agreement import validate_everywhere
-from shufflepoint._orders import Order, check_int, check_order_name, make_order, order_version
-from shufflepoint._plan import Layout
+from shufflepoint._core import state as _state
+from shufflepoint._core.plan import Layout
+from shufflepoint._loading.agreement import validate_everywhere
+from shufflepoint._order import Order, check_int, check_order_name, make_order, order_version
 
 # First chunks are small so a resume reaches its first batch fast; later ones amortise numpy calls.
 # The largest bounds the working set: 8192 indices as Python ints plus numpy temporaries stay
@@ -51,7 +51,7 @@ def resolve_fingerprint(value: str | None, dataset: Any, n: int) -> str | None:
     if not isinstance(value, str):
         raise TypeError(f"dataset_fingerprint: found {value!r}, expected a str, 'auto' or None")
     if value == "auto":
-        from shufflepoint._fingerprint import fingerprint
+        from shufflepoint._core.fingerprint import fingerprint
 
         return fingerprint(dataset, n)
     return value

@@ -12,7 +12,7 @@ from typing import Protocol, overload
 
 import numpy as np
 
-from shufflepoint._orders import feistel, identity, torch_randperm
+from shufflepoint._order import feistel, identity, torch_randperm
 
 _MODULES = {m.NAME: m for m in (feistel, torch_randperm, identity)}
 _CLASSES = {

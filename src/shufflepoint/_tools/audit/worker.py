@@ -1,6 +1,6 @@
 """What runs inside each process the audit launches. It records; it never judges.
 
-    python -m torch.distributed.run --nproc_per_node=N -m shufflepoint._audit_worker PHASE \\
+    python -m torch.distributed.run --nproc_per_node=N -m shufflepoint._tools.audit.worker PHASE \\
         --target MODULE_OR_FILE:FACTORY (--file-target | --module-target) --out DIR \\
         --epochs E --save-at EPOCH:STEP [--sample-id MODULE:FN]
 
@@ -36,7 +36,7 @@ import traceback
 import warnings
 from typing import Any
 
-from shufflepoint._audit import SavePoint, Target, UsageError, load_target, parse_save_at, sample_ids
+from shufflepoint._tools.audit import SavePoint, Target, UsageError, load_target, parse_save_at, sample_ids
 
 
 class _Failure(Exception):
@@ -218,7 +218,7 @@ class Worker:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="shufflepoint._audit_worker")
+    parser = argparse.ArgumentParser(prog="shufflepoint._tools.audit.worker")
     parser.add_argument("phase", choices=("record", "reference", "interrupt", "resume"))
     parser.add_argument("--target", required=True)
     kind = parser.add_mutually_exclusive_group(required=True)

@@ -123,7 +123,7 @@ def _usage_error(command: str, message: str) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from shufflepoint import _audit
+    from shufflepoint._tools import audit as _audit
 
     try:
         config = _audit.AuditConfig(
@@ -139,7 +139,7 @@ def _audit(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from shufflepoint import _demo
+    from shufflepoint._tools import demo as _demo
 
     try:
         result = _demo.run_demo(args.out, progress=_progress)
@@ -151,7 +151,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from shufflepoint import _inspect
+    from shufflepoint._tools import inspect as _inspect
 
     try:
         found = _inspect.inspect_path(args.path)
@@ -163,7 +163,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from shufflepoint import _doctor
+    from shufflepoint._tools import doctor as _doctor
 
     found = _doctor.run_doctor()
     print(_doctor.render(found), file=_out(args.json), flush=True)

@@ -93,8 +93,8 @@ def _has_generator(value: Any, depth: int = 0) -> bool:
 
 def classify(state: Mapping) -> dict[str, Any]:
     """Who wrote this loader state, where it stands, and whether its order is recoverable."""
-    from shufflepoint._errors import StateError
-    from shufflepoint._state import _check_shape
+    from shufflepoint._core.errors import StateError
+    from shufflepoint._core.state import _check_shape
 
     if state.get("format") == "shufflepoint":
         try:

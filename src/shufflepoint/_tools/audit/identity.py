@@ -1,0 +1,77 @@
+"""Identity: what a batch *is*, as a list of sample ids (ints or short hash strings)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from shufflepoint._tools.audit.verdicts import SampleId
+
+
+def _hash_bytes(data: bytes) -> str:
+    return "h:" + hashlib.blake2b(data, digest_size=8).hexdigest()
+
+
+def _tensor_ids(tensor: Any) -> list[SampleId]:
+    import torch
+
+    tensor = tensor.detach().cpu()
+    integer = not (tensor.is_floating_point() or tensor.is_complex()) and tensor.dtype != torch.bool
+    if tensor.dim() == 0:
+        return [int(tensor.item())] if integer else [_hash_bytes(_tensor_bytes(tensor))]
+    if tensor.dim() == 1 and integer:
+        return [int(v) for v in tensor.tolist()]
+    return [_hash_bytes(_tensor_bytes(row)) for row in tensor]
+
+
+def _tensor_bytes(tensor: Any) -> bytes:
+    header = f"{tensor.dtype}{tuple(tensor.shape)}".encode()
+    return header + tensor.contiguous().numpy().tobytes()
+
+
+def _object_id(sample: Any) -> SampleId:
+    import torch
+
+    if isinstance(sample, bool):
+        return _hash_bytes(repr(sample).encode())
+    if isinstance(sample, int):
+        return sample
+    if isinstance(sample, torch.Tensor):
+        return _hash_bytes(_tensor_bytes(sample.detach().cpu()))
+    return _hash_bytes(repr(sample).encode())
+
+
+def sample_ids(batch: Any) -> list[SampleId]:
+    """The ids of a batch's samples, in order.
+
+    >>> import torch
+    >>> sample_ids(torch.tensor([7, 3]))                        # integer tensor: by value
+    [7, 3]
+    >>> sample_ids((torch.tensor([7, 3]), torch.zeros(2, 4)))  # tuple: its first tensor
+    [7, 3]
+    >>> sample_ids({"input_ids": torch.tensor([[1, 2], [3, 4]])})[0][:2]   # 2-D: a hash per row
+    'h:'
+    """
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return _tensor_ids(batch)
+    if isinstance(batch, Mapping):
+        values = list(batch.values())
+    elif isinstance(batch, (list, tuple)):
+        if batch and all(isinstance(v, int) and not isinstance(v, bool) for v in batch):
+            return list(batch)
+        values = list(batch)
+    else:
+        return [_object_id(batch)]
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            return _tensor_ids(value)
+    if isinstance(batch, Mapping):
+        for value in values:  # a dict of lists (a datasets-style batch without tensors)
+            if isinstance(value, (list, tuple)):
+                return [_object_id(v) for v in value]
+        return [_object_id(batch)]
+    return [_object_id(v) for v in values]
+

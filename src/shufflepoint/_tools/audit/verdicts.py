@@ -1,0 +1,32 @@
+"""The verdict vocabulary of DESIGN.md, its severity order, and the CLI's exit-code contract."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+SCHEMA_VERSION = 1
+
+EXACT, EXACTLY_ONCE, ORDER_LOST = "EXACT", "EXACTLY_ONCE", "ORDER_LOST"
+DUPLICATED, DROPPED, DIVERGED, ERROR = "DUPLICATED", "DROPPED", "DIVERGED", "ERROR"
+VERDICTS = (EXACT, EXACTLY_ONCE, ORDER_LOST, DUPLICATED, DROPPED, DIVERGED, ERROR)
+PASSING = (EXACT, EXACTLY_ONCE)
+# The overall verdict is the most severe one found, in this order.
+_SEVERITY = (ERROR, ORDER_LOST, DUPLICATED, DROPPED, DIVERGED, EXACTLY_ONCE, EXACT)
+
+SampleId = Hashable  # int or str in practice: JSON round-trips them
+Batch = list  # of sample ids
+Pass = list  # of batches: one run of iter(loader)
+
+
+class UsageError(ValueError):
+    """A command line or TARGET the audit cannot run; the CLI exits 2 with this message."""
+
+
+def exit_code(verdict: str) -> int:
+    """0 for a passing verdict, 1 for any other; the CLI's contract."""
+    return 0 if verdict in PASSING else 1
+
+
+def worst(verdicts: Sequence[str]) -> str:
+    """The most severe verdict of several (EXACT for none)."""
+    return min(verdicts, key=_SEVERITY.index) if verdicts else EXACT

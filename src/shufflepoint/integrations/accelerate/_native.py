@@ -1,0 +1,162 @@
+"""The native path: ``accelerator.prepare(shufflepoint.DataLoader(...))`` wraps the loader instead of
+re-sharding it, and ``gather_for_metrics`` trims the padded tail by position."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _is_native(loader: Any) -> bool:
+    return getattr(loader, "_shufflepoint_native", False) is True
+
+
+
+def _make_prepare_data_loader(original: Any) -> Any:
+    def prepare_data_loader(self: Any, data_loader: Any, device_placement: Any = None,
+                            slice_fn_for_dispatch: Any = None) -> Any:
+        # TOUCH POINT: wraps Accelerator.prepare_data_loader (accelerate/accelerator.py), which
+        # re-shards any DataLoader. A shufflepoint.DataLoader already shards itself.
+        if isinstance(data_loader, _native_loader_class()):
+            return _prepare_native(self, data_loader, device_placement)
+        return original(self, data_loader, device_placement=device_placement,
+                        slice_fn_for_dispatch=slice_fn_for_dispatch)
+
+    prepare_data_loader.__doc__ = original.__doc__
+    return prepare_data_loader
+
+
+def _native_loader_class() -> Any:
+    from shufflepoint._loading.loader import DataLoader
+
+    return DataLoader
+
+
+def _prepare_native(accelerator: Any, loader: Any, device_placement: Any) -> Any:
+    """Wrap a shufflepoint.DataLoader for Accelerate without re-sharding it.
+
+    Refuses what cannot hold: a loader built for another rank layout than the Accelerator's (built
+    before ``Accelerator(...)`` started the process group, say), and the DataLoaderConfiguration
+    options that change who reads what (``split_batches``, ``dispatch_batches``,
+    ``even_batches=False``). ``use_stateful_dataloader``, ``use_seedable_sampler`` and
+    ``data_seed`` do not apply: the order and its state are shufflepoint's.
+
+    TOUCH POINTS: Accelerator.num_processes / .process_index / .split_batches / .dispatch_batches /
+    .even_batches / .device_placement / .device / .non_blocking / .distributed_type (read), and
+    Accelerator._dataloaders (appended to, as stock prepare_data_loader does: save_state and
+    load_state checkpoint what is listed there).
+    """
+    from accelerate.utils import DistributedType
+
+    found = (int(loader.rank), int(loader.world_size))
+    expected = (int(accelerator.process_index), int(accelerator.num_processes))
+    if found != expected:
+        raise ValueError(
+            f"accelerator.prepare(shufflepoint.DataLoader): the loader shards for rank {found[0]} of "
+            f"{found[1]}, but this Accelerator is process {expected[0]} of {expected[1]}. Likely cause: "
+            f"the loader was built before Accelerator(...) started the process group. Fix: build the "
+            f"loader after Accelerator(...), or pass rank=accelerator.process_index, "
+            f"world_size=accelerator.num_processes."
+        )
+    refused = [
+        (bool(accelerator.split_batches), "split_batches=True",
+         "batch_size is per process here; pass the per-process batch size"),
+        (accelerator.dispatch_batches is True, "dispatch_batches=True",
+         "every process reads its own shard here; leave dispatch_batches unset"),
+        (accelerator.even_batches is False, "even_batches=False",
+         "the tail is padded evenly here (drop_last=False) or dropped (drop_last=True); choose with drop_last"),
+    ]
+    for is_set, option, fix in refused:
+        if is_set:
+            raise ValueError(
+                f"accelerator.prepare(shufflepoint.DataLoader): DataLoaderConfiguration({option}) is "
+                f"set, but a shufflepoint.DataLoader does its own sharding and batching and cannot honour "
+                f"it. Fix: drop the option ({fix})."
+            )
+    if device_placement is None:
+        device_placement = accelerator.device_placement and accelerator.distributed_type != DistributedType.XLA
+    prepared = _native_wrapper_class()(
+        loader, device=accelerator.device if device_placement else None,
+        non_blocking=bool(getattr(accelerator, "non_blocking", False)))
+    accelerator._dataloaders.append(prepared)
+    return prepared
+
+
+def tail_trim(loader: Any) -> tuple[int, list[int] | None]:
+    """What ``gather_for_metrics`` must keep of the last gathered batch of a pass starting now.
+
+    Returns ``(remainder, keep)``: ``remainder`` is the number of real samples in the last global
+    step (0 when nothing is padded), which Accelerate keeps as a prefix of the gathered batch.
+    ``keep`` is None when that prefix is exactly the real samples; otherwise it lists their
+    positions. The gather is rank-major and the tail strided, so with r real samples left, each
+    rank's last batch has m = ceil(r / W) samples and rank k's t-th is real when k + W*t < r. Two
+    ranks, r = 3 (one padded sample, P)::
+
+        rank 0: [s0, s2]   rank 1: [s1, P]   gathered: [s0, s2, s1, P]   keep the first 3
+
+    Four ranks, r = 5: ``[s0, s4 | s1, P | s2, P | s3, P]``, keep positions 0, 1, 2, 4, 6: no prefix.
+    """
+    from shufflepoint._core.plan import Layout
+
+    layout = Layout(len(loader.dataset), int(loader.world_size), int(loader.batch_size), bool(loader.drop_last))
+    remaining = layout.n - int(loader.cursor)
+    real = remaining % layout.step_size
+    if layout.drop_last or real == 0:
+        return 0, None
+    world_size = layout.world_size
+    per_rank = -(-real // world_size)
+    keep = [rank * per_rank + t for rank in range(world_size) for t in range(per_rank) if rank + world_size * t < real]
+    return real, (None if keep == list(range(real)) else keep)
+
+
+def _make_gather_for_metrics(original: Any) -> Any:
+    def gather_for_metrics(self: Any, input_data: Any, use_gather_object: bool = False) -> Any:
+        # TOUCH POINT: wraps Accelerator.gather_for_metrics (accelerate/accelerator.py), which at the
+        # end of a dataloader keeps the first GradientState.remainder gathered samples. That is exact
+        # for a shufflepoint tail whenever at most one rank is padded (always with 2 processes);
+        # otherwise the padding sits at the end of several ranks' parts, and the real samples are
+        # picked by position (tail_trim). The gather itself is the original's code path.
+        active = self.gradient_state.active_dataloader
+        keep = active._tail_keep if _is_native(active) and active.end_of_dataloader else None
+        if keep is None:
+            return original(self, input_data, use_gather_object=use_gather_object)
+        from accelerate.utils import gather_object, recursively_apply
+
+        try:
+            recursively_apply(lambda x: x, input_data, error_on_other_type=True)
+            all_tensors = True
+        except TypeError:
+            all_tensors = False
+        gathered_length = active._tail_gathered_length
+
+        def select(data: Any) -> Any:
+            if len(data) != gathered_length:
+                return data[: active.remainder]  # not one row per sample: Accelerate's own trim
+            if isinstance(data, list):
+                return [data[i] for i in keep]
+            import torch
+
+            return data[torch.tensor(keep, device=data.device)]
+
+        if use_gather_object or not all_tensors:
+            return select(gather_object(input_data))
+        return recursively_apply(select, self.gather(input_data))
+
+    gather_for_metrics.__doc__ = original.__doc__
+    return gather_for_metrics
+
+
+def _refuse_skipping_native(dataloader: Any) -> None:
+    if _is_native(dataloader) or isinstance(dataloader, _native_loader_class()):
+        raise TypeError(
+            "skip_first_batches: found a shufflepoint.DataLoader, expected an Accelerate-prepared torch "
+            "DataLoader. A shufflepoint.DataLoader's position is part of its state: accelerator.load_state() "
+            "(or loader.load_state_dict()) already puts it at the next batch, so skipping on top would skip "
+            "those batches twice. Fix: drop the skip_first_batches call and iterate the loader itself."
+        )
+
+
+def _native_wrapper_class() -> Any:
+    """The wrapper class, imported on first use: it subclasses Accelerate's DataLoaderStateMixin."""
+    from shufflepoint.integrations.accelerate._prepared import PreparedDataLoader
+
+    return PreparedDataLoader
