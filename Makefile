@@ -28,8 +28,10 @@ bench: $(STAMP)
 soak: $(STAMP)
 	SHUFFLEPOINT_SOAK_CYCLES=$${CYCLES:-30} $(PY) -m pytest -q -s -m soak tests
 
+# ruff on everything, and the strict type check on the package (its settings are in pyproject.toml).
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
@@ -37,8 +39,8 @@ clean:
 # The Accelerate integration against every Accelerate release it claims (issue 3): one venv each,
 # torch first and alone (the local CPU wheel), then that Accelerate. Prints one line per version.
 ACCELERATE_VERSIONS := 1.13.0 1.14.0 1.15.0
-ACCELERATE_TESTS := tests/test_accelerate_patch.py tests/distributed/test_accelerate_resume.py \
-	tests/test_accelerate_native.py tests/distributed/test_accelerate_native_resume.py
+ACCELERATE_TESTS := tests/integrations/test_accelerate_patch.py tests/distributed/test_accelerate_resume.py \
+	tests/integrations/test_accelerate_native.py tests/distributed/test_accelerate_native_resume.py
 
 test-accelerate-matrix:
 	@status=0; summary=""; \

@@ -3,7 +3,7 @@
 Each test is one audit (2 or 3 launches of real processes); the command runs in this process
 (``main([...])``), its workers do not. The stock Accelerate case must find the seed's bug unaided.
 The runner's error paths (a TARGET that is not a loader, a save point never reached) are tested
-without launches in tests/test_cli.py.
+without launches in tests/tools/test_cli.py.
 """
 
 from __future__ import annotations

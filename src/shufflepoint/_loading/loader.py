@@ -64,7 +64,7 @@ class _PassSampler(torch.utils.data.Sampler[int]):
         self._loader.set_epoch(epoch)
 
 
-class DataLoader(torch.utils.data.DataLoader):
+class DataLoader(torch.utils.data.DataLoader[Any]):
     """A ``torch.utils.data.DataLoader`` whose data order survives a restart exactly.
 
     It shards the dataset over the ranks itself (like ``DistributedSampler``), shuffles with a

@@ -100,7 +100,8 @@ class _Progress:
 
     @property
     def yielded(self) -> int:
-        return self._done_before + self._current_size - self._current.__length_hint__()  # type: ignore[attr-defined]
+        left = int(self._current.__length_hint__())  # type: ignore[attr-defined]
+        return self._done_before + self._current_size - left
 
     def track(self, chunks: Iterator[list[int]]) -> Iterator[Iterator[int]]:
         for chunk in chunks:
@@ -111,7 +112,7 @@ class _Progress:
         self._current, self._current_size = iter(()), 0
 
 
-class ResumableSampler(DistributedSampler):
+class ResumableSampler(DistributedSampler[int]):
     """``DistributedSampler`` with the same arguments and order layout, plus an exact state.
 
     Use it wherever a ``DistributedSampler`` goes (a plain ``DataLoader``, torchdata's

@@ -7,7 +7,7 @@ records. ``ORDERS`` is the registry, ``make_order`` the one way in.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol, overload
 
 import numpy as np
@@ -15,7 +15,7 @@ import numpy as np
 from shufflepoint._order import feistel, identity, torch_randperm
 
 _MODULES = {m.NAME: m for m in (feistel, torch_randperm, identity)}
-_CLASSES = {
+_CLASSES: dict[str, Callable[[int, int, int], Order]] = {
     feistel.NAME: feistel.FeistelOrder,
     torch_randperm.NAME: torch_randperm.TorchRandpermOrder,
     identity.NAME: identity.IdentityOrder,
@@ -37,7 +37,7 @@ class Order(Protocol):
 
 def order_version(name: str) -> int:
     check_order_name(name)
-    return _MODULES[name].VERSION
+    return int(_MODULES[name].VERSION)
 
 
 def check_order_name(name: object) -> str:

@@ -24,7 +24,7 @@ Details that matter:
   core of murmur3's 32-bit finaliser); its top bits are used, which depend on every input bit.
 - Rounds: 8. Luby-Rackoff needs 4 for a strong pseudo-random permutation with ideal round
   functions; ours are cheap mixers, and the statistical tests against ``torch.randperm`` (position
-  uniformity, fixed points, adjacent pairs; tests/test_orders.py) pass with margin at 8 on the small
+  uniformity, fixed points, adjacent pairs; tests/order/test_orders.py) pass with margin at 8 on the small
   domains where weaknesses would show first. 8 rounds still generate > 20 M indices/s here.
 - Parity: every Feistel permutation of a power-of-two domain is even, so on small n it reaches
   only half of all permutations and the fixed-point count is visibly biased (n = 8 fails the test
@@ -146,7 +146,7 @@ class FeistelOrder:
             np.bitwise_xor(h, left, out=h)
             # new (left, right) = (old right, old left ^ F): the old right becomes the high part.
             left, right, h = right, h, left
-        out = left.astype(np.uint64)
+        out: np.ndarray = left.astype(np.uint64)
         np.left_shift(out, self._last_high, out=out)
         np.bitwise_or(out, right, out=out)
         return out
@@ -168,8 +168,9 @@ class FeistelOrder:
         """Sample indices (int64) at the given positions (int64, each in [0, n))."""
         positions = np.asarray(positions, dtype=np.int64)
         if self._width <= _TABLE_WIDTH:
-            return self._small_table()[positions]
-        out = np.empty(positions.shape, dtype=np.int64)
+            found: np.ndarray = self._small_table()[positions]
+            return found
+        out: np.ndarray = np.empty(positions.shape, dtype=np.int64)
         flat_in, flat_out = positions.reshape(-1), out.reshape(-1)
         n = np.uint64(self.n)
         for start in range(0, flat_in.size, _CHUNK):

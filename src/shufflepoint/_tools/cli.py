@@ -18,7 +18,7 @@ import json
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TextIO
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
@@ -102,7 +102,7 @@ def _write_json(path: str | None, payload: dict[str, Any]) -> None:
             f.write(text)
 
 
-def _out(json_path: str | None):
+def _out(json_path: str | None) -> TextIO:
     """Where the human-readable text goes: stderr when the JSON takes stdout."""
     return sys.stderr if json_path == "-" else sys.stdout
 

@@ -43,7 +43,7 @@ def probe_accelerate(seedable: bool = False) -> dict[str, Any]:
                                    use_seedable_sampler=seedable)
 
     def ids(batch: Any) -> list[int]:
-        return batch[0].tolist()
+        return [int(v) for v in batch[0].tolist()]
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torchdata's set_vital; the patch's ResumeWarning is not expected here
@@ -63,10 +63,12 @@ def probe_accelerate(seedable: bool = False) -> dict[str, Any]:
 
 def run_doctor() -> dict[str, Any]:
     """Every check, as a JSON-ready dict with ``exit_code`` and ``advice``."""
-    versions = {"python": sys.version.split()[0], "platform": platform.platform()}
+    versions: dict[str, str | None] = {"python": sys.version.split()[0], "platform": platform.platform()}
     for name in ("shufflepoint", "torch", "numpy", "accelerate", "torchdata", "matplotlib"):
         versions[name] = _version(name)
     import torch.distributed as dist
+
+    from shufflepoint.integrations import accelerate as integration
 
     gloo = bool(dist.is_available() and dist.is_gloo_available())
     found: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "versions": versions, "gloo": gloo}
@@ -79,59 +81,76 @@ def run_doctor() -> dict[str, Any]:
     if versions["matplotlib"] is None:
         advice.append("matplotlib is not installed: `shufflepoint demo` prints its table but writes no plot "
                       "(pip install 'shufflepoint[plot]')")
-    from shufflepoint.integrations import accelerate as integration
-
-    patch_active = integration.is_patched()
-    found["patch_active"] = patch_active
-    if versions["accelerate"] is None or versions["torchdata"] is None:
+    found["patch_active"] = integration.is_patched()
+    accelerate, torchdata = versions["accelerate"], versions["torchdata"]
+    if accelerate is None or torchdata is None:
         missing = [n for n in ("accelerate", "torchdata") if versions[n] is None]
         found["accelerate_4195"] = {"status": "not applicable", "detail": f"{' and '.join(missing)} not installed"}
         advice.append("Accelerate's stateful loaders are not in use here; shufflepoint.DataLoader needs neither")
     else:
-        in_range = integration.version_in_range(versions["accelerate"])
-        low, high = integration.TESTED_ACCELERATE
-        found["patch_tested_range"] = [low, high]
-        found["patch_supports_installed"] = in_range
-        was_patched = patch_active
-        try:
-            integration.unpatch_accelerate()
-            stock = {"plain": probe_accelerate(False), "seedable": probe_accelerate(True)}
-            patched = None
-            if in_range:
-                integration.patch_accelerate()
-                try:
-                    patched = {"plain": probe_accelerate(False), "seedable": probe_accelerate(True)}
-                finally:
-                    integration.unpatch_accelerate()
-        finally:
-            if was_patched:
-                integration.patch_accelerate()
-        buggy = [k for k, v in stock.items() if v["verdict"] != _audit.EXACT]
-        found["accelerate_4195"] = {"status": "present" if buggy else "absent", "stock": stock, "patched": patched}
-        if buggy:
-            problems += 1
-            advice.append(
-                f"Accelerate {versions['accelerate']} has the #4195 bug: a stateful loader resumed in new processes "
-                f"continues at the right position in the wrong order. Add `shufflepoint.patch_accelerate()` before "
-                f"`accelerator.prepare(...)` in your training script, or use shufflepoint.DataLoader.")
-            if patched is not None and all(v["verdict"] == _audit.EXACT for v in patched.values()):
-                advice.append("with patch_accelerate() the same probe resumes EXACT here")
-            elif patched is None:
-                advice.append(f"patch_accelerate() was tested on Accelerate {low} up to {high} (exclusive) and "
-                              f"refuses {versions['accelerate']}: use shufflepoint.DataLoader, or install a tested "
-                              "Accelerate")
-                problems += 1
-            else:
-                problems += 1
-                advice.append("with patch_accelerate() the probe is still not exact here: please report this")
-        if not patch_active:
-            advice.append("patch_accelerate() acts per process, so it is not active in this doctor process; "
-                          "call it in every training process, before accelerator.prepare(...)")
+        problems += _check_accelerate(accelerate, found, advice)
     advice.append("to check your own pipeline end to end, in real processes: "
                   "shufflepoint audit path/to/your_script.py:make_loader --nproc 2")
     found["advice"] = advice
     found["exit_code"] = 1 if problems else 0
     return found
+
+
+def _probe_stock_and_patched(in_range: bool) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The #4195 probe without the patch, and with it where the version allows; the process is left
+    patched or not as it was found."""
+    from shufflepoint.integrations import accelerate as integration
+
+    was_patched = integration.is_patched()
+    try:
+        integration.unpatch_accelerate()
+        stock = {"plain": probe_accelerate(False), "seedable": probe_accelerate(True)}
+        patched = None
+        if in_range:
+            integration.patch_accelerate()
+            try:
+                patched = {"plain": probe_accelerate(False), "seedable": probe_accelerate(True)}
+            finally:
+                integration.unpatch_accelerate()
+    finally:
+        if was_patched:
+            integration.patch_accelerate()
+    return stock, patched
+
+
+def _check_accelerate(version: str, found: dict[str, Any], advice: list[str]) -> int:
+    """Probe the installed Accelerate for #4195, stock and patched; fill ``found`` and ``advice``.
+    Returns the number of problems found."""
+    from shufflepoint.integrations import accelerate as integration
+
+    in_range = integration.version_in_range(version)
+    low, high = integration.TESTED_ACCELERATE
+    found["patch_tested_range"] = [low, high]
+    found["patch_supports_installed"] = in_range
+    stock, patched = _probe_stock_and_patched(in_range)
+    buggy = [k for k, v in stock.items() if v["verdict"] != _audit.EXACT]
+    found["accelerate_4195"] = {"status": "present" if buggy else "absent", "stock": stock, "patched": patched}
+    problems = 0
+    if buggy:
+        problems += 1
+        advice.append(
+            f"Accelerate {version} has the #4195 bug: a stateful loader resumed in new processes "
+            f"continues at the right position in the wrong order. Add `shufflepoint.patch_accelerate()` before "
+            f"`accelerator.prepare(...)` in your training script, or use shufflepoint.DataLoader.")
+        if patched is not None and all(v["verdict"] == _audit.EXACT for v in patched.values()):
+            advice.append("with patch_accelerate() the same probe resumes EXACT here")
+        elif patched is None:
+            advice.append(f"patch_accelerate() was tested on Accelerate {low} up to {high} (exclusive) and "
+                          f"refuses {version}: use shufflepoint.DataLoader, or install a tested "
+                          "Accelerate")
+            problems += 1
+        else:
+            problems += 1
+            advice.append("with patch_accelerate() the probe is still not exact here: please report this")
+    if not found["patch_active"]:
+        advice.append("patch_accelerate() acts per process, so it is not active in this doctor process; "
+                      "call it in every training process, before accelerator.prepare(...)")
+    return problems
 
 
 def render(found: dict[str, Any]) -> str:

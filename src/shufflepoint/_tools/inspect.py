@@ -60,7 +60,7 @@ def _load(path: str) -> Any:
         ) from None
 
 
-def _find(value: Any, path: tuple[str, ...] = (), depth: int = 0) -> list[tuple[tuple[str, ...], Mapping]]:
+def _find(value: Any, path: tuple[str, ...] = (), depth: int = 0) -> list[tuple[tuple[str, ...], Mapping[str, Any]]]:
     """Every dict that looks like a loader state, with the keys leading to it (outermost first)."""
     if not isinstance(value, Mapping) or depth > 4:
         return []
@@ -73,7 +73,7 @@ def _find(value: Any, path: tuple[str, ...] = (), depth: int = 0) -> list[tuple[
     return found
 
 
-def _nested_shufflepoint(value: Any, depth: int = 0) -> Mapping | None:
+def _nested_shufflepoint(value: Any, depth: int = 0) -> Mapping[str, Any] | None:
     if not isinstance(value, Mapping) or depth > 4:
         return None
     if value.get("format") == "shufflepoint":
@@ -91,58 +91,17 @@ def _has_generator(value: Any, depth: int = 0) -> bool:
     return "generator" in value or any(_has_generator(v, depth + 1) for v in value.values())
 
 
-def classify(state: Mapping) -> dict[str, Any]:
+def classify(state: Mapping[str, Any]) -> dict[str, Any]:
     """Who wrote this loader state, where it stands, and whether its order is recoverable."""
-    from shufflepoint._core.errors import StateError
-    from shufflepoint._core.state import _check_shape
-
     if state.get("format") == "shufflepoint":
-        try:
-            _check_shape(state)
-        except StateError as error:
-            return {"writer": "shufflepoint (damaged)", "recoverable": False, "epoch": None, "position": None,
-                    "finding": f"a shufflepoint state that does not validate: {error}",
-                    "fix": "use another checkpoint"}
-        writer = "shufflepoint.DataLoader" if state["kind"] == "loader" else "shufflepoint.ResumableSampler"
-        return {
-            "writer": writer, "recoverable": True, "epoch": state["epoch"],
-            "position": f"cursor {state['cursor']} of {state['n']} samples",
-            "finding": (f"order recoverable: {state['order']} order v{state['order_version']}, seed {state['seed']}, "
-                        f"a pure function of (seed, epoch); saved by {state['world_size']} ranks x batch "
-                        f"{state['batch_size']}, resumable on any world size or batch size"),
-            "fix": None,
-        }
+        return _classify_own(state)
     main = state.get("_snapshot", {}).get("_main_snapshot", {}) if "_snapshot" in state else state
     batches = state.get("_num_yielded", state.get("_snapshot", {}).get("_snapshot_step"))
     position = f"{batches} batches into the epoch" if isinstance(batches, int) else None
     if state.get("_iterator_finished"):
         position = "after the last batch of an epoch"
     if "_iteration" in state:
-        epoch = state["_iteration"]
-        block = state.get("_shufflepoint")
-        if isinstance(block, Mapping):
-            source = block.get("order_source")
-            text = {
-                "generator": "the shuffle generator's state at the start of the epoch is saved",
-                "seedable": f"SeedableRandomSampler seed {block.get('initial_seed')} + epoch",
-                "fixed": "an order that is a function of the epoch alone (no shuffle, or DistributedSampler)",
-                "dataset": "an iterable dataset: its own order, given the epoch",
-            }.get(source)
-            if text is not None:
-                return {"writer": "Accelerate-prepared loader + shufflepoint.patch_accelerate()",
-                        "recoverable": True, "epoch": epoch, "position": position,
-                        "finding": f"order recoverable: {text}", "fix": None}
-            return {"writer": "Accelerate-prepared loader + shufflepoint.patch_accelerate()", "recoverable": False,
-                    "epoch": epoch, "position": position,
-                    "finding": "a custom sampler: only the epoch and position are saved; if it draws randomness "
-                               "of its own, the resumed order differs",
-                    "fix": "use shuffle=True with use_seedable_sampler=True, or shufflepoint.DataLoader"}
-        return {"writer": "Accelerate-prepared loader (saves _iteration, as upstream PR #4238)",
-                "recoverable": None, "epoch": epoch, "position": position,
-                "finding": "the epoch is saved but not the shuffle: the order is recoverable only if the loader "
-                           "uses use_seedable_sampler=True",
-                "fix": "prepare with DataLoaderConfiguration(use_seedable_sampler=True), or call "
-                       "shufflepoint.patch_accelerate() before prepare"}
+        return _classify_patched_accelerate(state, position)
     nested = _nested_shufflepoint(main.get("_sampler_iter_state")) or _nested_shufflepoint(
         main.get("_index_sampler_state"))
     if nested is not None:
@@ -164,6 +123,58 @@ def classify(state: Mapping) -> dict[str, Any]:
                "if your loop calls sampler.set_epoch(epoch) with the epoch from your own checkpoint",
         "fix": _FIX_CURSOR_ONLY,
     }
+
+
+def _classify_own(state: Mapping[str, Any]) -> dict[str, Any]:
+    """A state that shufflepoint wrote: valid (recoverable on any world size) or damaged."""
+    from shufflepoint._core.errors import StateError
+    from shufflepoint._core.state import _check_shape
+
+    try:
+        _check_shape(state)
+    except StateError as error:
+        return {"writer": "shufflepoint (damaged)", "recoverable": False, "epoch": None, "position": None,
+                "finding": f"a shufflepoint state that does not validate: {error}",
+                "fix": "use another checkpoint"}
+    writer = "shufflepoint.DataLoader" if state["kind"] == "loader" else "shufflepoint.ResumableSampler"
+    return {
+        "writer": writer, "recoverable": True, "epoch": state["epoch"],
+        "position": f"cursor {state['cursor']} of {state['n']} samples",
+        "finding": (f"order recoverable: {state['order']} order v{state['order_version']}, seed {state['seed']}, "
+                    f"a pure function of (seed, epoch); saved by {state['world_size']} ranks x batch "
+                    f"{state['batch_size']}, resumable on any world size or batch size"),
+        "fix": None,
+    }
+
+
+def _classify_patched_accelerate(state: Mapping[str, Any], position: str | None) -> dict[str, Any]:
+    """An Accelerate state with ``_iteration``: written with the patch (order pinned) or by an
+    Accelerate that saves the epoch alone."""
+    epoch = state["_iteration"]
+    block = state.get("_shufflepoint")
+    if isinstance(block, Mapping):
+        source = block.get("order_source")
+        text = {
+            "generator": "the shuffle generator's state at the start of the epoch is saved",
+            "seedable": f"SeedableRandomSampler seed {block.get('initial_seed')} + epoch",
+            "fixed": "an order that is a function of the epoch alone (no shuffle, or DistributedSampler)",
+            "dataset": "an iterable dataset: its own order, given the epoch",
+        }.get(str(source))
+        if text is not None:
+            return {"writer": "Accelerate-prepared loader + shufflepoint.patch_accelerate()",
+                    "recoverable": True, "epoch": epoch, "position": position,
+                    "finding": f"order recoverable: {text}", "fix": None}
+        return {"writer": "Accelerate-prepared loader + shufflepoint.patch_accelerate()", "recoverable": False,
+                "epoch": epoch, "position": position,
+                "finding": "a custom sampler: only the epoch and position are saved; if it draws randomness "
+                           "of its own, the resumed order differs",
+                "fix": "use shuffle=True with use_seedable_sampler=True, or shufflepoint.DataLoader"}
+    return {"writer": "Accelerate-prepared loader (saves _iteration, as upstream PR #4238)",
+            "recoverable": None, "epoch": epoch, "position": position,
+            "finding": "the epoch is saved but not the shuffle: the order is recoverable only if the loader "
+                       "uses use_seedable_sampler=True",
+            "fix": "prepare with DataLoaderConfiguration(use_seedable_sampler=True), or call "
+                   "shufflepoint.patch_accelerate() before prepare"}
 
 
 def _inspect_file(path: str, shown: str) -> list[dict[str, Any]]:

@@ -68,7 +68,7 @@ def parse_target(text: str, what: str = "TARGET") -> Target:
     return Target(text, location, attribute, False)
 
 
-def load_target(target: Target) -> Callable[[], Any]:
+def load_target(target: Target) -> Callable[..., Any]:
     """Import TARGET and return its factory (in a worker: may import torch, accelerate, ...)."""
     import importlib
     import importlib.util
@@ -93,7 +93,7 @@ def load_target(target: Target) -> Callable[[], Any]:
         )
     if not callable(factory):
         raise UsageError(f"TARGET {target.text!r}: {target.attribute!r} is a {type(factory).__name__}, not callable")
-    return factory
+    return factory  # type: ignore[no-any-return]  # checked callable above
 
 
 @dataclass(frozen=True)

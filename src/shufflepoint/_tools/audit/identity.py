@@ -27,7 +27,7 @@ def _tensor_ids(tensor: Any) -> list[SampleId]:
 
 def _tensor_bytes(tensor: Any) -> bytes:
     header = f"{tensor.dtype}{tuple(tensor.shape)}".encode()
-    return header + tensor.contiguous().numpy().tobytes()
+    return header + bytes(tensor.contiguous().numpy().tobytes())
 
 
 def _object_id(sample: Any) -> SampleId:

@@ -15,6 +15,7 @@ from shufflepoint._tools.audit.verdicts import (
     EXACT,
     EXACTLY_ONCE,
     ORDER_LOST,
+    Batch,
     Pass,
     SampleId,
     worst,
@@ -28,8 +29,8 @@ class Difference:
     rank: int
     epoch: int
     batch: int  # index within the epoch
-    expected: list | None  # None: the uninterrupted stream had no such batch
-    got: list | None  # None: the resumed stream had no such batch
+    expected: Batch | None  # None: the uninterrupted stream had no such batch
+    got: Batch | None  # None: the resumed stream had no such batch
 
 
 @dataclass
@@ -260,20 +261,33 @@ def judge(
             epoch, before, after, dataset_length=n, world_size=len(resumed), batch_size=batch_size,
             drop_last=_infer_drop_last(reference, epoch, n, drop_last)))
     if not elastic:
-        result.ranks = [judge_rank(r, reference[r], resumed[r], save) for r in range(len(reference))]
-        result.verdict = worst([r.verdict for r in result.ranks])
-        exact = sum(r.verdict == EXACT for r in result.ranks)
-        if result.verdict == EXACT:
-            result.summary = (f"every rank's resumed stream equals the uninterrupted one "
-                              f"({sum(r.batches_expected for r in result.ranks)} batches compared)")
-        else:
-            first = next(r for r in result.ranks if r.verdict == result.verdict)
-            result.summary = f"rank {first.rank}: {first.detail}" + (
-                f"; {exact} of {len(result.ranks)} ranks exact" if len(result.ranks) > 1 else "")
-            broken = [e for e in result.epochs if e.verdict != EXACTLY_ONCE]
-            if broken:
-                result.notes.append("over all ranks: " + "; ".join(f"epoch {e.epoch}: {e.detail}" for e in broken))
-        return result
+        return _judge_same_world(result, reference, resumed, save)
+    return _judge_elastic(result, reference, resumed, save)
+
+
+def _judge_same_world(result: Judgement, reference: list[list[Pass]], resumed: list[list[Pass]],
+                      save: SavePoint) -> Judgement:
+    """Same number of ranks: rank by rank, EXACT or the first difference; the epoch checks as notes."""
+    result.ranks = [judge_rank(r, reference[r], resumed[r], save) for r in range(len(reference))]
+    result.verdict = worst([r.verdict for r in result.ranks])
+    exact = sum(r.verdict == EXACT for r in result.ranks)
+    if result.verdict == EXACT:
+        result.summary = (f"every rank's resumed stream equals the uninterrupted one "
+                          f"({sum(r.batches_expected for r in result.ranks)} batches compared)")
+    else:
+        first = next(r for r in result.ranks if r.verdict == result.verdict)
+        result.summary = f"rank {first.rank}: {first.detail}" + (
+            f"; {exact} of {len(result.ranks)} ranks exact" if len(result.ranks) > 1 else "")
+        broken = [e for e in result.epochs if e.verdict != EXACTLY_ONCE]
+        if broken:
+            result.notes.append("over all ranks: " + "; ".join(f"epoch {e.epoch}: {e.detail}" for e in broken))
+    return result
+
+
+def _judge_elastic(result: Judgement, reference: list[list[Pass]], resumed: list[list[Pass]],
+                   save: SavePoint) -> Judgement:
+    """Another number of ranks: epoch by epoch over the union of ranks."""
+    epochs = len(reference[0])
     for rank, passes in enumerate(resumed):
         served = sum(len(b) for p in passes for b in p)
         result.ranks.append(RankResult(rank, "-", 0, sum(map(len, passes)), f"{served} samples in "

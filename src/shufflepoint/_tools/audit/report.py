@@ -53,7 +53,7 @@ def report_dict(config: AuditConfig, judgement: Judgement, facts: dict[str, Any]
     }
 
 
-def _short(batch: list | None, width: int) -> str:
+def _short(batch: list[Any] | None, width: int) -> str:
     if batch is None:
         return "(none)"
     text = "[" + " ".join(str(s) for s in batch) + "]"

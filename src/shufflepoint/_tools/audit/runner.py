@@ -41,73 +41,98 @@ def _phase_failure(phase: str, records: list[dict[str, Any] | None], launch_resu
     return None
 
 
+Record = dict[str, Any]
+Failure = tuple[str, str]  # (kind, message): kind "usage" or "error"
+
+
+class _Phases:
+    """Launches the worker for one phase at a time: fresh processes, timed, reported as they go."""
+
+    def __init__(self, config: AuditConfig, directory: str, progress: Callable[[str], None]) -> None:
+        self.config, self.directory, self.progress = config, directory, progress
+        self.started = time.monotonic()
+        self.timings: dict[str, float] = {}
+        target = config.target
+        self.common = ["--target", target.module + ":" + target.attribute,
+                       "--file-target" if target.is_file else "--module-target",
+                       "--out", directory, "--epochs", str(config.epochs), "--save-at", str(config.save_at)]
+        if config.sample_id:
+            self.common += ["--sample-id", config.sample_id]
+
+    def run(self, name: str, nproc: int, label: str, kill: bool = False) -> tuple[list[Record | None], Failure | None]:
+        """Launch PHASE ``name`` on ``nproc`` processes; its records, and what went wrong if anything."""
+        from shufflepoint._tools.launch import launch
+
+        begin = time.monotonic()
+        self.progress(f"[{begin - self.started:5.1f}s] {label}: starting {nproc} processes ...")
+        kill_when = os.path.join(self.directory, "interrupt.saved") if kill else None
+        result = launch(["-m", "shufflepoint._tools.audit.worker", name, *self.common], nproc,
+                        timeout=self.config.timeout, kill_when=kill_when)
+        self.timings[name] = time.monotonic() - begin
+        how = "SIGKILLed after the save" if result.killed else f"exit code {result.returncode}"
+        self.progress(f"[{time.monotonic() - self.started:5.1f}s] {label}: {nproc} processes, {how}")
+        records = _read_records(self.directory, name, nproc)
+        failure = _phase_failure(name, records, result)
+        if failure is None and kill and not result.killed:
+            failure = ("error", f"{name}: the run ended before it was killed")
+        return records, failure
+
+
 def run_audit(config: AuditConfig, progress: Callable[[str], None] = lambda _: None,
               workdir: str | None = None) -> dict[str, Any]:
     """Run the phases and judge; returns the report dict. Raises UsageError for a TARGET that
     cannot be loaded or a save point the loader never reaches."""
-    from shufflepoint._tools.launch import launch
-
-    started = time.monotonic()
-    own_dir = workdir is None
     directory = workdir or tempfile.mkdtemp(prefix="shufflepoint-audit-")
-    timings: dict[str, float] = {}
-    common = ["--target", config.target.module + ":" + config.target.attribute,
-              "--file-target" if config.target.is_file else "--module-target",
-              "--out", directory, "--epochs", str(config.epochs), "--save-at", str(config.save_at)]
-    if config.sample_id:
-        common += ["--sample-id", config.sample_id]
-    worker = ["-m", "shufflepoint._tools.audit.worker"]
-
-    def phase(name: str, nproc: int, label: str, kill: bool = False) -> Any:
-        begin = time.monotonic()
-        progress(f"[{begin - started:5.1f}s] {label}: starting {nproc} processes ...")
-        kill_when = os.path.join(directory, "interrupt.saved") if kill else None
-        result = launch([*worker, name, *common], nproc, timeout=config.timeout, kill_when=kill_when)
-        timings[name] = time.monotonic() - begin
-        how = "SIGKILLed after the save" if result.killed else f"exit code {result.returncode}"
-        progress(f"[{time.monotonic() - started:5.1f}s] {label}: {nproc} processes, {how}")
-        return result
-
+    phases = _Phases(config, directory, progress)
     try:
         facts: dict[str, Any] = {}
         reference_phase = "reference" if config.kill else "record"
-        result = phase(reference_phase, config.nproc,
-                       "uninterrupted run" + ("" if config.kill else ", state saved on the way"))
-        records = _read_records(directory, reference_phase, config.nproc)
-        failure = _phase_failure(reference_phase, records, result)
+        records, failure = phases.run(reference_phase, config.nproc,
+                                      "uninterrupted run" + ("" if config.kill else ", state saved on the way"))
+        interrupted: list[Record | None] = []
         if failure is None and config.kill:
-            result = phase("interrupt", config.nproc, "interrupted run", kill=True)
-            interrupted = _read_records(directory, "interrupt", config.nproc)
-            failure = _phase_failure("interrupt", interrupted, result)
-            if failure is None and not result.killed:
-                failure = ("error", "interrupt: the run ended before it was killed")
+            interrupted, failure = phases.run("interrupt", config.nproc, "interrupted run", kill=True)
+        resumed: list[Record | None] = []
         if failure is None:
             saved = interrupted if config.kill else records
-            facts = {k: records[0].get(k) for k in ("loader", "dataset_length")}  # type: ignore[union-attr]
-            facts["state_keys"] = saved[0].get("state_keys")  # type: ignore[union-attr]
-            result = phase("resume", config.resume_nproc, "resumed in new processes")
-            resumed = _read_records(directory, "resume", config.resume_nproc)
-            failure = _phase_failure("resume", resumed, result)
-        timings["total"] = time.monotonic() - started
+            facts = {k: _record(records, 0).get(k) for k in ("loader", "dataset_length")}
+            facts["state_keys"] = _record(saved, 0).get("state_keys")
+            resumed, failure = phases.run("resume", config.resume_nproc, "resumed in new processes")
+        phases.timings["total"] = time.monotonic() - phases.started
         if failure is not None:
             kind, message = failure
             if kind == "usage":
                 raise UsageError(message)
             judgement = Judgement(ERROR, message.splitlines()[0], config.resume_nproc != config.nproc)
-            return report_dict(config, judgement, facts, timings, error=message)
-        reference = [r["epochs"] for r in records]  # type: ignore[index]
-        judgement = judge(reference, [r["passes"] for r in resumed],  # type: ignore[index]
-                          config.save_at, dataset_length=facts.get("dataset_length"),
-                          drop_last=records[0].get("drop_last"),  # type: ignore[union-attr]
-                          resume_batch_size=resumed[0].get("batch_size"))  # type: ignore[union-attr]
-        if config.kill:
-            reason = check_reproducible(reference, [r["epochs"] for r in interrupted], config.save_at)  # type: ignore[index]
-            if reason is not None:
-                judgement.verdict, judgement.summary = DIVERGED, reason
-        loaded = sorted({r["loaded_state_of_rank"] for r in resumed if r})  # type: ignore[index]
-        if judgement.elastic:
-            judgement.notes.append(f"new ranks loaded the state saved by old rank(s) {loaded}")
-        return report_dict(config, judgement, facts, timings)
+            return report_dict(config, judgement, facts, phases.timings, error=message)
+        judgement = _judge_records(config, facts, records, interrupted, resumed)
+        return report_dict(config, judgement, facts, phases.timings)
     finally:
-        if own_dir:
+        if workdir is None:
             shutil.rmtree(directory, ignore_errors=True)
+
+
+def _record(records: list[Record | None], rank: int) -> Record:
+    """A rank's record, once ``_phase_failure`` has found every rank's."""
+    found = records[rank]
+    assert found is not None, "_phase_failure lets no phase with a missing record through"
+    return found
+
+
+def _judge_records(config: AuditConfig, facts: dict[str, Any], records: list[Record | None],
+                   interrupted: list[Record | None], resumed: list[Record | None]) -> Judgement:
+    """The judge over the phases' records, plus the reproducibility check of a --kill audit."""
+    reference = [_record(records, r)["epochs"] for r in range(len(records))]
+    new = [_record(resumed, r) for r in range(len(resumed))]
+    judgement = judge(reference, [r["passes"] for r in new], config.save_at,
+                      dataset_length=facts.get("dataset_length"), drop_last=_record(records, 0).get("drop_last"),
+                      resume_batch_size=new[0].get("batch_size"))
+    if config.kill:
+        before = [_record(interrupted, r)["epochs"] for r in range(len(interrupted))]
+        reason = check_reproducible(reference, before, config.save_at)
+        if reason is not None:
+            judgement.verdict, judgement.summary = DIVERGED, reason
+    if judgement.elastic:
+        loaded = sorted({r["loaded_state_of_rank"] for r in new})
+        judgement.notes.append(f"new ranks loaded the state saved by old rank(s) {loaded}")
+    return judgement

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from typing import Any
 
 SCHEMA_VERSION = 1
 
@@ -14,8 +15,8 @@ PASSING = (EXACT, EXACTLY_ONCE)
 _SEVERITY = (ERROR, ORDER_LOST, DUPLICATED, DROPPED, DIVERGED, EXACTLY_ONCE, EXACT)
 
 SampleId = Hashable  # int or str in practice: JSON round-trips them
-Batch = list  # of sample ids
-Pass = list  # of batches: one run of iter(loader)
+Batch = list[Any]  # of sample ids (SampleId); Any, as lists are invariant and callers build list[int]
+Pass = list[Batch]  # of batches: one run of iter(loader)
 
 
 class UsageError(ValueError):

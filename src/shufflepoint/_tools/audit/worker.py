@@ -34,6 +34,7 @@ import sys
 import time
 import traceback
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from shufflepoint._tools.audit import SavePoint, Target, UsageError, load_target, parse_save_at, sample_ids
@@ -108,7 +109,7 @@ class Worker:
         self.out = args.out
         self.record: dict[str, Any] = {"rank": self.rank, "world_size": self.world_size, "phase": args.phase,
                                        "error": None, "warnings": []}
-        self.identify = sample_ids
+        self.identify: Callable[[Any], Any] = sample_ids
 
     def state_path(self, rank: int) -> str:
         return os.path.join(self.out, f"state_r{rank}.pt")
@@ -143,7 +144,7 @@ class Worker:
         )
         return loader
 
-    def ids(self, batch: Any) -> list:
+    def ids(self, batch: Any) -> list[Any]:
         found = self.identify(batch)
         return [v if isinstance(v, (int, str)) and not isinstance(v, bool) else repr(v) for v in found]
 
@@ -154,8 +155,8 @@ class Worker:
         self.record["state_keys"] = sorted(map(str, state)) if isinstance(state, dict) else None
         _atomic_write(self.state_path(self.rank), lambda tmp: torch.save(state, tmp))
 
-    def run_epochs(self, loader: Any, *, saving: bool, stop_at_save: bool) -> list[list[list]]:
-        epochs: list[list[list]] = []
+    def run_epochs(self, loader: Any, *, saving: bool, stop_at_save: bool) -> list[list[list[Any]]]:
+        epochs: list[list[list[Any]]] = []
         for epoch in range(self.args.epochs):
             at_save = epoch == self.save.epoch
             if at_save and self.save.step == 0 and saving:
@@ -163,7 +164,7 @@ class Worker:
                 if stop_at_save:
                     return epochs + [[]]
             _begin_epoch(loader, epoch)
-            batches: list[list] = []
+            batches: list[list[Any]] = []
             epochs.append(batches)
             for batch in loader:
                 batches.append(self.ids(batch))

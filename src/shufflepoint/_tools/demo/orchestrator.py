@@ -8,7 +8,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from shufflepoint._tools import audit as _audit
 from shufflepoint._tools.demo.report import import_matplotlib, plot_losses
@@ -159,4 +159,5 @@ def torch_load_record(run_dir: str, name: str, rank: int) -> dict[str, Any]:
     """The interrupted run's record, from inside its checkpoint (it was killed before writing more)."""
     import torch
 
-    return torch.load(os.path.join(run_dir, "checkpoints", f"{name}_r{rank}.pt"), weights_only=False)["record"]
+    checkpoint = torch.load(os.path.join(run_dir, "checkpoints", f"{name}_r{rank}.pt"), weights_only=False)
+    return cast(dict[str, Any], checkpoint["record"])

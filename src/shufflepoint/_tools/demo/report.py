@@ -17,7 +17,7 @@ def import_matplotlib() -> None:
         pass
 
 
-def plot_losses(curves: dict[str, tuple[list, list, int, str]], path: str) -> tuple[str | None, str]:
+def plot_losses(curves: dict[str, tuple[list[float], list[float], int, str]], path: str) -> tuple[str | None, str]:
     try:
         import matplotlib
 

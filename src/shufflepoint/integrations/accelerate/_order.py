@@ -25,13 +25,13 @@ class _EpochTracker:
     epoch_start_generator: str | None = None
     pass_done: bool = False
     # The loader iterating the pass in progress, held weakly: no cycle keeps a loader alive.
-    current: weakref.ref | None = None
+    current: weakref.ref[Any] | None = None
 
 
 def _tracker(loader: Any) -> _EpochTracker:
     # Read from __dict__: DataLoaderAdapter.__getattr__ would forward a miss to the base loader.
     found = loader.__dict__.get("_shufflepoint_tracker")
-    if found is None:
+    if not isinstance(found, _EpochTracker):
         found = loader.__dict__["_shufflepoint_tracker"] = _EpochTracker()
     return found
 

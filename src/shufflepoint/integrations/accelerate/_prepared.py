@@ -3,7 +3,7 @@ is imported only by the native path, once Accelerate is in use."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from accelerate.data_loader import DataLoaderStateMixin
 from accelerate.state import GradientState
@@ -95,7 +95,7 @@ class PreparedDataLoader(DataLoaderStateMixin):
         return send_to_device(batch, self.device, non_blocking=self._non_blocking)
 
     def state_dict(self) -> dict[str, Any]:
-        return self.loader.state_dict()
+        return cast(dict[str, Any], self.loader.state_dict())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.loader.load_state_dict(state)

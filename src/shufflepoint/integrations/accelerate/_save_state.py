@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from typing import Any
+from typing import Any, cast
 
 from shufflepoint.integrations.accelerate._native import _is_native
 from shufflepoint.integrations.accelerate._order import _apply_order, _order_state, _parse_order_state
@@ -27,11 +27,11 @@ def _loader_checkpoint_state(loader: Any) -> dict[str, Any] | None:
     from accelerate.data_loader import DataLoaderDispatcher, DataLoaderShard
 
     if _is_native(loader):
-        return loader.state_dict()
+        return cast(dict[str, Any], loader.state_dict())
     if type(loader) not in (DataLoaderShard, DataLoaderDispatcher):
         return None
     if getattr(loader, "use_stateful_dataloader", False):
-        return loader.state_dict()
+        return cast(dict[str, Any], loader.state_dict())
     # Without torchdata the position is the user's (skip_first_batches); the order is ours.
     return _order_state(loader)
 

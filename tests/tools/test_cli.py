@@ -18,7 +18,7 @@ import shufflepoint
 from shufflepoint._tools.audit import worker as _audit_worker
 from shufflepoint._tools.cli import main
 
-TARGETS = os.path.join(os.path.dirname(__file__), "distributed", "targets", "loaders.py")
+TARGETS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "distributed", "targets", "loaders.py")
 
 
 def run(capsys, *argv):
