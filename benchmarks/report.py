@@ -15,84 +15,27 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-LABELS = {
-    "shufflepoint": "shufflepoint.DataLoader (rank 0 of 2)",
-    "sp_sampler": "shufflepoint.ResumableSampler + torch DataLoader (rank 0 of 2)",
-    "torch_ds": "torch DataLoader + DistributedSampler (rank 0 of 2)",
-    "torch": "torch DataLoader, shuffle=True (1 process)",
-    "torchdata": "torchdata StatefulDataLoader (1 process)",
-    "accelerate": "Accelerate prepared, stateful (rank 0 of 2)",
-}
-SHORT = {
-    "shufflepoint": "shufflepoint.DataLoader", "sp_sampler": "shufflepoint.ResumableSampler",
-    "torch_ds": "torch DL + DistributedSampler (fresh start)", "torch": "torch DataLoader",
-    "torchdata": "torchdata StatefulDataLoader", "accelerate": "Accelerate (stateful)",
-}
-PEERS = ("torchdata", "accelerate")
-OURS = "shufflepoint"
-COLORS = {"shufflepoint": "tab:green", "sp_sampler": "tab:olive", "torch_ds": "tab:gray",
-          "torchdata": "tab:orange", "accelerate": "tab:blue", "torch": "black"}
-TARGET_RESUME_S = 5e-3
-TARGET_MEMORY_B = 2**20
-TARGET_STATE_B = 512
-TARGET_INDEX_RATE = 20e6
-TARGET_OVERHEAD_S = 1e-6
-TARGET_ITER_RATIO = 0.95
-
-
-def stats(values: list[float]) -> tuple[float, float, float]:
-    return statistics.median(values), min(values), max(values)
-
-
-def fmt_seconds(seconds: float) -> str:
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.0f} µs"
-    if seconds < 1:
-        return f"{seconds * 1e3:.2f} ms" if seconds < 0.1 else f"{seconds * 1e3:.0f} ms"
-    return f"{seconds:.2f} s" if seconds < 10 else f"{seconds:.1f} s"
-
-
-def fmt_stat(values: list[float]) -> str:
-    median, low, high = stats(values)
-    if len(values) == 1:
-        return fmt_seconds(median)
-    return f"{fmt_seconds(median)} ({fmt_seconds(low)}–{fmt_seconds(high)})"
-
-
-def fmt_bytes(size: float) -> str:
-    if size < 2**10:
-        return f"{size:.0f} B"
-    if size < 2**20:
-        return f"{size / 2**10:.0f} KiB"
-    if size < 2**30:
-        return f"{size / 2**20:.1f} MiB"
-    return f"{size / 2**30:.2f} GiB"
-
-
-def fmt_n(n: int) -> str:
-    exponent = len(str(n)) - 1
-    return f"1e{exponent}" if n == 10**exponent else f"{n:,}"
-
-
-def fmt_ratio(ratio: float) -> str:
-    if ratio >= 100:
-        return f"{ratio:,.0f}×"
-    return f"{ratio:.2f}×" if ratio < 10 else f"{ratio:.1f}×"
-
-
-def load(path: Path) -> dict[str, list[dict]]:
-    sections: dict[str, list[dict]] = defaultdict(list)
-    with path.open() as raw:
-        for line in raw:
-            record = json.loads(line)
-            sections[record["section"]].append(record)
-    return sections
-
-
-def verdict(ok: bool | str) -> str:
-    if ok == "cpu":
-        return "**missed on wall clock, met on CPU time** (shared machine: see the section)"
-    return "**met**" if ok else "**MISSED**"
+from _charts import charts  # noqa: E402
+from _report_format import (  # noqa: E402
+    LABELS,
+    OURS,
+    PEERS,
+    SHORT,
+    TARGET_INDEX_RATE,
+    TARGET_ITER_RATIO,
+    TARGET_MEMORY_B,
+    TARGET_OVERHEAD_S,
+    TARGET_RESUME_S,
+    TARGET_STATE_B,
+    fmt_bytes,
+    fmt_n,
+    fmt_ratio,
+    fmt_seconds,
+    fmt_stat,
+    load,
+    stats,
+    verdict,
+)
 
 
 class Report:
@@ -188,7 +131,9 @@ class Report:
             if any(c != "—" for c in cells):
                 self.w(f"| {fmt_n(n)} | {' | '.join(cells)} |")
         self.w()
-        # targets
+        self._resume_targets()
+
+    def _resume_targets(self) -> None:
         for n in (10**8, 10**9):
             medians = [self.median(OURS, n, f) for f in (0.0, 0.5, 0.9)]
             if None in medians:
@@ -304,44 +249,48 @@ class Report:
         for r in rows:
             groups[r["workers"], r["n"]][r["impl"]].append(r)
         for (workers, n), by_impl in sorted(groups.items()):
-            reference = by_impl.get("torch_ds", [])
-            ref_rate = statistics.median(r["batches"] / r["seconds"] for r in reference) if reference else None
-            ref_us = statistics.median(r["seconds"] / r["batches"] for r in reference) if reference else None
-            ref_cpu = statistics.median(r["cpu_seconds"] / r["batches"] for r in reference) if reference else None
-            for key in ("torch_ds", "shufflepoint", "sp_sampler", "torch", "torchdata", "accelerate"):
-                runs = by_impl.get(key)
-                if not runs:
-                    continue
-                rates = [r["batches"] / r["seconds"] for r in runs]
-                median, low, high = stats(rates)
-                us = statistics.median(r["seconds"] / r["batches"] for r in runs)
-                ratio = median / ref_rate if ref_rate else None
-                paired = None
-                if reference and key != "torch_ds":
-                    by_repeat = {r["repeat"]: r["batches"] / r["seconds"] for r in reference}
-                    pairs = [rate / by_repeat[r["repeat"]] for r, rate in zip(runs, rates, strict=True)
-                             if r["repeat"] in by_repeat]
-                    paired = statistics.median(pairs) if pairs else None
-                over = (us - ref_us) * 1e6 if ref_us is not None and key != "torch_ds" else None
-                cpu_us = statistics.median(r["cpu_seconds"] / r["batches"] for r in runs)
-                cpu_ratio = ref_cpu / cpu_us if ref_cpu else None
-                cpu_cells = (f"{cpu_us * 1e6:.1f} | {cpu_ratio:.2f}" if workers == 0 and cpu_ratio else "— | —")
-                self.w(f"| {LABELS[key]} | {workers} | {fmt_n(n)} | {runs[0]['batches']:,} | "
-                       f"{median:,.0f} ({low:,.0f}–{high:,.0f}) | {us * 1e6:.1f} | "
-                       f"{'1.00' if key == 'torch_ds' else f'{ratio:.2f} ({paired:.2f})'} | "
-                       f"{'—' if over is None else f'{over:+.1f}'} | {cpu_cells} | {len(runs)} |")
-                if key == OURS and workers == 0 and ratio is not None:
-                    wall_ok = ratio >= TARGET_ITER_RATIO or paired >= TARGET_ITER_RATIO
-                    self.targets.append(("iteration ≥ 0.95× DataLoader + DistributedSampler (num_workers 0)",
-                                         f"{ratio:.2f}× wall (paired {paired:.2f}×), {cpu_ratio:.2f}× CPU time",
-                                         wall_ok or ("cpu" if cpu_ratio >= TARGET_ITER_RATIO else False)))
-                    cpu_over = (cpu_us - ref_cpu) * 1e6
-                    self.targets.append(("iteration overhead ≤ 1 µs/batch over it (num_workers 0)",
-                                         f"{over:+.2f} µs/batch wall, {cpu_over:+.2f} µs/batch CPU "
-                                         "(negative: faster)",
-                                         over <= TARGET_OVERHEAD_S * 1e6
-                                         or ("cpu" if cpu_over <= TARGET_OVERHEAD_S * 1e6 else False)))
+            self._iter_rows(workers, n, by_impl)
         self.w()
+
+    def _iter_rows(self, workers: int, n: int, by_impl: dict[str, list[dict]]) -> None:
+        """One table row per loader for one (num_workers, n), and the iteration targets."""
+        reference = by_impl.get("torch_ds", [])
+        ref_rate = statistics.median(r["batches"] / r["seconds"] for r in reference) if reference else None
+        ref_us = statistics.median(r["seconds"] / r["batches"] for r in reference) if reference else None
+        ref_cpu = statistics.median(r["cpu_seconds"] / r["batches"] for r in reference) if reference else None
+        for key in ("torch_ds", "shufflepoint", "sp_sampler", "torch", "torchdata", "accelerate"):
+            runs = by_impl.get(key)
+            if not runs:
+                continue
+            rates = [r["batches"] / r["seconds"] for r in runs]
+            median, low, high = stats(rates)
+            us = statistics.median(r["seconds"] / r["batches"] for r in runs)
+            ratio = median / ref_rate if ref_rate else None
+            paired = None
+            if reference and key != "torch_ds":
+                by_repeat = {r["repeat"]: r["batches"] / r["seconds"] for r in reference}
+                pairs = [rate / by_repeat[r["repeat"]] for r, rate in zip(runs, rates, strict=True)
+                         if r["repeat"] in by_repeat]
+                paired = statistics.median(pairs) if pairs else None
+            over = (us - ref_us) * 1e6 if ref_us is not None and key != "torch_ds" else None
+            cpu_us = statistics.median(r["cpu_seconds"] / r["batches"] for r in runs)
+            cpu_ratio = ref_cpu / cpu_us if ref_cpu else None
+            cpu_cells = (f"{cpu_us * 1e6:.1f} | {cpu_ratio:.2f}" if workers == 0 and cpu_ratio else "— | —")
+            self.w(f"| {LABELS[key]} | {workers} | {fmt_n(n)} | {runs[0]['batches']:,} | "
+                   f"{median:,.0f} ({low:,.0f}–{high:,.0f}) | {us * 1e6:.1f} | "
+                   f"{'1.00' if key == 'torch_ds' else f'{ratio:.2f} ({paired:.2f})'} | "
+                   f"{'—' if over is None else f'{over:+.1f}'} | {cpu_cells} | {len(runs)} |")
+            if key == OURS and workers == 0 and ratio is not None:
+                wall_ok = ratio >= TARGET_ITER_RATIO or paired >= TARGET_ITER_RATIO
+                self.targets.append(("iteration ≥ 0.95× DataLoader + DistributedSampler (num_workers 0)",
+                                     f"{ratio:.2f}× wall (paired {paired:.2f}×), {cpu_ratio:.2f}× CPU time",
+                                     wall_ok or ("cpu" if cpu_ratio >= TARGET_ITER_RATIO else False)))
+                cpu_over = (cpu_us - ref_cpu) * 1e6
+                self.targets.append(("iteration overhead ≤ 1 µs/batch over it (num_workers 0)",
+                                     f"{over:+.2f} µs/batch wall, {cpu_over:+.2f} µs/batch CPU "
+                                     "(negative: faster)",
+                                     over <= TARGET_OVERHEAD_S * 1e6
+                                     or ("cpu" if cpu_over <= TARGET_OVERHEAD_S * 1e6 else False)))
 
     def state_section(self) -> None:
         rows = self.s.get("state", [])
@@ -424,70 +373,6 @@ class Report:
         self.lines[head:head] = self.targets_section()
         return "\n".join(self.lines) + "\n"
 
-    # -- charts ------------------------------------------------------------------------------
-    def charts(self, out: Path) -> None:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        ns = sorted({n for (_, n, _) in self.resume})
-        if ns:
-            fig, axes = plt.subplots(1, len(ns), figsize=(3.2 * len(ns), 3.8), sharey=True, squeeze=False)
-            for ax, n in zip(axes[0], ns, strict=True):
-                for key in ("torchdata", "accelerate", "torch_ds", "sp_sampler", "shufflepoint"):
-                    fracs = [f for f in (0.0, 0.5, 0.9) if (key, n, f) in self.resume]
-                    if not fracs:
-                        continue
-                    med = [statistics.median(self.resume[key, n, f]) for f in fracs]
-                    low = [m - min(self.resume[key, n, f]) for m, f in zip(med, fracs, strict=True)]
-                    high = [max(self.resume[key, n, f]) - m for m, f in zip(med, fracs, strict=True)]
-                    x = [100 * f for f in fracs]
-                    ax.errorbar(x, med, yerr=[low, high], marker="o", capsize=3, color=COLORS[key],
-                                label=SHORT[key], linestyle="-" if len(x) > 1 else "none")
-                ax.axhline(TARGET_RESUME_S, color="red", linestyle=":", linewidth=1)
-                ax.set_yscale("log")
-                ax.set_xticks([0, 50, 90])
-                ax.set_xlabel("cursor (% of epoch)")
-                ax.set_title(f"n = {fmt_n(n)}")
-                ax.grid(True, which="both", alpha=0.3)
-            axes[0][0].set_ylabel("resume: load_state_dict + first batch (s)")
-            handles, labels = axes[0][0].get_legend_handles_labels()
-            for ax in axes[0][1:]:
-                for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
-                    if lab not in labels:
-                        handles.append(h)
-                        labels.append(lab)
-            fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
-            fig.suptitle("Resume latency vs cursor (median, min–max bars; red: 5 ms target)", fontsize=10)
-            fig.tight_layout(rect=(0, 0.08, 1, 0.95))
-            fig.savefig(out / "resume_latency.png", dpi=110)
-            plt.close(fig)
-
-        if self.memory:
-            fig, ax = plt.subplots(figsize=(6.4, 4.2))
-            for key in ("torchdata", "accelerate", "torch_ds", "sp_sampler", "shufflepoint"):
-                points = sorted((n, r["peak_delta_bytes"]) for (k, n), r in self.memory.items() if k == key)
-                if points:
-                    ax.plot([p[0] for p in points], [max(p[1], 4096) / 2**20 for p in points], marker="o",
-                            color=COLORS[key], label=f"{SHORT[key].replace(' (fresh start)', ' (epoch start)')}: "
-                            "process peak RSS Δ")
-            points = sorted((n, r["traced_peak_bytes"]) for (k, n), r in self.memory.items()
-                            if k == OURS and "traced_peak_bytes" in r)
-            if points:
-                ax.plot([p[0] for p in points], [p[1] / 2**20 for p in points], marker="s", linestyle="--",
-                        color=COLORS[OURS], label="shufflepoint.DataLoader: traced allocations, peak")
-            ax.axhline(TARGET_MEMORY_B / 2**20, color="red", linestyle=":", linewidth=1, label="1 MiB target")
-            ax.set_xscale("log")
-            ax.set_yscale("log")
-            ax.set_xlabel("n (samples in the dataset)")
-            ax.set_ylabel("MiB")
-            ax.set_title("Memory of a resume at 90%, per rank", fontsize=10)
-            ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=7, loc="upper left")
-            fig.tight_layout()
-            fig.savefig(out / "memory.png", dpi=110)
-            plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -497,7 +382,7 @@ def main(argv: list[str] | None = None) -> None:
     report = Report(load(raw))
     text = report.build()
     (out / "results.md").write_text(text)
-    report.charts(out)
+    charts(report, out)
     print(f"wrote {out / 'results.md'}, {out / 'resume_latency.png'}, {out / 'memory.png'}")
 
 

@@ -54,4 +54,5 @@ while loader.epoch < args.epochs:
             dist.barrier()
             dist.destroy_process_group()  # close Gloo cleanly on every rank before exiting
             raise SystemExit(0)
+dist.barrier()  # no rank closes Gloo while another still talks to it
 dist.destroy_process_group()

@@ -79,4 +79,5 @@ while loader.epoch < args.epochs:
             dist.barrier()  # every process has written its checkpoint of this step
             if slot == 0:
                 raise SystemExit(f"simulated failure at step {step}; torchrun restarts the job")
+dist.barrier()  # no rank closes Gloo while another still talks to it
 dist.destroy_process_group()

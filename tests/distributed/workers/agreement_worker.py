@@ -43,4 +43,5 @@ except shufflepoint.StateError as error:
     results["sampler_cursor_differs"] = {"ok": False, "error": str(error)}
 with open(os.path.join(OUT, f"agreement.r{RANK}.json"), "w") as f:
     json.dump(results, f)
+dist.barrier()
 dist.destroy_process_group()

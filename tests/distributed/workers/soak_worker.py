@@ -70,4 +70,5 @@ while loader.epoch < EPOCHS:
         dist.barrier()
 if rank == 0:
     open(os.path.join(OUT, "done"), "w").close()
+dist.barrier()
 dist.destroy_process_group()

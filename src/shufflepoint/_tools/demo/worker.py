@@ -166,5 +166,6 @@ def worker_main(argv: list[str]) -> int:
                 open(os.path.join(out, "interrupt.saved"), "w").close()
             time.sleep(0.02)
         return 3
+    dist.barrier()  # no rank closes Gloo while another still talks to it
     dist.destroy_process_group()
     return 0
