@@ -4,10 +4,12 @@ import shufflepoint
 
 EXPECTED = {
     "DataLoader",
+    "Mixture",
     "ORDERS",
     "Permutation",
     "ResumableSampler",
     "ResumeWarning",
+    "ShardError",
     "STATE_FIELDS",
     "StateError",
     "__version__",
@@ -34,6 +36,9 @@ def test_every_exported_name_exists_and_public_modules_are_private():
 def test_errors_have_the_documented_bases():
     assert issubclass(shufflepoint.StateError, ValueError)
     assert issubclass(shufflepoint.ResumeWarning, UserWarning)
+    assert issubclass(shufflepoint.ShardError, OSError)
+    error = shufflepoint.ShardError("s3://b/part-1.parquet", "vanished")
+    assert error.shard == "s3://b/part-1.parquet" and str(error) == "shard s3://b/part-1.parquet: vanished"
 
 
 def test_dataloader_is_a_real_torch_dataloader():

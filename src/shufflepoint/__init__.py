@@ -6,11 +6,12 @@ a handful of integers that are the same on every rank.
 
 from __future__ import annotations
 
-from shufflepoint._core.errors import ResumeWarning, StateError
+from shufflepoint._core.errors import ResumeWarning, ShardError, StateError
 from shufflepoint._core.state import FIELDS as STATE_FIELDS
 from shufflepoint._loading.loader import DataLoader
 from shufflepoint._loading.sampler import ResumableSampler
 from shufflepoint._order import ORDERS, Permutation, permutation
+from shufflepoint._shards.mixture import Mixture
 from shufflepoint.integrations.accelerate import patch_accelerate, unpatch_accelerate
 
 __version__ = "0.1.0"
@@ -19,9 +20,11 @@ __all__ = [
     "ORDERS",
     "STATE_FIELDS",
     "DataLoader",
+    "Mixture",
     "Permutation",
     "ResumableSampler",
     "ResumeWarning",
+    "ShardError",
     "StateError",
     "__version__",
     "patch_accelerate",

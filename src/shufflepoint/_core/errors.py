@@ -1,4 +1,4 @@
-"""The two ways shufflepoint speaks up: a refused state, and a resume that cannot be exact."""
+"""How shufflepoint speaks up: a refused state, a resume that cannot be exact, a shard it cannot read."""
 
 from __future__ import annotations
 
@@ -9,6 +9,17 @@ class StateError(ValueError):
     The message names the field, the value found, the value expected, and the likely fix. A load
     that raises this leaves the object it was called on exactly as it was.
     """
+
+
+class ShardError(OSError):
+    """A shard of a corpus could not be read: missing, vanished, truncated, corrupt, or its
+    storage kept failing after the retries. The message names the shard (``.shard``) and what was
+    found; no sample is ever skipped silently in its place.
+    """
+
+    def __init__(self, shard: str, message: str) -> None:
+        super().__init__(f"shard {shard}: {message}")
+        self.shard = shard
 
 
 class ResumeWarning(UserWarning):

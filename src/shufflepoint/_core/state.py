@@ -29,7 +29,7 @@ keys). Every field is checked on load; nothing is ``.get(key, default)``.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +82,8 @@ class Expected:
     order: str
     order_version: int
     dataset_fingerprint: str | None = None
+    # The dataset's account of a changed fingerprint (a sharded corpus names the changed shards).
+    explain_fingerprint: Callable[[str], str] | None = None
 
 
 def _fail(field: str, found: object, expected: str, fix: str) -> StateError:
@@ -172,8 +174,9 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> tuple
     found_print, expected_print = state["dataset_fingerprint"], expected.dataset_fingerprint
     fingerprint_changed = found_print is not None and expected_print is not None and found_print != expected_print
     if fingerprint_changed and strict:
+        why = expected.explain_fingerprint(found_print) + ". " if expected.explain_fingerprint else ""
         raise _fail("dataset_fingerprint", found_print, repr(expected_print),
-                    "The dataset is not the one the checkpoint was written with; resume with that "
+                    f"{why}The dataset is not the one the checkpoint was written with; resume with that "
                     "dataset, or load with strict=False to accept the change.")
     if fingerprint_changed:
         warnings.warn(

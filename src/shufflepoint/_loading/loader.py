@@ -14,6 +14,7 @@ from shufflepoint._loading.agreement import validate_everywhere
 from shufflepoint._loading.sampler import (
     OrderCache,
     dataset_length,
+    explain_fingerprint,
     rank_index_chunks,
     resolve_fingerprint,
     resolve_world,
@@ -99,7 +100,8 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         num_workers: int = 0,
         rank: int | None = None,
         world_size: int | None = None,
-        order: str = "feistel",
+        order: str | None = None,
+        shuffle_block: int | None = None,
         dataset_fingerprint: str | None = None,
         verify_ranks: bool = True,
         **torch_dataloader_kwargs: Any,
@@ -115,12 +117,14 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             raise TypeError(f"shuffle: found {shuffle!r}, expected a bool")
         world_size, rank = resolve_world(world_size, rank)
         self._layout = Layout(dataset_length(dataset), world_size, batch_size, drop_last)
-        self._fingerprint = resolve_fingerprint(dataset_fingerprint, dataset, self._layout.n)
         self._verify_ranks = bool(verify_ranks)
         self._rank = rank
         self._seed = check_int("seed", seed, 0, 2**64 - 1)
         self._shuffle = shuffle
-        self._orders = OrderCache(order if shuffle else "identity", self._layout.n, self._seed)
+        self._orders = OrderCache(order if shuffle else "identity", self._layout.n, self._seed, dataset=dataset,
+                                  shuffle_block=shuffle_block if shuffle else None)
+        self._fingerprint = resolve_fingerprint(dataset_fingerprint, dataset, self._layout.n, self._orders)
+        self._explain = explain_fingerprint(dataset)
         self._epoch = 0
         self._cursor = 0
         self._pass: _Pass | None = None
@@ -227,5 +231,5 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         return _state.Expected(
             kind="loader", n=self._layout.n, seed=self._seed, shuffle=self._shuffle,
             order=self._orders.name, order_version=self._orders.version,
-            dataset_fingerprint=self._fingerprint,
+            dataset_fingerprint=self._fingerprint, explain_fingerprint=self._explain,
         )

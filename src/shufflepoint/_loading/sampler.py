@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sized
+from collections.abc import Callable, Iterator, Sized
 from typing import Any
 
+import numpy as np
 from torch.utils.data.distributed import DistributedSampler
 
 from shufflepoint._core import state as _state
 from shufflepoint._core.plan import Layout
 from shufflepoint._loading.agreement import validate_everywhere
 from shufflepoint._order import Order, check_int, check_order_name, make_order, order_version
+from shufflepoint._shards.blocks import DEFAULT_SHUFFLE_BLOCK, BlockOrder
+from shufflepoint._shards.blocks import NAME as BLOCKS
+from shufflepoint._shards.blocks import VERSION as BLOCKS_VERSION
 
 # First chunks are small so a resume reaches its first batch fast; later ones amortise numpy calls.
 # The largest bounds the working set: 8192 indices as Python ints plus numpy temporaries stay
@@ -44,12 +48,19 @@ def dataset_length(dataset: object) -> int:
     return len(dataset)
 
 
-def resolve_fingerprint(value: str | None, dataset: Any, n: int) -> str | None:
-    """None, the user's own string, or ``"auto"``: length plus a hash of a few items."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
+def resolve_fingerprint(value: str | None, dataset: Any, n: int, orders: OrderCache | None = None) -> str | None:
+    """None, the user's own string, or ``"auto"``: length plus a hash of a few items.
+
+    A sharded corpus (a dataset with a ``fingerprint`` string, such as ``Shards``) always carries
+    its index's content hash, plus the block size of the ``blocks`` order, which together define
+    the order; the user's own string, if any, is appended.
+    """
+    if value is not None and not isinstance(value, str):
         raise TypeError(f"dataset_fingerprint: found {value!r}, expected a str, 'auto' or None")
+    corpus = getattr(dataset, "fingerprint", None)
+    if isinstance(corpus, str):
+        found = corpus + (f":blocks={orders.shuffle_block}" if orders is not None and orders.shuffle_block else "")
+        return found if value in (None, "auto") else f"{found}:{value}"
     if value == "auto":
         from shufflepoint._core.fingerprint import fingerprint
 
@@ -57,18 +68,64 @@ def resolve_fingerprint(value: str | None, dataset: Any, n: int) -> str | None:
     return value
 
 
-class OrderCache:
-    """The order of the current epoch, built once per epoch (the ``torch`` order costs O(n))."""
+def explain_fingerprint(dataset: Any) -> Callable[[str], str] | None:
+    """The dataset's own account of a changed fingerprint (``Shards`` names the changed shards)."""
+    explain = getattr(dataset, "explain_fingerprint", None)
+    return explain if callable(explain) else None
 
-    def __init__(self, name: str, n: int, seed: int) -> None:
-        self.name, self.n, self.seed = check_order_name(name), n, seed
-        self.version = order_version(name)
+
+class OrderCache:
+    """The order of the current epoch, built once per epoch (the ``torch`` order costs O(n)).
+
+    ``order=None`` picks the default: the dataset's own order when it has one (``Mixture``:
+    ``mixture``), ``blocks`` for a sharded corpus (a dataset with ``shard_rows``), ``feistel`` for
+    anything else. ``shuffle_block`` applies to ``blocks`` and ``mixture`` only.
+    """
+
+    def __init__(self, name: str | None, n: int, seed: int, *, dataset: Any = None,
+                 shuffle_block: int | None = None) -> None:
+        rows = getattr(dataset, "shard_rows", None)
+        own = getattr(dataset, "order_name", None) if callable(getattr(dataset, "epoch_order", None)) else None
+        if name is None:
+            name = own or (BLOCKS if rows is not None else "feistel")
+        self.n, self.seed, self.shuffle_block = n, seed, None
+        self._dataset = dataset
+        self._rows: np.ndarray | None = None
+        if own is not None and name == "identity":
+            raise ValueError(f"shuffle: found False, but a {type(dataset).__name__} is always read in its own "
+                             f"shuffled order {own!r}")
+        if own is not None and name != own:
+            raise ValueError(f"order: found {name!r}, but a {type(dataset).__name__} is read in its own order "
+                             f"{own!r} (with shuffle=True); leave order unset")
+        if name == BLOCKS and rows is None:
+            raise ValueError(f"order: found 'blocks', which needs a sharded corpus (shufflepoint.Shards); this "
+                             f"dataset is a {type(dataset).__name__}. Use order='feistel'")
+        if name in (BLOCKS, own):
+            block = DEFAULT_SHUFFLE_BLOCK if shuffle_block is None else shuffle_block
+            self.shuffle_block = check_int("shuffle_block", block, 1, 2**62)
+            if name == BLOCKS:
+                self._rows = np.asarray(rows, dtype=np.int64)
+            self.name = name
+            self.version = BLOCKS_VERSION if name == BLOCKS else int(dataset.order_version)
+        else:
+            if shuffle_block is not None:
+                raise ValueError(f"shuffle_block: found {shuffle_block!r}, but it applies to order='blocks' "
+                                 f"only (order is {name!r})")
+            self.name, self.version = check_order_name(name), order_version(name)
         self._epoch: int | None = None
         self._order: Order | None = None
+        if self.shuffle_block is not None and self._rows is None:
+            self.get(0)  # the dataset's own order checks shuffle_block against itself: fail here, not mid-loop
 
     def get(self, epoch: int) -> Order:
         if self._order is None or self._epoch != epoch:
-            self._order, self._epoch = make_order(self.name, self.n, self.seed, epoch), epoch
+            if self.shuffle_block is None:
+                self._order = make_order(self.name, self.n, self.seed, epoch)
+            elif self._rows is not None:
+                self._order = BlockOrder(self._rows, self.seed, epoch, self.shuffle_block)
+            else:
+                self._order = self._dataset.epoch_order(self.seed, epoch, self.shuffle_block)
+            self._epoch = epoch
         return self._order
 
 
@@ -143,7 +200,8 @@ class ResumableSampler(DistributedSampler[int]):
         seed: int = 0,
         drop_last: bool = False,
         *,
-        order: str = "feistel",
+        order: str | None = None,
+        shuffle_block: int | None = None,
         dataset_fingerprint: str | None = None,
         verify_ranks: bool = True,
     ) -> None:
@@ -155,8 +213,10 @@ class ResumableSampler(DistributedSampler[int]):
         super().__init__(dataset, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed,
                          drop_last=drop_last)
         self._layout = Layout(n, world_size, 1, drop_last)
-        self._orders = OrderCache(order if shuffle else "identity", n, seed)
-        self._fingerprint = resolve_fingerprint(dataset_fingerprint, dataset, n)
+        self._orders = OrderCache(order if shuffle else "identity", n, seed, dataset=dataset,
+                                  shuffle_block=shuffle_block if shuffle else None)
+        self._fingerprint = resolve_fingerprint(dataset_fingerprint, dataset, n, self._orders)
+        self._explain = explain_fingerprint(dataset)
         self._verify_ranks = bool(verify_ranks)
         self._pending_cursor: int | None = None  # from load_state_dict, for the next __iter__
         self._active: _Progress | None = None
@@ -218,7 +278,7 @@ class ResumableSampler(DistributedSampler[int]):
         return _state.Expected(
             kind="sampler", n=self._layout.n, seed=self.seed, shuffle=self.shuffle,
             order=self._orders.name, order_version=self._orders.version,
-            dataset_fingerprint=self._fingerprint,
+            dataset_fingerprint=self._fingerprint, explain_fingerprint=self._explain,
         )
 
 

@@ -1,0 +1,239 @@
+"""``shufflepoint.Mixture``: several corpora mixed by weight, with an order that is still a pure function.
+
+An epoch of the mixture has ``samples_per_epoch`` positions; source s owns exactly ``count[s]`` of
+them (its weight's share, by largest remainder). The source of a position, and which of the
+source's samples it is, are arithmetic on (seed, epoch, position), so a resume is a seek, across
+epoch boundaries too, and no world size enters it:
+
+1. The epoch is cut into windows of about ``shuffle_block`` positions. Window k gives source s
+   the slots between its cumulative quotas ``c_s(kB)`` and ``c_s((k+1)B)``, where
+   ``c_s(x) = floor(x * count[s] / L)`` for every source but the largest, which takes the rest;
+   the quotas only grow, because each window holds at least ``S - 1`` slots of the largest source
+   (checked). The slots of a window are shuffled (a keyed Feistel permutation per window).
+2. The t-th slot of source s in epoch e is position ``q = e * count[s] + t`` of the source's own
+   endless stream: pass ``q // len(s)``, row ``q % len(s)`` of that pass's order (the ``blocks``
+   order for a sharded source, ``feistel`` for any other map-style dataset), keyed per source and
+   per pass. A source smaller than its share repeats, each pass in a new order; a larger one is
+   covered across mixture epochs before any of its samples repeats: the case a mixture resumed
+   past one epoch gets wrong elsewhere (MosaicML Streaming #869).
+
+The loader sees ``len(mixture) == samples_per_epoch`` and dataset indices into the concatenation
+of the sources (``mixture[i]`` is row ``i - offset[s]`` of source s), so a mixed epoch keeps the
+locality of each source's own order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch.utils.data
+
+from shufflepoint._order import Order, check_int
+from shufflepoint._order.feistel import FeistelOrder
+from shufflepoint._shards.blocks import BlockOrder, _sub_seed
+
+NAME = "mixture"
+VERSION = 1
+FINGERPRINT_PREFIX = "mixture:"
+_SOURCE_TAG, _WINDOW_TAG = 0x4D495853, 0x57494E44
+_MAX_STREAM = 2**62  # source stream positions stay int64
+
+
+def _apportion(weights: list[float], total: int) -> list[int]:
+    """Integers proportional to ``weights`` that sum to ``total`` (largest remainder, ties by index)."""
+    scale = sum(weights)
+    exact = [w * total / scale for w in weights]
+    counts = [math.floor(e) for e in exact]
+    by_remainder = sorted(range(len(weights)), key=lambda s: (-(exact[s] - counts[s]), s))
+    for s in by_remainder[: total - sum(counts)]:
+        counts[s] += 1
+    return counts
+
+
+def _check_sources(sources: object) -> list[tuple[Any, float]]:
+    if not isinstance(sources, Sequence) or isinstance(sources, (str, bytes)) or not sources:
+        raise TypeError(f"sources: found {sources!r}, expected a non-empty list of (dataset, weight) pairs")
+    checked = []
+    for number, pair in enumerate(sources):
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise TypeError(f"sources[{number}]: found {pair!r}, expected a (dataset, weight) pair")
+        dataset, weight = pair
+        if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+            raise TypeError(f"sources[{number}]: found a {type(dataset).__name__}, expected a map-style dataset")
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) \
+                or weight <= 0:
+            raise ValueError(f"sources[{number}] weight: found {weight!r}, expected a finite number > 0")
+        if len(dataset) == 0:
+            raise ValueError(f"sources[{number}]: the dataset is empty")
+        checked.append((dataset, float(weight)))
+    return checked
+
+
+class Mixture(torch.utils.data.Dataset[Any]):
+    """Several datasets mixed by weight: ``Mixture([(web, 0.7), (code, 0.3)])``.
+
+    ``samples_per_epoch`` (default: the sources' total length) is the length of a mixed epoch; each
+    source gets its weight's share of it, repeating when it is smaller than that share. Use it with
+    ``shufflepoint.DataLoader``, which then takes the ``mixture`` order; ``shuffle_block`` is the
+    window and block size of that order.
+
+    >>> mixture = Mixture([(list(range(10)), 3), (list(range(100, 104)), 1)], samples_per_epoch=8)
+    >>> mixture.counts
+    [6, 2]
+    """
+
+    order_name = NAME
+    order_version = VERSION
+
+    def __init__(self, sources: Sequence[tuple[Any, float]], *, samples_per_epoch: int | None = None) -> None:
+        pairs = _check_sources(sources)
+        self.sources = [dataset for dataset, _ in pairs]
+        self.weights = [weight for _, weight in pairs]
+        self.lengths = [len(dataset) for dataset in self.sources]
+        self._offsets = np.concatenate(([0], np.cumsum(self.lengths))).astype(np.int64)
+        total = int(self._offsets[-1])
+        length = total if samples_per_epoch is None else check_int("samples_per_epoch", samples_per_epoch,
+                                                                     1, _MAX_STREAM)
+        self.samples_per_epoch = length
+        self.counts = _apportion(self.weights, length)
+        empty = [s for s, count in enumerate(self.counts) if count == 0]
+        if empty:
+            raise ValueError(f"weights: source {empty[0]} gets 0 of the {length} samples per epoch; raise its "
+                             "weight or samples_per_epoch")
+        self._largest = max(range(len(self.counts)), key=lambda s: (self.counts[s], -s))
+
+    def __len__(self) -> int:
+        return self.samples_per_epoch
+
+    @property
+    def rows(self) -> int:
+        """The sources' rows, end to end: the range of the indices the mixture order yields."""
+        return int(self._offsets[-1])
+
+    def __getitem__(self, index: int) -> Any:
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < self.rows:
+            raise IndexError(f"Mixture index: found {index!r}, expected an int in [0, {self.rows})")
+        source = int(np.searchsorted(self._offsets, index, side="right")) - 1
+        return self.sources[source][int(index - self._offsets[source])]
+
+    def source_of(self, index: int) -> tuple[int, int]:
+        """(source, row of that source) of a mixture index."""
+        source = int(np.searchsorted(self._offsets, index, side="right")) - 1
+        return source, int(index - self._offsets[source])
+
+    @property
+    def fingerprint(self) -> str:
+        """The sources (their own fingerprints, else their lengths), weights and epoch length."""
+        parts = [getattr(d, "fingerprint", None) or f"len={n}" for d, n in zip(self.sources, self.lengths,
+                                                                               strict=True)]
+        text = json.dumps({"sources": parts, "counts": self.counts})
+        return FINGERPRINT_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def explain_fingerprint(self, saved: str) -> str:
+        return ("the mixture changed (a source, its weight or samples_per_epoch); each source's own "
+                "fingerprint is part of the mixture's")
+
+    def epoch_order(self, seed: int, epoch: int, shuffle_block: int) -> MixtureOrder:
+        return MixtureOrder(self, seed, epoch, shuffle_block)
+
+    def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
+        """Pass upcoming indices on to the sources that read ahead (``Shards``)."""
+        indices = np.asarray(indices, dtype=np.int64)
+        source = np.searchsorted(self._offsets, indices, side="right") - 1
+        for s in np.unique(source).tolist():
+            hook = getattr(self.sources[s], "prefetch", None)
+            if callable(hook):
+                hook(indices[source == s] - self._offsets[s])
+
+
+class MixtureOrder:
+    """The ``mixture`` order of one (seed, epoch): positions -> indices into the concatenated sources."""
+
+    name = NAME
+    version = VERSION
+
+    def __init__(self, mixture: Mixture, seed: int, epoch: int, shuffle_block: int) -> None:
+        self.n = mixture.samples_per_epoch
+        self._mixture, self.seed, self.epoch = mixture, seed, epoch
+        self._block = check_int("shuffle_block", shuffle_block, 1, _MAX_STREAM)
+        self._windows = max(1, self.n // self._block)  # the last window takes the remainder
+        sources = len(mixture.counts)
+        smallest_window = min(self._block, self.n)
+        if sources > 1 and smallest_window * mixture.counts[mixture._largest] // self.n < sources - 1:
+            raise ValueError(f"shuffle_block: found {shuffle_block}, too small to mix {sources} sources with "
+                             f"these weights; use at least "
+                             f"{math.ceil((sources - 1) * self.n / mixture.counts[mixture._largest])}")
+        if (epoch + 1) * max(mixture.counts) >= _MAX_STREAM:
+            raise ValueError(f"epoch: found {epoch}, too far for this mixture (stream positions pass 2**62)")
+        self._source_orders: dict[tuple[int, int], Order] = {}
+
+    def _quotas(self, x: int) -> list[int]:
+        """c_s(x): how many of the first x positions belong to each source."""
+        counts, largest = self._mixture.counts, self._mixture._largest
+        quotas = [x * count // self.n for count in counts]
+        quotas[largest] = x - (sum(quotas) - quotas[largest])
+        return quotas
+
+    def _source_order(self, source: int, passes: int) -> Order:
+        key = (source, passes)
+        found = self._source_orders.get(key)
+        if found is None:
+            if len(self._source_orders) >= 16:
+                self._source_orders.pop(next(iter(self._source_orders)))
+            dataset = self._mixture.sources[source]
+            seed = _sub_seed(self.seed, _SOURCE_TAG, source)
+            rows = getattr(dataset, "shard_rows", None)
+            found = (BlockOrder(rows, seed, passes, self._block) if rows is not None
+                     else FeistelOrder(self._mixture.lengths[source], seed, passes))
+            self._source_orders[key] = found
+        return found
+
+    def index(self, position: int) -> int:
+        return int(self.take(np.array([position], dtype=np.int64))[0])
+
+    def take(self, positions: np.ndarray) -> np.ndarray:
+        """Indices into the concatenated sources at these epoch positions (int64, each in [0, n))."""
+        positions = np.asarray(positions, dtype=np.int64)
+        flat = positions.reshape(-1)
+        if flat.size and (int(flat.min()) < 0 or int(flat.max()) >= self.n):
+            raise IndexError(f"positions: expected each in [0, {self.n}), found {int(flat.min())}..{int(flat.max())}")
+        source = np.empty_like(flat)
+        stream = np.empty_like(flat)
+        window = np.minimum(flat // self._block, self._windows - 1)
+        for k in np.unique(window).tolist():
+            where = window == k
+            self._fill_window(k, flat[where], source, stream, where)
+        found = np.empty_like(flat)
+        for s in np.unique(source).tolist():
+            where = source == s
+            found[where] = self._from_source(s, stream[where])
+        return found.reshape(positions.shape)
+
+    def _fill_window(self, k: int, positions: np.ndarray, source: np.ndarray, stream: np.ndarray,
+                     where: np.ndarray) -> None:
+        start = k * self._block
+        stop = self.n if k == self._windows - 1 else start + self._block
+        before, after = self._quotas(start), self._quotas(stop)
+        ends = np.cumsum(np.subtract(after, before), dtype=np.int64)
+        shuffled = FeistelOrder(stop - start, _sub_seed(self.seed, _WINDOW_TAG, k), self.epoch).take(
+            positions - start)
+        owner = np.searchsorted(ends, shuffled, side="right")
+        slot_start = ends[owner] - (np.asarray(after, dtype=np.int64) - before)[owner]
+        source[where] = owner
+        counts = np.asarray(self._mixture.counts, dtype=np.int64)
+        stream[where] = self.epoch * counts[owner] + np.asarray(before, dtype=np.int64)[owner] + (shuffled - slot_start)
+
+    def _from_source(self, s: int, stream: np.ndarray) -> np.ndarray:
+        length = self._mixture.lengths[s]
+        passes, rows = np.divmod(stream, length)
+        found = np.empty_like(stream)
+        for p in np.unique(passes).tolist():
+            where = passes == p
+            found[where] = self._source_order(s, p).take(rows[where])
+        shifted: np.ndarray = found + self._mixture._offsets[s]
+        return shifted

@@ -1,0 +1,117 @@
+"""Where corpus indexes live on disk: written atomically, found again, built by one process at a time.
+
+Two names per index, both small JSON files:
+
+- ``corpus-<key>.json``: the latest index of one *source list* (the same sources, reader and
+  options give the same key), beside a local corpus when its folder is writable and always in the
+  cache folder. This is what a restarted job reads instead of counting rows again.
+- ``index-<content hash>.json`` in the cache folder: every index ever built, by content. A state
+  records only the content hash; this copy lets a refused resume name the shards that changed.
+
+Several ranks constructing the same ``Shards`` at once take a lock: one builds, the others read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from shufflepoint._shards.index import CorpusIndex
+
+
+def default_cache_dir() -> str:
+    """``$SHUFFLEPOINT_CACHE``, else ``$XDG_CACHE_HOME/shufflepoint``, else ``~/.cache/shufflepoint``."""
+    found = os.environ.get("SHUFFLEPOINT_CACHE")
+    if found:
+        return found
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "shufflepoint")
+
+
+def corpus_key(urls: Sequence[str], reader: str, options: dict[str, Any]) -> str:
+    text = json.dumps({"urls": list(urls), "reader": reader, "options": options}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def write_json(path: str, value: Any) -> None:
+    """Write whole or not at all: a temporary file in the same folder, then a rename."""
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
+    try:
+        with os.fdopen(handle, "w") as f:
+            json.dump(value, f, separators=(",", ":"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _read(path: str) -> CorpusIndex | None:
+    try:
+        with open(path) as f:
+            value = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: unreadable corpus index ({error}); delete it to rebuild") from error
+    return CorpusIndex.from_json(value, path)
+
+
+def beside_data(root: str, key: str) -> str | None:
+    """The sidecar path beside a local corpus, or None for a remote one."""
+    if not root or "://" in root:
+        return None
+    return os.path.join(root, f".shufflepoint-index-{key}.json")
+
+
+def load_latest(cache_dir: str, key: str, root: str) -> CorpusIndex | None:
+    for path in (beside_data(root, key), os.path.join(cache_dir, f"corpus-{key}.json")):
+        if path is not None:
+            found = _read(path)
+            if found is not None:
+                return found
+    return None
+
+
+def load_by_hash(cache_dir: str, content_hash: str) -> CorpusIndex | None:
+    try:
+        return _read(os.path.join(cache_dir, f"index-{content_hash}.json"))
+    except ValueError:
+        return None
+
+
+def save(index: CorpusIndex, cache_dir: str, key: str) -> list[str]:
+    """Write the index under both names; returns the paths written."""
+    value = index.to_json()
+    written = []
+    for path in (os.path.join(cache_dir, f"index-{index.content_hash}.json"),
+                 os.path.join(cache_dir, f"corpus-{key}.json")):
+        write_json(path, value)
+        written.append(path)
+    beside = beside_data(index.root, key)
+    if beside is not None and os.access(index.root, os.W_OK):
+        write_json(beside, value)
+        written.append(beside)
+    return written
+
+
+@contextlib.contextmanager
+def building(cache_dir: str, key: str) -> Iterator[None]:
+    """Hold the lock of one corpus key while its index is checked or built."""
+    os.makedirs(cache_dir, exist_ok=True)
+    with open(os.path.join(cache_dir, f"corpus-{key}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -1,0 +1,141 @@
+"""The corpus index and its sidecars: counted once, reused while shards are unchanged, checked on read."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+
+import pytest
+
+from shufflepoint._shards import index as _index
+from shufflepoint._shards import sidecar
+
+
+def fake_corpus(sizes):
+    """info and count_rows over an in-memory corpus {url: (size, version, rows)}; counts the calls."""
+    calls: list[str] = []
+
+    def info(url):
+        size, version, _ = sizes[url]
+        return size, version
+
+    def count_rows(url):
+        calls.append(url)
+        return sizes[url][2]
+
+    return info, count_rows, calls
+
+
+def urls(n, root="s3://bucket/corpus"):
+    return [f"{root}/part-{i:05d}.jsonl" for i in range(n)]
+
+
+def test_build_counts_every_shard_and_reuses_a_known_index():
+    corpus = {u: (100 + i, f"etag{i}", 10 + i) for i, u in enumerate(urls(50))}
+    info, count_rows, calls = fake_corpus(corpus)
+    built = _index.build(list(corpus), reader="jsonl", options={}, info=info, count_rows=count_rows,
+                         threads=4, progress=False)
+    assert built.root == "s3://bucket/corpus"
+    assert built.rows.tolist() == [10 + i for i in range(50)]
+    assert [built.url(i) for i in range(50)] == list(corpus)
+    assert sorted(calls) == sorted(corpus)
+    changed = dict(corpus)
+    changed[urls(50)[7]] = (999, "etag-new", 3)
+    info_changed, count_changed, calls = fake_corpus(changed)
+    again = _index.build(list(changed), reader="jsonl", options={}, info=info_changed, count_rows=count_changed,
+                         known=built, threads=4, progress=False)
+    assert calls == [urls(50)[7]]  # only the rewritten shard is opened again
+    assert again.content_hash != built.content_hash
+    assert "part-00007.jsonl changed (17 rows, 107 bytes -> 3 rows, 999 bytes)" in _index.changed_shards(built, again)
+
+
+def test_the_content_hash_ignores_the_root_and_the_version_but_not_rows_sizes_names_or_options():
+    corpus = {u: (100, "v1", 10) for u in urls(3)}
+    moved = {u.replace("s3://bucket", "/mnt/mirror"): (100, "mtime", 10) for u in corpus}
+    base = _index.build(list(corpus), reader="jsonl", options={}, info=lambda u: corpus[u][:2],
+                        count_rows=lambda u: 10, progress=False)
+    mirror = _index.build(list(moved), reader="jsonl", options={}, info=lambda u: moved[u][:2],
+                          count_rows=lambda u: 10, progress=False)
+    assert base.content_hash == mirror.content_hash
+    other_options = _index.build(list(corpus), reader="jsonl", options={"columns": ["a"]},
+                                 info=lambda u: corpus[u][:2], count_rows=lambda u: 10, progress=False)
+    assert other_options.content_hash != base.content_hash
+    assert "the reader changed" in _index.changed_shards(base, other_options)
+    fewer = _index.CorpusIndex(base.root, "jsonl", {}, base.shards[:2])
+    assert "part-00002.jsonl is gone" in _index.changed_shards(base, fewer)
+    assert "part-00002.jsonl is new" in _index.changed_shards(fewer, base)
+    swapped = _index.CorpusIndex(base.root, "jsonl", {}, (base.shards[1], base.shards[0], base.shards[2]))
+    assert swapped.content_hash != base.content_hash
+    assert _index.changed_shards(base, swapped) == "the same shards in another order"
+
+
+@pytest.mark.parametrize("given,root", [
+    (["/data/a/x.parquet", "/data/a/y.parquet"], "/data/a"),
+    (["/data/a/x.parquet", "/data/ab/y.parquet"], "/data"),
+    (["s3://b/c4/en/1.json", "s3://b/c4/de/2.json"], "s3://b/c4"),
+    (["x.jsonl"], ""),
+])
+def test_common_root_stops_at_a_folder(given, root):
+    assert _index.common_root(given) == root
+    assert [_index.join(root, _index.relative(root, u)) for u in given] == given
+
+
+def test_sidecars_round_trip_and_refuse_edits(tmp_path):
+    corpus = {u: (100, "v", 5) for u in urls(4)}
+    built = _index.build(list(corpus), reader="jsonl", options={}, info=lambda u: corpus[u][:2],
+                         count_rows=lambda u: 5, progress=False)
+    cache = str(tmp_path / "cache")
+    written = sidecar.save(built, cache, "k1")
+    assert len(written) == 2  # a remote corpus: no sidecar beside the data
+    assert sidecar.load_latest(cache, "k1", built.root) == built
+    assert sidecar.load_by_hash(cache, built.content_hash) == built
+    assert sidecar.load_latest(cache, "other", built.root) is None
+    path = os.path.join(cache, "corpus-k1.json")
+    value = json.load(open(path))
+    value["shards"][0][3] = 6  # a row count edited by hand
+    json.dump(value, open(path, "w"))
+    with pytest.raises(ValueError, match="content_hash does not match"):
+        sidecar.load_latest(cache, "k1", built.root)
+    open(path, "w").write("{not json")
+    with pytest.raises(ValueError, match="unreadable corpus index.*delete it"):
+        sidecar.load_latest(cache, "k1", built.root)
+    json.dump({"format": "shufflepoint-index", "version": 99}, open(path, "w"))
+    with pytest.raises(ValueError, match="index version 99"):
+        sidecar.load_latest(cache, "k1", built.root)
+
+
+def test_a_local_corpus_gets_a_sidecar_beside_it(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    corpus = {str(data / f"{i}.jsonl"): (10, "m", 1) for i in range(2)}
+    built = _index.build(list(corpus), reader="jsonl", options={}, info=lambda u: corpus[u][:2],
+                         count_rows=lambda u: 1, progress=False)
+    written = sidecar.save(built, str(tmp_path / "cache"), "k")
+    assert str(data / ".shufflepoint-index-k.json") in written
+    assert sidecar.load_latest(str(tmp_path / "elsewhere"), "k", str(data)) == built
+
+
+def _build_once(cache, out, barrier):
+    barrier.wait()
+    with sidecar.building(cache, "shared"):
+        known = sidecar.load_latest(cache, "shared", "")
+        if known is None:
+            with open(out, "a") as f:
+                f.write(f"{os.getpid()}\n")
+            index = _index.CorpusIndex("s3://b", "jsonl", {}, (_index.ShardRecord("a", 1, "v", 1),))
+            sidecar.save(index, cache, "shared")
+
+
+def test_only_one_of_several_processes_builds_the_index(tmp_path):
+    cache, out = str(tmp_path / "cache"), str(tmp_path / "builders")
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(4)
+    processes = [context.Process(target=_build_once, args=(cache, out, barrier)) for _ in range(4)]
+    for p in processes:
+        p.start()
+    for p in processes:
+        p.join(30)
+        assert p.exitcode == 0
+    assert len(open(out).read().split()) == 1
+    assert not [name for name in os.listdir(cache) if name.startswith(".tmp-")]

@@ -1,0 +1,164 @@
+"""``Mixture``: exact shares per epoch, each source's passes complete, seekable across epochs, elastic."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_blocks import FakeCorpus
+
+import shufflepoint
+from resume_contract import Component, assert_resume_contract
+from shufflepoint._shards.mixture import Mixture
+
+
+def tagged(name, n):
+    return [f"{name}{i}" for i in range(n)]
+
+
+MIXES = st.lists(st.tuples(st.integers(1, 30), st.integers(1, 5)), min_size=1, max_size=4)
+
+
+def make_mixture(mix, length):
+    return Mixture([(tagged(chr(97 + s), n), w) for s, (n, w) in enumerate(mix)], samples_per_epoch=length)
+
+
+@settings(max_examples=200, deadline=None)
+@given(mix=MIXES, length=st.integers(1, 120), seed=st.integers(0, 2**64 - 1), epochs=st.integers(1, 4))
+def test_shares_are_exact_and_every_pass_of_a_source_is_complete(mix, length, seed, epochs):
+    try:
+        mixture = make_mixture(mix, length)
+        orders = [mixture.epoch_order(seed, e, 16) for e in range(epochs)]
+    except ValueError as error:  # a source that gets 0 samples, or windows too small for the weights
+        assert "weights" in str(error) or "shuffle_block" in str(error)
+        return
+    per_source: dict[int, list[int]] = {s: [] for s in range(len(mix))}
+    for order in orders:
+        taken = order.take(np.arange(length))
+        sources = [mixture.source_of(int(i)) for i in taken]
+        assert Counter(s for s, _ in sources) == {s: c for s, c in enumerate(mixture.counts) if c}
+        for s, row in sources:
+            per_source[s].append(row)
+    for s, rows in per_source.items():
+        n = mix[s][0]
+        full = len(rows) // n
+        # The source's stream, read in order, is whole passes of its rows: every full pass a permutation.
+        counted = Counter(rows)
+        assert all(full <= counted[r] <= full + 1 for r in range(n))
+
+
+def test_a_source_stream_continues_across_epochs_in_order():
+    """The big source is read sequentially across windows and epochs: its rows come in stream order,
+    shuffled only inside a window."""
+    mixture = Mixture([(tagged("a", 1000), 1), (tagged("b", 50), 1)], samples_per_epoch=400)
+    assert mixture.counts == [200, 200]
+    seen_a: list[int] = []
+    for epoch in range(3):
+        taken = mixture.epoch_order(7, epoch, 40).take(np.arange(400))
+        seen_a += [row for s, row in map(mixture.source_of, taken.tolist()) if s == 0]
+    assert len(seen_a) == len(set(seen_a)) == 600  # 600 of the 1000 rows of a, none repeated yet
+    b_rows = []
+    for epoch in range(3):
+        taken = mixture.epoch_order(7, epoch, 40).take(np.arange(400))
+        b_rows += [row for s, row in map(mixture.source_of, taken.tolist()) if s == 1]
+    assert Counter(Counter(b_rows).values()) == {12: 50}  # b: 12 complete passes over 3 epochs
+
+
+def test_each_window_holds_its_share():
+    mixture = Mixture([(tagged("a", 500), 3), (tagged("b", 500), 1)], samples_per_epoch=1000)
+    taken = mixture.epoch_order(3, 0, 100).take(np.arange(1000))
+    for k in range(10):
+        window = [mixture.source_of(int(i))[0] for i in taken[k * 100:(k + 1) * 100]]
+        assert window.count(1) == 25
+
+
+def test_sharded_sources_keep_their_locality():
+    shards = FakeCorpus([100] * 50)
+    mixture = Mixture([(shards, 1), (tagged("b", 10), 1)], samples_per_epoch=2000)
+    taken = mixture.epoch_order(1, 0, 200).take(np.arange(2000))
+    first_window = [row for s, row in map(mixture.source_of, taken[:200].tolist()) if s == 0]
+    assert len({row // 100 for row in first_window}) <= 3  # ~100 rows of a 200-row block: 2-3 shards
+
+
+def mixture_component(rank, world_size, **kwargs):
+    def make():
+        mixture = Mixture([(tagged("a", 17), 2), (tagged("b", 5), 1)], samples_per_epoch=12)
+        return shufflepoint.DataLoader(mixture, 2, seed=4, rank=rank, world_size=world_size,
+                                       collate_fn=list, shuffle_block=5, **kwargs)
+
+    def run(loader, first_epoch, epochs):
+        for epoch in range(first_epoch, epochs):
+            loader.set_epoch(epoch)
+            for batch in loader:
+                yield "item", epoch, batch
+            yield "epoch_end", epoch, None
+
+    return Component(name=f"mixture W={world_size}", make=make, run=run, resume_epoch=lambda s: s["epoch"])
+
+
+@pytest.mark.parametrize("world_size,rank", [(1, 0), (2, 1), (3, 0)])
+def test_loader_over_a_mixture_honours_the_resume_contract(world_size, rank):
+    assert assert_resume_contract(mixture_component(rank, world_size), epochs=4) >= 8
+
+
+def test_mixture_state_names_its_order_and_refuses_a_changed_mixture():
+    loader = mixture_component(0, 1).make()
+    state = loader.state_dict()
+    assert state["order"] == "mixture" and state["dataset_fingerprint"].startswith("mixture:")
+    other = shufflepoint.DataLoader(Mixture([(tagged("a", 17), 1), (tagged("b", 5), 1)], samples_per_epoch=12),
+                                    2, seed=4, collate_fn=list, shuffle_block=5)
+    with pytest.raises(shufflepoint.StateError, match="dataset_fingerprint"):
+        other.load_state_dict(state)
+
+
+def test_elastic_resume_across_an_epoch_boundary_sees_each_slot_once():
+    """2 ranks stop in epoch 1; 3 ranks finish it: epoch 1's slots are each served once."""
+    def loader(rank, world_size):
+        mixture = Mixture([(tagged("a", 23), 3), (tagged("b", 7), 1)], samples_per_epoch=24)
+        return shufflepoint.DataLoader(mixture, 2, seed=8, rank=rank, world_size=world_size,
+                                       collate_fn=list, shuffle_block=8)
+
+    reference = [loader(0, 1) for _ in range(1)][0]
+    reference.set_epoch(1)
+    expected = Counter(x for batch in reference for x in batch)
+    first = [loader(r, 2) for r in range(2)]
+    seen: Counter[str] = Counter()
+    for ld in first:
+        ld.set_epoch(1)
+        iterator = iter(ld)
+        for _ in range(3):
+            seen.update(next(iterator))
+    state = first[0].state_dict()
+    assert state == first[1].state_dict()
+    for r in range(3):
+        resumed = loader(r, 3)
+        resumed.load_state_dict(state)
+        assert resumed.epoch == 1
+        for batch in resumed:
+            seen.update(batch)
+    assert seen == expected
+
+
+def test_bad_input_names_the_field():
+    with pytest.raises(TypeError, match="sources"):
+        Mixture([])
+    with pytest.raises(ValueError, match=r"sources\[1\] weight"):
+        Mixture([(tagged("a", 3), 1), (tagged("b", 3), 0)])
+    with pytest.raises(ValueError, match=r"sources\[0\]: the dataset is empty"):
+        Mixture([([], 1)])
+    with pytest.raises(ValueError, match="weights: source 1 gets 0"):
+        Mixture([(tagged("a", 3), 1000), (tagged("b", 3), 1)], samples_per_epoch=10)
+    with pytest.raises(ValueError, match="samples_per_epoch"):
+        Mixture([(tagged("a", 3), 1)], samples_per_epoch=0)
+    mixture = Mixture([(tagged("a", 100), 1), (tagged("b", 100), 1), (tagged("c", 100), 1)])
+    with pytest.raises(ValueError, match="shuffle_block: found 2"):
+        shufflepoint.DataLoader(mixture, 2, shuffle_block=2)
+    with pytest.raises(ValueError, match="shuffle: found False"):
+        shufflepoint.DataLoader(mixture, 2, shuffle=False)
+    with pytest.raises(ValueError, match="order: found 'feistel'"):
+        shufflepoint.DataLoader(mixture, 2, order="feistel")
+    with pytest.raises(IndexError, match="Mixture index"):
+        mixture[300]
