@@ -1,0 +1,56 @@
+"""What every reader shares: optional extras imported late, option checks, the row bound check.
+
+The extras (pyarrow, zstandard) ship no type information or are optional, so they are imported
+through ``extra()`` as ``Any``: no mypy override is needed, and ``import shufflepoint`` never pays
+for (or fails on) a format nobody uses.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+
+def extra(module: str, extra_name: str) -> Any:
+    """``import module``, or an ImportError that names the pip extra to install."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ImportError(f"{module} is needed for this shard format: pip install 'shufflepoint[{extra_name}]'") from e
+
+
+def check_columns(columns: Sequence[str] | None) -> list[str] | None:
+    """``columns=`` as a list of distinct names, or None for every column."""
+    if columns is None:
+        return None
+    if isinstance(columns, (str, bytes)) or not all(isinstance(c, str) for c in columns):
+        raise ValueError(f"columns: found {columns!r}, expected a list of column names, e.g. ['text']")
+    names = list(columns)
+    if not names or len(set(names)) != len(names):
+        raise ValueError(f"columns: found {names!r}, expected a non-empty list of distinct column names")
+    return names
+
+
+def missing_columns(shard: str, wanted: list[str] | None, present: Sequence[str]) -> str | None:
+    """The message for the first column in ``wanted`` that the shard lacks, or None."""
+    for name in wanted or ():
+        if name not in present:
+            return f"column {name!r} not found; the shard has {', '.join(map(repr, present))}"
+    return None
+
+
+def check_row(row: int, rows: int) -> int:
+    """``row`` as a plain int in ``[0, rows)``; negative rows are refused, not wrapped."""
+    if isinstance(row, bool) or not isinstance(row, (int, np.integer)):
+        raise TypeError(f"row: found {type(row).__name__}, expected an int")
+    if not 0 <= row < rows:
+        raise IndexError(f"row {row} out of range for a shard of {rows} rows")
+    return int(row)
+
+
+def suffix_of(name: str) -> str:
+    """The lower-cased path of a name or URL without its ``?query``, for suffix tests."""
+    return name.split("?", 1)[0].lower()

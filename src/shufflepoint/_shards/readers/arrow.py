@@ -1,0 +1,118 @@
+"""Arrow IPC shards: the ``.arrow`` files of a Hugging Face ``Dataset.save_to_disk`` folder.
+
+``datasets`` writes the Arrow *stream* format; the *file* format (``ARROW1`` magic) is read too.
+The file is memory-mapped, so opening it maps the record batches without copying them; row i is
+found by binary search over the batch offsets and returned as ``dict`` column -> Python value.
+
+``saved_dataset_files`` turns a saved-dataset folder into its arrow files in the dataset's row
+order, the order ``state.json`` lists them in (``datasets`` itself concatenates them that way).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from shufflepoint._core.errors import ShardError
+from shufflepoint._shards.readers._common import check_columns, check_row, extra, missing_columns
+
+_FILE_MAGIC = b"ARROW1"
+
+
+def _read_table(path: str, pa: Any) -> Any:
+    source = pa.memory_map(path, "r")
+    try:
+        is_file_format = source.read(len(_FILE_MAGIC)) == _FILE_MAGIC
+        source.seek(0)
+        opened = pa.ipc.open_file(source) if is_file_format else pa.ipc.open_stream(source)
+        return opened.read_all()
+    except BaseException:
+        source.close()
+        raise
+
+
+class OpenArrow:
+    """One memory-mapped Arrow IPC file; rows read from its record batches."""
+
+    def __init__(self, path: str, shard: str, columns: list[str] | None) -> None:
+        pa = extra("pyarrow", "arrow")
+        try:
+            table = _read_table(path, pa)
+        except (pa.ArrowException, OSError, ValueError) as e:
+            raise ShardError(shard, f"is not a readable Arrow IPC file (stream or file format): {e}") from e
+        wrong = missing_columns(shard, columns, table.schema.names)
+        if wrong:
+            raise ShardError(shard, wrong)
+        if columns is not None:
+            table = table.select(columns)
+        self._batches = [b for b in table.to_batches() if b.num_rows]
+        self._ends = np.cumsum(np.asarray([b.num_rows for b in self._batches], np.int64))
+
+    def __len__(self) -> int:
+        return int(self._ends[-1]) if self._ends.size else 0
+
+    def __getitem__(self, row: int) -> Any:
+        row = check_row(row, len(self))
+        batch = int(np.searchsorted(self._ends, row, side="right"))
+        offset = row - (int(self._ends[batch - 1]) if batch else 0)
+        return self._batches[batch].slice(offset, 1).to_pylist()[0]
+
+    def close(self) -> None:
+        self._batches = []  # the batches hold the memory map; dropping them unmaps it
+
+
+class ArrowReader:
+    """Arrow IPC files; ``columns=`` keeps only those columns (all by default)."""
+
+    name: str = "arrow"
+    suffixes: tuple[str, ...] = (".arrow",)
+    takes: tuple[str, ...] = ("columns",)
+
+    def __init__(self, columns: Sequence[str] | None = None) -> None:
+        self.columns = check_columns(columns)
+
+    def open(self, path: str, shard: str) -> OpenArrow:
+        return OpenArrow(path, shard, self.columns)
+
+    def options(self) -> dict[str, Any]:
+        return {"columns": self.columns}
+
+
+def data_files_in_state(state_json: str, folder: str) -> list[str] | None:
+    """The arrow files a saved dataset's ``state.json`` text lists, joined to ``folder``; None when
+    it has no ``_data_files`` (not a saved ``Dataset``). Usable on a state.json fetched remotely."""
+    where = os.path.join(folder, "state.json")
+    try:
+        state = json.loads(state_json)
+    except ValueError as e:
+        raise ShardError(where, f"is not valid JSON: {e}") from e
+    files = state.get("_data_files") if isinstance(state, dict) else None
+    if files is None:
+        return None
+    entries = files if isinstance(files, list) else [None]
+    names = [f.get("filename") if isinstance(f, dict) else None for f in entries]
+    good = [n for n in names if isinstance(n, str) and n and not os.path.isabs(n) and ".." not in n.split("/")]
+    if len(good) != len(names):
+        raise ShardError(where, f"_data_files: found {files!r}, expected a list of "
+                                "{'filename': '<relative name>.arrow'}")
+    return [os.path.join(folder, n) for n in good]
+
+
+def saved_dataset_files(folder: str) -> list[str] | None:
+    """The arrow files of a local folder written by ``datasets.Dataset.save_to_disk``, in the
+    dataset's row order; None when ``folder`` is not such a folder (a ``DatasetDict`` folder, which
+    has ``dataset_dict.json`` and one sub-folder per split, is not: pass a split's folder)."""
+    local = folder[len("file://"):] if folder.startswith("file://") else folder
+    if "://" in local or not os.path.isfile(os.path.join(local, "state.json")):
+        return None
+    with open(os.path.join(local, "state.json"), encoding="utf-8") as f:
+        files = data_files_in_state(f.read(), folder)
+    for path in files or ():
+        local_path = path[len("file://"):] if path.startswith("file://") else path
+        if not os.path.isfile(local_path):
+            raise ShardError(path, f"is listed in {os.path.join(folder, 'state.json')} but missing")
+    return files

@@ -1,0 +1,37 @@
+"""The one small interface every shard format implements.
+
+A reader turns one *local* shard file (the storage layer has already fetched a remote one) into an
+``OpenShard``: its number of rows, and any row by its index. Readers know nothing about orders,
+ranks, caches or torch.distributed; what to read next is decided above them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class OpenShard(Protocol):
+    """One shard, opened: ``len()`` rows, ``shard[row]`` a sample, ``close()`` frees its resources."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, row: int) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+class Reader(Protocol):
+    """A shard format. ``name`` is what ``Shards(format=...)`` takes; ``suffixes`` infer it."""
+
+    name: str
+    suffixes: tuple[str, ...]
+
+    def open(self, path: str, shard: str) -> OpenShard:
+        """Open the local file ``path`` of the shard named ``shard`` (its source URL or path, for
+        messages). Raises ``ShardError`` naming ``shard`` when the file is corrupt or truncated."""
+        ...
+
+    def options(self) -> dict[str, Any]:
+        """The options that change what the rows are (columns, seq_len, dtype, ...): they join the
+        corpus fingerprint, so a resume with other options is refused."""
+        ...

@@ -1,0 +1,117 @@
+"""Pre-tokenized shards: a flat stream of token ids, cut into training windows.
+
+``.npy`` (``np.save``; its header carries the dtype, which must match ``dtype=``) or ``.bin`` (raw
+little-endian ids, nanoGPT's and Megatron's ``.bin``, read with ``dtype=``). Both are memory-mapped.
+
+Row i is the window ``tokens[i * seq_len : i * seq_len + seq_len + 1]``, seq_len + 1 tokens as
+nanoGPT and Megatron train on them (inputs ``w[:-1]``, targets ``w[1:]``): consecutive windows
+share one token, so a shard of n tokens has ``(n - 1) // seq_len`` rows and the tail that does not
+fill a window is not read. Windows never cross shards. A row is a ``torch.int64`` tensor, so the
+default collate stacks a batch into ``(batch, seq_len + 1)``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import torch
+
+from shufflepoint._core.errors import ShardError
+from shufflepoint._shards.readers._common import check_row, suffix_of
+
+DTYPES = ("uint16", "uint32", "int32", "int64")
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def _is_npy(path: str, shard: str) -> bool:
+    """By the shard's name, else the local file's, else its magic bytes."""
+    for name in (shard, path):
+        if suffix_of(name).endswith(".npy"):
+            return True
+        if suffix_of(name).endswith(".bin"):
+            return False
+    with open(path, "rb") as f:
+        return f.read(len(_NPY_MAGIC)) == _NPY_MAGIC
+
+
+def _load_npy(path: str, shard: str, dtype: str) -> np.ndarray:
+    try:
+        tokens: np.ndarray = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:
+        raise ShardError(shard, f"is not a readable .npy file (truncated or corrupt?): {e}") from e
+    if tokens.ndim != 1:
+        raise ShardError(shard, f"holds an array of shape {tokens.shape}, expected a 1-D array of token ids")
+    if tokens.dtype.name != dtype:
+        raise ShardError(shard, f"dtype: the .npy holds {tokens.dtype.name}, the reader expects {dtype}; "
+                                f"pass dtype={tokens.dtype.name!r} if that is right")
+    return tokens
+
+
+def _load_bin(path: str, shard: str, dtype: str) -> np.ndarray:
+    item = np.dtype(dtype).newbyteorder("<")
+    size = os.path.getsize(path)
+    if size % item.itemsize:
+        raise ShardError(shard, f"truncated: {size} bytes is not a whole number of {dtype} tokens "
+                                f"({item.itemsize} bytes each); check the file and dtype=")
+    if size == 0:
+        return np.empty(0, item)
+    return np.memmap(path, dtype=item, mode="r")
+
+
+class OpenTokens:
+    """One memory-mapped token stream, cut into windows of seq_len + 1."""
+
+    def __init__(self, tokens: np.ndarray, seq_len: int) -> None:
+        self._tokens: np.ndarray | None = tokens
+        self._seq_len = seq_len
+        self._rows = max(0, (tokens.size - 1) // seq_len)
+
+    def __len__(self) -> int:
+        return self._rows
+
+    def __getitem__(self, row: int) -> torch.Tensor:
+        start = check_row(row, self._rows) * self._seq_len
+        if self._tokens is None:
+            raise ValueError("the shard is closed")
+        return torch.from_numpy(self._tokens[start:start + self._seq_len + 1].astype(np.int64))
+
+    def close(self) -> None:
+        self._tokens = None  # the last reference to the memmap: dropping it unmaps the file
+
+
+class TokensReader:
+    """Token files; ``seq_len`` (required) is the window length, ``dtype`` the ids' type (uint16
+    unless given: GPT-2-sized vocabularies fit it, as in nanoGPT)."""
+
+    name: str = "tokens"
+    suffixes: tuple[str, ...] = (".bin", ".npy")
+    takes: tuple[str, ...] = ("seq_len", "dtype")
+
+    def __init__(self, seq_len: int | None = None, dtype: Any = None) -> None:
+        if seq_len is None:
+            raise ValueError("seq_len: the tokens reader needs it: each row is a window of seq_len + 1 tokens")
+        if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)) or seq_len < 1:
+            raise ValueError(f"seq_len: found {seq_len!r}, expected an int >= 1")
+        try:
+            name = "uint16" if dtype is None else np.dtype(dtype).name
+        except TypeError:
+            name = ""
+        if name not in DTYPES:
+            raise ValueError(f"dtype: found {dtype!r}, expected one of {', '.join(DTYPES)} (default uint16)")
+        self.seq_len = int(seq_len)
+        self.dtype = name
+
+    def open(self, path: str, shard: str) -> OpenTokens:
+        try:
+            npy = _is_npy(path, shard)
+            load = _load_npy if npy else _load_bin
+            return OpenTokens(load(path, shard, self.dtype), self.seq_len)
+        except ShardError:
+            raise
+        except OSError as e:
+            raise ShardError(shard, f"cannot be read: {e}") from e
+
+    def options(self) -> dict[str, Any]:
+        return {"seq_len": self.seq_len, "dtype": self.dtype}
