@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test bench soak lint clean test-accelerate-matrix
+.PHONY: setup demo test bench bench-shuffle soak lint clean test-accelerate-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,13 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py
+
+# Shuffle quality of the blocks order against a fully random order and Streaming's py1e (issue 11).
+# Streaming's wheel is unpacked without its dependencies: only its numpy-only shuffle modules are used.
+bench-shuffle: $(STAMP)
+	test -f .venv-peers/streaming/streaming/base/shuffle/py1e.py || \
+	  $(PY) -m pip install -q --no-deps --target .venv-peers/streaming mosaicml-streaming==0.13.0
+	$(PY) benchmarks/shuffle_quality.py
 
 soak: $(STAMP)
 	SHUFFLEPOINT_SOAK_CYCLES=$${CYCLES:-30} $(PY) -m pytest -q -s -m soak tests
