@@ -356,3 +356,42 @@ def test_demo_plot_writes_a_png(tmp_path):
     path, note = _demo.plot_losses(curves, str(tmp_path / "p.png"))
     assert path == str(tmp_path / "p.png") and path in note
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def _sidecar(tmp_path):
+    from shufflepoint._shards import index as _index
+    from shufflepoint._shards import sidecar
+
+    data = tmp_path / "corpus"
+    data.mkdir()
+    rows = {str(data / f"part-{i}.jsonl"): (100 + i, "m", i) for i in range(5)}  # part-0 is empty
+    built = _index.build(list(rows), reader="jsonl", options={}, info=lambda u: rows[u][:2],
+                         count_rows=lambda u: rows[u][2], progress=False)
+    sidecar.save(built, str(tmp_path / "cache"), "key")
+    return data, built
+
+
+def test_inspect_a_corpus_index_sidecar_and_its_folder(tmp_path, capsys):
+    data, built = _sidecar(tmp_path)
+    code, out, _ = run(capsys, "inspect", str(data / ".shufflepoint-index-key.json"), "--json", "-")
+    assert code == 0 and json.loads(out)["corpora"][0]["rows"] == 10
+    code, out, _ = run(capsys, "inspect", str(data / ".shufflepoint-index-key.json"))
+    assert "5 jsonl shards under" in out and "10 (510 bytes)" in out
+    assert f"fingerprint: shards:{built.content_hash}" in out and "empty      : part-0.jsonl" in out
+    assert "corpus index valid: yes" in out
+    code, out, _ = run(capsys, "inspect", str(data))
+    assert code == 0 and "a shufflepoint corpus index" in out
+    sidecar_path = tmp_path / "cache" / "corpus-key.json"
+    value = json.loads(sidecar_path.read_text())
+    value["shards"][1][3] = 7
+    sidecar_path.write_text(json.dumps(value))
+    code, out, _ = run(capsys, "inspect", str(sidecar_path))
+    assert code == 1 and "DAMAGED" in out and "content_hash does not match" in out
+
+
+def test_inspect_names_the_corpus_of_a_sharded_loader_state(tmp_path, capsys):
+    state = dict(_shufflepoint_state(), dataset_fingerprint="shards:" + "ab" * 32 + ":blocks=65536", order="blocks")
+    path = tmp_path / "loader.json"
+    path.write_text(json.dumps(state))
+    code, out, _ = run(capsys, "inspect", str(path))
+    assert code == 0 and "over a sharded corpus (shards:abab" in out and "blocks order v1" in out

@@ -1,6 +1,7 @@
 """``shufflepoint inspect PATH``: what a loader checkpoint holds, and whether its order survives.
 
-PATH is a state file (``.pt``, ``.bin``: ``torch.load(weights_only=True)``; ``.json``), a
+PATH is a state file (``.pt``, ``.bin``: ``torch.load(weights_only=True)``; ``.json``), a corpus
+index sidecar of ``shufflepoint.Shards`` (see ``inspect_corpus``), a
 training checkpoint with a loader state somewhere inside it (found by walking its dicts), or a
 directory: an Accelerate ``save_state`` directory (``dl_state_dict*.bin``, ``random_states_*.pkl``)
 or any directory of state files.
@@ -26,6 +27,8 @@ import os
 import re
 from collections.abc import Mapping
 from typing import Any
+
+from shufflepoint._tools import inspect_corpus as _corpus
 
 SCHEMA_VERSION = 1
 _TORCHDATA_KEYS = {"_num_yielded", "_sampler_iter_yielded", "_iterator_finished"}
@@ -137,6 +140,9 @@ def _classify_own(state: Mapping[str, Any]) -> dict[str, Any]:
                 "finding": f"a shufflepoint state that does not validate: {error}",
                 "fix": "use another checkpoint"}
     writer = "shufflepoint.DataLoader" if state["kind"] == "loader" else "shufflepoint.ResumableSampler"
+    corpus = state["dataset_fingerprint"] or ""
+    if corpus.startswith(("shards:", "mixture:")):
+        writer += f" over a {'sharded corpus' if corpus.startswith('shards:') else 'mixture'} ({corpus[:40]}...)"
     return {
         "writer": writer, "recoverable": True, "epoch": state["epoch"],
         "position": f"cursor {state['cursor']} of {state['n']} samples",
@@ -232,6 +238,7 @@ def inspect_path(path: str) -> dict[str, Any]:
         if any(_ACCELERATE_LOADER.match(n) or _ACCELERATE_RNG.match(n) for n in names):
             result.update(_inspect_accelerate_dir(path, names))
         else:
+            result["corpora"] = [c for c in map(_corpus.describe_file, _corpus.sidecars_in(path, names)) if c]
             states = []
             for name in names:
                 if name.endswith(_STATE_SUFFIXES) and os.path.isfile(os.path.join(path, name)):
@@ -241,7 +248,17 @@ def inspect_path(path: str) -> dict[str, Any]:
                         continue  # a directory may hold other files; only loader states count
             result.update(kind="directory", states=states, notes=[])
     else:
+        corpus = _corpus.describe_file(path) if path.endswith(".json") else None
+        if corpus is not None:
+            result.update(kind="corpus_index", states=[], notes=[], corpora=[corpus],
+                          recoverable=corpus["damaged"] is None)
+            result["exit_code"] = 0 if result["recoverable"] else 1
+            return result
         result.update(kind="file", states=_inspect_file(path, os.path.basename(path)), notes=[])
+    if not result["states"] and result.get("corpora"):
+        result["recoverable"] = all(c["damaged"] is None for c in result["corpora"])
+        result["exit_code"] = 0 if result["recoverable"] else 1
+        return result
     if not result["states"]:
         raise InspectError(
             f"{path}: no loader state found (looked for shufflepoint, Accelerate and torchdata loader states"
@@ -274,9 +291,14 @@ def render(result: dict[str, Any]) -> str:
             lines.append(f"    why        : {state['why']}")
         if state["fix"]:
             lines.append(f"    fix        : {state['fix']}")
+    for corpus in result.get("corpora", []):
+        lines += _corpus.render(corpus)
     if result["notes"]:
         lines.append("")
         lines += [f"  note: {note}" for note in result["notes"]]
     lines.append("")
-    lines.append("order recoverable: " + ("yes" if result["recoverable"] else "NO (see above)"))
+    if result["kind"] == "corpus_index" or not result["states"]:
+        lines.append("corpus index valid: " + ("yes" if result["recoverable"] else "NO (see above)"))
+    else:
+        lines.append("order recoverable: " + ("yes" if result["recoverable"] else "NO (see above)"))
     return "\n".join(lines)
