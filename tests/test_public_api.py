@@ -10,6 +10,7 @@ EXPECTED = {
     "ResumableSampler",
     "ResumeWarning",
     "ShardError",
+    "Shards",
     "STATE_FIELDS",
     "StateError",
     "__version__",

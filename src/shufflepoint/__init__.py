@@ -11,6 +11,7 @@ from shufflepoint._core.state import FIELDS as STATE_FIELDS
 from shufflepoint._loading.loader import DataLoader
 from shufflepoint._loading.sampler import ResumableSampler
 from shufflepoint._order import ORDERS, Permutation, permutation
+from shufflepoint._shards.dataset import Shards
 from shufflepoint._shards.mixture import Mixture
 from shufflepoint.integrations.accelerate import patch_accelerate, unpatch_accelerate
 
@@ -25,6 +26,7 @@ __all__ = [
     "ResumableSampler",
     "ResumeWarning",
     "ShardError",
+    "Shards",
     "StateError",
     "__version__",
     "patch_accelerate",

@@ -85,3 +85,11 @@ def test_torchdata_stateful_loader_with_distributed_sampler_is_exact(tmp_path, c
     assert (code, report["verdict"]) == (0, "EXACT"), out
     assert report["loader"] == "torchdata.stateful_dataloader.stateful_dataloader.StatefulDataLoader"
 
+
+
+def test_a_sharded_corpus_sigkilled_and_resumed_on_three_processes_is_exactly_once(tmp_path, capsys):
+    code, out, _, report = audit(tmp_path, capsys, "sharded_loader", "--nproc", "2", "--resume-nproc", "3",
+                                 "--epochs", "2", "--kill")
+    assert (code, report["verdict"]) == (0, "EXACTLY_ONCE"), out
+    assert report["loader"] == "shufflepoint._loading.loader.DataLoader"
+    assert all(check["missing"] == 0 for check in report["epoch_checks"])

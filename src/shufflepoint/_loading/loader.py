@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch.utils.data
@@ -31,6 +31,20 @@ class _Pass:
         self.epoch, self.start_cursor, self.received = epoch, start_cursor, 0
 
 
+def _announced(chunks: Iterator[list[int]], prefetch: Callable[[list[int]], None]) -> Iterator[list[int]]:
+    """Tell the dataset (``Shards``) each chunk of upcoming indices one chunk before it is served,
+    so that its shards are downloading while the current chunk is read."""
+    current = next(chunks, None)
+    if current is not None:
+        prefetch(current)
+    while current is not None:
+        upcoming = next(chunks, None)
+        if upcoming is not None:
+            prefetch(upcoming)
+        yield current
+        current = upcoming
+
+
 class _PassSampler(torch.utils.data.Sampler[int]):
     """The index sampler torch's machinery drives: this rank's indices for the loader's live pass."""
 
@@ -51,6 +65,9 @@ class _PassSampler(torch.utils.data.Sampler[int]):
             )
         order = loader._orders.get(live.epoch)
         chunks = rank_index_chunks(order, loader._layout, loader._rank, live.start_cursor)
+        prefetch = getattr(loader.dataset, "prefetch", None)
+        if callable(prefetch):
+            chunks = _announced(chunks, prefetch)
         return itertools.chain.from_iterable(chunks)
 
     def __len__(self) -> int:

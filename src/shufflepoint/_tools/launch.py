@@ -6,6 +6,7 @@ before, which is the only way to catch state that lives outside the checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -53,12 +54,23 @@ def _descendants(pid: int) -> list[int]:
 
 
 def kill_tree(pid: int) -> None:
-    """SIGKILL a process and all its descendants, children first seen first killed."""
-    for victim in [*_descendants(pid), pid]:
-        try:
+    """SIGKILL a process and all its descendants.
+
+    The tree is frozen first (SIGSTOP, repeated until no new descendant appears), so that a process
+    that was spawning children at that moment (a DataLoader starting its workers) cannot leave an
+    orphan behind that holds the launcher's pipes open."""
+    frozen: list[int] = []
+    for _ in range(50):
+        fresh = [p for p in [pid, *_descendants(pid)] if p not in frozen]
+        if not fresh:
+            break
+        for victim in fresh:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGSTOP)
+        frozen += fresh
+    for victim in frozen:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(victim, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:

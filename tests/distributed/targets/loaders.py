@@ -57,3 +57,34 @@ def shufflepoint_loader():
 def not_a_loader():
     """A factory that returns something without state_dict: a usage error."""
     return [1, 2, 3]
+
+
+def _small_corpus() -> str:
+    """200 JSONL shards of 1-3 rows ({"id": i}), made once per machine and published by a rename, so
+    that the ranks of every launch find the same complete corpus."""
+    import sys
+    import tempfile
+
+    folder = os.path.join(tempfile.gettempdir(), f"shufflepoint-audit-corpus-{os.getuid()}-v1")
+    if not os.path.isdir(folder):
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+        from corpus_files import jsonl_corpus
+
+        building = tempfile.mkdtemp(prefix="shufflepoint-audit-corpus-")
+        jsonl_corpus(building, 200, rows=(1, 3), seed=5)
+        try:
+            os.rename(building, folder)
+        except OSError:  # another rank published it first
+            import shutil
+
+            shutil.rmtree(building, ignore_errors=True)
+    return folder
+
+
+def sharded_loader():
+    """shufflepoint.DataLoader over shufflepoint.Shards: 200 JSONL shards, the blocks order."""
+    import shufflepoint
+
+    corpus = shufflepoint.Shards(os.path.join(_small_corpus(), "part-*.jsonl"), progress=False)
+    return shufflepoint.DataLoader(corpus, batch_size=BATCH, seed=SEED, shuffle_block=32,
+                                   rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))

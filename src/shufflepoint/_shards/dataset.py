@@ -1,0 +1,235 @@
+"""``shufflepoint.Shards``: a corpus of shard files, local or in object storage, as a map-style dataset.
+
+``len()`` and ``[i]`` work as for any map-style dataset, so ``shufflepoint.DataLoader(Shards(...))``
+is the whole recipe: the loader sees ``shard_rows`` and uses the ``blocks`` order, which keeps
+each stretch of an epoch inside a few shards. Index i is (shard, row) by binary search over the
+prefix sums of the index. A remote shard is fetched whole into the node's cache the first time a
+process needs it (or earlier, by the prefetcher); a local one is read in place.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch.utils.data
+
+from shufflepoint._core.errors import ShardError
+from shufflepoint._shards import index as _index
+from shufflepoint._shards import sidecar
+from shufflepoint._shards.cache import NodeCache
+from shufflepoint._shards.prefetch import Prefetcher
+from shufflepoint._shards.readers import infer_format, make_reader, saved_dataset_files
+from shufflepoint._shards.readers.base import OpenShard
+from shufflepoint._shards.storage import Storage
+
+FINGERPRINT_PREFIX = "shards:"
+
+
+def _is_remote(url: str) -> bool:
+    return "://" in url and not url.startswith("file://")
+
+
+class Shards(torch.utils.data.Dataset[Any]):
+    """The rows of many shard files, in shard order, as one map-style dataset.
+
+    ``sources``: a list of paths or URLs, a glob (``"data/*.parquet"``, ``"s3://bucket/c4/*.jsonl.zst"``),
+    a manifest (``*.txt``, one path or URL a line), or the folder of a Hugging Face dataset saved
+    with ``save_to_disk``. ``format`` is inferred from the suffix when
+    omitted (``parquet``, ``jsonl``, ``webdataset``, ``tokens``, ``arrow``); ``columns``, ``seq_len``
+    and ``dtype`` go to the reader that takes them. ``transform(sample)`` runs on every sample.
+
+    The index (rows per shard) is built once, in parallel, and kept as a sidecar file (see
+    ``shufflepoint._shards.sidecar``); its content hash is ``fingerprint``, which the loader stores in
+    its state, so a resume on a changed corpus is refused with the shards that changed.
+
+    >>> corpus = Shards("data/train-*.parquet", columns=["text"])      # doctest: +SKIP
+    >>> loader = shufflepoint.DataLoader(corpus, batch_size=32, seed=1)  # doctest: +SKIP
+    """
+
+    _opened: OrderedDict[int, OpenShard]
+    _cache: NodeCache | None
+    _prefetcher: Prefetcher | None
+
+    def __init__(
+        self,
+        sources: str | Sequence[str],
+        *,
+        format: str | None = None,
+        columns: Sequence[str] | None = None,
+        seq_len: int | None = None,
+        dtype: str | None = None,
+        transform: Callable[[Any], Any] | None = None,
+        cache_dir: str | None = None,
+        cache_limit: int | None = None,
+        storage_options: dict[str, Any] | None = None,
+        retries: int = 5,
+        prefetch: int = 16,
+        index_threads: int = 8,
+        progress: bool = True,
+        max_open: int = 4,
+    ) -> None:
+        self._storage = Storage(storage_options=storage_options, retries=retries)
+        saved = saved_dataset_files(sources) if isinstance(sources, str) and os.path.isdir(sources) else None
+        urls = saved if saved is not None else self._storage.expand(sources)
+        if not urls:
+            raise ValueError(f"sources: found {sources!r}, which names no shard")
+        name = format or infer_format(urls[0])
+        options = {k: v for k, v in (("columns", columns), ("seq_len", seq_len), ("dtype", dtype)) if v is not None}
+        self._reader = make_reader(name, **options)
+        self._cache_dir = cache_dir or sidecar.default_cache_dir()
+        self._cache_limit = cache_limit
+        self._transform = transform
+        self._prefetch_depth = int(prefetch)
+        self._max_open = max(1, int(max_open))
+        self.index = self._load_or_build(urls, index_threads, progress)
+        rows = self.index.rows
+        self._ends = np.cumsum(rows)
+        self._starts = self._ends - rows
+        self._remote = any(_is_remote(u) for u in urls)
+        self._reset_process_state()
+
+    # -- the index ---------------------------------------------------------------------------
+    def _load_or_build(self, urls: list[str], threads: int, progress: bool) -> _index.CorpusIndex:
+        options = self._reader.options()
+        key = sidecar.corpus_key(urls, self._reader.name, options)
+        with sidecar.building(self._cache_dir, key):
+            known = sidecar.load_latest(self._cache_dir, key, _index.common_root(urls))
+            built = _index.build(urls, reader=self._reader.name, options=options, info=self._info,
+                                 count_rows=self._count_rows, known=known, threads=threads, progress=progress)
+            if known is None or known.to_json() != built.to_json():
+                sidecar.save(built, self._cache_dir, key)
+        return built
+
+    def _info(self, url: str) -> tuple[int, str]:
+        found = self._storage.info(url)
+        return found.size, found.version
+
+    def _count_rows(self, url: str) -> int:
+        size, version = self._info(url)
+        opened = self._reader.open(self._fetch(url, size, version), url)
+        try:
+            return len(opened)
+        finally:
+            opened.close()
+
+    @property
+    def fingerprint(self) -> str:
+        """``shards:<content hash>``: the corpus identity that the loader's state carries."""
+        return FINGERPRINT_PREFIX + self.index.content_hash
+
+    def explain_fingerprint(self, saved: str) -> str:
+        """What changed since a state with fingerprint ``saved`` was written, as far as known here."""
+        if not saved.startswith(FINGERPRINT_PREFIX):
+            return "The state was not saved on a Shards corpus"
+        content_hash = saved[len(FINGERPRINT_PREFIX):].split(":", 1)[0]
+        old = sidecar.load_by_hash(self._cache_dir, content_hash)
+        if old is None:
+            return (f"The corpus changed; its old index ({content_hash[:12]}...) is not in {self._cache_dir}, "
+                    "so the changed shards cannot be named")
+        return "The corpus changed: " + _index.changed_shards(old, self.index)
+
+    @property
+    def shard_rows(self) -> np.ndarray:
+        """Rows per shard, in shard order: what the ``blocks`` order is built from."""
+        return self.index.rows
+
+    def shard_of(self, index: int) -> tuple[int, int]:
+        """(shard, row) of dataset index ``index``."""
+        shard = int(np.searchsorted(self._ends, index, side="right"))
+        return shard, int(index - self._starts[shard])
+
+    # -- reading -----------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return int(self._ends[-1]) if self._ends.size else 0
+
+    def __getitem__(self, index: int) -> Any:
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise TypeError(f"Shards index: found {type(index).__name__}, expected an int")
+        if not 0 <= index < len(self):
+            raise IndexError(f"Shards index {index} out of range for {len(self)} rows")
+        shard, row = self.shard_of(int(index))
+        sample = self._open(shard)[row]
+        return self._transform(sample) if self._transform is not None else sample
+
+    def _open(self, shard: int) -> OpenShard:
+        if os.getpid() != self._pid:  # forked into a DataLoader worker: open files are the parent's
+            self._reset_process_state()
+        found = self._opened.get(shard)
+        if found is not None:
+            self._opened.move_to_end(shard)
+            return found
+        record = self.index.shards[shard]
+        url = self.index.url(shard)
+        opened = self._reader.open(self._fetch(url, record.size, record.version), url)
+        if len(opened) != record.rows:
+            opened.close()
+            raise ShardError(url, f"has {len(opened)} rows, the index says {record.rows}: it changed since "
+                                  "the index was built; rebuild the index (delete its sidecar) and restart the epoch")
+        self._opened[shard] = opened
+        while len(self._opened) > self._max_open:
+            self._opened.popitem(last=False)[1].close()
+        return opened
+
+    def _fetch(self, url: str, size: int, version: str) -> str:
+        """A local path holding the whole shard: the file itself, or its copy in the node cache."""
+        if not _is_remote(url):
+            path = url[len("file://"):] if url.startswith("file://") else url
+            try:
+                found = os.stat(path).st_size
+            except FileNotFoundError:
+                raise ShardError(url, "vanished: it was in the index but the file is gone") from None
+            if found != size:
+                raise ShardError(url, f"is {found} bytes, the index says {size}: it changed since the index "
+                                      "was built (truncated or rewritten)")
+            return path
+        return self._node_cache().path_for(url, version, size,
+                                           lambda dest: self._storage.fetch(url, dest, size))
+
+    def _node_cache(self) -> NodeCache:
+        if self._cache is None:
+            self._cache = NodeCache(os.path.join(self._cache_dir, "shards"), self._cache_limit)
+        return self._cache
+
+    # -- read-ahead --------------------------------------------------------------------------
+    def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
+        """Fetch, in the background, the shards holding these upcoming dataset indices."""
+        if not self._remote or self._prefetch_depth <= 0 or len(indices) == 0:
+            return
+        shards = np.searchsorted(self._ends, np.asarray(indices, dtype=np.int64), side="right")
+        _, first_seen = np.unique(shards, return_index=True)
+        upcoming = shards[np.sort(first_seen)].tolist()  # in the order they will be read
+        urls = [self.index.url(s) for s in upcoming[: self._prefetch_depth]]
+        if self._prefetcher is None:
+            self._prefetcher = Prefetcher(self._prefetch_lookup, max_ahead=self._prefetch_depth)
+        self._prefetcher.schedule(urls)
+
+    def _prefetch_lookup(self, url: str) -> str:
+        shard = self._shard_by_url[url]
+        record = self.index.shards[shard]
+        return self._fetch(url, record.size, record.version)
+
+    # -- processes ---------------------------------------------------------------------------
+    def _reset_process_state(self) -> None:
+        self._pid = os.getpid()
+        self._opened = OrderedDict()
+        self._cache = None
+        self._prefetcher = None
+        self._shard_by_url = {self.index.url(s): s for s in range(len(self.index.shards))}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        for name in ("_opened", "_cache", "_prefetcher"):
+            state[name] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset_process_state()
+
+    def __repr__(self) -> str:
+        return (f"Shards({len(self.index.shards)} {self._reader.name} shards, {len(self)} rows, "
+                f"root={self.index.root!r})")
