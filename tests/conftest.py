@@ -2,3 +2,25 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))  # the shared test helpers (resume_contract)
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3-compatible server (moto's server mode) behind a fault-injecting proxy, on 127.0.0.1."""
+    pytest.importorskip("moto")
+    pytest.importorskip("s3fs")
+    from s3_server import S3Server
+
+    server = S3Server().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture()
+def s3(s3_server):
+    s3_server.reset()
+    yield s3_server
+    s3_server.reset()

@@ -1,14 +1,24 @@
 """The per-node shard cache: remote shards downloaded once per machine, shared by its processes.
 
-Every local rank and DataLoader worker of a node uses the same folder, so its bookkeeping lives in
-the filesystem, not in one process: an entry is a complete file named by a hash of (url, version);
-its mtime is its last use. A download goes to a temporary file in the same folder under a per-entry
-``flock`` and is published by ``os.replace``, so no process ever opens a half-written shard, and
-one that was SIGKILLed mid-download leaves only a temporary file that no one reads (and that is
-cleaned once stale). Before a download the cache evicts least recently used entries until the new
-one fits in ``max_bytes``; ``release`` marks an entry as done for this epoch, so it goes first.
-Evicting is an unlink, which is safe on POSIX for a process that still has the file open or
-mapped: it keeps reading its copy.
+Every local rank and DataLoader worker of a node uses the same folder, so all bookkeeping lives
+in the filesystem, never in one process's memory:
+
+- ``<key><ext>.shard``: a complete shard, named by a hash of (url, version); its mtime is its last
+  use (a hit touches it), which is what LRU eviction orders by. ``release`` sets it to 0: first out.
+- ``.tmp-<key>-<size>-*``: a download in flight, written under the entry's lock and published by
+  ``os.replace``, so no process ever sees half a shard. A process SIGKILLed mid-download leaves
+  only this file; the kernel drops its lock, and the next scan removes a temporary file whose
+  entry lock is free. Until then its ``<size>`` counts against the byte limit (room is reserved).
+- ``<key>.lock``: the per-entry ``flock``: one process downloads, the others wait, then find the
+  entry complete. ``evict.lock`` serialises making room, so the accounting is consistent.
+
+Before a download, least recently used complete entries are evicted until the new one fits in
+``max_bytes`` (one shard larger than the limit is still served, the cache then holding just it).
+Eviction is an unlink, which is safe on POSIX for a process that still has the file open or
+mmapped: it keeps reading its copy, and the space is freed when it closes it. An entry used since
+the eviction scan, or being downloaded, is skipped. A path returned by ``path_for`` can still be
+evicted before the caller opens it when the limit is about one shard; the caller then simply asks
+again (``FileNotFoundError`` on open means exactly that).
 """
 
 from __future__ import annotations
@@ -18,17 +28,18 @@ import fcntl
 import hashlib
 import os
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 
 from shufflepoint._core.errors import ShardError
 
 _SUFFIX = ".shard"
-_STALE_TMP_S = 3600.0
+_TMP = ".tmp-"
+_EVICT = "evict"
+_KEY_CHARS = 32
 
 
 def _key(url: str, version: str) -> str:
-    return hashlib.sha256(f"{url}\0{version}".encode()).hexdigest()[:32]
+    return hashlib.sha256(f"{url}\0{version}".encode()).hexdigest()[:_KEY_CHARS]
 
 
 class NodeCache:
@@ -42,82 +53,150 @@ class NodeCache:
         os.makedirs(directory, exist_ok=True)
 
     def entry(self, url: str, version: str) -> str:
+        """Where the complete shard (url, version) lives once cached."""
         suffix = os.path.splitext(url.split("?", 1)[0])[1][:16]
         return os.path.join(self.directory, _key(url, version) + suffix + _SUFFIX)
 
-    @contextlib.contextmanager
-    def _lock(self, name: str) -> Iterator[None]:
-        with open(os.path.join(self.directory, name + ".lock"), "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
-
     def path_for(self, url: str, version: str, size: int, fetch: Callable[[str], None]) -> str:
-        """A local path holding the complete shard, downloading it with ``fetch(tmp)`` on a miss."""
+        """A local path holding the complete shard (``size`` bytes); on a miss ``fetch(tmp)`` writes
+        it to a temporary path first, once per node however many processes ask at the same time."""
         path = self.entry(url, version)
-        if self._complete(path, size):
+        if _hit(path, size):
             return path
-        with self._lock(os.path.basename(path)):
-            if self._complete(path, size):  # another process fetched it while we waited
+        key = _key(url, version)
+        with self._locked(key):
+            if _hit(path, size):  # another process fetched it while we waited
                 return path
-            self._make_room(size)
-            handle, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.directory)
+            self._make_room(size, key)
+            handle, tmp = tempfile.mkstemp(prefix=f"{_TMP}{key}-{size}-", dir=self.directory)
             os.close(handle)
             try:
                 fetch(tmp)
-                got = os.path.getsize(tmp)
+                try:
+                    got = os.path.getsize(tmp)
+                except FileNotFoundError:
+                    raise ShardError(url, "the download left no file behind") from None
                 if got != size:
                     raise ShardError(url, f"downloaded {got} bytes, the index says {size}")
+                os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide it from other users of a shared cache
                 os.replace(tmp, path)
             finally:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
         return path
 
-    def _complete(self, path: str, size: int) -> bool:
-        try:
-            if os.path.getsize(path) != size:
-                return False
-            os.utime(path)  # last use: what LRU eviction orders by
-            return True
-        except FileNotFoundError:
-            return False
-
     def release(self, url: str, version: str) -> None:
         """A hint: this node is done with the shard for this epoch; evict it first."""
-        with contextlib.suppress(FileNotFoundError):
-            os.utime(self.entry(url, version), (0, 0))
+        with contextlib.suppress(OSError):
+            os.utime(self.entry(url, version), ns=(0, 0))
 
     def entries(self) -> list[tuple[float, int, str]]:
-        """(last use, bytes, path) of every complete entry; stale temporary files are removed."""
-        found = []
-        now = time.time()
-        for name in os.listdir(self.directory):
-            path = os.path.join(self.directory, name)
-            try:
-                stat = os.stat(path)
-            except FileNotFoundError:
-                continue
-            if name.endswith(_SUFFIX):
-                found.append((stat.st_mtime, stat.st_size, path))
-            elif name.startswith(".tmp-") and now - stat.st_mtime > _STALE_TMP_S:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)  # left by a process killed mid-download
-        return found
+        """(last use, bytes, path) of every complete entry."""
+        return [(mtime_ns / 1e9, size, path) for mtime_ns, size, path in self._complete_entries()]
 
     def bytes_used(self) -> int:
-        return sum(size for _, size, _ in self.entries())
+        """Bytes held by complete entries (downloads in flight not included)."""
+        return sum(size for _, size, _ in self._complete_entries())
 
-    def _make_room(self, incoming: int) -> None:
-        if self.max_bytes is None:
-            return
-        entries = sorted(self.entries())
-        used = sum(size for _, size, _ in entries)
-        for _, size, path in entries:
-            if used + incoming <= self.max_bytes:
+    # -- locks -------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _locked(self, name: str, blocking: bool = True) -> Iterator[bool]:
+        """Hold ``<name>.lock`` (yields True), or yield False at once if ``blocking`` is off and it is
+        taken. An evicted entry's lock file is unlinked by its holder, so a waiter that wakes up on
+        an unlinked file opens the new one and locks again."""
+        path = os.path.join(self.directory, name + ".lock")
+        while True:
+            handle = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+            except BlockingIOError:
+                os.close(handle)
+                handle = -1
                 break
-            with contextlib.suppress(FileNotFoundError):
+            if _same_file(handle, path):
+                break
+            os.close(handle)
+        try:
+            yield handle >= 0
+        finally:
+            if handle >= 0:
+                os.close(handle)  # releases the flock
+
+    def _busy(self, name: str) -> bool:
+        with self._locked(name, blocking=False) as got:
+            return not got
+
+    # -- room ----------------------------------------------------------------------------------
+    def _complete_entries(self) -> list[tuple[int, int, str]]:
+        found = []
+        for name in os.listdir(self.directory):
+            if name.endswith(_SUFFIX):
+                path = os.path.join(self.directory, name)
+                with contextlib.suppress(FileNotFoundError):
+                    stat = os.stat(path)
+                    found.append((stat.st_mtime_ns, stat.st_size, path))
+        return found
+
+    def _in_flight(self, own: str) -> int:
+        """Bytes reserved by downloads in flight; removes the temporary files of dead ones (and any
+        of our own entry, ``own``, whose lock we hold: no one else can be writing it)."""
+        reserved = 0
+        for name in os.listdir(self.directory):
+            if not name.startswith(_TMP):
+                continue
+            key, _, rest = name[len(_TMP):].partition("-")
+            size = rest.partition("-")[0]
+            if key != own and size.isdigit() and self._busy(key):
+                reserved += int(size)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(self.directory, name))
+        return reserved
+
+    def _make_room(self, incoming: int, own: str) -> None:
+        with self._locked(_EVICT):
+            reserved = self._in_flight(own)
+            if self.max_bytes is None:
+                return
+            entries = sorted(self._complete_entries())
+            used = reserved + sum(size for _, size, _ in entries)
+            for mtime_ns, size, path in entries:
+                if used + incoming <= self.max_bytes:
+                    break
+                if self._evict(path, mtime_ns):
+                    used -= size
+
+    def _evict(self, path: str, mtime_ns: int) -> bool:
+        """Unlink one entry unless it is being downloaded or was used since the scan."""
+        key = os.path.basename(path)[:_KEY_CHARS]
+        with self._locked(key, blocking=False) as got:
+            if not got:
+                return False
+            try:
+                if os.stat(path).st_mtime_ns != mtime_ns:
+                    return False
                 os.unlink(path)
-            used -= size
+            except FileNotFoundError:
+                return False
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(self.directory, key + ".lock"))  # while we hold it; see _locked
+            return True
+
+
+def _hit(path: str, size: int) -> bool:
+    """A complete entry: mark it used (LRU) and take it."""
+    try:
+        if os.stat(path).st_size != size:
+            return False
+    except FileNotFoundError:
+        return False
+    with contextlib.suppress(OSError):  # another user's file in a shared cache: still a hit
+        os.utime(path)
+    return True
+
+
+def _same_file(handle: int, path: str) -> bool:
+    try:
+        return os.fstat(handle).st_ino == os.stat(path).st_ino
+    except FileNotFoundError:
+        return False

@@ -85,6 +85,7 @@ class Shards(torch.utils.data.Dataset[Any]):
         self._transform = transform
         self._prefetch_depth = int(prefetch)
         self._max_open = max(1, int(max_open))
+        self._cache = None  # the index build below may already download remote shards
         self.index = self._load_or_build(urls, index_threads, progress)
         rows = self.index.rows
         self._ends = np.cumsum(rows)

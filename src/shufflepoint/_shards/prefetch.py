@@ -1,58 +1,110 @@
 """Background downloads of the shards this rank reads next, so a steady loop never waits on storage.
 
 The loader announces each chunk of upcoming indices one chunk early; the dataset turns them into
-shard URLs and schedules them here. A small daemon thread pool calls ``lookup(url)`` (which fetches
-into the node cache); URLs already done or in flight are skipped. A failure in the background is
-kept, not raised: the foreground read of that shard calls the same lookup and raises the clear
-``ShardError`` itself, so nothing is lost and nothing is reported twice.
+shard URLs and schedules them here. A few daemon threads call ``lookup(url)`` (which fetches into
+the node cache), in the order announced; URLs in flight or recently done are skipped, and at most
+``max_ahead`` are outstanding (the rest are announced again with a later chunk). A failure in the
+background is kept, not raised or printed: the foreground read of that shard calls the same
+lookup and raises the clear ``ShardError`` itself, so nothing is lost and nothing is reported twice.
+
+Daemon threads, so a download in flight never holds up the interpreter's exit (the node cache
+ignores the temporary file it leaves). A copy forked into a DataLoader worker has no threads and
+does nothing: each process makes its own ``Prefetcher``.
 """
 
 from __future__ import annotations
 
+import os
+import queue
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 
 
 class Prefetcher:
-    """At most ``max_ahead`` shards downloading at once; ``schedule`` never blocks."""
+    """At most ``max_ahead`` shards queued or downloading at once; ``schedule`` never blocks."""
 
     def __init__(self, lookup: Callable[[str], str], max_ahead: int, threads: int = 2) -> None:
-        self._lookup = lookup
-        self._max_ahead = max(1, int(max_ahead))
-        self._pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="shufflepoint-prefetch")
-        self._lock = threading.Lock()
-        self._pending: dict[str, Future[str]] = {}
-        self._done: set[str] = set()
-        self.errors: dict[str, BaseException] = {}
+        if isinstance(max_ahead, bool) or not isinstance(max_ahead, int) or max_ahead < 1:
+            raise ValueError(f"prefetch: found {max_ahead!r}, expected an int >= 1 (shards ahead)")
+        self._lookup, self._max_ahead = lookup, max_ahead
+        self._threads_wanted = max(1, min(int(threads), max_ahead))
+        self._pid = os.getpid()
+        self._cond = threading.Condition()
+        self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._pending: set[str] = set()  # queued or downloading
+        self._done: OrderedDict[str, None] = OrderedDict()  # recently done, oldest first
+        self._remember = max(64, 8 * max_ahead)
+        self._threads: list[threading.Thread] = []
+        self._closed = False
+        self.errors: dict[str, BaseException] = {}  # the last background failure per URL, for tests and logs
+
+    def _usable(self) -> bool:
+        return not self._closed and os.getpid() == self._pid
 
     def schedule(self, urls: Sequence[str]) -> None:
-        with self._lock:
+        """Queue ``lookup(url)`` for the URLs not in flight or done, up to ``max_ahead`` outstanding."""
+        if not self._usable():
+            return
+        with self._cond:
             for url in urls:
-                if url in self._done or url in self._pending:
+                if url in self._pending or url in self._done:
                     continue
                 if len(self._pending) >= self._max_ahead:
                     break
-                future = self._pool.submit(self._lookup, url)
-                self._pending[url] = future
-                future.add_done_callback(self._callback(url))
+                self._pending.add(url)
+                self._queue.put(url)
+            while len(self._threads) < min(self._threads_wanted, len(self._pending)):
+                thread = threading.Thread(target=self._run, name="shufflepoint-prefetch", daemon=True)
+                self._threads.append(thread)
+                thread.start()
 
-    def _callback(self, url: str) -> Callable[[Future[str]], None]:
-        return lambda future: self._finished(url, future)
-
-    def _finished(self, url: str, future: Future[str]) -> None:
-        with self._lock:
-            self._pending.pop(url, None)
-            error = future.exception()
-            if error is None:
-                self._done.add(url)
-            else:
-                self.errors[url] = error
+    def _run(self) -> None:
+        while True:
+            url = self._queue.get()
+            if url is None:
+                return
+            error: BaseException | None = None
+            try:
+                if not self._closed:  # after close(), what is still queued is dropped
+                    self._lookup(url)
+            except Exception as caught:  # kept for the foreground read to meet again
+                error = caught
+            with self._cond:
+                self._pending.discard(url)
+                if error is None:
+                    self.errors.pop(url, None)
+                    self._done[url] = None
+                    self._done.move_to_end(url)
+                    while len(self._done) > self._remember:
+                        self._done.popitem(last=False)
+                else:
+                    self.errors[url] = error
+                    while len(self.errors) > self._remember:
+                        self.errors.pop(next(iter(self.errors)))
+                self._cond.notify_all()
 
     def forget(self, urls: Sequence[str]) -> None:
         """Shards evicted or released: fetch them again if they are scheduled later."""
-        with self._lock:
-            self._done.difference_update(urls)
+        if not self._usable():
+            return
+        with self._cond:
+            for url in urls:
+                self._done.pop(url, None)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until nothing is queued or downloading (True), or ``timeout`` seconds pass (False)."""
+        if not self._usable():
+            return True
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._pending, timeout)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Drop what is queued and let the threads end after their current lookup (never waits; a
+        no-op in a forked copy, whose threads do not exist)."""
+        if not self._usable():
+            return
+        self._closed = True
+        with self._cond:
+            for _ in self._threads:
+                self._queue.put(None)

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -53,15 +54,34 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def kill_tree(pid: int) -> None:
-    """SIGKILL a process and all its descendants.
+def _tagged(tag: str) -> list[int]:
+    """Every live process whose environment carries ``tag`` (Linux /proc): all that a launch
+    started, wherever they were reparented."""
+    needle = tag.encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle in f.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
 
-    The tree is frozen first (SIGSTOP, repeated until no new descendant appears), so that a process
+
+def kill_tree(pid: int, tag: str | None = None) -> None:
+    """SIGKILL a process and all its descendants (and, with ``tag``, every process whose
+    environment carries it).
+
+    The tree is frozen first (SIGSTOP, repeated until no new process appears), so that a process
     that was spawning children at that moment (a DataLoader starting its workers) cannot leave an
-    orphan behind that holds the launcher's pipes open."""
+    orphan behind that holds the launcher's pipes open; the tag catches one that was reparented."""
     frozen: list[int] = []
     for _ in range(50):
-        fresh = [p for p in [pid, *_descendants(pid)] if p not in frozen]
+        found = [pid, *_descendants(pid), *(_tagged(tag) if tag else [])]
+        fresh = [p for p in dict.fromkeys(found) if p not in frozen and p != os.getpid()]
         if not fresh:
             break
         for victim in fresh:
@@ -110,9 +130,10 @@ def launch(
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
         "--monitor_interval=0.1", *extra_launcher_args, *target,
     ]
+    tag = f"SHUFFLEPOINT_LAUNCH={uuid.uuid4().hex}"
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=worker_env(env), start_new_session=True,
+        env=worker_env({**(env or {}), "SHUFFLEPOINT_LAUNCH": tag.split("=", 1)[1]}), start_new_session=True,
     )
     killed = False
     deadline = time.monotonic() + timeout
@@ -122,7 +143,7 @@ def launch(
         else:
             while proc.poll() is None:
                 if os.path.exists(kill_when):
-                    kill_tree(proc.pid)
+                    kill_tree(proc.pid, tag)
                     killed = True
                     break
                 if time.monotonic() > deadline:
@@ -130,7 +151,7 @@ def launch(
                 time.sleep(0.01)
             out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
-        kill_tree(proc.pid)
+        kill_tree(proc.pid, tag)
         out, err = proc.communicate()
         raise RuntimeError(f"worker launch timed out after {timeout:.0f}s:\n{err[-4000:]}") from None
     return LaunchResult(proc.returncode, out, err, killed)

@@ -1,0 +1,61 @@
+"""The resume contract on 1,000 shards in the local S3 server (moto over HTTP, read through s3fs).
+
+Fresh processes on 2 and 3 ranks sharing one node cache, ``num_workers`` 2, SIGKILL, and elastic
+2 -> 3, judged by sample ids as ``test_shards_resume.py`` judges the same corpus on disk. The proxy
+answers 500s and drops connections during the run: each fault is retried, none becomes a gap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import uuid
+
+import pytest
+from test_shards_resume import WORKER, check_elastic, check_same_world
+
+from shufflepoint._tools.launch import launch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
+from corpus_files import jsonl_corpus  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def runs(s3_server, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("shards_s3"))
+    bucket = "shards-" + uuid.uuid4().hex[:8]
+    ids = jsonl_corpus(os.path.join(out, "local"), 1000, rows=(1, 3), gz_every=10)
+    s3_server.upload(bucket, os.path.join(out, "local"), prefix="web/")
+    corpus = {"kind": "shards", "sources": f"s3://{bucket}/web/part-*", "storage_options": s3_server.storage_options,
+              "cache_dir": os.path.join(out, "node-cache"), "retries": 8}
+
+    def scenario(name, save_at, **kwargs):
+        return {"name": name, "corpus": corpus, "batch_size": 8, "seed": 23, "epochs": 2, "save_at": save_at,
+                "shuffle_block": 64, **kwargs}
+
+    def go(mode, scenarios, nproc, **kwargs):
+        return launch([WORKER, mode, out, json.dumps(scenarios)], nproc, timeout=600, **kwargs)
+
+    save = [scenario("s3", [1, 15], num_workers=2), scenario("s3_to_three", [0, 45])]
+    s3_server.fail_next(20)  # the index build and first reads meet 500s
+    s3_server.drop_next(10)  # and connections dropped mid-shard
+    go("save", save, 2).check()
+    assert s3_server.faults.injected["fail"] >= 20 and s3_server.faults.injected["drop"] >= 10
+    killed = scenario("s3_killed", [0, 30], num_workers=2, kill=True)
+    assert go("save", [killed], 2, kill_when=os.path.join(out, "s3_killed.saved")).killed
+    resumed = [dict(s, source=s["name"], saved_world=2) for s in (save[0], dict(killed, kill=False))]
+    go("resume", resumed, 2).check()
+    go("resume", [dict(save[1], source="s3_to_three", saved_world=2, num_workers=2)], 3).check()
+    return out, ids
+
+
+def test_same_world_and_sigkill_resume_exactly_from_s3(runs):
+    out, _ = runs
+    check_same_world(out, "s3", 2)
+    check_same_world(out, "s3_killed", 2)
+
+
+def test_elastic_resume_from_s3_sees_every_sample_once(runs):
+    out, ids = runs
+    check_elastic(out, "s3_to_three", 2, 3, ids)
