@@ -12,9 +12,9 @@ import os
 import uuid
 
 import pytest
-from corpus_files import jsonl_corpus
 
 import shufflepoint
+from corpus_files import jsonl_corpus
 from shufflepoint._shards.cache import NodeCache
 from shufflepoint._shards.storage import Storage
 
