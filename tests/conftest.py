@@ -21,6 +21,17 @@ def s3_server():
 
 @pytest.fixture()
 def s3(s3_server):
+    """The same server, its faults reset before and after the test."""
     s3_server.reset()
     yield s3_server
     s3_server.reset()
+
+
+@pytest.fixture()
+def s3_bucket(s3):
+    """A fresh, empty bucket on it, so tests never see each other's objects."""
+    import uuid
+
+    name = "test-" + uuid.uuid4().hex[:12]
+    s3.create_bucket(name)
+    return name

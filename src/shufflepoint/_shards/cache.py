@@ -15,10 +15,11 @@ in the filesystem, never in one process's memory:
 Before a download, least recently used complete entries are evicted until the new one fits in
 ``max_bytes`` (one shard larger than the limit is still served, the cache then holding just it).
 Eviction is an unlink, which is safe on POSIX for a process that still has the file open or
-mmapped: it keeps reading its copy, and the space is freed when it closes it. An entry used since
-the eviction scan, or being downloaded, is skipped. A path returned by ``path_for`` can still be
-evicted before the caller opens it when the limit is about one shard; the caller then simply asks
-again (``FileNotFoundError`` on open means exactly that).
+mmapped: it keeps reading its copy, and the space is freed when it closes it (so the disk can hold
+more than ``max_bytes`` while evicted shards are still open). Entries used since the eviction scan
+are spared while older ones can go instead. So a path returned by ``path_for`` can be evicted
+before the caller opens it only when the shards in use at once do not fit in the limit; the caller
+then simply asks again (``FileNotFoundError`` on open means exactly that).
 """
 
 from __future__ import annotations
@@ -67,9 +68,7 @@ class NodeCache:
         with self._locked(key):
             if _hit(path, size):  # another process fetched it while we waited
                 return path
-            self._make_room(size, key)
-            handle, tmp = tempfile.mkstemp(prefix=f"{_TMP}{key}-{size}-", dir=self.directory)
-            os.close(handle)
+            tmp = self._reserve(size, key)
             try:
                 fetch(tmp)
                 try:
@@ -153,27 +152,38 @@ class NodeCache:
                     os.unlink(os.path.join(self.directory, name))
         return reserved
 
-    def _make_room(self, incoming: int, own: str) -> None:
+    def _reserve(self, incoming: int, own: str) -> str:
+        """Make room for ``incoming`` bytes and create the temporary file that reserves it, both under
+        ``evict.lock``, so two processes making room at once never count the same free space."""
         with self._locked(_EVICT):
             reserved = self._in_flight(own)
-            if self.max_bytes is None:
-                return
-            entries = sorted(self._complete_entries())
-            used = reserved + sum(size for _, size, _ in entries)
+            if self.max_bytes is not None:
+                self._evict_until(self.max_bytes - incoming - reserved)
+            handle, tmp = tempfile.mkstemp(prefix=f"{_TMP}{own}-{incoming}-", dir=self.directory)
+            os.close(handle)
+            return tmp
+
+    def _evict_until(self, budget: int) -> None:
+        """Evict LRU entries until at most ``budget`` bytes are left: first sparing the ones used since
+        the scan, then, if that was not enough, those too (never one being downloaded)."""
+        entries = sorted(self._complete_entries())
+        used = sum(size for _, size, _ in entries)
+        for recent_too in (False, True):
             for mtime_ns, size, path in entries:
-                if used + incoming <= self.max_bytes:
-                    break
-                if self._evict(path, mtime_ns):
+                if used <= budget:
+                    return
+                if os.path.exists(path) and self._evict(path, None if recent_too else mtime_ns):
                     used -= size
 
-    def _evict(self, path: str, mtime_ns: int) -> bool:
-        """Unlink one entry unless it is being downloaded or was used since the scan."""
+    def _evict(self, path: str, mtime_ns: int | None) -> bool:
+        """Unlink one entry unless it is being downloaded, or was used since the scan (its mtime is
+        no longer ``mtime_ns``; None: evict it anyway)."""
         key = os.path.basename(path)[:_KEY_CHARS]
         with self._locked(key, blocking=False) as got:
             if not got:
                 return False
             try:
-                if os.stat(path).st_mtime_ns != mtime_ns:
+                if mtime_ns is not None and os.stat(path).st_mtime_ns != mtime_ns:
                     return False
                 os.unlink(path)
             except FileNotFoundError:

@@ -14,12 +14,14 @@ so each process (DataLoader workers are forked) makes its own: they are keyed by
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import glob as _glob
 import os
 import posixpath
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, TypeVar
@@ -152,12 +154,10 @@ class Storage:
         if not sources or not all(isinstance(s, str) and s for s in sources):
             raise ValueError(f"sources: found {sources!r}, expected a non-empty list of paths or URLs (str)")
         urls = [s if is_remote(s) else os.path.abspath(_local(s)) for s in sources]
-        seen: set[str] = set()
-        for url in urls:
-            if url in seen:
-                raise ValueError(f"sources: {url} is listed twice; each shard may appear once (use "
-                                 "shufflepoint.Mixture to weight a source)")
-            seen.add(url)
+        twice = [url for url, n in Counter(urls).items() if n > 1]
+        if twice:
+            raise ValueError(f"sources: {twice[0]} is listed twice; each shard may appear once (use "
+                             "shufflepoint.Mixture to weight a source)")
         return urls
 
     def _glob(self, pattern: str) -> list[str]:
@@ -200,7 +200,7 @@ class Storage:
             except FileNotFoundError:
                 raise ValueError(f"sources: the manifest {manifest} does not exist") from None
             folder = os.path.dirname(os.path.abspath(_local(manifest)))
-        lines = [line.strip() for line in data.decode("utf-8").splitlines()]
+        lines = [line.strip() for line in data.decode("utf-8-sig").splitlines()]
         entries = [_resolve(folder, line) for line in lines if line and not line.startswith("#")]
         if not entries:
             raise ValueError(f"sources: the manifest {manifest} lists no shard (one path or URL a line expected)")
@@ -234,10 +234,8 @@ class Storage:
             with open(dest, "wb") as out:
                 self._retrying(url, "downloading", lambda: self._fetch_once(url, out, size))
         except BaseException:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(dest)
-            except FileNotFoundError:
-                pass
             raise
 
     def _open(self, url: str) -> IO[bytes]:
