@@ -80,6 +80,7 @@ class Storage:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_filesystems"] = {}  # never across processes
+        state["_listed"] = {}  # only the index build needs it; a worker need not carry it
         return state
 
     # -- fsspec ------------------------------------------------------------------------------

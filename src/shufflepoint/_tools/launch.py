@@ -27,7 +27,9 @@ class LaunchResult:
     def check(self) -> LaunchResult:
         """Raise with the tail of stderr when the launch failed (and was not killed on purpose)."""
         if self.returncode != 0 and not self.killed:
-            tail = "\n".join(self.stderr.strip().splitlines()[-40:])
+            lines = self.stderr.strip().splitlines()
+            ranks = [line for line in lines if line.startswith("[rank")][-30:]  # the workers' own traceback
+            tail = "\n".join([*ranks, *lines[-25:]])
             raise RuntimeError(f"worker launch failed with exit code {self.returncode}:\n{tail}")
         return self
 
