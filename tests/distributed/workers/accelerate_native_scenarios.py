@@ -134,3 +134,8 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    import torch.distributed as dist
+
+    if dist.is_initialized():  # close Gloo on every rank together: a rank exiting first aborts the others
+        dist.barrier()
+        dist.destroy_process_group()
