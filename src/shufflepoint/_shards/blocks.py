@@ -38,6 +38,15 @@ def _sub_seed(seed: int, tag: int, index: int = 0) -> int:
     return _splitmix64((_splitmix64(seed & _M64) ^ tag ^ _splitmix64(index & _M64)) & _M64)
 
 
+def checked_positions(positions: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Epoch positions as int64 (and flattened); IndexError naming the field when one is outside [0, n)."""
+    positions = np.asarray(positions, dtype=np.int64)
+    flat = positions.reshape(-1)
+    if flat.size and (int(flat.min()) < 0 or int(flat.max()) >= n):
+        raise IndexError(f"positions: expected each in [0, {n}), found {int(flat.min())}..{int(flat.max())}")
+    return positions, flat
+
+
 class BlockOrder:
     """A permutation of range(sum(rows)) for one (seed, epoch), built from rows per shard.
 
@@ -99,10 +108,7 @@ class BlockOrder:
 
     def take(self, positions: np.ndarray) -> np.ndarray:
         """Dataset indices (int64) at the given epoch positions (int64, each in [0, n))."""
-        positions = np.asarray(positions, dtype=np.int64)
-        flat = positions.reshape(-1)
-        if flat.size and (int(flat.min()) < 0 or int(flat.max()) >= self.n):
-            raise IndexError(f"positions: expected each in [0, {self.n}), found {int(flat.min())}..{int(flat.max())}")
+        positions, flat = checked_positions(positions, self.n)
         block = np.searchsorted(self._block_start, flat, side="right") - 1
         stream = np.empty_like(flat)
         for b in np.unique(block).tolist():

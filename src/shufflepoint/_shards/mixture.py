@@ -35,7 +35,7 @@ import torch.utils.data
 
 from shufflepoint._order import Order, check_int
 from shufflepoint._order.feistel import FeistelOrder
-from shufflepoint._shards.blocks import BlockOrder, _sub_seed
+from shufflepoint._shards.blocks import BlockOrder, _sub_seed, checked_positions
 
 NAME = "mixture"
 VERSION = 1
@@ -198,10 +198,7 @@ class MixtureOrder:
 
     def take(self, positions: np.ndarray) -> np.ndarray:
         """Indices into the concatenated sources at these epoch positions (int64, each in [0, n))."""
-        positions = np.asarray(positions, dtype=np.int64)
-        flat = positions.reshape(-1)
-        if flat.size and (int(flat.min()) < 0 or int(flat.max()) >= self.n):
-            raise IndexError(f"positions: expected each in [0, {self.n}), found {int(flat.min())}..{int(flat.max())}")
+        positions, flat = checked_positions(positions, self.n)
         source = np.empty_like(flat)
         stream = np.empty_like(flat)
         window = np.minimum(flat // self._block, self._windows - 1)
