@@ -16,6 +16,8 @@ EXPECTED = {
     "__version__",
     "patch_accelerate",
     "permutation",
+    "sample_rng",
+    "torch_generator",
     "unpatch_accelerate",
 }
 

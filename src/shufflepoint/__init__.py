@@ -9,6 +9,7 @@ from __future__ import annotations
 from shufflepoint._core.errors import ResumeWarning, ShardError, StateError
 from shufflepoint._core.state import FIELDS as STATE_FIELDS
 from shufflepoint._loading.loader import DataLoader
+from shufflepoint._loading.randomness import sample_rng, torch_generator
 from shufflepoint._loading.sampler import ResumableSampler
 from shufflepoint._order import ORDERS, Permutation, permutation
 from shufflepoint._shards.dataset import Shards
@@ -31,5 +32,7 @@ __all__ = [
     "__version__",
     "patch_accelerate",
     "permutation",
+    "sample_rng",
+    "torch_generator",
     "unpatch_accelerate",
 ]

@@ -11,6 +11,7 @@ import torch.utils.data
 from shufflepoint._core import state as _state
 from shufflepoint._core.plan import Layout
 from shufflepoint._loading.agreement import validate_everywhere
+from shufflepoint._loading.keyed import KeyedCollate, KeyedDataset, Transform, keyed_chunks
 from shufflepoint._loading.sampler import (
     OrderCache,
     dataset_length,
@@ -45,13 +46,23 @@ def _announced(chunks: Iterator[list[int]], prefetch: Callable[[list[int]], None
         current = upcoming
 
 
-class _PassSampler(torch.utils.data.Sampler[int]):
-    """The index sampler torch's machinery drives: this rank's indices for the loader's live pass."""
+def _check_keyed(transform: Transform | None, seed_per_sample: bool) -> bool:
+    """Whether samples draw keyed randomness (the loader then wraps the dataset, see ``keyed``)."""
+    if transform is not None and not callable(transform):
+        raise TypeError(f"transform: found {transform!r}, expected a callable fn(sample, rng) or None")
+    if not isinstance(seed_per_sample, bool):
+        raise TypeError(f"seed_per_sample: found {seed_per_sample!r}, expected a bool")
+    return transform is not None or seed_per_sample
+
+
+class _PassSampler(torch.utils.data.Sampler[Any]):
+    """The index sampler torch's machinery drives: this rank's indices for the loader's live pass
+    (keys ``(epoch, position, index)`` instead when samples draw keyed randomness)."""
 
     def __init__(self, loader: DataLoader) -> None:
         self._loader = loader
 
-    def __iter__(self) -> Iterator[int]:
+    def __iter__(self) -> Iterator[Any]:
         loader = self._loader
         live = loader._pass
         if live is None:
@@ -68,6 +79,10 @@ class _PassSampler(torch.utils.data.Sampler[int]):
         prefetch = getattr(loader.dataset, "prefetch", None)
         if callable(prefetch):
             chunks = _announced(chunks, prefetch)
+        if loader._keyed:
+            layout = loader._layout
+            return itertools.chain.from_iterable(
+                keyed_chunks(chunks, live.epoch, live.start_cursor + loader._rank, layout.world_size))
         return itertools.chain.from_iterable(chunks)
 
     def __len__(self) -> int:
@@ -104,6 +119,12 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
     calling it with the current epoch is a no-op, so a restored mid-epoch cursor survives loops
     that call ``set_epoch`` every epoch. ``rank``/``world_size`` default to the initialised
     process group, else 0 and 1. ``sampler``/``batch_sampler`` cannot be passed: the order is ours.
+
+    Augmentations that survive a resume: ``transform=fn`` calls ``fn(sample, rng)`` with the
+    sample's own ``numpy.random.Generator``, keyed by (seed, epoch, index); ``seed_per_sample=True``
+    seeds torch, numpy and ``random`` from that key around ``dataset[i]`` (and from the batch's key
+    around ``collate_fn``), then restores them. Any rank, worker or resume draws the same numbers.
+    ``loader.dataset`` is then a thin wrapper whose ``.dataset`` is yours.
     """
 
     def __init__(
@@ -121,6 +142,8 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         shuffle_block: int | None = None,
         dataset_fingerprint: str | None = None,
         verify_ranks: bool = True,
+        transform: Transform | None = None,
+        seed_per_sample: bool = False,
         **torch_dataloader_kwargs: Any,
     ) -> None:
         taken = sorted({"sampler", "batch_sampler"} & torch_dataloader_kwargs.keys())
@@ -145,6 +168,12 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         self._epoch = 0
         self._cursor = 0
         self._pass: _Pass | None = None
+        self._keyed = _check_keyed(transform, seed_per_sample)
+        if self._keyed:
+            dataset = KeyedDataset(dataset, self._seed, transform, seed_per_sample)
+            if seed_per_sample:
+                collate = torch_dataloader_kwargs.get("collate_fn") or torch.utils.data.default_collate
+                torch_dataloader_kwargs["collate_fn"] = KeyedCollate(collate, self._seed)
         super().__init__(
             dataset, batch_size=batch_size, sampler=_PassSampler(self), drop_last=drop_last,
             num_workers=num_workers, **torch_dataloader_kwargs,

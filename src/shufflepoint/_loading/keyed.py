@@ -1,0 +1,102 @@
+"""The dataset and collate wrappers that give each sample (and each batch) its keyed randomness.
+
+Only a loader built with ``transform=`` or ``seed_per_sample=True`` uses them; the plain path is
+untouched and pays nothing. The loader's sampler then yields keys ``(epoch, position, index)``
+instead of bare indices: ``index`` picks the sample and keys its generator, ``position`` (where the
+sample sits in the epoch's global stream, before tail wrapping) keys the batch it opens.
+torch hands these keys to ``dataset.__getitems__`` inside whichever worker fetches the batch, so
+nothing here depends on the worker, the rank or the process's own RNG.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import torch.utils.data
+
+from shufflepoint._loading.randomness import batch_rng, sample_rng, seeded_globals
+
+Key = tuple[int, int, int]  # (epoch, position in the epoch's global stream, dataset index)
+Transform = Callable[[Any, np.random.Generator], Any]
+
+
+def keyed_chunks(chunks: Iterator[list[int]], epoch: int, first_position: int, stride: int) -> Iterator[list[Key]]:
+    """Attach to each index its epoch and global-stream position: the i-th index of a pass that
+    starts at ``first_position`` sits at ``first_position + stride * i`` (DistributedSampler's striding)."""
+    served = 0
+    for chunk in chunks:
+        base = first_position + stride * served
+        yield [(epoch, base + stride * k, index) for k, index in enumerate(chunk)]
+        served += len(chunk)
+
+
+class _Samples(list):  # type: ignore[type-arg]
+    """The fetched samples of one batch, carrying the key of the batch they form."""
+
+    batch_key: tuple[int, int]
+
+
+class KeyedDataset(torch.utils.data.Dataset[Any]):
+    """The user's dataset behind keys: ``self[key]`` is ``transform(dataset[index], rng)`` with the
+    sample's own generator, and with ``seed_per_sample`` the global RNGs (torch, numpy, random) are
+    seeded from it around ``dataset[index]`` and the transform, then restored.
+
+    Attributes it does not have are the wrapped dataset's (``len``, ``prefetch``, ``fingerprint``).
+    """
+
+    def __init__(self, dataset: Any, seed: int, transform: Transform | None, seed_per_sample: bool) -> None:
+        self.dataset, self.seed = dataset, seed
+        self.transform, self.seed_per_sample = transform, seed_per_sample
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("dataset", "seed", "transform", "seed_per_sample"):
+            raise AttributeError(name)  # not set yet (unpickling): never recurse into the dataset
+        return getattr(self.dataset, name)
+
+    def _sample(self, epoch: int, index: int) -> Any:
+        rng = sample_rng(self.seed, epoch, index)
+        if not self.seed_per_sample:
+            sample = self.dataset[index]
+            return sample if self.transform is None else self.transform(sample, rng)
+        with seeded_globals(rng):
+            sample = self.dataset[index]
+            return sample if self.transform is None else self.transform(sample, rng)
+
+    def __getitem__(self, key: Key) -> Any:
+        epoch, _position, index = key
+        return self._sample(epoch, index)
+
+    def __getitems__(self, keys: list[Key]) -> list[Any]:
+        fetch = getattr(self.dataset, "__getitems__", None)
+        if fetch is not None and not self.seed_per_sample:  # batched reads stay batched
+            samples = fetch([index for _epoch, _position, index in keys])
+            if self.transform is not None:
+                samples = [self.transform(sample, sample_rng(self.seed, epoch, index))
+                           for sample, (epoch, _position, index) in zip(samples, keys, strict=True)]
+        else:
+            samples = [self._sample(epoch, index) for epoch, _position, index in keys]
+        found = _Samples(samples)
+        if keys:
+            found.batch_key = (keys[0][0], keys[0][1])
+        return found
+
+
+class KeyedCollate:
+    """``collate_fn`` with the global RNGs seeded from the batch's own generator: keyed by (seed,
+    epoch, the batch's first position in the epoch's global stream), so a collator that masks or
+    noises (MLM) makes the same batch the same way in any worker and after any resume."""
+
+    def __init__(self, collate_fn: Callable[[list[Any]], Any], seed: int) -> None:
+        self.collate_fn, self.seed = collate_fn, seed
+
+    def __call__(self, samples: list[Any]) -> Any:
+        key = getattr(samples, "batch_key", None)
+        if key is None:  # not fetched through KeyedDataset (an empty batch): nothing to key by
+            return self.collate_fn(samples)
+        with seeded_globals(batch_rng(self.seed, *key)):
+            return self.collate_fn(list(samples))
