@@ -19,6 +19,10 @@ from shufflepoint._tools.launch import launch
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
 from corpus_files import jsonl_corpus, parquet_corpus  # noqa: E402
 
+# A launch takes 5-15 s here; a hung one fails after LAUNCH_TIMEOUT with every process's stack
+# (py-spy), well inside the module's own limit, so a hang is diagnosed instead of cut off.
+LAUNCH_TIMEOUT = 150
+pytestmark = pytest.mark.timeout(1200)
 WORKER = os.path.join(os.path.dirname(__file__), "workers", "shards_worker.py")
 SHARDS = 1000
 
@@ -59,7 +63,7 @@ def runs(tmp_path_factory):
     }
 
     def go(mode, scenarios, nproc, **kwargs):
-        return launch([WORKER, mode, out, json.dumps(scenarios)], nproc, timeout=600, **kwargs)
+        return launch([WORKER, mode, out, json.dumps(scenarios)], nproc, timeout=LAUNCH_TIMEOUT, **kwargs)
 
     go("save", plan["save2"], 2).check()
     go("save", plan["save3"], 3).check()

@@ -14,12 +14,14 @@ import sys
 import uuid
 
 import pytest
-from test_shards_resume import WORKER, check_elastic, check_same_world
+from test_shards_resume import LAUNCH_TIMEOUT, WORKER, check_elastic, check_same_world
 
 from shufflepoint._tools.launch import launch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
 from corpus_files import jsonl_corpus, parquet_corpus  # noqa: E402
+
+pytestmark = pytest.mark.timeout(1200)  # the launches time out first (LAUNCH_TIMEOUT), with stacks
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +44,7 @@ def runs(s3_server, tmp_path_factory):
                 "shuffle_block": 64, **kwargs}
 
     def go(mode, scenarios, nproc, **kwargs):
-        return launch([WORKER, mode, out, json.dumps(scenarios)], nproc, timeout=600, **kwargs)
+        return launch([WORKER, mode, out, json.dumps(scenarios)], nproc, timeout=LAUNCH_TIMEOUT, **kwargs)
 
     save = [scenario("s3", [1, 15], num_workers=2), scenario("s3_to_three", [0, 45]),
             {**scenario("s3_mixture", [0, 40]), "corpus": mixture, "epochs": 3}]

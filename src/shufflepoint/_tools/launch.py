@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -153,7 +154,29 @@ def launch(
                 time.sleep(0.01)
             out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
+        stacks = _stacks(proc.pid, tag)
         kill_tree(proc.pid, tag)
         out, err = proc.communicate()
-        raise RuntimeError(f"worker launch timed out after {timeout:.0f}s:\n{err[-4000:]}") from None
+        raise RuntimeError(f"worker launch timed out after {timeout:.0f}s:\n{err[-4000:]}\n{stacks}") from None
+    except BaseException:  # interrupted (a test runner's timeout, Ctrl-C): leave no process behind
+        kill_tree(proc.pid, tag)
+        proc.communicate()
+        raise
     return LaunchResult(proc.returncode, out, err, killed)
+
+
+def _stacks(pid: int, tag: str) -> str:
+    """The Python stacks of every process of a hung launch (py-spy, when installed), so that a
+    hang in CI says where it hangs; empty when py-spy is not there."""
+    spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if not os.path.exists(spy):
+        return ""
+    dumps = []
+    for victim in dict.fromkeys([pid, *_descendants(pid), *_tagged(tag)]):
+        try:
+            found = subprocess.run([spy, "dump", "--pid", str(victim)], capture_output=True, text=True, timeout=20)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            dumps.append(f"-- py-spy on {victim}: {error}")
+            continue
+        dumps.append(f"-- process {victim}:\n{found.stdout[-3000:]}{found.stderr[-500:]}")
+    return "\n".join(dumps)[-20000:]
