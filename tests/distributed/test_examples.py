@@ -27,3 +27,27 @@ def test_quickstart_stops_and_resumes_exactly(tmp_path):
         assert stopped_and_resumed[:40] == uninterrupted[:40]
         assert stopped_and_resumed[40:] == uninterrupted[40:]
         assert len(uninterrupted) == 64
+
+
+AUGMENT = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "augment.py")
+
+
+def augmented(prefix, world):
+    """{(epoch, id): digest} over every rank's records, refusing a sample seen with two contents."""
+    found = {}
+    for rank in range(world):
+        for record in records(f"{prefix}.rank{rank}"):
+            key = (record["epoch"], record["id"])
+            assert found.setdefault(key, record["digest"]) == record["digest"], f"{key} augmented twice differently"
+    return found
+
+
+def test_the_augmentation_example_keeps_every_augmentation_on_three_ranks(tmp_path):
+    whole, parts, checkpoint = tmp_path / "whole", tmp_path / "parts", str(tmp_path / "b.pt")
+    launch([AUGMENT, "--checkpoint", str(tmp_path / "a.pt"), "--record", str(whole)], 2).check()
+    launch([AUGMENT, "--checkpoint", checkpoint, "--record", str(parts), "--num-workers", "0",
+            "--stop-after-step", "5"], 2).check()  # 7 batches per epoch on 2 ranks: stops in epoch 0
+    launch([AUGMENT, "--checkpoint", checkpoint, "--record", str(parts)], 3).check()
+    reference = augmented(whole, 2)
+    assert len(reference) == 2 * 200 and len(set(reference.values())) == 2 * 200
+    assert augmented(parts, 3) == reference  # every sample of both epochs, each with its own augmentation

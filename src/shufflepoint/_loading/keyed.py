@@ -10,13 +10,14 @@ nothing here depends on the worker, the rank or the process's own RNG.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import torch.utils.data
 
-from shufflepoint._loading.randomness import batch_rng, sample_rng, seeded_globals
+from shufflepoint._loading.randomness import batch_rng, sample_rng, saved_globals, seed_globals, seeded_globals
 
 Key = tuple[int, int, int]  # (epoch, position in the epoch's global stream, dataset index)
 Transform = Callable[[Any, np.random.Generator], Any]
@@ -59,17 +60,19 @@ class KeyedDataset(torch.utils.data.Dataset[Any]):
         return getattr(self.dataset, name)
 
     def _sample(self, epoch: int, index: int) -> Any:
+        """One sample; with ``seed_per_sample`` the caller holds ``saved_globals()``."""
         rng = sample_rng(self.seed, epoch, index)
-        if not self.seed_per_sample:
-            sample = self.dataset[index]
-            return sample if self.transform is None else self.transform(sample, rng)
-        with seeded_globals(rng):
-            sample = self.dataset[index]
-            return sample if self.transform is None else self.transform(sample, rng)
+        if self.seed_per_sample:
+            seed_globals(rng)
+        sample = self.dataset[index]
+        return sample if self.transform is None else self.transform(sample, rng)
 
     def __getitem__(self, key: Key) -> Any:
         epoch, _position, index = key
-        return self._sample(epoch, index)
+        if not self.seed_per_sample:
+            return self._sample(epoch, index)
+        with saved_globals():
+            return self._sample(epoch, index)
 
     def __getitems__(self, keys: list[Key]) -> list[Any]:
         fetch = getattr(self.dataset, "__getitems__", None)
@@ -78,8 +81,9 @@ class KeyedDataset(torch.utils.data.Dataset[Any]):
             if self.transform is not None:
                 samples = [self.transform(sample, sample_rng(self.seed, epoch, index))
                            for sample, (epoch, _position, index) in zip(samples, keys, strict=True)]
-        else:
-            samples = [self._sample(epoch, index) for epoch, _position, index in keys]
+        else:  # with seed_per_sample, the global states are saved once per batch (numpy's costs ~50 us)
+            with saved_globals() if self.seed_per_sample else contextlib.nullcontext():
+                samples = [self._sample(epoch, index) for epoch, _position, index in keys]
         found = _Samples(samples)
         if keys:
             found.batch_key = (keys[0][0], keys[0][1])
