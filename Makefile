@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test bench bench-shuffle soak lint clean test-accelerate-matrix
+.PHONY: setup demo test bench bench-shuffle bench-agreement soak lint clean test-accelerate-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ bench-shuffle: $(STAMP)
 	test -f .venv-peers/streaming/streaming/base/shuffle/py1e.py || \
 	  $(PY) -m pip install -q --no-deps --target .venv-peers/streaming mosaicml-streaming==0.13.0
 	$(PY) benchmarks/shuffle_quality.py
+
+# Rank agreement at load: one all_reduce of 24 bytes against gathering every rank's state, at 2-6 processes.
+bench-agreement: $(STAMP)
+	$(PY) benchmarks/agreement.py
 
 soak: $(STAMP)
 	SHUFFLEPOINT_SOAK_CYCLES=$${CYCLES:-30} $(PY) -m pytest -q -s -m soak tests

@@ -21,6 +21,13 @@ def test_identical_states_load(results):
     assert all(r["same"] == {"ok": True, "cursor": 16} for r in results)
 
 
+def test_agreeing_ranks_pay_one_small_all_reduce_and_nothing_more(results):
+    for rank_results in results:
+        assert rank_results["same_counted"] == {"ok": True, "cursor": 16, "collectives": ["all_reduce"]}
+        refused = rank_results["differs_counted"]  # only a disagreement gathers the states, to name them
+        assert refused["ok"] is False and refused["collectives"] == ["all_reduce", "all_gather_object"]
+
+
 @pytest.mark.parametrize("case, field, values", [
     ("cursor_differs", "'cursor'", ["rank 0=16", "rank 1=24"]),
     ("epoch_differs", "'epoch'", ["rank 0=0", "rank 1=1"]),

@@ -70,3 +70,14 @@ def test_a_killed_worker_surfaces_and_the_last_state_resumes_exactly():
     resumed = shufflepoint.DataLoader(Slow(), 4, seed=6, num_workers=2)
     resumed.load_state_dict(state)
     assert received[:5] + [ids(b) for b in resumed] == reference
+
+
+def test_the_agreement_digest_is_canonical_and_fits_the_all_reduce():
+    from shufflepoint._loading.agreement import state_digest
+
+    state = shufflepoint.DataLoader(list(range(10)), 2, seed=4).state_dict()
+    assert state_digest(state) == state_digest(dict(reversed(list(state.items()))))  # key order is not content
+    assert state_digest(state) != state_digest(dict(state, cursor=state["cursor"] + 2))
+    digests = [state_digest(dict(state, cursor=c)) for c in range(200)]
+    assert len(set(digests)) == 200 and all(0 <= d < 2**56 for d in digests)  # -d fits an int64
+    assert state_digest(None) not in digests

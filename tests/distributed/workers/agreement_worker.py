@@ -28,8 +28,25 @@ def attempt(name, state, **kwargs):
         results[name] = {"ok": False, "error": str(error), "unchanged": loader.state_dict() == before}
 
 
+def counted(name, state):
+    """The collectives one load makes: an agreeing load must cost one all_reduce and nothing else."""
+    calls = []
+    originals = {op: getattr(dist, op) for op in ("all_reduce", "all_gather_object", "all_gather", "broadcast")}
+    for op, original in originals.items():
+        setattr(dist, op, lambda *args, _op=op, _original=original, **kwargs: calls.append(_op)
+                or _original(*args, **kwargs))
+    try:
+        attempt(name, state)
+    finally:
+        for op, original in originals.items():
+            setattr(dist, op, original)
+    results[name]["collectives"] = calls
+
+
 good = make().state_dict()
 attempt("same", dict(good, cursor=16))
+counted("same_counted", dict(good, cursor=16))
+counted("differs_counted", dict(good, cursor=16 + 8 * RANK))
 attempt("cursor_differs", dict(good, cursor=16 + 8 * RANK))
 attempt("epoch_differs", dict(good, epoch=RANK))
 attempt("one_rank_garbage", dict(good, cursor=16) if RANK == 0 else {"yielded": 3})
