@@ -70,6 +70,7 @@ def _measure(world: int) -> dict[str, float]:
 def main() -> None:
     rows = {world: _measure(world) for world in WORLD_SIZES}
     state_bytes = rows[WORLD_SIZES[0]]["state_bytes"]
+    per_rank, cluster = 10_000 * state_bytes / 2**20, 10_000**2 * state_bytes / 2**30
     lines = [
         "# Rank agreement at load (`python benchmarks/agreement.py`)",
         "",
@@ -84,9 +85,9 @@ def main() -> None:
         lines.append(f"| {world} | {row['all_gather_object']:.0f} | {row['all_reduce']:.0f} | {ratio:.1f}× |")
     lines += [
         "",
-        f"Bytes: all_gather_object sends each rank's pickled state (~{state_bytes} B of JSON) to every rank,",
-        f"so each rank receives W × {state_bytes} B: at W = 10,000, {10_000 * state_bytes / 2**20:.1f} MiB per rank and",
-        f"{10_000**2 * state_bytes / 2**30:.0f} GiB over the cluster, in a ring of W - 1 steps. The all_reduce moves 24 B per",
+        f"Bytes: all_gather_object sends each rank's pickled state (~{state_bytes} B of JSON) to every",
+        f"rank, so each rank receives W × {state_bytes} B: at W = 10,000, {per_rank:.1f} MiB per rank and",
+        f"{cluster:.0f} GiB over the cluster, in a ring of W - 1 steps. The all_reduce moves 24 B per",
         "rank per step; with a tree or halving-doubling algorithm that is ⌈log2 10,000⌉ = 14 steps, with a ring",
         "2 × 9,999 steps of 24 B: latency-bound either way, about 14-20,000 network latencies (≈ 1-200 ms at",
         "10 µs per hop), once per load. The states are gathered only when the digests differ, which is",
