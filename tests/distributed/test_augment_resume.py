@@ -13,6 +13,7 @@ import os
 from collections import Counter
 
 import pytest
+from test_shards_resume import read  # {name}.r{rank}.json, one per rank
 
 from shufflepoint._tools.launch import launch
 
@@ -32,14 +33,6 @@ def out(tmp_path_factory):
     go(3, name="third", num_workers=4, load="second")
     go(2, name="same_world", num_workers=2, load="first")
     return folder
-
-
-def read(folder, name, world):
-    found = []
-    for rank in range(world):
-        with open(os.path.join(folder, f"{name}.r{rank}.json")) as f:
-            found.append(json.load(f))
-    return found
 
 
 def samples(runs):
