@@ -93,3 +93,22 @@ def test_a_sharded_corpus_sigkilled_and_resumed_on_three_processes_is_exactly_on
     assert (code, report["verdict"]) == (0, "EXACTLY_ONCE"), out
     assert report["loader"] == "shufflepoint._loading.loader.DataLoader"
     assert all(check["missing"] == 0 for check in report["epoch_checks"])
+
+
+@needs_accelerate
+def test_finds_changed_augmentations_in_a_stock_stateful_pipeline(tmp_path, capsys):
+    code, out, _, report = audit(tmp_path, capsys, "stock_augmented", "--nproc", "2")
+    assert (code, report["verdict"]) == (1, "CONTENT_DIVERGED"), out
+    assert [r["verdict"] for r in report["ranks"]] == ["EXACT", "EXACT"]  # the order itself resumed exactly
+    content = report["content"]
+    assert content["judged"] and 0 < content["differing"] <= content["compared"]
+    assert out.rstrip().splitlines()[-1].startswith("verdict: CONTENT_DIVERGED - order right (EXACT")
+
+
+def test_keyed_augmentations_resume_exactly_on_two_and_three_processes(tmp_path, capsys):
+    code, out, _, report = audit(tmp_path, capsys, "shufflepoint_augmented", "--nproc", "2")
+    assert (code, report["verdict"]) == (0, "EXACT"), out
+    assert report["content"]["judged"] and report["content"]["differing"] == 0
+    code, out, _, report = audit(tmp_path, capsys, "shufflepoint_augmented", "--nproc", "2", "--resume-nproc", "3")
+    assert (code, report["verdict"]) == (0, "EXACTLY_ONCE"), out
+    assert report["content"]["compared"] >= 64 - 24 and report["content"]["differing"] == 0

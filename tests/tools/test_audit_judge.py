@@ -291,3 +291,84 @@ def test_report_and_render_name_the_first_difference(tmp_path):
     assert "first difference: rank 0, epoch 1, batch 3" in text
     assert "[55 16 59 0]" in text and "[15 41 52 61]" in text
     assert text.splitlines()[-1].startswith("verdict: ORDER_LOST")
+
+
+# -- the content check -----------------------------------------------------------------------------
+def _content(ids_by_rank, salt=lambda epoch, sample: ""):
+    """Digests shaped like the ids: sample s of epoch e gets 'e:s' plus ``salt(e, s)``."""
+    return [[[[f"{e}:{s}{salt(e, s)}" for s in batch] for batch in epoch] for e, epoch in enumerate(rank)]
+            for rank in ids_by_rank]
+
+
+def _resumed_content(resumed, save, salt=lambda epoch, sample: ""):
+    return [[[[f"{save.epoch + p}:{s}{salt(save.epoch + p, s)}" for s in batch] for batch in one]
+             for p, one in enumerate(rank)] for rank in resumed]
+
+
+def _judged(reference, resumed, save, reference_content, resumed_content):
+    from shufflepoint._tools.audit.content import apply_content, judge_content
+
+    judgement = judge(reference, resumed, save)
+    apply_content(judgement, judge_content(reference, reference_content, resumed, resumed_content, save))
+    return judgement
+
+
+def _same_world_streams():
+    reference = [[[[0, 1], [2, 3]], [[3, 0], [1, 2]]], [[[4, 5], [6, 7]], [[7, 4], [5, 6]]]]
+    save = SavePoint(0, 1)
+    resumed = [[rank[0][1:], rank[1]] for rank in reference]
+    return reference, resumed, save
+
+
+def test_equal_content_keeps_the_ids_verdict():
+    reference, resumed, save = _same_world_streams()
+    judgement = _judged(reference, resumed, save, _content(reference), _resumed_content(resumed, save))
+    assert judgement.verdict == EXACT and judgement.content["differing"] == 0
+    assert judgement.content["compared"] == 12  # 1 + 2 batches of 2 per rank, 2 ranks
+
+
+def test_one_changed_sample_is_content_diverged_and_named():
+    from shufflepoint._tools.audit import CONTENT_DIVERGED
+
+    reference, resumed, save = _same_world_streams()
+    changed = _resumed_content(resumed, save, salt=lambda epoch, sample: "x" if (epoch, sample) == (1, 5) else "")
+    judgement = _judged(reference, resumed, save, _content(reference), changed)
+    assert judgement.verdict == CONTENT_DIVERGED
+    assert judgement.content["differing"] == 1 and judgement.content["examples"] == [{"epoch": 1, "id": 5}]
+    assert "order right (EXACT" in judgement.summary and "epoch 1 sample 5" in judgement.summary
+
+
+def test_an_elastic_resume_with_equal_samples_is_exactly_once():
+    reference = [[[[0, 1], [2, 3]]], [[[4, 5], [6, 7]]]]
+    save = SavePoint(0, 1)
+    resumed = [[[[2, 6]]], [[[3, 7]]], [[]]]  # 3 new ranks cut the rest differently
+    judgement = _judged(reference, resumed, save, _content(reference), _resumed_content(resumed, save))
+    assert judgement.verdict == EXACTLY_ONCE and judgement.content["compared"] == 4
+
+
+def test_wrong_ids_keep_their_verdict_and_content_becomes_a_note():
+    reference, resumed, save = _same_world_streams()
+    resumed[0][0] = [[3, 2]]
+    salt = lambda epoch, sample: "x"  # noqa: E731
+    judgement = _judged(reference, resumed, save, _content(reference), _resumed_content(resumed, save, salt))
+    assert judgement.verdict == ORDER_LOST and any(note.startswith("content: ") for note in judgement.notes)
+
+
+def test_no_digests_leave_the_ids_verdict_and_say_so():
+    reference, resumed, save = _same_world_streams()
+    judgement = _judged(reference, resumed, save, None, None)
+    assert judgement.verdict == EXACT and judgement.content["judged"] is False
+    no_tensors = [[[None for _batch in epoch] for epoch in rank] for rank in reference]
+    judgement = _judged(reference, resumed, save, no_tensors, [[[None for _ in one] for one in r] for r in resumed])
+    assert judgement.verdict == EXACT and judgement.content["judged"] is False
+
+
+def test_sample_digests_follow_rows_of_every_tensor():
+    from shufflepoint._tools.audit.identity import sample_digests
+
+    batch = {"id": torch.tensor([1, 2, 3]), "x": torch.zeros(3, 4), "meta": ["a", "b", "c"], "s": torch.tensor(1.0)}
+    first = sample_digests(batch, 3)
+    batch["x"][2, 1] = 1.0
+    second = sample_digests(batch, 3)
+    assert first[:2] == second[:2] and first[2] != second[2]
+    assert sample_digests(["a", "b"], 2) is None and sample_digests(torch.zeros(3, 2), 2) is None

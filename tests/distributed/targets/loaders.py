@@ -88,3 +88,39 @@ def sharded_loader():
     corpus = shufflepoint.Shards(os.path.join(_small_corpus(), "part-*.jsonl"), progress=False)
     return shufflepoint.DataLoader(corpus, batch_size=BATCH, seed=SEED, shuffle_block=32,
                                    rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+
+
+class _RandomCrops(torch.utils.data.Dataset):
+    """64 images of 3x16x16 (id i is filled with i), each read through a RandomResizedCrop-like crop
+    and a random flip drawn from torch's *global* RNG, as torchvision v2 transforms draw."""
+
+    def __len__(self):
+        return N
+
+    def __getitem__(self, index):
+        image = torch.full((3, 16, 16), float(index)) + torch.linspace(0, 1, 16)
+        size = int(torch.randint(6, 17, ()).item())
+        top, left = torch.randint(0, 17 - size, (2,)).tolist()
+        crop = image[:, top:top + size, left:left + size].unsqueeze(0)
+        image = torch.nn.functional.interpolate(crop, size=(8, 8), mode="bilinear", align_corners=False)[0]
+        return torch.tensor(index), image.flip(-1) if torch.rand(()) < 0.5 else image
+
+
+def stock_augmented():
+    """torchdata's StatefulDataLoader + DistributedSampler, 2 workers, random crops: the order resumes
+    exactly, the augmentations do not (CONTENT_DIVERGED)."""
+    from torch.utils.data.distributed import DistributedSampler
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    dataset = _RandomCrops()
+    sampler = DistributedSampler(dataset, num_replicas=int(os.environ["WORLD_SIZE"]),
+                                 rank=int(os.environ["RANK"]), shuffle=True, seed=SEED)
+    return StatefulDataLoader(dataset, batch_size=BATCH, sampler=sampler, num_workers=2)
+
+
+def shufflepoint_augmented():
+    """The same random crops through shufflepoint.DataLoader(seed_per_sample=True), 2 workers."""
+    import shufflepoint
+
+    return shufflepoint.DataLoader(_RandomCrops(), batch_size=BATCH, seed=SEED, num_workers=2, seed_per_sample=True,
+                                   rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))

@@ -22,10 +22,13 @@ epoch's samples, each once (tail padding or dropping only as the sizes allow).
 ``ORDER_LOST``: the right number of batches of the right sizes, other samples (position right,
 order wrong). ``DUPLICATED`` / ``DROPPED``: more / fewer samples than the uninterrupted run.
 ``DIVERGED``: the resumed epoch was right, a later one differs; or the pipeline is not
-reproducible between two fresh runs. ``ERROR``: a process failed.
+reproducible between two fresh runs. ``CONTENT_DIVERGED``: the ids are EXACT or EXACTLY_ONCE,
+but some sample's tensors differ from the same sample's in the same epoch of the uninterrupted
+run (an augmentation drew from an RNG the checkpoint does not restore). ``ERROR``: a process failed.
 
 Modules: ``verdicts`` (the words), ``config`` (TARGET, save point, AuditConfig), ``identity``
-(sample ids), ``judge``, ``report``, ``runner`` (the phases), ``worker`` (inside the processes).
+(sample ids and content digests), ``judge``, ``content`` (the content check), ``report``,
+``runner`` (the phases), ``worker`` (inside the processes).
 """
 
 from shufflepoint._tools.audit.config import AuditConfig, SavePoint, Target, load_target, parse_save_at, parse_target
@@ -44,6 +47,7 @@ from shufflepoint._tools.audit.judge import (
 from shufflepoint._tools.audit.report import SCHEMA_VERSION, render, report_dict
 from shufflepoint._tools.audit.runner import run_audit
 from shufflepoint._tools.audit.verdicts import (
+    CONTENT_DIVERGED,
     DIVERGED,
     DROPPED,
     DUPLICATED,
@@ -59,7 +63,7 @@ from shufflepoint._tools.audit.verdicts import (
 )
 
 __all__ = [
-    "DIVERGED", "DROPPED", "DUPLICATED", "ERROR", "EXACT", "EXACTLY_ONCE", "ORDER_LOST", "PASSING",
+    "CONTENT_DIVERGED", "DIVERGED", "DROPPED", "DUPLICATED", "ERROR", "EXACT", "EXACTLY_ONCE", "ORDER_LOST", "PASSING",
     "SCHEMA_VERSION", "VERDICTS", "AuditConfig", "Difference", "EpochResult", "Judgement", "RankResult",
     "SavePoint", "Target", "UsageError", "check_reproducible", "exit_code", "judge", "judge_epoch",
     "judge_rank", "load_target", "parse_save_at", "parse_target", "render", "report_dict", "run_audit",

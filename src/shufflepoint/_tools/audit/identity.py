@@ -1,4 +1,5 @@
-"""Identity: what a batch *is*, as a list of sample ids (ints or short hash strings)."""
+"""Identity: what a batch *is*, as a list of sample ids (ints or short hash strings), and what each
+of its samples *contains*, as a digest (the content check: same ids, other augmentations)."""
 
 from __future__ import annotations
 
@@ -75,3 +76,39 @@ def sample_ids(batch: Any) -> list[SampleId]:
         return [_object_id(batch)]
     return [_object_id(v) for v in values]
 
+
+
+def _leaves(batch: Any) -> list[Any]:
+    """Every tensor (numpy arrays as tensors) in a batch of nested dicts, lists and tuples."""
+    import numpy as np
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return [batch.detach().cpu()]
+    if isinstance(batch, np.ndarray):
+        return [torch.from_numpy(batch)] if batch.dtype != object else []
+    values = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (list, tuple)) else ()
+    return [leaf for value in values for leaf in _leaves(value)]
+
+
+def sample_digests(batch: Any, count: int) -> list[str] | None:
+    """A digest per sample of what the batch holds for it: row k of every tensor whose first
+    dimension is the batch's ``count`` samples (dtype and shape included). None when no tensor has
+    such rows: content cannot be told apart per sample, and is not judged.
+
+    >>> import torch
+    >>> a = sample_digests({"id": torch.tensor([1, 2]), "x": torch.tensor([[0.5], [0.5]])}, 2)
+    >>> b = sample_digests({"id": torch.tensor([1, 2]), "x": torch.tensor([[0.5], [0.7]])}, 2)
+    >>> a[0] == b[0], a[1] == b[1]
+    (True, False)
+    """
+    rows = [leaf for leaf in _leaves(batch) if leaf.dim() >= 1 and leaf.shape[0] == count]
+    if count < 1 or not rows:
+        return None
+    digests = []
+    for k in range(count):
+        digest = hashlib.blake2b(digest_size=8)
+        for leaf in rows:
+            digest.update(_tensor_bytes(leaf[k]))
+        digests.append(digest.hexdigest())
+    return digests

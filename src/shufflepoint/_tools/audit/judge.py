@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from shufflepoint._tools.audit.config import SavePoint
 from shufflepoint._tools.audit.verdicts import (
@@ -69,6 +70,7 @@ class Judgement:
     ranks: list[RankResult] = field(default_factory=list)
     epochs: list[EpochResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    content: dict[str, Any] | None = None  # the content check (``content.ContentResult.as_dict``), once run
 
 
 def _lengths(passes: Sequence[Sequence[Sequence[SampleId]]]) -> list[list[int]]:

@@ -47,6 +47,7 @@ def report_dict(config: AuditConfig, judgement: Judgement, facts: dict[str, Any]
         "ranks": [asdict(r) for r in judgement.ranks],
         "epoch_checks": [asdict(e) for e in judgement.epochs],
         "notes": judgement.notes,
+        "content": judgement.content,
         "error": error,
         "versions": _versions(),
         "timings_s": {k: round(v, 2) for k, v in timings.items()},

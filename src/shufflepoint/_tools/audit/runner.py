@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shufflepoint._tools.audit.config import AuditConfig
+from shufflepoint._tools.audit.content import apply_content, judge_content
 from shufflepoint._tools.audit.judge import Judgement, check_reproducible, judge
 from shufflepoint._tools.audit.report import report_dict
 from shufflepoint._tools.audit.verdicts import DIVERGED, ERROR, UsageError
@@ -127,6 +128,11 @@ def _judge_records(config: AuditConfig, facts: dict[str, Any], records: list[Rec
     judgement = judge(reference, [r["passes"] for r in new], config.save_at,
                       dataset_length=facts.get("dataset_length"), drop_last=_record(records, 0).get("drop_last"),
                       resume_batch_size=new[0].get("batch_size"))
+    old_records = [_record(records, r) for r in range(len(records))]
+    apply_content(judgement, judge_content(
+        reference, [r["content"] for r in old_records] if all("content" in r for r in old_records) else None,
+        [r["passes"] for r in new], [r["content_passes"] for r in new] if all("content_passes" in r for r in new)
+        else None, config.save_at))
     if config.kill:
         before = [_record(interrupted, r)["epochs"] for r in range(len(interrupted))]
         reason = check_reproducible(reference, before, config.save_at)

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shufflepoint._tools.audit import SavePoint, Target, UsageError, load_target, parse_save_at, sample_ids
+from shufflepoint._tools.audit.identity import sample_digests
 
 
 class _Failure(Exception):
@@ -148,6 +149,13 @@ class Worker:
         found = self.identify(batch)
         return [v if isinstance(v, (int, str)) and not isinstance(v, bool) else repr(v) for v in found]
 
+    def observe(self, batch: Any, ids: list[list[Any]], digests: list[list[str] | None]) -> list[Any]:
+        """Record a batch: its ids, and a digest of each sample's content (the content check)."""
+        found = self.ids(batch)
+        ids.append(found)
+        digests.append(sample_digests(batch, len(found)))
+        return found
+
     def save_state(self, loader: Any) -> None:
         import torch
 
@@ -157,6 +165,8 @@ class Worker:
 
     def run_epochs(self, loader: Any, *, saving: bool, stop_at_save: bool) -> list[list[list[Any]]]:
         epochs: list[list[list[Any]]] = []
+        contents: list[list[list[str] | None]] = []
+        self.record["content"] = contents
         for epoch in range(self.args.epochs):
             at_save = epoch == self.save.epoch
             if at_save and self.save.step == 0 and saving:
@@ -166,8 +176,9 @@ class Worker:
             _begin_epoch(loader, epoch)
             batches: list[list[Any]] = []
             epochs.append(batches)
+            contents.append([])
             for batch in loader:
-                batches.append(self.ids(batch))
+                self.observe(batch, batches, contents[-1])
                 if at_save and len(batches) == self.save.step and saving:
                     self.save_state(loader)
                     if stop_at_save:
@@ -198,10 +209,15 @@ class Worker:
         state = torch.load(self.state_path(source), weights_only=False)
         loader.load_state_dict(state)
         self.record["loaded_state_of_rank"] = source
-        passes = []
+        passes: list[list[list[Any]]] = []
+        contents: list[list[list[str] | None]] = []
+        self.record["content_passes"] = contents
         for epoch in range(self.save.epoch, self.args.epochs):
             _begin_epoch(loader, epoch)
-            passes.append([self.ids(batch) for batch in loader])
+            passes.append([])
+            contents.append([])
+            for batch in loader:
+                self.observe(batch, passes[-1], contents[-1])
         self.record["passes"] = passes
 
     def finish(self) -> None:
