@@ -372,3 +372,113 @@ def test_sample_digests_follow_rows_of_every_tensor():
     second = sample_digests(batch, 3)
     assert first[:2] == second[:2] and first[2] != second[2]
     assert sample_digests(["a", "b"], 2) is None and sample_digests(torch.zeros(3, 2), 2) is None
+
+
+def test_content_diverged_ranks_below_the_ids_verdicts_and_fails():
+    from shufflepoint._tools.audit import CONTENT_DIVERGED, exit_code
+    from shufflepoint._tools.audit.verdicts import worst
+
+    assert worst([EXACT, CONTENT_DIVERGED, EXACTLY_ONCE]) == CONTENT_DIVERGED
+    assert worst([CONTENT_DIVERGED, DIVERGED]) == DIVERGED and worst([DROPPED, CONTENT_DIVERGED]) == DROPPED
+    assert exit_code(CONTENT_DIVERGED) == 1 and exit_code(EXACTLY_ONCE) == 0
+
+
+def _elastic_streams():
+    reference = [[[[0, 1], [2, 3]]], [[[4, 5], [6, 7]]]]
+    return reference, [[[[2, 6]]], [[[3, 7]]], [[]]], SavePoint(0, 1)  # 3 new ranks cut the rest differently
+
+
+def test_an_elastic_resume_with_one_changed_sample_is_content_diverged():
+    from shufflepoint._tools.audit import CONTENT_DIVERGED
+
+    reference, resumed, save = _elastic_streams()
+    changed = _resumed_content(resumed, save, salt=lambda epoch, sample: "x" if sample == 7 else "")
+    judgement = _judged(reference, resumed, save, _content(reference), changed)
+    assert judgement.verdict == CONTENT_DIVERGED and judgement.content["examples"] == [{"epoch": 0, "id": 7}]
+    assert "order right (EXACTLY_ONCE: every sample once)" in judgement.summary
+    assert "1 of 4 resumed samples differ in content (e.g. epoch 0 sample 7)" in judgement.summary
+
+
+def test_rows_shaped_by_another_batch_are_not_compared_on_an_elastic_resume_only():
+    """Digests read LAYOUT:CONTENT; a sample padded to another length in a differently cut batch
+    has another LAYOUT. Elastic: not comparable (counted, noted). Same world: other content."""
+    from shufflepoint._tools.audit import CONTENT_DIVERGED
+
+    def digests(streams, first_epoch, padded):
+        return [[[[f"{'L2' if s in padded else 'L1'}:{first_epoch + e}-{s}" for s in batch] for batch in one]
+                 for e, one in enumerate(rank)] for rank in streams]
+
+    reference, resumed, save = _elastic_streams()
+    judgement = _judged(reference, resumed, save, digests(reference, 0, ()), digests(resumed, 0, {6, 7}))
+    assert judgement.verdict == EXACTLY_ONCE
+    assert (judgement.content["compared"], judgement.content["reshaped"], judgement.content["differing"]) == (2, 2, 0)
+    assert any("2 resumed samples not compared" in note for note in judgement.notes)
+    reference, resumed, save = _same_world_streams()
+    judgement = _judged(reference, resumed, save, digests(reference, 0, ()), digests(resumed, 0, {6}))
+    assert judgement.verdict == CONTENT_DIVERGED and judgement.content["reshaped"] == 0
+    assert judgement.content["examples"] == [{"epoch": 0, "id": 6}, {"epoch": 1, "id": 6}]
+
+
+def test_two_fresh_runs_with_other_content_before_the_save_are_named_unreproducible():
+    from shufflepoint._tools.audit import CONTENT_DIVERGED
+    from shufflepoint._tools.audit.content import apply_content, check_content_reproducible, judge_content
+
+    reference, resumed, save = _same_world_streams()
+    reference_content = _content(reference)
+    assert check_content_reproducible(reference_content, [[rank[0][:1]] for rank in reference_content], save) is None
+    interrupted = [[[list(rank[0][0])]] for rank in reference_content]
+    interrupted[1][0][0][1] += "x"  # rank 1, epoch 0, batch 0: the second sample came out otherwise
+    reason = check_content_reproducible(reference_content, interrupted, save)
+    assert reason is not None and "(rank 1, epoch 0, batch 0)" in reason
+    content = judge_content(reference, reference_content, resumed, _resumed_content(resumed, save, lambda e, s: "x"),
+                            save)
+    content.unreproducible = reason
+    judgement = judge(reference, resumed, save)
+    apply_content(judgement, content)
+    assert judgement.verdict == CONTENT_DIVERGED and judgement.summary.endswith("not reproducible at all")
+    assert judgement.content["unreproducible"] == reason
+
+
+def test_sample_digests_of_any_dtype_and_memory_layout():
+    import numpy as np
+
+    from shufflepoint._tools.audit.identity import sample_digests
+
+    ids = torch.tensor([0, 1])
+    half = sample_digests((ids, torch.tensor([[1.0, 2.0], [1.0, 2.5]], dtype=torch.bfloat16)), 2)
+    assert half is not None and half[0] != half[1]  # bfloat16 has no numpy dtype: read as bytes
+    flipped = np.flip(np.arange(6.0).reshape(2, 3), axis=1)  # negative strides
+    assert sample_digests((ids, flipped), 2) == sample_digests((ids, np.ascontiguousarray(flipped)), 2)
+    as_float, as_int = sample_digests((ids, torch.zeros(2, 2)), 2), sample_digests((ids, torch.zeros(2, 2).int()), 2)
+    assert as_float[0] != as_int[0]  # the same bytes as another dtype are other content
+    assert as_float[0].split(":")[0] == as_float[1].split(":")[0]  # one layout for the batch
+    longer = sample_digests((ids, torch.zeros(2, 3)), 2)
+    assert longer[0].split(":")[0] != as_float[0].split(":")[0]  # padded longer: another layout
+    assert sample_digests((ids, torch.zeros(2, 2).to_sparse()), 2) == sample_digests(ids, 2)  # sparse: left out
+
+
+def test_the_runner_judges_content_from_the_phases_records_and_checks_it_under_kill():
+    """The runner's plumbing without launches: the records the worker writes (ids in ``epochs`` /
+    ``passes``, digests in ``content`` / ``content_passes``), for a --kill audit of one rank."""
+    from shufflepoint._tools.audit import CONTENT_DIVERGED
+    from shufflepoint._tools.audit.runner import _judge_records
+
+    reference, resumed, save = _same_world_streams()
+    reference, resumed = reference[:1], resumed[:1]
+    config = _audit.AuditConfig(target=_audit.Target("t.py:f", "t", "f", False), nproc=1, resume_nproc=1,
+                                save_at=save, kill=True)
+    digests = _content(reference)[0]
+    records = [{"epochs": reference[0], "content": digests}]
+    interrupted = [{"epochs": [reference[0][0][:1]], "content": [digests[0][:1]]}]
+    new = [{"passes": resumed[0], "content_passes": _resumed_content(resumed, save)[0]}]
+    judgement = _judge_records(config, {"dataset_length": 4}, records, interrupted, new)
+    assert judgement.verdict == EXACT and judgement.content["compared"] == 6
+    assert judgement.content["unreproducible"] is None
+    interrupted[0]["content"] = [[["other", "0:1"]]]
+    new[0]["content_passes"] = _resumed_content(resumed, save, lambda e, s: "x")[0]
+    judgement = _judge_records(config, {"dataset_length": 4}, records, interrupted, new)
+    assert judgement.verdict == CONTENT_DIVERGED and "(rank 0, epoch 0, batch 0)" in judgement.content["unreproducible"]
+    del new[0]["content_passes"]  # a record without digests: judged by ids only
+    judgement = _judge_records(config, {"dataset_length": 4}, records, interrupted, new)
+    assert judgement.verdict == EXACT and judgement.content == {
+        "judged": False, "detail": "not recorded: no tensor in the batches has a row per sample"}

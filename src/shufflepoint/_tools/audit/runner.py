@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shufflepoint._tools.audit.config import AuditConfig
-from shufflepoint._tools.audit.content import apply_content, judge_content
+from shufflepoint._tools.audit.content import ContentResult, apply_content, check_content_reproducible, judge_content
 from shufflepoint._tools.audit.judge import Judgement, check_reproducible, judge
 from shufflepoint._tools.audit.report import report_dict
 from shufflepoint._tools.audit.verdicts import DIVERGED, ERROR, UsageError
@@ -128,11 +128,7 @@ def _judge_records(config: AuditConfig, facts: dict[str, Any], records: list[Rec
     judgement = judge(reference, [r["passes"] for r in new], config.save_at,
                       dataset_length=facts.get("dataset_length"), drop_last=_record(records, 0).get("drop_last"),
                       resume_batch_size=new[0].get("batch_size"))
-    old_records = [_record(records, r) for r in range(len(records))]
-    apply_content(judgement, judge_content(
-        reference, [r["content"] for r in old_records] if all("content" in r for r in old_records) else None,
-        [r["passes"] for r in new], [r["content_passes"] for r in new] if all("content_passes" in r for r in new)
-        else None, config.save_at))
+    apply_content(judgement, _judge_content(config, reference, records, interrupted, new))
     if config.kill:
         before = [_record(interrupted, r)["epochs"] for r in range(len(interrupted))]
         reason = check_reproducible(reference, before, config.save_at)
@@ -142,3 +138,21 @@ def _judge_records(config: AuditConfig, facts: dict[str, Any], records: list[Rec
         loaded = sorted({r["loaded_state_of_rank"] for r in new})
         judgement.notes.append(f"new ranks loaded the state saved by old rank(s) {loaded}")
     return judgement
+
+
+def _digests(records: list[Record], key: str) -> list[Any] | None:
+    """Every rank's content digests, or None when a rank recorded none (a worker of another version)."""
+    return [r[key] for r in records] if all(key in r for r in records) else None
+
+
+def _judge_content(config: AuditConfig, reference: list[Any], records: list[Record | None],
+                   interrupted: list[Record | None], new: list[Record]) -> ContentResult:
+    """The content check over the phases' records (``content``), with --kill's reproducibility check."""
+    old = [_record(records, r) for r in range(len(records))]
+    reference_digests = _digests(old, "content")
+    content = judge_content(reference, reference_digests, [r["passes"] for r in new], _digests(new, "content_passes"),
+                            config.save_at)
+    before = _digests([_record(interrupted, r) for r in range(len(interrupted))], "content")
+    if config.kill and reference_digests is not None and before is not None:
+        content.unreproducible = check_content_reproducible(reference_digests, before, config.save_at)
+    return content
