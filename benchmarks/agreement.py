@@ -28,6 +28,7 @@ def _worker(out: str) -> None:
 
     import shufflepoint
     from shufflepoint._loading.agreement import agree_across_ranks
+    from shufflepoint._tools.launch import end_worker
 
     dist.init_process_group("gloo")
     state = shufflepoint.DataLoader(list(range(1000)), 8, seed=1).state_dict()
@@ -52,8 +53,7 @@ def _worker(out: str) -> None:
         timings[name] = found
     with open(os.path.join(out, f"r{dist.get_rank()}.json"), "w") as f:
         json.dump({"timings": timings, "state_bytes": len(json.dumps(state))}, f)
-    dist.barrier()
-    dist.destroy_process_group()
+    end_worker()
 
 
 def _measure(world: int) -> dict[str, float]:

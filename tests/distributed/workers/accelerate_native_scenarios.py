@@ -20,6 +20,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 import shufflepoint
+from shufflepoint._tools.launch import end_worker
 
 shufflepoint.patch_accelerate()
 
@@ -134,8 +135,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    import torch.distributed as dist
-
-    if dist.is_initialized():  # close Gloo on every rank together: a rank exiting first aborts the others
-        dist.barrier()
-        dist.destroy_process_group()
+    end_worker()

@@ -7,6 +7,7 @@ import sys
 import torch.distributed as dist
 
 import shufflepoint
+from shufflepoint._tools.launch import end_worker
 
 OUT = sys.argv[1]
 dist.init_process_group("gloo")
@@ -60,5 +61,4 @@ except shufflepoint.StateError as error:
     results["sampler_cursor_differs"] = {"ok": False, "error": str(error)}
 with open(os.path.join(OUT, f"agreement.r{RANK}.json"), "w") as f:
     json.dump(results, f)
-dist.barrier()
-dist.destroy_process_group()
+end_worker()

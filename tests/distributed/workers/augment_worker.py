@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 import shufflepoint
+from shufflepoint._tools.launch import end_worker
 
 OUT, SPEC = sys.argv[1], json.loads(sys.argv[2])
 dist.init_process_group("gloo")
@@ -102,5 +103,4 @@ if SPEC.get("load"):
 write_json(f"{SPEC['name']}.run.r{RANK}.json", run(loader, SPEC.get("save_at")))
 if SPEC.get("save_at") and RANK == 0:  # any rank's state restores every rank
     torch.save(loader.state_dict(), os.path.join(OUT, f"{SPEC['name']}.state.pt"))
-dist.barrier()
-dist.destroy_process_group()
+end_worker()

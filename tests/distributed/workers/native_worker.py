@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 import shufflepoint
+from shufflepoint._tools.launch import end_worker
 
 MODE, OUT, SCENARIOS = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 dist.init_process_group("gloo")
@@ -90,5 +91,4 @@ for s in SCENARIOS:
         state = torch.load(os.path.join(OUT, f"{s['source']}.state.r{source_rank}.pt"))["loader"]
         loader.load_state_dict(state)
         write_json(f"{name}.resumed.r{RANK}.json", run_from(loader, s["epochs"]))
-dist.barrier()
-dist.destroy_process_group()
+end_worker()

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 import shufflepoint
+from shufflepoint._tools.launch import end_worker
 
 MODE, OUT, SCENARIOS = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 dist.init_process_group("gloo")
@@ -101,5 +102,4 @@ def resume(s):
 
 for scenario in SCENARIOS:
     (save if MODE == "save" else resume)(scenario)
-dist.barrier()
-dist.destroy_process_group()
+end_worker()

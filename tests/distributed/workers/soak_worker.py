@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 import shufflepoint
+from shufflepoint._tools.launch import end_worker
 
 OUT, SEGMENT, KILL_STEP, KILL_MODE = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 N, BATCH, SEED, EPOCHS, EVERY = 60, 2, 17, 3, 3
@@ -70,5 +71,4 @@ while loader.epoch < EPOCHS:
         dist.barrier()
 if rank == 0:
     open(os.path.join(OUT, "done"), "w").close()
-dist.barrier()
-dist.destroy_process_group()
+end_worker()

@@ -39,6 +39,7 @@ from typing import Any
 
 from shufflepoint._tools.audit import SavePoint, Target, UsageError, load_target, parse_save_at, sample_ids
 from shufflepoint._tools.audit.identity import sample_digests
+from shufflepoint._tools.launch import end_worker
 
 
 class _Failure(Exception):
@@ -269,4 +270,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    end_worker(main(), together=False)

@@ -9,6 +9,7 @@ from typing import Any
 
 from shufflepoint._tools.audit.config import SavePoint
 from shufflepoint._tools.demo.variants import BATCH, ELASTIC_BATCH, EPOCHS, FEATURES, SAVE, SEED, N
+from shufflepoint._tools.launch import end_worker
 
 
 def _dataset() -> Any:
@@ -166,6 +167,4 @@ def worker_main(argv: list[str]) -> int:
                 open(os.path.join(out, "interrupt.saved"), "w").close()
             time.sleep(0.02)
         return 3
-    dist.barrier()  # no rank closes Gloo while another still talks to it
-    dist.destroy_process_group()
-    return 0
+    end_worker()

@@ -1,0 +1,90 @@
+"""The launcher's side of a worker's life: how a worker ends (``end_worker``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from shufflepoint._tools.launch import launch
+
+ENDS_WITH_A_CHILD = textwrap.dedent("""
+    import atexit, multiprocessing, os, sys, time
+    from shufflepoint._tools.launch import end_worker
+
+    def sleep():
+        time.sleep(60)
+
+    if __name__ == "__main__":
+        child = multiprocessing.get_context("spawn").Process(target=sleep, daemon=True)
+        child.start()
+        print(child.pid, flush=True)
+        atexit.register(lambda: print("finalized", flush=True))
+        end_worker(int(sys.argv[1]))
+""")
+
+
+def test_end_worker_exits_with_its_code_skips_finalization_and_stops_children(tmp_path):
+    script = tmp_path / "worker.py"
+    script.write_text(ENDS_WITH_A_CHILD)
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, str(script), "7"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 7, done.stderr
+    assert "finalized" not in done.stdout  # os._exit: no interpreter teardown, where Gloo's threads abort
+    child = int(done.stdout.split()[0])
+    assert not os.path.exists(f"/proc/{child}") or "Z" in open(f"/proc/{child}/stat").read().split()[2]
+    assert time.monotonic() - started < 30  # the child was stopped, not waited for
+
+
+def test_ranks_that_end_with_end_worker_leave_gloo_together(tmp_path):
+    script = tmp_path / "ranks.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, time
+        import torch, torch.distributed as dist
+        from shufflepoint._tools.launch import end_worker
+
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+        time.sleep(0.5 * rank)  # the ranks arrive at the end at different times
+        total = torch.tensor([rank + 1])
+        dist.all_reduce(total)
+        open(os.path.join({str(tmp_path)!r}, f"r{{rank}}.{{int(total)}}"), "w").close()
+        end_worker()
+    """))
+    launch([str(script)], 3, timeout=120).check()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix != ".py") == ["r0.6", "r1.6", "r2.6"]
+
+
+ABORTS = textwrap.dedent("""
+    import atexit, os, sys
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    dist.barrier()
+    dist.destroy_process_group()
+    if rank == 1 and sys.argv[1] == "in_teardown":
+        atexit.register(os.abort)  # runs after the program, as Python tears down: no Python frame left
+    elif rank == 1:
+        os.abort()  # in the middle of the program
+""")
+
+
+@pytest.mark.parametrize("when", ["in_teardown", "in_the_program"])
+def test_check_tells_an_abort_in_teardown_from_one_in_the_program(tmp_path, when):
+    script = tmp_path / "aborts.py"
+    script.write_text(ABORTS)
+    result = launch([str(script), when], 2, timeout=120)
+    assert result.returncode != 0 and "Fatal Python error: Aborted" in result.stderr
+    if when == "in_teardown":
+        assert result.aborted_after_its_program
+        with pytest.warns(RuntimeWarning, match="aborted in interpreter teardown"):
+            result.check()
+    else:
+        assert not result.aborted_after_its_program
+        with pytest.raises(RuntimeError, match="worker launch failed"):
+            result.check()
