@@ -28,6 +28,7 @@ TARGET_RESUME_S = 5e-3
 TARGET_MEMORY_B = 2**20
 TARGET_STATE_B = 512
 TARGET_INDEX_RATE = 20e6
+TARGET_RADIX_RATE = 30e6
 TARGET_OVERHEAD_S = 1e-6
 TARGET_ITER_RATIO = 0.95
 
@@ -63,7 +64,12 @@ def fmt_bytes(size: float) -> str:
 
 def fmt_n(n: int) -> str:
     exponent = len(str(n)) - 1
-    return f"1e{exponent}" if n == 10**exponent else f"{n:,}"
+    if n == 10**exponent:
+        return f"1e{exponent}"
+    for offset, suffix in ((0, ""), (1, "+1")):  # 2**k and 2**k + 1, as the index generation sizes are
+        if n - offset > 1024 and (n - offset) & (n - offset - 1) == 0:
+            return f"2^{(n - offset).bit_length() - 1}{suffix}"
+    return f"{n:,}"
 
 
 def fmt_ratio(ratio: float) -> str:

@@ -21,7 +21,6 @@ from _report_format import (  # noqa: E402
     OURS,
     PEERS,
     SHORT,
-    TARGET_INDEX_RATE,
     TARGET_ITER_RATIO,
     TARGET_MEMORY_B,
     TARGET_OVERHEAD_S,
@@ -36,6 +35,7 @@ from _report_format import (  # noqa: E402
     stats,
     verdict,
 )
+from _report_indexgen import indexgen_section  # noqa: E402
 
 
 class Report:
@@ -320,33 +320,9 @@ class Report:
         self.w()
 
     def indexgen_section(self) -> None:
-        rows = self.s.get("indexgen", [])
-        if not rows:
-            return
-        self.w("## 5. Index generation")
-        self.w()
-        self.w("Indices per second (count ÷ seconds), median (min–max). `feistel take` is the vectorised "
-               "seekable order on an int64 array of positions; the loader stream is what the sampler hands torch "
-               "(Python ints, rank 0 of 2, in chunks); the `torch` order materialises `torch.randperm`.")
-        self.w()
-        self.w("\"CPU\" divides by the thread's CPU time instead of wall time: the work itself, without the time "
-               "other jobs on this shared machine took from it.")
-        self.w()
-        self.w("| op | n | indices | M indices/s (wall) | M indices/s (CPU) | seconds (wall) | reps |")
-        self.w("|---|---|---|---|---|---|---|")
-        for r in rows:
-            rates = [r["count"] / s / 1e6 for s in r["seconds"]]
-            median, low, high = stats(rates)
-            cpu = statistics.median(r["count"] / s / 1e6 for s in r["cpu_seconds"])
-            self.w(f"| {r['op']} | {fmt_n(r['n'])} | {r['count']:,} | {median:.1f} ({low:.1f}–{high:.1f}) | "
-                   f"{cpu:.1f} | {fmt_stat(r['seconds'])} | {len(r['seconds'])} |")
-            if r["op"].startswith("feistel take") and r["n"] >= 10**8:
-                ok: bool | str = median * 1e6 >= TARGET_INDEX_RATE
-                ok = ok or ("cpu" if cpu * 1e6 >= TARGET_INDEX_RATE else False)
-                self.targets.append((f"index generation ≥ 20 M/s vectorised (n = {fmt_n(r['n'])})",
-                                     f"{median:.1f} M/s wall median ({low:.1f}–{high:.1f}); {cpu:.1f} M/s on CPU time",
-                                     ok))
-        self.w()
+        lines, targets = indexgen_section(self.s.get("indexgen", []))
+        self.lines += lines
+        self.targets += targets
 
     def errors(self) -> None:
         for r in self.s.get("error", []):

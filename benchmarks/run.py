@@ -123,6 +123,11 @@ def _time(fn, repeats: int) -> dict[str, list[float]]:
     return {"seconds": wall, "cpu_seconds": cpu}
 
 
+# Sizes for the seekable orders: round numbers, and just above powers of two (2**24 + 1, 2**30 + 1),
+# where a power-of-two domain cycle-walks almost half of its values.
+INDEXGEN_SIZES = (10**6, 2**24 + 1, 10**8, 2**30 + 1, 10**9, 10**12, 2**62)
+
+
 def indexgen(sink: Sink, quick: bool) -> None:
     from shufflepoint._core.plan import Layout
     from shufflepoint._loading.sampler import rank_index_chunks
@@ -130,14 +135,15 @@ def indexgen(sink: Sink, quick: bool) -> None:
 
     count = 1 << 21
     repeats = 3 if quick else 5
-    for n in (10**6, 10**8, 10**9):
-        order = make_order("feistel", n, L.SEED, 0)
+    for n, name in itertools.product(INDEXGEN_SIZES, ("feistel", "radix-feistel")):
+        order = make_order(name, n, L.SEED, 0)
         positions = np.arange(min(n, count), dtype=np.int64)
         order.take(positions[:1000])
         times = _time(lambda order=order, positions=positions: order.take(positions), repeats)
-        sink.write({"section": "indexgen", "op": "feistel take (int64 array)", "n": n, "count": positions.size,
-                    **times})
-
+        sink.write({"section": "indexgen", "op": f"{name} take (int64 array)", "order": name, "n": n,
+                    "count": positions.size, **times})
+        if n not in (10**8, 10**9):
+            continue
         layout = Layout(n, L.WORLD, L.BATCH, False)
         stream_count = min(n // L.WORLD, 1 << 20)
 
@@ -147,8 +153,8 @@ def indexgen(sink: Sink, quick: bool) -> None:
                 pass
 
         times = _time(stream, repeats)
-        sink.write({"section": "indexgen", "op": "feistel loader stream (rank 0 of 2, Python ints)", "n": n,
-                    "count": stream_count, **times})
+        sink.write({"section": "indexgen", "op": f"{name} loader stream (rank 0 of 2, Python ints)", "order": name,
+                    "n": n, "count": stream_count, **times})
     for n in (10**6, 10**7) if quick else (10**6, 10**7, 10**8):
         reps = 2 if n >= 10**8 else 3 if n >= 10**7 else repeats
         times = _time(lambda n=n: torch.randperm(n), reps)

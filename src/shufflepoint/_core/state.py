@@ -13,7 +13,7 @@ epoch                  int          the epoch being read
 cursor                 int          positions of the epoch's global stream handed out (0..n)
 n                      int          dataset length
 shuffle                bool         False means the identity order
-order                  str          order algorithm (``feistel``, ``torch``, ``identity``)
+order                  str          order algorithm (``feistel``, ``radix-feistel``, ``torch``, ``identity``, ...)
 order_version          int          version of that algorithm
 world_size             int          ranks when saved (informational: a new one is allowed)
 batch_size             int          per-rank batch size when saved (informational, likewise)

@@ -12,11 +12,12 @@ from typing import Protocol, overload
 
 import numpy as np
 
-from shufflepoint._order import feistel, identity, torch_randperm
+from shufflepoint._order import feistel, identity, radix_feistel, torch_randperm
 
-_MODULES = {m.NAME: m for m in (feistel, torch_randperm, identity)}
+_MODULES = {m.NAME: m for m in (feistel, radix_feistel, torch_randperm, identity)}
 _CLASSES: dict[str, Callable[[int, int, int], Order]] = {
     feistel.NAME: feistel.FeistelOrder,
+    radix_feistel.NAME: radix_feistel.RadixFeistelOrder,
     torch_randperm.NAME: torch_randperm.TorchRandpermOrder,
     identity.NAME: identity.IdentityOrder,
 }
