@@ -16,7 +16,7 @@ from shufflepoint._shards.dataset import Shards
 from shufflepoint._shards.mixture import Mixture
 from shufflepoint.integrations.accelerate import patch_accelerate, unpatch_accelerate
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 __all__ = [
     "ORDERS",

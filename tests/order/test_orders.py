@@ -99,15 +99,15 @@ RADIX_GOLDEN_BILLION = [138898716, 254633219, 949444255]
 
 
 def test_golden_small():
-    assert permutation(10, 1234, 0)[:].tolist() == GOLDEN_10
+    assert permutation(10, 1234, 0, order="feistel")[:].tolist() == GOLDEN_10
 
 
 def test_golden_large_and_hash():
-    p = permutation(10**6, 7, 3)
+    p = permutation(10**6, 7, 3, order="feistel")
     assert [p[0], p[1], p[999_999]] == GOLDEN_LARGE
-    digest = hashlib.sha256(permutation(100_000, 1, 2)[:].tobytes()).hexdigest()[:16]
+    digest = hashlib.sha256(permutation(100_000, 1, 2, order="feistel")[:].tobytes()).hexdigest()[:16]
     assert digest == GOLDEN_HASH
-    huge = permutation(2**62, 0, 0)
+    huge = permutation(2**62, 0, 0, order="feistel")
     assert [huge[0], huge[2**61], huge[2**62 - 1]] == GOLDEN_HUGE
 
 
@@ -123,7 +123,8 @@ def test_radix_feistel_golden():
     assert [huge[0], huge[2**61], huge[2**62 - 1]] == RADIX_GOLDEN_HUGE
     billion = radix(10**9 + 7, 5, 1)
     assert billion.take(np.array([0, 1, 10**9 + 6])).tolist() == RADIX_GOLDEN_BILLION
-    assert not np.array_equal(radix(1000, 1, 1)[:], permutation(1000, 1, 1)[:])  # its own keys
+    assert not np.array_equal(radix(1000, 1, 1)[:], permutation(1000, 1, 1, order="feistel")[:])  # its own keys
+    assert permutation(1000, 1, 1)[:].tolist() == radix(1000, 1, 1)[:].tolist()  # the default since 0.2
 
 
 

@@ -194,7 +194,7 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> tuple
             warnings.warn(
                 f"the 'torch' order was saved under torch {state['torch_version']} and is resumed under "
                 f"torch {torch.__version__}: torch.randperm may differ between versions, so the order "
-                "may not be the same. The default 'feistel' order does not depend on torch.",
+                "may not be the same. The default order (radix-feistel) does not depend on torch.",
                 ResumeWarning, stacklevel=3,
             )
     return state["epoch"], state["cursor"]

@@ -267,15 +267,16 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         constructor, skips it when you load on a subset of ranks on purpose). ``strict=False``
         accepts a changed ``dataset_fingerprint`` with a ``ResumeWarning``.
         """
+        orders = self._orders.for_state(state)
         epoch, cursor = validate_everywhere(
-            state, self._expected(), strict=strict, rank=self._rank, world_size=self._layout.world_size,
+            state, self._expected(orders), strict=strict, rank=self._rank, world_size=self._layout.world_size,
             verify_ranks=self._verify_ranks if verify_ranks is None else verify_ranks,
         )
-        self._pass, self._epoch, self._cursor = None, epoch, cursor
+        self._orders, self._pass, self._epoch, self._cursor = orders, None, epoch, cursor
 
-    def _expected(self) -> _state.Expected:
+    def _expected(self, orders: OrderCache) -> _state.Expected:
         return _state.Expected(
             kind="loader", n=self._layout.n, seed=self._seed, shuffle=self._shuffle,
-            order=self._orders.name, order_version=self._orders.version,
+            order=orders.name, order_version=orders.version,
             dataset_fingerprint=self._fingerprint, explain_fingerprint=self._explain,
         )

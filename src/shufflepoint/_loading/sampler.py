@@ -12,7 +12,15 @@ from torch.utils.data.distributed import DistributedSampler
 from shufflepoint._core import state as _state
 from shufflepoint._core.plan import Layout
 from shufflepoint._loading.agreement import validate_everywhere
-from shufflepoint._order import Order, check_int, check_order_name, make_order, order_version
+from shufflepoint._order import (
+    DEFAULT_ORDER,
+    DEFAULT_ORDERS,
+    Order,
+    check_int,
+    check_order_name,
+    make_order,
+    order_version,
+)
 from shufflepoint._shards.blocks import DEFAULT_SHUFFLE_BLOCK, BlockOrder
 from shufflepoint._shards.blocks import NAME as BLOCKS
 from shufflepoint._shards.blocks import VERSION as BLOCKS_VERSION
@@ -78,16 +86,17 @@ class OrderCache:
     """The order of the current epoch, built once per epoch (the ``torch`` order costs O(n)).
 
     ``order=None`` picks the default: the dataset's own order when it has one (``Mixture``:
-    ``mixture``), ``blocks`` for a sharded corpus (a dataset with ``shard_rows``), ``feistel`` for
-    anything else. ``shuffle_block`` applies to ``blocks`` and ``mixture`` only.
+    ``mixture``), ``blocks`` for a sharded corpus (a dataset with ``shard_rows``), ``radix-feistel``
+    for anything else. ``shuffle_block`` applies to ``blocks`` and ``mixture`` only.
     """
 
     def __init__(self, name: str | None, n: int, seed: int, *, dataset: Any = None,
                  shuffle_block: int | None = None) -> None:
         rows = getattr(dataset, "shard_rows", None)
         own = getattr(dataset, "order_name", None) if callable(getattr(dataset, "epoch_order", None)) else None
+        self.chosen = name is not None  # by the caller; else a state may pick among DEFAULT_ORDERS
         if name is None:
-            name = own or (BLOCKS if rows is not None else "feistel")
+            name = own or (BLOCKS if rows is not None else DEFAULT_ORDER)
         self.n, self.seed, self.shuffle_block = n, seed, None
         self._dataset = dataset
         self._rows: np.ndarray | None = None
@@ -116,6 +125,15 @@ class OrderCache:
         self._order: Order | None = None
         if self.shuffle_block is not None and self._rows is None:
             self.get(0)  # the dataset's own order checks shuffle_block against itself: fail here, not mid-loop
+
+    def for_state(self, state: object) -> OrderCache:
+        """The orders to validate ``state`` against: these, or, when the caller left the order to
+        the default and the state records another default (0.1's ``feistel``), that one, so an
+        upgrade resumes a run in the order it started with. Adopted only once the state is valid."""
+        found = state.get("order") if isinstance(state, dict) else None
+        if self.chosen or self.shuffle_block is not None or found == self.name or found not in DEFAULT_ORDERS:
+            return self
+        return OrderCache(str(found), self.n, self.seed, dataset=self._dataset)
 
     def get(self, epoch: int) -> Order:
         if self._order is None or self._epoch != epoch:
@@ -263,10 +281,12 @@ class ResumableSampler(DistributedSampler[int]):
         moves the sampler back from a later epoch already chosen with ``set_epoch``. Rank agreement
         and ``strict`` work as in ``shufflepoint.DataLoader.load_state_dict``.
         """
+        orders = self._orders.for_state(state)
         epoch, cursor = validate_everywhere(
-            state, self._expected(), strict=strict, rank=self.rank, world_size=self._layout.world_size,
+            state, self._expected(orders), strict=strict, rank=self.rank, world_size=self._layout.world_size,
             verify_ranks=self._verify_ranks if verify_ranks is None else verify_ranks,
         )
+        self._orders = orders
         if cursor == self._layout.n and self.epoch > epoch:
             # A finished epoch says nothing about a later epoch the loop already chose with
             # set_epoch (torchdata applies a loaded state lazily, after the loop's set_epoch).
@@ -274,10 +294,10 @@ class ResumableSampler(DistributedSampler[int]):
             return
         self.epoch, self._pending_cursor, self._active = epoch, cursor, None
 
-    def _expected(self) -> _state.Expected:
+    def _expected(self, orders: OrderCache) -> _state.Expected:
         return _state.Expected(
             kind="sampler", n=self._layout.n, seed=self.seed, shuffle=self.shuffle,
-            order=self._orders.name, order_version=self._orders.version,
+            order=orders.name, order_version=orders.version,
             dataset_fingerprint=self._fingerprint, explain_fingerprint=self._explain,
         )
 

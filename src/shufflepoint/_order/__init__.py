@@ -22,6 +22,10 @@ _CLASSES: dict[str, Callable[[int, int, int], Order]] = {
     identity.NAME: identity.IdentityOrder,
 }
 ORDERS: tuple[str, ...] = tuple(_CLASSES)
+# The order of a loader or permutation built without one. It was ``feistel`` in 0.1; a loader left
+# to the default resumes a state in either (DEFAULT_ORDERS), so an upgrade never changes a run's order.
+DEFAULT_ORDER = radix_feistel.NAME
+DEFAULT_ORDERS: tuple[str, ...] = (radix_feistel.NAME, feistel.NAME)
 MAX_SEED = 2**64 - 1
 MAX_EPOCH = 2**62
 
@@ -79,7 +83,7 @@ class Permutation:
 
     _ITER_CHUNK = 1 << 16
 
-    def __init__(self, n: int, seed: int, epoch: int = 0, order: str = "feistel") -> None:
+    def __init__(self, n: int, seed: int, epoch: int = 0, order: str = DEFAULT_ORDER) -> None:
         self._order = make_order(order, n, seed, epoch)
         self.n, self.seed, self.epoch, self.order = int(n), int(seed), int(epoch), order
 
@@ -113,10 +117,11 @@ class Permutation:
         return f"Permutation(n={self.n}, seed={self.seed}, epoch={self.epoch}, order={self.order!r})"
 
 
-def permutation(n: int, seed: int, epoch: int = 0, order: str = "feistel") -> Permutation:
+def permutation(n: int, seed: int, epoch: int = 0, order: str = DEFAULT_ORDER) -> Permutation:
     """The data order of one epoch: a seekable permutation of ``range(n)``.
 
     The same (n, seed, epoch, order) gives the same permutation on every machine, process and
-    rank, forever (the ``feistel`` order is pinned by golden tests; ``torch`` follows torch).
+    rank, forever (``radix-feistel`` and ``feistel`` are pinned by golden tests; ``torch`` follows
+    torch). The default is ``radix-feistel``; shufflepoint 0.1's default was ``feistel``.
     """
     return Permutation(n, seed, epoch, order)
