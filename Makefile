@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-ray bench bench-shuffle bench-agreement soak lint clean test-accelerate-matrix
+.PHONY: setup demo test test-ray bench bench-shuffle bench-agreement bench-shards soak lint clean test-accelerate-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -60,7 +60,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) $(RAY_VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(RAY_VENV) $(SHARDS_VENVS) .pytest_cache .hypothesis
 
 # The Accelerate integration against every Accelerate release it claims (issue 3): one venv each,
 # torch first and alone (the local CPU wheel), then that Accelerate. Prints one line per version.
@@ -87,3 +87,33 @@ test-accelerate-matrix:
 	  summary="$$summary\naccelerate $$v: $$result ($$(tail -n 1 $$env/last-run.log | tr -d '='))"; \
 	done; \
 	printf "$$summary\n"; exit $$status
+
+# Sharded loading side by side with Streaming, LitData and HF streaming (issue 12), in one run:
+# benchmarks/shards/run.py (docs/benchmarks-shards.md). One venv per peer, torch first and alone
+# (the local CPU wheel), then the peer with torch pinned again in the same resolve (litdata alone
+# would upgrade torch to a CUDA build). Corpus and conversions cached in .bench-cache/ (~7 GB).
+# QUICK=1: the small corpus (2e5 samples), one repeat.
+SHARDS_VENVS := .venv-bench-streaming .venv-bench-litdata .venv-bench-hf
+
+.venv-bench-%/.installed:
+	$(PYTHON) -m venv .venv-bench-$*
+	.venv-bench-$*/bin/python -m pip install -q --upgrade pip
+	.venv-bench-$*/bin/python -m pip install -q torch==2.13.0
+	$(MAKE) --no-print-directory peer-$*
+	touch $@
+
+# mosaicml-streaming without its dependencies: it requires torchvision, and no torchvision imports
+# beside the CPU torch (pip would swap torch for a CUDA build). These are the modules its import
+# needs (found by importing), plus boto3 for s3://; peer_streaming.py stubs the two torchvision names.
+.PHONY: peer-streaming peer-litdata peer-hf
+peer-streaming:
+	.venv-bench-streaming/bin/python -m pip install -q --no-deps mosaicml-streaming==0.13.0
+	.venv-bench-streaming/bin/python -m pip install -q torch==2.13.0 'numpy<2.2' 'transformers<5' brotli \
+	  python-snappy zstd 'xxhash<4' pillow catalogue boto3 psutil
+peer-litdata:
+	.venv-bench-litdata/bin/python -m pip install -q torch==2.13.0 litdata==0.2.76 psutil
+peer-hf:
+	.venv-bench-hf/bin/python -m pip install -q torch==2.13.0 datasets==5.2.0 s3fs psutil
+
+bench-shards: $(STAMP) $(patsubst %,%/.installed,$(SHARDS_VENVS))
+	$(PY) benchmarks/shards/run.py $(if $(QUICK),--quick --repeats 1)

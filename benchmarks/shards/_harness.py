@@ -42,6 +42,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--world", type=int, default=1)
     p.add_argument("--measure", type=int, default=100_000, help="throughput: samples to time")
+    p.add_argument("--stop-after", type=int, default=0, help="epoch: stop after this many samples (0: the whole epoch)")
     p.add_argument("--fraction", type=float, default=0.0, help="resume: the cursor, as a fraction of the epoch")
     p.add_argument("--block", type=int, default=65_536, help="shuffle block / buffer, in samples")
     p.add_argument("--cache", default="", help="a local cache folder for remote data")
@@ -102,8 +103,8 @@ def throughput(adapter: Any, args: argparse.Namespace) -> dict[str, Any]:
     batches = iter(loader)
     seen = [adapter.ids(next(batches))]
     first = time.perf_counter()
-    count = 0
-    while count < args.measure:
+    count, target = 0, min(args.measure, args.samples // 2)  # the small text corpus has fewer samples
+    while count < target:
         ids = adapter.ids(next(batches))
         seen.append(ids)
         count += len(ids)
@@ -125,6 +126,8 @@ def epoch(adapter: Any, args: argparse.Namespace) -> dict[str, Any]:
         ids = adapter.ids(batch)
         np.add.at(seen, ids, 1)
         read += len(ids)
+        if args.stop_after and read >= args.stop_after:
+            break
     seconds = time.perf_counter() - start
     return {"seconds": seconds, "read": read, "distinct": int(np.count_nonzero(seen)),
             "repeated": int(np.count_nonzero(seen > 1)), "samples_per_s": read / seconds, **peaks.stop()}

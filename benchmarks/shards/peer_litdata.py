@@ -4,6 +4,9 @@ run in .venv-bench-litdata.
 Rank 0 of W is simulated by ``_DistributedEnv.detect`` answering (W, rank 0, W nodes): LitData
 splits the chunks by these numbers alone (no collective is called without a process group).
 
+On the S3 server: its obstore client gets ``allow_http`` (the test server speaks plain http; LitData
+offers no option for it, and without it every GET fails with ``BadScheme``).
+
 The state at a cursor is synthetic: the loader's own state after one real batch, with its counters
 (``num_samples_yielded``, the dataset's ``sample_in_epoch``) moved to the cursor.
 """
@@ -25,6 +28,10 @@ def import_litdata(rank: int, world: int) -> Any:
     from litdata.utilities import env
 
     env._DistributedEnv.detect = classmethod(lambda cls: cls(world, rank, world))  # type: ignore[method-assign]
+    from litdata.streaming import downloader
+
+    # Its obstore (Rust) S3 client refuses a plain-http endpoint ("BadScheme") and exposes no option.
+    downloader._OBSTORE_CLIENT_OPTIONS = {**downloader._OBSTORE_CLIENT_OPTIONS, "allow_http": "true"}
     return litdata
 
 
