@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-ray bench bench-shuffle bench-agreement bench-shards soak lint clean test-accelerate-matrix
+.PHONY: setup demo test test-ray bench bench-shuffle bench-agreement bench-scaling bench-shards soak lint clean test-accelerate-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ bench-shuffle: $(STAMP)
 # Rank agreement at load: one all_reduce of 24 bytes against gathering every rank's state, at 2-6 processes.
 bench-agreement: $(STAMP)
 	$(PY) benchmarks/agreement.py
+
+# State bytes, the blocks order's per-epoch table up to 1e6 shards, and the shards one node reads in
+# an epoch of 1e10 samples on 10,000 ranks, computed from the order (issue 12; about 30 s).
+bench-scaling: $(STAMP)
+	$(PY) benchmarks/scaling.py
 
 # Ray Train (issue 14) on a real local Ray cluster: its own venv (1.5 GB), torch first and alone
 # (the local CPU wheel), then the package with its [ray] extra. About 40 s to build, 70 s to run.
