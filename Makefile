@@ -96,7 +96,7 @@ test-accelerate-matrix:
 # Sharded loading side by side with Streaming, LitData and HF streaming (issue 12), in one run:
 # benchmarks/shards/run.py (docs/benchmarks-shards.md). One venv per peer, torch first and alone
 # (the local CPU wheel), then the peer with torch pinned again in the same resolve (litdata alone
-# would upgrade torch to a CUDA build). Corpus and conversions cached in .bench-cache/ (~7 GB).
+# would upgrade torch to a CUDA build). Corpus and conversions cached in .bench-cache/ (~6 GB).
 # QUICK=1: the small corpus (2e5 samples), one repeat.
 SHARDS_VENVS := .venv-bench-streaming .venv-bench-litdata .venv-bench-hf
 
