@@ -114,6 +114,9 @@ class OrderCache:
             self.shuffle_block = check_int("shuffle_block", block, 1, 2**62)
             if name == BLOCKS:
                 self._rows = np.asarray(rows, dtype=np.int64)
+                keep_open_for = getattr(dataset, "keep_open_for", None)
+                if callable(keep_open_for):  # Shards: keep the shards of a block open
+                    keep_open_for(self.shuffle_block)
             self.name = name
             self.version = BLOCKS_VERSION if name == BLOCKS else int(dataset.order_version)
         else:

@@ -27,6 +27,7 @@ from shufflepoint._shards.readers.base import OpenShard
 from shufflepoint._shards.storage import Storage
 
 FINGERPRINT_PREFIX = "shards:"
+_MAX_OPEN_CAP = 512  # open shards per process when a block spans many small shards
 
 
 def _is_remote(url: str) -> bool:
@@ -41,6 +42,7 @@ class Shards(torch.utils.data.Dataset[Any]):
     with ``save_to_disk``. ``format`` is inferred from the suffix when
     omitted (``parquet``, ``jsonl``, ``webdataset``, ``tokens``, ``arrow``); ``columns``, ``seq_len``
     and ``dtype`` go to the reader that takes them. ``transform(sample)`` runs on every sample.
+    ``max_open``: shards kept open per process; by default those of two blocks of the loader's order.
 
     The index (rows per shard) is built once, in parallel, and kept as a sidecar file (see
     ``shufflepoint._shards.sidecar``); its content hash is ``fingerprint``, which the loader stores in
@@ -70,7 +72,7 @@ class Shards(torch.utils.data.Dataset[Any]):
         prefetch: int = 16,
         index_threads: int = 8,
         progress: bool = True,
-        max_open: int = 4,
+        max_open: int | None = None,
     ) -> None:
         self._storage = Storage(storage_options=storage_options, retries=retries)
         saved = saved_dataset_files(sources) if isinstance(sources, str) and os.path.isdir(sources) else None
@@ -84,7 +86,8 @@ class Shards(torch.utils.data.Dataset[Any]):
         self._cache_limit = cache_limit
         self._transform = transform
         self._prefetch_depth = int(prefetch)
-        self._max_open = max(1, int(max_open))
+        self._max_open = 8 if max_open is None else max(1, int(max_open))
+        self._max_open_chosen = max_open is not None
         self._cache = None  # the index build below may already download remote shards
         self.index = self._load_or_build(urls, index_threads, progress)
         rows = self.index.rows
@@ -137,6 +140,16 @@ class Shards(torch.utils.data.Dataset[Any]):
     def shard_rows(self) -> np.ndarray:
         """Rows per shard, in shard order: what the ``blocks`` order is built from."""
         return self.index.rows
+
+    def keep_open_for(self, shuffle_block: int) -> None:
+        """The loader's block size: keep open the shards of two blocks (the rows of a block come in
+        any order, so fewer open shards reopen a shard per sample; measured: 4 open shards made
+        token windows 4x slower and Parquet rows 30x). Unless ``max_open`` was given."""
+        if self._max_open_chosen or not len(self.index.shards):
+            return
+        smallest = max(1, int(np.min(self.index.rows[self.index.rows > 0], initial=shuffle_block)))
+        per_block = -(-int(shuffle_block) // smallest) + 1
+        self._max_open = min(_MAX_OPEN_CAP, max(self._max_open, 2 * per_block))
 
     def shard_of(self, index: int) -> tuple[int, int]:
         """(shard, row) of dataset index ``index``."""
