@@ -137,3 +137,24 @@ def test_processes_sharing_the_cache_fetch_a_shard_once(tmp_path):
         p.join(30)
         assert p.exitcode == 0
     assert open(log).read() == "fetch\n"
+
+
+def test_token_shards_are_indexed_without_downloading_them(s3, tmp_path):
+    """A .bin shard's windows follow from its size: the index needs a listing and sizes, no GET
+    of a shard; the first read fetches it, and every window is the one the file holds."""
+    import numpy as np
+
+    name = "tokens-" + uuid.uuid4().hex[:8]
+    local = tmp_path / "tokens"
+    local.mkdir()
+    streams = [np.arange(start, start + size, dtype=np.uint16) for start, size in ((0, 41), (100, 9), (200, 2))]
+    for shard, tokens in enumerate(streams):
+        tokens.tofile(local / f"part-{shard}.bin")
+    s3.upload(name, str(local))
+    before = len(s3.faults.log)
+    corpus = shufflepoint.Shards(f"s3://{name}/*.bin", seq_len=4, storage_options=s3.storage_options,
+                                 cache_dir=str(tmp_path / "cache"), progress=False)
+    indexing = list(s3.faults.log)[before:]
+    assert not [path for method, path, _ in indexing if method == "GET" and path.endswith(".bin")], indexing
+    assert corpus.shard_rows.tolist() == [10, 2, 0]  # (41 - 1) // 4, (9 - 1) // 4, (2 - 1) // 4
+    assert corpus[11].tolist() == [104, 105, 106, 107, 108]  # shard 1, window 1, read from the server

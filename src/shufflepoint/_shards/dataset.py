@@ -114,6 +114,10 @@ class Shards(torch.utils.data.Dataset[Any]):
 
     def _count_rows(self, url: str) -> int:
         size, version = self._info(url)
+        from_size = getattr(self._reader, "rows_from_size", None)
+        rows = from_size(url, size) if callable(from_size) else None
+        if rows is not None:  # token files: no download to index them
+            return int(rows)
         opened = self._reader.open(self._fetch(url, size, version), url)
         try:
             return len(opened)

@@ -115,5 +115,14 @@ class TokensReader:
         except OSError as e:
             raise ShardError(shard, f"cannot be read: {e}") from e
 
+    def rows_from_size(self, shard: str, size: int) -> int | None:
+        """The windows of a raw ``.bin`` shard follow from its size, so indexing a bucket of them
+        downloads nothing; None for anything else (a ``.npy`` header says) or a size that is not
+        whole tokens (the read reports it)."""
+        item = np.dtype(self.dtype).itemsize
+        if not suffix_of(shard).endswith(".bin") or size % item:
+            return None
+        return max(0, (size // item - 1) // self.seq_len)
+
     def options(self) -> dict[str, Any]:
         return {"seq_len": self.seq_len, "dtype": self.dtype}
