@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from shufflepoint._order.walking import walk_table, walked_take
+
 NAME = "feistel"
 VERSION = 1
 ROUNDS = 8
@@ -49,9 +51,7 @@ _M64 = (1 << 64) - 1
 _M32 = (1 << 32) - 1
 _C1 = 0x85EBCA6B
 _C2 = 0xC2B2AE35
-_CHUNK = 1 << 16  # elements per vectorised pass: keeps the working set in L2
 _TABLE_WIDTH = 16  # domains up to 2**16 are computed whole once (<= 512 KiB), then looked up
-_SCALAR_WALK = 8  # this few walkers left in a chunk: walk them one by one (a numpy pass costs ~50 calls)
 _U32_15, _U32_C1, _U32_C2 = np.uint32(15), np.uint32(_C1), np.uint32(_C2)
 
 
@@ -124,9 +124,7 @@ class FeistelOrder:
 
     def index(self, position: int) -> int:
         x = self._encrypt_one(position)
-        while x >= self.n:
-            x = self._encrypt_one(x)
-        return self._swap_one(x)
+        return self._swap_one(self._walk_one(x) if x >= self.n else x)
 
     # -- vectorised path: the same arithmetic on uint32 halves ------------------------------------
     def _encrypt(self, values: np.ndarray) -> np.ndarray:
@@ -155,13 +153,7 @@ class FeistelOrder:
         """The whole order of a small domain: cycle walking by table lookups, not re-encryption."""
         if self._table is None:
             step = self._encrypt(np.arange(1 << self._width, dtype=np.uint64)).view(np.int64)
-            values = step[: self.n].copy()
-            outside = np.flatnonzero(values >= self.n)
-            while outside.size:
-                walked = step[values[outside]]
-                values[outside] = walked
-                outside = outside[walked >= self.n]
-            self._table = self._swap(values)
+            self._table = self._swap(walk_table(step, self.n))
         return self._table
 
     def take(self, positions: np.ndarray) -> np.ndarray:
@@ -170,23 +162,14 @@ class FeistelOrder:
         if self._width <= _TABLE_WIDTH:
             found: np.ndarray = self._small_table()[positions]
             return found
-        out: np.ndarray = np.empty(positions.shape, dtype=np.int64)
-        flat_in, flat_out = positions.reshape(-1), out.reshape(-1)
-        n = np.uint64(self.n)
-        for start in range(0, flat_in.size, _CHUNK):
-            values = self._encrypt(flat_in[start : start + _CHUNK].view(np.uint64))
-            outside = np.flatnonzero(values >= n)
-            while outside.size > _SCALAR_WALK:  # cycle walking: < 2 rounds of encryption on average
-                walked = self._encrypt(values[outside])
-                values[outside] = walked
-                outside = outside[walked >= n]
-            for i in outside.tolist():  # the last few walkers: the scalar path, the same arithmetic
-                x = self._encrypt_one(int(values[i]))
-                while x >= self.n:
-                    x = self._encrypt_one(x)
-                values[i] = x
-            self._swap_into(values.view(np.int64), flat_out[start : start + _CHUNK])
-        return out
+        return walked_take(positions, self.n, self._encrypt, self._walk_one, self._swap_into)
+
+    def _walk_one(self, x: int) -> int:
+        """Re-encrypt ``x`` until it falls in [0, n) (cycle walking), in plain integers."""
+        x = self._encrypt_one(x)
+        while x >= self.n:
+            x = self._encrypt_one(x)
+        return x
 
     def _swap(self, x: np.ndarray) -> np.ndarray:
         """One swap-or-not round on [0, n): pairs {x, pivot - x mod n} swap or not, by a keyed bit."""

@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from shufflepoint._order.feistel import _C1, _C2, _M32, _base_key, _mix32, _splitmix64
+from shufflepoint._order.walking import walk_table, walked_take
 
 NAME = "radix-feistel"
 VERSION = 1
@@ -37,10 +38,12 @@ ROUNDS = 8
 MIN_WIDTH = 6
 MAX_N = 2**62
 _KEY_DOMAIN = 0x52414449585F4645  # b"RADIX_FE": this order's keys are not feistel's
-_CHUNK = 1 << 16
 _TABLE_N = 1 << 16  # n up to this: the whole order computed once (<= 512 KiB), then looked up
-_SCALAR_WALK = 8
 _U32_15, _U32_C1, _U32_C2, _U64_32 = np.uint32(15), np.uint32(_C1), np.uint32(_C2), np.uint64(32)
+
+
+def _copy_into(values: np.ndarray, out: np.ndarray) -> None:
+    out[...] = values
 
 
 def round_keys(seed: int, epoch: int) -> tuple[int, ...]:
@@ -113,13 +116,7 @@ class RadixFeistelOrder:
         """The whole order of a small n: cycle walking by table lookups, not re-encryption."""
         if self._table is None:
             step = self._encrypt(np.arange(self._a << self._k, dtype=np.uint64)).view(np.int64)
-            values = step[: self.n].copy()
-            outside = np.flatnonzero(values >= self.n)
-            while outside.size:
-                walked = step[values[outside]]
-                values[outside] = walked
-                outside = outside[walked >= self.n]
-            self._table = values
+            self._table = walk_table(step, self.n)
         return self._table
 
     def take(self, positions: np.ndarray) -> np.ndarray:
@@ -128,17 +125,4 @@ class RadixFeistelOrder:
         if self.n <= _TABLE_N:
             found: np.ndarray = self._small_table()[positions]
             return found
-        out: np.ndarray = np.empty(positions.shape, dtype=np.int64)
-        flat_in, flat_out = positions.reshape(-1), out.reshape(-1)
-        n = np.uint64(self.n)
-        for start in range(0, flat_in.size, _CHUNK):
-            values = self._encrypt(flat_in[start : start + _CHUNK].view(np.uint64))
-            outside = np.flatnonzero(values >= n)
-            while outside.size > _SCALAR_WALK:  # only for n just above 2**16: a fraction < 1/a
-                walked = self._encrypt(values[outside])
-                values[outside] = walked
-                outside = outside[walked >= n]
-            for i in outside.tolist():
-                values[i] = self.index(int(values[i]))
-            flat_out[start : start + _CHUNK] = values.view(np.int64)
-        return out
+        return walked_take(positions, self.n, self._encrypt, self.index, _copy_into)
