@@ -35,25 +35,23 @@ def charts(records: list, loaders: list[str], out: Path, name: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups = [(f"{s}, w{w}", {"kind": "throughput", "storage": s, "workers": w, "workload": "tokens"})
-              for s in ("local", "s3") for w in (0, 4)]
-    fig, ax = plt.subplots(figsize=(7.2, 4.0))
-    _bars(ax, records, loaders, groups, "samples_per_s", 1.0)
-    ax.set_ylabel("samples/s (token windows, batch 256)")
-    ax.set_title("Throughput, rank 0 of 1 (median, min–max bars)", fontsize=10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / f"{name}_throughput.png", dpi=110)
-    plt.close(fig)
-
-    groups = [(f"cursor {int(100 * f)}%", {"kind": "resume", "fraction": f}) for f in (0.1, 0.9)]
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    _bars(ax, records, loaders, groups, "resume_s", 1000.0)
-    ax.axhline(50, color="red", linestyle=":", linewidth=1)
-    ax.set_yscale("log")
-    ax.set_ylabel("load_state_dict + first batch (ms)")
-    ax.set_title("Resume in a fresh process, rank 0 of 2 (red: 50 ms target)", fontsize=10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / f"{name}_resume.png", dpi=110)
-    plt.close(fig)
+    throughput = [(f"{s}, w{w}", {"kind": "throughput", "storage": s, "workers": w, "workload": "tokens"})
+                  for s in ("local", "s3") for w in (0, 4)]
+    resume = [(f"cursor {int(100 * f)}%", {"kind": "resume", "fraction": f}) for f in (0.1, 0.9)]
+    for suffix, groups, field, scale, size, ylabel, title in (
+        ("throughput", throughput, "samples_per_s", 1.0, (7.2, 4.0), "samples/s (token windows, batch 256)",
+         "Throughput, rank 0 of 1 (median, min–max bars)"),
+        ("resume", resume, "resume_s", 1000.0, (6.4, 4.0), "load_state_dict + first batch (ms)",
+         "Resume in a fresh process, rank 0 of 2 (red: 50 ms target)"),
+    ):
+        fig, ax = plt.subplots(figsize=size)
+        _bars(ax, records, loaders, groups, field, scale)
+        if suffix == "resume":
+            ax.axhline(50, color="red", linestyle=":", linewidth=1)
+            ax.set_yscale("log")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / f"{name}_{suffix}.png", dpi=110)
+        plt.close(fig)
