@@ -1,17 +1,12 @@
 """ResumableSampler: a DistributedSampler drop-in, exact under torchdata and a plain DataLoader."""
 
-import itertools
-
 import pytest
 import torch
-from hypothesis import given
-from hypothesis import strategies as st
 from torch.utils.data import DistributedSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 import shufflepoint
 from resume_contract import Component, assert_resume_contract
-from shufflepoint._loading.sampler import batched
 
 N, B, W = 26, 3, 2
 
@@ -113,11 +108,3 @@ def test_sampler_defaults_to_one_replica_without_a_process_group():
     s = shufflepoint.ResumableSampler(range(5))
     assert (s.num_replicas, s.rank) == (1, 0)
     assert sorted(s) == list(range(5))
-
-
-@given(st.lists(st.integers(0, 40), max_size=12), st.integers(1, 17))
-def test_batched_equals_batch_sampler_over_the_chained_chunks(chunk_sizes, batch_size):
-    items = iter(range(10**6))
-    chunks = [list(itertools.islice(items, size)) for size in chunk_sizes]
-    flat = [i for chunk in chunks for i in chunk]
-    assert list(batched(iter(chunks), batch_size)) == list(torch.utils.data.BatchSampler(flat, batch_size, False))

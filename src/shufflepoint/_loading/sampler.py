@@ -160,30 +160,6 @@ def rank_index_chunks(order: Order, layout: Layout, rank: int, cursor: int) -> I
         start, size = stop, min(size * 4, _MAX_CHUNK)
 
 
-def batched(chunks: Iterator[list[Any]], batch_size: int) -> Iterator[list[Any]]:
-    """The items of ``chunks`` in lists of ``batch_size`` (the last one may be short), as torch's
-    ``BatchSampler`` cuts them, but by slicing each chunk in C instead of one Python step per item.
-
-    A batch that straddles two chunks is stitched, so the chunks keep their sizes whatever the
-    batch size is (``Shards.prefetch`` is announced the same chunks).
-    """
-    partial: list[Any] = []  # the start of a batch that the previous chunk ended with
-    for chunk in chunks:
-        start = 0
-        if partial:
-            start = batch_size - len(partial)
-            partial += chunk[:start]
-            if len(partial) < batch_size:
-                continue
-            yield partial
-        whole = start + (len(chunk) - start) // batch_size * batch_size
-        for begin in range(start, whole, batch_size):
-            yield chunk[begin:begin + batch_size]
-        partial = chunk[whole:]
-    if partial:
-        yield partial
-
-
 class _Progress:
     """How many indices one ``iter(sampler)`` has yielded, read without a Python call per index.
 
