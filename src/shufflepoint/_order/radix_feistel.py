@@ -2,8 +2,8 @@
 
 Why another order. ``feistel`` (order version 1, pinned) works on the power-of-two domain 2**w
 with 2**w >= n, and cycle-walks the values that land in [n, 2**w): just above a power of two
-almost half of them, so its speed dips there, and its parity fix (a swap-or-not round on int64)
-costs a fifth of the time. Its meaning is pinned by golden values, so it cannot change; this is a
+almost half of them, so its speed dips there, and its parity fix is a swap-or-not round on int64
+arrays. Its meaning is pinned by golden values, so it cannot change; this is a
 new order with its own name and golden values, and states keep loading under the order they record.
 
 The domain here is a x b with b = 2**k, k = w // 2, and a = ceil(n / b) (at least 8): it exceeds n
