@@ -7,7 +7,7 @@ sys.path.insert(0, os.path.dirname(__file__))  # the shared test helpers (resume
 import pytest  # noqa: E402
 
 # A multi-process test whose processes hang (Gloo or torchrun under a loaded 2-core CI machine: seen
-# once in ~10 full runs, in a launch that finishes in 10 s alone) is rerun once, in a fresh tmp_path;
+# once, on 2026-12-04, in a test that takes 28 s alone) is rerun once, in a fresh tmp_path;
 # pytest reports it as a rerun ("R" in the summary). Only hangs: any other failure fails at once,
 # and a hang that comes back fails too.
 HANGS = [r"Timeout \(>[0-9.]+s\) from pytest-timeout", r"worker launch timed out"]
