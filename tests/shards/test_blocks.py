@@ -144,14 +144,15 @@ def test_loader_defaults_to_blocks_and_honours_the_resume_contract(world_size, r
     assert state["order"] == "blocks" and state["dataset_fingerprint"] == "shards:abc:blocks=10"
 
 
-def test_the_global_stream_does_not_depend_on_world_size_or_batch_size():
+def test_under_the_strided_deal_the_global_stream_does_not_depend_on_world_size_or_batch_size():
     rows = [5, 0, 9, 3, 8, 1, 6, 11, 2]
     n = sum(rows)
     expected = BlockOrder(rows, 21, 0, 12).take(np.arange(n)).tolist()
     for world_size, batch_size in [(1, 1), (2, 3), (3, 4), (4, 2)]:
         per_rank = [[i for batch in shufflepoint.DataLoader(FakeCorpus(rows), batch_size, seed=21, rank=r,
                                                              world_size=world_size, drop_last=True,
-                                                             shuffle_block=12) for i in batch.tolist()]
+                                                             shuffle_block=12, deal="strided")
+                     for i in batch.tolist()]
                     for r in range(world_size)]
         interleaved = [per_rank[p % world_size][p // world_size] for p in range(len(per_rank[0]) * world_size)]
         assert interleaved == expected[: len(interleaved)]

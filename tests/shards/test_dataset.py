@@ -12,7 +12,7 @@ import pytest
 import shufflepoint
 from corpus_files import jsonl_corpus, parquet_corpus
 from resume_contract import Component, assert_resume_contract
-from shufflepoint._shards.blocks import BlockOrder
+from shufflepoint._shards.blocks import StretchBlockOrder
 
 
 @pytest.fixture()
@@ -82,7 +82,8 @@ def test_the_loader_reads_a_corpus_in_the_blocks_order_and_resumes(web):
     first = loader(folder, cache)
     served = [i for batch in first for i in batch["id"].tolist()]
     corpus = first.dataset
-    order = BlockOrder(corpus.shard_rows, 3, 0, 16).take(np.arange(len(corpus)))
+    assert first.deal == "spans"  # a corpus's default: one stretch per rank, laid along by the order
+    order = StretchBlockOrder(corpus.shard_rows, 3, 0, 16, stretches=1).take(np.arange(len(corpus)))
     assert served == [ids[i] for i in order]
 
     def run(ld, first_epoch, epochs):

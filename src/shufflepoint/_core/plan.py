@@ -1,4 +1,7 @@
-"""The arithmetic of one epoch: which positions of the global order each rank reads, and when.
+"""The arithmetic of one epoch under the ``strided`` deal: which positions each rank reads, and when.
+
+(The other deal, ``spans``, is in ``spans.py``; both answer the same questions through a *cut*,
+the rest of an epoch dealt to the current world.)
 
 Vocabulary (all integers):
 
@@ -28,9 +31,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shufflepoint._core.spans import SpanCut
 from shufflepoint._order import check_int
 
 MAX_N = 2**62
+STRIDED = "strided"
 
 
 @dataclass(frozen=True)
@@ -80,3 +85,40 @@ class Layout:
         if positions.size and positions[-1] >= self.n:
             np.remainder(positions, self.n, out=positions)
         return positions
+
+
+class StridedCut:
+    """The rest of an epoch under the ``strided`` deal, from ``cursor``: what each rank reads."""
+
+    name = STRIDED
+
+    def __init__(self, layout: Layout, cursor: int) -> None:
+        self.layout, self.cursor = layout, cursor
+
+    @property
+    def world_size(self) -> int:
+        return self.layout.world_size
+
+    first_world_size = world_size  # the strided order does not depend on it
+
+    def samples_per_rank(self) -> int:
+        return self.layout.samples_per_rank(self.cursor)
+
+    def real_samples(self, rank: int) -> int:
+        """Of those, how many are not padding: rank's t-th is real while cursor + rank + W*t < n."""
+        left = self.layout.n - self.cursor - rank
+        return min(max(-(-left // self.layout.world_size), 0), self.samples_per_rank())
+
+    def rank_positions(self, rank: int, start: int, stop: int) -> np.ndarray:
+        return self.layout.rank_positions(rank, self.cursor, start, stop)
+
+    def after(self, received: int) -> tuple[int, list[list[int]]]:
+        """(cursor, segments) once every rank has received ``received`` more samples."""
+        return self.layout.cursor_after(self.cursor, min(received, self.samples_per_rank())), []
+
+
+def cut(layout: Layout, deal: str, cursor: int, segments: list[list[int]]) -> StridedCut | SpanCut:
+    """The rest of the epoch at (cursor, segments) under ``deal``, for ``layout``'s world."""
+    if deal == STRIDED:
+        return StridedCut(layout, cursor)
+    return SpanCut(layout.n, segments, layout.world_size, layout.batch_size, layout.drop_last)

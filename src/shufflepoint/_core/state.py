@@ -1,12 +1,13 @@
 """The state: a versioned, flat dict of JSON values, the same on every rank. Written and read here.
 
-Fields (format version 1):
+Fields (format version 2; version 1, written by 0.1 and 0.2, had neither ``deal`` nor ``segments``
+and still loads, as the strided deal it always was):
 
 =====================  ===========  ==========================================================
 field                  type         meaning
 =====================  ===========  ==========================================================
 format                 str          always ``"shufflepoint"``
-version                int          format version, 1
+version                int          format version, 2
 kind                   str          ``"loader"`` or ``"sampler"``: which object wrote it
 seed                   int          the order's seed
 epoch                  int          the epoch being read
@@ -20,6 +21,10 @@ batch_size             int          per-rank batch size when saved (informationa
 drop_last              bool         tail policy when saved (informational, likewise)
 torch_version          str or null  torch's version, recorded for the ``torch`` order only
 dataset_fingerprint    str or null  optional user-supplied identity of the dataset
+deal                   str          who reads which positions: ``strided`` or ``spans``
+segments               list         ``spans`` only: this epoch's ``[world_size, taken]`` pairs, one per
+                                    world size it was read at, ``taken`` samples per rank (reset at
+                                    each epoch; empty for ``strided``)
 =====================  ===========  ==========================================================
 
 The key set never depends on progress (torch.distributed.checkpoint asks a fresh object for its
@@ -33,10 +38,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from shufflepoint._core import spans as _spans
 from shufflepoint._core.errors import ResumeWarning, StateError
+from shufflepoint._core.plan import STRIDED
+from shufflepoint._core.spans import NAME as SPANS
 
 FORMAT = "shufflepoint"
-VERSION = 1
+VERSION = 2
+OLDEST_VERSION = 1  # version 1: the same fields without deal and segments (always strided)
 KINDS = ("loader", "sampler")
 MAX_INT = 2**63 - 1
 MAX_SEED = 2**64 - 1  # seeds span torch's full range; every other int fits an int64
@@ -58,8 +67,12 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "drop_last": ((bool,), "a bool"),
     "torch_version": ((str, type(None)), "a string or None"),
     "dataset_fingerprint": ((str, type(None)), "a string or None"),
+    "deal": ((str,), "'strided' or 'spans'"),
+    "segments": ((list,), "a list of [world_size, taken] pairs"),
 }
 FIELDS: tuple[str, ...] = tuple(_SCHEMA)
+_V1_FIELDS = FIELDS[:-2]
+DEALS = (STRIDED, SPANS)
 
 # Keys that identify states written by other libraries, to say so instead of "missing keys".
 _FOREIGN = {
@@ -84,6 +97,17 @@ class Expected:
     dataset_fingerprint: str | None = None
     # The dataset's account of a changed fingerprint (a sharded corpus names the changed shards).
     explain_fingerprint: Callable[[str], str] | None = None
+    deal: str = STRIDED
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a valid state stands: the epoch, the positions handed out, and the deal's history."""
+
+    epoch: int
+    cursor: int
+    deal: str
+    segments: list[list[int]]
 
 
 def _fail(field: str, found: object, expected: str, fix: str) -> StateError:
@@ -112,21 +136,24 @@ def _check_shape(state: object) -> Mapping[str, Any]:
     version = state.get("version")
     if isinstance(version, bool) or not isinstance(version, int):
         raise _fail("version", version, _INT, "The state is damaged; use another checkpoint.")
-    if version != VERSION:
+    if not OLDEST_VERSION <= version <= VERSION:
         newer = isinstance(version, int) and version > VERSION
         raise _fail(
-            "version", version, str(VERSION),
+            "version", version, f"{OLDEST_VERSION}..{VERSION}",
             "It was written by a newer shufflepoint; upgrade shufflepoint to load it."
             if newer else "This format version is not known; the state is damaged or foreign.",
         )
-    missing = [f for f in FIELDS if f not in keys]
-    extra = sorted(str(k) for k in keys - set(FIELDS))
+    fields = FIELDS if version == VERSION else _V1_FIELDS
+    missing = [f for f in fields if f not in keys]
+    extra = sorted(str(k) for k in keys - set(fields))
     if missing:
-        raise _fail("(keys)", f"missing {missing}", f"all of {list(FIELDS)}",
+        raise _fail("(keys)", f"missing {missing}", f"all of {list(fields)} (version {version})",
                     "The state is truncated or was edited; use another checkpoint.")
     if extra:
-        raise _fail("(keys)", f"unknown {extra}", f"exactly {list(FIELDS)}",
+        raise _fail("(keys)", f"unknown {extra}", f"exactly {list(fields)} (version {version})",
                     "The state was edited or comes from another program; use another checkpoint.")
+    if version < VERSION:  # version 1 was always strided
+        state = {**state, "version": VERSION, "deal": STRIDED, "segments": []}
     for field, (types, text) in _SCHEMA.items():
         value = state[field]
         is_bool = isinstance(value, bool)
@@ -135,11 +162,47 @@ def _check_shape(state: object) -> Mapping[str, Any]:
         highest = MAX_SEED if field == "seed" else MAX_INT
         if isinstance(value, int) and not is_bool and not 0 <= value <= highest:
             raise _fail(field, value, f"an int in [0, {highest}]", "The state is damaged; use another checkpoint.")
+    _check_segments_shape(state["segments"])
     return state
 
 
-def validate(state: object, expected: Expected, *, strict: bool = True) -> tuple[int, int]:
-    """Check a state against the loading object; return its (epoch, cursor). Raises StateError.
+def _check_segments_shape(segments: list[Any]) -> None:
+    if len(segments) > _spans.MAX_SEGMENTS:
+        raise _fail("segments", f"{len(segments)} segments", f"at most {_spans.MAX_SEGMENTS} world sizes in one epoch",
+                    "The state is damaged; use another checkpoint.")
+    for number, pair in enumerate(segments):
+        if not (isinstance(pair, list) and len(pair) == 2
+                and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_INT for v in pair)):
+            raise _fail(f"segments[{number}]", pair, "a [world_size, taken] pair of ints >= 0",
+                        "The state is damaged; use another checkpoint.")
+
+
+def _check_deal(state: Mapping[str, Any], expected: Expected) -> None:
+    """The deal is the one this object reads with, and its history replays to the state's cursor."""
+    deal, segments = state["deal"], state["segments"]
+    if deal not in DEALS:
+        raise _fail("deal", deal, " or ".join(map(repr, DEALS)), "The state is damaged or from a newer shufflepoint.")
+    if deal != expected.deal:
+        raise _fail("deal", deal, f"{expected.deal!r} (what this {expected.kind} was built with)",
+                    f"The constructor's value is not silently overridden: build the {expected.kind} with "
+                    f"deal={deal!r} to resume this run, or start fresh.")
+    if deal == STRIDED:
+        if segments:
+            raise _fail("segments", segments, "[] under the strided deal", "The state is damaged or was edited.")
+        return
+    try:
+        history = _spans.check_segments(state["n"], segments)
+    except ValueError as error:
+        raise _fail("segments", segments, "the epoch's history of world sizes", f"{error}. The state is "
+                    "damaged or was edited; use another checkpoint.") from None
+    cursor = state["n"] - (history[-1].remaining() if history else state["n"])
+    if state["cursor"] != cursor:
+        raise _fail("cursor", state["cursor"], f"{cursor} (what segments={segments} leave of n={state['n']})",
+                    "The state is damaged or was edited; use another checkpoint.")
+
+
+def validate(state: object, expected: Expected, *, strict: bool = True) -> Position:
+    """Check a state against the loading object; return its position. Raises StateError.
 
     Emits ResumeWarning (after all checks pass) where the load is accepted but cannot be exact.
     ``strict=False`` turns a dataset-fingerprint mismatch into a ResumeWarning; nothing else.
@@ -174,6 +237,7 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> tuple
     for field in ("world_size", "batch_size"):
         if state[field] < 1:
             raise _fail(field, state[field], "an int >= 1", "The state is damaged.")
+    _check_deal(state, expected)
     found_print, expected_print = state["dataset_fingerprint"], expected.dataset_fingerprint
     fingerprint_changed = found_print is not None and expected_print is not None and found_print != expected_print
     if fingerprint_changed and strict:
@@ -197,13 +261,13 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> tuple
                 "may not be the same. The default order (radix-feistel) does not depend on torch.",
                 ResumeWarning, stacklevel=3,
             )
-    return state["epoch"], state["cursor"]
+    return Position(state["epoch"], state["cursor"], state["deal"], [list(p) for p in state["segments"]])
 
 
 def build(
     *, kind: str, seed: int, epoch: int, cursor: int, n: int, shuffle: bool, order: str,
     order_version: int, world_size: int, batch_size: int, drop_last: bool,
-    dataset_fingerprint: str | None,
+    dataset_fingerprint: str | None, deal: str = STRIDED, segments: list[list[int]] | None = None,
 ) -> dict[str, Any]:
     """The state dict, every field in schema order."""
     torch_version = None
@@ -216,4 +280,5 @@ def build(
         "cursor": cursor, "n": n, "shuffle": shuffle, "order": order, "order_version": order_version,
         "world_size": world_size, "batch_size": batch_size, "drop_last": drop_last,
         "torch_version": torch_version, "dataset_fingerprint": dataset_fingerprint,
+        "deal": deal, "segments": [list(pair) for pair in segments or []],
     }

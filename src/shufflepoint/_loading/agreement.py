@@ -17,6 +17,7 @@ import json
 from typing import Any
 
 from shufflepoint._core.errors import StateError
+from shufflepoint._core.state import Position
 
 
 def group_matches(rank: int, world_size: int) -> bool:
@@ -90,8 +91,8 @@ def _explain_disagreement(local: dict[str, Any] | None, local_error: str | None)
 
 def validate_everywhere(
     state: object, expected: Any, *, strict: bool, rank: int, world_size: int, verify_ranks: bool,
-) -> tuple[int, int]:
-    """Validate a state locally and, in a matching process group, across ranks; (epoch, cursor)."""
+) -> Position:
+    """Validate a state locally and, in a matching process group, across ranks; its ``state.Position``."""
     from shufflepoint._core import state as _state
 
     collective = verify_ranks and group_matches(rank, world_size)

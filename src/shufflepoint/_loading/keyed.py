@@ -23,14 +23,10 @@ Key = tuple[int, int, int]  # (epoch, position in the epoch's global stream, dat
 Transform = Callable[[Any, np.random.Generator], Any]
 
 
-def keyed_chunks(chunks: Iterator[list[int]], epoch: int, first_position: int, stride: int) -> Iterator[list[Key]]:
-    """Attach to each index its epoch and global-stream position: the i-th index of a pass that
-    starts at ``first_position`` sits at ``first_position + stride * i`` (DistributedSampler's striding)."""
-    served = 0
-    for chunk in chunks:
-        base = first_position + stride * served
-        yield [(epoch, base + stride * k, index) for k, index in enumerate(chunk)]
-        served += len(chunk)
+def keyed_chunks(chunks: Iterator[tuple[np.ndarray, np.ndarray]], epoch: int) -> Iterator[list[Key]]:
+    """Attach to each index its epoch and epoch-stream position (chunks of (positions, indices))."""
+    for positions, indices in chunks:
+        yield [(epoch, position, index) for position, index in zip(positions.tolist(), indices.tolist(), strict=True)]
 
 
 class _Samples(list):  # type: ignore[type-arg]

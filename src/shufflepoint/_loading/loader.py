@@ -6,17 +6,20 @@ import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import torch.utils.data
 
 from shufflepoint._core import state as _state
-from shufflepoint._core.plan import Layout
+from shufflepoint._core.plan import Layout, StridedCut
+from shufflepoint._core.spans import SpanCut
 from shufflepoint._loading.agreement import validate_everywhere
 from shufflepoint._loading.keyed import KeyedCollate, KeyedDataset, Transform, keyed_chunks
 from shufflepoint._loading.sampler import (
+    Deal,
     OrderCache,
     dataset_length,
     explain_fingerprint,
-    rank_index_chunks,
+    rank_chunks,
     resolve_fingerprint,
     resolve_world,
 )
@@ -26,22 +29,25 @@ from shufflepoint._order import check_int
 class _Pass:
     """One run of ``iter(loader)`` over (part of) an epoch: where it started, what was received."""
 
-    __slots__ = ("epoch", "start_cursor", "received")
+    __slots__ = ("epoch", "cut", "received")
 
-    def __init__(self, epoch: int, start_cursor: int) -> None:
-        self.epoch, self.start_cursor, self.received = epoch, start_cursor, 0
+    def __init__(self, epoch: int, start: StridedCut | SpanCut) -> None:
+        self.epoch, self.cut, self.received = epoch, start, 0
 
 
-def _announced(chunks: Iterator[list[int]], prefetch: Callable[[list[int]], None]) -> Iterator[list[int]]:
+Chunk = tuple[np.ndarray, np.ndarray]  # (epoch positions, dataset indices)
+
+
+def _announced(chunks: Iterator[Chunk], prefetch: Callable[[np.ndarray], None]) -> Iterator[Chunk]:
     """Tell the dataset (``Shards``) each chunk of upcoming indices one chunk before it is served,
     so that its shards are downloading while the current chunk is read."""
     current = next(chunks, None)
     if current is not None:
-        prefetch(current)
+        prefetch(current[1])
     while current is not None:
         upcoming = next(chunks, None)
         if upcoming is not None:
-            prefetch(upcoming)
+            prefetch(upcoming[1])
         yield current
         current = upcoming
 
@@ -74,16 +80,14 @@ class _PassSampler(torch.utils.data.Sampler[Any]):
                 "second time, so each rank would see part of its shard and the position would never "
                 "advance. Fix: call shufflepoint.patch_accelerate() before accelerator.prepare(...)."
             )
-        order = loader._orders.get(live.epoch)
-        chunks = rank_index_chunks(order, loader._layout, loader._rank, live.start_cursor)
+        order = loader._orders.get(live.epoch, live.cut)
+        chunks = rank_chunks(order, live.cut, loader._rank)
         prefetch = getattr(loader.dataset, "prefetch", None)
         if callable(prefetch):
             chunks = _announced(chunks, prefetch)
         if loader._keyed:
-            layout = loader._layout
-            return itertools.chain.from_iterable(
-                keyed_chunks(chunks, live.epoch, live.start_cursor + loader._rank, layout.world_size))
-        return itertools.chain.from_iterable(chunks)
+            return itertools.chain.from_iterable(keyed_chunks(chunks, live.epoch))
+        return itertools.chain.from_iterable(indices.tolist() for _, indices in chunks)
 
     def __len__(self) -> int:
         return self._loader._layout.samples_per_rank(0)
@@ -140,6 +144,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         world_size: int | None = None,
         order: str | None = None,
         shuffle_block: int | None = None,
+        deal: str | None = None,
         dataset_fingerprint: str | None = None,
         verify_ranks: bool = True,
         transform: Transform | None = None,
@@ -163,10 +168,11 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         self._shuffle = shuffle
         self._orders = OrderCache(order if shuffle else "identity", self._layout.n, self._seed, dataset=dataset,
                                   shuffle_block=shuffle_block if shuffle else None)
+        self._deal = Deal(deal, self._orders)
         self._fingerprint = resolve_fingerprint(dataset_fingerprint, dataset, self._layout.n, self._orders)
         self._explain = explain_fingerprint(dataset)
         self._epoch = 0
-        self._cursor = 0
+        self._start: StridedCut | SpanCut = self._deal.cut(self._layout, 0, [])  # where the next pass starts
         self._pass: _Pass | None = None
         self._keyed = _check_keyed(transform, seed_per_sample)
         if self._keyed:
@@ -185,13 +191,40 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         """The epoch the next batch belongs to."""
         return self._pass.epoch if self._pass is not None else self._epoch
 
+    def _position(self) -> tuple[int, list[list[int]]]:
+        """(cursor, segments): what the training loop has received of this epoch."""
+        live = self._pass
+        if live is None:
+            return self._start.after(0)
+        return live.cut.after(self._layout.batch_size * live.received)
+
     @property
     def cursor(self) -> int:
         """Positions of this epoch's global stream that the training loop has received (all ranks)."""
+        return self._position()[0]
+
+    @property
+    def deal(self) -> str:
+        """``strided`` or ``spans``: who reads which positions of the epoch (see ``docs/shards.md``)."""
+        return self._deal.name
+
+    def _left(self) -> tuple[StridedCut | SpanCut, int]:
         live = self._pass
-        if live is None:
-            return self._cursor
-        return min(live.start_cursor + self._layout.step_size * live.received, self._layout.n)
+        return (live.cut, self._layout.batch_size * live.received) if live is not None else (self._start, 0)
+
+    def samples_left(self) -> int:
+        """Samples each rank still receives in the current epoch, tail padding included."""
+        start, done = self._left()
+        return max(start.samples_per_rank() - done, 0)
+
+    def batches_left(self) -> int:
+        """Batches each rank still receives in the current epoch (the same on every rank)."""
+        return -(-self.samples_left() // self._layout.batch_size)
+
+    def real_samples_left(self, rank: int) -> int:
+        """Of ``rank``'s samples still to come in this epoch, how many are not tail padding."""
+        start, done = self._left()
+        return max(start.real_samples(rank) - done, 0)
 
     @property
     def rank(self) -> int:
@@ -209,7 +242,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         """Jump to the first batch of ``epoch``. The current epoch again changes nothing."""
         check_int("epoch", epoch, 0, 2**62)
         if epoch != self.epoch:
-            self._pass, self._epoch, self._cursor = None, int(epoch), 0
+            self._pass, self._epoch, self._start = None, int(epoch), self._deal.cut(self._layout, 0, [])
 
     def seek(self, epoch: int, batches: int = 0) -> None:
         """Go to ``epoch`` after its first ``batches`` batches per rank: O(1), no sample is read.
@@ -221,12 +254,15 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         check_int("epoch", epoch, 0, 2**62)
         check_int("batches", batches, 0, 2**62)
         self._pass, self._epoch = None, int(epoch)
-        self._cursor = min(int(batches) * self._layout.step_size, self._layout.n)
+        fresh = self._deal.cut(self._layout, 0, [])
+        cursor, segments = fresh.after(int(batches) * self._layout.batch_size)
+        self._start = self._deal.cut(self._layout, cursor, segments)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        epoch, cursor = self.epoch, self.cursor
-        live = _Pass(epoch, cursor)
-        self._pass, self._epoch, self._cursor = live, epoch, cursor
+        epoch, (cursor, segments) = self.epoch, self._position()
+        start = self._deal.cut(self._layout, cursor, segments)
+        live = _Pass(epoch, start)
+        self._pass, self._epoch, self._start = live, epoch, start
         return self._count(super().__iter__(), live)
 
     def _count(self, batches: Iterator[Any], live: _Pass) -> Iterator[Any]:
@@ -239,7 +275,8 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             live.received += 1
             yield batch
         if self._pass is live:  # the pass is exhausted: the epoch is over
-            self._pass, self._epoch, self._cursor = None, live.epoch + 1, 0
+            self._pass, self._epoch = None, live.epoch + 1
+            self._start = self._deal.cut(self._layout, 0, [])
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (a whole epoch, whatever the cursor)."""
@@ -248,11 +285,13 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
     # -- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """What the training loop has received, as a small dict of JSON values, same on all ranks."""
+        cursor, segments = self._position()
         return _state.build(
-            kind="loader", seed=self._seed, epoch=self.epoch, cursor=self.cursor, n=self._layout.n,
+            kind="loader", seed=self._seed, epoch=self.epoch, cursor=cursor, n=self._layout.n,
             shuffle=self._shuffle, order=self._orders.name, order_version=self._orders.version,
             world_size=self._layout.world_size, batch_size=self._layout.batch_size,
             drop_last=self._layout.drop_last, dataset_fingerprint=self._fingerprint,
+            deal=self._deal.name, segments=segments,
         )
 
     def load_state_dict(
@@ -267,16 +306,17 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         constructor, skips it when you load on a subset of ranks on purpose). ``strict=False``
         accepts a changed ``dataset_fingerprint`` with a ``ResumeWarning``.
         """
-        orders = self._orders.for_state(state)
-        epoch, cursor = validate_everywhere(
-            state, self._expected(orders), strict=strict, rank=self._rank, world_size=self._layout.world_size,
+        orders, deal = self._orders.for_state(state), self._deal.for_state(state)
+        position = validate_everywhere(
+            state, self._expected(orders, deal), strict=strict, rank=self._rank, world_size=self._layout.world_size,
             verify_ranks=self._verify_ranks if verify_ranks is None else verify_ranks,
         )
-        self._orders, self._pass, self._epoch, self._cursor = orders, None, epoch, cursor
+        start = deal.cut(self._layout, position.cursor, position.segments)
+        self._orders, self._deal, self._pass, self._epoch, self._start = orders, deal, None, position.epoch, start
 
-    def _expected(self, orders: OrderCache) -> _state.Expected:
+    def _expected(self, orders: OrderCache, deal: Deal) -> _state.Expected:
         return _state.Expected(
             kind="loader", n=self._layout.n, seed=self._seed, shuffle=self._shuffle,
             order=orders.name, order_version=orders.version,
-            dataset_fingerprint=self._fingerprint, explain_fingerprint=self._explain,
+            dataset_fingerprint=self._fingerprint, explain_fingerprint=self._explain, deal=deal.name,
         )

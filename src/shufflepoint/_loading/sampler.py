@@ -10,7 +10,9 @@ import numpy as np
 from torch.utils.data.distributed import DistributedSampler
 
 from shufflepoint._core import state as _state
-from shufflepoint._core.plan import Layout
+from shufflepoint._core.plan import STRIDED, Layout, StridedCut, cut
+from shufflepoint._core.spans import NAME as SPANS
+from shufflepoint._core.spans import SpanCut
 from shufflepoint._loading.agreement import validate_everywhere
 from shufflepoint._order import (
     DEFAULT_ORDER,
@@ -21,7 +23,7 @@ from shufflepoint._order import (
     make_order,
     order_version,
 )
-from shufflepoint._shards.blocks import DEFAULT_SHUFFLE_BLOCK, BlockOrder
+from shufflepoint._shards.blocks import DEFAULT_SHUFFLE_BLOCK, BlockOrder, StretchBlockOrder
 from shufflepoint._shards.blocks import NAME as BLOCKS
 from shufflepoint._shards.blocks import VERSION as BLOCKS_VERSION
 
@@ -124,10 +126,11 @@ class OrderCache:
                 raise ValueError(f"shuffle_block: found {shuffle_block!r}, but it applies to order='blocks' "
                                  f"only (order is {name!r})")
             self.name, self.version = check_order_name(name), order_version(name)
-        self._epoch: int | None = None
+        self._epoch: tuple[int, int | None] | None = None
         self._order: Order | None = None
         if self.shuffle_block is not None and self._rows is None:
-            self.get(0)  # the dataset's own order checks shuffle_block against itself: fail here, not mid-loop
+            # the dataset's own order checks shuffle_block against itself: fail here, not mid-loop
+            self.get(0, StridedCut(Layout(n, 1, 1, False), 0))
 
     def for_state(self, state: object) -> OrderCache:
         """The orders to validate ``state`` against: these, or, when the caller left the order to
@@ -138,26 +141,69 @@ class OrderCache:
             return self
         return OrderCache(str(found), self.n, self.seed, dataset=self._dataset)
 
-    def get(self, epoch: int) -> Order:
-        if self._order is None or self._epoch != epoch:
+    @property
+    def is_corpus(self) -> bool:
+        """A corpus order (``blocks`` or a dataset's own): the ``spans`` deal is its default."""
+        return self.shuffle_block is not None
+
+    def get(self, epoch: int, deal: StridedCut | SpanCut) -> Order:
+        """The epoch's order; under ``spans`` the ``blocks`` order is laid along the epoch's first stretches."""
+        stretches = deal.first_world_size if deal.name == SPANS and self._rows is not None else None
+        if self._order is None or self._epoch != (epoch, stretches):
             if self.shuffle_block is None:
                 self._order = make_order(self.name, self.n, self.seed, epoch)
+            elif self._rows is not None and stretches is not None:
+                self._order = StretchBlockOrder(self._rows, self.seed, epoch, self.shuffle_block, stretches)
             elif self._rows is not None:
                 self._order = BlockOrder(self._rows, self.seed, epoch, self.shuffle_block)
             else:
                 self._order = self._dataset.epoch_order(self.seed, epoch, self.shuffle_block)
-            self._epoch = epoch
+            self._epoch = (epoch, stretches)
         return self._order
 
 
-def rank_index_chunks(order: Order, layout: Layout, rank: int, cursor: int) -> Iterator[list[int]]:
-    """This rank's sample indices from ``cursor`` to the end of the epoch, as lists of ints."""
-    total = layout.samples_per_rank(cursor)
+class Deal:
+    """The deal a loader or sampler reads with: ``strided`` or ``spans``, chosen or defaulted.
+
+    ``deal=None`` picks ``spans`` for a corpus order (``blocks``, ``mixture``), so a node reads its
+    own share of the shards, and ``strided`` (DistributedSampler's) for anything else. A deal left
+    to the default follows the deal a loaded state records (a 0.2 state of a corpus: ``strided``).
+    """
+
+    def __init__(self, name: str | None, orders: OrderCache) -> None:
+        if name is not None and name not in _state.DEALS:
+            raise ValueError(f"deal: found {name!r}, expected one of {', '.join(map(repr, _state.DEALS))} or None")
+        self.chosen = name is not None
+        self.name: str = name if name is not None else (SPANS if orders.is_corpus else STRIDED)
+
+    def for_state(self, state: object) -> Deal:
+        """This deal, or the state's when this one was left to the default (adopted once valid)."""
+        found = state.get("deal", STRIDED) if isinstance(state, dict) else None
+        if self.chosen or found not in _state.DEALS or found == self.name:
+            return self
+        adopted = Deal.__new__(Deal)
+        adopted.chosen, adopted.name = False, str(found)
+        return adopted
+
+    def cut(self, layout: Layout, cursor: int, segments: list[list[int]]) -> StridedCut | SpanCut:
+        return cut(layout, self.name, cursor, segments)
+
+
+def rank_chunks(order: Order, deal: StridedCut | SpanCut, rank: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """This rank's (epoch positions, sample indices) from ``deal``'s start to the end of the epoch."""
+    total = deal.samples_per_rank()
     start, size = 0, _FIRST_CHUNK
     while start < total:
         stop = min(start + size, total)
-        yield order.take(layout.rank_positions(rank, cursor, start, stop)).tolist()
+        positions = deal.rank_positions(rank, start, stop)
+        yield positions, order.take(positions)
         start, size = stop, min(size * 4, _MAX_CHUNK)
+
+
+def rank_index_chunks(order: Order, deal: StridedCut | SpanCut, rank: int) -> Iterator[list[int]]:
+    """This rank's sample indices from ``deal``'s start to the end of the epoch, as lists of ints."""
+    for _, indices in rank_chunks(order, deal, rank):
+        yield indices.tolist()
 
 
 class _Progress:
@@ -168,10 +214,10 @@ class _Progress:
     ``__length_hint__``). It does not hold the chain, so there is no reference cycle.
     """
 
-    __slots__ = ("epoch", "start_cursor", "_current", "_current_size", "_done_before")
+    __slots__ = ("epoch", "cut", "_current", "_current_size", "_done_before")
 
-    def __init__(self, epoch: int, start_cursor: int) -> None:
-        self.epoch, self.start_cursor = epoch, start_cursor
+    def __init__(self, epoch: int, start: StridedCut | SpanCut) -> None:
+        self.epoch, self.cut = epoch, start
         self._current: Iterator[int] = iter(())
         self._current_size = 0
         self._done_before = 0  # indices yielded from earlier chunks
@@ -223,6 +269,7 @@ class ResumableSampler(DistributedSampler[int]):
         *,
         order: str | None = None,
         shuffle_block: int | None = None,
+        deal: str | None = None,
         dataset_fingerprint: str | None = None,
         verify_ranks: bool = True,
     ) -> None:
@@ -236,16 +283,25 @@ class ResumableSampler(DistributedSampler[int]):
         self._layout = Layout(n, world_size, 1, drop_last)
         self._orders = OrderCache(order if shuffle else "identity", n, seed, dataset=dataset,
                                   shuffle_block=shuffle_block if shuffle else None)
+        self._deal = Deal(deal, self._orders)
         self._fingerprint = resolve_fingerprint(dataset_fingerprint, dataset, n, self._orders)
         self._explain = explain_fingerprint(dataset)
         self._verify_ranks = bool(verify_ranks)
-        self._pending_cursor: int | None = None  # from load_state_dict, for the next __iter__
+        self._pending: StridedCut | SpanCut | None = None  # from load_state_dict, for the next __iter__
         self._active: _Progress | None = None
 
+    @property
+    def deal(self) -> str:
+        """``strided`` or ``spans``: who reads which positions of the epoch."""
+        return self._deal.name
+
+    def _start(self) -> StridedCut | SpanCut:
+        return self._pending if self._pending is not None else self._deal.cut(self._layout, 0, [])
+
     def __iter__(self) -> Iterator[int]:
-        cursor, self._pending_cursor = self._pending_cursor or 0, None
-        chunks = rank_index_chunks(self._orders.get(self.epoch), self._layout, self.rank, cursor)
-        self._active = _Progress(self.epoch, cursor)
+        start, self._pending = self._start(), None
+        chunks = rank_index_chunks(self._orders.get(self.epoch, start), start, self.rank)
+        self._active = _Progress(self.epoch, start)
         return itertools.chain.from_iterable(self._active.track(chunks))
 
     def __len__(self) -> int:
@@ -255,24 +311,26 @@ class ResumableSampler(DistributedSampler[int]):
         """Start ``epoch`` at its first sample; the current epoch again keeps a restored position."""
         check_int("epoch", epoch, 0, 2**62)
         if epoch != self.epoch:
-            self.epoch, self._pending_cursor, self._active = int(epoch), None, None
+            self.epoch, self._pending, self._active = int(epoch), None, None
+
+    def _position(self) -> tuple[int, list[list[int]]]:
+        active = self._active
+        if self._pending is not None or active is None or active.epoch != self.epoch:
+            return self._start().after(0)
+        return active.cut.after(active.yielded)
 
     @property
     def cursor(self) -> int:
         """Positions of this epoch's global stream handed out, over all ranks."""
-        if self._pending_cursor is not None:
-            return self._pending_cursor
-        active = self._active
-        if active is None or active.epoch != self.epoch:
-            return 0
-        return self._layout.cursor_after(active.start_cursor, active.yielded)
+        return self._position()[0]
 
     def state_dict(self) -> dict[str, Any]:
+        cursor, segments = self._position()
         return _state.build(
-            kind="sampler", seed=self.seed, epoch=self.epoch, cursor=self.cursor, n=self._layout.n,
+            kind="sampler", seed=self.seed, epoch=self.epoch, cursor=cursor, n=self._layout.n,
             shuffle=self.shuffle, order=self._orders.name, order_version=self._orders.version,
             world_size=self._layout.world_size, batch_size=1, drop_last=self.drop_last,
-            dataset_fingerprint=self._fingerprint,
+            dataset_fingerprint=self._fingerprint, deal=self._deal.name, segments=segments,
         )
 
     def load_state_dict(
@@ -284,24 +342,25 @@ class ResumableSampler(DistributedSampler[int]):
         moves the sampler back from a later epoch already chosen with ``set_epoch``. Rank agreement
         and ``strict`` work as in ``shufflepoint.DataLoader.load_state_dict``.
         """
-        orders = self._orders.for_state(state)
-        epoch, cursor = validate_everywhere(
-            state, self._expected(orders), strict=strict, rank=self.rank, world_size=self._layout.world_size,
+        orders, deal = self._orders.for_state(state), self._deal.for_state(state)
+        position = validate_everywhere(
+            state, self._expected(orders, deal), strict=strict, rank=self.rank, world_size=self._layout.world_size,
             verify_ranks=self._verify_ranks if verify_ranks is None else verify_ranks,
         )
-        self._orders = orders
-        if cursor == self._layout.n and self.epoch > epoch:
+        self._orders, self._deal = orders, deal
+        start = deal.cut(self._layout, position.cursor, position.segments)
+        if start.samples_per_rank() == 0 and self.epoch > position.epoch:
             # A finished epoch says nothing about a later epoch the loop already chose with
             # set_epoch (torchdata applies a loaded state lazily, after the loop's set_epoch).
-            self._pending_cursor, self._active = None, None
+            self._pending, self._active = None, None
             return
-        self.epoch, self._pending_cursor, self._active = epoch, cursor, None
+        self.epoch, self._pending, self._active = position.epoch, start, None
 
-    def _expected(self, orders: OrderCache) -> _state.Expected:
+    def _expected(self, orders: OrderCache, deal: Deal) -> _state.Expected:
         return _state.Expected(
             kind="sampler", n=self._layout.n, seed=self.seed, shuffle=self.shuffle,
             order=orders.name, order_version=orders.version,
-            dataset_fingerprint=self._fingerprint, explain_fingerprint=self._explain,
+            dataset_fingerprint=self._fingerprint, explain_fingerprint=self._explain, deal=deal.name,
         )
 
 

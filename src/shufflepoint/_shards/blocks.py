@@ -31,6 +31,7 @@ VERSION = 1
 DEFAULT_SHUFFLE_BLOCK = 1 << 16
 _M64 = (1 << 64) - 1
 _SHARDS_TAG, _BLOCK_TAG = 0x5A4D5348, 0xB10C5EED  # keep the shard and in-block keys apart
+_LAYOUT_TAG, _PIECES_TAG, _STRETCH_BLOCK_TAG = 0x4C41594F, 0x50494543, 0x5354424B  # the stretch order's keys
 _CACHED_BLOCKS = 8  # in-block permutations kept: a chunk of positions touches one or two blocks
 
 
@@ -47,40 +48,21 @@ def checked_positions(positions: np.ndarray, n: int) -> tuple[np.ndarray, np.nda
     return positions, flat
 
 
-class BlockOrder:
-    """A permutation of range(sum(rows)) for one (seed, epoch), built from rows per shard.
-
-    ``rows[s]`` is the number of rows of shard s in the dataset's own order; the dataset index
-    of row r of shard s is ``sum(rows[:s]) + r``. ``take`` maps epoch positions to dataset indices.
-
-    >>> order = BlockOrder([3, 5, 2, 4], seed=0, epoch=0, shuffle_block=6)
-    >>> sorted(order.take(np.arange(14)).tolist()) == list(range(14))
-    True
-    """
+class _BlockTable:
+    """Positions -> dataset indices through a table of pieces (runs of one shard's rows) laid end
+    to end in the epoch stream, cut into blocks whose positions are permuted within themselves."""
 
     name = NAME
     version = VERSION
+    _block_tag = _BLOCK_TAG
 
-    def __init__(self, rows: np.ndarray | list[int], seed: int, epoch: int, shuffle_block: int) -> None:
-        rows = np.asarray(rows, dtype=np.int64)
-        if rows.ndim != 1 or (rows < 0).any():
-            raise ValueError("rows: expected a 1-D array of row counts >= 0, one per shard")
-        if shuffle_block < 1:
-            raise ValueError(f"shuffle_block: found {shuffle_block}, expected an int >= 1")
-        self.n = int(rows.sum())
-        self.seed, self.epoch, self.shuffle_block = seed, epoch, shuffle_block
-        dataset_start = np.concatenate(([0], np.cumsum(rows)[:-1])) if rows.size else rows
-        shard_order = FeistelOrder(int(rows.size), _sub_seed(seed, _SHARDS_TAG), epoch)
-        shuffled = shard_order.take(np.arange(rows.size, dtype=np.int64)) if rows.size else rows
-        kept = shuffled[rows[shuffled] > 0]  # empty shards take no place in the stream
-        lengths = rows[kept]
-        # Per shard in stream order: where it starts in the epoch stream and in the dataset.
-        self._stream_start = np.concatenate(([0], np.cumsum(lengths)[:-1])) if kept.size else kept
-        self._dataset_start = dataset_start[kept] if kept.size else kept
-        window = self._stream_start // shuffle_block
-        first = np.flatnonzero(np.concatenate(([True], window[1:] != window[:-1]))) if kept.size else kept
-        self._block_start = self._stream_start[first]
-        self._block_length = np.diff(np.concatenate((self._block_start, [self.n])))
+    def _set_table(self, n: int, stream_start: np.ndarray, dataset_start: np.ndarray, block_first: np.ndarray,
+                   seed: int, epoch: int) -> None:
+        """``block_first``: indices of the pieces that open a block."""
+        self.n, self.seed, self.epoch = n, seed, epoch
+        self._stream_start, self._dataset_start = stream_start, dataset_start
+        self._block_start = stream_start[block_first]
+        self._block_length = np.diff(np.concatenate((self._block_start, [n])))
         self._blocks: dict[int, FeistelOrder] = {}
 
     @property
@@ -99,7 +81,7 @@ class BlockOrder:
             if len(self._blocks) >= _CACHED_BLOCKS:
                 self._blocks.pop(next(iter(self._blocks)))
             length = int(self._block_length[block])
-            found = FeistelOrder(length, _sub_seed(self.seed, _BLOCK_TAG, block), self.epoch)
+            found = FeistelOrder(length, _sub_seed(self.seed, self._block_tag, block), self.epoch)
             self._blocks[block] = found
         return found
 
@@ -115,6 +97,103 @@ class BlockOrder:
             where = block == b
             start = self._block_start[b]
             stream[where] = start + self._block_order(b).take(flat[where] - start)
-        shard = np.searchsorted(self._stream_start, stream, side="right") - 1
-        found: np.ndarray = (self._dataset_start[shard] + (stream - self._stream_start[shard])).reshape(positions.shape)
+        piece = np.searchsorted(self._stream_start, stream, side="right") - 1
+        found: np.ndarray = (self._dataset_start[piece] + (stream - self._stream_start[piece])).reshape(positions.shape)
         return found
+
+
+class BlockOrder(_BlockTable):
+    """A permutation of range(sum(rows)) for one (seed, epoch), built from rows per shard.
+
+    ``rows[s]`` is the number of rows of shard s in the dataset's own order; the dataset index
+    of row r of shard s is ``sum(rows[:s]) + r``. ``take`` maps epoch positions to dataset indices.
+
+    >>> order = BlockOrder([3, 5, 2, 4], seed=0, epoch=0, shuffle_block=6)
+    >>> sorted(order.take(np.arange(14)).tolist()) == list(range(14))
+    True
+    """
+
+    def __init__(self, rows: np.ndarray | list[int], seed: int, epoch: int, shuffle_block: int) -> None:
+        rows = _checked_rows(rows, shuffle_block)
+        self.shuffle_block = shuffle_block
+        dataset_start = np.concatenate(([0], np.cumsum(rows)[:-1])) if rows.size else rows
+        shard_order = FeistelOrder(int(rows.size), _sub_seed(seed, _SHARDS_TAG), epoch)
+        shuffled = shard_order.take(np.arange(rows.size, dtype=np.int64)) if rows.size else rows
+        kept = shuffled[rows[shuffled] > 0]  # empty shards take no place in the stream
+        lengths = rows[kept]
+        # Per shard in stream order: where it starts in the epoch stream and in the dataset.
+        stream_start = np.concatenate(([0], np.cumsum(lengths)[:-1])) if kept.size else kept
+        window = stream_start // shuffle_block
+        first = np.flatnonzero(np.concatenate(([True], window[1:] != window[:-1]))) if kept.size else kept
+        self._set_table(int(rows.sum()), stream_start, dataset_start[kept] if kept.size else kept, first, seed, epoch)
+
+
+def _checked_rows(rows: np.ndarray | list[int], shuffle_block: int) -> np.ndarray:
+    rows = np.asarray(rows, dtype=np.int64)
+    if rows.ndim != 1 or (rows < 0).any():
+        raise ValueError("rows: expected a 1-D array of row counts >= 0, one per shard")
+    if shuffle_block < 1:
+        raise ValueError(f"shuffle_block: found {shuffle_block}, expected an int >= 1")
+    return rows
+
+
+def _mix64(values: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, vectorised over uint64 (wrapping arithmetic)."""
+    x = values.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    found: np.ndarray = x ^ (x >> np.uint64(31))
+    return found
+
+
+class StretchBlockOrder(_BlockTable):
+    """The ``blocks`` order laid along the stretches of the ``spans`` deal, for a node to keep its shards.
+
+    The shards are laid end to end in one order that depends on the seed only (not the epoch), and
+    that stream is cut into the ``stretches`` near-equal stretches the spans deal gives the ranks
+    of the epoch's first world (``spans.py``), a shard crossing an edge being split in two pieces.
+    Each epoch permutes the pieces *inside* each stretch, cuts the stretch into blocks of about
+    ``shuffle_block`` rows (never across a stretch edge) and permutes each block. So a rank reads
+    the same rows every epoch on an unchanged world, in a new order, and a node's cache that holds
+    its share serves every later epoch; rows still reach every rank in a fresh order.
+
+    Worked, shards of 3, 5, 2 and 4 rows, 2 stretches of 7, B = 4 (``tests/shards/test_blocks.py``
+    pins the values): the seed lays the shards out as, say, [1, 3, 0, 2]: stretch 0 holds shard 1
+    and rows 0-1 of shard 3, stretch 1 rows 2-3 of shard 3 and shards 0 and 2.
+    """
+
+    version = VERSION
+    _block_tag = _STRETCH_BLOCK_TAG
+
+    def __init__(self, rows: np.ndarray | list[int], seed: int, epoch: int, shuffle_block: int,
+                 stretches: int) -> None:
+        rows = _checked_rows(rows, shuffle_block)
+        if stretches < 1:
+            raise ValueError(f"stretches: found {stretches}, expected an int >= 1")
+        self.shuffle_block, self.stretches = shuffle_block, stretches
+        n = int(rows.sum())
+        dataset_start = np.concatenate(([0], np.cumsum(rows)[:-1])) if rows.size else rows
+        layout = FeistelOrder(int(rows.size), _sub_seed(seed, _LAYOUT_TAG), 0)  # the same every epoch
+        laid = layout.take(np.arange(rows.size, dtype=np.int64)) if rows.size else rows
+        laid = laid[rows[laid] > 0]
+        base_start = np.concatenate(([0], np.cumsum(rows[laid]))) if laid.size else np.zeros(1, np.int64)
+        # Stretch edges (spans.py's formula) split the shards they fall inside into two pieces.
+        base, extra = divmod(n, stretches)
+        ranks = np.arange(stretches + 1, dtype=np.int64)
+        edges = np.unique(ranks * base + np.minimum(ranks, extra))
+        cuts = np.union1d(base_start, edges)
+        cuts = cuts[cuts < n] if n else cuts[:0]
+        shard_at = np.searchsorted(base_start, cuts, side="right") - 1
+        piece_dataset = dataset_start[laid[shard_at]] + (cuts - base_start[shard_at]) if cuts.size else cuts
+        piece_length = np.diff(np.concatenate((cuts, [n]))) if cuts.size else cuts
+        stretch = np.searchsorted(edges, cuts, side="right") - 1
+        # Each epoch: the pieces of each stretch in a keyed random order, laid from the stretch's start.
+        key = _mix64(np.arange(cuts.size, dtype=np.uint64) ^ np.uint64(_sub_seed(seed, _PIECES_TAG, epoch)))
+        order = np.lexsort((key, stretch))
+        piece_dataset, piece_length, stretch = piece_dataset[order], piece_length[order], stretch[order]
+        stream_start = np.concatenate(([0], np.cumsum(piece_length)[:-1])) if cuts.size else cuts
+        offset = stream_start - edges[stretch] if cuts.size else cuts
+        window = offset // shuffle_block
+        opens = np.concatenate(([True], (window[1:] != window[:-1]) | (stretch[1:] != stretch[:-1])))
+        first = np.flatnonzero(opens) if cuts.size else cuts
+        self._set_table(n, stream_start, piece_dataset, first, seed, epoch)

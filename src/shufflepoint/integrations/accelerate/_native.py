@@ -94,18 +94,17 @@ def tail_trim(loader: Any) -> tuple[int, list[int] | None]:
         rank 0: [s0, s2]   rank 1: [s1, P]   gathered: [s0, s2, s1, P]   keep the first 3
 
     Four ranks, r = 5: ``[s0, s4 | s1, P | s2, P | s3, P]``, keep positions 0, 1, 2, 4, 6: no prefix.
+    Under the ``spans`` deal the padded samples are those of ranks whose stretch is one shorter.
     """
-    from shufflepoint._core.plan import Layout
-
-    layout = Layout(len(loader.dataset), int(loader.world_size), int(loader.batch_size), bool(loader.drop_last))
-    remaining = layout.n - int(loader.cursor)
-    real = remaining % layout.step_size
-    if layout.drop_last or real == 0:
+    batch_size, world_size = int(loader.batch_size), int(loader.world_size)
+    samples = int(loader.samples_left())  # per rank, padding included: the same on every rank
+    real = [int(loader.real_samples_left(rank)) for rank in range(world_size)]
+    if bool(loader.drop_last) or samples == 0 or all(count == samples for count in real):
         return 0, None
-    world_size = layout.world_size
-    per_rank = -(-real // world_size)
-    keep = [rank * per_rank + t for rank in range(world_size) for t in range(per_rank) if rank + world_size * t < real]
-    return real, (None if keep == list(range(real)) else keep)
+    before_last = (-(-samples // batch_size) - 1) * batch_size
+    size = samples - before_last  # samples per rank in the last batch
+    keep = [rank * size + t for rank in range(world_size) for t in range(size) if before_last + t < real[rank]]
+    return len(keep), (None if keep == list(range(len(keep))) else keep)
 
 
 def _make_gather_for_metrics(original: Any) -> Any:

@@ -67,12 +67,8 @@ class PreparedDataLoader(DataLoaderStateMixin):
         self.gradient_state._add_dataloader(self)
 
     def __iter__(self) -> Any:
-        from shufflepoint._core.plan import Layout
-
         loader = self.loader
-        layout = Layout(len(loader.dataset), int(loader.world_size), int(loader.batch_size),
-                        bool(loader.drop_last))
-        batches = layout.batches_per_rank(int(loader.cursor))
+        batches = loader.batches_left()
         self.begin()
         try:
             received = 0

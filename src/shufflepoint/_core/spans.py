@@ -1,0 +1,165 @@
+"""The ``spans`` deal: each rank reads one contiguous stretch of the epoch, and a new world re-deals
+what remains.
+
+The order says *what* the epoch is (a permutation, read front to back as the epoch stream); a deal
+says *who* reads which of its positions. The ``strided`` deal (``plan.Layout``, DistributedSampler's)
+gives rank r the positions r, r+W, r+2W, ...; the ``spans`` deal cuts the stream into W near-equal
+stretches, the first ``m % W`` one longer, and rank r reads its own from the front. On a sharded
+corpus whose order keeps neighbouring positions in the same shards, a node then reads only the
+shards of its stretches, about 1/nodes of the corpus, instead of all of them.
+
+Vocabulary (all integers):
+
+- A *segment* is a stretch of the epoch read at one world size: ``(world_size, taken)``, ``taken``
+  being the samples each rank received in it. An epoch that was never resized on another world
+  size has one segment; the state lists them (reset at each epoch).
+- The *space* a segment deals is what the earlier segments left, its pieces laid end to end in
+  rank order. The first space is the whole stream. Mapping a position of a later space back to
+  the stream is one O(1) interval map per segment.
+
+Two ranks then three, n = 10, B = 2 (``tests/core/test_spans.py`` pins these values)::
+
+    stream        : 0 1 2 3 4 | 5 6 7 8 9            W = 2: stretches [0, 5) and [5, 10)
+    after 1 batch : rank 0 read 0 1, rank 1 read 5 6  (segment (2, 2))
+    what remains  : 2 3 4 7 8 9                       the next space, 6 positions
+    W = 3         : rank 0 -> 2 3, rank 1 -> 4 7, rank 2 -> 8 9
+
+The tail: the ranks of the last segment take ``ceil(m / W)`` samples each, a rank whose stretch is
+one shorter repeating its own first sample (padding, only in the epoch's last step); with
+``drop_last`` each rank takes ``floor(m / (W*B)) * B``, so fewer than W*B samples of the epoch (the
+ends of the stretches) are never read. With the same world size a resume continues the same
+segment, so it is exact; with another one every remaining sample is read once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+NAME = "spans"
+MAX_SEGMENTS = 64  # world-size changes inside one epoch; a state with more is refused as damaged
+
+
+@dataclass(frozen=True)
+class _Segment:
+    """One segment of the epoch: W ranks each took ``taken`` samples from a space of ``size``."""
+
+    size: int
+    world_size: int
+    taken: int
+
+    def stretch(self, rank: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:
+        """(start, length) of rank's stretch in this segment's space."""
+        base, extra = divmod(self.size, self.world_size)
+        rank = np.asarray(rank, dtype=np.int64)
+        return rank * base + np.minimum(rank, extra), base + (rank < extra).astype(np.int64)
+
+    def left_per_rank(self) -> tuple[int, int, int]:
+        """(ranks with a longer stretch, what each of them has left, what each other rank has left)."""
+        base, extra = divmod(self.size, self.world_size)
+        return extra, max(base + 1 - self.taken, 0), max(base - self.taken, 0)
+
+    def remaining(self) -> int:
+        """Positions of this segment's space no rank has read: the size of the next space."""
+        longer, left_long, left_short = self.left_per_rank()
+        return longer * left_long + (self.world_size - longer) * left_short
+
+    def back(self, positions: np.ndarray) -> np.ndarray:
+        """Positions of the next space (what remains) -> positions of this one."""
+        longer, left_long, left_short = self.left_per_rank()
+        split = longer * left_long
+        in_long = positions < split
+        rank = np.where(in_long, positions // max(left_long, 1), longer + (positions - split) // max(left_short, 1))
+        offset = np.where(in_long, positions % max(left_long, 1), (positions - split) % max(left_short, 1))
+        start, _ = self.stretch(rank)
+        found: np.ndarray = start + self.taken + offset
+        return found
+
+
+def check_segments(n: int, segments: Sequence[Sequence[int]]) -> list[_Segment]:
+    """Replay a recorded history; ValueError naming what is inconsistent."""
+    built: list[_Segment] = []
+    size = n
+    for number, (world_size, taken) in enumerate(segments):
+        if world_size < 1 or taken < 1:
+            raise ValueError(f"segments[{number}]: found {[world_size, taken]}, expected a world size >= 1 and "
+                             "samples taken >= 1 (a segment with nothing taken is never recorded)")
+        if built and built[-1].world_size == world_size:
+            raise ValueError(f"segments[{number}]: world size {world_size} again, expected a change of world size "
+                             "(a resume on the same world size continues its segment)")
+        most = -(-size // world_size)
+        if taken > most:
+            raise ValueError(f"segments[{number}]: {taken} samples taken per rank, expected at most {most} "
+                             f"({size} positions left for {world_size} ranks)")
+        built.append(_Segment(size, world_size, taken))
+        size = built[-1].remaining()
+    return built
+
+
+class SpanCut:
+    """The rest of an epoch under the ``spans`` deal, for the current world: what each rank reads.
+
+    ``segments`` is the epoch's recorded history; the current world continues its last segment
+    when the world size is the same (an exact resume), else opens a new one over what remains.
+    """
+
+    name = NAME
+
+    def __init__(self, n: int, segments: Sequence[Sequence[int]], world_size: int, batch_size: int,
+                 drop_last: bool) -> None:
+        history = check_segments(n, segments)
+        self.n, self.batch_size, self.drop_last = n, batch_size, drop_last
+        if history and history[-1].world_size == world_size:
+            current = history.pop()
+        else:
+            current = _Segment(history[-1].remaining() if history else n, world_size, 0)
+        self._history, self._current = history, current
+
+    @property
+    def world_size(self) -> int:
+        return self._current.world_size
+
+    @property
+    def first_world_size(self) -> int:
+        """The world size the epoch started with: the stretches its order is laid along."""
+        return self._history[0].world_size if self._history else self._current.world_size
+
+    def samples_per_rank(self) -> int:
+        """How many samples each rank reads from here to the end of the epoch."""
+        left = self._current.remaining()
+        world_size = self._current.world_size
+        if self.drop_last:
+            return left // (world_size * self.batch_size) * self.batch_size
+        return -(-left // world_size)
+
+    def real_samples(self, rank: int) -> int:
+        """Of those, how many are not padding (the rest repeat the rank's own samples)."""
+        _, length = self._current.stretch(rank)
+        return min(max(int(length) - self._current.taken, 0), self.samples_per_rank())
+
+    def rank_positions(self, rank: int, start: int, stop: int) -> np.ndarray:
+        """Epoch-stream positions of this rank's samples ``start..stop-1`` (counted from here)."""
+        segment = self._current
+        taken = np.arange(start, stop, dtype=np.int64) + segment.taken
+        first, length = (int(v) for v in segment.stretch(rank))
+        if length > 0:
+            positions = first + np.where(taken < length, taken, taken % length)
+        else:  # fewer positions than ranks: a rank with none pads from the whole space
+            positions = taken % max(segment.size, 1)
+        for earlier in reversed(self._history):
+            positions = earlier.back(positions)
+        return positions
+
+    def after(self, received: int) -> tuple[int, list[list[int]]]:
+        """(cursor, segments) once every rank has received ``received`` more samples."""
+        current = self._current
+        taken = current.taken + min(received, self.samples_per_rank())
+        segments = [[s.world_size, s.taken] for s in self._history]
+        if taken > 0:
+            segments.append([current.world_size, taken])
+            left = _Segment(current.size, current.world_size, taken).remaining()
+        else:
+            left = current.size
+        return self.n - left, segments
