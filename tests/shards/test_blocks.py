@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import shufflepoint
 from resume_contract import Component, assert_resume_contract
-from shufflepoint._shards.blocks import BlockOrder
+from shufflepoint._shards.blocks import BlockOrder, StretchBlockOrder
 
 ROWS = st.lists(st.integers(0, 40), min_size=0, max_size=30)
 
@@ -173,3 +173,47 @@ def test_blocks_needs_a_sharded_corpus_and_shuffle_block_needs_blocks():
         shufflepoint.DataLoader(list(range(10)), 2, shuffle_block=4)
     loader = shufflepoint.DataLoader(FakeCorpus([3, 3]), 2, order="feistel")
     assert loader.state_dict()["order"] == "feistel"
+
+
+# -- the blocks order laid along the stretches of the spans deal ------------------------------------
+
+
+def test_the_stretch_order_worked_example():
+    order = StretchBlockOrder([3, 5, 2, 4], seed=0, epoch=0, shuffle_block=4, stretches=2)
+    taken = order.take(np.arange(14)).tolist()
+    assert taken == [13, 5, 12, 11, 4, 3, 10, 8, 1, 0, 9, 2, 6, 7]
+    assert sorted(taken[:7]) == [3, 4, 5, 10, 11, 12, 13] and sorted(taken[7:]) == [0, 1, 2, 6, 7, 8, 9]
+    later = StretchBlockOrder([3, 5, 2, 4], seed=0, epoch=1, shuffle_block=4, stretches=2).take(np.arange(14))
+    assert later.tolist() == [11, 12, 3, 13, 10, 4, 5, 9, 2, 1, 0, 8, 6, 7]
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=ROWS, seed=st.integers(0, 2**64 - 1), block=st.integers(1, 200), stretches=st.integers(1, 70),
+       epochs=st.lists(st.integers(0, 2**20), min_size=2, max_size=3, unique=True))
+def test_a_stretch_holds_the_same_rows_every_epoch_in_a_new_order(rows, seed, block, stretches, epochs):
+    """Each epoch is a permutation; stretch r (the spans deal's [start_r, start_r + length_r)) maps to
+    the same rows in every epoch; no block crosses a stretch edge; each block keeps to its window."""
+    n = sum(rows)
+    base, extra = divmod(n, stretches)
+    edges = [r * base + min(r, extra) for r in range(stretches + 1)]
+    per_epoch = []
+    for epoch in epochs:
+        order = StretchBlockOrder(rows, seed, epoch, block, stretches)
+        taken = order.take(np.arange(n, dtype=np.int64))
+        assert order.n == n and sorted(taken.tolist()) == list(range(n))
+        per_epoch.append([sorted(taken[edges[r]:edges[r + 1]].tolist()) for r in range(stretches)])
+        for b in range(order.blocks):
+            start, stop = order.block_bounds(b)
+            stretch = int(np.searchsorted(edges, start, side="right")) - 1
+            assert stop <= edges[stretch + 1], "a block crosses a stretch edge"
+    assert all(rows_of == per_epoch[0] for rows_of in per_epoch)
+
+
+def test_a_stretch_reads_about_its_share_of_the_shards():
+    """1,000 shards of 100 rows over 8 stretches: each stretch touches its 125 shards plus at most
+    the one split at each of its edges."""
+    rows = np.full(1000, 100)
+    order = StretchBlockOrder(rows, seed=9, epoch=3, shuffle_block=1000, stretches=8)
+    for r in range(8):
+        shards = np.unique(order.take(np.arange(r * 12500, (r + 1) * 12500)) // 100)
+        assert len(shards) <= 125 + 2

@@ -157,9 +157,10 @@ class StretchBlockOrder(_BlockTable):
     the same rows every epoch on an unchanged world, in a new order, and a node's cache that holds
     its share serves every later epoch; rows still reach every rank in a fresh order.
 
-    Worked, shards of 3, 5, 2 and 4 rows, 2 stretches of 7, B = 4 (``tests/shards/test_blocks.py``
-    pins the values): the seed lays the shards out as, say, [1, 3, 0, 2]: stretch 0 holds shard 1
-    and rows 0-1 of shard 3, stretch 1 rows 2-3 of shard 3 and shards 0 and 2.
+    Worked, shards of 3, 5, 2 and 4 rows (dataset indices 0-2, 3-7, 8-9, 10-13), 2 stretches of 7,
+    seed 0 (``tests/shards/test_blocks.py`` pins the values): the seed lays the shards out as
+    [3, 1, 2, 0], so stretch 0 holds shard 3 and rows 0-2 of shard 1 (indices 10-13, 3-5) in every
+    epoch, and stretch 1 rows 3-4 of shard 1 and shards 2 and 0 (6-7, 8-9, 0-2).
     """
 
     version = VERSION
