@@ -49,3 +49,12 @@ def s3_bucket(s3):
     name = "test-" + uuid.uuid4().hex[:12]
     s3.create_bucket(name)
     return name
+
+
+@pytest.fixture()
+def jobs():
+    """Simulated multi-node jobs a test started (``test_multinode.Job``): every process closed at the end."""
+    started: list = []
+    yield started
+    for job in started:
+        job.close()

@@ -45,3 +45,22 @@ def parquet_corpus(folder: str, shards: int, *, first_id: int = 0, rows: tuple[i
         table = pa.table({"id": block, "text": [f"row {i}" for i in block]})
         pq.write_table(table, os.path.join(folder, f"part-{shard:05d}.parquet"), row_group_size=max(1, count // 2))
     return ids
+
+
+def token_corpus(folder: str, shards: int, *, seq_len: int, rows: tuple[int, int] = (2, 6), seed: int = 0) -> list[int]:
+    """``shards`` uint16 token files ``part-00000.bin`` ... of 2-6 windows each; a window's first
+    token is its id (each shard is a run of consecutive tokens). Returns the ids, in file order."""
+    import numpy as np
+
+    os.makedirs(folder, exist_ok=True)
+    rng = random.Random(seed)
+    ids: list[int] = []
+    token = 0
+    for shard in range(shards):
+        count = rng.randint(*rows)
+        tokens = np.arange(token, token + count * seq_len + 1, dtype=np.uint16)
+        tokens.tofile(os.path.join(folder, f"part-{shard:05d}.bin"))
+        ids.extend(range(token, token + count * seq_len, seq_len))
+        token += count * seq_len + 1
+    assert token < 2**16, "ids must fit uint16"
+    return ids

@@ -109,22 +109,14 @@ class Job:
                 agent.wait(timeout=10)
 
 
-@pytest.fixture()
-def jobs():
-    started: list[Job] = []
-    yield started
-    for job in started:
-        job.close()
-
-
 def elastic(nnodes: str, port: int, last_call: float) -> list[str]:
     return [f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
             f"--rdzv-id=job-{port}", f"--rdzv-conf=last_call_timeout={last_call},join_timeout=120",
             "--max-restarts=3"]
 
 
-def static(node_rank: int, port: int) -> list[str]:
-    return ["--nnodes=2", f"--node-rank={node_rank}", "--master-addr=127.0.0.1", f"--master-port={port}"]
+def static(node_rank: int, port: int, nnodes: int = 2) -> list[str]:
+    return [f"--nnodes={nnodes}", f"--node-rank={node_rank}", "--master-addr=127.0.0.1", f"--master-port={port}"]
 
 
 def check_every_sample_once(final: dict, ids: list[int]) -> None:

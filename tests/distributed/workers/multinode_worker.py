@@ -41,7 +41,7 @@ def write_json(path, value):
 
 
 corpus = shufflepoint.Shards(SPEC["sources"], storage_options=SPEC["storage_options"],
-                             cache_dir=os.environ["SP_CACHE"], progress=False, retries=8)
+                             cache_dir=os.environ["SP_CACHE"], progress=False, retries=8, **SPEC.get("shards", {}))
 loader = shufflepoint.DataLoader(corpus, SPEC["batch_size"], seed=SPEC["seed"], shuffle_block=SPEC["shuffle_block"],
                                  num_workers=SPEC.get("num_workers", 0))
 torch.manual_seed(0)
@@ -62,7 +62,7 @@ write_json(os.path.join(OUT, "procs", f"{os.environ['SP_NODE']}.{os.getpid()}.js
 while loader.epoch < SPEC["epochs"]:
     epoch = loader.epoch
     for batch in loader:
-        ids = batch["id"].tolist()
+        ids = (batch[:, 0] if torch.is_tensor(batch) else batch["id"]).tolist()  # token windows: the first token
         loss = model(torch.tensor(ids, dtype=torch.float32)[:, None]).pow(2).mean()
         optimizer.zero_grad(), loss.backward(), optimizer.step()  # DDP: an all_reduce across the nodes
         gathered: list = [None] * WORLD
@@ -76,6 +76,8 @@ while loader.epoch < SPEC["epochs"]:
                 torch.save(state, CHECKPOINT + ".tmp")
                 os.replace(CHECKPOINT + ".tmp", CHECKPOINT)
             dist.barrier()  # the checkpoint of this step exists before any rank goes on
+        if SPEC.get("slow_steps"):
+            time.sleep(SPEC["slow_steps"])  # a step that takes time, so a SIGKILL lands mid-epoch
         if FIRST_GENERATION and step == SPEC.get("pause_at"):
             open(os.path.join(OUT, f"paused.{RANK}"), "w").close()
             while not os.path.exists(os.path.join(OUT, "release")):
