@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import warnings
 from collections import Counter
 
 import numpy as np
@@ -270,3 +271,15 @@ def test_a_state_records_each_world_size_of_the_epoch_and_resets_at_the_next():
     assert second.state_dict()["cursor"] == 8 + 6
     list(it)
     assert second.state_dict()["segments"] == [] and second.state_dict()["epoch"] == 1
+
+
+def test_a_shuffle_block_larger_than_half_a_nodes_share_is_warned(monkeypatch):
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    rows = [100] * 40  # 4,000 rows; 4 ranks on 2 nodes: 2,000 rows a node
+    with pytest.warns(UserWarning, match=r"shuffle_block: 1500 rows is more than half of a node's share .*2000"):
+        shufflepoint.DataLoader(Corpus(rows), 2, rank=0, world_size=4, shuffle_block=1500)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        shufflepoint.DataLoader(Corpus(rows), 2, rank=0, world_size=4, shuffle_block=500)
+        shufflepoint.DataLoader(Corpus(rows), 2, rank=0, world_size=2, shuffle_block=4000)  # one node
+        shufflepoint.DataLoader(Corpus(rows), 2, rank=0, world_size=4, shuffle_block=1500, deal="strided")

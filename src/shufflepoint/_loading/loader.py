@@ -22,6 +22,7 @@ from shufflepoint._loading.sampler import (
     rank_chunks,
     resolve_fingerprint,
     resolve_world,
+    warn_if_blocks_exceed_the_share,
 )
 from shufflepoint._order import check_int
 
@@ -169,6 +170,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         self._orders = OrderCache(order if shuffle else "identity", self._layout.n, self._seed, dataset=dataset,
                                   shuffle_block=shuffle_block if shuffle else None)
         self._deal = Deal(deal, self._orders)
+        warn_if_blocks_exceed_the_share(self._orders, self._deal, self._layout.n, world_size)
         self._fingerprint = resolve_fingerprint(dataset_fingerprint, dataset, self._layout.n, self._orders)
         self._explain = explain_fingerprint(dataset)
         self._epoch = 0

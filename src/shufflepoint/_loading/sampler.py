@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import os
+import warnings
 from collections.abc import Callable, Iterator, Sized
 from typing import Any
 
@@ -189,6 +191,26 @@ class Deal:
         return cut(layout, self.name, cursor, segments)
 
 
+def warn_if_blocks_exceed_the_share(orders: OrderCache, deal: Deal, n: int, world_size: int) -> None:
+    """Under ``spans`` a node reads its share of the corpus; a ``shuffle_block`` of more than half of
+    it makes the order's blocks as large as the stretches (the shuffle is capped at a stretch), and
+    after a re-deal a block cut by a new edge is read by two nodes. Said once, at construction."""
+    if deal.name != SPANS or orders.shuffle_block is None or not orders.is_corpus:
+        return
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    if world_size <= max(local, 1):
+        return  # one node reads the whole corpus anyway
+    share = n * min(local, world_size) // world_size
+    if orders.shuffle_block * 2 > share:
+        warnings.warn(
+            f"shuffle_block: {orders.shuffle_block} rows is more than half of a node's share of the corpus "
+            f"({share} of {n} rows over {world_size} ranks, {local} per node): the shuffle cannot reach "
+            "beyond a rank's stretch, and after a change of world size a block cut by a new node edge is "
+            f"fetched by two nodes. Use shuffle_block <= {max(share // 8, 1)} (docs/shards.md, 'Choosing "
+            "shuffle_block').", UserWarning, stacklevel=3,
+        )
+
+
 def rank_chunks(order: Order, deal: StridedCut | SpanCut, rank: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """This rank's (epoch positions, sample indices) from ``deal``'s start to the end of the epoch."""
     total = deal.samples_per_rank()
@@ -284,6 +306,7 @@ class ResumableSampler(DistributedSampler[int]):
         self._orders = OrderCache(order if shuffle else "identity", n, seed, dataset=dataset,
                                   shuffle_block=shuffle_block if shuffle else None)
         self._deal = Deal(deal, self._orders)
+        warn_if_blocks_exceed_the_share(self._orders, self._deal, n, world_size)
         self._fingerprint = resolve_fingerprint(dataset_fingerprint, dataset, n, self._orders)
         self._explain = explain_fingerprint(dataset)
         self._verify_ranks = bool(verify_ranks)
