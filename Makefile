@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-ray bench bench-shuffle bench-agreement bench-scaling bench-shards soak lint clean test-accelerate-matrix
+.PHONY: setup demo test test-ray bench bench-shuffle bench-agreement bench-scaling bench-shards bench-locality soak lint clean test-accelerate-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,13 @@ bench-agreement: $(STAMP)
 # an epoch of 1e10 samples on 10,000 ranks, computed from the order (issue 12; about 30 s).
 bench-scaling: $(STAMP)
 	$(PY) benchmarks/scaling.py
+
+# Bytes each simulated node (a torchrun agent with its own cache and S3 key) fetches from the local
+# S3 server under the corpus deals: 1-8 nodes, a second epoch, re-deals 4 -> 3 and 4 -> 6 at 50%
+# (issue 18; benchmarks/locality.py). Full corpus (1.28 GB, built once in .bench-cache/) ~15 min;
+# QUICK=1: 26 MB, ~5 min.
+bench-locality: $(STAMP)
+	$(PY) benchmarks/locality.py $(if $(QUICK),--quick)
 
 # Ray Train (issue 14) on a real local Ray cluster: its own venv (1.5 GB), torch first and alone
 # (the local CPU wheel), then the package with its [ray] extra. About 40 s to build, 70 s to run.

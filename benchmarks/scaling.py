@@ -51,6 +51,16 @@ def state_bytes() -> dict[str, int]:
     ):
         built = _state.build(order=order, order_version=version, dataset_fingerprint=fingerprint, **widest)
         out[order] = len(json.dumps(built).encode())
+    # The spans deal after 32 changes of world size in one epoch (33 segments of 10,000 / 8,001 ranks).
+    from shufflepoint._core.spans import SpanCut
+
+    segments: list[list[int]] = []
+    for change in range(33):
+        cut = SpanCut(10**10, segments, 10_000 - change % 2 * 1_999, 4096, False)
+        cursor, segments = cut.after(cut.samples_per_rank() // 40)
+    built = _state.build(order="blocks", order_version=1, dataset_fingerprint="shards:" + "f" * 64 + ":blocks=65536",
+                         deal="spans", segments=segments, **dict(widest, cursor=cursor))
+    out["blocks, spans deal, 32 world-size changes in the epoch"] = len(json.dumps(built).encode())
     small = shufflepoint.DataLoader(list(range(10)), 2, seed=1).state_dict()
     out["real map-style state (n = 10)"] = len(json.dumps(small).encode())
     return out
@@ -77,14 +87,18 @@ def epoch_table(shards: int, rows: int, repeats: int) -> dict[str, float]:
             "first_batch_s": statistics.median(firsts), "peak_bytes": max(peaks)}
 
 
-def node_reads(shards: int, rows: int, world: int, per_node: int, batch: int, sample_bytes: int) -> dict:
-    """Which shards node 0 (ranks 0..per_node-1) reads in epoch 0, from the order alone."""
-    from shufflepoint._core.plan import Layout
-    from shufflepoint._shards.blocks import BlockOrder
+def node_reads(shards: int, rows: int, world: int, per_node: int, batch: int, sample_bytes: int,
+               deal: str = "spans") -> dict:
+    """Which shards node 0 (ranks 0..per_node-1) reads in epoch 0 under ``deal``, from the order alone."""
+    from shufflepoint._core.plan import Layout, cut
+    from shufflepoint._shards.blocks import BlockOrder, StretchBlockOrder
 
     n = shards * rows
-    order = BlockOrder(np.full(shards, rows, dtype=np.int64), SEED, 0, 1 << 16)
+    sizes = np.full(shards, rows, dtype=np.int64)
+    order = (StretchBlockOrder(sizes, SEED, 0, 1 << 16, world) if deal == "spans"
+             else BlockOrder(sizes, SEED, 0, 1 << 16))
     layout = Layout(n, world, batch, False)
+    dealt = cut(layout, deal, 0, [])
     steps = layout.batches_per_rank(0)
     first = np.full(shards, -1, dtype=np.int64)
     last = np.full(shards, -1, dtype=np.int64)
@@ -92,7 +106,7 @@ def node_reads(shards: int, rows: int, world: int, per_node: int, batch: int, sa
     chunk = 2048  # steps per pass
     for begin in range(0, steps, chunk):
         stop = min(begin + chunk, steps)
-        per_rank = [layout.rank_positions(r, 0, begin * batch, stop * batch) for r in range(per_node)]
+        per_rank = [dealt.rank_positions(r, begin * batch, stop * batch) for r in range(per_node)]
         positions = np.stack(per_rank, axis=1).reshape(-1)  # step-major: step, sample, rank
         shard = np.searchsorted(np.arange(1, shards + 1) * rows, order.take(positions), side="right")
         step = np.repeat(np.arange(begin, stop), batch * per_node)
@@ -104,7 +118,8 @@ def node_reads(shards: int, rows: int, world: int, per_node: int, batch: int, sa
     corpus = n * sample_bytes
     nodes = world // per_node
     fetched = int(used.sum()) * shard_bytes
-    return {"n": n, "shards": shards, "world": world, "ranks_per_node": per_node, "batch": batch, "steps": steps,
+    return {"deal": deal, "n": n, "shards": shards, "world": world, "ranks_per_node": per_node, "batch": batch,
+            "steps": steps,
             "shards_read": int(used.sum()), "max_live_shards": live, "shard_bytes": shard_bytes,
             "node_fetch_bytes": fetched, "amplification_whole_shards": fetched / (corpus / nodes),
             "seconds": seconds}
@@ -182,22 +197,22 @@ def _reads_lines(reads: list[dict]) -> list[str]:
              "Node 0 = ranks 0-7. Every position of the epoch that node 0's ranks receive is computed, and "
              "mapped to its shard. \"Live\" = the most shards between their first and last read by node 0 "
              "at one step: a cache of that many shards reads each shard once per epoch.", "",
-             "| samples | shards | ranks | batch | steps | shards node 0 reads | live at once | node fetch (whole "
-             "shards) | amplification per node | time |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| deal | samples | shards | ranks | batch | steps | shards node 0 reads | live at once | node fetch "
+             "(whole shards) | amplification per node | time |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in reads:
-        lines.append(f"| {_e(r['n'])} | {r['shards']:,} | {r['world']:,} | {r['batch']} | {r['steps']:,} | "
+        lines.append(f"| {r['deal']} | {_e(r['n'])} | {r['shards']:,} | {r['world']:,} | {r['batch']} | "
+                     f"{r['steps']:,} | "
                      f"{r['shards_read']:,} ({r['shards_read'] / r['shards']:.0%}) | {r['max_live_shards']:,} "
                      f"({_mib(r['max_live_shards'] * r['shard_bytes'])}) | {_mib(r['node_fetch_bytes'])} | "
-                     f"{r['amplification_whole_shards']:,.0f}× | {r['seconds']:.1f} s |")
-    lines += ["", "Shards of 1e5 samples of 1 KiB (~98 MiB). The `blocks` order deals each global batch across "
-              "all ranks (rank r takes positions r, r + W, ...), so the ranks of every node sample the same stretch "
-              "of the epoch stream: **each node reads every shard the epoch passes through**. The cache this "
-              "needs is small (the live column: the stream stays in a few shards at a time), but today's storage "
-              "layer fetches shards whole, so the bytes each node fetches per epoch are the whole corpus, and the "
-              "I/O amplification per node equals the number of nodes. On one node (every test and `make "
-              "bench-shards`) it is 1. What would lower it, not built: ranged reads of just the needed rows "
-              "(token windows and JSONL by byte offset, Parquet by row group), or a node-aware deal of each "
-              "block (Streaming's canonical nodes), which must keep the order independent of the world size.", ""]
+                     f"{r['amplification_whole_shards']:,.2f}× | {r['seconds']:.1f} s |")
+    lines += ["", "Shards of 1e5 samples of 1 KiB (~98 MiB). Under the `strided` deal (0.2's only one) rank r "
+              "takes positions r, r + W, ..., so the ranks of every node sample the same stretch of the epoch "
+              "stream: each node reads every shard the epoch passes through, and with whole-shard fetches the "
+              "I/O amplification per node equals the number of nodes. Under the `spans` deal, the default for "
+              "corpora since 0.3, each rank reads its own contiguous stretch of the epoch and the `blocks` order "
+              "is laid along the stretches, so node 0 reads its share of the shards plus at most the one a node "
+              "edge splits: bytes per node per epoch ≈ corpus / nodes. The cache that holds the share "
+              "(the node-fetch column) serves every later epoch on an unchanged world.", ""]
     return lines
 
 
@@ -208,9 +223,9 @@ def main() -> None:
     sizes = (10**3, 10**4, 10**5) if args.quick else (10**3, 10**4, 10**5, 10**6)
     results = {"state_bytes": state_bytes(),
                "tables": [epoch_table(s, 10**5, 3 if args.quick else 5) for s in sizes],
-               "reads": [node_reads(10**4, 10**5, 1_000, 8, 32, 1024)]}
+               "reads": [node_reads(10**4, 10**5, 1_000, 8, 32, 1024, deal) for deal in ("strided", "spans")]}
     if not args.quick:
-        results["reads"].append(node_reads(10**5, 10**5, 10_000, 8, 32, 1024))
+        results["reads"] += [node_reads(10**5, 10**5, 10_000, 8, 32, 1024, deal) for deal in ("strided", "spans")]
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "scaling.json").write_text(json.dumps(results, indent=1) + "\n")
     (RESULTS / "scaling.md").write_text(report(results))

@@ -14,6 +14,12 @@ For each order, over the epoch's sequence of dataset indices:
   straddle one position. A cache that holds that many shards reads each shard once per epoch.
 - **batch self-similarity**: mean pairwise |index difference| / N inside a global batch (a
   uniform shuffle gives 1/3; a batch drawn from one stretch of the corpus gives ~0).
+- **live shards of one rank**: the same cache budget for rank 0's own sequence: what one node
+  (of one rank) needs to read each shard once per epoch.
+
+The ``blocks`` order is measured under both deals on 8 ranks (global batch = 8 x batch/8): the
+``strided`` deal's global batches are stretches of the epoch stream; the ``spans`` deal's (0.3's
+default for corpora) hold one piece of each rank's stretch, with its order laid along the stretches.
 
 Streaming's ``py1e`` is loaded from the mosaicml-streaming 0.13.0 wheel unpacked by the make target
 into ``.venv-peers/streaming`` (``pip install --no-deps --target``): its two numpy-only modules,
@@ -36,8 +42,11 @@ from pathlib import Path
 
 import numpy as np
 
+from shufflepoint._core.plan import Layout, cut
 from shufflepoint._order.feistel import FeistelOrder
-from shufflepoint._shards.blocks import BlockOrder
+from shufflepoint._shards.blocks import BlockOrder, StretchBlockOrder
+
+RANKS = 8  # the simulated world of the deal rows
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -61,15 +70,36 @@ def load_py1e(root: Path = PEERS) -> Callable[..., np.ndarray] | None:
     return found
 
 
-def orders(shards: int, rows: int, block: int, seed: int, py1e: Callable[..., np.ndarray] | None
-           ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+def dealt(epoch: np.ndarray, deal: str, batch: int) -> np.ndarray:
+    """The epoch's indices in the order the ranks' global batches take them (step by step, rank by rank)."""
+    per_rank = max(batch // RANKS, 1)
+    share = cut(Layout(epoch.size, RANKS, per_rank, False), deal, 0, [])
+    count = share.samples_per_rank()
+    steps = [epoch[share.rank_positions(r, 0, count)].reshape(-1) for r in range(RANKS)]
+    usable = count - count % per_rank
+    stacked = np.stack([s[:usable].reshape(-1, per_rank) for s in steps], axis=1)  # step, rank, sample
+    return np.concatenate([stacked.reshape(-1), *[s[usable:] for s in steps]])
+
+
+def rank_zero(sequence: np.ndarray, deal: str, batch: int) -> np.ndarray:
+    """Rank 0's own samples of a global-batch sequence built by ``dealt`` (or a strided stream)."""
+    per_rank = max(batch // RANKS, 1)
+    usable = sequence.size - sequence.size % (per_rank * RANKS)
+    return sequence[:usable].reshape(-1, RANKS, per_rank)[:, 0, :].reshape(-1)
+
+
+def orders(shards: int, rows: int, block: int, seed: int, py1e: Callable[..., np.ndarray] | None,
+           batch: int = 256) -> tuple[dict[str, np.ndarray], dict[str, float]]:
     """One epoch of each order, as dataset indices; with the seconds it took to build."""
     n = shards * rows
     sizes = np.full(shards, rows, dtype=np.int64)
     built: dict[str, np.ndarray] = {}
     timings: dict[str, float] = {}
     makers: dict[str, Callable[[], np.ndarray]] = {
-        "shufflepoint blocks": lambda: BlockOrder(sizes, seed, 0, block).take(np.arange(n, dtype=np.int64)),
+        "shufflepoint blocks, strided deal": lambda: BlockOrder(sizes, seed, 0, block).take(
+            np.arange(n, dtype=np.int64)),
+        f"shufflepoint blocks, spans deal ({RANKS} ranks)": lambda: dealt(
+            StretchBlockOrder(sizes, seed, 0, block, RANKS).take(np.arange(n, dtype=np.int64)), "spans", batch),
         "fully random (feistel)": lambda: FeistelOrder(n, seed, 0).take(np.arange(n, dtype=np.int64)),
         "sequential (no shuffle)": lambda: np.arange(n, dtype=np.int64),
     }
@@ -91,6 +121,8 @@ def live_shards(shard: np.ndarray, shards: int) -> int:
     last = np.full(shards, -1, dtype=np.int64)
     np.minimum.at(first, shard, positions)
     np.maximum.at(last, shard, positions)
+    used = last >= 0  # a sequence of one rank meets only some of the shards
+    first, last = first[used], last[used]
     events = np.zeros(shard.size + 1, dtype=np.int64)
     np.add.at(events, first, 1)
     np.add.at(events, last + 1, -1)
@@ -113,6 +145,7 @@ def measure(order: np.ndarray, shards: int, rows: int, batch: int) -> dict[str, 
         "displacement_mean": float(displacement.mean()),
         "displacement_p50": float(np.median(displacement)), "displacement_p90": float(np.percentile(displacement, 90)),
         "live_shards": live_shards(shard, shards), "batch_spread": float(np.mean(spread)),
+        "rank0_live_shards": live_shards(rank_zero(order, "", batch) // rows, shards),
     }
 
 
@@ -120,13 +153,14 @@ def table(results: dict[str, dict[str, float]], args: argparse.Namespace, timing
     lines = [f"Corpus: {args.shards:,} shards × {args.rows:,} rows = {args.shards * args.rows:,} samples; "
              f"block {args.block:,} samples; global batch {args.batch}; seed {args.seed}.", "",
              "| order | distinct shards / global batch, median (p10–p90) | same-shard neighbours | "
-             "displacement mean (p50, p90) | batch spread | live shards (cache budget) | epoch built in |",
-             "|---|---|---|---|---|---|---|"]
+             "displacement mean (p50, p90) | batch spread | live shards (cache budget) | live shards of rank 0 of "
+             f"{RANKS} | epoch built in |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
         lines.append(f"| {name} | {r['distinct_median']:.0f} ({r['distinct_p10']:.0f}–{r['distinct_p90']:.0f}) | "
                      f"{r['same_shard_neighbours']:.4f} | {r['displacement_mean']:.3f} "
                      f"({r['displacement_p50']:.3f}, {r['displacement_p90']:.3f}) | {r['batch_spread']:.4f} | "
-                     f"{r['live_shards']:,} | {timings[name]:.2f} s |")
+                     f"{r['live_shards']:,} | {r['rank0_live_shards']:,} | {timings[name]:.2f} s |")
     return "\n".join(lines) + "\n"
 
 
@@ -169,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     py1e = load_py1e()
-    built, timings = orders(args.shards, args.rows, args.block, args.seed, py1e)
+    built, timings = orders(args.shards, args.rows, args.block, args.seed, py1e, args.batch)
     results = {name: measure(order, args.shards, args.rows, args.batch) for name, order in built.items()}
     args.out.mkdir(parents=True, exist_ok=True)
     text = table(results, args, timings)

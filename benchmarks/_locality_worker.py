@@ -1,0 +1,63 @@
+"""One rank of a simulated node in ``make bench-locality`` (benchmarks/locality.py starts it through
+torchrun, one agent per node, each with its own cache folder and its own S3 credentials, so the
+counting proxy can tell the nodes apart).
+
+Between phases (index built, each epoch read, a stop) rank 0 writes ``<marks>/<phase>`` and waits
+for ``<marks>/<phase>.go``, so the orchestrator reads the proxy's byte counters between phases.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import shufflepoint
+
+SPEC = json.loads(sys.argv[1])
+dist.init_process_group("gloo")
+RANK = dist.get_rank()
+
+
+def phase(name: str) -> None:
+    """Every rank done with ``name``; the orchestrator snapshots the counters; then everyone goes on."""
+    dist.barrier()
+    if RANK == 0:
+        marks = SPEC["marks"]
+        open(os.path.join(marks, name), "w").close()
+        while not os.path.exists(os.path.join(marks, name + ".go")):
+            time.sleep(0.02)
+    dist.barrier()
+
+
+options = dict(SPEC["storage_options"], key=os.environ["SP_NODE"])  # the proxy counts by access key
+corpus = shufflepoint.Shards(SPEC["url"], seq_len=SPEC["seq_len"], dtype="uint16", storage_options=options,
+                             cache_dir=os.environ["SP_CACHE"], progress=False, retries=8)
+phase("indexed")
+loader = shufflepoint.DataLoader(corpus, SPEC["batch_size"], seed=SPEC["seed"], deal=SPEC["deal"],
+                                 shuffle_block=SPEC["shuffle_block"])
+if SPEC.get("state_in"):
+    loader.load_state_dict(torch.load(SPEC["state_in"]))
+started = time.perf_counter()
+samples = 0
+for epoch in SPEC["epochs"]:
+    stop = SPEC.get("stop_after")
+    batches = len(loader) * stop if stop is not None else None
+    for step, batch in enumerate(loader):
+        samples += int(batch.shape[0])
+        if batches is not None and step + 1 >= batches:
+            break
+    if batches is not None:
+        if RANK == 0:
+            torch.save(loader.state_dict(), SPEC["state_out"])
+        phase(f"stopped-{epoch}")
+        break
+    phase(f"epoch-{epoch}")
+if RANK == 0:
+    with open(os.path.join(SPEC["marks"], "done.json"), "w") as f:
+        json.dump({"samples_rank0": samples, "seconds": time.perf_counter() - started}, f)
+dist.destroy_process_group()

@@ -1,0 +1,203 @@
+"""``make bench-locality``: the bytes each node fetches from S3 under the corpus deals (issue 18).
+
+Simulated nodes, as a cluster runs them: one torchrun agent per node (static rendezvous on
+127.0.0.1, one rank each), its own cache folder and its own S3 access key; the tests' S3 server
+(moto) behind a proxy that counts the body bytes of every GET per access key. The corpus is
+``make bench-shards``' token corpus (1,000 shards of 10,000 windows, 1.28 GB; ``--quick``: 100 of
+2,000). For each scenario the table gives, per node, the bytes fetched divided by the node's share
+(the corpus, or what remained of the epoch, over the nodes):
+
+- a whole epoch on 1, 2, 4 and 8 nodes from fresh caches (and the index's bytes before the first batch);
+- a second epoch on the same nodes and caches;
+- a re-deal at 50% of the epoch, 4 -> 3 and 4 -> 6 nodes (the first nodes keep their caches);
+- the ``strided`` deal on 2 nodes, for comparison (each node reads the whole corpus).
+
+Peers are not rerun here (their venvs are ``make bench-shards``'); docs/benchmarks-shards.md cites
+their rules and measured figures. Usage: ``python benchmarks/locality.py [--quick]``; writes
+``results/locality.md`` and ``.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "shards"))
+sys.path.insert(0, str(HERE.parent / "tests"))
+import corpus as corpora  # noqa: E402  (benchmarks/shards/corpus.py)
+
+import s3_server  # noqa: E402  (tests/s3_server.py)
+
+WORKER = HERE / "_locality_worker.py"
+BATCH, SEED = 256, 1
+# The default 65,536 rows for the full corpus (a node's share at 8 nodes is 1.25M rows: 1/19 of it);
+# one shard's rows for the quick one, whose share at 8 nodes is 25,000 rows (docs/shards.md, choosing it).
+SHUFFLE_BLOCK = {"full": 65_536, "quick": 2_000}
+
+
+class _PerKey:
+    """GET body bytes per S3 access key (the proxy's handler threads add to it)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.bytes: dict[str, int] = defaultdict(int)
+
+    def snapshot(self) -> dict[str, int]:
+        with self.lock:
+            return dict(self.bytes)
+
+
+COUNTS = _PerKey()
+
+
+class _CountingProxy(s3_server._Proxy):
+    def send_header(self, keyword: str, value: str) -> None:
+        if keyword.lower() == "content-length" and self.command == "GET" and "/part-" in self.path:
+            auth = self.headers.get("Authorization", "")
+            key = auth.split("Credential=", 1)[1].split("/", 1)[0] if "Credential=" in auth else "?"
+            with COUNTS.lock:
+                COUNTS.bytes[key] += int(value)
+        super().send_header(keyword, value)
+
+
+def free_port() -> int:
+    return int(s3_server.free_port())
+
+
+def run_job(server: s3_server.S3Server, url: str, work: Path, spec: dict, nodes: list[str], phases: list[str],
+            **job: object) -> dict[str, dict[str, int]]:
+    """One job on ``nodes`` (cache folders ``work/cache-<node>``): bytes per node fetched in each phase."""
+    marks = Path(tempfile.mkdtemp(dir=work, prefix="marks-"))
+    options = dict(server.storage_options)
+    spec = {"url": url, "storage_options": options, "seq_len": spec["seq_len"], "batch_size": BATCH, "seed": SEED,
+            "marks": str(marks), "deal": "spans", "shuffle_block": spec["shuffle_block"], **job}
+    port = free_port()
+    agents = []
+    for rank, node in enumerate(nodes):
+        env = dict(os.environ, SP_NODE=node, SP_CACHE=str(work / f"cache-{node}"), OMP_NUM_THREADS="1",
+                   TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={len(nodes)}", f"--node-rank={rank}",
+               "--nproc-per-node=1", "--master-addr=127.0.0.1", f"--master-port={port}", str(WORKER),
+               json.dumps(spec)]
+        log = open(marks / f"agent-{node}.log", "w")
+        agents.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env))
+    found: dict[str, dict[str, int]] = {}
+    before = COUNTS.snapshot()
+    try:
+        for name in phases:
+            while not (marks / name).exists():
+                if any(agent.poll() not in (None, 0) for agent in agents):
+                    logs = "\n".join((marks / f"agent-{n}.log").read_text()[-2000:] for n in nodes)
+                    raise RuntimeError(f"an agent failed before {name}:\n{logs}")
+                time.sleep(0.05)
+            now = COUNTS.snapshot()
+            found[name] = {node: now.get(node, 0) - before.get(node, 0) for node in nodes}
+            before = now
+            (marks / (name + ".go")).touch()
+        for agent in agents:
+            agent.wait(timeout=600)
+    finally:
+        for agent in agents:
+            if agent.poll() is None:
+                agent.kill()
+    done = json.loads((marks / "done.json").read_text()) if (marks / "done.json").exists() else {}
+    found["_run"] = done
+    return found
+
+
+def ratios(bytes_by_node: dict[str, int], share: float) -> list[float]:
+    return [round(b / share, 3) for b in bytes_by_node.values()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="the small corpus (100 shards of 2,000 windows)")
+    parser.add_argument("--out", default=str(HERE / "results"))
+    args = parser.parse_args()
+    root = HERE.parent / ".bench-cache" / "shards" / ("quick" if args.quick else "full")
+    spec = dict(corpora.QUICK if args.quick else corpora.FULL)
+    spec["shuffle_block"] = SHUFFLE_BLOCK["quick" if args.quick else "full"]
+    root.mkdir(parents=True, exist_ok=True)
+    tokens = corpora.build_tokens(root, spec)
+    corpus_bytes = corpora.folder_bytes(tokens, (".bin",))
+    s3_server._Proxy = _CountingProxy  # S3Server.start() builds its handler from this name
+    server = s3_server.S3Server().start()
+    work = Path(tempfile.mkdtemp(prefix="bench-locality-"))
+    rows: list[dict] = []
+    try:
+        server.create_bucket("bench")
+        client = server.client()
+        for path in sorted(tokens.glob("*.bin")):
+            client.put_object(Bucket="bench", Key=f"tok/{path.name}", Body=path.read_bytes())
+        url = "s3://bench/tok/part-*.bin"
+
+        def fresh(name: str) -> Path:
+            folder = work / name
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            return folder
+
+        for count in (1, 2, 4, 8):
+            nodes = [f"n{k}" for k in range(count)]
+            found = run_job(server, url, fresh(f"whole-{count}"), spec, nodes, ["indexed", "epoch-0", "epoch-1"],
+                            epochs=[0, 1])
+            share = corpus_bytes / count
+            rows.append({"scenario": f"{count} node(s), epoch 1, fresh caches", "nodes": count,
+                         "index_bytes": found["indexed"], "ratio": ratios(found["epoch-0"], share),
+                         "bytes": found["epoch-0"], "run": found["_run"]})
+            rows.append({"scenario": f"{count} node(s), epoch 2, same caches", "nodes": count,
+                         "ratio": ratios(found["epoch-1"], share), "bytes": found["epoch-1"]})
+        for new in (3, 6):
+            folder = fresh(f"redeal-{new}")
+            state = str(folder / "state.pt")
+            first = [f"n{k}" for k in range(4)]
+            half = run_job(server, url, folder, spec, first, ["indexed", "stopped-0"], epochs=[0], stop_after=0.5,
+                           state_out=state)
+            nodes = [f"n{k}" for k in range(new)]
+            rest = run_job(server, url, folder, spec, nodes, ["indexed", "epoch-0"], epochs=[0], state_in=state)
+            remaining = corpus_bytes * (1 - 0.5)
+            rows.append({"scenario": f"4 nodes to 50%, then {new} nodes: the rest of the epoch", "nodes": new,
+                         "ratio": ratios(rest["epoch-0"], remaining / new), "bytes": rest["epoch-0"],
+                         "first_half_ratio": ratios(half["stopped-0"], corpus_bytes * 0.5 / 4)})
+        found = run_job(server, url, fresh("strided-2"), spec, ["n0", "n1"], ["indexed", "epoch-0"], epochs=[0],
+                        deal="strided")
+        rows.append({"scenario": "2 nodes, strided deal (0.2's), epoch 1", "nodes": 2,
+                     "ratio": ratios(found["epoch-0"], corpus_bytes / 2), "bytes": found["epoch-0"]})
+    finally:
+        server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    write(Path(args.out), {"spec": spec, "corpus_bytes": corpus_bytes, "rows": rows, "quick": args.quick})
+
+
+def write(out: Path, result: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    name = "locality_quick" if result["quick"] else "locality"
+    (out / f"{name}.json").write_text(json.dumps(result, indent=1))
+    spec = result["spec"]
+    lines = [f"# make bench-locality{' (QUICK=1)' if result['quick'] else ''}", "",
+             f"Token corpus: {spec['shards']} shards x {spec['rows']} windows of {spec['seq_len']} tokens, "
+             f"{result['corpus_bytes'] / 1e6:.0f} MB in the local S3 server, shuffle_block {spec['shuffle_block']}, "
+             f"batch {BATCH}, one rank a node. Ratio = GET bytes of a node / its share "
+             "(the corpus, or what remained of the epoch, over the nodes); one value per node.", "",
+             "| scenario | GET bytes / share, per node | worst | index GET bytes per node |",
+             "|---|---|---|---|"]
+    for row in result["rows"]:
+        index = ", ".join(str(v) for v in row["index_bytes"].values()) if "index_bytes" in row else ""
+        lines.append(f"| {row['scenario']} | {', '.join(f'{r:.3f}' for r in row['ratio'])} | "
+                     f"{max(row['ratio']):.3f} | {index} |")
+    (out / f"{name}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
