@@ -274,7 +274,7 @@ def test_a_state_records_each_world_size_of_the_epoch_and_resets_at_the_next():
 
 
 def test_a_shuffle_block_larger_than_half_a_nodes_share_is_warned(monkeypatch):
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # torchrun sets it; without it the loader assumes one node
     rows = [100] * 40  # 4,000 rows; 4 ranks on 2 nodes: 2,000 rows a node
     with pytest.warns(UserWarning, match=r"shuffle_block: 1500 rows is more than half of a node's share .*2000"):
         shufflepoint.DataLoader(Corpus(rows), 2, rank=0, world_size=4, shuffle_block=1500)
@@ -283,3 +283,7 @@ def test_a_shuffle_block_larger_than_half_a_nodes_share_is_warned(monkeypatch):
         shufflepoint.DataLoader(Corpus(rows), 2, rank=0, world_size=4, shuffle_block=500)
         shufflepoint.DataLoader(Corpus(rows), 2, rank=0, world_size=2, shuffle_block=4000)  # one node
         shufflepoint.DataLoader(Corpus(rows), 2, rank=0, world_size=4, shuffle_block=1500, deal="strided")
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        shufflepoint.DataLoader(Corpus(rows), 2, rank=0, world_size=4, shuffle_block=1500)

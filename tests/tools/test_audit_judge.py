@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shufflepoint._core.plan import Layout
+from shufflepoint._core.plan import Layout, StridedCut
 from shufflepoint._loading.sampler import OrderCache, rank_index_chunks
 from shufflepoint._tools import audit as _audit
 from shufflepoint._tools.audit import (
@@ -195,7 +195,8 @@ def plan_streams(n, world, batch, drop_last, seed, epochs, start_cursor=0, first
     for epoch in range(first_epoch, epochs):
         cursor = start_cursor if epoch == first_epoch else 0
         for rank in range(world):
-            flat = [i for chunk in rank_index_chunks(orders.get(epoch), layout, rank, cursor) for i in chunk]
+            start = StridedCut(layout, cursor)
+            flat = [i for chunk in rank_index_chunks(orders.get(epoch, start), start, rank) for i in chunk]
             streams[rank].append(_batches(flat, batch))
     return streams
 

@@ -178,7 +178,11 @@ def _check_segments_shape(segments: list[Any]) -> None:
 
 
 def _check_deal(state: Mapping[str, Any], expected: Expected) -> None:
-    """The deal is the one this object reads with, and its history replays to the state's cursor."""
+    """The layout is sane, the deal is the one this object reads with, and its history replays to
+    the state's cursor."""
+    for field in ("world_size", "batch_size"):
+        if state[field] < 1:
+            raise _fail(field, state[field], "an int >= 1", "The state is damaged.")
     deal, segments = state["deal"], state["segments"]
     if deal not in DEALS:
         raise _fail("deal", deal, " or ".join(map(repr, DEALS)), "The state is damaged or from a newer shufflepoint.")
@@ -234,9 +238,6 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> Posit
                     f"seed={state['seed']!r} to resume this run, or start fresh.")
     if state["cursor"] > state["n"]:
         raise _fail("cursor", state["cursor"], f"an int in [0, n={state['n']}]", "The state is damaged.")
-    for field in ("world_size", "batch_size"):
-        if state[field] < 1:
-            raise _fail(field, state[field], "an int >= 1", "The state is damaged.")
     _check_deal(state, expected)
     found_print, expected_print = state["dataset_fingerprint"], expected.dataset_fingerprint
     fingerprint_changed = found_print is not None and expected_print is not None and found_print != expected_print

@@ -197,7 +197,8 @@ def warn_if_blocks_exceed_the_share(orders: OrderCache, deal: Deal, n: int, worl
     after a re-deal a block cut by a new edge is read by two nodes. Said once, at construction."""
     if deal.name != SPANS or orders.shuffle_block is None or not orders.is_corpus:
         return
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    local_env = os.environ.get("LOCAL_WORLD_SIZE", "")
+    local = int(local_env) if local_env.isdigit() else world_size  # unknown (not torchrun): one node
     if world_size <= max(local, 1):
         return  # one node reads the whole corpus anyway
     share = n * min(local, world_size) // world_size

@@ -99,10 +99,12 @@ def tail_trim(loader: Any) -> tuple[int, list[int] | None]:
     batch_size, world_size = int(loader.batch_size), int(loader.world_size)
     samples = int(loader.samples_left())  # per rank, padding included: the same on every rank
     real = [int(loader.real_samples_left(rank)) for rank in range(world_size)]
-    if bool(loader.drop_last) or samples == 0 or all(count == samples for count in real):
+    if bool(loader.drop_last) or samples == 0:
         return 0, None
     before_last = (-(-samples // batch_size) - 1) * batch_size
     size = samples - before_last  # samples per rank in the last batch
+    if size == batch_size and all(count == samples for count in real):
+        return 0, None  # a full last step: nothing to trim
     keep = [rank * size + t for rank in range(world_size) for t in range(size) if before_last + t < real[rank]]
     return len(keep), (None if keep == list(range(len(keep))) else keep)
 
