@@ -14,11 +14,19 @@ import json
 import os
 import sys
 import time
+import warnings
 
 import torch
 import transformers
 
+from shufflepoint import ResumeWarning
 from shufflepoint.integrations.transformers import Trainer
+
+if int(transformers.__version__.split(".")[0]) < 5:
+    # transformers 4.57 resumes a multi-process CPU run with torch.load(map_location=args.device), that
+    # is "cpu:0", which torch 2.13 refuses (the stock Trainer too; fixed in 5.x): read "cpu:N" as the CPU.
+    torch.serialization.register_package(
+        11, lambda obj: None, lambda obj, location: obj if location.startswith("cpu:") else None)
 
 N, SEQ, VOCAB = 40, 4, 128
 # name: (per-device batch, gradient accumulation, workers, augment, stop at global_step)
@@ -30,6 +38,8 @@ SCENARIOS = {
     "kill": (4, 1, 0, False, 8),  # stopped by SIGKILL 3 batches into epoch 1
     "shrink": (4, 1, 0, False, 7),  # saved on 2 ranks (cursor 16 of epoch 1), resumed on 1
     "grow": (4, 2, 0, False, 6),  # saved on 1 rank, GA 2: 2 batches into epoch 1 (cursor 8); resumed on 2
+    "shards": (4, 1, 0, False, 7),  # a JSONL corpus of 20 shards as shufflepoint.Shards
+    "mixture": (4, 1, 0, False, 7),  # that corpus mixed 2:1 with 10 in-memory samples, 40 an epoch
 }
 
 
@@ -47,6 +57,29 @@ class Tokens(torch.utils.data.Dataset):
         noise = int(torch.randint(0, VOCAB, ())) if self.augment else index + 2
         ids = torch.tensor([index, index + 1, noise, index + 3]) % VOCAB
         return {"input_ids": ids, "labels": ids}
+
+
+def tokens(index):
+    ids = torch.tensor([index, index + 1, index + 2, index + 3]) % VOCAB
+    return {"input_ids": ids, "labels": ids}
+
+
+def corpus_dataset(out, name, rank):
+    """shufflepoint.Shards over JSONL shards of {"id": i} rows (made by rank 0), alone or in a Mixture."""
+    import shufflepoint
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+    from corpus_files import jsonl_corpus
+
+    folder = os.path.join(out, "corpus")
+    if rank == 0 and not os.path.isdir(folder):
+        jsonl_corpus(folder, 20, rows=(1, 3), seed=3)
+    torch.distributed.barrier()
+    corpus = shufflepoint.Shards(os.path.join(folder, "*.jsonl"), transform=lambda row: tokens(row["id"]),
+                                 cache_dir=os.path.join(out, f"index-{rank}"), progress=False)
+    if name == "shards":
+        return corpus
+    return shufflepoint.Mixture([(corpus, 2), ([tokens(100 + i) for i in range(10)], 1)], samples_per_epoch=40)
 
 
 class Recording(Trainer):
@@ -99,9 +132,13 @@ def run(out, phase, name, rank):
                                       num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=SEQ)
     model = transformers.LlamaForCausalLM(config)
     stopping = phase in ("stop", "kill")
-    trainer = Recording(model=model, args=args, train_dataset=Tokens(augment), seed_per_sample=augment,
+    dataset = corpus_dataset(out, name, rank) if name in ("shards", "mixture") else Tokens(augment)
+    trainer = Recording(model=model, args=args, train_dataset=dataset, seed_per_sample=augment,
                         record=record, callbacks=[Steps(record, stop if stopping else None, phase == "kill")])
-    trainer.train(resume_from_checkpoint=phase == "resume")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResumeWarning)
+        trainer.train(resume_from_checkpoint=phase == "resume")
+    record["resume_warnings"] = [str(w.message) for w in caught if issubclass(w.category, ResumeWarning)]
     record["final_step"] = trainer.state.global_step
     record["weights"] = float(sum(p.detach().double().sum() for p in model.parameters()))
     with open(os.path.join(out, f"{name}.{phase}.rank{rank}.json"), "w") as f:

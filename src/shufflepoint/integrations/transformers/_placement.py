@@ -62,7 +62,7 @@ def place(epoch: int, batches_per_epoch: int, batches_left: int, accumulation: i
     """
     for name, value in (("epoch", epoch), ("batches_per_epoch", batches_per_epoch),
                         ("batches_left", batches_left), ("accumulation", accumulation)):
-        if not isinstance(value, int) or value < 0:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{name}: found {value!r}, expected an integer >= 0")
     if accumulation < 1 or batches_left > batches_per_epoch:
         raise ValueError(f"accumulation {accumulation} must be >= 1 and batches_left {batches_left} "
