@@ -1,5 +1,4 @@
-"""The callback that saves the loader's state with every checkpoint and continues the learning-rate
-schedule at the placed step, and that continuation itself."""
+"""Continuing the learning-rate schedule at the placed step, and the callback that does it."""
 
 from __future__ import annotations
 
@@ -33,17 +32,12 @@ def continue_schedule(scheduler: Any, optimizer: Any, step: int) -> None:
     inner._last_lr = list(rates)  # what get_last_lr() returns: the Trainer logs it
 
 
-class SaveLoaderState(TrainerCallback):
-    """Every rank calls on_save after the Trainer wrote a checkpoint folder; the ranks that save
-    write the loader's state there. on_train_begin comes after the scheduler was loaded."""
+class ContinueSchedule(TrainerCallback):
+    """on_train_begin comes after the Trainer loaded the checkpoint's scheduler: the Trainer then
+    moves it to the placed global_step (``continue_schedule``)."""
 
     def __init__(self, trainer: Any) -> None:
         self._trainer = weakref.ref(trainer)
-
-    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        trainer = self._trainer()
-        if trainer is not None:
-            trainer._write_loader_state(args, state)
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         trainer = self._trainer()

@@ -35,6 +35,8 @@ TOUCH_POINTS = (
     "the resumed position is not a whole optimizer step",
     "transformers.Trainer.get_batch_samples: the first pull after a resume between two optimizer "
     "steps stops at the next whole step",
+    "transformers.Trainer._save_checkpoint / _get_output_dir: the checkpoint folder the loader's state "
+    "joins, written before any on_save callback runs",
     "transformers.Trainer._remove_unused_columns / _get_collator_with_removed_columns: the columns "
     "_get_dataloader would drop",
     "transformers.Trainer._train_batch_size: the per-device batch size (auto_find_batch_size changes it)",
@@ -131,6 +133,12 @@ def worker_init(args: Any) -> Any:
     from transformers.trainer_utils import seed_worker  # TOUCH POINT: its (worker_id, num_workers, rank)
 
     return functools.partial(seed_worker, num_workers=args.dataloader_num_workers, rank=args.process_index)
+
+
+def output_dir(trainer: Any, trial: Any) -> str:
+    """Where ``_save_checkpoint`` puts checkpoint-N folders (a hyperparameter search's run folder)."""
+    found: str = trainer._get_output_dir(trial=trial)  # TOUCH POINT: Trainer._get_output_dir
+    return found
 
 
 def checkpoint_folder_name(global_step: int) -> str:

@@ -17,7 +17,7 @@ from shufflepoint._loading.keyed import Transform
 from shufflepoint._loading.loader import DataLoader
 from shufflepoint.integrations.transformers import _touch
 from shufflepoint.integrations.transformers._placement import Placement, place, updates_per_epoch
-from shufflepoint.integrations.transformers._schedule import SaveLoaderState, continue_schedule
+from shufflepoint.integrations.transformers._schedule import ContinueSchedule, continue_schedule
 
 if TYPE_CHECKING:
     import transformers
@@ -50,7 +50,7 @@ class ResumableTrainerMixin(_TrainerBase):
         self._shufflepoint_saved_step: int | None = None
         self._shufflepoint_first_chunk: int | None = None
         super().__init__(*args, **kwargs)
-        self.add_callback(SaveLoaderState(self))
+        self.add_callback(ContinueSchedule(self))
 
     # -- the loader ----------------------------------------------------------------------------
     def get_train_dataloader(self) -> DataLoader:
@@ -194,17 +194,18 @@ class ResumableTrainerMixin(_TrainerBase):
             if self._shufflepoint_saved_step != self._shufflepoint_placement.global_step:
                 continue_schedule(scheduler, optimizer, self._shufflepoint_placement.global_step)
 
-    def _write_loader_state(self, args: Any, state: Any) -> None:
-        """On every checkpoint save: the loader's state, the same on every rank, next to the model."""
+    def _save_checkpoint(self, model: Any, trial: Any, *args: Any, **kwargs: Any) -> None:
+        # TOUCH POINT: Trainer._save_checkpoint writes the folder (model, optimizer, trainer_state.json)
+        # on the ranks that save; the loader's state joins it there, before any on_save callback runs
+        # (a callback that ends the process, say, still finds a complete checkpoint).
+        super()._save_checkpoint(model, trial, *args, **kwargs)
         loader = self._shufflepoint_loader
-        if loader is None or not args.should_save:
+        if loader is None or not self.args.should_save:
             return
-        folder = os.path.join(args.output_dir, _touch.checkpoint_folder_name(state.global_step))
+        folder = os.path.join(_touch.output_dir(self, trial), _touch.checkpoint_folder_name(self.state.global_step))
         if not os.path.isdir(folder):
-            warnings.warn(f"checkpoint folder {folder} not found at save time (hyperparameter search?): the "
-                          "loader's state was not saved, a resume from it would be placed by global_step alone",
-                          ResumeWarning, stacklevel=2)
-            return
+            raise RuntimeError(f"shufflepoint Trainer: the checkpoint folder {folder} was not written by "
+                               "Trainer._save_checkpoint, so the loader's state has no place to go")
         path = os.path.join(folder, LOADER_STATE_FILE)
         with open(f"{path}.tmp{os.getpid()}", "w") as f:
             json.dump(loader.state_dict(), f)
