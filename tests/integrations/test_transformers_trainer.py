@@ -117,3 +117,37 @@ def test_ignore_data_skip_is_refused_on_resume(tmp_path):
                       data_collator=_collate)
     with warnings.catch_warnings(), pytest.raises(ValueError, match="ignore_data_skip: found True"):
         trainer.train(resume_from_checkpoint=folder)
+
+
+def test_the_mixin_goes_on_another_trainer_subclass(tmp_path):
+    """A TRL-like subclass with its own constructor arguments and loss: the mixin goes first."""
+    from shufflepoint.integrations.transformers import ResumableTrainerMixin
+
+    class SFTLike(transformers.Trainer):
+        def __init__(self, *args, formatting_func=None, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.formatting_func = formatting_func
+
+        def compute_loss(self, model, inputs, *args, **kwargs):
+            return super().compute_loss(model, inputs, *args, **kwargs)
+
+    class Resumable(ResumableTrainerMixin, SFTLike):
+        pass
+
+    trainer = Resumable(model=_model(), args=_args(tmp_path), train_dataset=Tokens(), data_collator=_collate,
+                        formatting_func=str, seed_per_sample=True)
+    assert trainer.formatting_func is str
+    assert isinstance(trainer.get_train_dataloader(), shufflepoint.DataLoader)
+
+
+def test_the_schedule_continues_at_the_placed_step():
+    from shufflepoint.integrations.transformers._schedule import continue_schedule
+
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    linear = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / 10)
+    continue_schedule(linear, optimizer, 4)
+    assert linear.last_epoch == 4 and optimizer.param_groups[0]["lr"] == pytest.approx(0.6)
+    assert linear.get_last_lr() == [pytest.approx(0.6)]
+    stepped = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2)
+    with pytest.warns(shufflepoint.ResumeWarning, match="StepLR continues at its saved step count"):
+        continue_schedule(stepped, optimizer, 4)
