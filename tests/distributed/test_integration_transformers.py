@@ -30,7 +30,7 @@ from shufflepoint._tools.launch import launch  # noqa: E402
 HAS_RESUME_HOOK = hasattr(importlib.import_module("transformers").Trainer, "get_resumed_dataloader")
 WORKER = os.path.join(os.path.dirname(__file__), "workers", "trainer_worker.py")
 N, SEED, EPOCHS, LR = 40, 1234, 3, 1e-2
-SAME_WORLD = ["plain", "ga2", "workers2", "augment", "shards", "mixture", "kill"]
+SAME_WORLD = ["plain", "ga2", "workers2", "augment", "shards", "mixture", "edge", "kill"]
 
 
 def _read(out, name, phase, world_size):
@@ -69,7 +69,7 @@ def test_the_uninterrupted_trainer_trains_the_loader_order(runs):
 
 @pytest.mark.parametrize("name, batch_size, steps", [
     ("plain", 4, 15), ("ga2", 2, 15), ("workers2", 4, 15), ("augment", 4, 15), ("kill", 4, 15),
-    ("shards", 4, None), ("mixture", 4, 15)])
+    ("shards", 4, None), ("mixture", 4, 15), ("edge", 4, 15)])
 def test_same_world_resume_is_exact_per_rank(runs, name, batch_size, steps):
     before = _read(runs, name, "kill" if name == "kill" else "stop", 2)
     after = _read(runs, name, "resume", 2)

@@ -35,6 +35,7 @@ SCENARIOS = {
     "ga2": (2, 2, 0, False, 7),  # 2 ranks: 10 batches, 5 steps an epoch; stop 4 batches into epoch 1
     "workers2": (4, 1, 2, False, 7),
     "augment": (4, 1, 2, True, 7),
+    "edge": (4, 1, 0, False, 5),  # saved after the last batch of epoch 0: resumes at epoch 1's start
     "kill": (4, 1, 0, False, 8),  # stopped by SIGKILL 3 batches into epoch 1
     "shrink": (4, 1, 0, False, 7),  # saved on 2 ranks (cursor 16 of epoch 1), resumed on 1
     "grow": (4, 2, 0, False, 6),  # saved on 1 rank, GA 2: 2 batches into epoch 1 (cursor 8); resumed on 2
