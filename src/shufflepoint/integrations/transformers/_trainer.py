@@ -65,7 +65,7 @@ class ResumableTrainerMixin(_TrainerBase):
             raise ValueError(
                 f"train_sampling_strategy / group_by_length: found {strategy!r}, expected 'random': the "
                 "shufflepoint Trainer draws the order itself (a seekable shuffle); use the stock Trainer "
-                "for length grouping, or shufflepoint.Trainer with the default strategy")
+                "for length grouping, or leave train_sampling_strategy at 'random' (and group_by_length off)")
         dataset, collator = _touch.without_unused_columns(self, self.train_dataset)
         if isinstance(dataset, torch.utils.data.IterableDataset):
             raise TypeError("train_dataset: found an IterableDataset, expected a map-style dataset (len and "
