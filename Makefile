@@ -4,7 +4,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-ray bench bench-shuffle bench-agreement bench-scaling bench-shards bench-locality soak lint clean test-accelerate-matrix
+.PHONY: setup demo test test-ray bench bench-shuffle bench-agreement bench-scaling bench-shards bench-locality soak lint \
+	clean test-accelerate-matrix test-transformers-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -72,7 +73,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) $(RAY_VENV) $(SHARDS_VENVS) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(RAY_VENV) $(SHARDS_VENVS) .venv-transformers-* .pytest_cache .hypothesis
 
 # The Accelerate integration against every Accelerate release it claims (issue 3): one venv each,
 # torch first and alone (the local CPU wheel), then that Accelerate. Prints one line per version.
@@ -97,6 +98,39 @@ test-accelerate-matrix:
 	  then result=passed; else result=FAILED; status=1; fi; \
 	  tail -n 1 $$env/last-run.log; \
 	  summary="$$summary\naccelerate $$v: $$result ($$(tail -n 1 $$env/last-run.log | tr -d '='))"; \
+	done; \
+	printf "$$summary\n"; exit $$status
+
+# The Trainer integration (issue 20) against the transformers releases it claims: the newest (5.25.0)
+# in the dev stack, each older one in its own venv, torch first and alone (the local CPU wheel), then
+# that transformers (4.57.1 wants huggingface-hub<1, so it cannot share the dev venv). One line each.
+TRANSFORMERS_VERSIONS := 4.57.1
+TRANSFORMERS_TESTS := tests/integrations/test_transformers_placement.py tests/integrations/test_transformers_trainer.py \
+	tests/distributed/test_integration_transformers.py tests/distributed/test_audit_trainer.py
+
+test-transformers-matrix: $(STAMP)
+	@status=0; summary=""; \
+	echo "== transformers $$($(PY) -c 'import transformers; print(transformers.__version__)') (dev stack)"; \
+	if $(PY) -m pytest -q -p no:cacheprovider $(TRANSFORMERS_TESTS) > $(VENV)/transformers-last-run.log 2>&1; \
+	then result=passed; else result=FAILED; status=1; fi; \
+	tail -n 1 $(VENV)/transformers-last-run.log; \
+	summary="$$summary\ntransformers (dev stack): $$result ($$(tail -n 1 $(VENV)/transformers-last-run.log | tr -d '='))"; \
+	for v in $(TRANSFORMERS_VERSIONS); do \
+	  env=.venv-transformers-$$v; \
+	  if [ ! -f $$env/.installed ]; then \
+	    $(PYTHON) -m venv $$env && \
+	    $$env/bin/python -m pip install -q --upgrade pip && \
+	    $$env/bin/python -m pip install -q torch==2.13.0 && \
+	    $$env/bin/python -m pip install -q transformers==$$v accelerate==1.13.0 pytest pytest-timeout \
+	      pytest-rerunfailures hypothesis numpy && \
+	    $$env/bin/python -m pip install -q -e . && \
+	    touch $$env/.installed || { status=1; summary="$$summary\ntransformers $$v: INSTALL FAILED"; continue; }; \
+	  fi; \
+	  echo "== transformers $$v"; \
+	  if $$env/bin/python -m pytest -q -p no:cacheprovider $(TRANSFORMERS_TESTS) > $$env/last-run.log 2>&1; \
+	  then result=passed; else result=FAILED; status=1; fi; \
+	  tail -n 1 $$env/last-run.log; \
+	  summary="$$summary\ntransformers $$v: $$result ($$(tail -n 1 $$env/last-run.log | tr -d '='))"; \
 	done; \
 	printf "$$summary\n"; exit $$status
 

@@ -39,6 +39,7 @@ from typing import Any
 
 from shufflepoint._tools.audit import SavePoint, Target, UsageError, load_target, parse_save_at, sample_ids
 from shufflepoint._tools.audit.identity import sample_digests
+from shufflepoint._tools.audit.trainer import TrainerRun, describe, is_trainer
 from shufflepoint._tools.launch import end_worker
 
 
@@ -132,6 +133,9 @@ class Worker:
             raise _Failure("usage", f"importing TARGET {target.text!r} failed: {type(error).__name__}: "
                                     f"{error}") from error
         loader = factory()
+        if is_trainer(loader):  # a Hugging Face Trainer: its own loop and checkpoints are audited
+            self.record.update(describe(loader))
+            return loader
         for method in ("state_dict", "load_state_dict"):
             if not callable(getattr(loader, method, None)):
                 raise _Failure("usage", f"TARGET {target.text!r} returned a {type(loader).__module__}."
@@ -194,7 +198,9 @@ class Worker:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             loader = self.build()
-            if phase in ("record", "reference"):
+            if is_trainer(loader):
+                self.run_trainer(loader)
+            elif phase in ("record", "reference"):
                 self.record["epochs"] = self.run_epochs(loader, saving=phase == "record", stop_at_save=False)
             elif phase == "interrupt":
                 self.record["epochs"] = self.run_epochs(loader, saving=True, stop_at_save=True)
@@ -202,6 +208,37 @@ class Worker:
                 self.resume(loader)
         self.record["warnings"] = [f"{w.category.__name__}: {w.message}" for w in caught
                                    if "set_vital" not in str(w.message)]
+
+    def run_trainer(self, trainer: Any) -> None:
+        """The phase for a Trainer TARGET (``audit.trainer``): its train() records, saves, resumes."""
+        try:
+            self._run_trainer(trainer)
+        except UsageError as error:
+            raise _Failure("usage", str(error)) from None
+
+    def _run_trainer(self, trainer: Any) -> None:
+        import torch
+
+        phase, last = self.args.phase, self.args.epochs - 1
+        run = TrainerRun(trainer, self.args.epochs, os.path.join(self.out, f"trainer-{phase}"), self.observe)
+        if phase == "resume":
+            source = self.rank if os.path.exists(self.state_path(self.rank)) else 0
+            folder = torch.load(self.state_path(source), weights_only=False)["trainer_checkpoint"]
+            self.record["loaded_state_of_rank"] = source
+            run.train(None, stop=False, resume_from=folder)
+            self.record["passes"], self.record["content_passes"] = run.epochs(self.save.epoch, last)
+            self.record["replayed"] = run.replayed(self.save.epoch)
+            return
+
+        def saved(folder: str) -> None:
+            if os.path.isdir(folder):
+                self.record["state_keys"] = sorted(os.listdir(folder))
+            _atomic_write(self.state_path(self.rank), lambda tmp: torch.save({"trainer_checkpoint": folder}, tmp))
+
+        run.on_saved = saved
+        run.train(None if phase == "reference" else self.save, stop=phase == "interrupt")
+        upto = self.save.epoch if phase == "interrupt" else last
+        self.record["epochs"], self.record["content"] = run.epochs(0, upto)
 
     def resume(self, loader: Any) -> None:
         import torch

@@ -1,0 +1,129 @@
+"""shufflepoint.integrations.transformers.Trainer: a real Trainer (tiny LlamaForCausalLM) on 2 processes
+(torchrun, Gloo), stopped mid epoch 1 and resumed in new processes with resume_from_checkpoint.
+
+Three launches run every scenario of workers/trainer_worker.py (a launch costs ~15 s of imports):
+
+1. 2 processes: the uninterrupted runs, the runs stopped at a checkpoint, and last one SIGKILLed
+   right after its checkpoint;
+2. 1 process: 2 -> 1 resumed, and a run stopped on 1 process (the 1 -> 2 source);
+3. 2 processes: every same-world resume, and 1 -> 2.
+
+Same world: each rank's trained batches (stopped + resumed) equal the uninterrupted run's, batch
+for batch, and the final weights are equal. Another world: the interrupted epoch is the epoch's
+global order read once (``assert_epoch_exactly_once``), the run ends after epoch 3 of data, and the
+learning rate at every resumed step is the linear schedule of the new run at the placed step.
+"""
+
+import importlib
+import json
+import os
+
+import pytest
+
+pytest.importorskip("transformers", reason="the transformers extra is not installed: pip install "
+                                           "'shufflepoint[transformers]'")
+
+from integration_checks import assert_epoch_exactly_once, reference  # noqa: E402
+
+from shufflepoint._tools.launch import launch  # noqa: E402
+
+HAS_RESUME_HOOK = hasattr(importlib.import_module("transformers").Trainer, "get_resumed_dataloader")
+WORKER = os.path.join(os.path.dirname(__file__), "workers", "trainer_worker.py")
+N, SEED, EPOCHS, LR = 40, 1234, 3, 1e-2
+SAME_WORLD = ["plain", "ga2", "workers2", "augment", "shards", "mixture", "edge", "kill"]
+
+
+def _read(out, name, phase, world_size):
+    runs = []
+    for rank in range(world_size):
+        with open(os.path.join(out, f"{name}.{phase}.rank{rank}.json")) as f:
+            runs.append(json.load(f))
+    return runs
+
+
+def _stream(run):
+    return [(b["epoch"], b["ids"]) for b in run["batches"]]
+
+
+def _flat_reference(world_size, batch_size):
+    return reference(N, SEED, world_size, batch_size, EPOCHS)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("trainer"))
+    first = ["whole:plain", "whole:augment", "whole:shards", "whole:mixture"]
+    first += [f"stop:{n}" for n in SAME_WORLD[:-1]] + ["stop:shrink", "kill:kill"]
+    killed = launch([WORKER, out, *first], 2, kill_when=os.path.join(out, "kill.saved"), timeout=400)
+    assert killed.killed and os.path.exists(os.path.join(out, "kill.kill.rank1.json")), killed.stderr[-3000:]
+    launch([WORKER, out, "resume:shrink", "stop:grow"], 1, timeout=300).check()
+    launch([WORKER, out, *[f"resume:{n}" for n in SAME_WORLD], "resume:grow"], 2, timeout=400).check()
+    return out
+
+
+def test_the_uninterrupted_trainer_trains_the_loader_order(runs):
+    for rank, run in enumerate(_read(runs, "plain", "whole", 2)):
+        assert _stream(run) == _flat_reference(2, 4)[rank]
+        assert run["final_step"] == EPOCHS * 5
+
+
+@pytest.mark.parametrize("name, batch_size, steps", [
+    ("plain", 4, 15), ("ga2", 2, 15), ("workers2", 4, 15), ("augment", 4, 15), ("kill", 4, 15),
+    ("shards", 4, None), ("mixture", 4, 15), ("edge", 4, 15)])
+def test_same_world_resume_is_exact_per_rank(runs, name, batch_size, steps):
+    before = _read(runs, name, "kill" if name == "kill" else "stop", 2)
+    after = _read(runs, name, "resume", 2)
+    for rank in range(2):
+        if name in ("shards", "mixture"):  # their own orders (blocks, mixture): the uninterrupted run is the reference
+            whole = _read(runs, name, "whole", 2)[rank]
+            assert _stream(before[rank]) + _stream(after[rank]) == _stream(whole), f"rank {rank}"
+            steps = whole["final_step"]
+            assert steps == len(whole["batches"]) > 7, "the corpus is too small to stop mid epoch 1"
+        else:
+            assert _stream(before[rank]) + _stream(after[rank]) == _flat_reference(2, batch_size)[rank], \
+                f"rank {rank}"
+        assert after[rank]["final_step"] == steps
+        assert after[rank]["start_step"] == before[rank]["steps"][-1][0]  # global_step unchanged on the same world
+        assert not before[rank]["resume_warnings"] and not after[rank]["resume_warnings"]
+    if name in ("plain", "augment", "shards", "mixture"):
+        whole = _read(runs, name, "whole", 2)
+        for rank in range(2):
+            assert after[rank]["weights"] == whole[rank]["weights"], f"rank {rank}: the weights differ"
+            noise = [b["noise"] for b in before[rank]["batches"] + after[rank]["batches"]]
+            assert noise == [b["noise"] for b in whole[rank]["batches"]], f"rank {rank}: augmentation differs"
+
+
+def _check_schedule(run, total_steps, last_step=None):
+    """Every resumed optimizer step: global_step counts on from the placement, the rate is linear."""
+    steps = run["steps"]
+    assert [s for s, _ in steps] == list(range(run["start_step"] + 1, (last_step or total_steps) + 1))
+    for step, rate in steps:
+        assert rate == pytest.approx(LR * (1 - step / total_steps), abs=1e-12), f"step {step}"
+
+
+def test_two_to_one_trains_every_sample_of_the_epoch_once(runs):
+    before, (after,) = _read(runs, "shrink", "stop", 2), _read(runs, "shrink", "resume", 1)
+    records = lambda run: [{"epoch": e, "ids": ids} for e, ids in _stream(run)]  # noqa: E731
+    assert_epoch_exactly_once(N, SEED, 1, [[records(r) for r in before], [records(after)]])
+    assert [b for b in _stream(after) if b[0] == 2] == [b for b in _flat_reference(1, 4)[0] if b[0] == 2]
+    assert after["start_step"] == 10 + 4  # 1 rank x batch 4: 10 steps an epoch; cursor 16 = 4 batches
+    assert not after["resume_warnings"]
+    _check_schedule(after, 3 * 10)
+
+
+def test_one_to_two_with_accumulation_trains_every_sample_once(runs):
+    (before,), after = _read(runs, "grow", "stop", 1), _read(runs, "grow", "resume", 2)
+    records = lambda run: [{"epoch": e, "ids": ids} for e, ids in _stream(run)]  # noqa: E731
+    assert_epoch_exactly_once(N, SEED, 1, [[records(before)], [records(r) for r in after]])
+    for rank in range(2):
+        assert [b for b in _stream(after[rank]) if b[0] == 2] == [
+            b for b in _flat_reference(2, 4)[rank] if b[0] == 2]
+        # 2 ranks x batch 4, GA 2: 3 steps an epoch; cursor 8 = 1 batch, half a step: the first is short
+        assert after[rank]["start_step"] == 3
+        if HAS_RESUME_HOOK:  # the first step accumulates 1 batch, every later one 2
+            assert not after[rank]["resume_warnings"]
+            _check_schedule(after[rank], 3 * 3)
+        else:  # < 5.25 numbers the batches from the last whole step: said, and the run is a step short
+            assert "not a whole number of optimizer steps" in " ".join(after[rank]["resume_warnings"])
+            _check_schedule(after[rank], 3 * 3, last_step=3 * 3 - 1)
+    assert after[0]["weights"] == after[1]["weights"], "the ranks' models diverged: a step missed its gradient sync"
