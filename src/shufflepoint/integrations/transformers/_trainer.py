@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 import torch.utils.data
 
 from shufflepoint._core.errors import ResumeWarning
-from shufflepoint._core.plan import Layout
 from shufflepoint._loading.keyed import Transform
 from shufflepoint._loading.loader import DataLoader
 from shufflepoint.integrations.transformers import _touch
@@ -171,9 +170,7 @@ class ResumableTrainerMixin(_TrainerBase):
                 "this run has the saved run's world size, batch size and gradient accumulation, and was "
                 "written with the shufflepoint order", ResumeWarning, stacklevel=2)
             loader.seek(epoch, min(step * accumulation, len(loader)))
-        state = loader.state_dict()
-        left = Layout(state["n"], loader.world_size, state["batch_size"], state["drop_last"]).batches_per_rank(
-            loader.cursor)
+        left = loader.batches_left()
         placement = place(loader.epoch, len(loader), left, accumulation)
         if placement.epoch != loader.epoch:
             loader.set_epoch(placement.epoch)
