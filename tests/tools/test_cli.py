@@ -366,7 +366,7 @@ def _sidecar(tmp_path):
     data.mkdir()
     rows = {str(data / f"part-{i}.jsonl"): (100 + i, "m", i) for i in range(5)}  # part-0 is empty
     built = _index.build(list(rows), reader="jsonl", options={}, info=lambda u: rows[u][:2],
-                         count_rows=lambda u: rows[u][2], progress=False)
+                         count=lambda u, size, version: (rows[u][2], ""), progress=False)
     sidecar.save(built, str(tmp_path / "cache"), "key")
     return data, built
 

@@ -33,7 +33,7 @@ import json
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -60,6 +60,7 @@ class CorpusIndex:
     reader: str
     options: dict[str, Any]
     shards: tuple[ShardRecord, ...]
+    read_as: int = field(default=VERSION, compare=False)  # the format of the sidecar it was read from
 
     @property
     def rows(self) -> np.ndarray:
@@ -97,7 +98,7 @@ class CorpusIndex:
             raise ValueError(f"{where}: index version {version!r}, expected one of {', '.join(map(str, READS))}")
         try:
             shards = tuple(_record(entry, version) for entry in value["shards"])
-            index = cls(str(value["root"]), str(value["reader"]), dict(value["options"]), shards)
+            index = cls(str(value["root"]), str(value["reader"]), dict(value["options"]), shards, read_as=version)
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"{where}: damaged corpus index ({error!r})") from error
         if (index.content_hash if version == VERSION else index.legacy_hash) != value.get("content_hash"):
@@ -157,7 +158,8 @@ def build(urls: Sequence[str], *, reader: str, options: dict[str, Any],
             name = relative(root, url)
             same = [r for r in reusable.get(name, ()) if (r.size, r.version) == (size, version)
                     and (r.checksum or not checksums)]
-            records.append(ShardRecord(name, size, version, same[0].rows, same[0].checksum) if same else None)
+            checksum = same[0].checksum if same and checksums else ""  # checked only where asked for
+            records.append(ShardRecord(name, size, version, same[0].rows, checksum) if same else None)
         todo = [i for i, record in enumerate(records) if record is None]
         if before_counting is not None and todo:
             before_counting([(urls[i], found[i][0]) for i in todo])

@@ -60,8 +60,14 @@ class Indexer:
             built = _index.build(urls, reader=self.reader.name, options=options, info=self._info, count=self.count,
                                  known=known, checksums=self.checksums, threads=threads, progress=progress,
                                  before_counting=self._before_counting)
-            if latest is None or latest.to_json() != built.to_json():
+            if latest is None or latest.read_as != _index.VERSION or latest.to_json() != built.to_json():
                 sidecar.save(built, self.cache_dir, key)
+        unversioned = [s.name for s, url in zip(built.shards, urls, strict=True) if is_remote(url) and not s.version]
+        if unversioned and not self.checksums:
+            warnings.warn(f"the storage reports no version for {len(unversioned)} shard(s) (e.g. {unversioned[0]}; "
+                          "plain HTTP without ETag or Last-Modified?): one rewritten with the same size would be read "
+                          "without notice. Pass verify='checksum' to check every copy's content.",
+                          UserWarning, stacklevel=4)
         return built
 
     def read_published(self, root: str, options: dict[str, Any]) -> _index.CorpusIndex | None:

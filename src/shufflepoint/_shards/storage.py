@@ -27,6 +27,7 @@ from typing import IO, Any, TypeVar
 
 from shufflepoint._core.errors import ShardError
 from shufflepoint._shards.faults import Truncated, changed, check_version, describe, kind, vanished
+from shufflepoint._shards.integrity import stream_checksum
 
 T = TypeVar("T")
 _MAX_DELAY_S = 30.0
@@ -296,6 +297,14 @@ class Storage:
             return None
         return data
 
+    def checksum(self, url: str, seen: Callable[[int], None] | None = None) -> str:
+        """``sha256:<hex>`` of the object as it is now, streamed (``seen(bytes)`` after each chunk)."""
+        def once() -> str:
+            with self._open(url) as source:
+                return stream_checksum(source, seen)
+        found: str = self._retrying(url, "hashing", once)
+        return found
+
     def write_small(self, url: str, data: bytes) -> None:
         """Put a small object (publishing an index beside a remote corpus)."""
         fs = self._fs(url)
@@ -371,7 +380,7 @@ def _resolve(folder: str, line: str) -> str:
 
 
 def version_of(detail: dict[str, Any]) -> str:
-    for key in ("generation", "ETag", "etag", "mtime", "LastModified", "last_modified", "created"):
+    for key in ("generation", "ETag", "etag", "mtime", "LastModified", "last_modified", "Last-Modified", "created"):
         if detail.get(key) is not None:
             return str(detail[key]).strip('"')
     return ""

@@ -1,0 +1,142 @@
+"""Indexing a bucket reads what it must, not the corpus: on the local S3 server, counting GET bytes.
+
+Parquet row counts come from the footers (ranged reads); a JSONL corpus whose index was published
+by ``shufflepoint index`` costs one small GET; without one, every shard is downloaded, with a
+warning that says so and how to avoid it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import uuid
+import warnings
+
+import pytest
+
+import shufflepoint
+from corpus_files import jsonl_corpus
+from shufflepoint._shards import sidecar
+from shufflepoint._tools.cli import main
+
+
+def parquet_files(folder, shards=12, rows=3000):
+    """Parquet shards big enough that a footer is a small part of each (~60 KB, 3 row groups)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    os.makedirs(folder, exist_ok=True)
+    rng = random.Random(0)
+    counts = []
+    for shard in range(shards):
+        n = rows + rng.randint(0, 500)
+        text = ["".join(rng.choice("abcdefghij") for _ in range(20)) for _ in range(n)]
+        path = os.path.join(folder, f"part-{shard:03d}.parquet")
+        pq.write_table(pa.table({"id": list(range(n)), "text": text}), path, row_group_size=n // 3 + 1,
+                       compression="none")
+        counts.append(n)
+    return counts
+
+
+def gets(s3, name):
+    """(key, bytes) of every GET of an object of bucket ``name`` (listings excluded), from the proxy's log;
+    a GET with no Range counts the whole object."""
+    sizes = {o["Key"]: o["Size"] for o in s3.client().list_objects_v2(Bucket=name).get("Contents", [])}
+    found = []
+    for method, path, byte_range in s3.faults.log:
+        key = path.split("?", 1)[0].removeprefix(f"/{name}/")
+        if method != "GET" or key not in sizes:
+            continue
+        if byte_range:
+            start, end = byte_range.removeprefix("bytes=").split("-")
+            found.append((key, min(int(end), sizes[key] - 1) - int(start) + 1))
+        else:
+            found.append((key, sizes[key]))
+    return found
+
+
+def test_parquet_is_indexed_from_its_footers(s3, tmp_path):
+    import pyarrow.parquet as pq
+
+    name = "pq-" + uuid.uuid4().hex[:8]
+    counts = parquet_files(str(tmp_path / "local"))
+    s3.upload(name, str(tmp_path / "local"))
+    local = sorted((tmp_path / "local").iterdir())
+    corpus_bytes = sum(p.stat().st_size for p in local)
+    footers = sum(pq.ParquetFile(p).metadata.serialized_size + 8 for p in local)
+    s3.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning: nothing is scanned
+        corpus = shufflepoint.Shards(f"s3://{name}/*.parquet", storage_options=s3.storage_options,
+                                     cache_dir=str(tmp_path / "cache"), progress=False)
+    fetched = gets(s3, name)
+    assert corpus.shard_rows.tolist() == counts
+    assert sum(size for _, size in fetched) == footers  # exactly the footers and their 8-byte trailers
+    assert footers <= 0.01 * corpus_bytes
+    assert corpus[counts[0] + 5]["id"] == 5  # and the rows read back
+    with pytest.raises(shufflepoint.ShardError, match=r"part-000\.parquet: column 'nope' not found"):
+        shufflepoint.Shards(f"s3://{name}/*.parquet", columns=["nope"], storage_options=s3.storage_options,
+                            cache_dir=str(tmp_path / "cache2"), progress=False)
+
+
+def test_a_published_index_is_all_a_node_reads(s3, tmp_path):
+    name = "pub-" + uuid.uuid4().hex[:8]
+    ids = jsonl_corpus(str(tmp_path / "local"), 12, rows=(5, 40))
+    s3.upload(name, str(tmp_path / "local"), prefix="web/")
+    options = json.dumps(s3.storage_options)
+    assert main(["index", f"s3://{name}/web/*", "--storage-options", options, "--cache-dir",
+                 str(tmp_path / "publisher")]) == 0
+    published = [o["Key"] for o in s3.client().list_objects_v2(Bucket=name)["Contents"] if "shufflepoint" in o["Key"]]
+    assert len(published) == 1 and published[0].startswith("web/.shufflepoint-index-")
+    s3.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        corpus = shufflepoint.Shards(f"s3://{name}/web/*", storage_options=s3.storage_options,
+                                     cache_dir=str(tmp_path / "node"), progress=False)  # the index is no shard
+    assert [key for key, _ in gets(s3, name)] == published
+    assert len(corpus) == len(ids) and len(corpus.index.shards) == 12
+    assert [corpus[i]["id"] for i in range(len(corpus))] == ids
+
+    # A shard rewritten since: counted by the node that meets it, the others still from the index.
+    s3.put(name, "web/part-00004.jsonl", b'{"id": -1}\n')
+    s3.reset()
+    with pytest.warns(UserWarning, match=r"indexing downloads 1 shard\(s\) whole, 11 bytes.*published at .* does not "
+                                         r"match them"):
+        again = shufflepoint.Shards(f"s3://{name}/web/*", storage_options=s3.storage_options,
+                                    cache_dir=str(tmp_path / "node2"), progress=False)
+    assert sorted(key for key, _ in gets(s3, name)) == sorted([*published, "web/part-00004.jsonl"])
+    assert again.shard_rows[4] == 1
+
+
+def test_without_a_published_index_every_shard_is_scanned_with_a_warning(s3, tmp_path):
+    name = "scan-" + uuid.uuid4().hex[:8]
+    jsonl_corpus(str(tmp_path / "local"), 6, rows=(5, 10))
+    s3.upload(name, str(tmp_path / "local"))
+    total = sum(p.stat().st_size for p in (tmp_path / "local").iterdir())
+    s3.reset()
+    with pytest.warns(UserWarning, match=rf"indexing downloads 6 shard\(s\) whole, {total:,} bytes, on every node "
+                                         r"that has no index of them \(jsonl shards keep no row counts\)\. Publish"):
+        shufflepoint.Shards(f"s3://{name}/*.jsonl", storage_options=s3.storage_options,
+                            cache_dir=str(tmp_path / "cache"), progress=False)
+    assert sum(size for _, size in gets(s3, name)) == total
+
+
+def test_a_format_1_sidecar_spares_the_scan(s3, tmp_path):
+    """A sidecar written by shufflepoint 0.2 (index format 1): its rows are reused, no shard is downloaded."""
+    name = "v1-" + uuid.uuid4().hex[:8]
+    jsonl_corpus(str(tmp_path / "local"), 5, rows=(5, 10))
+    s3.upload(name, str(tmp_path / "local"))
+    with pytest.warns(UserWarning, match="indexing downloads"):
+        built = shufflepoint.Shards(f"s3://{name}/*.jsonl", storage_options=s3.storage_options,
+                                    cache_dir=str(tmp_path / "first"), progress=False)
+    old = built.index.to_json()
+    old.update(version=1, content_hash=built.index.legacy_hash, shards=[s[:4] for s in old["shards"]])
+    key = sidecar.corpus_key([built.index.url(i) for i in range(5)], "jsonl", {})
+    sidecar.write_json(str(tmp_path / "upgraded" / f"corpus-{key}.json"), old)
+    s3.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = shufflepoint.Shards(f"s3://{name}/*.jsonl", storage_options=s3.storage_options,
+                                    cache_dir=str(tmp_path / "upgraded"), progress=False)
+    assert gets(s3, name) == [] and again.fingerprint == built.fingerprint
