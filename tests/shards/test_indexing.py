@@ -14,6 +14,8 @@ import uuid
 import warnings
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import shufflepoint
 from corpus_files import jsonl_corpus
@@ -140,3 +142,52 @@ def test_a_format_1_sidecar_spares_the_scan(s3, tmp_path):
         again = shufflepoint.Shards(f"s3://{name}/*.jsonl", storage_options=s3.storage_options,
                                     cache_dir=str(tmp_path / "upgraded"), progress=False)
     assert gets(s3, name) == [] and again.fingerprint == built.fingerprint
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.integers(0, 300), group=st.integers(1, 64), columns=st.sampled_from([None, ["id"], ["text", "id"]]))
+def test_parquet_footer_rows_equal_the_opened_rows(tmp_path_factory, rows, group, columns):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from shufflepoint._shards.readers import make_reader
+
+    path = str(tmp_path_factory.mktemp("pq") / "x.parquet")
+    pq.write_table(pa.table({"id": list(range(rows)), "text": ["t"] * rows}), path, row_group_size=group)
+    data = open(path, "rb").read()
+    reader = make_reader("parquet", columns=columns)
+    opened = reader.open(path, path)
+    assert reader.rows_from_metadata(lambda a, b: data[a:b], len(data), path) == len(opened) == rows
+    opened.close()
+    for cut in (1, 8, len(data) // 2):
+        with pytest.raises(shufflepoint.ShardError, match="is not a readable Parquet file"):
+            reader.rows_from_metadata(lambda a, b, d=data[:-cut]: d[a:b], len(data) - cut, path)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tokens=st.integers(0, 200), seq_len=st.integers(1, 20), dtype=st.sampled_from(["uint16", "uint32", "int64"]),
+       wide_header=st.booleans())
+def test_npy_header_rows_equal_the_opened_rows(tmp_path_factory, tokens, seq_len, dtype, wide_header):
+    import io
+
+    import numpy as np
+
+    from shufflepoint._shards.readers import make_reader
+
+    path = str(tmp_path_factory.mktemp("npy") / "x.npy")
+    array = np.arange(tokens, dtype=dtype)
+    buffer = io.BytesIO()
+    np.lib.format.write_array(buffer, array, version=(2, 0) if wide_header else (1, 0))
+    data = buffer.getvalue()
+    open(path, "wb").write(data)
+    reader = make_reader("tokens", seq_len=seq_len, dtype=dtype)
+    opened = reader.open(path, path)
+    assert reader.rows_from_metadata(lambda a, b: data[a:b], len(data), path) == len(opened) == max(0, (tokens - 1)
+                                                                                                      // seq_len)
+    opened.close()
+    if tokens:
+        with pytest.raises(shufflepoint.ShardError, match="truncated"):
+            reader.rows_from_metadata(lambda a, b: data[a:b], len(data) - 1, path)
+    other = "int32" if dtype != "int32" else "uint16"
+    with pytest.raises(shufflepoint.ShardError, match=f"dtype: the .npy holds {dtype}, the reader expects {other}"):
+        make_reader("tokens", seq_len=seq_len, dtype=other).rows_from_metadata(lambda a, b: data[a:b], len(data), path)

@@ -216,3 +216,31 @@ def test_an_index_of_format_1_still_loads_and_a_state_of_0_2_is_explained(s3, bu
     loader = shufflepoint.DataLoader(again, batch_size=2, seed=3, shuffle_block=16, rank=0, world_size=1)
     with pytest.warns(shufflepoint.ResumeWarning, match="the dataset changed since the checkpoint"):
         loader.load_state_dict(state, strict=False)
+
+
+def test_rewritten_between_the_head_and_the_body(s3, bucket, tmp_path):
+    """The object changes after a download looked it up and before its body came: s3fs reads If-Match the
+    looked-up ETag, the server refuses, the retry looks again and the new version is a ShardError."""
+    from shufflepoint._shards.storage import Storage
+
+    name, _ = bucket
+    storage = Storage(s3.storage_options, retries=2, backoff=0.01)
+    url = f"s3://{name}/part-1.bin"
+    indexed = storage.info(url)
+    seen = []
+    take = s3.faults.take
+
+    def rewrite_before_the_first_body(kind, path):
+        if kind == "fail" and path.split("?")[0].endswith("part-1.bin"):
+            seen.append(path)
+            if len(seen) == 2:  # the HEAD of the download went through; its GET comes now
+                s3.put(name, "part-1.bin", same_size_other_bytes(1))
+        return take(kind, path)
+
+    s3.faults.take = rewrite_before_the_first_body
+    try:
+        with pytest.raises(shufflepoint.ShardError, match=r"part-1\.bin: rewritten: its version is \w+ now"):
+            storage.fetch(url, str(tmp_path / "got"), indexed.size, indexed.version)
+    finally:
+        s3.faults.take = take
+    assert len(seen) >= 3 and not (tmp_path / "got").exists()

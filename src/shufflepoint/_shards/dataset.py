@@ -50,9 +50,11 @@ class Shards(torch.utils.data.Dataset[Any]):
     records each shard's sha256 at indexing (downloading every shard once) and checks every copy
     against it before a row is read: for storage that reports no version (plain HTTP).
 
-    The index (rows per shard) is built once, in parallel, and kept as a sidecar file (see
-    ``shufflepoint._shards.sidecar``); its content hash is ``fingerprint``, which the loader stores in
-    its state, so a resume on a changed corpus is refused with the shards that changed.
+    The index (rows, size and version per shard) is built once, in parallel, reading as little as each
+    format allows or the index ``shufflepoint index`` published beside the corpus (see
+    ``shufflepoint._shards.indexing``), and kept as a sidecar file; its content hash is
+    ``fingerprint``, which the loader stores in its state, so a resume on a changed corpus is refused
+    with the shards that changed.
 
     >>> corpus = Shards("data/train-*.parquet", columns=["text"])      # doctest: +SKIP
     >>> loader = shufflepoint.DataLoader(corpus, batch_size=32, seed=1)  # doctest: +SKIP
