@@ -99,6 +99,10 @@ def test_a_published_index_is_all_a_node_reads(s3, tmp_path):
     assert [key for key, _ in gets(s3, name)] == published
     assert len(corpus) == len(ids) and len(corpus.index.shards) == 12
     assert [corpus[i]["id"] for i in range(len(corpus))] == ids
+    s3.reset()
+    shufflepoint.Shards(f"s3://{name}/web/*", storage_options=s3.storage_options, cache_dir=str(tmp_path / "node"),
+                        progress=False)
+    assert gets(s3, name) == []  # a restarted node: its own sidecar covers every shard, the published one is not read
 
     # A shard rewritten since: counted by the node that meets it, the others still from the index.
     s3.put(name, "web/part-00004.jsonl", b'{"id": -1}\n')

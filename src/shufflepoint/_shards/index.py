@@ -140,26 +140,28 @@ Count = Callable[[str, int, str], tuple[int, str]]  # (url, size, version) -> (r
 
 def build(urls: Sequence[str], *, reader: str, options: dict[str, Any],
           info: Callable[[str], tuple[int, str]], count: Count, known: Sequence[CorpusIndex] = (),
-          checksums: bool = False, threads: int = 8, progress: bool = True,
+          more_known: Callable[[], Sequence[CorpusIndex]] | None = None, checksums: bool = False,
+          threads: int = 8, progress: bool = True,
           before_counting: Callable[[list[tuple[str, int]]], None] | None = None) -> CorpusIndex:
     """Every shard's (size, version) from ``info``; its rows (and checksum, with ``checksums``)
-    from any ``known`` index that recorded the same (size, version) for it, else from ``count``,
-    in parallel. ``before_counting`` sees the (url, size) of the shards about to be counted."""
+    from any ``known`` index that recorded the same (size, version) for it, then from those
+    ``more_known()`` returns (asked only when ``known`` left a shard uncounted: a published index
+    costs a GET), else from ``count``, in parallel. ``before_counting`` sees the (url, size) of the
+    shards about to be counted."""
     root = common_root(urls)
     reusable: dict[str, list[ShardRecord]] = {}
-    for index in known:
-        if index.reader == reader and index.options == options:
-            for record in index.shards:
-                reusable.setdefault(record.name, []).append(record)
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
         found = list(pool.map(info, urls))
-        records: list[ShardRecord | None] = []
-        for url, (size, version) in zip(urls, found, strict=True):
-            name = relative(root, url)
-            same = [r for r in reusable.get(name, ()) if (r.size, r.version) == (size, version)
-                    and (r.checksum or not checksums)]
-            checksum = same[0].checksum if same and checksums else ""  # checked only where asked for
-            records.append(ShardRecord(name, size, version, same[0].rows, checksum) if same else None)
+        records: list[ShardRecord | None] = [None] * len(urls)
+        for source in (lambda: known, more_known):
+            if source is None or all(records):
+                continue
+            for index in source():
+                if index.reader == reader and index.options == options:
+                    for record in index.shards:
+                        reusable.setdefault(record.name, []).append(record)
+            records = [r or _reuse(reusable, relative(root, url), size, version, checksums)
+                       for r, url, (size, version) in zip(records, urls, found, strict=True)]
         todo = [i for i, record in enumerate(records) if record is None]
         if before_counting is not None and todo:
             before_counting([(urls[i], found[i][0]) for i in todo])
@@ -167,6 +169,15 @@ def build(urls: Sequence[str], *, reader: str, options: dict[str, Any],
         for i, (rows, checksum) in zip(todo, _with_progress(counted, len(todo), progress), strict=True):
             records[i] = ShardRecord(relative(root, urls[i]), found[i][0], found[i][1], rows, checksum)
     return CorpusIndex(root, reader, dict(options), tuple(r for r in records if r is not None))
+
+
+def _reuse(reusable: dict[str, list[ShardRecord]], name: str, size: int, version: str,
+           checksums: bool) -> ShardRecord | None:
+    same = [r for r in reusable.get(name, ())
+            if (r.size, r.version) == (size, version) and (r.checksum or not checksums)]
+    if not same:
+        return None
+    return ShardRecord(name, size, version, same[0].rows, same[0].checksum if checksums else "")  # checked if asked
 
 
 def _with_progress(results: Any, total: int, progress: bool) -> Any:

@@ -54,11 +54,14 @@ class Indexer:
         root = _index.common_root(urls)
         with sidecar.building(self.cache_dir, key):
             latest = sidecar.load_latest(self.cache_dir, key, root)
-            known = [latest] if latest is not None else []
-            published = self.read_published(root, options)
-            known += [published] if published is not None else []
+
+            def published() -> list[_index.CorpusIndex]:
+                found = self.read_published(root, options)
+                return [found] if found is not None else []
+
             built = _index.build(urls, reader=self.reader.name, options=options, info=self._info, count=self.count,
-                                 known=known, checksums=self.checksums, threads=threads, progress=progress,
+                                 known=[latest] if latest is not None else [], more_known=published,
+                                 checksums=self.checksums, threads=threads, progress=progress,
                                  before_counting=self._before_counting)
             if latest is None or latest.read_as != _index.VERSION or latest.to_json() != built.to_json():
                 sidecar.save(built, self.cache_dir, key)
