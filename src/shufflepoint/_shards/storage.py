@@ -271,7 +271,11 @@ class Storage:
                     source = fs.open(url, "rb", block_size=max(1, end - start), cache_type="none")
                     check_version(url, size, version, *_reported(source))
                     opened.append(source)
-                return _read_at(opened[0], start, end)
+                try:
+                    return _read_at(opened[0], start, end)
+                except Exception:
+                    opened.pop().close()  # the retry looks the object up again (it may have changed)
+                    raise
             data: bytes = self._retrying(url, "reading its metadata", once)
             return data
 

@@ -51,6 +51,8 @@ def describe(path: str, value: Any) -> dict[str, Any]:
         "rows_per_shard": {"min": int(rows.min()), "median": float(np.median(rows)), "max": int(rows.max())}
         if rows.size else None,
         "empty_shards": [s.name for s in index.shards if s.rows == 0][:10],
+        "index_format": index.read_as, "versioned": sum(1 for s in index.shards if s.version),
+        "checksums": sum(1 for s in index.shards if s.checksum),
     }
 
 
@@ -75,6 +77,8 @@ def render(corpus: dict[str, Any]) -> list[str]:
         f"median {spread['median']:,.0f}, max {spread['max']:,}" if spread else "    rows       : 0",
         f"    options    : {json.dumps(corpus['options'], sort_keys=True)}",
         f"    fingerprint: {corpus['fingerprint']} (what a loader state over it records)",
+        f"    integrity  : versions of {corpus['versioned']:,} of {corpus['shards']:,} shards, checksums of "
+        f"{corpus['checksums']:,} (index format {corpus['index_format']}); check them: inspect --verify",
     ]
     if corpus["empty_shards"]:
         lines.append(f"    empty      : {', '.join(corpus['empty_shards'])} (no rows; they take no place in an epoch)")
