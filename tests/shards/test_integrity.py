@@ -150,7 +150,7 @@ def test_checksums_catch_what_sizes_and_versions_cannot(tmp_path):
         f.write(same_size_other_bytes(1))
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert plain[10].tolist() == list(range(1500, 1505))  # the documented limit of versions
-    with pytest.raises(shufflepoint.ShardError, match=r"part-1\.bin: rewritten: its content hashes to sha256:"):
+    with pytest.raises(shufflepoint.ShardError, match=r"part-1\.bin: content changed: the copy .* hashes to sha256:"):
         checked[10]
     with pytest.raises(ValueError, match=r"verify: found 'md5', expected one of 'version', 'checksum'"):
         shufflepoint.Shards(os.path.join(folder, "*.bin"), seq_len=SEQ, progress=False, verify="md5")
@@ -189,7 +189,7 @@ def test_plain_http_with_checksums(http_folder, tmp_path):
     os.utime(folder / "part-00002.jsonl", ns=(stat.st_atime_ns, stat.st_mtime_ns))  # Last-Modified unchanged
     fresh = shufflepoint.Shards(urls, cache_dir=str(tmp_path / "cache"), progress=False, verify="checksum")
     fresh._cache_dir = str(tmp_path / "cold")  # a node whose cache is empty: it must download again
-    with pytest.raises(shufflepoint.ShardError, match=r"part-00002\.jsonl: rewritten: its content hashes to"):
+    with pytest.raises(shufflepoint.ShardError, match=r"part-00002\.jsonl: content changed: the copy .* hashes to"):
         fresh[len(corpus) - 1]
     assert [corpus[i] for i in range(len(corpus))] == first  # the cached, checked copy
 
@@ -244,3 +244,17 @@ def test_rewritten_between_the_head_and_the_body(s3, bucket, tmp_path):
     finally:
         s3.faults.take = take
     assert len(seen) >= 3 and not (tmp_path / "got").exists()
+
+
+def test_a_damaged_cached_copy_is_caught_with_checksums(s3, bucket):
+    name, cache = bucket
+    corpus = shufflepoint.Shards(f"s3://{name}/*.bin", seq_len=SEQ, storage_options=s3.storage_options,
+                                 cache_dir=cache, progress=False, verify="checksum")
+    entry = corpus._node_cache().entry(corpus.index.url(2), corpus.index.shards[2].version)
+    with open(entry, "r+b") as f:  # the node's copy damaged on disk, its size kept
+        f.write(b"\xff\xff")
+    again = shufflepoint.Shards(f"s3://{name}/*.bin", seq_len=SEQ, storage_options=s3.storage_options,
+                                cache_dir=cache, progress=False, verify="checksum")
+    with pytest.raises(shufflepoint.ShardError, match=r"part-2\.bin: content changed: the copy .* hashes to"):
+        again[20]
+    assert again[10].tolist() == [1000, 1001, 1002, 1003, 1004]  # the other copies are fine

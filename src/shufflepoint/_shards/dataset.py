@@ -171,8 +171,8 @@ class Shards(torch.utils.data.Dataset[Any]):
         record = self.index.shards[shard]
         url = self.index.url(shard)
         path = self._fetch(url, record.size, record.version, record.checksum)
-        if record.checksum and not _is_remote(url) and shard not in self._verified:
-            check_checksum(url, path, record.checksum)  # a download is checked as it lands in the cache
+        if record.checksum and shard not in self._verified:  # every copy, once per process
+            check_checksum(url, path, record.checksum)
             self._verified.add(shard)
         opened = self._reader.open(path, url)
         if len(opened) != record.rows:
@@ -225,7 +225,7 @@ class Shards(torch.utils.data.Dataset[Any]):
     def _reset_process_state(self) -> None:
         self._pid = os.getpid()
         self._opened = OrderedDict()
-        self._verified: set[int] = set()  # local shards whose checksum this process checked
+        self._verified: set[int] = set()  # shards whose copy this process hashed (verify="checksum")
         self._cache = None
         self._prefetcher = None
         self._shard_by_url = {self.index.url(s): s for s in range(len(self.index.shards))}

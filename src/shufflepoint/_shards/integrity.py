@@ -45,9 +45,10 @@ def check_checksum(url: str, path: str, expected: str) -> None:
     """A ShardError when the local copy ``path`` of shard ``url`` does not hash to ``expected``."""
     found = file_checksum(path)
     if found != expected:
-        raise ShardError(url, f"rewritten: its content hashes to {found[:23]}..., the index recorded "
-                              f"{expected[:23]}... (the same size, other bytes); no row of it was read. Rebuild the "
-                              "index (delete its sidecar, or re-run shufflepoint index) and restart the epoch")
+        raise ShardError(url, f"content changed: the copy {path} hashes to {found[:23]}..., the index recorded "
+                              f"{expected[:23]}... (the shard was rewritten with the same size, or this copy is "
+                              "damaged); no row of it was read. Delete a damaged copy; for a rewritten shard rebuild "
+                              "the index (delete its sidecar, or re-run shufflepoint index) and restart the epoch")
 
 
 @dataclass(frozen=True)
