@@ -7,6 +7,8 @@ import multiprocessing
 import os
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shufflepoint._shards import index as _index
 from shufflepoint._shards import sidecar
@@ -153,3 +155,68 @@ def test_only_one_of_several_processes_builds_the_index(tmp_path):
         assert p.exitcode == 0
     assert len(open(out).read().split()) == 1
     assert not [name for name in os.listdir(cache) if name.startswith(".tmp-")]
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), shards=st.integers(1, 12), checksums=st.booleans())
+def test_a_rebuild_counts_exactly_the_shards_that_changed_and_names_them(data, shards, checksums):
+    """Any mix of resized, rewritten (same size), deleted and new shards: the rebuild counts only the
+    changed and new ones, reads the ``more_known`` index only when the first left one uncounted, and
+    ``changed_shards`` names each change."""
+    names = urls(shards)
+    corpus = {u: (100 + i, f"v{i}", 5 + i) for i, u in enumerate(names)}
+
+    def count(url, size, version):
+        return now[url][2], ("sha256:" + version if checksums else "")
+
+    now = corpus
+    first = _index.build(names, reader="jsonl", options={}, info=lambda u: now[u][:2], count=count,
+                         checksums=checksums, progress=False)
+    change = data.draw(st.lists(st.sampled_from(["same", "resized", "rewritten", "deleted"]), min_size=shards,
+                                max_size=shards))
+    added = data.draw(st.integers(0, 2))
+    now = {}
+    for url, what in zip(names, change, strict=True):
+        size, version, rows = corpus[url]
+        if what == "resized":
+            now[url] = (size + 1, version + "b", rows + 1)
+        elif what == "rewritten":
+            now[url] = (size, version + "b", rows)
+        elif what == "same":
+            now[url] = (size, version, rows)
+    for extra in urls(shards + added)[shards:]:
+        now[extra] = (7, "new", 1)
+    listed = list(now)
+    if not listed:
+        return
+    counted, asked = [], []
+
+    def recount(url, size, version):
+        counted.append(url)
+        return count(url, size, version)
+
+    def more():
+        asked.append(True)
+        return [first]
+
+    again = _index.build(listed, reader="jsonl", options={}, info=lambda u: now[u][:2], count=recount,
+                         more_known=more, checksums=checksums, progress=False)
+    expected = {u for u, what in zip(names, change, strict=True) if what in ("resized", "rewritten")}
+    expected |= set(urls(shards + added)[shards:])
+    assert set(counted) == expected
+    assert asked == [True]  # known=() left every shard uncounted
+    assert again.rows.tolist() == [now[u][2] for u in listed]
+    assert (again.content_hash == first.content_hash) == (listed == names and expected == set())
+    if again.root == first.root:
+        told = _index.changed_shards(first, again, limit=100)
+        for url, what in zip(names, change, strict=True):
+            name = _index.relative(first.root, url)
+            if what == "deleted":
+                assert f"{name} is gone" in told
+            elif what == "resized":
+                assert f"{name} changed (" in told
+            elif what == "rewritten" and "every shard has another version" not in told:
+                assert f"{name} was rewritten" in told
+    reused = _index.build(listed, reader="jsonl", options={}, info=lambda u: now[u][:2], count=recount,
+                          known=[again], more_known=more, checksums=checksums, progress=False)
+    assert reused == again and asked == [True]  # nothing left uncounted: the more_known index is not read
