@@ -23,7 +23,7 @@ from shufflepoint._shards import sidecar
 from shufflepoint._tools.cli import main
 
 
-def parquet_files(folder, shards=12, rows=3000):
+def parquet_files(folder, shards=8, rows=3000):
     """Parquet shards big enough that a footer is a small part of each (~60 KB, 3 row groups)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -33,7 +33,7 @@ def parquet_files(folder, shards=12, rows=3000):
     counts = []
     for shard in range(shards):
         n = rows + rng.randint(0, 500)
-        text = ["".join(rng.choice("abcdefghij") for _ in range(20)) for _ in range(n)]
+        text = [rng.randbytes(10).hex() for _ in range(n)]
         path = os.path.join(folder, f"part-{shard:03d}.parquet")
         pq.write_table(pa.table({"id": list(range(n)), "text": text}), path, row_group_size=n // 3 + 1,
                        compression="none")
@@ -195,3 +195,25 @@ def test_npy_header_rows_equal_the_opened_rows(tmp_path_factory, tokens, seq_len
     other = "int32" if dtype != "int32" else "uint16"
     with pytest.raises(shufflepoint.ShardError, match=f"dtype: the .npy holds {dtype}, the reader expects {other}"):
         make_reader("tokens", seq_len=seq_len, dtype=other).rows_from_metadata(lambda a, b: data[a:b], len(data), path)
+
+
+def test_two_corpora_in_one_folder_share_the_published_file(s3, tmp_path):
+    """Publishing one glob keeps the other's records (while its shards are unchanged); a deleted
+    shard's record goes at the next publish."""
+    name = "two-" + uuid.uuid4().hex[:8]
+    jsonl_corpus(str(tmp_path / "local"), 6, rows=(3, 6))
+    s3.upload(name, str(tmp_path / "local"))
+    options = ["--storage-options", json.dumps(s3.storage_options), "--cache-dir", str(tmp_path / "publisher")]
+    first, second = f"s3://{name}/part-0000[0-2].jsonl", f"s3://{name}/part-0000[3-5].jsonl"
+    assert main(["index", first, *options, "--json", os.devnull]) == 0
+    assert main(["index", second, *options, "--json", os.devnull]) == 0
+    for pattern in (first, second):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # neither node scans
+            shufflepoint.Shards(pattern, storage_options=s3.storage_options, cache_dir=str(tmp_path / pattern[-12:]),
+                                progress=False)
+    s3.delete(name, "part-00004.jsonl")
+    assert main(["index", first, *options, "--json", os.devnull]) == 0
+    key = next(o["Key"] for o in s3.client().list_objects_v2(Bucket=name)["Contents"] if "shufflepoint" in o["Key"])
+    published = json.loads(s3.client().get_object(Bucket=name, Key=key)["Body"].read())
+    assert [shard[0] for shard in published["shards"]] == [f"part-0000{i}.jsonl" for i in (0, 1, 2, 3, 5)]

@@ -40,6 +40,20 @@ def published_name(reader: str, options: dict[str, Any]) -> str:
     return f"{PUBLISHED_PREFIX}-{key[:16]}.json"
 
 
+def read_published(storage: Storage, root: str, reader: str, options: dict[str, Any]) -> _index.CorpusIndex | None:
+    """The index published beside the corpus at ``root``, if any (a damaged one: a warning, None)."""
+    url = _index.join(root, published_name(reader, options))
+    data = storage.read_small(url)
+    if data is None:
+        return None
+    try:
+        return _index.CorpusIndex.from_json(json.loads(data), url)
+    except ValueError as error:  # json's errors are ValueErrors too
+        warnings.warn(f"the published corpus index {url} is not readable ({error}); counting rows here "
+                      "instead. Re-run shufflepoint index to publish it again.", stacklevel=5)
+        return None
+
+
 class Indexer:
     """Builds the index of one source list for one reader, reusing every index it can find."""
 
@@ -74,17 +88,9 @@ class Indexer:
         return built
 
     def read_published(self, root: str, options: dict[str, Any]) -> _index.CorpusIndex | None:
-        url = _index.join(root, published_name(self.reader.name, options))
-        data = self.storage.read_small(url)
-        if data is None:
-            return None
-        try:
-            found = _index.CorpusIndex.from_json(json.loads(data), url)
-        except ValueError as error:  # json's errors are ValueErrors too
-            warnings.warn(f"the published corpus index {url} is not readable ({error}); counting rows here "
-                          "instead. Re-run shufflepoint index to publish it again.", stacklevel=4)
-            return None
-        self.published = url
+        found = read_published(self.storage, root, self.reader.name, options)
+        if found is not None:
+            self.published = _index.join(root, published_name(self.reader.name, options))
         return found
 
     def _info(self, url: str) -> tuple[int, str]:
@@ -147,11 +153,28 @@ class Indexer:
 
 
 def publish(index: _index.CorpusIndex, storage: Storage) -> str:
-    """Write ``index`` beside its corpus, where every node's ``Shards`` looks; returns the URL or path."""
+    """Write ``index`` beside its corpus, where every node's ``Shards`` looks; returns the URL or path.
+
+    One file per folder, reader and options: the records of other shards it already holds (another
+    glob over the same folder) are kept after this index's while those shards are still there,
+    unchanged, so publishing one corpus never makes another one's nodes scan again."""
     url = _index.join(index.root, published_name(index.reader, index.options))
-    data = json.dumps(index.to_json(), separators=(",", ":")).encode()
+    existing = read_published(storage, index.root, index.reader, index.options)
+    ours = {s.name for s in index.shards}
+    others = [s for s in existing.shards if s.name not in ours] if existing is not None else []
+    if others:
+        listed = {_index.relative(index.root, u) for u in storage.expand(_index.join(index.root, "**"))}
+
+        def unchanged(record: _index.ShardRecord) -> bool:
+            found = storage.info(_index.join(index.root, record.name))  # from the listing: no request
+            return (found.size, found.version) == (record.size, record.version)
+
+        others = [s for s in others if s.name in listed and unchanged(s)]
+    kept = tuple(others)
+    merged = _index.CorpusIndex(index.root, index.reader, dict(index.options), index.shards + kept)
     if is_remote(url):
-        storage.write_small(url, data)
+        storage.write_small(url, json.dumps(merged.to_json(), separators=(",", ":")).encode())
     else:
-        sidecar.write_json(url, index.to_json())
+        sidecar.write_json(url, merged.to_json())
     return url
+
