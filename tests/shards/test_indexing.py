@@ -213,6 +213,12 @@ def test_two_corpora_in_one_folder_share_the_published_file(s3, tmp_path):
             shufflepoint.Shards(pattern, storage_options=s3.storage_options, cache_dir=str(tmp_path / pattern[-12:]),
                                 progress=False)
     s3.delete(name, "part-00004.jsonl")
+    s3.delete(name, "part-00001.jsonl")
+    assert main(["inspect", "--verify", first, *options, "--json", str(tmp_path / "first.json")]) == 1
+    report = json.loads((tmp_path / "first.json").read_text())  # only this glob's shards, the deleted one too
+    assert report["shards"] == 3 and [(f["shard"], f["kind"]) for f in report["findings"]] == [
+        ("part-00001.jsonl", "missing")]
+    s3.put(name, "part-00001.jsonl", b'{"id": 1}\n')
     assert main(["index", first, *options, "--json", os.devnull]) == 0
     key = next(o["Key"] for o in s3.client().list_objects_v2(Bucket=name)["Contents"] if "shufflepoint" in o["Key"])
     published = json.loads(s3.client().get_object(Bucket=name, Key=key)["Body"].read())

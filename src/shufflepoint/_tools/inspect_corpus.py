@@ -9,6 +9,7 @@ the same hash, so the two can be matched by eye or by ``--json``.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -104,9 +105,21 @@ def find_index(sources: str | list[str], storage: Storage, reader: Any,
     for place in places:
         data = storage.read_small(place) if place is not None else None
         if place is not None and data is not None:
-            return CorpusIndex.from_json(json.loads(data), place), place, urls
+            return _only(CorpusIndex.from_json(json.loads(data), place), sources, urls), place, urls
     raise LookupError(f"no index of {sources!r} ({reader.name}) was found beside it or in {cache_dir}: publish one "
                       "with `shufflepoint index SOURCES` (or construct Shards over it once)")
+
+
+def _only(index: CorpusIndex, sources: str | list[str], urls: list[str]) -> CorpusIndex:
+    """The records of these sources: a published index also holds other globs' shards of its folder.
+    A record is kept when its shard is listed now or its URL matches the glob (a deleted one)."""
+    listed = set(urls)
+    pattern = sources if isinstance(sources, str) and any(c in sources for c in "*?[") else None
+    if pattern is not None and "://" not in pattern:
+        pattern = os.path.abspath(pattern)
+    kept = tuple(s for s in index.shards if _index.join(index.root, s.name) in listed
+                 or (pattern is not None and fnmatch.fnmatchcase(_index.join(index.root, s.name), pattern)))
+    return CorpusIndex(index.root, index.reader, index.options, kept, read_as=index.read_as)
 
 
 def verify(index: CorpusIndex, where: str, storage: Storage, listed: list[str] | None = None,
