@@ -4,8 +4,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-ray bench bench-shuffle bench-agreement bench-scaling bench-shards bench-locality soak lint \
-	clean test-accelerate-matrix test-transformers-matrix
+.PHONY: setup demo test test-ray bench bench-shuffle bench-agreement bench-scaling bench-indexing bench-shards \
+	bench-locality soak lint clean test-accelerate-matrix test-transformers-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,11 @@ bench-scaling: $(STAMP)
 # QUICK=1: 26 MB, ~5 min.
 bench-locality: $(STAMP)
 	$(PY) benchmarks/locality.py $(if $(QUICK),--quick)
+
+# GET bytes per node before the first batch: 8 fresh nodes index Parquet, tokens and JSONL (with and
+# without a published index) on the tests' S3 server behind the byte-counting proxy (issue 18.7).
+bench-indexing: $(STAMP)
+	$(PY) benchmarks/indexing.py $(if $(QUICK),--quick)
 
 # Ray Train (issue 14) on a real local Ray cluster: its own venv (1.5 GB), torch first and alone
 # (the local CPU wheel), then the package with its [ray] extra. About 40 s to build, 70 s to run.

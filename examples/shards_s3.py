@@ -4,6 +4,8 @@
     python -m torch.distributed.run --standalone --nproc_per_node=2 examples/shards_s3.py \\
         --data 's3://my-bucket/corpus/*.parquet' [--endpoint-url http://127.0.0.1:9000]
 
+Indexing reads only the Parquet footers (a JSONL or WebDataset bucket: publish its index once with
+`shufflepoint index 's3://my-bucket/corpus/*.jsonl'`, or every node downloads it all to count rows).
 Each node downloads a shard once into its cache (--cache, shared by the node's ranks and workers,
 bounded by --cache-bytes); shards of the upcoming batches are prefetched in the background; 500s
 and dropped connections are retried. Credentials come from the usual AWS variables or

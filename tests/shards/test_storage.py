@@ -17,7 +17,7 @@ import time
 import pytest
 
 from shufflepoint._core.errors import ShardError
-from shufflepoint._shards import storage as storage_module
+from shufflepoint._shards import faults
 from shufflepoint._shards.storage import ObjectInfo, Storage
 
 FAST = {"backoff": 0.001}
@@ -317,13 +317,13 @@ def test_faults_are_classified_by_what_retrying_can_fix():
                  aiohttp.ClientPayloadError("Response payload is not completed"), ConnectionResetError(),
                  TimeoutError(), botocore.ReadTimeoutError(endpoint_url="x"),
                  botocore.EndpointConnectionError(endpoint_url="x"), OSError(errno.EBUSY, "Service Unavailable"),
-                 storage_module._Truncated(1, 2)]
+                 faults.Truncated(1, 2)]
     permanent = [PermissionError("AccessDenied"), client_error(403, "AccessDenied"), OSError(errno.EINVAL, "bad"),
                  botocore.NoCredentialsError(), IsADirectoryError()]
-    assert [storage_module._kind(e) for e in transient] == ["transient"] * len(transient)
-    assert [storage_module._kind(e) for e in permanent] == ["permanent"] * len(permanent)
-    assert storage_module._kind(FileNotFoundError("k")) == "missing"
-    assert storage_module._kind(TypeError("a bug")) == "bug"
+    assert [faults.kind(e) for e in transient] == ["transient"] * len(transient)
+    assert [faults.kind(e) for e in permanent] == ["permanent"] * len(permanent)
+    assert faults.kind(FileNotFoundError("k")) == "missing"
+    assert faults.kind(TypeError("a bug")) == "bug"
 
 
 def test_a_permanent_fault_is_not_retried_and_a_bug_is_raised_as_is(tmp_path):

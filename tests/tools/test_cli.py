@@ -366,7 +366,7 @@ def _sidecar(tmp_path):
     data.mkdir()
     rows = {str(data / f"part-{i}.jsonl"): (100 + i, "m", i) for i in range(5)}  # part-0 is empty
     built = _index.build(list(rows), reader="jsonl", options={}, info=lambda u: rows[u][:2],
-                         count_rows=lambda u: rows[u][2], progress=False)
+                         count=lambda u, size, version: (rows[u][2], ""), progress=False)
     sidecar.save(built, str(tmp_path / "cache"), "key")
     return data, built
 
@@ -379,6 +379,7 @@ def test_inspect_a_corpus_index_sidecar_and_its_folder(tmp_path, capsys):
     assert "5 jsonl shards under" in out and "10 (510 bytes)" in out
     assert f"fingerprint: shards:{built.content_hash}" in out and "empty      : part-0.jsonl" in out
     assert "corpus index valid: yes" in out
+    assert "integrity  : versions of 5 of 5 shards, checksums of 0 (index format 2)" in out
     code, out, _ = run(capsys, "inspect", str(data))
     assert code == 0 and "a shufflepoint corpus index" in out
     sidecar_path = tmp_path / "cache" / "corpus-key.json"

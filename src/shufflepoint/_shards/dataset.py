@@ -21,6 +21,8 @@ from shufflepoint._core.errors import ShardError
 from shufflepoint._shards import index as _index
 from shufflepoint._shards import sidecar
 from shufflepoint._shards.cache import NodeCache
+from shufflepoint._shards.indexing import Indexer
+from shufflepoint._shards.integrity import check_checksum, check_verify
 from shufflepoint._shards.prefetch import Prefetcher
 from shufflepoint._shards.readers import infer_format, make_reader, saved_dataset_files
 from shufflepoint._shards.readers.base import OpenShard
@@ -43,10 +45,16 @@ class Shards(torch.utils.data.Dataset[Any]):
     omitted (``parquet``, ``jsonl``, ``webdataset``, ``tokens``, ``arrow``); ``columns``, ``seq_len``
     and ``dtype`` go to the reader that takes them. ``transform(sample)`` runs on every sample.
     ``max_open``: shards kept open per process; by default those of two blocks of the loader's order.
+    ``verify``: ``"version"`` (default) reads a shard only at the size and version (S3 ETag, GCS
+    generation, local mtime_ns) the index recorded, else a ``ShardError``; ``"checksum"`` also
+    records each shard's sha256 at indexing (downloading every shard once) and checks every copy
+    against it before a row is read: for storage that reports no version (plain HTTP).
 
-    The index (rows per shard) is built once, in parallel, and kept as a sidecar file (see
-    ``shufflepoint._shards.sidecar``); its content hash is ``fingerprint``, which the loader stores in
-    its state, so a resume on a changed corpus is refused with the shards that changed.
+    The index (rows, size and version per shard) is built once, in parallel, reading as little as each
+    format allows or the index ``shufflepoint index`` published beside the corpus (see
+    ``shufflepoint._shards.indexing``), and kept as a sidecar file; its content hash is
+    ``fingerprint``, which the loader stores in its state, so a resume on a changed corpus is refused
+    with the shards that changed.
 
     >>> corpus = Shards("data/train-*.parquet", columns=["text"])      # doctest: +SKIP
     >>> loader = shufflepoint.DataLoader(corpus, batch_size=32, seed=1)  # doctest: +SKIP
@@ -73,7 +81,9 @@ class Shards(torch.utils.data.Dataset[Any]):
         index_threads: int = 8,
         progress: bool = True,
         max_open: int | None = None,
+        verify: str = "version",
     ) -> None:
+        self._verify = check_verify(verify)
         self._storage = Storage(storage_options=storage_options, retries=retries)
         saved = saved_dataset_files(sources) if isinstance(sources, str) and os.path.isdir(sources) else None
         urls = saved if saved is not None else self._storage.expand(sources)
@@ -98,31 +108,12 @@ class Shards(torch.utils.data.Dataset[Any]):
 
     # -- the index ---------------------------------------------------------------------------
     def _load_or_build(self, urls: list[str], threads: int, progress: bool) -> _index.CorpusIndex:
-        options = self._reader.options()
-        key = sidecar.corpus_key(urls, self._reader.name, options)
-        with sidecar.building(self._cache_dir, key):
-            known = sidecar.load_latest(self._cache_dir, key, _index.common_root(urls))
-            built = _index.build(urls, reader=self._reader.name, options=options, info=self._info,
-                                 count_rows=self._count_rows, known=known, threads=threads, progress=progress)
-            if known is None or known.to_json() != built.to_json():
-                sidecar.save(built, self._cache_dir, key)
-        return built
+        indexer = Indexer(self._storage, self._reader, self._cache_dir, self._fetch_for_index,
+                          checksums=self._verify == "checksum")
+        return indexer.load_or_build(urls, threads, progress)
 
-    def _info(self, url: str) -> tuple[int, str]:
-        found = self._storage.info(url)
-        return found.size, found.version
-
-    def _count_rows(self, url: str) -> int:
-        size, version = self._info(url)
-        from_size = getattr(self._reader, "rows_from_size", None)
-        rows = from_size(url, size) if callable(from_size) else None
-        if rows is not None:  # token files: no download to index them
-            return int(rows)
-        opened = self._reader.open(self._fetch(url, size, version), url)
-        try:
-            return len(opened)
-        finally:
-            opened.close()
+    def _fetch_for_index(self, url: str, size: int, version: str) -> str:
+        return self._fetch(url, size, version, "")
 
     @property
     def fingerprint(self) -> str:
@@ -135,10 +126,7 @@ class Shards(torch.utils.data.Dataset[Any]):
             return "The state was not saved on a Shards corpus"
         content_hash = saved[len(FINGERPRINT_PREFIX):].split(":", 1)[0]
         old = sidecar.load_by_hash(self._cache_dir, content_hash)
-        if old is None:
-            return (f"The corpus changed; its old index ({content_hash[:12]}...) is not in {self._cache_dir}, "
-                    "so the changed shards cannot be named")
-        return "The corpus changed: " + _index.changed_shards(old, self.index)
+        return _index.explain(content_hash, old, self.index, self._cache_dir)
 
     @property
     def shard_rows(self) -> np.ndarray:
@@ -182,7 +170,11 @@ class Shards(torch.utils.data.Dataset[Any]):
             return found
         record = self.index.shards[shard]
         url = self.index.url(shard)
-        opened = self._reader.open(self._fetch(url, record.size, record.version), url)
+        path = self._fetch(url, record.size, record.version, record.checksum)
+        if record.checksum and shard not in self._verified:  # every copy, once per process
+            check_checksum(url, path, record.checksum)
+            self._verified.add(shard)
+        opened = self._reader.open(path, url)
         if len(opened) != record.rows:
             opened.close()
             raise ShardError(url, f"has {len(opened)} rows, the index says {record.rows}: it changed since "
@@ -192,20 +184,19 @@ class Shards(torch.utils.data.Dataset[Any]):
             self._opened.popitem(last=False)[1].close()
         return opened
 
-    def _fetch(self, url: str, size: int, version: str) -> str:
-        """A local path holding the whole shard: the file itself, or its copy in the node cache."""
+    def _fetch(self, url: str, size: int, version: str, checksum: str) -> str:
+        """A local path holding the whole shard as the index recorded it (size, version and, with
+        verify="checksum", content): the file itself, or its copy in the node cache. The cache entry
+        is named by the version, or by the checksum where the storage reports no version."""
         if not _is_remote(url):
-            path = url[len("file://"):] if url.startswith("file://") else url
-            try:
-                found = os.stat(path).st_size
-            except FileNotFoundError:
-                raise ShardError(url, "vanished: it was in the index but the file is gone") from None
-            if found != size:
-                raise ShardError(url, f"is {found} bytes, the index says {size}: it changed since the index "
-                                      "was built (truncated or rewritten)")
-            return path
-        return self._node_cache().path_for(url, version, size,
-                                           lambda dest: self._storage.fetch(url, dest, size))
+            return self._storage.local_path(url, size, version)
+
+        def download(dest: str) -> None:
+            self._storage.fetch(url, dest, size, version)
+            if checksum:
+                check_checksum(url, dest, checksum)
+
+        return self._node_cache().path_for(url, version or checksum, size, download)
 
     def _node_cache(self) -> NodeCache:
         if self._cache is None:
@@ -228,12 +219,13 @@ class Shards(torch.utils.data.Dataset[Any]):
     def _prefetch_lookup(self, url: str) -> str:
         shard = self._shard_by_url[url]
         record = self.index.shards[shard]
-        return self._fetch(url, record.size, record.version)
+        return self._fetch(url, record.size, record.version, record.checksum)
 
     # -- processes ---------------------------------------------------------------------------
     def _reset_process_state(self) -> None:
         self._pid = os.getpid()
         self._opened = OrderedDict()
+        self._verified: set[int] = set()  # shards whose copy this process hashed (verify="checksum")
         self._cache = None
         self._prefetcher = None
         self._shard_by_url = {self.index.url(s): s for s in range(len(self.index.shards))}

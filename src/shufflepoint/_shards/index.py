@@ -5,17 +5,25 @@ index i is (shard, row) by a prefix sum, and the ``blocks`` order needs nothing 
 never O(N): formats that need row offsets (JSONL lines, tar members) find them when a shard is
 opened, from the local copy.
 
-Identity. Each shard is recorded as (name, size, version, rows): ``name`` relative to the
-corpus root (so a corpus moved or mirrored elsewhere keeps its identity), ``size`` in bytes,
-``version`` what the storage reports (mtime, etag, generation) and ``rows``. The *content hash*
-covers the reader's options and (name, size, rows) of every shard, in order; it is what joins the
-loader's ``dataset_fingerprint``. ``version`` only decides whether a cached sidecar is still valid
-(a rewritten shard is counted again); a shard rewritten with the same size and row count keeps
-the hash (the limit of an index that never reads whole shards to hash them).
+Identity. Each shard is recorded as (name, size, version, rows[, checksum]): ``name`` relative to
+the corpus root, ``size`` in bytes, ``version`` what the storage reports (S3 ETag, GCS generation,
+a local file's mtime_ns; "" where it reports none), ``rows``, and with ``verify="checksum"`` the
+sha256 of its bytes. The *content hash* covers the reader's options and (name, size, version, rows)
+of every shard, in order; it is what joins the loader's ``dataset_fingerprint``, so a shard
+rewritten in place, even with the same size and rows, changes it, and a resume is refused naming
+the shard. The price: the same data under other versions (copied to another bucket or disk) is
+another fingerprint; the refusal says so, and ``strict=False`` accepts it. The checksum is not in
+the hash: turning ``verify="checksum"`` on or off keeps the identity.
+
+Index format 1 (shufflepoint 0.2) hashed (name, size, rows) only. Its sidecars still load: their
+rows are reused wherever (size, version) still match the storage, and they are written again as
+format 2. A state saved by 0.2 carries the old hash; ``explain`` recognises it and says how to
+resume (see ``legacy_hash``).
 
 Sidecars are content-addressed copies in the cache folder (``index-<hash>.json``), plus one
-beside a local corpus when its folder is writable. Because old ones stay, a state saved on an
-older corpus can be refused with a message that names the shards that changed.
+beside a local corpus when its folder is writable, or one published beside a remote corpus by
+``shufflepoint index``. Because old ones stay, a state saved on an older corpus can be refused
+with a message that names the shards that changed.
 """
 
 from __future__ import annotations
@@ -25,13 +33,14 @@ import json
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 FORMAT = "shufflepoint-index"
-VERSION = 1
+VERSION = 2
+READS = (1, 2)  # index formats this shufflepoint reads
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,7 @@ class ShardRecord:
     size: int
     version: str
     rows: int
+    checksum: str = ""  # "sha256:<hex>" with verify="checksum", else ""
 
 
 @dataclass(frozen=True)
@@ -50,6 +60,7 @@ class CorpusIndex:
     reader: str
     options: dict[str, Any]
     shards: tuple[ShardRecord, ...]
+    read_as: int = field(default=VERSION, compare=False)  # the format of the sidecar it was read from
 
     @property
     def rows(self) -> np.ndarray:
@@ -57,8 +68,15 @@ class CorpusIndex:
 
     @property
     def content_hash(self) -> str:
-        identity = {"reader": self.reader, "options": self.options,
-                    "shards": [[s.name, s.size, s.rows] for s in self.shards]}
+        return self._hash([[s.name, s.size, s.version, s.rows] for s in self.shards])
+
+    @property
+    def legacy_hash(self) -> str:
+        """The content hash as index format 1 (shufflepoint 0.2) computed it: no versions."""
+        return self._hash([[s.name, s.size, s.rows] for s in self.shards])
+
+    def _hash(self, shards: list[list[Any]]) -> str:
+        identity = {"reader": self.reader, "options": self.options, "shards": shards}
         return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
     def url(self, shard: int) -> str:
@@ -67,23 +85,33 @@ class CorpusIndex:
     def to_json(self) -> dict[str, Any]:
         return {"format": FORMAT, "version": VERSION, "root": self.root, "reader": self.reader,
                 "options": self.options, "content_hash": self.content_hash,
-                "shards": [[s.name, s.size, s.version, s.rows] for s in self.shards]}
+                "shards": [[s.name, s.size, s.version, s.rows, s.checksum] for s in self.shards]}
 
     @classmethod
     def from_json(cls, value: Any, where: str) -> CorpusIndex:
-        """Read a sidecar; ValueError naming the file and the field for anything malformed."""
+        """Read a sidecar (format 1 or 2); ValueError naming the file and the field for anything
+        malformed."""
         if not isinstance(value, dict) or value.get("format") != FORMAT:
             raise ValueError(f"{where}: not a shufflepoint corpus index (no format {FORMAT!r})")
-        if value.get("version") != VERSION:
-            raise ValueError(f"{where}: index version {value.get('version')!r}, expected {VERSION}")
+        version = value.get("version")
+        if version not in READS:
+            raise ValueError(f"{where}: index version {version!r}, expected one of {', '.join(map(str, READS))}")
         try:
-            shards = tuple(ShardRecord(str(n), int(size), str(v), int(rows)) for n, size, v, rows in value["shards"])
-            index = cls(str(value["root"]), str(value["reader"]), dict(value["options"]), shards)
+            shards = tuple(_record(entry, version) for entry in value["shards"])
+            index = cls(str(value["root"]), str(value["reader"]), dict(value["options"]), shards, read_as=version)
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"{where}: damaged corpus index ({error!r})") from error
-        if index.content_hash != value.get("content_hash"):
+        if (index.content_hash if version == VERSION else index.legacy_hash) != value.get("content_hash"):
             raise ValueError(f"{where}: its content_hash does not match its shards (edited or damaged)")
         return index
+
+
+def _record(entry: Any, version: int) -> ShardRecord:
+    if version == 1:
+        name, size, shard_version, rows = entry
+        return ShardRecord(str(name), int(size), str(shard_version), int(rows))
+    name, size, shard_version, rows, checksum = entry
+    return ShardRecord(str(name), int(size), str(shard_version), int(rows), str(checksum))
 
 
 def join(root: str, name: str) -> str:
@@ -107,27 +135,49 @@ def relative(root: str, url: str) -> str:
     return url[len(root) + 1:] if root and url.startswith(root.rstrip("/") + "/") else url
 
 
+Count = Callable[[str, int, str], tuple[int, str]]  # (url, size, version) -> (rows, checksum or "")
+
+
 def build(urls: Sequence[str], *, reader: str, options: dict[str, Any],
-          info: Callable[[str], tuple[int, str]], count_rows: Callable[[str], int],
-          known: CorpusIndex | None = None, threads: int = 8, progress: bool = True) -> CorpusIndex:
-    """Count every shard's rows, in parallel; shards whose (size, version) ``known`` already has
-    are not opened again."""
+          info: Callable[[str], tuple[int, str]], count: Count, known: Sequence[CorpusIndex] = (),
+          more_known: Callable[[], Sequence[CorpusIndex]] | None = None, checksums: bool = False,
+          threads: int = 8, progress: bool = True,
+          before_counting: Callable[[list[tuple[str, int]]], None] | None = None) -> CorpusIndex:
+    """Every shard's (size, version) from ``info``; its rows (and checksum, with ``checksums``)
+    from any ``known`` index that recorded the same (size, version) for it, then from those
+    ``more_known()`` returns (asked only when ``known`` left a shard uncounted: a published index
+    costs a GET), else from ``count``, in parallel. ``before_counting`` sees the (url, size) of the
+    shards about to be counted."""
     root = common_root(urls)
-    cached = {s.name: s for s in known.shards} if known is not None and known.reader == reader and \
-        known.options == options else {}
-
-    def one(url: str) -> ShardRecord:
-        name = relative(root, url)
-        size, version = info(url)
-        seen = cached.get(name)
-        if seen is not None and (seen.size, seen.version) == (size, version):
-            return seen
-        return ShardRecord(name, size, version, count_rows(url))
-
+    reusable: dict[str, list[ShardRecord]] = {}
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        results = pool.map(one, urls)
-        records = tuple(_with_progress(results, len(urls), progress))
-    return CorpusIndex(root, reader, dict(options), records)
+        found = list(pool.map(info, urls))
+        records: list[ShardRecord | None] = [None] * len(urls)
+        for source in (lambda: known, more_known):
+            if source is None or all(records):
+                continue
+            for index in source():
+                if index.reader == reader and index.options == options:
+                    for record in index.shards:
+                        reusable.setdefault(record.name, []).append(record)
+            records = [r or _reuse(reusable, relative(root, url), size, version, checksums)
+                       for r, url, (size, version) in zip(records, urls, found, strict=True)]
+        todo = [i for i, record in enumerate(records) if record is None]
+        if before_counting is not None and todo:
+            before_counting([(urls[i], found[i][0]) for i in todo])
+        counted = pool.map(lambda i: count(urls[i], *found[i]), todo)
+        for i, (rows, checksum) in zip(todo, _with_progress(counted, len(todo), progress), strict=True):
+            records[i] = ShardRecord(relative(root, urls[i]), found[i][0], found[i][1], rows, checksum)
+    return CorpusIndex(root, reader, dict(options), tuple(r for r in records if r is not None))
+
+
+def _reuse(reusable: dict[str, list[ShardRecord]], name: str, size: int, version: str,
+           checksums: bool) -> ShardRecord | None:
+    same = [r for r in reusable.get(name, ())
+            if (r.size, r.version) == (size, version) and (r.checksum or not checksums)]
+    if not same:
+        return None
+    return ShardRecord(name, size, version, same[0].rows, same[0].checksum if checksums else "")  # checked if asked
 
 
 def _with_progress(results: Any, total: int, progress: bool) -> Any:
@@ -146,14 +196,33 @@ def changed_shards(old: CorpusIndex, new: CorpusIndex, limit: int = 5) -> str:
         return (f"the reader changed: {old.reader} {old.options} when saved, {new.reader} {new.options} now")
     before = {s.name: s for s in old.shards}
     after = {s.name: s for s in new.shards}
-    parts = []
-    resized = [n for n in after if n in before and (after[n].size, after[n].rows) != (before[n].size, before[n].rows)]
-    for name in resized:
-        parts.append(f"{name} changed ({before[name].rows} rows, {before[name].size} bytes -> "
-                     f"{after[name].rows} rows, {after[name].size} bytes)")
+    common = [n for n in after if n in before]
+    resized = [n for n in common if (after[n].size, after[n].rows) != (before[n].size, before[n].rows)]
+    rewritten = [n for n in common if n not in resized and after[n].version != before[n].version]
+    parts = [f"{name} changed ({before[name].rows} rows, {before[name].size} bytes -> "
+             f"{after[name].rows} rows, {after[name].size} bytes)" for name in resized]
+    if rewritten and len(rewritten) == len(common) > 1 and old.root != new.root:
+        parts.append(f"every shard has another version: the corpus was copied or moved ({old.root} when saved, "
+                     f"{new.root} now), or all were rewritten; if the bytes are the same, load with strict=False")
+    else:
+        parts += [f"{name} was rewritten (version {before[name].version or '(none)'} when saved, "
+                  f"{after[name].version or '(none)'} now; the same size and rows, other bytes)" for name in rewritten]
     parts += [f"{name} is new" for name in after if name not in before]
     parts += [f"{name} is gone" for name in before if name not in after]
     if not parts and [s.name for s in old.shards] != [s.name for s in new.shards]:
         parts.append("the same shards in another order")
     shown = "; ".join(parts[:limit]) + (f"; and {len(parts) - limit} more" if len(parts) > limit else "")
-    return shown or "no shard differs by name, size or rows"
+    return shown or "no shard differs by name, size, version or rows"
+
+
+def explain(saved_hash: str, old: CorpusIndex | None, new: CorpusIndex, where: str) -> str:
+    """Why a state's corpus hash is not this index's: the shards that changed, as far as known."""
+    if saved_hash == new.legacy_hash:
+        return ("The state was saved by shufflepoint 0.2, whose corpus fingerprint did not cover shard versions; "
+                "every shard has the same name, size and rows now, but whether one was rewritten in place since "
+                "cannot be told. If the corpus was not rewritten, load with strict=False (a ResumeWarning) once; "
+                "states saved from then on carry the versions")
+    if old is None:
+        return (f"The corpus changed; its old index ({saved_hash[:12]}...) is not in {where}, "
+                "so the changed shards cannot be named")
+    return "The corpus changed: " + changed_shards(old, new)

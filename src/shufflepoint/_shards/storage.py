@@ -15,7 +15,6 @@ so each process (DataLoader workers are forked) makes its own: they are keyed by
 from __future__ import annotations
 
 import contextlib
-import errno
 import glob as _glob
 import os
 import posixpath
@@ -27,9 +26,12 @@ from dataclasses import dataclass
 from typing import IO, Any, TypeVar
 
 from shufflepoint._core.errors import ShardError
+from shufflepoint._shards.faults import Truncated, changed, check_version, describe, kind, vanished
+from shufflepoint._shards.integrity import stream_checksum
 
 T = TypeVar("T")
 _MAX_DELAY_S = 30.0
+PUBLISHED_PREFIX = ".shufflepoint-index"  # index sidecars beside a corpus are never shards
 _EXTRAS = "pip install 'shufflepoint[s3]' (s3://), 'shufflepoint[gcs]' (gs://) or 'shufflepoint[fsspec]'"
 
 
@@ -114,20 +116,20 @@ class Storage:
             except ShardError:
                 raise
             except Exception as error:
-                kind = _kind(error)
-                if kind == "missing":
-                    raise (missing() if missing else _vanished(url, what)) from error
-                if kind == "bug":
+                found = kind(error)
+                if found == "missing":
+                    raise (missing() if missing else vanished(url, what)) from error
+                if found == "bug":
                     raise
-                if kind == "permanent":
-                    raise ShardError(url, f"{what} failed: {_describe(error)} (not retried: not a transient "
+                if found == "permanent":
+                    raise ShardError(url, f"{what} failed: {describe(error)} (not retried: not a transient "
                                           "fault)") from error
                 last = error
                 if attempt + 1 < attempts:
                     time.sleep(min(_MAX_DELAY_S, self.backoff * 2 ** attempt) * (0.5 + random.random()))
-        if isinstance(last, _Truncated):
+        if isinstance(last, Truncated):
             raise ShardError(url, f"{last} ({what} failed after {attempts} attempts)") from last
-        raise ShardError(url, f"{what} failed after {attempts} attempts: {_describe(last)}") from last
+        raise ShardError(url, f"{what} failed after {attempts} attempts: {describe(last)}") from last
 
     # -- listing -----------------------------------------------------------------------------
     def expand(self, sources: str | Sequence[str]) -> list[str]:
@@ -180,10 +182,10 @@ class Storage:
         fs.invalidate_cache()  # later looks at one object (open, info) must ask the storage, not the listing
         urls = []
         for path, detail in sorted(found.items()):
-            if detail.get("type", "file") != "file":
-                continue
+            if detail.get("type", "file") != "file" or path.rsplit("/", 1)[-1].startswith(PUBLISHED_PREFIX):
+                continue  # a folder, or the index published beside the corpus: not a shard
             url = path if "://" in path else f"{protocol}://{path}"
-            self._listed[url] = ObjectInfo(int(detail["size"]), _version(detail))
+            self._listed[url] = ObjectInfo(int(detail["size"]), version_of(detail))
             urls.append(url)
         return urls
 
@@ -220,24 +222,97 @@ class Storage:
                 raise ShardError(url, "not found: no such file") from None
             if not os.path.isfile(_local(url)):
                 raise ShardError(url, "is a folder, not a shard file")
-            return ObjectInfo(stat.st_size, str(stat.st_mtime_ns))
+            return ObjectInfo(*_stat(stat))
         fs = self._fs(url)
         detail = self._retrying(url, "looking it up", lambda: fs.info(url),
                                 missing=lambda: ShardError(url, "not found: no such object in the storage"))
         if detail.get("type", "file") != "file":
             raise ShardError(url, f"is a folder, not a shard file: pass a glob such as {url.rstrip('/') + '/*'!r}")
-        return ObjectInfo(int(detail["size"]), _version(detail))
+        return ObjectInfo(int(detail["size"]), version_of(detail))
 
-    def fetch(self, url: str, dest: str, size: int) -> None:
-        """Download the whole object to the local path ``dest``: exactly ``size`` bytes, or a
-        ShardError (and no ``dest``). A retry resumes after the bytes already written."""
+    def fetch(self, url: str, dest: str, size: int, version: str = "") -> None:
+        """Download the whole object to the local path ``dest``: exactly ``size`` bytes of the
+        object at ``version`` (when the index knows one), or a ShardError (and no ``dest``). A retry
+        resumes after the bytes already written."""
         try:
             with open(dest, "wb") as out:
-                self._retrying(url, "downloading", lambda: self._fetch_once(url, out, size))
+                self._retrying(url, "downloading", lambda: self._fetch_once(url, out, size, version))
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(dest)
             raise
+
+    def local_path(self, url: str, size: int, version: str) -> str:
+        """The path of a local shard, after checking that it is still the file the index recorded
+        (size, and mtime_ns as its version): a ShardError naming what changed otherwise."""
+        path = _local(url)
+        try:
+            stat = os.stat(path)
+        except FileNotFoundError:
+            raise ShardError(url, "vanished: it was in the index but the file is gone") from None
+        check_version(url, size, version, *_stat(stat))
+        return path
+
+    @contextlib.contextmanager
+    def ranges(self, url: str, size: int, version: str) -> Iterator[Callable[[int, int], bytes]]:
+        """``read(start, end)`` of one object at the recorded (size, version), for the few bytes
+        of metadata a format keeps (a Parquet footer, an .npy header): indexing without a download.
+        Each read is retried; a changed object is a ShardError."""
+        if not is_remote(url):
+            with open(self.local_path(url, size, version), "rb") as local:
+                yield lambda start, end: _read_at(local, start, end)
+            return
+        fs = self._fs(url)
+        opened: list[IO[bytes]] = []
+
+        def read(start: int, end: int) -> bytes:
+            def once() -> bytes:
+                if not opened:  # s3fs: a HEAD, then every read If-Match its ETag
+                    source = fs.open(url, "rb", block_size=max(1, end - start), cache_type="none")
+                    check_version(url, size, version, *_reported(source))
+                    opened.append(source)
+                try:
+                    return _read_at(opened[0], start, end)
+                except Exception:
+                    opened.pop().close()  # the retry looks the object up again (it may have changed)
+                    raise
+            data: bytes = self._retrying(url, "reading its metadata", once)
+            return data
+
+        try:
+            yield read
+        finally:
+            for source in opened:
+                source.close()
+
+    def read_small(self, url: str) -> bytes | None:
+        """A whole small object (a published index), or None when there is none."""
+        if not is_remote(url):
+            try:
+                with open(_local(url), "rb") as f:
+                    return f.read()
+            except FileNotFoundError:
+                return None
+        fs = self._fs(url)
+        try:
+            data: bytes = self._retrying(url, "reading", lambda: fs.cat_file(url),
+                                         missing=lambda: FileNotFoundError(url))
+        except FileNotFoundError:
+            return None
+        return data
+
+    def checksum(self, url: str, seen: Callable[[int], None] | None = None) -> str:
+        """``sha256:<hex>`` of the object as it is now, streamed (``seen(bytes)`` after each chunk)."""
+        def once() -> str:
+            with self._open(url) as source:
+                return stream_checksum(source, seen)
+        found: str = self._retrying(url, "hashing", once)
+        return found
+
+    def write_small(self, url: str, data: bytes) -> None:
+        """Put a small object (publishing an index beside a remote corpus)."""
+        fs = self._fs(url)
+        self._retrying(url, "writing", lambda: fs.pipe_file(url, data))
 
     def _open(self, url: str) -> IO[bytes]:
         if not is_remote(url):
@@ -245,11 +320,11 @@ class Storage:
         source: IO[bytes] = self._fs(url).open(url, "rb", block_size=self.chunk_bytes, cache_type="none")
         return source
 
-    def _fetch_once(self, url: str, out: IO[bytes], size: int) -> None:
+    def _fetch_once(self, url: str, out: IO[bytes], size: int, version: str) -> None:
         with self._open(url) as source:
-            reported = os.fstat(source.fileno()).st_size if not is_remote(url) else getattr(source, "size", None)
-            if isinstance(reported, int) and reported != size:
-                raise ShardError(url, _changed(reported, size))
+            reported, now = _reported(source) if is_remote(url) else _stat(os.fstat(source.fileno()))
+            if isinstance(reported, int):
+                check_version(url, size, version, reported, now)
             limit = size if isinstance(reported, int) else size + 1  # a stream of unknown size: see it overrun
             done = _resume(source, out)
             while done <= size:
@@ -260,9 +335,29 @@ class Storage:
                 done += len(chunk)
         out.flush()
         if done > size:
-            raise ShardError(url, _changed(done, size, more=True))
+            raise ShardError(url, changed(done, size, more=True))
         if done < size:
-            raise _Truncated(done, size)  # a body that ended early: retried, resuming at ``done``
+            raise Truncated(done, size)  # a body that ended early: retried, resuming at ``done``
+
+
+def _reported(source: Any) -> tuple[int | None, str]:
+    """(size, version) an fsspec file reports from its HEAD (s3fs, gcsfs, http: ``details``)."""
+    details = getattr(source, "details", None)
+    size = getattr(source, "size", None)
+    return (size if isinstance(size, int) else None), (version_of(details) if isinstance(details, dict) else "")
+
+
+def _stat(stat: os.stat_result) -> tuple[int, str]:
+    """A local file's (size, version): its mtime_ns is what a rewrite changes."""
+    return stat.st_size, str(stat.st_mtime_ns)
+
+
+def _read_at(source: IO[bytes], start: int, end: int) -> bytes:
+    source.seek(start)
+    data = source.read(end - start)
+    if len(data) != end - start:
+        raise Truncated(start + len(data), end)
+    return data
 
 
 def _resume(source: IO[bytes], out: IO[bytes]) -> int:
@@ -288,106 +383,8 @@ def _resolve(folder: str, line: str) -> str:
     return f"{protocol}://{posixpath.normpath(posixpath.join(rest, line))}"
 
 
-def _vanished(url: str, what: str) -> ShardError:
-    return ShardError(url, f"vanished: {what} found no such object, though it was listed or indexed before; "
-                           "it was deleted or moved: rebuild the index (delete its sidecar) if the corpus changed")
-
-
-def _changed(found: int, size: int, more: bool = False) -> str:
-    kind = "truncated" if found < size else "changed"
-    what = f"more than {size} bytes" if more else f"{found} bytes now"
-    return (f"{kind}: the object is {what}, expected {size}: it was rewritten since the index was built; "
-            "rebuild the index (delete its sidecar) and restart the epoch")
-
-
-class _Truncated(OSError):
-    """Fewer bytes than recorded, with no error from the backend: retried, then a ShardError."""
-
-    def __init__(self, got: int, size: int) -> None:
-        super().__init__(f"truncated: got {got} bytes, expected {size}")
-
-
-# -- which faults are worth retrying -----------------------------------------------------------
-# Recognised by class name along the MRO and the cause chain, so botocore, aiohttp, urllib3,
-# requests and google are never imported here (and a fault wrapped by s3fs in an OSError is still seen).
-_TRANSIENT_NAMES = frozenset({
-    "TimeoutError", "ConnectionError", "IncompleteRead", "RemoteDisconnected", "FSTimeoutError", "FileExpired",
-    "ClientPayloadError", "ClientConnectionError", "ServerDisconnectedError", "ServerTimeoutError",  # aiohttp
-    "HTTPClientError", "ResponseStreamingError", "IncompleteReadError", "ResponseParserError",  # botocore
-    "ReadTimeoutError", "ConnectTimeoutError", "EndpointConnectionError",
-    "ProtocolError", "ChunkedEncodingError", "TransportError",  # urllib3, requests, google-auth
-    "SSLEOFError", "SSLZeroReturnError",
-    "ServiceUnavailable", "TooManyRequests", "InternalServerError", "BadGateway", "GatewayTimeout",  # google
-})
-_TRANSIENT_CODES = frozenset({"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "InternalError",
-                              "ServiceUnavailable", "RequestLimitExceeded", "TooManyRequestsException",
-                              "BandwidthLimitExceeded", "RequestThrottled"})
-_TRANSIENT_ERRNOS = frozenset(getattr(errno, name) for name in (
-    "EIO", "EREMOTEIO", "EBUSY", "EAGAIN", "ETIMEDOUT", "ECONNRESET", "ECONNABORTED", "ECONNREFUSED", "EPIPE",
-    "ENETUNREACH", "ENETDOWN", "ENETRESET", "EHOSTUNREACH", "EHOSTDOWN") if hasattr(errno, name))
-_STORAGE_MODULES = frozenset({"aiohttp", "botocore", "aiobotocore", "s3fs", "gcsfs", "fsspec", "google", "urllib3",
-                              "requests", "adlfs", "azure", "http", "ssl", "socket"})
-
-
-def _chain(error: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen and len(seen) < 8:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
-
-
-def _status(error: BaseException) -> int | None:
-    """The HTTP status an error carries (aiohttp ``status``, gcsfs ``code``, botocore ``response``)."""
-    response = getattr(error, "response", None)
-    if isinstance(response, dict):
-        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        return status if isinstance(status, int) else None
-    for name in ("status", "status_code", "code"):
-        value = getattr(error, name, None)
-        if isinstance(value, int) and not isinstance(value, bool) and 100 <= value < 600:
-            return value
-    return None
-
-
-def _transient(error: BaseException) -> bool:
-    if any(cls.__name__ in _TRANSIENT_NAMES for cls in type(error).__mro__):
-        return True
-    if isinstance(error, OSError) and error.errno in _TRANSIENT_ERRNOS:
-        return True
-    response = getattr(error, "response", None)
-    if isinstance(response, dict) and response.get("Error", {}).get("Code") in _TRANSIENT_CODES:
-        return True
-    status = _status(error)
-    return status is not None and (status >= 500 or status in (408, 429))
-
-
-def _kind(error: BaseException) -> str:
-    """"missing", "transient" (retry), "permanent" (a ShardError now) or "bug" (raised as is)."""
-    if isinstance(error, FileNotFoundError) or (isinstance(error, OSError) and error.errno == errno.ENOENT):
-        return "missing"
-    if isinstance(error, (PermissionError, IsADirectoryError, NotADirectoryError)):
-        return "permanent"
-    if isinstance(error, _Truncated) or any(_transient(e) for e in _chain(error)):
-        return "transient"
-    if isinstance(error, OSError) or type(error).__module__.split(".", 1)[0] in _STORAGE_MODULES:
-        return "permanent"
-    return "bug"
-
-
-def _describe(error: BaseException | None) -> str:
-    if error is None:
-        return "no attempt was made"
-    text = f"{type(error).__name__}: {error}"
-    cause = error.__cause__
-    if cause is not None and str(cause) not in text:
-        text += f" ({type(cause).__name__}: {cause})"
-    return text
-
-
-def _version(detail: dict[str, Any]) -> str:
-    for key in ("generation", "ETag", "etag", "mtime", "LastModified", "last_modified", "created"):
+def version_of(detail: dict[str, Any]) -> str:
+    for key in ("generation", "ETag", "etag", "mtime", "LastModified", "last_modified", "Last-Modified", "created"):
         if detail.get(key) is not None:
             return str(detail[key]).strip('"')
     return ""

@@ -3,6 +3,8 @@
     shufflepoint demo                     # the whole story in under a minute (make demo)
     shufflepoint audit TARGET --nproc 2   # does *your* loader resume exactly? (exit 0 / 1 / 2)
     shufflepoint inspect PATH             # what a checkpoint holds, and whether its order survives
+    shufflepoint inspect --verify CORPUS  # is every shard still the one the corpus index recorded?
+    shufflepoint index SOURCES            # count a corpus's rows once, publish the index beside it
     shufflepoint doctor                   # versions, and whether the installed Accelerate has #4195
 
 Exit codes (the ruff/ty convention): 0 clean, 1 findings (a verdict other than EXACT or
@@ -79,16 +81,49 @@ def _parser() -> argparse.ArgumentParser:
     audit.add_argument("--sample-id", metavar="MODULE:FN",
                        help="FN(batch) -> list of sample ids, instead of the built-in identity")
 
-    inspect = commands.add_parser(
-        "inspect", help="what a loader checkpoint holds and whether its shuffle order is recoverable",
-        description="PATH: a state file (.pt, .bin, .json) or an Accelerate save_state directory.")
-    inspect.add_argument("path", metavar="PATH")
-    inspect.add_argument("--json", metavar="PATH", help="write the findings as JSON (- for stdout)")
+    _inspect_and_index_parsers(commands)
 
     doctor = commands.add_parser(
         "doctor", help="versions, and whether the installed Accelerate has the #4195 resume bug (probed)")
     doctor.add_argument("--json", metavar="PATH", help="write the findings as JSON (- for stdout)")
     return parser
+
+
+def _inspect_and_index_parsers(commands: Any) -> None:
+    inspect = commands.add_parser(
+        "inspect", help="what a loader checkpoint holds and whether its shuffle order is recoverable",
+        description="PATH: a state file (.pt, .bin, .json) or an Accelerate save_state directory. With --verify: "
+                    "a corpus (its sources, as given to Shards, or an index sidecar .json, local or remote), each "
+                    "of its shards checked against its index (size, version, and content where the index holds "
+                    "checksums). Exit 0 when all match, 1 naming each missing, truncated, resized, rewritten or "
+                    "new shard, 2 when no index is found.")
+    inspect.add_argument("path", metavar="PATH", nargs="+")
+    inspect.add_argument("--verify", action="store_true", help="check the corpus PATH against its index")
+    _corpus_options(inspect)
+    inspect.add_argument("--json", metavar="PATH", help="write the findings as JSON (- for stdout)")
+
+    index = commands.add_parser(
+        "index", help="count a corpus's rows once and publish the index beside it, for every node to read",
+        description="SOURCES as given to shufflepoint.Shards (a glob, a manifest, paths or URLs). Builds the index "
+                    "as Shards does (JSONL and WebDataset shards are downloaded to be counted, into the cache) and "
+                    "writes it beside the corpus (.shufflepoint-index-<key>.json in its folder or bucket prefix). "
+                    "Every node's Shards over the same sources, format and options then reads it instead of "
+                    "counting. Exit 0 when published, 2 on errors.")
+    index.add_argument("sources", metavar="SOURCES", nargs="+")
+    index.add_argument("--checksum", action="store_true",
+                       help="also record each shard's sha256 (for Shards(verify='checksum'); reads every shard)")
+    _corpus_options(index)
+    index.add_argument("--json", metavar="PATH", help="write the result as JSON (- for stdout)")
+
+
+def _corpus_options(parser: argparse.ArgumentParser) -> None:
+    """What ``Shards`` takes to define the rows: the same values give the same index."""
+    parser.add_argument("--format", help="the shard format (default: from the suffix)")
+    parser.add_argument("--columns", type=lambda t: t.split(","), help="comma-separated columns (parquet, arrow)")
+    parser.add_argument("--seq-len", type=_positive, help="window length (tokens)")
+    parser.add_argument("--dtype", help="token dtype (tokens)")
+    parser.add_argument("--storage-options", metavar="JSON", help="fsspec options as JSON (endpoint, credentials)")
+    parser.add_argument("--cache-dir", help="the shard cache (default: $SHUFFLEPOINT_CACHE or ~/.cache/shufflepoint)")
 
 
 def _write_json(path: str | None, payload: dict[str, Any]) -> None:
@@ -153,13 +188,56 @@ def _demo(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace) -> int:
     from shufflepoint._tools import inspect as _inspect
 
+    if args.verify:
+        return _verify(args)
+    if len(args.path) != 1:
+        return _usage_error("inspect", f"found {len(args.path)} paths, expected one (several only with --verify)")
     try:
-        found = _inspect.inspect_path(args.path)
+        found = _inspect.inspect_path(args.path[0])
     except _inspect.InspectError as error:
         return _usage_error("inspect", str(error))
     print(_inspect.render(found), file=_out(args.json), flush=True)
     _write_json(args.json, found)
     return int(found["exit_code"])
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from shufflepoint._shards import sidecar
+    from shufflepoint._shards.readers import infer_format, make_reader
+    from shufflepoint._shards.storage import Storage
+    from shufflepoint._tools import corpus_index, inspect_corpus
+
+    sources = corpus_index.sources_of(args.path)
+    try:
+        storage = Storage(corpus_index.storage_options(args.storage_options))
+        first = args.path[0] if isinstance(sources, list) else sources
+        reader = None if first.split("?", 1)[0].endswith(".json") else make_reader(
+            args.format or infer_format(storage.expand(sources)[0]), columns=args.columns, seq_len=args.seq_len,
+            dtype=args.dtype)
+        index, where, listed = inspect_corpus.find_index(sources, storage, reader,
+                                                         args.cache_dir or sidecar.default_cache_dir())
+    except (LookupError, ValueError, OSError) as error:
+        return _usage_error("inspect", str(error))
+    found = inspect_corpus.verify(index, where, storage, listed)
+    print(inspect_corpus.render_verify(found), file=_out(args.json), flush=True)
+    _write_json(args.json, found)
+    return int(found["exit_code"])
+
+
+def _index(args: argparse.Namespace) -> int:
+    from shufflepoint._tools import corpus_index
+
+    try:
+        corpus = corpus_index.open_corpus(
+            corpus_index.sources_of(args.sources), format=args.format, columns=args.columns, seq_len=args.seq_len,
+            dtype=args.dtype, options=corpus_index.storage_options(args.storage_options), cache_dir=args.cache_dir,
+            verify="checksum" if args.checksum else "version")
+        found = corpus_index.index_and_publish(corpus)
+    except (ValueError, OSError, ImportError) as error:
+        return _usage_error("index", str(error))
+    print(corpus_index.render(found), file=_out(args.json), flush=True)
+    _write_json(args.json, found)
+    return EXIT_OK
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -171,7 +249,7 @@ def _doctor(args: argparse.Namespace) -> int:
     return int(found["exit_code"])
 
 
-_COMMANDS = {"audit": _audit, "demo": _demo, "inspect": _inspect, "doctor": _doctor}
+_COMMANDS = {"audit": _audit, "demo": _demo, "inspect": _inspect, "index": _index, "doctor": _doctor}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,6 +1,7 @@
 """Parquet shards, read by row group: the unit Parquet can decode without reading the rest.
 
-Row i is found in the footer's row-group sizes as (row group, offset). Decoded row groups are kept
+Row i is found in the footer's row-group sizes as (row group, offset). The footer alone also gives
+the rows of a shard that is not downloaded (``rows_from_metadata``: two ranged reads). Decoded row groups are kept
 (see ``OpenParquet``), so the rows of a shuffled block decode their group once; a row is
 ``dict`` column -> Python value (pyarrow's ``to_pylist`` conversion). pyarrow is imported at open.
 """
@@ -8,7 +9,7 @@ Row i is found in the footer's row-group sizes as (row group, offset). Decoded r
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ def _pyarrow_errors(pa: Any) -> tuple[type[BaseException], ...]:
     return (pa.ArrowException, OSError, ValueError)
 
 
+_MAGIC = b"PAR1"
 _KEEP_BYTES = 32 << 20  # decoded row groups kept per open file (at least one)
 
 
@@ -89,6 +91,27 @@ class ParquetReader:
 
     def open(self, path: str, shard: str) -> OpenParquet:
         return OpenParquet(path, shard, self.columns)
+
+    def rows_from_metadata(self, read: Callable[[int, int], bytes], size: int, shard: str) -> int:
+        """The rows the footer records, read as the last 8 bytes (footer length, magic), then the
+        footer: a shard is indexed without downloading it. Checks the columns as ``open`` does."""
+        pa = extra("pyarrow", "parquet")
+        parquet = extra("pyarrow.parquet", "parquet")
+        tail = read(size - 8, size) if size >= 12 else b""
+        length = int.from_bytes(tail[:4], "little") if tail[4:] == _MAGIC else -1
+        if not 0 < length <= size - 12:
+            raise ShardError(shard, f"is not a readable Parquet file: no footer at the end of its {size} bytes "
+                                    "(truncated, or not Parquet)")
+        try:
+            meta = parquet.read_metadata(pa.BufferReader(_MAGIC + read(size - 8 - length, size - 8) + tail))
+            names = list(meta.schema.to_arrow_schema().names)
+            rows = sum(meta.row_group(g).num_rows for g in range(meta.num_row_groups))
+        except _pyarrow_errors(pa) as e:
+            raise ShardError(shard, f"is not a readable Parquet file: {e}") from e
+        wrong = missing_columns(shard, self.columns, names)
+        if wrong:
+            raise ShardError(shard, wrong)
+        return int(rows)
 
     def options(self) -> dict[str, Any]:
         return {"columns": self.columns}

@@ -12,7 +12,9 @@ default collate stacks a batch into ``(batch, seq_len + 1)``.
 
 from __future__ import annotations
 
+import io
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -123,6 +125,36 @@ class TokensReader:
         if not suffix_of(shard).endswith(".bin") or size % item:
             return None
         return max(0, (size // item - 1) // self.seq_len)
+
+    def rows_from_metadata(self, read: Callable[[int, int], bytes], size: int, shard: str) -> int | None:
+        """The windows of a ``.npy`` shard from its header (two small ranged reads: the preamble,
+        then the header), checked as ``open`` checks it; None for a ``.bin`` (see rows_from_size)."""
+        if not suffix_of(shard).endswith(".npy"):
+            return None
+        preamble = read(0, min(size, 12))
+        if preamble[:6] != _NPY_MAGIC or len(preamble) < 10:
+            raise ShardError(shard, f"is not a readable .npy file: no NumPy header in its first bytes ({size} bytes)")
+        wide = preamble[6] >= 2  # format 2.0 and 3.0: a 4-byte header length
+        start = 12 if wide else 10
+        length = int.from_bytes(preamble[8:start], "little")
+        if start + length > size:
+            raise ShardError(shard, f"truncated: its .npy header needs {start + length} bytes, the file has {size}")
+        header = io.BytesIO(preamble[:start] + read(start, start + length))
+        try:
+            version = np.lib.format.read_magic(header)
+            shape, _, dtype = (np.lib.format.read_array_header_2_0(header) if version[0] >= 2
+                               else np.lib.format.read_array_header_1_0(header))
+        except ValueError as e:
+            raise ShardError(shard, f"is not a readable .npy file: {e}") from e
+        if len(shape) != 1:
+            raise ShardError(shard, f"holds an array of shape {shape}, expected a 1-D array of token ids")
+        if dtype.name != self.dtype:
+            raise ShardError(shard, f"dtype: the .npy holds {dtype.name}, the reader expects {self.dtype}; "
+                                    f"pass dtype={dtype.name!r} if that is right")
+        if start + length + shape[0] * dtype.itemsize != size:
+            raise ShardError(shard, f"truncated or corrupt: its header says {shape[0]} tokens "
+                                    f"({start + length + shape[0] * dtype.itemsize} bytes), the file has {size}")
+        return max(0, (int(shape[0]) - 1) // self.seq_len)
 
     def options(self) -> dict[str, Any]:
         return {"seq_len": self.seq_len, "dtype": self.dtype}

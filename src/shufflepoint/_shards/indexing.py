@@ -1,0 +1,180 @@
+"""How ``Shards`` gets its index without downloading the corpus, and how one index serves every node.
+
+Per shard, the cheapest source of its rows wins:
+
+1. an index that recorded the same (size, version) for it: this node's cache
+   (``corpus-<key>.json``), the sidecar beside a local corpus, or the index *published* beside
+   the corpus by ``shufflepoint index SOURCES`` (``.shufflepoint-index-<options key>.json`` in
+   the same folder or bucket prefix: one small GET, read by every node instead of scanning);
+2. its size (token ``.bin`` files);
+3. the metadata its format keeps (Parquet footers, ``.npy`` headers): a few ranged reads;
+4. a scan: the shard is downloaded into the node cache (where the first read finds it) and
+   opened. JSONL and WebDataset keep no row counts, so a node with no index of them scans every
+   shard; a warning says how many bytes that is, and how to publish the index instead.
+
+With ``verify="checksum"`` every shard counted here is downloaded and hashed (sha256), so that a
+download can be checked where the storage reports no version (plain HTTP).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from shufflepoint._shards import index as _index
+from shufflepoint._shards import sidecar
+from shufflepoint._shards.integrity import file_checksum
+from shufflepoint._shards.readers.base import Reader
+from shufflepoint._shards.storage import PUBLISHED_PREFIX, Storage, is_remote
+
+Fetch = Callable[[str, int, str], str]  # (url, size, version) -> a local path holding the whole shard
+
+
+def published_name(reader: str, options: dict[str, Any]) -> str:
+    """The published index's file name: by reader and options only, so a corpus that grows keeps
+    finding it (its records are matched to shards by name, size and version)."""
+    key = hashlib.sha256(json.dumps({"reader": reader, "options": options}, sort_keys=True).encode()).hexdigest()
+    return f"{PUBLISHED_PREFIX}-{key[:16]}.json"
+
+
+def read_published(storage: Storage, root: str, reader: str, options: dict[str, Any]) -> _index.CorpusIndex | None:
+    """The index published beside the corpus at ``root``, if any (a damaged one: a warning, None)."""
+    url = _index.join(root, published_name(reader, options))
+    data = storage.read_small(url)
+    if data is None:
+        return None
+    try:
+        return _index.CorpusIndex.from_json(json.loads(data), url)
+    except ValueError as error:  # json's errors are ValueErrors too
+        warnings.warn(f"the published corpus index {url} is not readable ({error}); counting rows here "
+                      "instead. Re-run shufflepoint index to publish it again.", stacklevel=5)
+        return None
+
+
+class Indexer:
+    """Builds the index of one source list for one reader, reusing every index it can find."""
+
+    def __init__(self, storage: Storage, reader: Reader, cache_dir: str, fetch: Fetch, checksums: bool) -> None:
+        self.storage, self.reader, self.cache_dir = storage, reader, cache_dir
+        self.fetch, self.checksums = fetch, checksums
+        self.published: str | None = None  # the published index found, if any
+
+    def load_or_build(self, urls: list[str], threads: int, progress: bool) -> _index.CorpusIndex:
+        options = self.reader.options()
+        key = sidecar.corpus_key(urls, self.reader.name, options)
+        root = _index.common_root(urls)
+        with sidecar.building(self.cache_dir, key):
+            latest = sidecar.load_latest(self.cache_dir, key, root)
+
+            def published() -> list[_index.CorpusIndex]:
+                found = self.read_published(root, options)
+                return [found] if found is not None else []
+
+            built = _index.build(urls, reader=self.reader.name, options=options, info=self._info, count=self.count,
+                                 known=[latest] if latest is not None else [], more_known=published,
+                                 checksums=self.checksums, threads=threads, progress=progress,
+                                 before_counting=self._before_counting)
+            if latest is None or latest.read_as != _index.VERSION or latest.to_json() != built.to_json():
+                sidecar.save(built, self.cache_dir, key)
+        unversioned = [s.name for s, url in zip(built.shards, urls, strict=True) if is_remote(url) and not s.version]
+        if unversioned and not self.checksums:
+            warnings.warn(f"the storage reports no version for {len(unversioned)} shard(s) (e.g. {unversioned[0]}; "
+                          "plain HTTP without ETag or Last-Modified?): one rewritten with the same size would be read "
+                          "without notice. Pass verify='checksum' to check every copy's content.",
+                          UserWarning, stacklevel=4)
+        return built
+
+    def read_published(self, root: str, options: dict[str, Any]) -> _index.CorpusIndex | None:
+        found = read_published(self.storage, root, self.reader.name, options)
+        if found is not None:
+            self.published = _index.join(root, published_name(self.reader.name, options))
+        return found
+
+    def _info(self, url: str) -> tuple[int, str]:
+        found = self.storage.info(url)
+        return found.size, found.version
+
+    def count(self, url: str, size: int, version: str) -> tuple[int, str]:
+        """(rows, checksum) of one shard, reading as little of it as its format allows."""
+        if self.checksums:
+            path = self.fetch(url, size, version)
+            rows = self._rows_without_download(url, size, version)
+            return (rows if rows is not None else self._open_and_count(path, url)), file_checksum(path)
+        rows = self._rows_without_download(url, size, version)
+        if rows is not None:
+            return rows, ""
+        return self._open_and_count(self.fetch(url, size, version), url), ""
+
+    def _rows_without_download(self, url: str, size: int, version: str) -> int | None:
+        from_size = getattr(self.reader, "rows_from_size", None)
+        rows = from_size(url, size) if callable(from_size) else None
+        if rows is not None:
+            return int(rows)
+        from_metadata = getattr(self.reader, "rows_from_metadata", None)
+        if not callable(from_metadata):
+            return None
+        with self.storage.ranges(url, size, version) as read:
+            found = from_metadata(read, size, url)
+        return None if found is None else int(found)
+
+    def _open_and_count(self, path: str, url: str) -> int:
+        opened = self.reader.open(path, url)
+        try:
+            return len(opened)
+        finally:
+            opened.close()
+
+    def needs_scan(self, url: str, size: int) -> bool:
+        """Whether counting this shard downloads it whole."""
+        if self.checksums:
+            return True
+        from_size = getattr(self.reader, "rows_from_size", None)
+        if callable(from_size) and from_size(url, size) is not None:
+            return False
+        return not callable(getattr(self.reader, "rows_from_metadata", None))
+
+    def _before_counting(self, todo: list[tuple[str, int]]) -> None:
+        scans = [(url, size) for url, size in todo if is_remote(url) and self.needs_scan(url, size)]
+        if not scans:
+            return
+        total = sum(size for _, size in scans)
+        why = ("verify='checksum' hashes every shard it indexes" if self.checksums
+               else f"{self.reader.name} shards keep no row counts")
+        stale = (f"The index published at {self.published} does not match them (they changed since it was "
+                 "published): re-run `shufflepoint index` on the corpus. " if self.published else
+                 "Publish the index once, beside the corpus: `shufflepoint index SOURCES` (same format "
+                 "options); every node then reads it (one small GET) instead of scanning. ")
+        warnings.warn(f"indexing downloads {len(scans)} shard(s) whole, {total:,} bytes, on every node that has no "
+                      f"index of them ({why}). {stale}The downloads stay in the node cache for the reads.",
+                      UserWarning, stacklevel=6)
+
+
+def publish(index: _index.CorpusIndex, storage: Storage) -> str:
+    """Write ``index`` beside its corpus, where every node's ``Shards`` looks; returns the URL or path.
+
+    One file per folder, reader and options: the records of other shards it already holds (another
+    glob over the same folder) are kept after this index's while those shards are still there,
+    unchanged, so publishing one corpus never makes another one's nodes scan again."""
+    url = _index.join(index.root, published_name(index.reader, index.options))
+    existing = read_published(storage, index.root, index.reader, index.options)
+    ours = {s.name for s in index.shards}
+    others = [s for s in existing.shards if s.name not in ours] if existing is not None else []
+    if others:
+        listed = {_index.relative(index.root, u) for u in storage.expand(_index.join(index.root, "**"))}
+
+        def unchanged(record: _index.ShardRecord) -> bool:
+            found = storage.info(_index.join(index.root, record.name))  # from the listing: no request
+            return (found.size, found.version) == (record.size, record.version)
+
+        others = [s for s in others if s.name in listed and unchanged(s)]
+    kept = tuple(others)
+    merged = _index.CorpusIndex(index.root, index.reader, dict(index.options), index.shards + kept)
+    if is_remote(url):
+        storage.write_small(url, json.dumps(merged.to_json(), separators=(",", ":")).encode())
+    else:
+        sidecar.write_json(url, merged.to_json())
+    return url
+
