@@ -196,7 +196,8 @@ def test_plain_http_with_checksums(http_folder, tmp_path):
 
 def test_an_index_of_format_1_still_loads_and_a_state_of_0_2_is_explained(s3, bucket):
     """A 0.2 sidecar (format 1, no versions in its hash): its rows are reused (no shard read), it is
-    rewritten as format 2; a 0.2 state's fingerprint is named as such, and strict=False accepts it."""
+    rewritten as format 2; a 0.2 state (format 1) resumes; 0.2's fingerprint in a current state is named
+    as such, and strict=False accepts it."""
     name, cache = bucket
     corpus = open_bucket(s3, name, cache)
     old = corpus.index.to_json()
@@ -212,10 +213,18 @@ def test_an_index_of_format_1_still_loads_and_a_state_of_0_2_is_explained(s3, bu
     state["dataset_fingerprint"] = "shards:" + corpus.index.legacy_hash + ":blocks=16"
     with pytest.raises(shufflepoint.StateError, match=r"saved by shufflepoint 0\.2, whose corpus fingerprint did not "
                                                       r"cover shard versions.*load with strict=False"):
-        resume(again, state)
+        resume(again, state)  # a current-format state never carries 0.2's fingerprint
     loader = shufflepoint.DataLoader(again, batch_size=2, seed=3, shuffle_block=16, rank=0, world_size=1)
     with pytest.warns(shufflepoint.ResumeWarning, match="the dataset changed since the checkpoint"):
         loader.load_state_dict(state, strict=False)
+    # A state as 0.2 wrote it (format 1, strided, 0.2's fingerprint) resumes as it is: the same corpus
+    # by 0.2's measure, read strided as 0.2 read it.
+    written_by_0_2 = {k: v for k, v in state.items() if k not in ("deal", "segments")}
+    written_by_0_2.update(version=1, cursor=2)
+    loader = shufflepoint.DataLoader(again, batch_size=2, seed=3, shuffle_block=16, rank=0, world_size=1)
+    loader.load_state_dict(written_by_0_2)
+    assert loader.deal == "strided" and loader.cursor == 2
+    assert loader.state_dict()["dataset_fingerprint"] == again.fingerprint + ":blocks=16"
 
 
 def test_rewritten_between_the_head_and_the_body(s3, bucket, tmp_path):

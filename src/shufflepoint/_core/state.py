@@ -98,6 +98,9 @@ class Expected:
     # The dataset's account of a changed fingerprint (a sharded corpus names the changed shards).
     explain_fingerprint: Callable[[str], str] | None = None
     deal: str = STRIDED
+    # How shufflepoint 0.2 identified the same dataset (a corpus's index without shard versions):
+    # a version-1 state carrying it matches, as 0.2 itself would have judged.
+    legacy_fingerprint: str | None = None
 
 
 @dataclass(frozen=True)
@@ -205,13 +208,24 @@ def _check_deal(state: Mapping[str, Any], expected: Expected) -> None:
                     "The state is damaged or was edited; use another checkpoint.")
 
 
+def _current(state: object, expected: Expected) -> Mapping[str, Any]:
+    """The state, checked, in the current format: version 1 (0.1, 0.2) read as ``strided``, and a 0.2
+    corpus fingerprint (no shard versions) taken as the same corpus when it matches 0.2's measure."""
+    written_as = state.get("version") if isinstance(state, Mapping) else None
+    current = _check_shape(state)
+    if written_as == OLDEST_VERSION and expected.legacy_fingerprint is not None \
+            and current["dataset_fingerprint"] == expected.legacy_fingerprint:
+        current = {**current, "dataset_fingerprint": expected.dataset_fingerprint}
+    return current
+
+
 def validate(state: object, expected: Expected, *, strict: bool = True) -> Position:
     """Check a state against the loading object; return its position. Raises StateError.
 
     Emits ResumeWarning (after all checks pass) where the load is accepted but cannot be exact.
     ``strict=False`` turns a dataset-fingerprint mismatch into a ResumeWarning; nothing else.
     """
-    state = _check_shape(state)
+    state = _current(state, expected)
     if state["kind"] != expected.kind:
         raise _fail("kind", state["kind"], repr(expected.kind),
                     f"A {state['kind']} state cannot restore a {expected.kind}; load it into a {state['kind']}.")

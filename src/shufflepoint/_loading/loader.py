@@ -172,6 +172,8 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         self._deal = Deal(deal, self._orders)
         warn_if_blocks_exceed_the_share(self._orders, self._deal, self._layout.n, world_size)
         self._fingerprint = resolve_fingerprint(dataset_fingerprint, dataset, self._layout.n, self._orders)
+        self._legacy_fingerprint = resolve_fingerprint(dataset_fingerprint, dataset, self._layout.n, self._orders,
+                                                       "legacy_fingerprint")
         self._explain = explain_fingerprint(dataset)
         self._epoch = 0
         self._start: StridedCut | SpanCut = self._deal.cut(self._layout, 0, [])  # where the next pass starts
@@ -321,4 +323,5 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             kind="loader", n=self._layout.n, seed=self._seed, shuffle=self._shuffle,
             order=orders.name, order_version=orders.version,
             dataset_fingerprint=self._fingerprint, explain_fingerprint=self._explain, deal=deal.name,
+            legacy_fingerprint=self._legacy_fingerprint,
         )

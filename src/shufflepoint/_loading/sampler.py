@@ -60,19 +60,23 @@ def dataset_length(dataset: object) -> int:
     return len(dataset)
 
 
-def resolve_fingerprint(value: str | None, dataset: Any, n: int, orders: OrderCache | None = None) -> str | None:
+def resolve_fingerprint(value: str | None, dataset: Any, n: int, orders: OrderCache | None = None,
+                        attribute: str = "fingerprint") -> str | None:
     """None, the user's own string, or ``"auto"``: length plus a hash of a few items.
 
     A sharded corpus (a dataset with a ``fingerprint`` string, such as ``Shards``) always carries
     its index's content hash, plus the block size of the ``blocks`` order, which together define
-    the order; the user's own string, if any, is appended.
+    the order; the user's own string, if any, is appended. ``attribute="legacy_fingerprint"``: the
+    same as shufflepoint 0.2 wrote it (None when the dataset has no older identity).
     """
     if value is not None and not isinstance(value, str):
         raise TypeError(f"dataset_fingerprint: found {value!r}, expected a str, 'auto' or None")
-    corpus = getattr(dataset, "fingerprint", None)
+    corpus = getattr(dataset, attribute, None)
     if isinstance(corpus, str):
         found = corpus + (f":blocks={orders.shuffle_block}" if orders is not None and orders.shuffle_block else "")
         return found if value in (None, "auto") else f"{found}:{value}"
+    if attribute != "fingerprint":
+        return None
     if value == "auto":
         from shufflepoint._core.fingerprint import fingerprint
 
@@ -309,6 +313,8 @@ class ResumableSampler(DistributedSampler[int]):
         self._deal = Deal(deal, self._orders)
         warn_if_blocks_exceed_the_share(self._orders, self._deal, n, world_size)
         self._fingerprint = resolve_fingerprint(dataset_fingerprint, dataset, n, self._orders)
+        self._legacy_fingerprint = resolve_fingerprint(dataset_fingerprint, dataset, n, self._orders,
+                                                       "legacy_fingerprint")
         self._explain = explain_fingerprint(dataset)
         self._verify_ranks = bool(verify_ranks)
         self._pending: StridedCut | SpanCut | None = None  # from load_state_dict, for the next __iter__
@@ -385,6 +391,7 @@ class ResumableSampler(DistributedSampler[int]):
             kind="sampler", n=self._layout.n, seed=self.seed, shuffle=self.shuffle,
             order=orders.name, order_version=orders.version,
             dataset_fingerprint=self._fingerprint, explain_fingerprint=self._explain, deal=deal.name,
+            legacy_fingerprint=self._legacy_fingerprint,
         )
 
 

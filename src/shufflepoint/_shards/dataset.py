@@ -120,6 +120,12 @@ class Shards(torch.utils.data.Dataset[Any]):
         """``shards:<content hash>``: the corpus identity that the loader's state carries."""
         return FINGERPRINT_PREFIX + self.index.content_hash
 
+    @property
+    def legacy_fingerprint(self) -> str:
+        """The fingerprint shufflepoint 0.2 gave this corpus (index format 1: no shard versions), which
+        its states carry: a version-1 state with it resumes, the corpus being the same by 0.2's measure."""
+        return FINGERPRINT_PREFIX + self.index.legacy_hash
+
     def explain_fingerprint(self, saved: str) -> str:
         """What changed since a state with fingerprint ``saved`` was written, as far as known here."""
         if not saved.startswith(FINGERPRINT_PREFIX):

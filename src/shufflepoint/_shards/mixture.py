@@ -129,8 +129,16 @@ class Mixture(torch.utils.data.Dataset[Any]):
     @property
     def fingerprint(self) -> str:
         """The sources (their own fingerprints, else their lengths), weights and epoch length."""
-        parts = [getattr(d, "fingerprint", None) or f"len={n}" for d, n in zip(self.sources, self.lengths,
-                                                                               strict=True)]
+        return self._fingerprint("fingerprint")
+
+    @property
+    def legacy_fingerprint(self) -> str:
+        """As shufflepoint 0.2 computed it, from its sources' 0.2 fingerprints (``Shards.legacy_fingerprint``)."""
+        return self._fingerprint("legacy_fingerprint")
+
+    def _fingerprint(self, attribute: str) -> str:
+        parts = [getattr(d, attribute, None) or getattr(d, "fingerprint", None) or f"len={n}"
+                 for d, n in zip(self.sources, self.lengths, strict=True)]
         text = json.dumps({"sources": parts, "counts": self.counts})
         return FINGERPRINT_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:32]
 
