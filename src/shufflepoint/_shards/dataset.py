@@ -20,6 +20,7 @@ import torch.utils.data
 from shufflepoint._core.errors import ShardError
 from shufflepoint._shards import index as _index
 from shufflepoint._shards import sidecar
+from shufflepoint._shards.batch import Batch, Columnar, Rows, checked_indices, gather
 from shufflepoint._shards.cache import NodeCache
 from shufflepoint._shards.prefetch import Prefetcher
 from shufflepoint._shards.readers import infer_format, make_reader, saved_dataset_files
@@ -172,6 +173,24 @@ class Shards(torch.utils.data.Dataset[Any]):
         shard, row = self.shard_of(int(index))
         sample = self._open(shard)[row]
         return self._transform(sample) if self._transform is not None else sample
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        """``[self[i] for i in indices]``, read a batch at once (torch's DataLoader calls this)."""
+        return self.read_batch(indices).samples()
+
+    def read_batch(self, indices: Sequence[int] | np.ndarray) -> Batch:
+        """The samples at ``indices`` as one batch read shard by shard (each shard's rows at once, see
+        the readers' ``take``), in the order asked; ``transform`` still sees one sample at a time."""
+        flat = checked_indices("Shards", indices, len(self))
+        shards = np.searchsorted(self._ends, flat, side="right")
+        batch = gather(shards, lambda shard, where: self._open(shard).take(flat[where] - self._starts[shard]))
+        if self._transform is None:
+            return batch
+        return Rows([self._transform(sample) for sample in batch.samples()])
+
+    def columnar(self) -> Columnar:
+        """This corpus with batches kept as read, for ``shufflepoint.collate`` (see ``Columnar``)."""
+        return Columnar(self)
 
     def _open(self, shard: int) -> OpenShard:
         if os.getpid() != self._pid:  # forked into a DataLoader worker: open files are the parent's

@@ -1,38 +1,36 @@
 """Parquet shards, read by row group: the unit Parquet can decode without reading the rest.
 
 Row i is found in the footer's row-group sizes as (row group, offset). Decoded row groups are kept
-(see ``OpenParquet``), so the rows of a shuffled block decode their group once; a row is
+(see ``_decoded``), so the rows of a shuffled block decode their group once; a row is
 ``dict`` column -> Python value (pyarrow's ``to_pylist`` conversion). pyarrow is imported at open.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from shufflepoint._core.errors import ShardError
-from shufflepoint._shards.readers._common import check_columns, check_row, extra, missing_columns
+from shufflepoint._shards.batch import Columns
+from shufflepoint._shards.readers._common import check_columns, check_row, check_rows, extra, missing_columns
+from shufflepoint._shards.readers._decoded import GROUPS
+from shufflepoint._shards.readers.arrow import columns_of
 
 
 def _pyarrow_errors(pa: Any) -> tuple[type[BaseException], ...]:
     return (pa.ArrowException, OSError, ValueError)
 
 
-_KEEP_BYTES = 32 << 20  # decoded row groups kept per open file (at least one)
-
-
 class OpenParquet:
-    """One Parquet file, its footer read; row groups decoded on demand and kept, least recently
-    used first out, up to ``_KEEP_BYTES``: a shuffled block asks for its rows in any order, and
-    keeping only the last group decoded one group per sample (74 µs for 100 rows of 1 KiB)."""
+    """One Parquet file, its footer read; row groups decoded on demand and kept in the process's
+    ``_decoded.GROUPS`` (one byte budget for every open file)."""
 
     def __init__(self, path: str, shard: str, columns: list[str] | None) -> None:
-        pa = extra("pyarrow", "parquet")
+        self._pa = extra("pyarrow", "parquet")
         parquet = extra("pyarrow.parquet", "parquet")
-        self._shard, self._columns, self._errors = shard, columns, _pyarrow_errors(pa)
+        self._shard, self._columns, self._errors = shard, columns, _pyarrow_errors(self._pa)
         try:
             self._file = parquet.ParquetFile(path, memory_map=True)
             meta = self._file.metadata
@@ -44,8 +42,7 @@ class OpenParquet:
         if wrong:
             raise ShardError(shard, wrong)
         self._ends = np.cumsum(np.asarray(sizes, np.int64))
-        self._tables: OrderedDict[int, Any] = OrderedDict()
-        self._held = 0
+        self._owner = GROUPS.owner()
 
     def __len__(self) -> int:
         return int(self._ends[-1]) if self._ends.size else 0
@@ -56,24 +53,31 @@ class OpenParquet:
         offset = row - (int(self._ends[group - 1]) if group else 0)
         return self._group(group).slice(offset, 1).to_pylist()[0]  # fresh objects: safe to mutate
 
+    def take(self, rows: np.ndarray) -> Columns:
+        """Each row group decoded (or found) once, one take per group, the columns converted once."""
+        rows = check_rows(rows, len(self))
+        groups = np.searchsorted(self._ends, rows, side="right")
+        offsets = rows - np.concatenate(([0], self._ends))[groups]
+        unique = np.unique(groups)
+        if unique.size == 1:
+            return columns_of(self._group(int(unique[0])).take(offsets), self._pa)
+        parts = [self._group(g).take(offsets[groups == g]) for g in unique.tolist()]
+        by_group = np.argsort(groups, kind="stable")
+        inverse = np.empty_like(by_group)
+        inverse[by_group] = np.arange(by_group.size)
+        return columns_of(self._pa.concat_tables(parts).take(inverse), self._pa)
+
     def _group(self, group: int) -> Any:
-        table = self._tables.get(group)
-        if table is not None:
-            self._tables.move_to_end(group)
-            return table
+        return GROUPS.get(self._owner, group, lambda: self._decode(group))
+
+    def _decode(self, group: int) -> Any:
         try:
-            table = self._file.read_row_group(group, columns=self._columns)
+            return self._file.read_row_group(group, columns=self._columns)
         except self._errors as e:
             raise ShardError(self._shard, f"row group {group} cannot be decoded: {e}") from e
-        self._tables[group] = table
-        self._held += table.nbytes
-        while self._held > _KEEP_BYTES and len(self._tables) > 1:
-            self._held -= self._tables.popitem(last=False)[1].nbytes
-        return table
 
     def close(self) -> None:
-        self._tables.clear()
-        self._held = 0
+        GROUPS.drop(self._owner)
         self._file.close()
 
 

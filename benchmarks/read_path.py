@@ -1,0 +1,137 @@
+"""The read path of issue 19, measured against its targets in one run (``make bench-read``, ~1 min).
+
+- Parquet rows (``{"id", "text"}``, ~1 KiB of text a row, 20 shards x 5,000 rows, row groups of
+  1,000): ``shufflepoint.DataLoader(Shards(...), batch_size=256, num_workers=0)`` against pyarrow
+  decoding the same files front to back into batches of 256 turned into the same Python values
+  (an int64 tensor of ids, a list of str). Target: >= 0.5x.
+- Token windows (uint16 ``.bin``, seq_len 64, 10 shards x 100,000 windows), batch 256,
+  ``num_workers=0``. Target: >= 1M samples/s.
+- Workers: token windows and Parquet rows at num_workers 0, 1, 2: time to the first batch (start-up,
+  pickling the dataset to each worker) and the steady rate after it, timed separately.
+
+Each figure is the median of ``--repeats`` runs, interleaved; peak RSS is the process's own.
+Prints a Markdown table. ``--quick`` uses a tenth of the corpus.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import shufflepoint
+
+BATCH = 256
+SEQ_LEN = 64
+
+
+def make_corpus(root: Path, scale: float) -> tuple[str, str]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    text_dir, token_dir = root / "text", root / "tokens"
+    text_dir.mkdir(exist_ok=True)
+    token_dir.mkdir(exist_ok=True)
+    rows = max(1000, int(5000 * scale))
+    rng = np.random.default_rng(0)
+    alphabet = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz     ", np.uint8)
+    for shard in range(20):
+        ids = np.arange(shard * rows, (shard + 1) * rows, dtype=np.int64)
+        letters = alphabet[rng.integers(0, alphabet.size, size=(rows, 1000))]
+        text = [bytes(line).decode() for line in letters]
+        pq.write_table(pa.table({"id": ids, "text": text}), text_dir / f"part-{shard:03d}.parquet",
+                       row_group_size=1000)
+    windows = max(10_000, int(100_000 * scale))
+    for shard in range(10):
+        tokens = rng.integers(0, 50_257, size=windows * SEQ_LEN + 1, dtype=np.uint16)
+        tokens.tofile(token_dir / f"tok-{shard:03d}.bin")
+    return str(text_dir / "*.parquet"), str(token_dir / "*.bin")
+
+
+def pyarrow_sequential(pattern: str) -> float:
+    """Rows/s: each file front to back, batches of BATCH, as an id tensor and a list of str."""
+    import glob
+
+    import pyarrow.parquet as pq
+
+    rows = 0
+    start = time.perf_counter()
+    for path in sorted(glob.glob(pattern)):
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH, columns=["id", "text"]):
+            out = {"id": torch.from_numpy(batch.column(0).to_numpy()), "text": batch.column(1).to_pylist()}
+            rows += len(out["text"])
+    return rows / (time.perf_counter() - start)
+
+
+def loader_rate(dataset: Any, workers: int, limit: int, **kwargs: Any) -> tuple[float, float]:
+    """(seconds to the first batch, samples/s after it) over at most ``limit`` samples."""
+    loader = shufflepoint.DataLoader(dataset, batch_size=BATCH, seed=1, num_workers=workers,
+                                     shuffle_block=10_000, **kwargs)
+    start = time.perf_counter()
+    batches = iter(loader)
+    next(batches)
+    first = time.perf_counter() - start
+    start, samples = time.perf_counter(), 0
+    for batch in batches:
+        samples += len(batch["id"]) if isinstance(batch, dict) else len(batch)
+        if samples >= limit:
+            break
+    return first, samples / (time.perf_counter() - start)
+
+
+def median_of(repeats: int, run: Callable[[], Any]) -> Any:
+    results = [run() for _ in range(repeats)]
+    if isinstance(results[0], tuple):
+        return tuple(statistics.median(r[i] for r in results) for i in range(len(results[0])))
+    return statistics.median(results)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workers", default="0,1,2")
+    args = parser.parse_args()
+    scale = 0.1 if args.quick else 1.0
+    collate = getattr(shufflepoint, "collate", None)
+    with tempfile.TemporaryDirectory() as tmp:
+        text, tokens = make_corpus(Path(tmp), scale)
+        cache = os.path.join(tmp, "cache")
+        rows = shufflepoint.Shards(text, columns=["id", "text"], cache_dir=cache, progress=False)
+        windows = shufflepoint.Shards(tokens, seq_len=SEQ_LEN, cache_dir=cache, progress=False)
+        print(f"# read path, {'quick' if args.quick else 'full'}: {len(rows)} Parquet rows, {len(windows)} "
+              f"token windows, batch {BATCH}, median of {args.repeats}")
+        print(f"# pickled dataset: Parquet {len(pickle.dumps(rows))} B, tokens {len(pickle.dumps(windows))} B")
+        print("| workload | loader | workers | first batch (s) | samples/s | vs pyarrow |")
+        print("|---|---|---:|---:|---:|---:|")
+        reps = args.repeats
+        arrow = median_of(reps, lambda: pyarrow_sequential(text))
+        print(f"| parquet rows | pyarrow sequential | - | - | {arrow:,.0f} | 1.00x |")
+        variants = [("default collate", {})]
+        if collate is not None:
+            variants.append(("collate_fn=shufflepoint.collate", {"collate_fn": collate}))
+        for workers in [int(w) for w in args.workers.split(",")]:
+            for name, kwargs in variants:
+                first, rate = median_of(reps, lambda w=workers, k=kwargs: loader_rate(rows, w, len(rows), **k))
+                print(f"| parquet rows | {name} | {workers} | {first:.2f} | {rate:,.0f} | {rate / arrow:.2f}x |")
+            for name, kwargs in variants:
+                first, rate = median_of(reps, lambda w=workers, k=kwargs: loader_rate(windows, w, len(windows), **k))
+                print(f"| token windows | {name} | {workers} | {first:.2f} | {rate:,.0f} | |")
+            sys.stdout.flush()
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"# peak RSS of this process: {peak:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
