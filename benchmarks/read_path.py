@@ -118,16 +118,18 @@ def main() -> None:
         reps = args.repeats
         arrow = median_of(reps, lambda: pyarrow_sequential(text))
         print(f"| parquet rows | pyarrow sequential | - | - | {arrow:,.0f} | 1.00x |")
-        variants = [("default collate", {})]
-        if collate is not None:
-            variants.append(("collate_fn=shufflepoint.collate", {"collate_fn": collate}))
+        columnar = collate is not None and hasattr(rows, "columnar")
         for workers in [int(w) for w in args.workers.split(",")]:
-            for name, kwargs in variants:
-                first, rate = median_of(reps, lambda w=workers, k=kwargs: loader_rate(rows, w, len(rows), **k))
-                print(f"| parquet rows | {name} | {workers} | {first:.2f} | {rate:,.0f} | {rate / arrow:.2f}x |")
-            for name, kwargs in variants:
-                first, rate = median_of(reps, lambda w=workers, k=kwargs: loader_rate(windows, w, len(windows), **k))
-                print(f"| token windows | {name} | {workers} | {first:.2f} | {rate:,.0f} | |")
+            for label, corpus in (("parquet rows", rows), ("token windows", windows)):
+                variants: list[tuple[str, Any, dict[str, Any]]] = [("Shards, default collate", corpus, {})]
+                if columnar:
+                    variants.append(("Shards.columnar(), shufflepoint.collate", corpus.columnar(),
+                                     {"collate_fn": collate}))
+                for name, dataset, kwargs in variants:
+                    first, rate = median_of(reps, lambda d=dataset, w=workers, k=kwargs: loader_rate(
+                        d, w, len(d), **k))
+                    ratio = f"{rate / arrow:.2f}x" if label == "parquet rows" else ""
+                    print(f"| {label} | {name} | {workers} | {first:.2f} | {rate:,.0f} | {ratio} |")
             sys.stdout.flush()
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"# peak RSS of this process: {peak:.0f} MiB")

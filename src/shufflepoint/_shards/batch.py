@@ -169,6 +169,8 @@ def gather(groups: np.ndarray, read: Any) -> Batch:
     """Rows read group by group, back in the order asked: ``groups[i]`` is the group of the i-th row
     asked for; ``read(group, where)`` reads the rows at positions ``where`` of that group, in order.
     Each group is read once, in ascending order (file locality)."""
+    if groups.size and (groups == groups[0]).all():  # the usual case: a batch inside one shard
+        return read(int(groups[0]), np.arange(groups.size))
     by_group = np.argsort(groups, kind="stable")
     sorted_groups = groups[by_group]
     cuts = np.flatnonzero(np.diff(sorted_groups)) + 1

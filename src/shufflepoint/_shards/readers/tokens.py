@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from numpy.lib.stride_tricks import as_strided
 
 from shufflepoint._core.errors import ShardError
 from shufflepoint._shards.batch import Stacked
@@ -85,9 +86,10 @@ class OpenTokens:
         rows = check_rows(rows, self._rows)
         if self._tokens is None:
             raise ValueError("the shard is closed")
-        starts = rows * self._seq_len
-        windows = self._tokens[starts[:, None] + np.arange(self._seq_len + 1)]
-        return Stacked(torch.from_numpy(windows.astype(np.int64)))
+        step = self._tokens.strides[0]  # the windows as rows of a strided view: a row gather copies
+        windows = as_strided(self._tokens, shape=(self._rows, self._seq_len + 1),  # 65 tokens at once,
+                             strides=(step * self._seq_len, step), writeable=False)  # 4x an index per token
+        return Stacked(torch.from_numpy(windows[rows].astype(np.int64)))
 
     def close(self) -> None:
         self._tokens = None  # the last reference to the memmap: dropping it unmaps the file
