@@ -15,7 +15,7 @@ columnar rule for goes to ``default_collate`` unchanged, so its errors are torch
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -165,7 +165,7 @@ def checked_indices(what: str, indices: Any, length: int) -> np.ndarray:
     return found.astype(np.int64, copy=False)
 
 
-def gather(groups: np.ndarray, read: Any) -> Batch:
+def gather(groups: np.ndarray, read: Callable[[int, np.ndarray], Batch]) -> Batch:
     """Rows read group by group, back in the order asked: ``groups[i]`` is the group of the i-th row
     asked for; ``read(group, where)`` reads the rows at positions ``where`` of that group, in order.
     Each group is read once, in ascending order (file locality)."""
