@@ -56,6 +56,7 @@ class Shards(torch.utils.data.Dataset[Any]):
     _opened: OrderedDict[int, OpenShard]
     _cache: NodeCache | None
     _prefetcher: Prefetcher | None
+    _shard_by_url: dict[str, int] | None
 
     def __init__(
         self,
@@ -245,6 +246,8 @@ class Shards(torch.utils.data.Dataset[Any]):
         self._prefetcher.schedule(urls)
 
     def _prefetch_lookup(self, url: str) -> str:
+        if self._shard_by_url is None:  # built on first use: 40 ms for 5,000 shards, in every worker
+            self._shard_by_url = {self.index.url(s): s for s in range(len(self.index.shards))}
         shard = self._shard_by_url[url]
         record = self.index.shards[shard]
         return self._fetch(url, record.size, record.version)
@@ -255,11 +258,11 @@ class Shards(torch.utils.data.Dataset[Any]):
         self._opened = OrderedDict()
         self._cache = None
         self._prefetcher = None
-        self._shard_by_url = {self.index.url(s): s for s in range(len(self.index.shards))}
+        self._shard_by_url = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("_opened", "_cache", "_prefetcher"):
+        for name in ("_opened", "_cache", "_prefetcher", "_shard_by_url"):
             state[name] = None
         return state
 

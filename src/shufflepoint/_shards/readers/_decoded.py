@@ -44,6 +44,17 @@ class DecodedGroups:
         self._owners = itertools.count()
         self._pid = os.getpid()
 
+    def set_limit(self, limit: int) -> None:
+        """A new budget, applied at once (least recently used groups out until it holds)."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ValueError(f"limit: found {limit!r}, expected a number of bytes >= 0")
+        self.limit = limit
+        self._evict_until(limit)
+
+    def _evict_until(self, budget: int) -> None:
+        while self._tables and self.held > budget:
+            self.held -= int(self._tables.popitem(last=False)[1].nbytes)
+
     def owner(self) -> int:
         """A key for one open file's groups."""
         return next(self._owners)
@@ -61,8 +72,7 @@ class DecodedGroups:
         table = decode()
         size = int(table.nbytes)
         if size <= self.limit:
-            while self.held + size > self.limit:
-                self.held -= int(self._tables.popitem(last=False)[1].nbytes)
+            self._evict_until(self.limit - size)
             self._tables[key] = table
             self.held += size
         return table
