@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-ray bench bench-shuffle bench-agreement bench-scaling bench-shards soak lint clean test-accelerate-matrix
+.PHONY: setup demo test test-ray bench bench-shuffle bench-agreement bench-scaling bench-shards bench-read soak lint clean test-accelerate-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,11 @@ bench-agreement: $(STAMP)
 # an epoch of 1e10 samples on 10,000 ranks, computed from the order (issue 12; about 30 s).
 bench-scaling: $(STAMP)
 	$(PY) benchmarks/scaling.py
+
+# The read path against issue 19's targets: Parquet rows vs pyarrow's sequential decode, token windows
+# per second, workers 0 and 2 (first batch and rate apart). About 2 minutes; QUICK=1 a tenth of the corpus.
+bench-read: $(STAMP)
+	$(PY) benchmarks/read_path.py $(if $(QUICK),--quick)
 
 # Ray Train (issue 14) on a real local Ray cluster: its own venv (1.5 GB), torch first and alone
 # (the local CPU wheel), then the package with its [ray] extra. About 40 s to build, 70 s to run.

@@ -208,3 +208,13 @@ def test_loader_augmentation_is_unchanged_by_batched_reads(corpora, seed_per_sam
     same(batched, per_row)
     if seed_per_sample:
         assert len({round(x, 9) for b in batched for x in b["torch"].tolist()}) > 20
+
+
+def test_a_sample_changed_by_its_user_does_not_change_the_next_read(corpora):
+    corpus = corpora["parquet"]
+    first, batch = corpus[3], corpus.__getitems__([3, 4])
+    for sample in (first, *batch):
+        sample["vec"].append(-1)
+        sample["text"] += "!"
+        sample["id"] = -1
+    assert corpus[3] == corpus.__getitems__([3])[0] == _rows(0, 4)[3]

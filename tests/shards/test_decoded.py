@@ -1,4 +1,7 @@
-"""Decoded Parquet row groups: one byte budget for every open file of the process, and it holds."""
+"""Decoded Parquet row groups: one byte budget for every open file of the process, and it holds.
+
+A group's bytes are what it holds: the Arrow table when kept, numpy arrays, and the Python str and
+bytes objects of its converted columns (``sys.getsizeof``)."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import pytest
 
 import shufflepoint
 from shufflepoint._shards.readers._decoded import ENV, GROUPS
+from shufflepoint._shards.readers._group import DecodedGroup
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -26,8 +30,9 @@ def corpus(tmp_path):
         pq.write_table(table, tmp_path / f"{shard}.parquet", row_group_size=GROUP)
     shards = shufflepoint.Shards(str(tmp_path / "*.parquet"), cache_dir=str(tmp_path / "c"), progress=False,
                                  max_open=6)
-    group_bytes = pq.read_table(tmp_path / "0.parquet").slice(0, GROUP).nbytes
+    group_bytes = DecodedGroup(pq.read_table(tmp_path / "0.parquet").slice(0, GROUP), pa).nbytes
     saved = GROUPS.limit
+    GROUPS.set_limit(0)  # groups of files other tests left open go
     yield shards, group_bytes
     GROUPS.set_limit(saved)
 
@@ -52,7 +57,6 @@ def test_the_budget_holds_across_every_open_file(corpus, groups_kept):
 
 def test_a_closed_file_gives_its_groups_back(corpus):
     shards, group_bytes = corpus
-    GROUPS.set_limit(0)  # groups of files other tests left open go
     GROUPS.set_limit(100 * group_bytes)
     shards.__getitems__(list(range(len(shards))))
     assert len(GROUPS._tables) >= 36

@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 
 from shufflepoint._core.errors import ShardError
-from shufflepoint._shards.batch import Columns
+from shufflepoint._shards.batch import Column, Columns, Rows
 from shufflepoint._shards.readers._common import check_columns, check_row, check_rows, extra, missing_columns
 from shufflepoint._shards.readers._decoded import GROUPS
-from shufflepoint._shards.readers.arrow import columns_of
+from shufflepoint._shards.readers._group import DecodedGroup
 
 
 def _pyarrow_errors(pa: Any) -> tuple[type[BaseException], ...]:
@@ -51,24 +51,38 @@ class OpenParquet:
         row = check_row(row, len(self))
         group = int(np.searchsorted(self._ends, row, side="right"))
         offset = row - (int(self._ends[group - 1]) if group else 0)
-        return self._group(group).slice(offset, 1).to_pylist()[0]  # fresh objects: safe to mutate
+        return self._group(group).row(offset)
 
-    def take(self, rows: np.ndarray) -> Columns:
-        """Each row group decoded (or found) once, one take per group, the columns converted once."""
+    def take(self, rows: np.ndarray) -> Columns | Rows:
+        """Each row group decoded and converted once (kept, see ``_group``); a batch picks its rows
+        from the converted columns, group by group, and puts them back in the order asked."""
         rows = check_rows(rows, len(self))
         groups = np.searchsorted(self._ends, rows, side="right")
         offsets = rows - np.concatenate(([0], self._ends))[groups]
-        unique = np.unique(groups)
-        if unique.size == 1:
-            return columns_of(self._group(int(unique[0])).take(offsets), self._pa)
-        parts = [self._group(g).take(offsets[groups == g]) for g in unique.tolist()]
+        decoded = {g: self._group(g) for g in np.unique(groups).tolist()}
+        names = {group.names for group in decoded.values()}
+        if len(names) != 1:  # cannot happen within one file; the per-row path says what it holds
+            return Rows([self[row] for row in rows.tolist()])
         by_group = np.argsort(groups, kind="stable")
+        starts = np.flatnonzero(np.diff(groups[by_group], prepend=-1))
+        spans = [(int(groups[by_group[a]]), by_group[a:b]) for a, b in zip(starts, [*starts[1:], rows.size],
+                                                                           strict=True)]
         inverse = np.empty_like(by_group)
         inverse[by_group] = np.arange(by_group.size)
-        return columns_of(self._pa.concat_tables(parts).take(inverse), self._pa)
+        columns: list[Column] = []
+        for k in range(len(next(iter(names)))):
+            parts = [decoded[g].pick(k, offsets[where]) for g, where in spans]
+            arrays = [p for p in parts if isinstance(p, np.ndarray)]
+            if len(arrays) == len(parts) and len({a.dtype for a in arrays}) == 1:
+                columns.append(np.concatenate(arrays)[inverse] if len(arrays) > 1 else arrays[0][inverse])
+            else:
+                joined = [v for p in parts for v in (p.tolist() if isinstance(p, np.ndarray) else p)]
+                columns.append([joined[i] for i in inverse.tolist()])
+        return Columns(next(iter(names)), columns, rows.size)
 
-    def _group(self, group: int) -> Any:
-        return GROUPS.get(self._owner, group, lambda: self._decode(group))
+    def _group(self, group: int) -> DecodedGroup:
+        found: DecodedGroup = GROUPS.get(self._owner, group, lambda: DecodedGroup(self._decode(group), self._pa))
+        return found
 
     def _decode(self, group: int) -> Any:
         try:
