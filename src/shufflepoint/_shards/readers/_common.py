@@ -58,9 +58,9 @@ def check_rows(rows: Any, length: int) -> np.ndarray:
         return np.empty(0, np.int64)
     if found.ndim != 1 or found.dtype.kind not in "iu":
         raise TypeError(f"rows: found {found.dtype} of shape {found.shape}, expected a list of ints")
-    bad = np.flatnonzero((found < 0) | (found >= length))
-    if bad.size:
-        raise IndexError(f"row {found[bad[0]]} out of range for a shard of {length} rows")
+    if found.min() < 0 or found.max() >= length:
+        bad = found[(found < 0) | (found >= length)][0]
+        raise IndexError(f"row {bad} out of range for a shard of {length} rows")
     return found.astype(np.int64, copy=False)
 
 

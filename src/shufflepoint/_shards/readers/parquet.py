@@ -7,6 +7,7 @@ Row i is found in the footer's row-group sizes as (row group, offset). Decoded r
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,6 +43,7 @@ class OpenParquet:
         if wrong:
             raise ShardError(shard, wrong)
         self._ends = np.cumsum(np.asarray(sizes, np.int64))
+        self._ends_list = self._ends.tolist()
         self._owner = GROUPS.owner()
 
     def __len__(self) -> int:
@@ -55,30 +57,48 @@ class OpenParquet:
 
     def take(self, rows: np.ndarray) -> Columns | Rows:
         """Each row group decoded and converted once (kept, see ``_group``); a batch picks its rows
-        from the converted columns, group by group, and puts them back in the order asked."""
+        from the converted values, one Python pass over the rows (a batch of the blocks order holds
+        a few rows of each of dozens of groups: per-group numpy calls cost more than the rows)."""
         rows = check_rows(rows, len(self))
-        groups = np.searchsorted(self._ends, rows, side="right")
-        offsets = rows - np.concatenate(([0], self._ends))[groups]
-        decoded = {g: self._group(g) for g in np.unique(groups).tolist()}
-        names = {group.names for group in decoded.values()}
-        if len(names) != 1:  # cannot happen within one file; the per-row path says what it holds
+        ends = self._ends_list
+        found: dict[int, DecodedGroup] = {}
+        picked: list[tuple[DecodedGroup, int, int]] = []  # (group, its number, offset) per row
+        for row in rows.tolist():
+            number = bisect.bisect_right(ends, row)
+            group = found.get(number)
+            if group is None:
+                group = found[number] = self._group(number)
+            picked.append((group, number, row - (ends[number - 1] if number else 0)))
+        names = {group.names for group in found.values()}
+        if len(names) != 1:  # an empty batch, or (never within one file) groups that disagree
             return Rows([self[row] for row in rows.tolist()])
-        by_group = np.argsort(groups, kind="stable")
-        starts = np.flatnonzero(np.diff(groups[by_group], prepend=-1))
-        spans = [(int(groups[by_group[a]]), by_group[a:b]) for a, b in zip(starts, [*starts[1:], rows.size],
-                                                                           strict=True)]
-        inverse = np.empty_like(by_group)
-        inverse[by_group] = np.arange(by_group.size)
         columns: list[Column] = []
         for k in range(len(next(iter(names)))):
-            parts = [decoded[g].pick(k, offsets[where]) for g, where in spans]
-            arrays = [p for p in parts if isinstance(p, np.ndarray)]
-            if len(arrays) == len(parts) and len({a.dtype for a in arrays}) == 1:
-                columns.append(np.concatenate(arrays)[inverse] if len(arrays) > 1 else arrays[0][inverse])
+            if all(group.values[k] is not None for group in found.values()):
+                values = [group.values[k][offset] for group, _, offset in picked]  # type: ignore[index]
             else:
-                joined = [v for p in parts for v in (p.tolist() if isinstance(p, np.ndarray) else p)]
-                columns.append([joined[i] for i in inverse.tolist()])
+                values = self._converted(k, picked, found)
+            kinds = {group.kinds[k] for group in found.values()}
+            kind = kinds.pop() if len(kinds) == 1 else None
+            columns.append(values if kind is None else np.array(values, dtype=kind))
         return Columns(next(iter(names)), columns, rows.size)
+
+    @staticmethod
+    def _converted(k: int, picked: list[tuple[DecodedGroup, int, int]], found: dict[int, DecodedGroup]) -> list[Any]:
+        """Column k of a batch where it is converted per batch: one Arrow take per group."""
+        places: dict[int, tuple[list[int], list[int]]] = {}
+        for place, (_, number, offset) in enumerate(picked):
+            where, offsets = places.setdefault(number, ([], []))
+            where.append(place)
+            offsets.append(offset)
+        values: list[Any] = [None] * len(picked)
+        for number, (where, offsets) in places.items():
+            group = found[number]
+            kept = group.values[k]
+            converted = [kept[o] for o in offsets] if kept is not None else group.convert(k, offsets)
+            for place, value in zip(where, converted, strict=True):
+                values[place] = value
+        return values
 
     def _group(self, group: int) -> DecodedGroup:
         found: DecodedGroup = GROUPS.get(self._owner, group, lambda: DecodedGroup(self._decode(group), self._pa))
