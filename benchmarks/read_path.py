@@ -103,8 +103,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         text, tokens = make_corpus(Path(tmp), scale)
         cache = os.path.join(tmp, "cache")
-        rows = shufflepoint.Shards(text, columns=["id", "text"], cache_dir=cache, progress=False)
-        windows = shufflepoint.Shards(tokens, seq_len=SEQ_LEN, cache_dir=cache, progress=False)
+        def fresh_rows() -> Any:  # a new corpus per run: nothing decoded by an earlier run is reused
+            return shufflepoint.Shards(text, columns=["id", "text"], cache_dir=cache, progress=False)
+
+        def fresh_windows() -> Any:
+            return shufflepoint.Shards(tokens, seq_len=SEQ_LEN, cache_dir=cache, progress=False)
+
+        rows, windows = fresh_rows(), fresh_windows()
         print(f"# read path, {'quick' if args.quick else 'full'}: {len(rows)} Parquet rows, {len(windows)} "
               f"token windows, batch {BATCH}, median of {args.repeats}")
         print(f"# pickled dataset: Parquet {len(pickle.dumps(rows))} B, tokens {len(pickle.dumps(windows))} B")
@@ -112,15 +117,15 @@ def main() -> None:
         print("|---|---|---:|---:|---:|---:|---:|")
         columnar = collate is not None and hasattr(rows, "columnar")
         for workers in [int(w) for w in args.workers.split(",")]:
-            for label, corpus in (("parquet rows", rows), ("token windows", windows)):
-                variants: list[tuple[str, Any, dict[str, Any]]] = [("Shards, default collate", corpus, {})]
+            for label, make in (("parquet rows", fresh_rows), ("token windows", fresh_windows)):
+                variants: list[tuple[str, bool, dict[str, Any]]] = [("Shards, default collate", False, {})]
                 if columnar:
-                    variants.append(("Shards.columnar(), shufflepoint.collate", corpus.columnar(),
-                                     {"collate_fn": collate}))
-                for name, dataset, kwargs in variants:
+                    variants.append(("Shards.columnar(), shufflepoint.collate", True, {"collate_fn": collate}))
+                for name, as_columns, kwargs in variants:
                     runs = []
                     for _ in range(args.repeats):  # pyarrow right before each run: the same load
                         arrow = pyarrow_sequential(text) if label == "parquet rows" else float("nan")
+                        dataset = make().columnar() if as_columns else make()
                         first, rate = loader_rate(dataset, workers, min(len(dataset), args.samples), **kwargs)
                         runs.append((first, rate, arrow, rate / arrow))
                     first, rate, arrow, ratio = (statistics.median(r[i] for r in runs) for i in range(4))
