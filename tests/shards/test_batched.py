@@ -218,3 +218,18 @@ def test_a_sample_changed_by_its_user_does_not_change_the_next_read(corpora):
         sample["text"] += "!"
         sample["id"] = -1
     assert corpus[3] == corpus.__getitems__([3])[0] == _rows(0, 4)[3]
+
+
+@pytest.mark.parametrize("name", ["parquet-columns", "tokens"])
+def test_a_columnar_loader_gives_the_default_loaders_batches_and_state(corpora, name):
+    corpus = corpora[name]
+
+    def run(dataset, workers, **kwargs):
+        loader = shufflepoint.DataLoader(dataset, batch_size=5, seed=7, shuffle_block=8, num_workers=workers, **kwargs)
+        return [batch for batch in loader], loader.state_dict()
+
+    expected, state = run(corpus, 0)
+    for workers in (0, 2):  # 2: the view and its corpus pickled into worker processes
+        found, found_state = run(corpus.columnar(), workers, collate_fn=shufflepoint.collate)
+        same(found, expected, f"workers={workers}")
+        assert found_state == state
