@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import pickle
 import tarfile
 
 import numpy as np
@@ -233,3 +234,5 @@ def test_a_columnar_loader_gives_the_default_loaders_batches_and_state(corpora, 
         found, found_state = run(corpus.columnar(), workers, collate_fn=shufflepoint.collate)
         same(found, expected, f"workers={workers}")
         assert found_state == state
+    view = pickle.loads(pickle.dumps(corpus.columnar()))  # what a spawned worker gets, after reads here
+    same(shufflepoint.collate(view.__getitems__([3, 1, 3])), default_collate([corpus[i] for i in (3, 1, 3)]))
