@@ -70,6 +70,7 @@ def test_the_budget_comes_from_the_environment():
     run = lambda value: subprocess.run([sys.executable, "-c", code], env={**os.environ, ENV: value},  # noqa: E731
                                        capture_output=True, text=True)
     assert run("12345").stdout.strip() == "12345"
+    assert run("").stdout.strip() == str(256 << 20)
     refused = run("12MB")
     assert refused.returncode != 0 and ENV in refused.stderr and "'12MB'" in refused.stderr
     with pytest.raises(ValueError, match="limit: found -1"):

@@ -22,8 +22,8 @@ ENV = "SHUFFLEPOINT_DECODED_BYTES"
 
 
 def _limit_from_env() -> int:
-    text = os.environ.get(ENV)
-    if text is None:
+    text = os.environ.get(ENV, "").strip()
+    if not text:  # unset or empty
         return DEFAULT_LIMIT
     try:
         value = int(text)
