@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test test-ray bench bench-shuffle bench-agreement bench-scaling bench-indexing bench-shards \
-	bench-locality soak lint clean test-accelerate-matrix test-transformers-matrix
+	bench-locality bench-read soak lint clean test-accelerate-matrix test-transformers-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,11 @@ bench-locality: $(STAMP)
 # without a published index) on the tests' S3 server behind the byte-counting proxy (issue 18.7).
 bench-indexing: $(STAMP)
 	$(PY) benchmarks/indexing.py $(if $(QUICK),--quick)
+
+# The read path against issue 19's targets: Parquet rows vs pyarrow's sequential decode, token windows
+# per second, workers 0 and 2 (first batch and rate apart). About 2 minutes; QUICK=1 a tenth of the corpus.
+bench-read: $(STAMP)
+	$(PY) benchmarks/read_path.py $(if $(QUICK),--quick)
 
 # Ray Train (issue 14) on a real local Ray cluster: its own venv (1.5 GB), torch first and alone
 # (the local CPU wheel), then the package with its [ray] extra. About 40 s to build, 70 s to run.

@@ -14,6 +14,7 @@ EXPECTED = {
     "STATE_FIELDS",
     "StateError",
     "__version__",
+    "collate",
     "patch_accelerate",
     "permutation",
     "sample_rng",

@@ -41,7 +41,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--world", type=int, default=1)
-    p.add_argument("--measure", type=int, default=100_000, help="throughput: samples to time")
+    p.add_argument("--measure", type=int, default=100_000, help="throughput: samples to time, at least")
+    p.add_argument("--warmup-batches", type=int, default=200, help="throughput: batches after the first, timed apart")
+    p.add_argument("--min-seconds", type=float, default=10.0, help="throughput: the steady window, at least")
     p.add_argument("--stop-after", type=int, default=0, help="epoch: stop after this many samples (0: the whole epoch)")
     p.add_argument("--fraction", type=float, default=0.0, help="resume: the cursor, as a fraction of the epoch")
     p.add_argument("--block", type=int, default=65_536, help="shuffle block / buffer, in samples")
@@ -96,23 +98,32 @@ class Peaks:
 
 
 def throughput(adapter: Any, args: argparse.Namespace) -> dict[str, Any]:
-    """Time to the first batch, then samples/s over the next ``--measure`` samples (rank 0 of --world)."""
+    """Time to the first batch; then a warm-up of ``--warmup-batches`` (timed apart: worker start-up
+    and epoch-start effects, e.g. LitData's mid-chunk workers, fall in it); then the steady rate over
+    at least ``--measure`` samples and ``--min-seconds``, or to the end of the epoch (rank 0 of --world)."""
     peaks = Peaks(args.cache)
     start = time.perf_counter()
     loader, _ = adapter.make(args)
     batches = iter(loader)
     seen = [adapter.ids(next(batches))]
     first = time.perf_counter()
-    count, target = 0, min(args.measure, args.samples // 2)  # the small text corpus has fewer samples
-    while count < target:
-        ids = adapter.ids(next(batches))
+    warmup = min(args.warmup_batches, args.samples // (4 * args.batch))  # the small text corpus is short
+    for _ in range(warmup):
+        seen.append(adapter.ids(next(batches)))
+    warm = time.perf_counter()
+    count = 0
+    while count < args.measure or time.perf_counter() - warm < args.min_seconds:
+        batch = next(batches, None)
+        if batch is None:  # the epoch ended first
+            break
+        ids = adapter.ids(batch)
         seen.append(ids)
         count += len(ids)
     end = time.perf_counter()
     ids = np.concatenate(seen)
-    return {"first_batch_s": first - start, "samples": count, "seconds": end - first,
-            "samples_per_s": count / (end - first), "distinct": int(np.unique(ids).size), "read": int(ids.size),
-            "in_range": bool(ids.min() >= 0 and ids.max() < args.samples), **peaks.stop()}
+    return {"first_batch_s": first - start, "warmup_batches": warmup, "warmup_s": warm - first, "samples": count,
+            "seconds": end - warm, "samples_per_s": count / (end - warm), "distinct": int(np.unique(ids).size),
+            "read": int(ids.size), "in_range": bool(ids.min() >= 0 and ids.max() < args.samples), **peaks.stop()}
 
 
 def epoch(adapter: Any, args: argparse.Namespace) -> dict[str, Any]:

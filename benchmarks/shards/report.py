@@ -51,6 +51,20 @@ def throughput_table(records: list, loaders: list[str], workload: str) -> list[s
     return lines
 
 
+def startup_table(records: list, loaders: list[str], workload: str) -> list[str]:
+    """First batch and warm-up (the batches after it, timed apart from the steady rate), local disk."""
+    lines = ["| loader | first batch, w0 | warm-up, w0 | first batch, w4 | warm-up, w4 |", "|---|---|---|---|---|"]
+    for loader in loaders:
+        cells = []
+        for workers in (0, 4):
+            match = {"loader": loader, "kind": "throughput", "storage": "local", "workers": workers,
+                     "workload": workload}
+            cells += [cell(values(records, key, **match), 1, "{:,.2f} s") for key in ("first_batch_s", "warmup_s")]
+        if any(c != "—" for c in cells):
+            lines.append(f"| {NAMES[loader]} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def resume_table(records: list, loaders: list[str]) -> list[str]:
     lines = ["| loader | resume at 10% | resume at 90% | dataset + loader built before it | resume |",
              "|---|---|---|---|---|"]
@@ -125,7 +139,12 @@ def write(result: dict, out: Path, name: str) -> None:
              f"{result['args']['repeats']} fresh processes. Run took {result['seconds'] / 60:.1f} min.",
              "", "Versions: " + "; ".join(f"{k}: {v}" for k, v in result["versions"].items()), "",
              "## Targets", "", *targets(records, amplification), "",
-             "## Samples/s, token windows (rank 0 of 1)", "", *throughput_table(records, loaders, "tokens"), "",
+             "## Samples/s, token windows (rank 0 of 1)", "",
+             "Steady state: timed after the first batch and a warm-up of up to 200 batches, over at least "
+             f"{result['args']['measure']:,} samples and {result['args'].get('min_seconds') or 10:g} s. On 2 vCPUs, "
+             "4 workers mostly measure oversubscription.", "", *throughput_table(records, loaders, "tokens"), "",
+             "## First batch and warm-up, token windows (local disk)", "", *startup_table(records, loaders, "tokens"),
+             "",
              "## Samples/s, Parquet rows of ~1 KiB (rank 0 of 1)", "", *throughput_table(records, loaders, "text"), "",
              "## Resume in a fresh process (local disk, rank 0 of 2, workers 0): load_state_dict + first batch", "",
              *resume_table(records, loaders), "",

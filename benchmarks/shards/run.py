@@ -87,7 +87,7 @@ def run_local(records: list, spec: dict, root: Path, args: argparse.Namespace) -
             for repeat in range(args.repeats):
                 for workers in (0, 4):
                     result = child(loader, "throughput", *options, "--workers", str(workers),
-                                   "--measure", str(args.measure))
+                                   "--measure", str(args.measure), "--min-seconds", str(args.min_seconds))
                     records.append({"loader": loader, "kind": "throughput", "storage": "local", "workload": workload,
                                     "workers": workers, "repeat": repeat, **result})
                 if workload != "tokens":
@@ -121,7 +121,7 @@ def run_s3(records: list, spec: dict, root: Path, args: argparse.Namespace) -> N
             for repeat in range(args.repeats):
                 for workers in (0, 4):
                     result = child(loader, "throughput", *options, "--workers", str(workers),
-                                   "--measure", str(args.measure))
+                                   "--measure", str(args.measure), "--min-seconds", str(args.min_seconds))
                     records.append({"loader": loader, "kind": "throughput", "storage": "s3", "workload": "tokens",
                                     "workers": workers, "repeat": repeat, **result})
             _s3.COUNTER.reset()
@@ -141,7 +141,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--block", type=int, default=65_536, help="shuffle block/buffer of every loader, in samples")
     parser.add_argument("--cache-bytes", type=int, default=256 << 20, help="the cache budget of remote runs")
-    parser.add_argument("--measure", type=int, default=60_000, help="samples timed per throughput run")
+    parser.add_argument("--measure", type=int, default=60_000, help="samples timed per throughput run, at least")
+    parser.add_argument("--min-seconds", type=float, default=None,
+                        help="steady window per throughput run, at least (default 10 s, 3 s with --quick)")
     parser.add_argument("--io-fraction", type=float, default=0.1, help="full run: share of the epoch the I/O run reads")
     parser.add_argument("--only", default="", help="comma-separated loaders (default: all)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
@@ -155,6 +157,8 @@ def main() -> None:
     started = time.perf_counter()
     small = CACHE_ROOT / "quick"
     prepare(small, quick=True)
+    if args.min_seconds is None:
+        args.min_seconds = 3.0 if args.quick else 10.0
     root = small if args.quick else CACHE_ROOT / "full"
     spec = prepare(root, args.quick)["spec"]
     records: list = []

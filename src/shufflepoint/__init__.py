@@ -12,6 +12,7 @@ from shufflepoint._loading.loader import DataLoader
 from shufflepoint._loading.randomness import sample_rng, torch_generator
 from shufflepoint._loading.sampler import ResumableSampler
 from shufflepoint._order import ORDERS, Permutation, permutation
+from shufflepoint._shards.batch import collate
 from shufflepoint._shards.dataset import Shards
 from shufflepoint._shards.mixture import Mixture
 from shufflepoint.integrations.accelerate import patch_accelerate, unpatch_accelerate
@@ -30,6 +31,7 @@ __all__ = [
     "Shards",
     "StateError",
     "__version__",
+    "collate",
     "patch_accelerate",
     "permutation",
     "sample_rng",

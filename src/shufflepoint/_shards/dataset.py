@@ -20,6 +20,7 @@ import torch.utils.data
 from shufflepoint._core.errors import ShardError
 from shufflepoint._shards import index as _index
 from shufflepoint._shards import sidecar
+from shufflepoint._shards.batch import Batch, Columnar, Rows, checked_indices, gather
 from shufflepoint._shards.cache import NodeCache
 from shufflepoint._shards.indexing import Indexer
 from shufflepoint._shards.integrity import check_checksum, check_verify
@@ -63,6 +64,7 @@ class Shards(torch.utils.data.Dataset[Any]):
     _opened: OrderedDict[int, OpenShard]
     _cache: NodeCache | None
     _prefetcher: Prefetcher | None
+    _shard_by_url: dict[str, int] | None
 
     def __init__(
         self,
@@ -167,6 +169,24 @@ class Shards(torch.utils.data.Dataset[Any]):
         sample = self._open(shard)[row]
         return self._transform(sample) if self._transform is not None else sample
 
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        """``[self[i] for i in indices]``, read a batch at once (torch's DataLoader calls this)."""
+        return self.read_batch(indices).samples()
+
+    def read_batch(self, indices: Sequence[int] | np.ndarray) -> Batch:
+        """The samples at ``indices`` as one batch read shard by shard (each shard's rows at once, see
+        the readers' ``take``), in the order asked; ``transform`` still sees one sample at a time."""
+        flat = checked_indices("Shards", indices, len(self))
+        shards = np.searchsorted(self._ends, flat, side="right")
+        batch = gather(shards, lambda shard, where: self._open(shard).take(flat[where] - self._starts[shard]))
+        if self._transform is None:
+            return batch
+        return Rows([self._transform(sample) for sample in batch.samples()])
+
+    def columnar(self) -> Columnar:
+        """This corpus with batches kept as read, for ``shufflepoint.collate`` (see ``Columnar``)."""
+        return Columnar(self)
+
     def _open(self, shard: int) -> OpenShard:
         if os.getpid() != self._pid:  # forked into a DataLoader worker: open files are the parent's
             self._reset_process_state()
@@ -223,6 +243,8 @@ class Shards(torch.utils.data.Dataset[Any]):
         self._prefetcher.schedule(urls)
 
     def _prefetch_lookup(self, url: str) -> str:
+        if self._shard_by_url is None:  # built on first use: 40 ms for 5,000 shards, in every worker
+            self._shard_by_url = {self.index.url(s): s for s in range(len(self.index.shards))}
         shard = self._shard_by_url[url]
         record = self.index.shards[shard]
         return self._fetch(url, record.size, record.version, record.checksum)
@@ -234,11 +256,11 @@ class Shards(torch.utils.data.Dataset[Any]):
         self._verified: set[int] = set()  # shards whose copy this process hashed (verify="checksum")
         self._cache = None
         self._prefetcher = None
-        self._shard_by_url = {self.index.url(s): s for s in range(len(self.index.shards))}
+        self._shard_by_url = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("_opened", "_cache", "_prefetcher"):
+        for name in ("_opened", "_cache", "_prefetcher", "_shard_by_url"):
             state[name] = None
         return state
 

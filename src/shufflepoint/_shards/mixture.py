@@ -35,6 +35,7 @@ import torch.utils.data
 
 from shufflepoint._order import Order, check_int
 from shufflepoint._order.feistel import FeistelOrder
+from shufflepoint._shards.batch import Batch, Columnar, Rows, checked_indices, gather
 from shufflepoint._shards.blocks import BlockOrder, _sub_seed, checked_positions
 
 NAME = "mixture"
@@ -72,6 +73,17 @@ def _check_sources(sources: object) -> list[tuple[Any, float]]:
             raise ValueError(f"sources[{number}]: the dataset is empty")
         checked.append((dataset, float(weight)))
     return checked
+
+
+def _read_source(dataset: Any, rows: np.ndarray) -> Batch:
+    read_batch = getattr(dataset, "read_batch", None)
+    if callable(read_batch):
+        found: Batch = read_batch(rows)
+        return found
+    getitems = getattr(dataset, "__getitems__", None)
+    if callable(getitems):
+        return Rows(list(getitems(rows.tolist())))
+    return Rows([dataset[row] for row in rows.tolist()])
 
 
 class Mixture(torch.utils.data.Dataset[Any]):
@@ -120,6 +132,21 @@ class Mixture(torch.utils.data.Dataset[Any]):
             raise IndexError(f"Mixture index: found {index!r}, expected an int in [0, {self.rows})")
         source = int(np.searchsorted(self._offsets, index, side="right")) - 1
         return self.sources[source][int(index - self._offsets[source])]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        """``[self[i] for i in indices]``, each source's samples read as one batch."""
+        return self.read_batch(indices).samples()
+
+    def read_batch(self, indices: Sequence[int] | np.ndarray) -> Batch:
+        """The samples at ``indices``, in that order, read source by source: a source's own
+        ``read_batch`` or ``__getitems__`` when it has one, else one ``[i]`` at a time."""
+        flat = checked_indices("Mixture", indices, self.rows)
+        source = np.searchsorted(self._offsets, flat, side="right") - 1
+        return gather(source, lambda s, where: _read_source(self.sources[s], flat[where] - self._offsets[s]))
+
+    def columnar(self) -> Columnar:
+        """This mixture with batches kept as read, for ``shufflepoint.collate`` (see ``Columnar``)."""
+        return Columnar(self)
 
     def source_of(self, index: int) -> tuple[int, int]:
         """(source, row of that source) of a mixture index."""

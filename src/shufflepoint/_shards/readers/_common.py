@@ -8,7 +8,7 @@ for (or fails on) a format nobody uses.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -49,6 +49,29 @@ def check_row(row: int, rows: int) -> int:
     if not 0 <= row < rows:
         raise IndexError(f"row {row} out of range for a shard of {rows} rows")
     return int(row)
+
+
+def check_rows(rows: Any, length: int) -> np.ndarray:
+    """``rows`` as an int64 array, each in ``[0, length)``: the batched ``check_row``."""
+    found = np.asarray(rows)
+    if found.size == 0:
+        return np.empty(0, np.int64)
+    if found.ndim != 1 or found.dtype.kind not in "iu":
+        raise TypeError(f"rows: found {found.dtype} of shape {found.shape}, expected a list of ints")
+    if found.min() < 0 or found.max() >= length:
+        bad = found[(found < 0) | (found >= length)][0]
+        raise IndexError(f"row {bad} out of range for a shard of {length} rows")
+    return found.astype(np.int64, copy=False)
+
+
+def in_sorted_order(rows: np.ndarray, read: Callable[[int], Any]) -> list[Any]:
+    """``[read(r) for r in rows]``, read in ascending row order (file locality), returned in the
+    order asked."""
+    order = np.argsort(rows, kind="stable")
+    found: list[Any] = [None] * rows.size
+    for position, row in zip(order.tolist(), rows[order].tolist(), strict=True):
+        found[position] = read(row)
+    return found
 
 
 def suffix_of(name: str) -> str:

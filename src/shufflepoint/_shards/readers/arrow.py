@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from shufflepoint._core.errors import ShardError
-from shufflepoint._shards.readers._common import check_columns, check_row, extra, missing_columns
+from shufflepoint._shards.batch import Column, Columns
+from shufflepoint._shards.readers._common import check_columns, check_row, check_rows, extra, missing_columns
 
 _FILE_MAGIC = b"ARROW1"
 
@@ -35,6 +36,23 @@ def _read_table(path: str, pa: Any) -> Any:
         raise
 
 
+def _as_numbers(column: Any, pa: Any) -> bool:
+    """Whether a column's Python values are numbers a numpy array holds exactly: ints up to int64's
+    range (not uint64), float32/64, bools, and no nulls."""
+    kind = column.type
+    exact = (pa.types.is_integer(kind) and not pa.types.is_uint64(kind)) or pa.types.is_boolean(kind) \
+        or pa.types.is_float32(kind) or pa.types.is_float64(kind)
+    return bool(exact and column.null_count == 0)
+
+
+def columns_of(table: Any, pa: Any) -> Columns:
+    """An Arrow table as ``Columns``, each column converted once: numbers as numpy arrays, the rest
+    as pyarrow's Python values (``to_pylist``, the per-row conversion too)."""
+    columns: list[Column] = [column.to_numpy() if _as_numbers(column, pa) else column.to_pylist()
+                             for column in table.columns]
+    return Columns(table.column_names, columns, table.num_rows)
+
+
 class OpenArrow:
     """One memory-mapped Arrow IPC file; rows read from its record batches."""
 
@@ -49,6 +67,8 @@ class OpenArrow:
             raise ShardError(shard, wrong)
         if columns is not None:
             table = table.select(columns)
+        self._pa = pa
+        self._table = table
         self._batches = [b for b in table.to_batches() if b.num_rows]
         self._ends = np.cumsum(np.asarray([b.num_rows for b in self._batches], np.int64))
 
@@ -61,7 +81,13 @@ class OpenArrow:
         offset = row - (int(self._ends[batch - 1]) if batch else 0)
         return self._batches[batch].slice(offset, 1).to_pylist()[0]
 
+    def take(self, rows: np.ndarray) -> Columns:
+        """One take over the table, each column converted once."""
+        rows = check_rows(rows, len(self))
+        return columns_of(self._table.take(rows), self._pa)
+
     def close(self) -> None:
+        self._table = None
         self._batches = []  # the batches hold the memory map; dropping them unmaps it
 
 

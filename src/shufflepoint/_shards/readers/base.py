@@ -9,13 +9,23 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+import numpy as np
+
+from shufflepoint._shards.batch import Batch
+
 
 class OpenShard(Protocol):
-    """One shard, opened: ``len()`` rows, ``shard[row]`` a sample, ``close()`` frees its resources."""
+    """One shard, opened: ``len()`` rows, ``shard[row]`` a sample, ``take(rows)`` many at once,
+    ``close()`` frees its resources."""
 
     def __len__(self) -> int: ...
 
     def __getitem__(self, row: int) -> Any: ...
+
+    def take(self, rows: np.ndarray) -> Batch:
+        """The rows at ``rows`` (int64, any order, repeats allowed) read at once; item i of the batch
+        equals ``shard[rows[i]]``."""
+        ...
 
     def close(self) -> None: ...
 

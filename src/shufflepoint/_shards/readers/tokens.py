@@ -19,9 +19,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from numpy.lib.stride_tricks import as_strided
 
 from shufflepoint._core.errors import ShardError
-from shufflepoint._shards.readers._common import check_row, suffix_of
+from shufflepoint._shards.batch import Stacked
+from shufflepoint._shards.readers._common import check_row, check_rows, suffix_of
 
 DTYPES = ("uint16", "uint32", "int32", "int64")
 _NPY_MAGIC = b"\x93NUMPY"
@@ -80,6 +82,16 @@ class OpenTokens:
         if self._tokens is None:
             raise ValueError("the shard is closed")
         return torch.from_numpy(self._tokens[start:start + self._seq_len + 1].astype(np.int64))
+
+    def take(self, rows: np.ndarray) -> Stacked:
+        """The windows as one (rows, seq_len + 1) int64 tensor: one fancy index into the map."""
+        rows = check_rows(rows, self._rows)
+        if self._tokens is None:
+            raise ValueError("the shard is closed")
+        step = self._tokens.strides[0]  # the windows as rows of a strided view: a row gather copies
+        windows = as_strided(self._tokens, shape=(self._rows, self._seq_len + 1),  # 65 tokens at once,
+                             strides=(step * self._seq_len, step), writeable=False)  # 4x an index per token
+        return Stacked(torch.from_numpy(windows[rows].astype(np.int64)))
 
     def close(self) -> None:
         self._tokens = None  # the last reference to the memmap: dropping it unmaps the file

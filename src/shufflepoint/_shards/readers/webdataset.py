@@ -19,8 +19,11 @@ import os
 import tarfile
 from typing import Any
 
+import numpy as np
+
 from shufflepoint._core.errors import ShardError
-from shufflepoint._shards.readers._common import check_row
+from shufflepoint._shards.batch import Rows
+from shufflepoint._shards.readers._common import check_row, check_rows, in_sorted_order
 
 # (field, offset of its bytes in the tar, size)
 _Field = tuple[str, int, int]
@@ -92,7 +95,14 @@ class OpenWebDataset:
         return len(self._samples)
 
     def __getitem__(self, row: int) -> dict[str, Any]:
-        key, fields = self._samples[check_row(row, len(self))]
+        return self._sample(check_row(row, len(self)))
+
+    def take(self, rows: np.ndarray) -> Rows:
+        """The samples, their members read in the order of their offsets in the tar."""
+        return Rows(in_sorted_order(check_rows(rows, len(self)), self._sample))
+
+    def _sample(self, row: int) -> dict[str, Any]:
+        key, fields = self._samples[row]
         sample: dict[str, Any] = {"__key__": key}
         for field, offset, size in fields:
             sample[field] = self._map[offset:offset + size]
