@@ -229,10 +229,13 @@ def test_a_columnar_loader_gives_the_default_loaders_batches_and_state(corpora, 
         loader = shufflepoint.DataLoader(dataset, batch_size=5, seed=7, shuffle_block=8, num_workers=workers, **kwargs)
         return [batch for batch in loader], loader.state_dict()
 
-    expected, state = run(corpus, 0)
+    expected, state = run(corpus, 0, collate_fn=default_collate)  # the row path: a list of samples
     for workers in (0, 2):  # 2: the view and its corpus pickled into worker processes
         found, found_state = run(corpus.columnar(), workers, collate_fn=shufflepoint.collate)
         same(found, expected, f"workers={workers}")
         assert found_state == state
+        by_default, default_state = run(corpus, workers)  # what shufflepoint.DataLoader does unasked
+        same(by_default, expected, f"default, workers={workers}")
+        assert default_state == state
     view = pickle.loads(pickle.dumps(corpus.columnar()))  # what a spawned worker gets, after reads here
     same(shufflepoint.collate(view.__getitems__([3, 1, 3])), default_collate([corpus[i] for i in (3, 1, 3)]))

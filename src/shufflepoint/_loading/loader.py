@@ -25,6 +25,7 @@ from shufflepoint._loading.sampler import (
     warn_if_blocks_exceed_the_share,
 )
 from shufflepoint._order import check_int
+from shufflepoint._shards.batch import collate as columnar_collate
 
 
 class _Pass:
@@ -129,7 +130,8 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
     sample's own ``numpy.random.Generator``, keyed by (seed, epoch, index); ``seed_per_sample=True``
     seeds torch, numpy and ``random`` from that key around ``dataset[i]`` (and from the batch's key
     around ``collate_fn``), then restores them. Any rank, worker or resume draws the same numbers.
-    ``loader.dataset`` is then a thin wrapper whose ``.dataset`` is yours.
+    ``loader.dataset`` is then a thin wrapper whose ``.dataset`` is yours (so it is for a ``Shards`` or
+    ``Mixture`` without a ``collate_fn`` of yours: its batches are read and collated as columns).
     """
 
     def __init__(
@@ -179,6 +181,12 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         self._start: StridedCut | SpanCut = self._deal.cut(self._layout, 0, [])  # where the next pass starts
         self._pass: _Pass | None = None
         self._keyed = _check_keyed(transform, seed_per_sample)
+        if (torch_dataloader_kwargs.get("collate_fn") is None and not self._keyed
+                and callable(getattr(dataset, "columnar", None))):
+            # A corpus that reads a batch at once (Shards, Mixture) hands it over as columns, and
+            # collate builds default_collate's very result from them, without an object per row.
+            dataset = dataset.columnar()
+            torch_dataloader_kwargs["collate_fn"] = columnar_collate
         if self._keyed:
             dataset = KeyedDataset(dataset, self._seed, transform, seed_per_sample)
             if seed_per_sample:
