@@ -292,3 +292,67 @@ def test_a_forked_copy_is_inert_and_the_child_makes_its_own():
     gate.set()
     assert prefetcher.wait(10)
     prefetcher.close()
+
+
+def test_a_rank_marks_first_out_the_shards_it_is_done_with_for_the_epoch(s3, s3_bucket, tmp_path):
+    """Mid-epoch, the node cache's first-out entries (``release``) are shards whose rows this rank has
+    all been served and will not read again this epoch; the shards still ahead are never among them."""
+    import numpy as np
+
+    import shufflepoint
+
+    rows = 2000  # windows of 4 tokens a shard; the loader announces chunks of up to 8,192 indices
+    for k in range(12):
+        s3.put(s3_bucket, f"tok/part-{k:03d}.bin", (np.arange(rows * 4 + 1) + k).astype(np.uint16).tobytes())
+    corpus = shufflepoint.Shards(f"s3://{s3_bucket}/tok/*.bin", seq_len=4, dtype="uint16",
+                                 storage_options=s3.storage_options, cache_dir=str(tmp_path), progress=False)
+    loader = shufflepoint.DataLoader(corpus, 256, seed=3, shuffle_block=rows)
+    batches = iter(loader)
+    served = [next(batches) for _ in range(60)]  # 15,360 of 24,000 windows
+    assert len(served) == 60
+    state = loader.state_dict()
+    ahead = shufflepoint.DataLoader(corpus, 256, seed=3, shuffle_block=rows)
+    ahead.load_state_dict(state)
+    from shufflepoint._loading.sampler import rank_index_chunks
+
+    rest = ahead._start  # the rest of the epoch from the state, as the loader deals it
+    still_to_read = {corpus.shard_of(i)[0] for chunk in rank_index_chunks(ahead._orders.get(0, rest), rest, 0)
+                     for i in chunk}
+    assert still_to_read and len(still_to_read) < 12
+    cache = corpus._node_cache()
+    released = {s for s in range(12) if os.path.exists(path := cache.entry(corpus.index.url(s),
+                                                                            corpus.index.shards[s].version))
+                and os.stat(path).st_mtime_ns == 0}
+    assert released, "no shard was marked done"
+    assert not released & still_to_read, f"shards still ahead were marked done: {released & still_to_read}"
+
+
+def test_a_shard_is_marked_done_once_two_later_chunks_no_longer_hold_it(s3, s3_bucket, tmp_path):
+    """The rule itself: a shard of the chunk before the current one, in neither the current one nor the
+    one just announced, is released (first out); nothing else is."""
+    import numpy as np
+
+    import shufflepoint
+
+    rows = 10
+    for k in range(6):
+        s3.put(s3_bucket, f"tok/part-{k:03d}.bin", (np.arange(rows * 4 + 1) + k).astype(np.uint16).tobytes())
+    corpus = shufflepoint.Shards(f"s3://{s3_bucket}/tok/*.bin", seq_len=4, dtype="uint16",
+                                 storage_options=s3.storage_options, cache_dir=str(tmp_path), progress=False)
+    for index in range(0, 6 * rows, rows):
+        corpus[index]  # every shard in the cache, used now
+    cache = corpus._node_cache()
+
+    def released() -> set[int]:
+        return {s for s in range(6)
+                if os.stat(cache.entry(corpus.index.url(s), corpus.index.shards[s].version)).st_mtime_ns == 0}
+
+    def rows_of(*shards: int) -> list[int]:
+        return [s * rows + r for s in shards for r in (0, rows - 1)]
+
+    steps = [(rows_of(0, 1), set()), (rows_of(1, 2), set()), (rows_of(3), {0}), (rows_of(4), {0, 1, 2}),
+             (rows_of(3, 5), {0, 1, 2})]
+    for chunk, expected in steps:
+        corpus.prefetch(np.array(chunk))
+        assert corpus._prefetcher.wait(30)
+        assert released() == expected, chunk

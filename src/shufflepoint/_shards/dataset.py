@@ -65,6 +65,7 @@ class Shards(torch.utils.data.Dataset[Any]):
     _cache: NodeCache | None
     _prefetcher: Prefetcher | None
     _shard_by_url: dict[str, int] | None
+    _announced: tuple[set[int], set[int]]
 
     def __init__(
         self,
@@ -241,6 +242,19 @@ class Shards(torch.utils.data.Dataset[Any]):
         if self._prefetcher is None:
             self._prefetcher = Prefetcher(self._prefetch_lookup, max_ahead=self._prefetch_depth)
         self._prefetcher.schedule(urls)
+        self._release_finished(set(upcoming))
+
+    def _release_finished(self, announced: set[int]) -> None:
+        """Mark first out of the node cache the shards this rank is done with for the epoch: read in
+        the chunk before the current one and in neither it nor the one just announced (the blocks
+        order reads a shard inside its block, and a block in consecutive chunks). So a cache smaller
+        than the node's share evicts what it will not read again this epoch, not the shards kept
+        from the last epoch that this one has yet to read (plain LRU would take those first)."""
+        before, current = self._announced
+        for shard in before - current - announced:
+            record = self.index.shards[shard]
+            self._node_cache().release(self.index.url(shard), record.version or record.checksum)
+        self._announced = (current, announced)
 
     def _prefetch_lookup(self, url: str) -> str:
         if self._shard_by_url is None:  # built on first use: 40 ms for 5,000 shards, in every worker
@@ -252,6 +266,7 @@ class Shards(torch.utils.data.Dataset[Any]):
     # -- processes ---------------------------------------------------------------------------
     def _reset_process_state(self) -> None:
         self._pid = os.getpid()
+        self._announced = (set(), set())  # the shards of the last two announced chunks
         self._opened = OrderedDict()
         self._verified: set[int] = set()  # shards whose copy this process hashed (verify="checksum")
         self._cache = None
