@@ -85,64 +85,51 @@ lint: $(STAMP)
 clean:
 	rm -rf $(VENV) $(RAY_VENV) $(SHARDS_VENVS) .venv-transformers-* .pytest_cache .hypothesis
 
-# The Accelerate integration against every Accelerate release it claims (issue 3): one venv each,
-# torch first and alone (the local CPU wheel), then that Accelerate. Prints one line per version.
+# One venv per claimed release of an integration's library, torch first and alone (the local CPU
+# wheel), then that release; runs the integration's tests and prints one line per version.
+# $(call version-matrix,NAME,VERSIONS,PIP REQUIREMENTS with $$v for the version,TESTS,STATUS SO FAR,SUMMARY SO FAR)
+define version-matrix
+status=$(5); summary="$(6)"; \
+for v in $(2); do \
+  env=.venv-$(1)-$$v; \
+  if [ ! -f $$env/.installed ]; then \
+    $(PYTHON) -m venv $$env && \
+    $$env/bin/python -m pip install -q --upgrade pip && \
+    $$env/bin/python -m pip install -q torch==2.13.0 && \
+    $$env/bin/python -m pip install -q $(3) pytest pytest-timeout pytest-rerunfailures hypothesis numpy && \
+    $$env/bin/python -m pip install -q -e . && \
+    touch $$env/.installed || { status=1; summary="$$summary\n$(1) $$v: INSTALL FAILED"; continue; }; \
+  fi; \
+  echo "== $(1) $$v"; \
+  if $$env/bin/python -m pytest -q -p no:cacheprovider $(4) > $$env/last-run.log 2>&1; \
+  then result=passed; else result=FAILED; status=1; fi; \
+  tail -n 1 $$env/last-run.log; \
+  summary="$$summary\n$(1) $$v: $$result ($$(tail -n 1 $$env/last-run.log | tr -d '='))"; \
+done; \
+printf "$$summary\n"; exit $$status
+endef
+
+# The Accelerate integration against every Accelerate release it claims (issue 3).
 ACCELERATE_VERSIONS := 1.13.0 1.14.0 1.15.0
 ACCELERATE_TESTS := tests/integrations/test_accelerate_patch.py tests/distributed/test_accelerate_resume.py \
 	tests/integrations/test_accelerate_native.py tests/distributed/test_accelerate_native_resume.py
 
 test-accelerate-matrix:
-	@status=0; summary=""; \
-	for v in $(ACCELERATE_VERSIONS); do \
-	  env=.venv-accelerate-$$v; \
-	  if [ ! -f $$env/.installed ]; then \
-	    $(PYTHON) -m venv $$env && \
-	    $$env/bin/python -m pip install -q --upgrade pip && \
-	    $$env/bin/python -m pip install -q torch==2.13.0 && \
-	    $$env/bin/python -m pip install -q accelerate==$$v torchdata==0.11.0 pytest pytest-timeout hypothesis numpy && \
-	    $$env/bin/python -m pip install -q -e . && \
-	    touch $$env/.installed || { status=1; summary="$$summary\naccelerate $$v: INSTALL FAILED"; continue; }; \
-	  fi; \
-	  echo "== accelerate $$v"; \
-	  if $$env/bin/python -m pytest -q -p no:cacheprovider $(ACCELERATE_TESTS) > $$env/last-run.log 2>&1; \
-	  then result=passed; else result=FAILED; status=1; fi; \
-	  tail -n 1 $$env/last-run.log; \
-	  summary="$$summary\naccelerate $$v: $$result ($$(tail -n 1 $$env/last-run.log | tr -d '='))"; \
-	done; \
-	printf "$$summary\n"; exit $$status
+	@$(call version-matrix,accelerate,$(ACCELERATE_VERSIONS),accelerate==$$v torchdata==0.11.0,$(ACCELERATE_TESTS),0)
 
 # The Trainer integration (issue 20) against the transformers releases it claims: the newest (5.25.0)
-# in the dev stack, each older one in its own venv, torch first and alone (the local CPU wheel), then
-# that transformers (4.57.1 wants huggingface-hub<1, so it cannot share the dev venv). One line each.
+# in the dev stack, each older one in its own venv (4.57.1 wants huggingface-hub<1, so it cannot
+# share the dev venv).
 TRANSFORMERS_VERSIONS := 4.57.1
 TRANSFORMERS_TESTS := tests/integrations/test_transformers_placement.py tests/integrations/test_transformers_trainer.py \
 	tests/distributed/test_integration_transformers.py tests/distributed/test_audit_trainer.py
 
 test-transformers-matrix: $(STAMP)
-	@status=0; summary=""; \
-	echo "== transformers $$($(PY) -c 'import transformers; print(transformers.__version__)') (dev stack)"; \
+	@echo "== transformers $$($(PY) -c 'import transformers; print(transformers.__version__)') (dev stack)"; \
 	if $(PY) -m pytest -q -p no:cacheprovider $(TRANSFORMERS_TESTS) > $(VENV)/transformers-last-run.log 2>&1; \
-	then result=passed; else result=FAILED; status=1; fi; \
+	then dev=passed; dev_status=0; else dev=FAILED; dev_status=1; fi; \
 	tail -n 1 $(VENV)/transformers-last-run.log; \
-	summary="$$summary\ntransformers (dev stack): $$result ($$(tail -n 1 $(VENV)/transformers-last-run.log | tr -d '='))"; \
-	for v in $(TRANSFORMERS_VERSIONS); do \
-	  env=.venv-transformers-$$v; \
-	  if [ ! -f $$env/.installed ]; then \
-	    $(PYTHON) -m venv $$env && \
-	    $$env/bin/python -m pip install -q --upgrade pip && \
-	    $$env/bin/python -m pip install -q torch==2.13.0 && \
-	    $$env/bin/python -m pip install -q transformers==$$v accelerate==1.13.0 pytest pytest-timeout \
-	      pytest-rerunfailures hypothesis numpy && \
-	    $$env/bin/python -m pip install -q -e . && \
-	    touch $$env/.installed || { status=1; summary="$$summary\ntransformers $$v: INSTALL FAILED"; continue; }; \
-	  fi; \
-	  echo "== transformers $$v"; \
-	  if $$env/bin/python -m pytest -q -p no:cacheprovider $(TRANSFORMERS_TESTS) > $$env/last-run.log 2>&1; \
-	  then result=passed; else result=FAILED; status=1; fi; \
-	  tail -n 1 $$env/last-run.log; \
-	  summary="$$summary\ntransformers $$v: $$result ($$(tail -n 1 $$env/last-run.log | tr -d '='))"; \
-	done; \
-	printf "$$summary\n"; exit $$status
+	$(call version-matrix,transformers,$(TRANSFORMERS_VERSIONS),transformers==$$v accelerate==1.13.0,$(TRANSFORMERS_TESTS),$$dev_status,\ntransformers (dev stack): $$dev)
 
 # Sharded loading side by side with Streaming, LitData and HF streaming (issue 12), in one run:
 # benchmarks/shards/run.py (docs/benchmarks-shards.md). One venv per peer, torch first and alone
