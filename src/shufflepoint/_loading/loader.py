@@ -63,6 +63,23 @@ def _check_keyed(transform: Transform | None, seed_per_sample: bool) -> bool:
     return transform is not None or seed_per_sample
 
 
+def _served(dataset: Any, seed: int, transform: Transform | None, seed_per_sample: bool,
+            torch_kwargs: dict[str, Any]) -> Any:
+    """The dataset torch's machinery reads, and its collate (set in ``torch_kwargs``): a corpus that reads a
+    batch at once (Shards, Mixture) hands it over as columns, which ``collate`` turns into default_collate's
+    very result without an object per row; keyed randomness wraps the dataset (see ``keyed``)."""
+    keyed = transform is not None or seed_per_sample
+    if torch_kwargs.get("collate_fn") is None and not keyed and callable(getattr(dataset, "columnar", None)):
+        dataset = dataset.columnar()
+        torch_kwargs["collate_fn"] = columnar_collate
+    if keyed:
+        dataset = KeyedDataset(dataset, seed, transform, seed_per_sample)
+        if seed_per_sample:
+            collate = torch_kwargs.get("collate_fn") or torch.utils.data.default_collate
+            torch_kwargs["collate_fn"] = KeyedCollate(collate, seed)
+    return dataset
+
+
 class _PassSampler(torch.utils.data.Sampler[Any]):
     """The index sampler torch's machinery drives: this rank's indices for the loader's live pass
     (keys ``(epoch, position, index)`` instead when samples draw keyed randomness)."""
@@ -181,17 +198,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         self._start: StridedCut | SpanCut = self._deal.cut(self._layout, 0, [])  # where the next pass starts
         self._pass: _Pass | None = None
         self._keyed = _check_keyed(transform, seed_per_sample)
-        if (torch_dataloader_kwargs.get("collate_fn") is None and not self._keyed
-                and callable(getattr(dataset, "columnar", None))):
-            # A corpus that reads a batch at once (Shards, Mixture) hands it over as columns, and
-            # collate builds default_collate's very result from them, without an object per row.
-            dataset = dataset.columnar()
-            torch_dataloader_kwargs["collate_fn"] = columnar_collate
-        if self._keyed:
-            dataset = KeyedDataset(dataset, self._seed, transform, seed_per_sample)
-            if seed_per_sample:
-                collate = torch_dataloader_kwargs.get("collate_fn") or torch.utils.data.default_collate
-                torch_dataloader_kwargs["collate_fn"] = KeyedCollate(collate, self._seed)
+        dataset = _served(dataset, self._seed, transform, seed_per_sample, torch_dataloader_kwargs)
         super().__init__(
             dataset, batch_size=batch_size, sampler=_PassSampler(self), drop_last=drop_last,
             num_workers=num_workers, **torch_dataloader_kwargs,

@@ -199,14 +199,14 @@ def warn_if_blocks_exceed_the_share(orders: OrderCache, deal: Deal, n: int, worl
     """Under ``spans`` a node reads its share of the corpus; a ``shuffle_block`` of more than half of
     it makes the order's blocks as large as the stretches (the shuffle is capped at a stretch), and
     after a re-deal a block cut by a new edge is read by two nodes. Said once, at construction."""
-    if deal.name != SPANS or orders.shuffle_block is None or not orders.is_corpus:
-        return
+    if deal.name != SPANS or orders.name != BLOCKS:
+        return  # a dataset's own order (Mixture, Packed) counts its shuffle_block in its own units
     local_env = os.environ.get("LOCAL_WORLD_SIZE", "")
     local = int(local_env) if local_env.isdigit() else world_size  # unknown (not torchrun): one node
     if world_size <= max(local, 1):
         return  # one node reads the whole corpus anyway
     share = n * min(local, world_size) // world_size
-    if orders.shuffle_block * 2 > share:
+    if orders.shuffle_block is not None and orders.shuffle_block * 2 > share:
         warnings.warn(
             f"shuffle_block: {orders.shuffle_block} rows is more than half of a node's share of the corpus "
             f"({share} of {n} rows over {world_size} ranks, {local} per node): the shuffle cannot reach "
