@@ -233,3 +233,45 @@ def test_misuse_gets_a_clear_error():
     changing[2]["input_ids"].append(7)
     with pytest.raises(ValueError, match="document 2 now holds 3 tokens, 2 when counted"):
         packed[0]
+
+
+class ReadAhead(torch.utils.data.Dataset):
+    """Documents that record what was announced to ``prefetch`` and what was read."""
+
+    def __init__(self, lengths):
+        self.rows, self.announced, self.read = documents(lengths), [], []
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, index):
+        self.read.append(index)
+        return self.rows[index]
+
+    def prefetch(self, indices):
+        self.announced.extend(np.asarray(indices).tolist())
+
+
+def test_upcoming_documents_are_announced_before_they_are_read():
+    corpus = ReadAhead(LENGTHS_FIXED)
+    loader = shufflepoint.DataLoader(Packed(corpus, 5, progress=False), 2, seed=3, shuffle_block=4)
+    corpus.read.clear()  # counting the tokens read every document once
+    for _ in loader:
+        assert set(corpus.read) <= set(corpus.announced)
+    assert corpus.read and set(corpus.announced) == set(corpus.read)
+
+
+def test_parquet_shards_and_a_resumable_sampler_under_a_plain_torch_loader(tmp_path):
+    pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+    for shard in range(3):
+        rows = [list(range(shard * 10**5 + d * 1000, shard * 10**5 + d * 1000 + 3 + 2 * d)) for d in range(4)]
+        pq.write_table(pa.table({"input_ids": rows}), str(tmp_path / f"part-{shard}.parquet"))
+    corpus = shufflepoint.Shards(str(tmp_path / "*.parquet"), progress=False)
+    ours = shufflepoint.DataLoader(Packed(corpus, 8, progress=False), 2, seed=1, shuffle_block=4)
+    served = [row for batch in ours for row in rows_of(batch)]
+    assert len(served) == len(ours.dataset) == (3 * (3 + 5 + 7 + 9)) // 8
+    assert len({t for row in served for t in row}) == len(served) * 8  # no token twice
+    sampler = shufflepoint.ResumableSampler(Packed(corpus, 8, progress=False), num_replicas=1, rank=0, seed=1,
+                                            shuffle_block=4)
+    plain = torch.utils.data.DataLoader(sampler.dataset, batch_size=2, sampler=sampler)
+    assert [row for batch in plain for row in rows_of(batch)] == served

@@ -182,6 +182,14 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         epoch, row = self._decode(index)
         return self._table(epoch).segments(row * self.seq_len, (row + 1) * self.seq_len)
 
+    def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
+        """Pass the documents of upcoming rows, in reading order, to a dataset that reads ahead (``Shards``)."""
+        hook = getattr(self.dataset, "prefetch", None)
+        if not callable(hook) or len(indices) == 0:
+            return
+        documents = [d for index in np.asarray(indices).tolist() for d, _, _ in self.segments(index)]
+        hook(np.asarray(documents, dtype=np.int64))
+
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         return self.__getitems__([index])[0]
 
