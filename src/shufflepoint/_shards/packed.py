@@ -157,6 +157,10 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         if self._bound is not None and self._bound != (seed, shuffle_block):
             raise ValueError(f"seed, shuffle_block: found {(seed, shuffle_block)}, but this Packed serves "
                              f"{self._bound} for another loader; build one Packed per loader")
+        if self._bound is None:
+            keep_open_for = getattr(self.dataset, "keep_open_for", None)
+            if callable(keep_open_for):  # Shards: keep a block's shards open, as under the blocks order
+                keep_open_for(shuffle_block)
         self._bound = (seed, shuffle_block)
         return PackedOrder(self.rows_per_epoch, epoch)
 
