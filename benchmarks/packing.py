@@ -12,6 +12,8 @@ index, and a resume's time to its first batch. ``make bench-packing`` (~1 min; `
   tokens (one read of the corpus).
 - Resume: a fresh loader (its ``Packed`` built beforehand) loads a state taken mid-epoch and takes
   its first batch: the seek, the epoch's O(blocks) table and one block of documents.
+torch runs on one thread, as in a DataLoader worker: on a shared 2-core machine its intra-op threads
+made one (8, 1025) index take 4.6 ms and the windows 4x slower, a ratio that flattered Packed.
 Prints a Markdown table. Nothing here is compared with Megatron or Grain (not built).
 """
 
@@ -25,10 +27,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
 import shufflepoint
 
 SEQ_LEN, BATCH = 1024, 8
+BLOCK = 4096  # shuffle_block: documents for Packed, windows for the .bin shards
 
 
 def make_corpus(root: Path, tokens: int) -> tuple[str, str, int]:
@@ -60,7 +64,7 @@ def epoch_rate(loader: shufflepoint.DataLoader) -> float:
 
 def resume_first_batch(packed: shufflepoint.Packed, state: dict) -> float:
     start = time.perf_counter()
-    fresh = shufflepoint.DataLoader(packed, BATCH, seed=1, shuffle_block=4096)
+    fresh = shufflepoint.DataLoader(packed, BATCH, seed=1, shuffle_block=BLOCK)
     fresh.load_state_dict(state)
     next(iter(fresh))
     return time.perf_counter() - start
@@ -70,7 +74,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a tenth of the corpus")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--shuffle-block", type=int, default=BLOCK)
     args = parser.parse_args()
+    globals()["BLOCK"] = args.shuffle_block
+    torch.set_num_threads(1)
     tokens = 2_000_000 if args.quick else 20_000_000
     with tempfile.TemporaryDirectory() as folder:
         docs, bins, documents = make_corpus(Path(folder), tokens)
@@ -80,11 +87,11 @@ def main() -> None:
         windows = shufflepoint.Shards(bins, seq_len=SEQ_LEN, progress=False)
         ratios, packed_rates, window_rates = [], [], []
         for _ in range(args.repeats):
-            window_rates.append(epoch_rate(shufflepoint.DataLoader(windows, BATCH, seed=1, shuffle_block=4096)))
-            packed_loader = shufflepoint.DataLoader(packed, BATCH, seed=1, shuffle_block=4096)
+            window_rates.append(epoch_rate(shufflepoint.DataLoader(windows, BATCH, seed=1, shuffle_block=BLOCK)))
+            packed_loader = shufflepoint.DataLoader(packed, BATCH, seed=1, shuffle_block=BLOCK)
             packed_rates.append(epoch_rate(packed_loader))
             ratios.append(packed_rates[-1] / window_rates[-1])
-        loader = shufflepoint.DataLoader(packed, BATCH, seed=1, shuffle_block=4096)
+        loader = shufflepoint.DataLoader(packed, BATCH, seed=1, shuffle_block=BLOCK)
         loader.seek(0, len(loader) // 2)
         resume = statistics.median(resume_first_batch(packed, loader.state_dict()) for _ in range(args.repeats))
         index_bytes = packed.lengths.nbytes + packed._cumulative.nbytes
@@ -97,7 +104,8 @@ def main() -> None:
         ("counting the tokens (one read)", f"{counted:.2f} s"),
         ("resume: load_state_dict to first batch, mid-epoch", f"{resume * 1000:.1f} ms"),
     ]
-    print(f"| packed, {sys.platform}, repeats {args.repeats}{', quick' if args.quick else ''} | |\n|---|---|")
+    print(f"| packed, {sys.platform}, shuffle_block {BLOCK}, repeats {args.repeats}{', quick' if args.quick else ''}"
+          " | |\n|---|---|")
     for name, value in rows:
         print(f"| {name} | {value} |")
 
