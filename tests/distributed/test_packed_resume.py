@@ -1,5 +1,6 @@
 """``Packed`` rows over a JSONL corpus on disk, in real, fresh processes: 2 ranks resume exactly,
-row for row; 2 -> 3 ranks (with 2 workers) serve every row of the interrupted epoch once."""
+row for row, also after a SIGKILL; 2 -> 3 ranks (with 2 workers) serve every row of the interrupted
+epoch once."""
 
 from __future__ import annotations
 
@@ -36,8 +37,13 @@ def runs(tmp_path_factory):
     def go(mode, scenarios, nproc):
         return launch([WORKER, mode, out, json.dumps(scenarios)], nproc, timeout=LAUNCH_TIMEOUT).check()
 
+    killed = scenario("packed_killed", corpus, [0, 30], num_workers=2, kill=True)
     go("save", [same, elastic], 2)
-    go("resume", [dict(same, source="packed", saved_world=2)], 2)
+    stopped = launch([WORKER, "save", out, json.dumps([killed])], 2, timeout=LAUNCH_TIMEOUT,
+                     kill_when=os.path.join(out, "packed_killed.saved"))
+    assert stopped.killed, "the kill scenario was supposed to be SIGKILLed"
+    go("resume", [dict(same, source="packed", saved_world=2),
+                  dict(killed, source="packed_killed", saved_world=2, kill=False)], 2)
     go("resume", [dict(elastic, source="packed_to_three", saved_world=2, num_workers=2)], 3)
     return out, tokens
 
@@ -45,6 +51,11 @@ def runs(tmp_path_factory):
 def test_same_world_size_resumes_row_for_row(runs):
     out, _ = runs
     check_same_world(out, "packed", 2)
+
+
+def test_sigkill_after_a_checkpoint_loses_and_repeats_no_row(runs):
+    out, _ = runs
+    check_same_world(out, "packed_killed", 2)
 
 
 def test_three_ranks_finish_the_epoch_two_started_each_row_once(runs):
