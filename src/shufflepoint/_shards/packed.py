@@ -114,7 +114,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
             raise TypeError(f"dataset: found a {type(dataset).__name__}, expected a map-style dataset of dicts")
         if callable(getattr(dataset, "epoch_order", None)):
             raise TypeError(f"dataset: a {type(dataset).__name__} has its own epoch order, whose documents change "
-                            "from epoch to epoch; packing it is not built (pack each source instead)")
+                            "from epoch to epoch; packing it is not built (pack one corpus, see docs/packing.md)")
         self.seq_len = check_int("seq_len", seq_len, 1, 2**40)
         if not isinstance(tokens, str):
             raise TypeError(f"tokens: found {tokens!r}, expected the name of the field holding token ids")
