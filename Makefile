@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test test-ray bench bench-shuffle bench-agreement bench-scaling bench-indexing bench-shards \
-	bench-locality bench-read soak lint clean test-accelerate-matrix test-transformers-matrix
+	bench-locality bench-read bench-packing soak lint clean test-accelerate-matrix test-transformers-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,11 @@ bench-indexing: $(STAMP)
 # per second, workers 0 and 2 (first batch and rate apart). About 2 minutes; QUICK=1 a tenth of the corpus.
 bench-read: $(STAMP)
 	$(PY) benchmarks/read_path.py $(if $(QUICK),--quick)
+
+# Packed rows (issue 21): rows/s against fixed windows of the same tokens, the index, a resume's first
+# batch. About 1 minute; QUICK=1 a tenth of the corpus.
+bench-packing: $(STAMP)
+	$(PY) benchmarks/packing.py $(if $(QUICK),--quick)
 
 # Ray Train (issue 14) on a real local Ray cluster: its own venv (1.5 GB), torch first and alone
 # (the local CPU wheel), then the package with its [ray] extra. About 40 s to build, 70 s to run.

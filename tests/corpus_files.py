@@ -29,6 +29,26 @@ def jsonl_corpus(folder: str, shards: int, *, first_id: int = 0, rows: tuple[int
     return ids
 
 
+def jsonl_documents(folder: str, shards: int, *, rows: tuple[int, int] = (1, 4), seed: int = 0) -> list[int]:
+    """``shards`` JSONL files of tokenized documents ``{"id": d, "input_ids": [d*1000, ...]}`` of 0-40
+    tokens (one in ten of 100-150), so every token of the corpus is unique; returns all the tokens."""
+    os.makedirs(folder, exist_ok=True)
+    rng = random.Random(seed)
+    tokens: list[int] = []
+    document = 0
+    for shard in range(shards):
+        lines = []
+        for _ in range(rng.randint(*rows)):
+            size = rng.randint(100, 150) if rng.random() < 0.1 else rng.randint(0, 40)
+            ids = list(range(document * 1000, document * 1000 + size))
+            lines.append(json.dumps({"id": document, "input_ids": ids}) + "\n")
+            tokens.extend(ids)
+            document += 1
+        with open(os.path.join(folder, f"part-{shard:05d}.jsonl"), "w") as f:
+            f.write("".join(lines))
+    return tokens
+
+
 def parquet_corpus(folder: str, shards: int, *, first_id: int = 0, rows: tuple[int, int] = (1, 6),
                    seed: int = 1) -> list[int]:
     """``shards`` Parquet files of an ``id`` and a ``text`` column, two row groups each when they can."""

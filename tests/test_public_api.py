@@ -5,6 +5,7 @@ import shufflepoint
 EXPECTED = {
     "DataLoader",
     "Mixture",
+    "Packed",
     "ORDERS",
     "Permutation",
     "ResumableSampler",

@@ -15,6 +15,7 @@ from shufflepoint._order import ORDERS, Permutation, permutation
 from shufflepoint._shards.batch import collate
 from shufflepoint._shards.dataset import Shards
 from shufflepoint._shards.mixture import Mixture
+from shufflepoint._shards.packed import Packed
 from shufflepoint.integrations.accelerate import patch_accelerate, unpatch_accelerate
 
 __version__ = "0.2.0.dev0"
@@ -24,6 +25,7 @@ __all__ = [
     "STATE_FIELDS",
     "DataLoader",
     "Mixture",
+    "Packed",
     "Permutation",
     "ResumableSampler",
     "ResumeWarning",

@@ -4,7 +4,9 @@
 
 Each scenario names a corpus: ``{"kind": "shards", "sources": ..., "format": ..., ...}`` (the
 keyword arguments of ``shufflepoint.Shards``) or ``{"kind": "mixture", "parts": [[corpus, weight],
-...], "samples_per_epoch": n}``. Every row of the corpora is ``{"id": int}``, unique per corpus.
+...], "samples_per_epoch": n}`` or ``{"kind": "packed", "source": corpus, "seq_len": n, ...}`` (the
+keyword arguments of ``shufflepoint.Packed``). Every row of the corpora is ``{"id": int}``, unique per
+corpus; a packed row is recorded as its tokens joined by "-" (unique: every token of the corpus is).
 
 MODE "save": an uninterrupted reference run (recorded), then a fresh run to the save point, whose
 state is written atomically; with "kill": true it keeps training until the launcher SIGKILLs it.
@@ -33,6 +35,8 @@ def corpus(spec):
     if kind == "mixture":
         parts = [(corpus(part), weight) for part, weight in spec["parts"]]
         return shufflepoint.Mixture(parts, samples_per_epoch=spec.get("samples_per_epoch"))
+    if kind == "packed":
+        return shufflepoint.Packed(corpus(spec.pop("source")), spec.pop("seq_len"), progress=False, **spec)
     return shufflepoint.Shards(spec.pop("sources"), progress=False, **spec)
 
 
@@ -42,6 +46,8 @@ def make(s):
 
 
 def ids(batch):
+    if "input_ids" in batch:  # a packed row: its tokens
+        return ["-".join(map(str, row)) for row in batch["input_ids"].tolist()]
     return batch["id"].tolist()
 
 

@@ -1,0 +1,114 @@
+"""Packed rows (issue 21, point 7 in part): rows/s against fixed windows of the same tokens, the
+index, and a resume's time to its first batch. ``make bench-packing`` (~1 min; ``--quick``: a tenth).
+
+- The corpus: documents of 1-2,000 tokens (lognormal, median ~300), random ids < 50,257, in 20
+  Parquet shards (an ``input_ids`` list<int32> column); the same tokens, end to end, in 10 uint16
+  ``.bin`` shards for the fixed windows.
+- Rows/s: ``shufflepoint.DataLoader(Packed(Shards(parquet), SEQ_LEN), batch_size=8)`` against
+  ``shufflepoint.DataLoader(Shards(bin, seq_len=SEQ_LEN), batch_size=8)``, ``num_workers=0``, one
+  epoch each, median of ``--repeats`` (each Packed run right after a windows run; ratio per pair).
+  Target: >= 0.5x.
+- Index: the bytes ``Packed`` holds per corpus (two int64 per document), the time to count the
+  tokens (one read of the corpus).
+- Resume: a fresh loader (its ``Packed`` built beforehand) loads a state taken mid-epoch and takes
+  its first batch: the seek, the epoch's O(blocks) table and one block of documents.
+torch runs on one thread, as in a DataLoader worker: on a shared 2-core machine its intra-op threads
+made one (8, 1025) index take 4.6 ms and the windows 4x slower, a ratio that flattered Packed.
+Prints a Markdown table. Nothing here is compared with Megatron or Grain (not built).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import shufflepoint
+
+SEQ_LEN, BATCH = 1024, 8
+BLOCK = 4096  # shuffle_block: documents for Packed, windows for the .bin shards
+
+
+def make_corpus(root: Path, tokens: int) -> tuple[str, str, int]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(0)
+    lengths = np.clip(rng.lognormal(5.7, 1.0, size=tokens // 200), 1, 2000).astype(np.int64)
+    lengths = lengths[np.cumsum(lengths) <= tokens]
+    stream = rng.integers(0, 50_257, size=int(lengths.sum()), dtype=np.uint16)
+    starts = np.concatenate(([0], np.cumsum(lengths)))
+    documents = [stream[starts[d]:starts[d + 1]].astype(np.int32) for d in range(lengths.size)]
+    (root / "docs").mkdir()
+    (root / "bin").mkdir()
+    for shard, part in enumerate(np.array_split(np.arange(lengths.size), 20)):
+        column = pa.array([documents[d] for d in part.tolist()], type=pa.list_(pa.int32()))
+        pq.write_table(pa.table({"input_ids": column}), root / "docs" / f"part-{shard:03d}.parquet")
+    for shard, part in enumerate(np.array_split(stream, 10)):
+        part.tofile(root / "bin" / f"tok-{shard:03d}.bin")
+    return str(root / "docs" / "*.parquet"), str(root / "bin" / "*.bin"), int(lengths.size)
+
+
+def epoch_rate(loader: shufflepoint.DataLoader) -> float:
+    start, rows = time.perf_counter(), 0
+    for batch in loader:
+        rows += int(batch["input_ids"].shape[0]) if isinstance(batch, dict) else int(batch.shape[0])
+    return rows / (time.perf_counter() - start)
+
+
+def resume_first_batch(packed: shufflepoint.Packed, state: dict) -> float:
+    start = time.perf_counter()
+    fresh = shufflepoint.DataLoader(packed, BATCH, seed=1, shuffle_block=BLOCK)
+    fresh.load_state_dict(state)
+    next(iter(fresh))
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a tenth of the corpus")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--shuffle-block", type=int, default=BLOCK)
+    args = parser.parse_args()
+    globals()["BLOCK"] = args.shuffle_block
+    torch.set_num_threads(1)
+    tokens = 2_000_000 if args.quick else 20_000_000
+    with tempfile.TemporaryDirectory() as folder:
+        docs, bins, documents = make_corpus(Path(folder), tokens)
+        start = time.perf_counter()
+        packed = shufflepoint.Packed(shufflepoint.Shards(docs, progress=False), SEQ_LEN, progress=False)
+        counted = time.perf_counter() - start
+        windows = shufflepoint.Shards(bins, seq_len=SEQ_LEN, progress=False)
+        ratios, packed_rates, window_rates = [], [], []
+        for _ in range(args.repeats):
+            window_rates.append(epoch_rate(shufflepoint.DataLoader(windows, BATCH, seed=1, shuffle_block=BLOCK)))
+            packed_loader = shufflepoint.DataLoader(packed, BATCH, seed=1, shuffle_block=BLOCK)
+            packed_rates.append(epoch_rate(packed_loader))
+            ratios.append(packed_rates[-1] / window_rates[-1])
+        loader = shufflepoint.DataLoader(packed, BATCH, seed=1, shuffle_block=BLOCK)
+        loader.seek(0, len(loader) // 2)
+        resume = statistics.median(resume_first_batch(packed, loader.state_dict()) for _ in range(args.repeats))
+        index_bytes = packed.lengths.nbytes + packed._cumulative.nbytes
+    rows = [
+        ("corpus", f"{documents:,} documents, {packed.tokens_per_epoch:,} tokens, {len(packed):,} rows of {SEQ_LEN}"),
+        ("rows/s, Packed (Parquet documents)", f"{statistics.median(packed_rates):,.0f}"),
+        ("rows/s, fixed windows (.bin)", f"{statistics.median(window_rates):,.0f}"),
+        ("Packed / windows (target >= 0.5x)", f"{statistics.median(ratios):.2f}x"),
+        ("index held by Packed", f"{index_bytes:,} B ({index_bytes / documents:.0f} B/document)"),
+        ("counting the tokens (one read)", f"{counted:.2f} s"),
+        ("resume: load_state_dict to first batch, mid-epoch", f"{resume * 1000:.1f} ms"),
+    ]
+    print(f"| packed, {sys.platform}, shuffle_block {BLOCK}, repeats {args.repeats}{', quick' if args.quick else ''}"
+          " | |\n|---|---|")
+    for name, value in rows:
+        print(f"| {name} | {value} |")
+
+
+if __name__ == "__main__":
+    main()

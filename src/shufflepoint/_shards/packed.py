@@ -1,0 +1,314 @@
+"""``shufflepoint.Packed``: documents packed into rows of ``seq_len`` tokens, seekable per epoch.
+
+Each epoch lays the documents end to end in a keyed order (the ``blocks`` order over documents:
+shards, or chunks of consecutive documents, permuted, cut into blocks of about ``shuffle_block``
+documents, each block permuted), with the optional ``bos``/``eos`` tokens around each document,
+and cuts the token stream every ``seq_len`` tokens; the last partial row is dropped. Row p holds
+tokens ``[p*L, (p+1)*L)``: the block by binary search over the per-block token starts (O(blocks)
+per epoch: a block's token total does not depend on the order inside it), then the documents by a
+prefix sum over that block's permuted documents (O(one block)).
+
+Worked, documents of 3, 5, 2 and 4 tokens (no bos/eos), seq_len 4, chunks of 1 document and
+shuffle_block 2, seed 0, epoch 0 (``tests/shards/test_packed.py`` pins these values): the epoch
+lays the documents as [2, 1, 3, 0] in blocks {2, 1} and {3, 0} (block token starts 0 and 7), so
+the stream is d2[0:2] d1[0:5] d3[0:4] d0[0:3], 14 tokens, 3 rows: row 0 = d2[0:2] d1[0:2], row 1
+= d1[2:5] d3[0:1], row 2 = d3[1:4] d0[0:1]; d0[1:3] is the dropped tail.
+
+The loader serves rows through the ``packed`` order: position p of epoch e is dataset index
+``e * rows_per_epoch + p``, which ``__getitem__`` decodes, so the deal and the state apply to rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.utils.data
+
+from shufflepoint._order import check_int
+from shufflepoint._shards.blocks import BlockOrder, _sub_seed, checked_positions
+
+NAME = "packed"
+VERSION = 1
+FINGERPRINT_PREFIX = "packed:"
+IGNORE_INDEX = -100  # the labels value torch's cross_entropy and Hugging Face models skip
+_DOCUMENTS_TAG = 0x5041434B
+_CHUNKS_PER_BLOCK = 8  # a dataset without shards is cut in chunks of shuffle_block / 8 documents
+_CACHED_BLOCKS, _CACHED_EPOCHS = 8, 2
+_COUNT_BATCH = 1024
+_MAX_INDEX = 2**63 - 1
+
+
+def token_ids(sample: Any, field: str, document: int) -> np.ndarray:
+    """A document's token ids as a 1-D int64 array; an error naming the field and the document."""
+    if not isinstance(sample, dict) or field not in sample:
+        found = f"keys {sorted(map(str, sample))}" if isinstance(sample, dict) else f"a {type(sample).__name__}"
+        raise ValueError(f"tokens: document {document} has no field {field!r} (found {found}); expected a "
+                         f"dict whose {field!r} holds the document's token ids (pass tokens='<field>')")
+    value = sample[field]
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()
+    ids = np.asarray(value)
+    if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+        raise TypeError(f"tokens: field {field!r} of document {document} holds {ids.dtype} of shape "
+                        f"{ids.shape}; expected a 1-D sequence of integer token ids")
+    return ids.astype(np.int64, copy=False)
+
+
+def _read(dataset: Any, documents: Sequence[int]) -> list[Any]:
+    getitems = getattr(dataset, "__getitems__", None)
+    if callable(getitems):
+        return list(getitems(list(documents)))
+    return [dataset[d] for d in documents]
+
+
+def _progress(batches: range, documents: int) -> Any:
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return batches
+    return tqdm(batches, total=len(batches), desc="shufflepoint: counting tokens", unit="batch",
+                disable=None if documents > _COUNT_BATCH else True)
+
+
+def count_tokens(dataset: Any, field: str, progress: bool = True) -> np.ndarray:
+    """Token count per document (int64), read once in batches (a progress bar when tqdm is there)."""
+    n = len(dataset)
+    counts = np.empty(n, dtype=np.int64)
+    batches = range(0, n, _COUNT_BATCH)
+    for start in _progress(batches, n) if progress else batches:
+        documents = range(start, min(start + _COUNT_BATCH, n))
+        for document, sample in zip(documents, _read(dataset, documents), strict=True):
+            counts[document] = token_ids(sample, field, document).size
+    return counts
+
+
+class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
+    """Rows of exactly ``seq_len`` tokens packed from a map-style dataset of tokenized documents.
+
+    ``dataset[i][tokens]`` holds document i's token ids (a list, numpy array or tensor of ints);
+    ``bos``/``eos`` token ids, when given, open/close every document and count as its tokens. Each
+    item is a dict of int64 tensors of length ``seq_len``: ``input_ids``, ``position_ids`` (0 at
+    each document start and at the row start) and ``labels`` (``input_ids`` with -100 wherever
+    ``position_ids`` is 0). ``Packed.varlen_collate`` adds FlashAttention's ``cu_seqlens``.
+
+    Use it with ``shufflepoint.DataLoader``, which reads it in its own ``packed`` order (the loader's
+    ``seed`` and ``shuffle_block``, in documents, key the document order of every epoch)::
+
+        loader = shufflepoint.DataLoader(Packed(corpus, 2048), batch_size=8, seed=1)
+
+    ``len(packed)`` is the rows per epoch (the same every epoch). One ``Packed`` serves one
+    (seed, shuffle_block): the first ``epoch_order`` call binds them.
+    """
+
+    order_name = NAME
+    order_version = VERSION
+
+    def __init__(self, dataset: Any, seq_len: int, *, tokens: str = "input_ids", bos: int | None = None,
+                 eos: int | None = None, progress: bool = True) -> None:
+        if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+            raise TypeError(f"dataset: found a {type(dataset).__name__}, expected a map-style dataset of dicts")
+        if callable(getattr(dataset, "epoch_order", None)):
+            raise TypeError(f"dataset: a {type(dataset).__name__} has its own epoch order, whose documents change "
+                            "from epoch to epoch; packing it is not built (pack one corpus, see docs/packing.md)")
+        self.seq_len = check_int("seq_len", seq_len, 1, 2**40)
+        if not isinstance(tokens, str):
+            raise TypeError(f"tokens: found {tokens!r}, expected the name of the field holding token ids")
+        for name, value in (("bos", bos), ("eos", eos)):
+            if value is not None:
+                check_int(name, value, 0, 2**63 - 1)
+        self.dataset, self.tokens, self.bos, self.eos = dataset, tokens, bos, eos
+        self.lengths = count_tokens(dataset, tokens, progress)
+        extra = (bos is not None) + (eos is not None)
+        self._cumulative = np.concatenate(([0], np.cumsum(self.lengths + extra))).astype(np.int64)
+        self.tokens_per_epoch = int(self._cumulative[-1])
+        self.rows_per_epoch = self.tokens_per_epoch // self.seq_len
+        if self.rows_per_epoch == 0:
+            raise ValueError(f"seq_len: found {seq_len}, but the corpus holds {self.tokens_per_epoch} tokens "
+                             "(with bos/eos): not one full row; use a smaller seq_len or more documents")
+        self._bound: tuple[int, int] | None = None
+        self._tables: dict[int, EpochTable] = {}
+
+    def __len__(self) -> int:
+        return self.rows_per_epoch
+
+    @property
+    def fingerprint(self) -> str:
+        """The documents (the dataset's own fingerprint, else its length, and every token count)
+        and the packing (seq_len, field, bos, eos)."""
+        inner = getattr(self.dataset, "fingerprint", None) or f"len={len(self.lengths)}"
+        text = json.dumps({"dataset": inner, "seq_len": self.seq_len, "tokens": self.tokens, "bos": self.bos,
+                           "eos": self.eos, "counts": hashlib.sha256(self.lengths.tobytes()).hexdigest()})
+        return FINGERPRINT_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def explain_fingerprint(self, saved: str) -> str:
+        return ("the packed corpus changed: its documents or their token counts, seq_len, the tokens field, "
+                "bos or eos")
+
+    def epoch_order(self, seed: int, epoch: int, shuffle_block: int) -> PackedOrder:
+        """Epoch positions -> row indices (``epoch * len(self) + row``); binds (seed, shuffle_block)."""
+        check_int("seed", seed, 0, 2**64 - 1)
+        check_int("shuffle_block", shuffle_block, 1, 2**62)
+        check_int("epoch", epoch, 0, (_MAX_INDEX - self.rows_per_epoch) // self.rows_per_epoch)
+        if self._bound is not None and self._bound != (seed, shuffle_block):
+            raise ValueError(f"seed, shuffle_block: found {(seed, shuffle_block)}, but this Packed serves "
+                             f"{self._bound} for another loader; build one Packed per loader")
+        if self._bound is None:
+            keep_open_for = getattr(self.dataset, "keep_open_for", None)
+            if callable(keep_open_for):  # Shards: keep a block's shards open, as under the blocks order
+                keep_open_for(shuffle_block)
+        self._bound = (seed, shuffle_block)
+        return PackedOrder(self.rows_per_epoch, epoch)
+
+    def _table(self, epoch: int) -> EpochTable:
+        if self._bound is None:
+            raise RuntimeError("Packed: no order yet; read it through shufflepoint.DataLoader, or call "
+                               "packed.epoch_order(seed, epoch, shuffle_block) first")
+        found = self._tables.get(epoch)
+        if found is None:
+            if len(self._tables) >= _CACHED_EPOCHS:
+                self._tables.pop(next(iter(self._tables)))
+            found = self._tables[epoch] = EpochTable(self, *self._bound, epoch)
+        return found
+
+    def _decode(self, index: Any) -> tuple[int, int]:
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or index < 0:
+            raise IndexError(f"Packed index: found {index!r}, expected an int >= 0 (epoch * {len(self)} + row)")
+        epoch, row = divmod(int(index), self.rows_per_epoch)
+        return epoch, row
+
+    def segments(self, index: int) -> list[tuple[int, int, int]]:
+        """The (document, start, stop) pieces of row ``index``, in order (offsets count bos/eos)."""
+        epoch, row = self._decode(index)
+        return self._table(epoch).segments(row * self.seq_len, (row + 1) * self.seq_len)
+
+    def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
+        """Pass the documents of upcoming rows, in reading order, to a dataset that reads ahead (``Shards``)."""
+        hook = getattr(self.dataset, "prefetch", None)
+        if not callable(hook) or len(indices) == 0:
+            return
+        documents = [d for index in np.asarray(indices).tolist() for d, _, _ in self.segments(index)]
+        hook(np.asarray(documents, dtype=np.int64))
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return self.__getitems__([index])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, torch.Tensor]]:
+        """Rows at these indices; their documents read once, as one batch."""
+        pieces = [self.segments(index) for index in indices]
+        documents = sorted({d for row in pieces for d, _, _ in row})
+        texts = dict(zip(documents, self._documents(documents), strict=True))
+        return [self._row([(texts[d], start, stop) for d, start, stop in row]) for row in pieces]
+
+    def _documents(self, documents: list[int]) -> list[np.ndarray]:
+        found = []
+        for document, sample in zip(documents, _read(self.dataset, documents), strict=True):
+            ids = token_ids(sample, self.tokens, document)
+            if ids.size != self.lengths[document]:
+                raise ValueError(f"tokens: document {document} now holds {ids.size} tokens, "
+                                 f"{self.lengths[document]} when counted; the corpus changed, build the Packed again")
+            found.append(self._framed(ids))
+        return found
+
+    def _framed(self, ids: np.ndarray) -> np.ndarray:
+        """A document as it stands in the stream: bos, its tokens, eos."""
+        if self.bos is None and self.eos is None:
+            return ids
+        head = [self.bos] if self.bos is not None else []
+        tail = [self.eos] if self.eos is not None else []
+        return np.concatenate((np.asarray(head, np.int64), ids, np.asarray(tail, np.int64)))
+
+    def _row(self, pieces: list[tuple[np.ndarray, int, int]]) -> dict[str, torch.Tensor]:
+        input_ids = np.concatenate([ids[start:stop] for ids, start, stop in pieces])
+        position_ids = np.concatenate([np.arange(stop - start, dtype=np.int64) for _, start, stop in pieces])
+        labels = np.where(position_ids == 0, IGNORE_INDEX, input_ids)
+        return {"input_ids": torch.from_numpy(input_ids), "position_ids": torch.from_numpy(position_ids),
+                "labels": torch.from_numpy(labels)}
+
+    @staticmethod
+    def varlen_collate(samples: Sequence[dict[str, torch.Tensor]]) -> dict[str, Any]:
+        """Rows stacked (batch, seq_len), plus ``cu_seqlens`` (int32, every segment's start in the
+        flattened batch, then its length) and ``max_seqlen``: FlashAttention's varlen arguments."""
+        batch: dict[str, Any] = {key: torch.stack([sample[key] for sample in samples]) for key in samples[0]}
+        flat = batch["position_ids"].reshape(-1)
+        starts = torch.nonzero(flat == 0).reshape(-1)
+        cu_seqlens = torch.cat((starts, torch.tensor([flat.numel()]))).to(torch.int32)
+        batch["cu_seqlens"] = cu_seqlens
+        batch["max_seqlen"] = int(torch.diff(cu_seqlens).max())
+        return batch
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_tables"] = {}  # rebuilt where the rows are read
+        return state
+
+
+class PackedOrder:
+    """The ``packed`` order of one epoch: position p -> index ``epoch * rows + p``."""
+
+    name = NAME
+    version = VERSION
+
+    def __init__(self, rows: int, epoch: int) -> None:
+        self.n, self.epoch = rows, epoch
+
+    def index(self, position: int) -> int:
+        return int(self.take(np.array([position], dtype=np.int64))[0])
+
+    def take(self, positions: np.ndarray) -> np.ndarray:
+        positions, flat = checked_positions(positions, self.n)
+        found: np.ndarray = (flat + self.epoch * self.n).reshape(positions.shape)
+        return found
+
+
+class EpochTable:
+    """One epoch's token stream: documents in the ``blocks`` order, O(blocks) table plus cached blocks."""
+
+    def __init__(self, packed: Packed, seed: int, shuffle_block: int, epoch: int) -> None:
+        rows = getattr(packed.dataset, "shard_rows", None)
+        if rows is None:  # chunks of consecutive documents stand in for shards
+            documents, chunk = len(packed.lengths), max(1, shuffle_block // _CHUNKS_PER_BLOCK)
+            rows = [chunk] * (documents // chunk) + ([documents % chunk] if documents % chunk else [])
+        self._order = BlockOrder(rows, _sub_seed(seed, _DOCUMENTS_TAG), epoch, shuffle_block)
+        self._cumulative = packed._cumulative
+        order = self._order  # pieces: runs of one shard's documents, in stream order
+        piece_documents = np.diff(np.append(order._stream_start, order.n))
+        first = order._dataset_start
+        piece_tokens = self._cumulative[first + piece_documents] - self._cumulative[first]
+        piece_token_start = np.concatenate(([0], np.cumsum(piece_tokens))).astype(np.int64)
+        opens = np.searchsorted(order._stream_start, order._block_start)
+        self.block_token_start = piece_token_start[opens]
+        self._blocks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def block(self, block: int) -> tuple[np.ndarray, np.ndarray]:
+        """(documents of the block in epoch order, their token starts from the block's start)."""
+        found = self._blocks.get(block)
+        if found is None:
+            if len(self._blocks) >= _CACHED_BLOCKS:
+                self._blocks.pop(next(iter(self._blocks)))
+            start, stop = self._order.block_bounds(block)
+            documents = self._order.take(np.arange(start, stop, dtype=np.int64))
+            sizes = self._cumulative[documents + 1] - self._cumulative[documents]
+            found = self._blocks[block] = (documents, np.concatenate(([0], np.cumsum(sizes))).astype(np.int64))
+        return found
+
+    def segments(self, begin: int, end: int) -> list[tuple[int, int, int]]:
+        """(document, start, stop) pieces covering epoch tokens [begin, end)."""
+        found: list[tuple[int, int, int]] = []
+        block = int(np.searchsorted(self.block_token_start, begin, side="right")) - 1
+        while begin < end:
+            documents, starts = self.block(block)
+            base = int(self.block_token_start[block])
+            local, stop = begin - base, min(end - base, int(starts[-1]))
+            i = int(np.searchsorted(starts, local, side="right")) - 1
+            while local < stop:
+                piece_stop = min(stop, int(starts[i + 1]))
+                if piece_stop > local:
+                    found.append((int(documents[i]), local - int(starts[i]), piece_stop - int(starts[i])))
+                local, i = piece_stop, i + 1
+            begin, block = base + stop, block + 1
+        return found
