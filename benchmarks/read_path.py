@@ -120,7 +120,8 @@ def main() -> None:
         columnar = collate is not None and hasattr(rows, "columnar")
         for workers in [int(w) for w in args.workers.split(",")]:
             for label, make in (("parquet rows", fresh_rows), ("token windows", fresh_windows)):
-                variants: list[tuple[str, bool, dict[str, Any]]] = [("Shards, loader default (columns since 0.3)", False, {})]
+                variants: list[tuple[str, bool, dict[str, Any]]] = [
+                    ("Shards, loader default (columns since 0.3)", False, {})]
                 if columnar:
                     variants.append(("Shards.columnar(), shufflepoint.collate", True, {"collate_fn": collate}))
                 for name, as_columns, kwargs in variants:
