@@ -32,6 +32,16 @@ class Component:
     round_trips: bool = True
 
 
+def run_epochs(loader: Any, first_epoch: int, epochs: int, item: Any = None) -> Any:
+    """The usual training loop as a Component's ``run``: ``set_epoch`` each epoch (a no-op for the
+    restored one), then every batch (as ``item(batch)``), then an epoch end."""
+    for epoch in range(first_epoch, epochs):
+        loader.set_epoch(epoch)
+        for batch in loader:
+            yield "item", epoch, batch if item is None else item(batch)
+        yield "epoch_end", epoch, None
+
+
 def _roundtrip(state: dict[str, Any], as_json: bool) -> dict[str, Any]:
     if as_json:
         return json.loads(json.dumps(state))

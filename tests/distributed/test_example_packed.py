@@ -1,20 +1,15 @@
 """docs/packing.md's example, run as a user would: a tiny GPT on packed rows, stopped and run again."""
 
-import json
 import os
 from collections import Counter
+
+from test_examples_shards import records
 
 from shufflepoint._tools.launch import launch
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "pretrain_packed.py")
 
 
-def records(prefix, world):
-    found = []
-    for rank in range(world):
-        with open(f"{prefix}.rank{rank}") as f:
-            found.append([json.loads(line) for line in f])
-    return found
 
 
 def test_the_packed_example_resumes_exactly_then_on_three_ranks_each_row_once(tmp_path):

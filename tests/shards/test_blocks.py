@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shufflepoint
-from resume_contract import Component, assert_resume_contract
+from resume_contract import Component, assert_resume_contract, run_epochs
 from shufflepoint._shards.blocks import BlockOrder, StretchBlockOrder
 
 ROWS = st.lists(st.integers(0, 40), min_size=0, max_size=30)
@@ -124,11 +124,7 @@ class FakeCorpus(torch.utils.data.Dataset):
 
 
 def run_loader(loader, first_epoch, epochs):
-    for epoch in range(first_epoch, epochs):
-        loader.set_epoch(epoch)
-        for batch in loader:
-            yield "item", epoch, batch.tolist()
-        yield "epoch_end", epoch, None
+    return run_epochs(loader, first_epoch, epochs, lambda batch: batch.tolist())
 
 
 @pytest.mark.parametrize("world_size,rank", [(1, 0), (3, 2)])

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from test_blocks import FakeCorpus
 
 import shufflepoint
-from resume_contract import Component, assert_resume_contract
+from resume_contract import Component, assert_resume_contract, run_epochs
 from shufflepoint._shards.mixture import Mixture
 
 
@@ -89,14 +89,7 @@ def mixture_component(rank, world_size, **kwargs):
         return shufflepoint.DataLoader(mixture, 2, seed=4, rank=rank, world_size=world_size,
                                        collate_fn=list, shuffle_block=5, **kwargs)
 
-    def run(loader, first_epoch, epochs):
-        for epoch in range(first_epoch, epochs):
-            loader.set_epoch(epoch)
-            for batch in loader:
-                yield "item", epoch, batch
-            yield "epoch_end", epoch, None
-
-    return Component(name=f"mixture W={world_size}", make=make, run=run, resume_epoch=lambda s: s["epoch"])
+    return Component(name=f"mixture W={world_size}", make=make, run=run_epochs, resume_epoch=lambda s: s["epoch"])
 
 
 @pytest.mark.parametrize("world_size,rank", [(1, 0), (2, 1), (3, 0)])

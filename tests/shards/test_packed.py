@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shufflepoint
-from resume_contract import Component, assert_resume_contract
+from resume_contract import Component, assert_resume_contract, run_epochs
 from shufflepoint._shards.mixture import Mixture
 from shufflepoint._shards.packed import IGNORE_INDEX, Packed
 
@@ -129,14 +129,7 @@ def packed_component(rank, world_size, batch_size=2):
                                        seed=4, rank=rank, world_size=world_size, collate_fn=collate_rows,
                                        shuffle_block=4)
 
-    def run(loader, first_epoch, epochs):
-        for epoch in range(first_epoch, epochs):
-            loader.set_epoch(epoch)
-            for batch in loader:
-                yield "item", epoch, batch
-            yield "epoch_end", epoch, None
-
-    return Component(name=f"packed W={world_size}", make=make, run=run, resume_epoch=lambda s: s["epoch"])
+    return Component(name=f"packed W={world_size}", make=make, run=run_epochs, resume_epoch=lambda s: s["epoch"])
 
 
 @pytest.mark.parametrize("world_size,rank", [(1, 0), (2, 1), (3, 2)])
