@@ -112,7 +112,8 @@ class Stacked(Sequence[torch.Tensor]):
         return [row.clone() for row in self.tensor]
 
     def take(self, order: np.ndarray) -> Stacked:
-        return Stacked(self.tensor[torch.from_numpy(np.asarray(order, np.int64))])
+        # index_select, not tensor[index]: a third of the cost for a batch (advanced indexing's set-up)
+        return Stacked(torch.index_select(self.tensor, 0, torch.from_numpy(np.asarray(order, np.int64))))
 
     def collate(self) -> torch.Tensor:
         if not len(self):

@@ -185,6 +185,28 @@ class Shards(torch.utils.data.Dataset[Any]):
             return batch
         return Rows([self._transform(sample) for sample in batch.samples()])
 
+    def read_ids(self, indices: Sequence[int] | np.ndarray, column: str) -> list[np.ndarray] | None:
+        """Each sample's ``column`` as a 1-D integer array, where the reader holds it as one (a
+        Parquet list of integers: views of the decoded group, no Python int per token); None where
+        it does not, or with a ``transform`` (then read samples). What ``Packed`` reads documents with."""
+        flat = checked_indices("Shards", indices, len(self))
+        if self._transform is not None or not flat.size:
+            return None
+        shards = np.searchsorted(self._ends, flat, side="right")
+        rows = (flat - self._starts[shards]).tolist()
+        places: dict[int, list[int]] = {}  # a few documents per shard: grouped in Python, not numpy
+        for place, shard in enumerate(shards.tolist()):
+            places.setdefault(shard, []).append(place)
+        found: list[np.ndarray] = [np.empty(0)] * flat.size
+        for shard, where in places.items():
+            take_ids = getattr(self._open(shard), "take_ids", None)
+            part = take_ids(np.array([rows[p] for p in where], np.int64), column) if callable(take_ids) else None
+            if part is None:
+                return None
+            for place, ids in zip(where, part, strict=True):
+                found[place] = ids
+        return found
+
     def columnar(self) -> Columnar:
         """This corpus with batches kept as read, for ``shufflepoint.collate`` (see ``Columnar``)."""
         return Columnar(self)
@@ -232,6 +254,12 @@ class Shards(torch.utils.data.Dataset[Any]):
         return self._cache
 
     # -- read-ahead --------------------------------------------------------------------------
+    @property
+    def reads_ahead(self) -> bool:
+        """Whether ``prefetch`` does anything (remote shards and a prefetch depth): a caller can skip
+        working out what to announce."""
+        return bool(self._remote and self._prefetch_depth > 0)
+
     def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
         """Fetch, in the background, the shards holding these upcoming dataset indices."""
         if not self._remote or self._prefetch_depth <= 0 or len(indices) == 0:

@@ -189,7 +189,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
         """Pass the documents of upcoming rows, in reading order, to a dataset that reads ahead (``Shards``)."""
         hook = getattr(self.dataset, "prefetch", None)
-        if not callable(hook) or len(indices) == 0:
+        if not callable(hook) or len(indices) == 0 or not getattr(self.dataset, "reads_ahead", True):
             return
         documents = [d for index in np.asarray(indices).tolist() for d, _, _ in self.segments(index)]
         hook(np.asarray(documents, dtype=np.int64))
@@ -205,9 +205,12 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         return [self._row([(texts[d], start, stop) for d, start, stop in row]) for row in pieces]
 
     def _documents(self, documents: list[int]) -> list[np.ndarray]:
+        read_ids = getattr(self.dataset, "read_ids", None)  # Shards of Parquet: arrays, no int per token
+        arrays = read_ids(documents, self.tokens) if callable(read_ids) else None
+        samples = arrays if arrays is not None else _read(self.dataset, documents)
         found = []
-        for document, sample in zip(documents, _read(self.dataset, documents), strict=True):
-            ids = token_ids(sample, self.tokens, document)
+        for document, sample in zip(documents, samples, strict=True):
+            ids = sample.astype(np.int64) if arrays is not None else token_ids(sample, self.tokens, document)
             if ids.size != self.lengths[document]:
                 raise ValueError(f"tokens: document {document} now holds {ids.size} tokens, "
                                  f"{self.lengths[document]} when counted; the corpus changed, build the Packed again")

@@ -86,6 +86,24 @@ class OpenParquet:
             return gather(numbers, lambda number, where: self._group(number).take(offsets[where]))
         return Columns(flat.names, columns, rows.size)
 
+    def take_ids(self, rows: np.ndarray, column: str) -> list[np.ndarray] | None:
+        """Column ``column`` at ``rows`` as 1-D integer arrays (read-only views of the decoded group),
+        or None where it is not a list of integers without nulls (``DecodedGroup.ids``)."""
+        rows = check_rows(rows, self._rows)
+        numbers = np.searchsorted(self._ends, rows, side="right")
+        offsets = (rows - self._flat.starts[numbers]).tolist()
+        lists: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}
+        for number in set(numbers.tolist()):
+            group = self._group(number)
+            lists[number] = group.ids(group.names.index(column)) if column in group.names else None
+            if lists[number] is None:
+                return None
+        found: list[np.ndarray] = []
+        for number, offset in zip(numbers.tolist(), offsets, strict=True):
+            values, starts = lists[number]  # type: ignore[misc]  # None returned above
+            found.append(values[starts[offset]:starts[offset + 1]])
+        return found
+
     def _group(self, group: int) -> DecodedGroup:
         found: DecodedGroup = GROUPS.get(self._owner, group, lambda: DecodedGroup(self._decode(group), self._pa))
         if not self._flat.held[group] and (self._owner, group) in GROUPS and self._flat.add(group, found):
