@@ -284,3 +284,16 @@ def test_bad_packed_sources_name_the_field():
     shufflepoint.DataLoader(bound, 1, seed=1, shuffle_block=2)
     with pytest.raises(ValueError, match="but this Packed serves"):  # already bound by another loader
         shufflepoint.DataLoader(Mixture([(bound, 1)]), 1, seed=1, shuffle_block=2)
+
+
+def test_a_packed_mixture_announces_each_source_s_documents_before_reading_them():
+    from test_packed import ReadAhead
+
+    corpora = [ReadAhead([0, 7, 3, 25, 1, 12, 9]), ReadAhead([4, 30, 2, 6, 11])]
+    mixture = Mixture([(Packed(corpus, 5, progress=False), w) for corpus, w in zip(corpora, (2, 1), strict=True)])
+    for corpus in corpora:
+        corpus.read.clear()  # counting the tokens read every document once
+    loader = shufflepoint.DataLoader(mixture, 2, seed=3, shuffle_block=3)
+    for _ in loader:
+        assert all(set(corpus.read) <= set(corpus.announced) for corpus in corpora)
+    assert all(corpus.read and set(corpus.read) == set(corpus.announced) for corpus in corpora)

@@ -202,3 +202,21 @@ def test_bad_tokenize_input_names_the_argument_or_the_document():
 def test_the_counts_module_reads_the_field_as_before():
     source = token_counts.TokenSource.checked(None, None, None)
     assert source.field == "input_ids" and source.count({"input_ids": np.arange(3, dtype=np.uint8)}, 0) == 3
+
+
+def test_a_refused_resume_names_what_changed_in_the_packing():
+    def loader(texts=TEXTS, seq_len=4, eos=None, shuffle_block=2, tokens=None):
+        docs = [{"text": t, "input_ids": byte_tokenize({"text": t})} for t in texts]
+        packed = (Packed(docs, seq_len, tokens=tokens, eos=eos, progress=False) if tokens else
+                  Packed(docs, seq_len, tokenize=byte_tokenize, tokenizer="bytes", eos=eos, progress=False))
+        return shufflepoint.DataLoader(packed, 2, seed=5, shuffle_block=shuffle_block, collate_fn=list)
+
+    state = loader().state_dict()
+    for changed, expected in [(dict(seq_len=3), "the packing changed: now seq_len=3, bos=None, eos=None"),
+                              (dict(eos=0), "the packing changed: now seq_len=4, bos=None, eos=0"),
+                              (dict(shuffle_block=3), r"shuffle_block changed \(2 when saved, 3 now\)"),
+                              (dict(tokens="input_ids"), "the tokens changed: this Packed reads the field "
+                                                         "'input_ids', the state was taken with another field "
+                                                         "or a tokenizer")]:
+        with pytest.raises(shufflepoint.StateError, match=expected):
+            loader(**changed).load_state_dict(state)
