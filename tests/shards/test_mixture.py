@@ -297,3 +297,53 @@ def test_a_packed_mixture_announces_each_source_s_documents_before_reading_them(
     for _ in loader:
         assert all(set(corpus.read) <= set(corpus.announced) for corpus in corpora)
     assert all(corpus.read and set(corpus.read) == set(corpus.announced) for corpus in corpora)
+
+
+@settings(max_examples=25, deadline=None)
+@given(sources=st.lists(st.tuples(st.lists(st.integers(0, 25), min_size=1, max_size=6), st.integers(1, 3)),
+                        min_size=1, max_size=3),
+       length=st.integers(4, 24), seed=st.integers(0, 2**64 - 1),
+       worlds=st.tuples(st.integers(1, 3), st.integers(1, 3)), batches=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+       taken=st.integers(0, 3))
+def test_a_packed_mixture_resumes_exactly_or_each_row_once(sources, length, seed, worlds, batches, taken):
+    """Epoch 1 stopped after `taken` batches per rank at worlds[0] x batches[0]; resumed at the same
+    shape, every rank's rest is the uninterrupted rest; at worlds[1] x batches[1], each row once."""
+    if any(sum(lengths) < 3 for lengths, _ in sources):
+        return
+
+    def loader(rank, world, batch_size):
+        mixture = Mixture([(packed(lengths, 3, s), w) for s, (lengths, w) in enumerate(sources)],
+                          samples_per_epoch=length)
+        return shufflepoint.DataLoader(mixture, batch_size, seed=seed, rank=rank, world_size=world, shuffle_block=8,
+                                       collate_fn=lambda batch: [ids(row) for row in batch])
+
+    try:
+        reference = loader(0, 1, 1)
+    except ValueError as error:
+        assert "weights" in str(error) or "shuffle_block" in str(error)
+        return
+    reference.set_epoch(1)
+    expected = Counter(row for batch in reference for row in batch)
+    (world, batch_size), (new_world, new_batch) = zip(worlds, batches, strict=True)
+    first = [loader(r, world, batch_size) for r in range(world)]
+    seen: Counter[tuple[int, ...]] = Counter()
+    rests, states = [], []
+    for r, ld in enumerate(first):
+        ld.set_epoch(1)
+        real, iterator = ld.real_samples_left(r), iter(ld)
+        before = [row for _ in range(min(taken, len(ld))) for row in next(iterator)]
+        seen.update(before[:real])  # not the tail padding
+        states.append(ld.state_dict())
+        rests.append([row for batch in iterator for row in batch])
+    state = states[0]
+    assert all(found == state for found in states)
+    for r in range(world):  # the same shape: exact
+        again = loader(r, world, batch_size)
+        again.load_state_dict(state)
+        assert [row for batch in again for row in batch] == rests[r]
+    for r in range(new_world):  # another shape: each row of the epoch once
+        resumed = loader(r, new_world, new_batch)
+        resumed.load_state_dict(state)
+        real = resumed.real_samples_left(r)
+        seen.update([row for batch in resumed for row in batch][:real])
+    assert seen == expected
