@@ -220,3 +220,13 @@ def test_a_refused_resume_names_what_changed_in_the_packing():
                                                          "or a tokenizer")]:
         with pytest.raises(shufflepoint.StateError, match=expected):
             loader(**changed).load_state_dict(state)
+
+
+def test_a_bad_document_counted_in_a_worker_process_is_named(tmp_path):
+    jsonl_documents(str(tmp_path / "data"), 3, rows=(2, 3))
+    shard = tmp_path / "data" / "part-00002.jsonl"
+    shard.write_text(shard.read_text() + json.dumps({"id": 7, "input_ids": [1.5]}) + "\n")
+    documents = len(corpus(tmp_path))
+    with pytest.raises(TypeError, match=f"field 'input_ids' of document {documents - 1} holds float64"):
+        Packed(corpus(tmp_path), 2, count_workers=2, progress=False)
+    assert counts_files(tmp_path) == []  # nothing half-written

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from shufflepoint._shards import sidecar
+from shufflepoint._shards.dataset import Shards
 
 VERSION = 1  # of the counts file; part of its key
 COUNT_BATCH = 1024  # documents read at once
@@ -156,8 +157,6 @@ def count_all(dataset: Any, count: Count, progress: bool) -> np.ndarray:
 
 def cacheable(dataset: Any) -> bool:
     """A ``Shards`` without a transform: its fingerprint says what every document holds."""
-    from shufflepoint._shards.dataset import Shards
-
     return isinstance(dataset, Shards) and getattr(dataset, "_transform", None) is None
 
 
