@@ -58,7 +58,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     name keys the kept token counts and joins the fingerprint, so a resume with another tokenizer is
     refused. ``bos``/``eos`` token ids, when given, open/close every document and count as its
     tokens. The token counts of a ``Shards`` corpus are counted once, by shard in ``count_workers``
-    processes (default: the CPU count), and kept in its cache folder (``token_counts``). Each
+    processes (default: the CPUs it may use), and kept in its cache folder (``token_counts``). Each
     item is a dict of int64 tensors of length ``seq_len``: ``input_ids``, ``position_ids`` (0 at
     each document start and at the row start) and ``labels`` (``input_ids`` with -100 wherever
     ``position_ids`` is 0). ``Packed.varlen_collate`` adds FlashAttention's ``cu_seqlens``.
