@@ -15,7 +15,8 @@ epoch boundaries too, and no world size enters it:
    order for a sharded source, ``feistel`` for any other map-style dataset), keyed per source and
    per pass. A source smaller than its share repeats, each pass in a new order; a larger one is
    covered across mixture epochs before any of its samples repeats: the case a mixture resumed
-   past one epoch gets wrong elsewhere (MosaicML Streaming #869).
+   past one epoch gets wrong elsewhere (MosaicML Streaming #869). A ``Packed`` source's pass p is
+   its own ``packed`` epoch p, so its stream position q is exactly its index q.
 
 The loader sees ``len(mixture) == samples_per_epoch`` and dataset indices into the concatenation
 of the sources (``mixture[i]`` is row ``i - offset[s]`` of source s), so a mixed epoch keeps the
@@ -91,11 +92,12 @@ def _check_packed(sources: list[Any]) -> None:
         plain = [s for s in range(len(sources)) if s not in packed]
         raise TypeError(f"sources: {packed} are Packed, {plain} are not; a Mixture mixes Packed rows only with "
                         "other Packed rows (pack every source, with the same seq_len)")
-    first = {id(dataset): s for s, dataset in reversed(list(enumerate(sources)))}
-    again = [(first[id(dataset)], s) for s, dataset in enumerate(sources) if first[id(dataset)] != s]
-    if again:
-        raise ValueError(f"sources[{again[0][1]}]: the same Packed as sources[{again[0][0]}]; a Packed serves one "
-                         "order, so build one Packed per source (they may share the corpus)")
+    first: dict[int, int] = {}
+    for s, dataset in enumerate(sources):
+        if id(dataset) in first:
+            raise ValueError(f"sources[{s}]: the same Packed as sources[{first[id(dataset)]}]; a Packed serves one "
+                             "order, so build one Packed per source (they may share the corpus)")
+        first[id(dataset)] = s
     lengths = {s: dataset.seq_len for s, dataset in enumerate(sources)}
     if len(set(lengths.values())) > 1:
         shown = ", ".join(f"sources[{s}] {n}" for s, n in lengths.items())
@@ -155,8 +157,8 @@ class Mixture(torch.utils.data.Dataset[Any]):
             raise ValueError(f"weights: source {empty[0]} gets 0 of the {length} samples per epoch; raise its "
                              "weight or samples_per_epoch")
         self._largest = max(range(len(self.counts)), key=lambda s: (self.counts[s], -s))
-        self.packed = _is_packed(self.sources[0])
-        self._index_limit = _MAX_STREAM if self.packed else total  # Packed: pass * rows + offset + row
+        self._packed = _is_packed(self.sources[0])
+        self._index_limit = _MAX_STREAM if self._packed else total  # Packed: pass * rows + offset + row
 
     def __len__(self) -> int:
         return self.samples_per_epoch
@@ -181,7 +183,7 @@ class Mixture(torch.utils.data.Dataset[Any]):
         lengths = np.asarray(self.lengths, dtype=np.int64)
         return source, passes * lengths[source] + local - self._offsets[source]
 
-    def encode(self, source: int, source_indices: np.ndarray) -> np.ndarray:
+    def _encode(self, source: int, source_indices: np.ndarray) -> np.ndarray:
         """Mixture indices of these indices into source ``source`` (``_decode``'s inverse)."""
         passes, rows = np.divmod(source_indices, self.lengths[source])
         found: np.ndarray = passes * self.rows + self._offsets[source] + rows
@@ -256,10 +258,10 @@ class MixtureOrder:
                              f"these weights; use at least "
                              f"{math.ceil((sources - 1) * self.n / mixture.counts[mixture._largest])}")
         passes = max((epoch + 1) * c // n + 1 for c, n in zip(mixture.counts, mixture.lengths, strict=True))
-        if (epoch + 1) * max(mixture.counts) >= _MAX_STREAM or mixture.packed and passes * mixture.rows >= _MAX_STREAM:
+        if (epoch + 1) * max(mixture.counts) >= _MAX_STREAM or mixture._packed and passes * mixture.rows >= _MAX_STREAM:
             raise ValueError(f"epoch: found {epoch}, too far for this mixture (stream positions pass 2**62)")
         self._source_orders: dict[tuple[int, int], Order] = {}
-        if mixture.packed:  # bind each Packed source to its (seed, shuffle_block) now, before workers copy it
+        if mixture._packed:  # bind each Packed source to its (seed, shuffle_block) now, before workers copy it
             for s in range(sources):
                 self._source_order(s, 0)
 
@@ -279,7 +281,7 @@ class MixtureOrder:
             dataset = self._mixture.sources[source]
             seed = _sub_seed(self.seed, _SOURCE_TAG, source)
             rows = getattr(dataset, "shard_rows", None)
-            if self._mixture.packed:  # its own packed epoch `passes`: indices passes * len + row
+            if self._mixture._packed:  # its own packed epoch `passes`: indices passes * len + row
                 found = dataset.epoch_order(seed, passes, self._block)
             elif rows is not None:
                 found = BlockOrder(rows, seed, passes, self._block)
@@ -327,4 +329,4 @@ class MixtureOrder:
         for p in np.unique(passes).tolist():
             where = passes == p
             found[where] = self._source_order(s, p).take(rows[where])
-        return self._mixture.encode(s, found)
+        return self._mixture._encode(s, found)
