@@ -1,4 +1,5 @@
-"""``Mixture``: exact shares per epoch, each source's passes complete, seekable across epochs, elastic."""
+"""``Mixture``: exact shares per epoch, each source's passes complete, seekable across epochs, elastic; and
+of ``Packed`` sources, each pass of a source its own packed epoch."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from test_blocks import FakeCorpus
 
 import shufflepoint
 from resume_contract import Component, assert_resume_contract, run_epochs
-from shufflepoint._shards.mixture import Mixture
+from shufflepoint._shards.blocks import _sub_seed
+from shufflepoint._shards.mixture import _SOURCE_TAG, Mixture
+from shufflepoint._shards.packed import Packed
 
 
 def tagged(name, n):
@@ -155,3 +158,192 @@ def test_bad_input_names_the_field():
         shufflepoint.DataLoader(mixture, 2, order="feistel")
     with pytest.raises(IndexError, match="Mixture index"):
         mixture[300]
+
+
+# -- Packed sources: weights in rows are weights in tokens ----------------------------------------
+
+def packed(lengths, seq_len=4, tag=0, **kwargs):
+    """A Packed corpus whose documents hold unique tokens: tag*10**6 + d*1000 + i."""
+    docs = [{"input_ids": list(range(tag * 10**6 + d * 1000, tag * 10**6 + d * 1000 + n))}
+            for d, n in enumerate(lengths)]
+    return Packed(docs, seq_len, progress=False, **kwargs)
+
+
+def ids(row):
+    return tuple(row["input_ids"].tolist())
+
+
+SOURCES = st.lists(st.tuples(st.lists(st.integers(0, 30), min_size=1, max_size=8), st.integers(1, 4)),
+                   min_size=1, max_size=3)
+
+
+@settings(max_examples=40, deadline=None)
+@given(sources=SOURCES, seq_len=st.integers(1, 8), length=st.integers(1, 40), seed=st.integers(0, 2**64 - 1),
+       epochs=st.integers(1, 3), block=st.integers(1, 12))
+def test_packed_sources_serve_their_own_packed_epochs_in_stream_order(sources, seq_len, length, seed, epochs,
+                                                                       block):
+    if any(sum(lengths) < seq_len for lengths, _ in sources):
+        return  # a source without one full row: Packed refuses it (tested in test_packed.py)
+    try:
+        mixture = Mixture([(packed(lengths, seq_len, s), w) for s, (lengths, w) in enumerate(sources)],
+                          samples_per_epoch=length)
+        orders = [mixture.epoch_order(seed, e, block) for e in range(epochs)]
+    except ValueError as error:  # a source that gets 0 rows, or windows too small for the weights
+        assert "weights" in str(error) or "shuffle_block" in str(error)
+        return
+    served = [int(i) for order in orders for i in order.take(np.arange(length))]
+    by_source: dict[int, list[int]] = {s: [] for s in range(len(sources))}
+    for index in served:
+        source, within = mixture.source_of(index)
+        by_source[source].append(within)
+    rows = mixture.__getitems__(served)
+    for s, within in by_source.items():
+        # source s's stream positions 0 .. epochs*count-1, each once: pass p, row r is its index p*len + r
+        assert sorted(within) == list(range(epochs * mixture.counts[s]))
+        reference = packed(sources[s][0], seq_len, s)  # the same corpus, bound as the mixture binds it
+        reference.epoch_order(_sub_seed(seed, _SOURCE_TAG, s), 0, block)
+        expected = reference.__getitems__(within)
+        got = [row for index, row in zip(served, rows, strict=True) if mixture.source_of(index)[0] == s]
+        assert [ids(row) for row in got] == [ids(row) for row in expected]
+        n = len(reference)
+        for p in range(len(within) // n):  # a complete pass: every token of that packed epoch once
+            tokens = [t for index in range(p * n, (p + 1) * n) for t in ids(reference[index])]
+            assert len(tokens) == len(set(tokens)) == n * seq_len
+
+
+def packed_mixture():
+    return Mixture([(packed([0, 7, 3, 25, 1, 12, 9], 5, 0, eos=7), 2), (packed([4, 30, 2, 6, 11], 5, 1), 1)],
+                   samples_per_epoch=11)
+
+
+def packed_mixture_component(rank, world_size, batch_size=2):
+    def make():
+        return shufflepoint.DataLoader(packed_mixture(), batch_size, seed=4, rank=rank, world_size=world_size,
+                                       collate_fn=lambda batch: [ids(row) for row in batch], shuffle_block=3)
+
+    return Component(name=f"packed mixture W={world_size}", make=make, run=run_epochs,
+                     resume_epoch=lambda s: s["epoch"])
+
+
+@pytest.mark.parametrize("world_size,rank", [(1, 0), (2, 1), (3, 2)])
+def test_a_mixture_of_packed_sources_honours_the_resume_contract(world_size, rank):
+    assert assert_resume_contract(packed_mixture_component(rank, world_size), epochs=3) >= 6
+
+
+@pytest.mark.parametrize("first,then", [((2, 2), (3, 1)), ((3, 1), (2, 2))])
+def test_a_mixture_of_packed_sources_resumed_elastically_serves_each_row_once(first, then):
+    reference = packed_mixture_component(0, 1).make()
+    reference.set_epoch(1)
+    expected = Counter(row for batch in reference for row in batch)
+    assert sum(expected.values()) == 11
+    world, batch_size = first
+    loaders = [packed_mixture_component(r, world, batch_size).make() for r in range(world)]
+    seen: Counter[tuple[int, ...]] = Counter()
+    for loader in loaders:
+        loader.set_epoch(1)
+        seen.update(next(iter(loader)))
+    state = loaders[0].state_dict()
+    assert all(loader.state_dict() == state for loader in loaders)
+    world, batch_size = then
+    for r in range(world):
+        resumed = packed_mixture_component(r, world, batch_size).make()
+        resumed.load_state_dict(state)
+        real = resumed.real_samples_left(r)  # before the pass: the tail padding is not counted
+        seen.update([row for batch in resumed for row in batch][:real])
+    assert seen == expected
+
+
+def test_workers_serve_the_same_packed_mixture_rows():
+    def rows(workers):
+        loader = shufflepoint.DataLoader(packed_mixture(), 3, seed=2, shuffle_block=3, num_workers=workers,
+                                         collate_fn=lambda batch: [ids(row) for row in batch])
+        return [row for batch in loader for row in batch]
+
+    assert rows(2) == rows(0) and len(rows(0)) == 11
+
+
+def test_a_changed_packed_source_is_refused_naming_the_mixture():
+    state = packed_mixture_component(0, 1).make().state_dict()
+    changed = Mixture([(packed([0, 7, 3, 25, 1, 12, 9], 5, 0, eos=8), 2), (packed([4, 30, 2, 6, 11], 5, 1), 1)],
+                      samples_per_epoch=11)
+    with pytest.raises(shufflepoint.StateError, match="dataset_fingerprint.*the mixture changed"):
+        shufflepoint.DataLoader(changed, 2, seed=4, shuffle_block=3).load_state_dict(state)
+
+
+def test_bad_packed_sources_name_the_field():
+    with pytest.raises(ValueError, match=r"seq_len: found sources\[0\] 4, sources\[1\] 8; every Packed source"):
+        Mixture([(packed([9]), 1), (packed([9], 8), 1)])
+    with pytest.raises(TypeError, match=r"sources: \[1\] are Packed, \[0\] are not"):
+        Mixture([(tagged("a", 3), 1), (packed([9]), 1)])
+    same = packed([9])
+    with pytest.raises(ValueError, match=r"sources\[1\]: the same Packed as sources\[0\]"):
+        Mixture([(same, 1), (same, 2)])
+    with pytest.raises(TypeError, match=r"sources\[0\]: a Mixture has its own 'mixture' order"):
+        Mixture([(Mixture([(tagged("a", 3), 1)]), 1)])
+    bound = packed([9])
+    shufflepoint.DataLoader(bound, 1, seed=1, shuffle_block=2)
+    with pytest.raises(ValueError, match="but this Packed serves"):  # already bound by another loader
+        shufflepoint.DataLoader(Mixture([(bound, 1)]), 1, seed=1, shuffle_block=2)
+
+
+def test_a_packed_mixture_announces_each_source_s_documents_before_reading_them():
+    from test_packed import ReadAhead
+
+    corpora = [ReadAhead([0, 7, 3, 25, 1, 12, 9]), ReadAhead([4, 30, 2, 6, 11])]
+    mixture = Mixture([(Packed(corpus, 5, progress=False), w) for corpus, w in zip(corpora, (2, 1), strict=True)])
+    for corpus in corpora:
+        corpus.read.clear()  # counting the tokens read every document once
+    loader = shufflepoint.DataLoader(mixture, 2, seed=3, shuffle_block=3)
+    for _ in loader:
+        assert all(set(corpus.read) <= set(corpus.announced) for corpus in corpora)
+    assert all(corpus.read and set(corpus.read) == set(corpus.announced) for corpus in corpora)
+
+
+@settings(max_examples=25, deadline=None)
+@given(sources=st.lists(st.tuples(st.lists(st.integers(0, 25), min_size=1, max_size=6), st.integers(1, 3)),
+                        min_size=1, max_size=3),
+       length=st.integers(4, 24), seed=st.integers(0, 2**64 - 1),
+       worlds=st.tuples(st.integers(1, 3), st.integers(1, 3)), batches=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+       taken=st.integers(0, 3))
+def test_a_packed_mixture_resumes_exactly_or_each_row_once(sources, length, seed, worlds, batches, taken):
+    """Epoch 1 stopped after `taken` batches per rank at worlds[0] x batches[0]; resumed at the same
+    shape, every rank's rest is the uninterrupted rest; at worlds[1] x batches[1], each row once."""
+    if any(sum(lengths) < 3 for lengths, _ in sources):
+        return
+
+    def loader(rank, world, batch_size):
+        mixture = Mixture([(packed(lengths, 3, s), w) for s, (lengths, w) in enumerate(sources)],
+                          samples_per_epoch=length)
+        return shufflepoint.DataLoader(mixture, batch_size, seed=seed, rank=rank, world_size=world, shuffle_block=8,
+                                       collate_fn=lambda batch: [ids(row) for row in batch])
+
+    try:
+        reference = loader(0, 1, 1)
+    except ValueError as error:
+        assert "weights" in str(error) or "shuffle_block" in str(error)
+        return
+    reference.set_epoch(1)
+    expected = Counter(row for batch in reference for row in batch)
+    (world, batch_size), (new_world, new_batch) = zip(worlds, batches, strict=True)
+    first = [loader(r, world, batch_size) for r in range(world)]
+    seen: Counter[tuple[int, ...]] = Counter()
+    rests, states = [], []
+    for r, ld in enumerate(first):
+        ld.set_epoch(1)
+        real, iterator = ld.real_samples_left(r), iter(ld)
+        before = [row for _ in range(min(taken, len(ld))) for row in next(iterator)]
+        seen.update(before[:real])  # not the tail padding
+        states.append(ld.state_dict())
+        rests.append([row for batch in iterator for row in batch])
+    state = states[0]
+    assert all(found == state for found in states)
+    for r in range(world):  # the same shape: exact
+        again = loader(r, world, batch_size)
+        again.load_state_dict(state)
+        assert [row for batch in again for row in batch] == rests[r]
+    for r in range(new_world):  # another shape: each row of the epoch once
+        resumed = loader(r, new_world, new_batch)
+        resumed.load_state_dict(state)
+        real = resumed.real_samples_left(r)
+        seen.update([row for batch in resumed for row in batch][:real])
+    assert seen == expected

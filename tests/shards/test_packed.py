@@ -277,3 +277,30 @@ def test_a_sharded_corpus_keeps_the_shards_of_a_block_open():
     corpus.keep_open_for = sizes.append
     shufflepoint.DataLoader(Packed(corpus, 4, progress=False), 2, seed=1, shuffle_block=3)
     assert sizes == [3]
+
+
+@settings(max_examples=25, deadline=None)
+@given(lengths=st.lists(st.integers(0, 40), min_size=1, max_size=30), kind=st.sampled_from(["int16", "int32", "int64"]),
+       group=st.integers(1, 7), seq_len=st.integers(1, 24))
+def test_parquet_token_lists_read_as_arrays_give_the_rows_the_documents_make(tmp_path_factory, lengths, kind, group,
+                                                                             seq_len):
+    """Packed reads a Parquet list column as numpy views of the decoded group (``Shards.read_ids``):
+    every row is still the documents' tokens its segments name, over shards of several row groups."""
+    pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+    if sum(lengths) < seq_len:
+        return
+    root = tmp_path_factory.mktemp("ids")
+    docs = [list(range(1000 * d, 1000 * d + n)) for d, n in enumerate(lengths)]
+    for shard, part in enumerate((docs[: len(docs) // 2], docs[len(docs) // 2:])):
+        if part:
+            column = pa.array(part, type=pa.list_(getattr(pa, kind)()))
+            pq.write_table(pa.table({"input_ids": column}), str(root / f"{shard}.parquet"), row_group_size=group)
+    corpus = shufflepoint.Shards(str(root / "*.parquet"), progress=False, cache_dir=str(root / "c"))
+    packed = Packed(corpus, seq_len, progress=False)
+    loader = shufflepoint.DataLoader(packed, 3, seed=2, shuffle_block=4)
+    served = [row for batch in loader for row in rows_of(batch)]
+    expected = [tuple(t for d, a, b in packed.segments(i) for t in docs[d][a:b]) for i in range(len(packed))]
+    assert sorted(served) == sorted(expected) and len(served) == len(packed)
+    arrays = corpus.read_ids(list(range(len(docs)))[::-1], "input_ids")
+    assert arrays is not None and [a.tolist() for a in arrays] == docs[::-1]
+    assert all(not a.flags.writeable for a in arrays)  # views of the decoded group: read-only

@@ -15,7 +15,8 @@ epoch boundaries too, and no world size enters it:
    order for a sharded source, ``feistel`` for any other map-style dataset), keyed per source and
    per pass. A source smaller than its share repeats, each pass in a new order; a larger one is
    covered across mixture epochs before any of its samples repeats: the case a mixture resumed
-   past one epoch gets wrong elsewhere (MosaicML Streaming #869).
+   past one epoch gets wrong elsewhere (MosaicML Streaming #869). A ``Packed`` source's pass p is
+   its own ``packed`` epoch p, so its stream position q is exactly its index q.
 
 The loader sees ``len(mixture) == samples_per_epoch`` and dataset indices into the concatenation
 of the sources (``mixture[i]`` is row ``i - offset[s]`` of source s), so a mixed epoch keeps the
@@ -43,6 +44,7 @@ VERSION = 1
 FINGERPRINT_PREFIX = "mixture:"
 _SOURCE_TAG, _WINDOW_TAG = 0x4D495853, 0x57494E44
 _MAX_STREAM = 2**62  # source stream positions stay int64
+PACKED = "packed"  # the order of a Packed source: pass p, row r is its index p * len + r
 
 
 def _apportion(weights: list[float], total: int) -> list[int]:
@@ -71,8 +73,40 @@ def _check_sources(sources: object) -> list[tuple[Any, float]]:
             raise ValueError(f"sources[{number}] weight: found {weight!r}, expected a finite number > 0")
         if len(dataset) == 0:
             raise ValueError(f"sources[{number}]: the dataset is empty")
+        own = getattr(dataset, "order_name", None) if callable(getattr(dataset, "epoch_order", None)) else None
+        if own not in (None, PACKED):
+            raise TypeError(f"sources[{number}]: a {type(dataset).__name__} has its own {own!r} order; mixing it "
+                            "is not built (list its sources in this Mixture instead)")
         checked.append((dataset, float(weight)))
+    _check_packed([dataset for dataset, _ in checked])
     return checked
+
+
+def _check_packed(sources: list[Any]) -> None:
+    """Packed sources mix only with Packed sources of the same ``seq_len``: every row then holds the
+    same number of tokens, so weights in rows are weights in tokens."""
+    packed = [s for s, dataset in enumerate(sources) if _is_packed(dataset)]
+    if not packed:
+        return
+    if len(packed) != len(sources):
+        plain = [s for s in range(len(sources)) if s not in packed]
+        raise TypeError(f"sources: {packed} are Packed, {plain} are not; a Mixture mixes Packed rows only with "
+                        "other Packed rows (pack every source, with the same seq_len)")
+    first: dict[int, int] = {}
+    for s, dataset in enumerate(sources):
+        if id(dataset) in first:
+            raise ValueError(f"sources[{s}]: the same Packed as sources[{first[id(dataset)]}]; a Packed serves one "
+                             "order, so build one Packed per source (they may share the corpus)")
+        first[id(dataset)] = s
+    lengths = {s: dataset.seq_len for s, dataset in enumerate(sources)}
+    if len(set(lengths.values())) > 1:
+        shown = ", ".join(f"sources[{s}] {n}" for s, n in lengths.items())
+        raise ValueError(f"seq_len: found {shown}; every Packed source of a Mixture needs the same seq_len, so "
+                         "that a row is the same number of tokens whichever source it comes from")
+
+
+def _is_packed(dataset: Any) -> bool:
+    return getattr(dataset, "order_name", None) == PACKED and callable(getattr(dataset, "epoch_order", None))
 
 
 def _read_source(dataset: Any, rows: np.ndarray) -> Batch:
@@ -93,6 +127,11 @@ class Mixture(torch.utils.data.Dataset[Any]):
     source gets its weight's share of it, repeating when it is smaller than that share. Use it with
     ``shufflepoint.DataLoader``, which then takes the ``mixture`` order; ``shuffle_block`` is the
     window and block size of that order.
+
+    Packed sources (``Mixture([(Packed(web, L), 0.7), (Packed(code, L), 0.3)])``, one ``seq_len``)
+    mix rows of equal token counts, so the weights are shares of tokens; each source's pass p is its
+    own ``packed`` epoch p (keyed by the loader's seed per source, its blocks of ``shuffle_block``
+    documents), so its rows come in its own packing order and resume with it.
 
     >>> mixture = Mixture([(list(range(10)), 3), (list(range(100, 104)), 1)], samples_per_epoch=8)
     >>> mixture.counts
@@ -118,20 +157,37 @@ class Mixture(torch.utils.data.Dataset[Any]):
             raise ValueError(f"weights: source {empty[0]} gets 0 of the {length} samples per epoch; raise its "
                              "weight or samples_per_epoch")
         self._largest = max(range(len(self.counts)), key=lambda s: (self.counts[s], -s))
+        self._packed = _is_packed(self.sources[0])
+        self._index_limit = _MAX_STREAM if self._packed else total  # Packed: pass * rows + offset + row
 
     def __len__(self) -> int:
         return self.samples_per_epoch
 
     @property
     def rows(self) -> int:
-        """The sources' rows, end to end: the range of the indices the mixture order yields."""
+        """The sources' rows, end to end: the range of the indices the mixture order yields (of
+        ``index % rows`` for Packed sources: the index is ``pass * rows + offset[s] + row``)."""
         return int(self._offsets[-1])
 
     def __getitem__(self, index: int) -> Any:
-        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < self.rows:
-            raise IndexError(f"Mixture index: found {index!r}, expected an int in [0, {self.rows})")
-        source = int(np.searchsorted(self._offsets, index, side="right")) - 1
-        return self.sources[source][int(index - self._offsets[source])]
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < self._index_limit:
+            raise IndexError(f"Mixture index: found {index!r}, expected an int in [0, {self._index_limit})")
+        source, row = self.source_of(int(index))
+        return self.sources[source][row]
+
+    def _decode(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(source, index into that source) of mixture indices: ``pass * rows + offset[s] + row`` is
+        source s's index ``pass * len(s) + row`` (pass 0 but for Packed sources)."""
+        passes, local = np.divmod(flat, self.rows)
+        source = np.searchsorted(self._offsets, local, side="right") - 1
+        lengths = np.asarray(self.lengths, dtype=np.int64)
+        return source, passes * lengths[source] + local - self._offsets[source]
+
+    def _encode(self, source: int, source_indices: np.ndarray) -> np.ndarray:
+        """Mixture indices of these indices into source ``source`` (``_decode``'s inverse)."""
+        passes, rows = np.divmod(source_indices, self.lengths[source])
+        found: np.ndarray = passes * self.rows + self._offsets[source] + rows
+        return found
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
         """``[self[i] for i in indices]``, each source's samples read as one batch."""
@@ -140,18 +196,17 @@ class Mixture(torch.utils.data.Dataset[Any]):
     def read_batch(self, indices: Sequence[int] | np.ndarray) -> Batch:
         """The samples at ``indices``, in that order, read source by source: a source's own
         ``read_batch`` or ``__getitems__`` when it has one, else one ``[i]`` at a time."""
-        flat = checked_indices("Mixture", indices, self.rows)
-        source = np.searchsorted(self._offsets, flat, side="right") - 1
-        return gather(source, lambda s, where: _read_source(self.sources[s], flat[where] - self._offsets[s]))
+        source, within = self._decode(checked_indices("Mixture", indices, self._index_limit))
+        return gather(source, lambda s, where: _read_source(self.sources[s], within[where]))
 
     def columnar(self) -> Columnar:
         """This mixture with batches kept as read, for ``shufflepoint.collate`` (see ``Columnar``)."""
         return Columnar(self)
 
     def source_of(self, index: int) -> tuple[int, int]:
-        """(source, row of that source) of a mixture index."""
-        source = int(np.searchsorted(self._offsets, index, side="right")) - 1
-        return source, int(index - self._offsets[source])
+        """(source, index into that source) of a mixture index."""
+        source, within = self._decode(np.array([index], dtype=np.int64))
+        return int(source[0]), int(within[0])
 
     @property
     def fingerprint(self) -> str:
@@ -178,12 +233,11 @@ class Mixture(torch.utils.data.Dataset[Any]):
 
     def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
         """Pass upcoming indices on to the sources that read ahead (``Shards``)."""
-        indices = np.asarray(indices, dtype=np.int64)
-        source = np.searchsorted(self._offsets, indices, side="right") - 1
+        source, within = self._decode(np.asarray(indices, dtype=np.int64))
         for s in np.unique(source).tolist():
             hook = getattr(self.sources[s], "prefetch", None)
             if callable(hook):
-                hook(indices[source == s] - self._offsets[s])
+                hook(within[source == s])
 
 
 class MixtureOrder:
@@ -203,9 +257,13 @@ class MixtureOrder:
             raise ValueError(f"shuffle_block: found {shuffle_block}, too small to mix {sources} sources with "
                              f"these weights; use at least "
                              f"{math.ceil((sources - 1) * self.n / mixture.counts[mixture._largest])}")
-        if (epoch + 1) * max(mixture.counts) >= _MAX_STREAM:
+        passes = max((epoch + 1) * c // n + 1 for c, n in zip(mixture.counts, mixture.lengths, strict=True))
+        if (epoch + 1) * max(mixture.counts) >= _MAX_STREAM or mixture._packed and passes * mixture.rows >= _MAX_STREAM:
             raise ValueError(f"epoch: found {epoch}, too far for this mixture (stream positions pass 2**62)")
         self._source_orders: dict[tuple[int, int], Order] = {}
+        if mixture._packed:  # bind each Packed source to its (seed, shuffle_block) now, before workers copy it
+            for s in range(sources):
+                self._source_order(s, 0)
 
     def _quotas(self, x: int) -> list[int]:
         """c_s(x): how many of the first x positions belong to each source."""
@@ -223,8 +281,12 @@ class MixtureOrder:
             dataset = self._mixture.sources[source]
             seed = _sub_seed(self.seed, _SOURCE_TAG, source)
             rows = getattr(dataset, "shard_rows", None)
-            found = (BlockOrder(rows, seed, passes, self._block) if rows is not None
-                     else FeistelOrder(self._mixture.lengths[source], seed, passes))
+            if self._mixture._packed:  # its own packed epoch `passes`: indices passes * len + row
+                found = dataset.epoch_order(seed, passes, self._block)
+            elif rows is not None:
+                found = BlockOrder(rows, seed, passes, self._block)
+            else:
+                found = FeistelOrder(self._mixture.lengths[source], seed, passes)
             self._source_orders[key] = found
         return found
 
@@ -267,5 +329,4 @@ class MixtureOrder:
         for p in np.unique(passes).tolist():
             where = passes == p
             found[where] = self._source_order(s, p).take(rows[where])
-        shifted: np.ndarray = found + self._mixture._offsets[s]
-        return shifted
+        return self._mixture._encode(s, found)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,7 +30,9 @@ import torch
 import torch.utils.data
 
 from shufflepoint._order import check_int
+from shufflepoint._shards import token_counts
 from shufflepoint._shards.blocks import BlockOrder, _sub_seed, checked_positions
+from shufflepoint._shards.token_counts import TokenSource, read
 
 NAME = "packed"
 VERSION = 1
@@ -39,59 +41,24 @@ IGNORE_INDEX = -100  # the labels value torch's cross_entropy and Hugging Face m
 _DOCUMENTS_TAG = 0x5041434B
 _CHUNKS_PER_BLOCK = 8  # a dataset without shards is cut in chunks of shuffle_block / 8 documents
 _CACHED_BLOCKS, _CACHED_EPOCHS = 8, 2
-_COUNT_BATCH = 1024
 _MAX_INDEX = 2**63 - 1
+_PARTS = ("documents", "tokens", "counts", "packing")
 
 
-def token_ids(sample: Any, field: str, document: int) -> np.ndarray:
-    """A document's token ids as a 1-D int64 array; an error naming the field and the document."""
-    if not isinstance(sample, dict) or field not in sample:
-        found = f"keys {sorted(map(str, sample))}" if isinstance(sample, dict) else f"a {type(sample).__name__}"
-        raise ValueError(f"tokens: document {document} has no field {field!r} (found {found}); expected a "
-                         f"dict whose {field!r} holds the document's token ids (pass tokens='<field>')")
-    value = sample[field]
-    if isinstance(value, torch.Tensor):
-        value = value.detach().cpu().numpy()
-    ids = np.asarray(value)
-    if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
-        raise TypeError(f"tokens: field {field!r} of document {document} holds {ids.dtype} of shape "
-                        f"{ids.shape}; expected a 1-D sequence of integer token ids")
-    return ids.astype(np.int64, copy=False)
-
-
-def _read(dataset: Any, documents: Sequence[int]) -> list[Any]:
-    getitems = getattr(dataset, "__getitems__", None)
-    if callable(getitems):
-        return list(getitems(list(documents)))
-    return [dataset[d] for d in documents]
-
-
-def _progress(batches: range, documents: int) -> Any:
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        return batches
-    return tqdm(batches, total=len(batches), desc="shufflepoint: counting tokens", unit="batch",
-                disable=None if documents > _COUNT_BATCH else True)
-
-
-def count_tokens(dataset: Any, field: str, progress: bool = True) -> np.ndarray:
-    """Token count per document (int64), read once in batches (a progress bar when tqdm is there)."""
-    n = len(dataset)
-    counts = np.empty(n, dtype=np.int64)
-    batches = range(0, n, _COUNT_BATCH)
-    for start in _progress(batches, n) if progress else batches:
-        documents = range(start, min(start + _COUNT_BATCH, n))
-        for document, sample in zip(documents, _read(dataset, documents), strict=True):
-            counts[document] = token_ids(sample, field, document).size
-    return counts
+def _short(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
 class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     """Rows of exactly ``seq_len`` tokens packed from a map-style dataset of tokenized documents.
 
-    ``dataset[i][tokens]`` holds document i's token ids (a list, numpy array or tensor of ints);
-    ``bos``/``eos`` token ids, when given, open/close every document and count as its tokens. Each
+    ``dataset[i][tokens]`` (``tokens="input_ids"`` by default) holds document i's token ids (a list,
+    numpy array or tensor of ints); or ``tokenize(dataset[i])`` returns them, for text tokenized on
+    the fly, and then ``tokenizer`` names it (``"gpt2@<revision>"``, a hash of its vocabulary): the
+    name keys the kept token counts and joins the fingerprint, so a resume with another tokenizer is
+    refused. ``bos``/``eos`` token ids, when given, open/close every document and count as its
+    tokens. The token counts of a ``Shards`` corpus are counted once, by shard in ``count_workers``
+    processes (default: the CPUs it may use), and kept in its cache folder (``token_counts``). Each
     item is a dict of int64 tensors of length ``seq_len``: ``input_ids``, ``position_ids`` (0 at
     each document start and at the row start) and ``labels`` (``input_ids`` with -100 wherever
     ``position_ids`` is 0). ``Packed.varlen_collate`` adds FlashAttention's ``cu_seqlens``.
@@ -108,21 +75,26 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     order_name = NAME
     order_version = VERSION
 
-    def __init__(self, dataset: Any, seq_len: int, *, tokens: str = "input_ids", bos: int | None = None,
-                 eos: int | None = None, progress: bool = True) -> None:
+    def __init__(self, dataset: Any, seq_len: int, *, tokens: str | None = None,
+                 tokenize: Callable[[Any], Any] | None = None, tokenizer: str | None = None,
+                 bos: int | None = None, eos: int | None = None, progress: bool = True,
+                 count_workers: int | None = None) -> None:
         if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
             raise TypeError(f"dataset: found a {type(dataset).__name__}, expected a map-style dataset of dicts")
         if callable(getattr(dataset, "epoch_order", None)):
             raise TypeError(f"dataset: a {type(dataset).__name__} has its own epoch order, whose documents change "
-                            "from epoch to epoch; packing it is not built (pack one corpus, see docs/packing.md)")
+                            "from epoch to epoch; packing it is not built: pack each corpus, then mix the Packed "
+                            "ones (Mixture([(Packed(a, L), wa), (Packed(b, L), wb)]), see docs/packing.md)")
         self.seq_len = check_int("seq_len", seq_len, 1, 2**40)
-        if not isinstance(tokens, str):
-            raise TypeError(f"tokens: found {tokens!r}, expected the name of the field holding token ids")
+        self.source = TokenSource.checked(tokens, tokenize, tokenizer)
         for name, value in (("bos", bos), ("eos", eos)):
             if value is not None:
                 check_int(name, value, 0, 2**63 - 1)
-        self.dataset, self.tokens, self.bos, self.eos = dataset, tokens, bos, eos
-        self.lengths = count_tokens(dataset, tokens, progress)
+        if count_workers is not None:
+            check_int("count_workers", count_workers, 1, 4096)
+        self.dataset, self.bos, self.eos = dataset, bos, eos
+        self.lengths = token_counts.load_or_count(dataset, self.source.count, self.source.identity,
+                                                  workers=count_workers, progress=progress)
         extra = (bos is not None) + (eos is not None)
         self._cumulative = np.concatenate(([0], np.cumsum(self.lengths + extra))).astype(np.int64)
         self.tokens_per_epoch = int(self._cumulative[-1])
@@ -136,18 +108,42 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     def __len__(self) -> int:
         return self.rows_per_epoch
 
+    def _identity(self) -> dict[str, str]:
+        """What defines the rows, in parts a refused resume can name: the documents (the dataset's
+        own fingerprint, else its length), what a token is (field or tokenizer), every document's
+        token count, and the packing."""
+        return {"documents": getattr(self.dataset, "fingerprint", None) or f"len={len(self.lengths)}",
+                "tokens": self.source.identity, "counts": hashlib.sha256(self.lengths.tobytes()).hexdigest(),
+                "packing": json.dumps({"seq_len": self.seq_len, "bos": self.bos, "eos": self.eos})}
+
     @property
     def fingerprint(self) -> str:
-        """The documents (the dataset's own fingerprint, else its length, and every token count)
-        and the packing (seq_len, field, bos, eos)."""
-        inner = getattr(self.dataset, "fingerprint", None) or f"len={len(self.lengths)}"
-        text = json.dumps({"dataset": inner, "seq_len": self.seq_len, "tokens": self.tokens, "bos": self.bos,
-                           "eos": self.eos, "counts": hashlib.sha256(self.lengths.tobytes()).hexdigest()})
-        return FINGERPRINT_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:32]
+        """``packed:<hash of the whole>-<8 hex digits per part of _identity>``."""
+        parts = self._identity()
+        whole = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+        return f"{FINGERPRINT_PREFIX}{whole}-" + "".join(_short(parts[name]) for name in _PARTS)
 
     def explain_fingerprint(self, saved: str) -> str:
-        return ("the packed corpus changed: its documents or their token counts, seq_len, the tokens field, "
-                "bos or eos")
+        """Which part of the packing differs from the one a state with fingerprint ``saved`` was taken on."""
+        body, _, suffix = saved.removeprefix(FINGERPRINT_PREFIX).partition(":")
+        digests = body.partition("-")[2]
+        if not saved.startswith(FINGERPRINT_PREFIX) or len(digests) != 8 * len(_PARTS):
+            return "the packed corpus changed: its documents or their token counts, seq_len, the tokens, bos or eos"
+        parts = self._identity()
+        changed = [name for k, name in enumerate(_PARTS) if digests[8 * k:8 * (k + 1)] != _short(parts[name])]
+        source = self.source
+        why = {"documents": "the documents changed (the dataset's fingerprint)",
+               "tokens": (f"the tokenizer changed: this Packed tokenizes with tokenizer={source.tokenizer!r}, the "
+                          "state was taken with another tokenizer (or the tokens field)" if source.tokenize
+                          else f"the tokens changed: this Packed reads the field {source.field!r}, the state was "
+                          "taken with another field or a tokenizer"),
+               "counts": "the documents' token counts changed",
+               "packing": f"the packing changed: now seq_len={self.seq_len}, bos={self.bos}, eos={self.eos}"}
+        found = [why[name] for name in changed]
+        blocks = suffix.split(":", 1)[0]
+        if self._bound is not None and blocks.startswith("blocks=") and blocks != f"blocks={self._bound[1]}":
+            found.append(f"shuffle_block changed ({blocks[7:]} when saved, {self._bound[1]} now)")
+        return "; ".join(found) or "the packed corpus is the same; the state's fingerprint differs elsewhere"
 
     def epoch_order(self, seed: int, epoch: int, shuffle_block: int) -> PackedOrder:
         """Epoch positions -> row indices (``epoch * len(self) + row``); binds (seed, shuffle_block)."""
@@ -206,14 +202,16 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
 
     def _documents(self, documents: list[int]) -> list[np.ndarray]:
         read_ids = getattr(self.dataset, "read_ids", None)  # Shards of Parquet: arrays, no int per token
-        arrays = read_ids(documents, self.tokens) if callable(read_ids) else None
-        samples = arrays if arrays is not None else _read(self.dataset, documents)
+        field = self.source.field if self.source.tokenize is None else None
+        arrays = read_ids(documents, field) if field is not None and callable(read_ids) else None
+        samples = arrays if arrays is not None else read(self.dataset, documents)
         found = []
         for document, sample in zip(documents, samples, strict=True):
-            ids = sample.astype(np.int64) if arrays is not None else token_ids(sample, self.tokens, document)
+            ids = sample.astype(np.int64) if arrays is not None else self.source.ids(sample, document)
             if ids.size != self.lengths[document]:
-                raise ValueError(f"tokens: document {document} now holds {ids.size} tokens, "
-                                 f"{self.lengths[document]} when counted; the corpus changed, build the Packed again")
+                what = "tokens" if self.source.tokenize is None else f"tokenize (tokenizer {self.source.tokenizer!r})"
+                raise ValueError(f"{what}: document {document} now holds {ids.size} tokens, {self.lengths[document]} "
+                                 "when counted; the corpus or the tokenizer changed, build the Packed again")
             found.append(self._framed(ids))
         return found
 
