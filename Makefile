@@ -61,7 +61,7 @@ bench-read: $(STAMP)
 
 # Packed rows (issue 21): rows/s against fixed windows of the same tokens, the index, a resume's first
 # batch, and at 1e9 tokens against Megatron-Core (computed), Grain (measured in its own venv, no torch,
-# ~15 s to build) and torchtitan (computed). About 1.5 minutes; QUICK=1 a tenth of the corpus, 1e8 tokens.
+# ~15 s to build) and torchtitan (computed). About 40 s; QUICK=1 a tenth of the corpus, 1e8 tokens.
 GRAIN_VENV := .venv-grain
 GRAIN_STAMP := $(GRAIN_VENV)/.installed
 

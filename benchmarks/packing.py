@@ -1,6 +1,6 @@
 """Packed rows (issue 21, point 7): rows/s against fixed windows of the same tokens, the index, a
 resume's time to its first batch, and both against Megatron-Core and Grain at 1e9 tokens.
-``make bench-packing`` (~1.5 min; ``--quick``: a tenth, and 1e8 tokens for the scale part).
+``make bench-packing`` (~40 s here; ``--quick``: a tenth, and 1e8 tokens for the scale part).
 Writes ``benchmarks/results/packing.md`` and ``.json`` (``packing_quick`` with ``--quick``).
 
 - The corpus: documents of 1-2,000 tokens (lognormal, median ~300), random ids < 50,257, in 20
