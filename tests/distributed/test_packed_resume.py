@@ -76,7 +76,7 @@ def runs(s3_server, tmp_path_factory):
     go("resume", [dict(same, source="packed", saved_world=2), dict(killed, source="packed_killed", saved_world=2)], 2)
     go("resume", [dict(elastic, source="packed_to_three", saved_world=2, num_workers=2),
                   dict(s3, source="packed_s3", saved_world=2, num_workers=0, kill=False)], 3)
-    return out, tokens, (s3, s3_rows, s3_tokens)
+    return out, tokens, (s3, s3_rows, s3_tokens, s3_server.faults.requests)
 
 
 def test_same_world_size_resumes_row_for_row(runs):
@@ -103,7 +103,8 @@ def test_three_ranks_finish_the_epoch_two_started_each_row_once(runs):
 
 
 def test_three_ranks_finish_from_s3_what_two_killed_ranks_started_each_row_once(runs):
-    out, _, (s3, reference, tokens) = runs
+    out, _, (s3, reference, tokens, requests) = runs
+    assert requests >= 40  # the bucket was read over HTTP, at least a request per shard (87 seen)
     befores, resumed = read(out, "packed_s3.before", 2), read(out, "packed_s3.resumed", 3)
     assert [len(flat(before["0"])) for before in befores] == [s3["batch_size"] * s3["save_at"][1]] * 2
     assert all(list(r) == ["0"] and flat(r["0"]) for r in resumed)  # each new rank finished epoch 0, only it
