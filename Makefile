@@ -60,9 +60,18 @@ bench-read: $(STAMP)
 	$(PY) benchmarks/read_path.py $(if $(QUICK),--quick)
 
 # Packed rows (issue 21): rows/s against fixed windows of the same tokens, the index, a resume's first
-# batch. About 1 minute; QUICK=1 a tenth of the corpus.
-bench-packing: $(STAMP)
-	$(PY) benchmarks/packing.py $(if $(QUICK),--quick)
+# batch, and at 1e9 tokens against Megatron-Core (computed), Grain (measured in its own venv, no torch,
+# ~15 s to build) and torchtitan (computed). About 40 s; QUICK=1 a tenth of the corpus, 1e8 tokens.
+GRAIN_VENV := .venv-grain
+GRAIN_STAMP := $(GRAIN_VENV)/.installed
+
+$(GRAIN_STAMP):
+	$(PYTHON) -m venv $(GRAIN_VENV)
+	$(GRAIN_VENV)/bin/python -m pip install -q grain==0.2.18
+	touch $@
+
+bench-packing: $(STAMP) $(GRAIN_STAMP)
+	$(PY) benchmarks/packing.py $(if $(QUICK),--quick) --grain-python $(GRAIN_VENV)/bin/python
 
 # Ray Train (issue 14) on a real local Ray cluster: its own venv (1.5 GB), torch first and alone
 # (the local CPU wheel), then the package with its [ray] extra. About 40 s to build, 70 s to run.

@@ -1,5 +1,7 @@
-"""Packed rows (issue 21, point 7 in part): rows/s against fixed windows of the same tokens, the
-index, and a resume's time to its first batch. ``make bench-packing`` (~1 min; ``--quick``: a tenth).
+"""Packed rows (issue 21, point 7): rows/s against fixed windows of the same tokens, the index, a
+resume's time to its first batch, and both against Megatron-Core and Grain at 1e9 tokens.
+``make bench-packing`` (~40 s here; ``--quick``: a tenth, and 1e8 tokens for the scale part).
+Writes ``benchmarks/results/packing.md`` and ``.json`` (``packing_quick`` with ``--quick``).
 
 - The corpus: documents of 1-2,000 tokens (lognormal, median ~300), random ids < 50,257, in 20
   Parquet shards (an ``input_ids`` list<int32> column); the same tokens, end to end, in 10 uint16
@@ -10,16 +12,22 @@ index, and a resume's time to its first batch. ``make bench-packing`` (~1 min; `
   Target: >= 0.5x.
 - Index: the bytes ``Packed`` holds per corpus (two int64 per document), the time to count the
   tokens (one read of the corpus).
-- Resume: a fresh loader (its ``Packed`` built beforehand) loads a state taken mid-epoch and takes
-  its first batch: the seek, the epoch's O(blocks) table and one block of documents.
+- Resume: a fresh loader over a copy of the ``Packed`` without its per-epoch tables (what a new
+  process has, once the tokens are counted) loads a state taken mid-epoch and takes its first
+  batch: the seek, the epoch's O(blocks) table and one block of documents.
+- At 1e9 tokens (``packing_scale.py``): measured for shufflepoint on documents whose token ids are
+  views of one buffer (so 1e9 tokens cost no 8 GB); Megatron-Core's indices computed from their
+  array widths; Grain's restore measured in its own venv (``packing_grain.py``) at 1e7 tokens and
+  extrapolated; torchtitan's computed from its code.
 torch runs on one thread, as in a DataLoader worker: on a shared 2-core machine its intra-op threads
 made one (8, 1025) index take 4.6 ms and the windows 4x slower, a ratio that flattered Packed.
-Prints a Markdown table. Nothing here is compared with Megatron or Grain (not built).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import json
 import statistics
 import sys
 import tempfile
@@ -28,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from packing_scale import scale_report
 
 import shufflepoint
 
@@ -63,6 +72,8 @@ def epoch_rate(loader: shufflepoint.DataLoader) -> float:
 
 
 def resume_first_batch(packed: shufflepoint.Packed, state: dict) -> float:
+    """load_state_dict to first batch on a copy of ``packed`` without cached tables (as a new process)."""
+    packed = copy.copy(packed)  # pickling state: the per-epoch tables are dropped
     start = time.perf_counter()
     fresh = shufflepoint.DataLoader(packed, BATCH, seed=1, shuffle_block=BLOCK)
     fresh.load_state_dict(state)
@@ -75,6 +86,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a tenth of the corpus")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--shuffle-block", type=int, default=BLOCK)
+    parser.add_argument("--grain-python", default=".venv-grain/bin/python",
+                        help="a python with grain installed (make bench-packing builds .venv-grain)")
+    parser.add_argument("--out", default=None, help="results path without suffix (default benchmarks/results/packing)")
     args = parser.parse_args()
     globals()["BLOCK"] = args.shuffle_block
     torch.set_num_threads(1)
@@ -104,10 +118,19 @@ def main() -> None:
         ("counting the tokens (one read)", f"{counted:.2f} s"),
         ("resume: load_state_dict to first batch, mid-epoch", f"{resume * 1000:.1f} ms"),
     ]
-    print(f"| packed, {sys.platform}, shuffle_block {BLOCK}, repeats {args.repeats}{', quick' if args.quick else ''}"
-          " | |\n|---|---|")
-    for name, value in rows:
-        print(f"| {name} | {value} |")
+    lines = [f"| packed, {sys.platform}, shuffle_block {BLOCK}, repeats {args.repeats}{', quick' if args.quick else ''}"
+             " | |", "|---|---|", *(f"| {name} | {value} |" for name, value in rows)]
+    measured = {"documents": documents, "tokens": packed.tokens_per_epoch, "seq_len": SEQ_LEN,
+                "shuffle_block": BLOCK, "packed_rows_per_s": packed_rates, "window_rows_per_s": window_rates,
+                "ratios": ratios, "index_bytes": index_bytes, "count_s": counted, "resume_s": resume}
+    scale_lines, scale = scale_report(args.quick, BLOCK, args.grain_python, parquet_tokens_per_s=packed.tokens_per_epoch
+                                      / counted)
+    text = "\n".join([*lines, "", *scale_lines])
+    print(text)
+    out = Path(args.out or f"benchmarks/results/packing{'_quick' if args.quick else ''}")
+    out.with_suffix(".md").write_text("# Packed rows (issue 21.7)\n\nWritten by `benchmarks/packing.py`"
+                                      f"{' --quick' if args.quick else ''} (`make bench-packing`).\n\n{text}\n")
+    out.with_suffix(".json").write_text(json.dumps({"measured": measured, "at_scale": scale}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
