@@ -97,7 +97,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) $(RAY_VENV) $(SHARDS_VENVS) .venv-transformers-* .pytest_cache .hypothesis
+	rm -rf $(VENV) $(RAY_VENV) $(GRAIN_VENV) $(SHARDS_VENVS) .venv-transformers-* .pytest_cache .hypothesis
 
 # One venv per claimed release of an integration's library, torch first and alone (the local CPU
 # wheel), then that release; runs the integration's tests and prints one line per version.
