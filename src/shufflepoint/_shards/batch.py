@@ -160,9 +160,9 @@ def checked_indices(what: str, indices: Any, length: int) -> np.ndarray:
         return np.empty(0, np.int64)
     if found.ndim != 1 or found.dtype.kind not in "iu":
         raise TypeError(f"{what} indices: found {found.dtype} of shape {found.shape}, expected a list of ints")
-    bad = np.flatnonzero((found < 0) | (found >= length))
-    if bad.size:
-        raise IndexError(f"{what} index {found[bad[0]]} out of range for {length} rows")
+    if found.min() < 0 or found.max() >= length:  # two reductions, no temporary arrays
+        bad = found[(found < 0) | (found >= length)][0]
+        raise IndexError(f"{what} index {bad} out of range for {length} rows")
     return found.astype(np.int64, copy=False)
 
 

@@ -127,8 +127,15 @@ def read(dataset: Any, documents: Sequence[int]) -> list[Any]:
 def count_range(dataset: Any, count: Count, start: int, stop: int) -> np.ndarray:
     """Token counts of documents [start, stop), read in batches."""
     counts = np.empty(stop - start, dtype=np.int64)
+    source = getattr(count, "__self__", None)  # a field's lists read as arrays: no Python int per token
+    field = source.field if isinstance(source, TokenSource) and source.tokenize is None else None
+    read_ids = getattr(dataset, "read_ids", None) if field is not None else None
     for first in range(start, stop, COUNT_BATCH):
         documents = range(first, min(first + COUNT_BATCH, stop))
+        arrays = read_ids(list(documents), field) if callable(read_ids) else None
+        if arrays is not None:
+            counts[first - start:first - start + len(arrays)] = [ids.size for ids in arrays]
+            continue
         for document, sample in zip(documents, read(dataset, documents), strict=True):
             counts[document - start] = count(sample, document)
     return counts
