@@ -200,7 +200,7 @@ class Shards(torch.utils.data.Dataset[Any]):
         found: list[np.ndarray] = [np.empty(0)] * flat.size
         for shard, where in places.items():
             take_ids = getattr(self._open(shard), "take_ids", None)
-            part = take_ids(np.array([rows[p] for p in where], np.int64), column) if callable(take_ids) else None
+            part = take_ids([rows[p] for p in where], column) if callable(take_ids) else None
             if part is None:
                 return None
             for place, ids in zip(where, part, strict=True):

@@ -8,6 +8,7 @@ the rows of a shard that is not downloaded (``rows_from_metadata``: two ranged r
 
 from __future__ import annotations
 
+import bisect
 import functools
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -50,6 +51,7 @@ class OpenParquet:
         self._ends = np.cumsum(np.asarray(sizes, np.int64))
         self._flat = FlatColumns(self._ends)
         self._rows = len(self)
+        self._ends_list, self._starts_list = self._ends.tolist(), self._flat.starts.tolist()
         self._owner = GROUPS.owner()
 
     def __len__(self) -> int:
@@ -86,22 +88,24 @@ class OpenParquet:
             return gather(numbers, lambda number, where: self._group(number).take(offsets[where]))
         return Columns(flat.names, columns, rows.size)
 
-    def take_ids(self, rows: np.ndarray, column: str) -> list[np.ndarray] | None:
+    def take_ids(self, rows: Sequence[int], column: str) -> list[np.ndarray] | None:
         """Column ``column`` at ``rows`` as 1-D integer arrays (read-only views of the decoded group),
-        or None where it is not a list of integers without nulls (``DecodedGroup.ids``)."""
-        rows = check_rows(rows, self._rows)
-        numbers = np.searchsorted(self._ends, rows, side="right")
-        offsets = (rows - self._flat.starts[numbers]).tolist()
+        or None where it is not a list of integers without nulls (``DecodedGroup.ids``). A batch
+        holds a few documents per shard: looked up in Python, where numpy's per-call cost dominates."""
+        ends, starts = self._ends_list, self._starts_list
         lists: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}
-        for number in set(numbers.tolist()):
-            group = self._group(number)
-            lists[number] = group.ids(group.names.index(column)) if column in group.names else None
-            if lists[number] is None:
-                return None
         found: list[np.ndarray] = []
-        for number, offset in zip(numbers.tolist(), offsets, strict=True):
-            values, starts = lists[number]  # type: ignore[misc]  # None returned above
-            found.append(values[starts[offset]:starts[offset + 1]])
+        for row in rows:
+            number = bisect.bisect_right(ends, check_row(row, self._rows))
+            if number not in lists:
+                group = self._group(number)
+                lists[number] = group.ids(group.names.index(column)) if column in group.names else None
+            ids = lists[number]
+            if ids is None:
+                return None
+            values, offsets = ids
+            offset = row - starts[number]
+            found.append(values[offsets[offset]:offsets[offset + 1]])
         return found
 
     def _group(self, group: int) -> DecodedGroup:
