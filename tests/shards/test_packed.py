@@ -298,9 +298,27 @@ def test_parquet_token_lists_read_as_arrays_give_the_rows_the_documents_make(tmp
     corpus = shufflepoint.Shards(str(root / "*.parquet"), progress=False, cache_dir=str(root / "c"))
     packed = Packed(corpus, seq_len, progress=False)
     loader = shufflepoint.DataLoader(packed, 3, seed=2, shuffle_block=4)
-    served = [row for batch in loader for row in rows_of(batch)]
+    batches = list(loader)
+    assert {batch[key].dtype for batch in batches for key in ("input_ids", "position_ids", "labels")} == {torch.int64}
+    served = [row for batch in batches for row in rows_of(batch)]
     expected = [tuple(t for d, a, b in packed.segments(i) for t in docs[d][a:b]) for i in range(len(packed))]
     assert sorted(served) == sorted(expected) and len(served) == len(packed)
     arrays = corpus.read_ids(list(range(len(docs)))[::-1], "input_ids")
     assert arrays is not None and [a.tolist() for a in arrays] == docs[::-1]
     assert all(not a.flags.writeable for a in arrays)  # views of the decoded group: read-only
+
+
+@settings(max_examples=60, deadline=None)
+@given(lengths=LENGTHS, seq_len=st.integers(1, 16), picks=st.lists(st.integers(0, 10**6), min_size=1, max_size=12),
+       consecutive=st.booleans())
+def test_rows_read_together_are_the_rows_read_one_by_one(lengths, seq_len, picks, consecutive):
+    """A batch's rows are found by one walk per run of consecutive rows (``rows_segments``), across
+    epoch edges too: the same pieces as one walk per row."""
+    if sum(lengths) < seq_len:
+        return
+    packed = Packed(documents(lengths), seq_len, progress=False)
+    packed.epoch_order(5, 0, 3)
+    total = 3 * len(packed)
+    indices = [picks[0] % total + k for k in range(len(picks))] if consecutive else [p % total for p in picks]
+    indices = [i for i in indices if i < total]
+    assert packed.rows_segments(indices) == [packed.segments(i) for i in indices]

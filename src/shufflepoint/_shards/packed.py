@@ -182,12 +182,28 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         epoch, row = self._decode(index)
         return self._table(epoch).segments(row * self.seq_len, (row + 1) * self.seq_len)
 
+    def rows_segments(self, indices: Sequence[int]) -> list[list[tuple[int, int, int]]]:
+        """``[self.segments(i) for i in indices]``, with each run of consecutive rows (a batch under
+        the ``spans`` deal is one) walked once and cut at the row edges."""
+        found: list[list[tuple[int, int, int]]] = []
+        run: list[int] = []
+        for index in [*indices, None]:
+            if index is not None and run and index == run[-1] + 1 and self._decode(index)[1] != 0:
+                run.append(int(index))
+                continue
+            if run:
+                epoch, row = self._decode(run[0])
+                found += _cut(self._table(epoch).segments(row * self.seq_len, (row + len(run)) * self.seq_len),
+                              self.seq_len)
+            run = [int(index)] if index is not None and self._decode(index) else []
+        return found
+
     def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
         """Pass the documents of upcoming rows, in reading order, to a dataset that reads ahead (``Shards``)."""
         hook = getattr(self.dataset, "prefetch", None)
         if not callable(hook) or len(indices) == 0 or not getattr(self.dataset, "reads_ahead", True):
             return
-        documents = [d for index in np.asarray(indices).tolist() for d, _, _ in self.segments(index)]
+        documents = [d for row in self.rows_segments(np.asarray(indices).tolist()) for d, _, _ in row]
         hook(np.asarray(documents, dtype=np.int64))
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
@@ -195,7 +211,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, torch.Tensor]]:
         """Rows at these indices; their documents read once, as one batch."""
-        pieces = [self.segments(index) for index in indices]
+        pieces = self.rows_segments(indices)
         documents = sorted({d for row in pieces for d, _, _ in row})
         texts = dict(zip(documents, self._documents(documents), strict=True))
         return self._rows([[(texts[d], start, stop) for d, start, stop in row] for row in pieces])
@@ -207,7 +223,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         samples = arrays if arrays is not None else read(self.dataset, documents)
         found = []
         for document, sample in zip(documents, samples, strict=True):
-            ids = sample.astype(np.int64) if arrays is not None else self.source.ids(sample, document)
+            ids = sample if arrays is not None else self.source.ids(sample, document)  # cast once, in _rows
             if ids.size != self.lengths[document]:
                 what = "tokens" if self.source.tokenize is None else f"tokenize (tokenizer {self.source.tokenizer!r})"
                 raise ValueError(f"{what}: document {document} now holds {ids.size} tokens, {self.lengths[document]} "
@@ -227,13 +243,14 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         """The rows built together: one concatenation and one position computation for the batch
         (per row, numpy's call overhead cost more than the tokens); each row is a view of the batch."""
         lengths = np.array([stop - start for row in rows for _, start, stop in row], dtype=np.int64)
-        input_ids = np.concatenate([ids[start:stop] for row in rows for ids, start, stop in row]).reshape(len(rows), -1)
+        input_ids = np.concatenate([ids[start:stop] for row in rows for ids, start, stop in row]).astype(
+            np.int64, copy=False).reshape(len(rows), -1)
         starts = np.cumsum(lengths) - lengths
         position_ids = (np.arange(input_ids.size, dtype=np.int64) - np.repeat(starts, lengths)).reshape(input_ids.shape)
         labels = np.where(position_ids == 0, IGNORE_INDEX, input_ids)
-        tensors = [torch.from_numpy(array) for array in (input_ids.astype(np.int64, copy=False), position_ids, labels)]
-        return [{"input_ids": tensors[0][i], "position_ids": tensors[1][i], "labels": tensors[2][i]}
-                for i in range(len(rows))]
+        return [{"input_ids": torch.from_numpy(ids), "position_ids": torch.from_numpy(positions),
+                 "labels": torch.from_numpy(targets)}
+                for ids, positions, targets in zip(input_ids, position_ids, labels, strict=True)]
 
     @staticmethod
     def varlen_collate(samples: Sequence[dict[str, torch.Tensor]]) -> dict[str, Any]:
@@ -251,6 +268,24 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         state = self.__dict__.copy()
         state["_tables"] = {}  # rebuilt where the rows are read
         return state
+
+
+def _cut(pieces: list[tuple[int, int, int]], seq_len: int) -> list[list[tuple[int, int, int]]]:
+    """The (document, start, stop) pieces of consecutive rows, cut into rows of ``seq_len`` tokens."""
+    rows: list[list[tuple[int, int, int]]] = [[]]
+    room = seq_len
+    for document, start, stop in pieces:
+        while stop - start > room:
+            rows[-1].append((document, start, start + room))
+            start, room = start + room, seq_len
+            rows.append([])
+        if stop > start:
+            rows[-1].append((document, start, stop))
+            room -= stop - start
+        if room == 0:
+            rows.append([])
+            room = seq_len
+    return rows[:-1] if not rows[-1] else rows
 
 
 class PackedOrder:

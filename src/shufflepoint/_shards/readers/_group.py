@@ -59,7 +59,7 @@ class DecodedGroup:
                               else "int64" if pa.types.is_integer(kind) else "float64")
         self.table = table if any(v is None for v in self.values) else None
         self._pa = pa
-        self._ids: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}
+        self._ids: dict[int, tuple[np.ndarray, list[int]] | None] = {}
         self.nbytes = (int(table.nbytes) if self.table is not None else 0) + sum(
             _converted_bytes(column) for column, v in zip(table.columns, self.values, strict=True) if v is not None)
 
@@ -90,10 +90,10 @@ class DecodedGroup:
             columns.append(taken if kind is None else np.array(taken, dtype=kind))
         return Columns(self.names, columns, len(picked))
 
-    def ids(self, k: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """Column k as (values, offsets) numpy views when it is a list of integers without nulls
-        (row i is ``values[offsets[i]:offsets[i + 1]]``, read-only), else None: token ids for
-        ``Packed`` without a Python int per token."""
+    def ids(self, k: int) -> tuple[np.ndarray, list[int]] | None:
+        """Column k as (values, offsets) when it is a list of integers without nulls (row i is the
+        read-only view ``values[offsets[i]:offsets[i + 1]]``), else None: token ids for ``Packed``
+        without a Python int per token (the offsets are a list: one int per row, not per token)."""
         if k not in self._ids:
             self._ids[k] = None
             column = self.table.column(k) if self.table is not None and self.values[k] is None else None
@@ -102,5 +102,5 @@ class DecodedGroup:
                     and types.is_integer(column.type.value_type) and column.null_count == 0:
                 lists = column.combine_chunks()
                 if lists.values.null_count == 0:
-                    self._ids[k] = (lists.values.to_numpy(), lists.offsets.to_numpy())
+                    self._ids[k] = (lists.values.to_numpy(), lists.offsets.to_numpy().tolist())
         return self._ids[k]

@@ -93,10 +93,12 @@ class OpenParquet:
         or None where it is not a list of integers without nulls (``DecodedGroup.ids``). A batch
         holds a few documents per shard: looked up in Python, where numpy's per-call cost dominates."""
         ends, starts = self._ends_list, self._starts_list
-        lists: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}
+        lists: dict[int, tuple[np.ndarray, list[int]] | None] = {}
         found: list[np.ndarray] = []
         for row in rows:
-            number = bisect.bisect_right(ends, check_row(row, self._rows))
+            if not 0 <= row < self._rows:  # ints from Shards.read_ids, already checked there
+                raise IndexError(f"row {row} out of range for a shard of {self._rows} rows")
+            number = bisect.bisect_right(ends, row)
             if number not in lists:
                 group = self._group(number)
                 lists[number] = group.ids(group.names.index(column)) if column in group.names else None
