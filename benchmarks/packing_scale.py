@@ -168,7 +168,8 @@ def scale_report(quick: bool, block: int, grain_python: str, parquet_tokens_per_
     for found in ours:
         parquet = found["tokens"] / parquet_tokens_per_s
         lines.append(f"| shufflepoint construction, mean {found['mean']:,} | counts every document's tokens "
-                     f"(at each start, until the counts are kept) | {found['count_s']:.1f} s in memory; "
+                     "once per corpus (a `Shards` corpus keeps them in its cache folder; a restart reads them "
+                     f"back) | {found['count_s']:.1f} s in memory; "
                      f"{parquet:.0f} s from Parquet | measured; Parquet: {label} tokens at this run's count rate "
                      f"({parquet_tokens_per_s / 1e6:.1f}M tokens/s, documents of ~460 tokens) |")
     lines.append("| Megatron-Core | looks up `consumed_train_samples` in the three mmapped `.npy` | O(1) "
