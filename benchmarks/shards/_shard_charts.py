@@ -5,8 +5,10 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-COLORS = {"shufflepoint": "#d62728", "streaming": "#1f77b4", "litdata": "#9467bd", "hf": "#ff7f0e"}
-SHORT = {"shufflepoint": "shufflepoint", "streaming": "Streaming 0.13", "litdata": "LitData", "hf": "HF streaming"}
+COLORS = {"shufflepoint": "#d62728", "streaming": "#1f77b4", "litdata": "#9467bd", "litdata-tokens": "#c5b0d5",
+          "hf": "#ff7f0e"}
+SHORT = {"shufflepoint": "shufflepoint", "streaming": "Streaming 0.13", "litdata": "LitData (items)",
+         "litdata-tokens": "LitData (TokensLoader)", "hf": "HF streaming"}
 
 
 def _bars(ax, records: list, loaders: list[str], groups: list[tuple[str, dict]], field: str, scale: float) -> None:
