@@ -50,9 +50,28 @@ def test_the_budget_holds_across_every_open_file(corpus, groups_kept):
         indices = rng.integers(0, len(shards), size=int(rng.integers(1, 30)))
         batch = shards.__getitems__(indices.tolist()) if step % 2 else [shards[int(i)] for i in indices]
         assert [row["id"] for row in batch] == indices.tolist()  # rows stay right at any budget
+        assert [row["text"] for row in batch] == [f"{i:08d}" * 20 for i in indices.tolist()]
         assert GROUPS.held == _held_as_counted() <= GROUPS.limit
         assert len(GROUPS._tables) <= groups_kept
     assert groups_kept == 0 or len(GROUPS._tables) == groups_kept  # the budget is used, not just respected
+    flat_held = sum(int(opened._flat.held.sum()) for opened in shards._opened.values())
+    assert flat_held == len(GROUPS._tables)  # a file's flat columns hold exactly its kept groups
+
+
+def test_groups_the_budget_lets_go_leave_the_flat_columns(corpus):
+    """A batch is one index per column over a file's flat columns (``_flat``): what they hold follows
+    the budget, and a file whose last group goes gives its arrays back."""
+    shards, group_bytes = corpus
+    GROUPS.set_limit(100 * group_bytes)
+    everything = list(range(len(shards)))
+    assert [row["id"] for row in shards.__getitems__(everything)] == everything
+    opened = list(shards._opened.values())
+    assert all(o._flat.complete for o in opened)
+    GROUPS.set_limit(0)
+    assert not any(o._flat.held.any() for o in opened)
+    assert all(column is None for o in opened for column in o._flat._objects)
+    assert [row["text"] for row in shards.__getitems__(everything[::-7])] == \
+        [f"{i:08d}" * 20 for i in everything[::-7]]
 
 
 def test_a_closed_file_gives_its_groups_back(corpus):

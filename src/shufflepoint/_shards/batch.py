@@ -169,16 +169,16 @@ def gather(groups: np.ndarray, read: Callable[[int, np.ndarray], Batch]) -> Batc
     """Rows read group by group, back in the order asked: ``groups[i]`` is the group of the i-th row
     asked for; ``read(group, where)`` reads the rows at positions ``where`` of that group, in order.
     Each group is read once, in ascending order (file locality)."""
-    if groups.size and (groups == groups[0]).all():  # the usual case: a batch inside one shard
+    if not groups.size:
+        return Rows([])
+    if groups[0] == groups[-1] and (groups == groups[0]).all():  # the usual case: a batch inside one shard
         return read(int(groups[0]), np.arange(groups.size))
     by_group = np.argsort(groups, kind="stable")
     sorted_groups = groups[by_group]
-    cuts = np.flatnonzero(np.diff(sorted_groups)) + 1
-    parts = [read(int(groups[chunk[0]]), chunk)
-             for chunk in np.split(by_group, cuts) if chunk.size]
-    joined = concat(parts) if parts else Rows([])
-    if np.array_equal(by_group, np.arange(by_group.size)):
-        return joined
+    bounds = [0, *(np.flatnonzero(sorted_groups[1:] != sorted_groups[:-1]) + 1).tolist(), groups.size]
+    heads = sorted_groups[bounds[:-1]].tolist()
+    joined = concat([read(group, by_group[start:stop])
+                     for group, start, stop in zip(heads, bounds[:-1], bounds[1:], strict=True)])
     inverse = np.empty_like(by_group)
     inverse[by_group] = np.arange(by_group.size)
     return joined.take(inverse)

@@ -179,7 +179,8 @@ class Shards(torch.utils.data.Dataset[Any]):
         the readers' ``take``), in the order asked; ``transform`` still sees one sample at a time."""
         flat = checked_indices("Shards", indices, len(self))
         shards = np.searchsorted(self._ends, flat, side="right")
-        batch = gather(shards, lambda shard, where: self._open(shard).take(flat[where] - self._starts[shard]))
+        rows = flat - self._starts[shards]
+        batch = gather(shards, lambda shard, where: self._open(shard).take(rows[where]))
         if self._transform is None:
             return batch
         return Rows([self._transform(sample) for sample in batch.samples()])

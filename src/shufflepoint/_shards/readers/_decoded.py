@@ -53,7 +53,18 @@ class DecodedGroups:
 
     def _evict_until(self, budget: int) -> None:
         while self._tables and self.held > budget:
-            self.held -= int(self._tables.popitem(last=False)[1].nbytes)
+            self._let_go(self._tables.popitem(last=False)[1])
+
+    def _let_go(self, table: Any) -> None:
+        """Stop counting ``table``; tell whoever laid its values out elsewhere (``release``)."""
+        self.held -= int(table.nbytes)
+        release = getattr(table, "release", None)
+        if callable(release):
+            release()
+
+    def __contains__(self, key: tuple[int, int]) -> bool:
+        """Whether (owner, group) is kept (a group larger than the budget is decoded, not kept)."""
+        return key in self._tables
 
     def owner(self) -> int:
         """A key for one open file's groups."""
@@ -80,7 +91,7 @@ class DecodedGroups:
     def drop(self, owner: int) -> None:
         """Forget the groups of a file being closed."""
         for key in [k for k in self._tables if k[0] == owner]:
-            self.held -= int(self._tables.pop(key).nbytes)
+            self._let_go(self._tables.pop(key))
 
 
 GROUPS = DecodedGroups()

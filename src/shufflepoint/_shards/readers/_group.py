@@ -11,8 +11,12 @@ mutation reaching the cache. Lists, structs, maps and the rest are converted per
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
+from shufflepoint._shards.batch import Column, Columns
 from shufflepoint._shards.readers.arrow import _as_numbers
 
 
@@ -23,15 +27,24 @@ def _immutable(kind: Any, pa: Any) -> bool:
                 or types.is_binary(kind) or types.is_large_binary(kind))
 
 
-def _list_bytes(values: list[Any]) -> int:
-    return sys.getsizeof(values) + sum(map(sys.getsizeof, values))
+_PER_VALUE = sys.getsizeof(2**40) + 8  # a Python value's header and its list slot, above its Arrow bytes
+
+
+def _converted_bytes(column: Any) -> int:
+    """About what ``column.to_pylist()`` holds: its Arrow bytes (a str's text, a number's 8 bytes)
+    plus a Python object header and a list slot per value (summing ``sys.getsizeof`` over every
+    value cost a third of the conversion itself)."""
+    return int(column.nbytes) + _PER_VALUE * len(column)
 
 
 class DecodedGroup:
     """``names``; ``values[k]``: column k's Python values (a list) when they are immutable, else
     None (converted per batch from ``table``); ``kinds[k]``: the numpy dtype a batch of column k
     becomes (``int64``/``float64``/``bool``, numbers without nulls) or None (stays a list).
-    ``table`` is None when every column is converted; ``nbytes`` is what it holds, for the budget."""
+    ``table`` is None when every column is converted; ``nbytes`` is what it holds, for the budget;
+    ``release`` is called when the budget lets it go (see ``_flat``)."""
+
+    release: Callable[[], None] | None = None
 
     def __init__(self, table: Any, pa: Any) -> None:
         self.names = tuple(table.column_names)
@@ -46,7 +59,7 @@ class DecodedGroup:
                               else "int64" if pa.types.is_integer(kind) else "float64")
         self.table = table if any(v is None for v in self.values) else None
         self.nbytes = (int(table.nbytes) if self.table is not None else 0) + sum(
-            _list_bytes(v) for v in self.values if v is not None)
+            _converted_bytes(column) for column, v in zip(table.columns, self.values, strict=True) if v is not None)
 
     def row(self, offset: int) -> dict[str, Any]:
         """Row ``offset`` as the per-row path gives it (``to_pylist`` of a one-row slice)."""
@@ -61,3 +74,16 @@ class DecodedGroup:
         assert self.table is not None  # a column left unconverted keeps the table
         found: list[Any] = self.table.column(k).take(offsets).to_pylist()
         return found
+
+    def take(self, offsets: np.ndarray) -> Columns:
+        """The rows at ``offsets`` as columns (numbers as a numpy array of ``kinds[k]``)."""
+        picked = offsets.tolist()
+        columns: list[Column] = []
+        for k, values in enumerate(self.values):
+            if values is None:
+                columns.append(self.convert(k, picked))
+                continue
+            taken = [values[o] for o in picked]
+            kind = self.kinds[k]
+            columns.append(taken if kind is None else np.array(taken, dtype=kind))
+        return Columns(self.names, columns, len(picked))

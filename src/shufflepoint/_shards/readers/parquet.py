@@ -8,16 +8,17 @@ the rows of a shard that is not downloaded (``rows_from_metadata``: two ranged r
 
 from __future__ import annotations
 
-import bisect
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from shufflepoint._core.errors import ShardError
-from shufflepoint._shards.batch import Column, Columns, Rows
+from shufflepoint._shards.batch import Batch, Columns, Rows, gather
 from shufflepoint._shards.readers._common import check_columns, check_row, check_rows, extra, missing_columns
 from shufflepoint._shards.readers._decoded import GROUPS
+from shufflepoint._shards.readers._flat import FlatColumns
 from shufflepoint._shards.readers._group import DecodedGroup
 
 
@@ -47,7 +48,8 @@ class OpenParquet:
         if wrong:
             raise ShardError(shard, wrong)
         self._ends = np.cumsum(np.asarray(sizes, np.int64))
-        self._ends_list = self._ends.tolist()
+        self._flat = FlatColumns(self._ends)
+        self._rows = len(self)
         self._owner = GROUPS.owner()
 
     def __len__(self) -> int:
@@ -59,53 +61,35 @@ class OpenParquet:
         offset = row - (int(self._ends[group - 1]) if group else 0)
         return self._group(group).row(offset)
 
-    def take(self, rows: np.ndarray) -> Columns | Rows:
-        """Each row group decoded and converted once (kept, see ``_group``); a batch picks its rows
-        from the converted values, one Python pass over the rows (a batch of the blocks order holds
-        a few rows of each of dozens of groups: per-group numpy calls cost more than the rows)."""
-        rows = check_rows(rows, len(self))
-        ends = self._ends_list
-        found: dict[int, DecodedGroup] = {}
-        picked: list[tuple[DecodedGroup, int, int]] = []  # (group, its number, offset) per row
-        for row in rows.tolist():
-            number = bisect.bisect_right(ends, row)
-            group = found.get(number)
-            if group is None:
-                group = found[number] = self._group(number)
-            picked.append((group, number, row - (ends[number - 1] if number else 0)))
-        names = {group.names for group in found.values()}
-        if len(names) != 1:  # an empty batch, or (never within one file) groups that disagree
-            return Rows([self[row] for row in rows.tolist()])
-        columns: list[Column] = []
-        for k in range(len(next(iter(names)))):
-            if all(group.values[k] is not None for group in found.values()):
-                values = [group.values[k][offset] for group, _, offset in picked]  # type: ignore[index]
-            else:
-                values = self._converted(k, picked, found)
-            kinds = {group.kinds[k] for group in found.values()}
-            kind = kinds.pop() if len(kinds) == 1 else None
-            columns.append(values if kind is None else np.array(values, dtype=kind))
-        return Columns(next(iter(names)), columns, rows.size)
-
-    @staticmethod
-    def _converted(k: int, picked: list[tuple[DecodedGroup, int, int]], found: dict[int, DecodedGroup]) -> list[Any]:
-        """Column k of a batch where it is converted per batch: one Arrow take per group."""
-        places: dict[int, tuple[list[int], list[int]]] = {}
-        for place, (_, number, offset) in enumerate(picked):
-            where, offsets = places.setdefault(number, ([], []))
-            where.append(place)
-            offsets.append(offset)
-        values: list[Any] = [None] * len(picked)
-        for number, (where, offsets) in places.items():
-            group = found[number]
-            kept = group.values[k]
-            converted = [kept[o] for o in offsets] if kept is not None else group.convert(k, offsets)
-            for place, value in zip(where, converted, strict=True):
-                values[place] = value
-        return values
+    def take(self, rows: np.ndarray) -> Batch:
+        """The rows at ``rows``, in that order: one numpy index per column over the file's flat
+        columns (``_flat``), decoding the row groups not held yet; a column that is not flat (lists,
+        structs, ...) is converted group by group from Arrow, fresh objects each batch."""
+        rows = check_rows(rows, self._rows)
+        if not rows.size:
+            return Rows([])
+        flat = self._flat
+        columns: list[Any] | None
+        if flat.complete and flat.names is not None:  # every group held: no group to look up
+            columns = flat.columns(rows, None)
+            if all(column is not None for column in columns):
+                return Columns(flat.names, columns, rows.size)
+        numbers = np.searchsorted(self._ends, rows, side="right")
+        held = flat.held[numbers]
+        if not held.all():
+            for number in set(numbers[~held].tolist()):
+                self._group(number)
+            held = flat.held[numbers]
+        columns = flat.columns(rows, numbers) if held.all() else None
+        if columns is None or flat.names is None or any(column is None for column in columns):
+            offsets = rows - flat.starts[numbers]
+            return gather(numbers, lambda number, where: self._group(number).take(offsets[where]))
+        return Columns(flat.names, columns, rows.size)
 
     def _group(self, group: int) -> DecodedGroup:
         found: DecodedGroup = GROUPS.get(self._owner, group, lambda: DecodedGroup(self._decode(group), self._pa))
+        if not self._flat.held[group] and (self._owner, group) in GROUPS and self._flat.add(group, found):
+            found.release = functools.partial(self._flat.forget, group)  # kept: laid out flat until let go
         return found
 
     def _decode(self, group: int) -> Any:
