@@ -177,7 +177,9 @@ def write(result: dict, out: Path, name: str) -> None:
              f"{text_rows:,} Parquet rows of ~1 KiB in {spec['text_shards']:,} shards. Batch {args['batch']}, "
              f"shuffle block/buffer {result['args']['block']:,} samples for every loader, cache budget "
              f"{result['args']['cache_bytes'] / 2**20:,.0f} MiB for remote runs. Median (min–max) of "
-             f"{result['args']['repeats']} fresh processes. Run took {result['seconds'] / 60:.1f} min.",
+             f"{result['args']['repeats']} fresh processes. Run took {result['seconds'] / 60:.1f} min"
+             + (" **so far: the run did not finish; the tables hold what it measured**." if result.get("partial")
+                else "."),
              "", "Versions: " + "; ".join(f"{k}: {v}" for k, v in result["versions"].items()), "",
              load_line(result), "",
              "## Targets", "", *targets(records, amplification), "",

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -64,7 +65,9 @@ def child(loader: str, mode: str, *options: str, timeout: float = 900) -> dict:
         lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
         if done.returncode == 0 and lines:
             return json.loads(lines[-1])
-        return {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1][:300]}
+        errors = done.stderr.strip().splitlines() or [f"exit {done.returncode}"]
+        raised = [line for line in errors if line[:1].isalpha() and ("Error" in line or "Exception" in line)]
+        return {"error": (raised or errors)[-1][:300]}  # the exception's line, not the traceback's last code line
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s"}
     finally:
@@ -89,7 +92,7 @@ def base_options(spec: dict, workload: str, data: str, args: argparse.Namespace)
             "--batch", str(args.batch), "--block", str(args.block), "--cache-bytes", str(args.cache_bytes)]
 
 
-def run_local(records: list, spec: dict, root: Path, args: argparse.Namespace) -> None:
+def run_local(records: list, spec: dict, root: Path, args: argparse.Namespace, save: Callable[[], None]) -> None:
     for loader, entry in LOADERS.items():
         print(f"{loader}: local disk", flush=True)
         for workload in ("tokens", "text"):
@@ -108,6 +111,7 @@ def run_local(records: list, spec: dict, root: Path, args: argparse.Namespace) -
                     result = child(loader, "resume", *options, "--world", str(WORLD), "--fraction", str(fraction))
                     records.append({"loader": loader, "kind": "resume", "storage": "local", "workload": workload,
                                     "fraction": fraction, "repeat": repeat, **result})
+        save()
 
 
 def run_counts(records: list, small: Path, args: argparse.Namespace) -> None:
@@ -120,7 +124,7 @@ def run_counts(records: list, small: Path, args: argparse.Namespace) -> None:
                         "expected": spec["shards"] * spec["rows"] // WORLD, **result})
 
 
-def run_s3(records: list, spec: dict, root: Path, args: argparse.Namespace) -> None:
+def run_s3(records: list, spec: dict, root: Path, args: argparse.Namespace, save: Callable[[], None]) -> None:
     """Per loader: a fresh S3 server with its copy only; throughput, then the I/O run (rank 0 of 2)."""
     per_rank = spec["shards"] * spec["rows"] // WORLD
     stop_after = per_rank if args.quick else int(per_rank * args.io_fraction)
@@ -144,6 +148,7 @@ def run_s3(records: list, spec: dict, root: Path, args: argparse.Namespace) -> N
                             "per_rank": per_rank, "world": WORLD, **result})
         finally:
             server.stop()
+        save()
 
 
 def main() -> None:
@@ -175,18 +180,23 @@ def main() -> None:
     root = small if args.quick else CACHE_ROOT / "full"
     spec = prepare(root, args.quick)["spec"]
     records: list = []
+    found_versions = versions()
+    out, name = Path(args.out), "shards_quick" if args.quick else "shards"
+
+    def save(done: bool = False) -> None:
+        """The records so far (``partial`` until the end), so that a run cut short still leaves its figures."""
+        local_bytes = {folder: corpus.folder_bytes(root / folder)
+                       for folder in ("tokens", "mds", "litdata", "litdata-tokens", "hf-tokens", "text")}
+        result = {"args": vars(args), "spec": spec, "local_bytes": local_bytes, "records": records,
+                  "seconds": time.perf_counter() - started, "versions": found_versions, "partial": not done,
+                  "loadavg": {"start": list(load_start), "end": list(os.getloadavg()), "cpus": os.cpu_count()}}
+        (out / f"{name}.json").write_text(json.dumps(result, indent=1))
+        report.write(result, out, name)
+
     run_counts(records, small, args)
-    run_local(records, spec, root, args)
-    run_s3(records, spec, root, args)
-    local_bytes = {name: corpus.folder_bytes(root / name)
-                   for name in ("tokens", "mds", "litdata", "litdata-tokens", "hf-tokens", "text")}
-    result = {"args": vars(args), "spec": spec, "local_bytes": local_bytes, "records": records,
-              "seconds": time.perf_counter() - started, "versions": versions(),
-              "loadavg": {"start": list(load_start), "end": list(os.getloadavg()), "cpus": os.cpu_count()}}
-    out = Path(args.out)
-    name = "shards_quick" if args.quick else "shards"
-    (out / f"{name}.json").write_text(json.dumps(result, indent=1))
-    report.write(result, out, name)
+    run_local(records, spec, root, args, save)
+    run_s3(records, spec, root, args, save)
+    save(done=True)
     print(f"wrote {out / name}.json and .md in {time.perf_counter() - started:.0f} s")
 
 
