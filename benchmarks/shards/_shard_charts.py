@@ -42,7 +42,7 @@ def charts(records: list, loaders: list[str], out: Path, name: str) -> None:
     resume = [(f"cursor {int(100 * f)}%", {"kind": "resume", "fraction": f}) for f in (0.1, 0.9)]
     for suffix, groups, field, scale, size, ylabel, title in (
         ("throughput", throughput, "samples_per_s", 1.0, (7.2, 4.0), "samples/s (token windows, batch 256)",
-         "Throughput, rank 0 of 1 (median, min–max bars)"),
+         "Steady-state throughput, rank 0 of 1 (median, min–max bars; no bar: not run)"),
         ("resume", resume, "resume_s", 1000.0, (6.4, 4.0), "load_state_dict + first batch (ms)",
          "Resume in a fresh process, rank 0 of 2 (red: 50 ms target)"),
     ):
