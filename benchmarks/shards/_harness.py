@@ -8,6 +8,7 @@ An adapter (one per loader) supplies:
     state_at(args, cursor) -> a state dict of that loader, ``cursor`` samples into the epoch (rank's count)
     ids(batch) -> numpy int64 sample ids of a batch
     prepare(args) (optional) -> None: imports, done before anything is timed
+    choices(args) (optional) -> {what: how}: the adapter's settings, written beside the figures
 """
 
 from __future__ import annotations
@@ -171,6 +172,11 @@ def main(adapter: Any) -> None:
     prepare = getattr(adapter, "prepare", None)
     if prepare is not None:
         prepare(args)  # imports, outside every timed span
+    load = os.getloadavg()
     record = {"throughput": throughput, "epoch": epoch, "resume": resume}[args.mode](adapter, args)
+    record["loadavg"] = [load[0], os.getloadavg()[0]]  # 1-minute load at the start and end: the machine is shared
+    choices = getattr(adapter, "choices", None)
+    if choices is not None:
+        record["choices"] = choices(args)
     print(json.dumps(record), flush=True)
     os._exit(0)  # no interpreter teardown: some peers' worker/thread shutdown hangs or takes seconds

@@ -5,8 +5,10 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-COLORS = {"shufflepoint": "#d62728", "streaming": "#1f77b4", "litdata": "#9467bd", "hf": "#ff7f0e"}
-SHORT = {"shufflepoint": "shufflepoint", "streaming": "Streaming 0.13", "litdata": "LitData", "hf": "HF streaming"}
+COLORS = {"shufflepoint": "#d62728", "streaming": "#1f77b4", "litdata": "#9467bd", "litdata-tokens": "#c5b0d5",
+          "hf": "#ff7f0e"}
+SHORT = {"shufflepoint": "shufflepoint", "streaming": "Streaming 0.13", "litdata": "LitData (items)",
+         "litdata-tokens": "LitData (TokensLoader)", "hf": "HF streaming"}
 
 
 def _bars(ax, records: list, loaders: list[str], groups: list[tuple[str, dict]], field: str, scale: float) -> None:
@@ -40,7 +42,7 @@ def charts(records: list, loaders: list[str], out: Path, name: str) -> None:
     resume = [(f"cursor {int(100 * f)}%", {"kind": "resume", "fraction": f}) for f in (0.1, 0.9)]
     for suffix, groups, field, scale, size, ylabel, title in (
         ("throughput", throughput, "samples_per_s", 1.0, (7.2, 4.0), "samples/s (token windows, batch 256)",
-         "Throughput, rank 0 of 1 (median, min–max bars)"),
+         "Steady-state throughput, rank 0 of 1 (median, min–max bars; no bar: not run)"),
         ("resume", resume, "resume_s", 1000.0, (6.4, 4.0), "load_state_dict + first batch (ms)",
          "Resume in a fresh process, rank 0 of 2 (red: 50 ms target)"),
     ):

@@ -6,7 +6,7 @@ import json
 import statistics
 from pathlib import Path
 
-PEERS = ("streaming", "litdata", "hf")
+PEERS = ("streaming", "litdata", "litdata-tokens", "hf")
 RESUME_LIMIT_S = 0.050
 RESUME_FACTOR = 100
 IO_LIMIT = 1.05
@@ -51,6 +51,22 @@ def throughput_targets(records: list) -> list[tuple[str, str, bool | None]]:
              all(oks) if oks else None)]
 
 
+def read_path_targets(records: list) -> list[tuple[str, str, bool | None]]:
+    """Issue 19's: token windows at >= 1M/s with no workers; Parquet rows at >= 2x HF streaming (local disk)."""
+    rows: list[tuple[str, str, bool | None]] = []
+    local = {"kind": "throughput", "storage": "local"}
+    ours = _median(records, "samples_per_s", loader="shufflepoint", workload="tokens", workers=0, **local)
+    if ours is not None:
+        rows.append(("token windows ≥ 1M samples/s, local, workers 0", f"{ours:,.0f}/s", ours >= 1e6))
+    for workers in (0, 4):
+        mine = _median(records, "samples_per_s", loader="shufflepoint", workload="text", workers=workers, **local)
+        hf = _median(records, "samples_per_s", loader="hf", workload="text", workers=workers, **local)
+        if mine is not None and hf is not None:
+            rows.append((f"Parquet rows ≥ 2× HF streaming, local, workers {workers}", f"{mine / hf:.2f}×",
+                         mine >= 2 * hf))
+    return rows
+
+
 def io_target(amplification: dict) -> list[tuple[str, str, bool | None]]:
     if "shufflepoint" not in amplification:
         return [("I/O amplification ≤ 1.05", "not measured", None)]
@@ -79,5 +95,6 @@ def shuffle_target(path: Path) -> list[tuple[str, str, bool | None]]:
 
 
 def judge(records: list, amplification: dict, shuffle_json: Path) -> list[tuple[str, str, bool | None]]:
-    return [*resume_targets(records), *throughput_targets(records), *io_target(amplification),
+    return [*resume_targets(records), *throughput_targets(records), *read_path_targets(records),
+            *io_target(amplification),
             *shuffle_target(shuffle_json)]

@@ -78,6 +78,22 @@ def state_at(args: Any, cursor: int) -> dict[str, Any]:
     return _moved(dataset.state_dict(), int(shards * cursor / max(1, args.samples // args.world)))
 
 
+def choices(args: Any) -> dict[str, str]:
+    """What this adapter sets (beside the figures in shards.md); everything else is HF's default."""
+    return {
+        "dataset": f"`datasets.load_dataset('parquet', data_files=..., streaming=True).shuffle(seed, "
+                   f"buffer_size={args.block:,})`; `split_dataset_by_node` for rank 0 of 2",
+        "item loader / layout": "Parquet: tokens as a binary column (65 uint16 per row), row groups of 1,000, "
+                                "uncompressed; text: `id`, `text` columns, row groups of 100",
+        "shuffle": f"shard order, then a {args.block:,}-sample buffer (filled before the first batch; one per worker)",
+        "batch, workers": f"`torch.utils.data.DataLoader(batch_size={args.batch}, num_workers=W)` (HF splits the "
+                          "shards between workers)",
+        "cache": "none: local files read by Arrow; S3 streamed through s3fs",
+        "decode path": "Arrow record batches to one Python dict per row, torch's default collate (a list of bytes); "
+                       "the harness turns the bytes into ids per row, in the main process",
+    }
+
+
 def ids(batch: Any) -> np.ndarray:
     if "id" in batch:
         return batch["id"].numpy()

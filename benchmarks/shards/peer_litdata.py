@@ -39,15 +39,19 @@ def prepare(args: Any) -> None:
     import_litdata(args.rank, args.world)
 
 
-def make(args: Any, state: dict[str, Any] | None = None) -> tuple[Any, float]:
+def storage(args: Any) -> dict[str, Any]:
+    """Where the chunks are: read in place on local disk; on the S3 server, a cache folder with a budget."""
+    if not args.endpoint:
+        return {}
+    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
+    return {"storage_options": {"endpoint_url": args.endpoint}, "cache_dir": args.cache,
+            "max_cache_size": args.cache_bytes}
+
+
+def loaded(dataset: Any, args: Any, state: dict[str, Any] | None) -> tuple[Any, float]:
+    """``StreamingDataLoader`` over ``dataset``, with ``state`` loaded (timed)."""
     import litdata
 
-    options: dict[str, Any] = {}
-    if args.endpoint:
-        os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
-        options = {"storage_options": {"endpoint_url": args.endpoint}, "cache_dir": args.cache,
-                   "max_cache_size": args.cache_bytes}
-    dataset = litdata.StreamingDataset(args.data, shuffle=True, seed=args.seed, drop_last=False, **options)
     loader = litdata.StreamingDataLoader(dataset, batch_size=args.batch, num_workers=args.workers)
     start = time.perf_counter()
     if state is not None:
@@ -55,7 +59,15 @@ def make(args: Any, state: dict[str, Any] | None = None) -> tuple[Any, float]:
     return loader, time.perf_counter() - start
 
 
-def state_at(args: Any, cursor: int) -> dict[str, Any]:
+def make(args: Any, state: dict[str, Any] | None = None) -> tuple[Any, float]:
+    import litdata
+
+    dataset = litdata.StreamingDataset(args.data, shuffle=True, seed=args.seed, drop_last=False, **storage(args))
+    return loaded(dataset, args, state)
+
+
+def moved_state(make: Any, args: Any, cursor: int) -> dict[str, Any]:
+    """The loader's own state after one batch, with its counters moved to ``cursor``."""
     loader, _ = make(args)
     batches = iter(loader)
     next(batches)
@@ -64,6 +76,25 @@ def state_at(args: Any, cursor: int) -> dict[str, Any]:
     state["dataset"]["num_samples_yielded"] = cursor
     state["dataset"]["sample_in_epoch"] = cursor * args.world
     return state
+
+
+def state_at(args: Any, cursor: int) -> dict[str, Any]:
+    return moved_state(make, args, cursor)
+
+
+def choices(args: Any) -> dict[str, str]:
+    """What this adapter sets (beside the figures in shards.md); everything else is LitData's default."""
+    return {
+        "dataset": "`litdata.StreamingDataset(dir, shuffle=True, seed, drop_last=False)`",
+        "item loader / layout": "`PyTreeLoader` (the default): `optimize(fn -> one numpy window per item)`, "
+                                "one chunk per source shard (`chunk_size` = its windows)",
+        "shuffle": "chunk order, then items within a worker's chunks (LitData's defaults: `item_shuffle_window` 256)",
+        "batch, workers": f"`StreamingDataLoader(batch_size={args.batch}, num_workers=W)`",
+        "cache": f"local: the chunk folder read in place; S3: `cache_dir`, `max_cache_size` "
+                 f"{args.cache_bytes / 2**20:,.0f} MiB",
+        "decode path": "per item from the chunk, `batch_decode='auto'` (aligned 256-item decode windows); "
+                       "torch's default collate of numpy windows",
+    }
 
 
 def ids(batch: Any) -> np.ndarray:

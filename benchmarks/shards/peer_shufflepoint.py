@@ -54,6 +54,21 @@ def state_at(args: Any, cursor: int) -> dict[str, Any]:
     return loader.state_dict()
 
 
+def choices(args: Any) -> dict[str, str]:
+    """What this adapter sets (beside the figures in shards.md); everything else is shufflepoint's default."""
+    return {
+        "dataset": "`shufflepoint.Shards('*.bin', seq_len=64)`; text: `Shards('*.parquet', columns=['id', 'text'])`",
+        "item loader / layout": "the raw `.bin` token shards and the Parquet files as they are (no conversion)",
+        "shuffle": f"`blocks` order, `shuffle_block={args.block:,}`, `seed`",
+        "batch, workers": f"`shufflepoint.DataLoader(batch_size={args.batch}, num_workers=W, "
+                          "persistent_workers=False)`",
+        "cache": f"local: memory-maps / reads the files in place; S3: `cache_dir`, `cache_limit` "
+                 f"{args.cache_bytes / 2**20:,.0f} MiB",
+        "decode path": "the DataLoader's default for `Shards` (no `collate_fn` given): `Shards.columnar()`, "
+                       "a batch read at once (`__getitems__`), `shufflepoint.collate` builds tensors from columns",
+    }
+
+
 def ids(batch: Any) -> np.ndarray:
     if isinstance(batch, dict):
         return batch["id"].numpy()

@@ -84,6 +84,22 @@ def state_at(args: Any, cursor: int) -> dict[str, Any]:
             "shuffle_seed": args.seed, "initial_physical_nodes": args.world}
 
 
+def choices(args: Any) -> dict[str, str]:
+    """What this adapter sets (beside the figures in shards.md); everything else is Streaming's default."""
+    return {
+        "dataset": f"`streaming.StreamingDataset(local=..., shuffle=True, shuffle_algo='py1e', shuffle_seed, "
+                   f"shuffle_block_size={args.block:,}, batch_size={args.batch})` (the FAQ: pass the batch size)",
+        "item loader / layout": "MDS written by `MDSWriter`, one column `ndarray:uint16:65`, one shard per source "
+                                "shard, uncompressed",
+        "shuffle": f"py1e, `shuffle_block_size` {args.block:,}, canonical nodes = physical nodes",
+        "batch, workers": f"`StreamingDataLoader(batch_size={args.batch}, num_workers=W)`",
+        "cache": f"local: `local=` the MDS folder, read in place; S3: `remote=`, `local=` a cache folder, "
+                 f"`cache_limit` {args.cache_bytes / 2**20:,.0f} MiB; `predownload` default (8 x batch)",
+        "decode path": "per sample: open/seek/read of the shard file, `NDArray` decode of the column; torch's "
+                       "default collate",
+    }
+
+
 def ids(batch: Any) -> np.ndarray:
     return decode_ids(batch["tokens"])
 

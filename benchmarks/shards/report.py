@@ -8,11 +8,14 @@ import sys
 from pathlib import Path
 
 NAMES = {"shufflepoint": "**shufflepoint** (`DataLoader(Shards)`)", "streaming": "Streaming 0.13.0 (MDS, py1e)",
-         "litdata": "LitData (optimized chunks)", "hf": "HF `datasets` streaming (Parquet, buffer)"}
+         "litdata": "LitData (optimized chunks, an item per window)",
+         "litdata-tokens": "LitData (`TokensLoader` chunks)", "hf": "HF `datasets` streaming (Parquet, buffer)"}
 RESUME_NOTES = {"shufflepoint": "exact (checked against the uninterrupted run)",
                 "streaming": "exact by design (not checked here)", "litdata": "exact by design (not checked here)",
+                "litdata-tokens": "exact by design (not checked here)",
                 "hf": "**not exact**: the shuffle buffer is not saved; time includes refilling it"}
-PEERS = ("streaming", "litdata", "hf")
+PEERS = ("streaming", "litdata", "litdata-tokens", "hf")
+CHOICES = ("dataset", "item loader / layout", "shuffle", "batch, workers", "cache", "decode path")
 SHUFFLE_JSON = Path(__file__).resolve().parents[1] / "results" / "shuffle_quality.json"
 
 
@@ -63,6 +66,44 @@ def startup_table(records: list, loaders: list[str], workload: str) -> list[str]
         if any(c != "—" for c in cells):
             lines.append(f"| {NAMES[loader]} | " + " | ".join(cells) + " |")
     return lines
+
+
+def ratio_table(records: list, loaders: list[str], workload: str) -> list[str]:
+    """shufflepoint's median steady rate over each peer's, per storage and worker count (one run)."""
+    lines = ["| shufflepoint ÷ | local, workers 0 | local, workers 4 | S3, workers 0 | S3, workers 4 |",
+             "|---|---|---|---|---|"]
+    for loader in [n for n in loaders if n in PEERS]:
+        cells = []
+        for storage in ("local", "s3"):
+            for workers in (0, 4):
+                match = {"kind": "throughput", "storage": storage, "workers": workers, "workload": workload}
+                ours = med(values(records, "samples_per_s", loader="shufflepoint", **match))
+                theirs = med(values(records, "samples_per_s", loader=loader, **match))
+                cells.append(f"{ours / theirs:.2f}×" if ours and theirs else "—")
+        if any(c != "—" for c in cells):
+            lines.append(f"| {NAMES[loader]} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def choices_table(records: list, loaders: list[str]) -> list[str]:
+    """Each adapter's settings, as its child process reported them (the same for every run of a loader)."""
+    lines = ["| loader | " + " | ".join(CHOICES) + " |", "|---" * (len(CHOICES) + 1) + "|"]
+    for loader in loaders:
+        found = next((r["choices"] for r in records if r["loader"] == loader and "choices" in r), None)
+        if found:
+            lines.append(f"| {NAMES[loader]} | " + " | ".join(found.get(k, "—") for k in CHOICES) + " |")
+    return lines
+
+
+def load_line(result: dict) -> str:
+    """The machine's load (1-minute average) at the start and end of the run and over its throughput runs."""
+    load = result.get("loadavg")
+    if not load:
+        return "Load average: not recorded."
+    during = [x for r in result["records"] if r.get("kind") == "throughput" for x in r.get("loadavg", [])]
+    span = f"; {min(during):.1f}–{max(during):.1f} at the start/end of the throughput runs" if during else ""
+    return (f"Load average (1, 5, 15 min) on {load.get('cpus', '?')} CPUs: start "
+            f"{', '.join(f'{x:.2f}' for x in load['start'])}, end {', '.join(f'{x:.2f}' for x in load['end'])}{span}.")
 
 
 def resume_table(records: list, loaders: list[str]) -> list[str]:
@@ -136,16 +177,24 @@ def write(result: dict, out: Path, name: str) -> None:
              f"{text_rows:,} Parquet rows of ~1 KiB in {spec['text_shards']:,} shards. Batch {args['batch']}, "
              f"shuffle block/buffer {result['args']['block']:,} samples for every loader, cache budget "
              f"{result['args']['cache_bytes'] / 2**20:,.0f} MiB for remote runs. Median (min–max) of "
-             f"{result['args']['repeats']} fresh processes. Run took {result['seconds'] / 60:.1f} min.",
+             f"{result['args']['repeats']} fresh processes. Run took {result['seconds'] / 60:.1f} min"
+             + (" **so far: the run did not finish; the tables hold what it measured**." if result.get("partial")
+                else "."),
              "", "Versions: " + "; ".join(f"{k}: {v}" for k, v in result["versions"].items()), "",
+             load_line(result), "",
              "## Targets", "", *targets(records, amplification), "",
              "## Samples/s, token windows (rank 0 of 1)", "",
              "Steady state: timed after the first batch and a warm-up of up to 200 batches, over at least "
              f"{result['args']['measure']:,} samples and {result['args'].get('min_seconds') or 10:g} s. On 2 vCPUs, "
              "4 workers mostly measure oversubscription.", "", *throughput_table(records, loaders, "tokens"), "",
+             "Ratios (medians of this run):", "", *ratio_table(records, loaders, "tokens"), "",
              "## First batch and warm-up, token windows (local disk)", "", *startup_table(records, loaders, "tokens"),
              "",
              "## Samples/s, Parquet rows of ~1 KiB (rank 0 of 1)", "", *throughput_table(records, loaders, "text"), "",
+             *ratio_table(records, loaders, "text"), "",
+             "## What each adapter was configured with", "",
+             "Every setting not named is the library's default. The same corpus, batch, seed and shuffle "
+             "block/buffer for all; workers W = 0 and 4.", "", *choices_table(records, loaders), "",
              "## Resume in a fresh process (local disk, rank 0 of 2, workers 0): load_state_dict + first batch", "",
              *resume_table(records, loaders), "",
              "## I/O, cache and memory on the S3 server (rank 0 of 2, workers 4)", "",

@@ -1,4 +1,4 @@
-"""`make bench-shards`: shufflepoint's sharded loader beside Streaming, LitData and HF streaming, in one run.
+"""`make bench-shards`: shufflepoint's sharded loader beside Streaming, LitData (two layouts) and HF streaming.
 
     .venv/bin/python benchmarks/shards/run.py [--quick] [--repeats 3]
 
@@ -6,18 +6,21 @@ Builds (once, cached under .bench-cache/shards/) the corpus and each peer's copy
 every measurement as a fresh child process in the loader's own venv (one JSON record each):
 throughput (workers 0 and 4, local disk and the S3 server), resume at 10% and 90% (local disk),
 an I/O run on the S3 server (rank 0 of 2: bytes the proxy served), and a whole-epoch count check
-on the small corpus. Writes benchmarks/results/shards.json, then shards.md and the charts (report.py).
+on the small corpus. Writes benchmarks/results/shards.json (with the load average at the start and end,
+and each adapter's settings), then shards.md and the charts (report.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -32,14 +35,23 @@ LOADERS = {
     "shufflepoint": {"venv": ".venv", "script": "peer_shufflepoint.py", "tokens": "tokens", "text": "text"},
     "streaming": {"venv": ".venv-bench-streaming", "script": "peer_streaming.py", "tokens": "mds"},
     "litdata": {"venv": ".venv-bench-litdata", "script": "peer_litdata.py", "tokens": "litdata"},
+    "litdata-tokens": {"venv": ".venv-bench-litdata", "script": "peer_litdata_tokens.py", "tokens": "litdata-tokens"},
     "hf": {"venv": ".venv-bench-hf", "script": "peer_hf.py", "tokens": "hf-tokens", "text": "text"},
 }
-CONVERTED = {"mds": "streaming", "litdata": "litdata"}
+CONVERTED = {"mds": "streaming", "litdata": "litdata", "litdata-tokens": "litdata-tokens"}
 WORLD = 2
 
 
 def python_of(loader: str) -> str:
     return str(ROOT / LOADERS[loader]["venv"] / "bin" / "python")
+
+
+def environment(loader: str) -> dict[str, str]:
+    """The child's environment: shufflepoint's runs import this checkout's src/, whatever .venv has installed."""
+    if loader != "shufflepoint":
+        return dict(os.environ)
+    paths = [str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
 
 
 def child(loader: str, mode: str, *options: str, timeout: float = 900) -> dict:
@@ -48,11 +60,14 @@ def child(loader: str, mode: str, *options: str, timeout: float = 900) -> dict:
     command = [python_of(loader), LOADERS[loader]["script"], mode, *options, "--cache", cache]
     start = time.perf_counter()
     try:
-        done = subprocess.run(command, cwd=HERE, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(command, cwd=HERE, capture_output=True, text=True, timeout=timeout,
+                              env=environment(loader))
         lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
         if done.returncode == 0 and lines:
             return json.loads(lines[-1])
-        return {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1][:300]}
+        errors = done.stderr.strip().splitlines() or [f"exit {done.returncode}"]
+        raised = [line for line in errors if line[:1].isalpha() and ("Error" in line or "Exception" in line)]
+        return {"error": (raised or errors)[-1][:300]}  # the exception's line, not the traceback's last code line
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s"}
     finally:
@@ -77,7 +92,7 @@ def base_options(spec: dict, workload: str, data: str, args: argparse.Namespace)
             "--batch", str(args.batch), "--block", str(args.block), "--cache-bytes", str(args.cache_bytes)]
 
 
-def run_local(records: list, spec: dict, root: Path, args: argparse.Namespace) -> None:
+def run_local(records: list, spec: dict, root: Path, args: argparse.Namespace, save: Callable[[], None]) -> None:
     for loader, entry in LOADERS.items():
         print(f"{loader}: local disk", flush=True)
         for workload in ("tokens", "text"):
@@ -96,6 +111,7 @@ def run_local(records: list, spec: dict, root: Path, args: argparse.Namespace) -
                     result = child(loader, "resume", *options, "--world", str(WORLD), "--fraction", str(fraction))
                     records.append({"loader": loader, "kind": "resume", "storage": "local", "workload": workload,
                                     "fraction": fraction, "repeat": repeat, **result})
+        save()
 
 
 def run_counts(records: list, small: Path, args: argparse.Namespace) -> None:
@@ -108,7 +124,7 @@ def run_counts(records: list, small: Path, args: argparse.Namespace) -> None:
                         "expected": spec["shards"] * spec["rows"] // WORLD, **result})
 
 
-def run_s3(records: list, spec: dict, root: Path, args: argparse.Namespace) -> None:
+def run_s3(records: list, spec: dict, root: Path, args: argparse.Namespace, save: Callable[[], None]) -> None:
     """Per loader: a fresh S3 server with its copy only; throughput, then the I/O run (rank 0 of 2)."""
     per_rank = spec["shards"] * spec["rows"] // WORLD
     stop_after = per_rank if args.quick else int(per_rank * args.io_fraction)
@@ -132,6 +148,7 @@ def run_s3(records: list, spec: dict, root: Path, args: argparse.Namespace) -> N
                             "per_rank": per_rank, "world": WORLD, **result})
         finally:
             server.stop()
+        save()
 
 
 def main() -> None:
@@ -155,6 +172,7 @@ def main() -> None:
     for name in [n for n in LOADERS if args.only and n not in args.only.split(",")]:
         del LOADERS[name]
     started = time.perf_counter()
+    load_start = os.getloadavg()
     small = CACHE_ROOT / "quick"
     prepare(small, quick=True)
     if args.min_seconds is None:
@@ -162,16 +180,23 @@ def main() -> None:
     root = small if args.quick else CACHE_ROOT / "full"
     spec = prepare(root, args.quick)["spec"]
     records: list = []
+    found_versions = versions()
+    out, name = Path(args.out), "shards_quick" if args.quick else "shards"
+
+    def save(done: bool = False) -> None:
+        """The records so far (``partial`` until the end), so that a run cut short still leaves its figures."""
+        local_bytes = {folder: corpus.folder_bytes(root / folder)
+                       for folder in ("tokens", "mds", "litdata", "litdata-tokens", "hf-tokens", "text")}
+        result = {"args": vars(args), "spec": spec, "local_bytes": local_bytes, "records": records,
+                  "seconds": time.perf_counter() - started, "versions": found_versions, "partial": not done,
+                  "loadavg": {"start": list(load_start), "end": list(os.getloadavg()), "cpus": os.cpu_count()}}
+        (out / f"{name}.json").write_text(json.dumps(result, indent=1))
+        report.write(result, out, name)
+
     run_counts(records, small, args)
-    run_local(records, spec, root, args)
-    run_s3(records, spec, root, args)
-    local_bytes = {name: corpus.folder_bytes(root / name) for name in ("tokens", "mds", "litdata", "hf-tokens", "text")}
-    result = {"args": vars(args), "spec": spec, "local_bytes": local_bytes, "records": records,
-              "seconds": time.perf_counter() - started, "versions": versions()}
-    out = Path(args.out)
-    name = "shards_quick" if args.quick else "shards"
-    (out / f"{name}.json").write_text(json.dumps(result, indent=1))
-    report.write(result, out, name)
+    run_local(records, spec, root, args, save)
+    run_s3(records, spec, root, args, save)
+    save(done=True)
     print(f"wrote {out / name}.json and .md in {time.perf_counter() - started:.0f} s")
 
 
@@ -179,10 +204,12 @@ def versions() -> dict:
     probes = {"shufflepoint": "import shufflepoint, torch; print(shufflepoint.__version__, torch.__version__)",
               "streaming": "import importlib.metadata as m; print(m.version('mosaicml-streaming'), m.version('torch'))",
               "litdata": "import importlib.metadata as m; print(m.version('litdata'), m.version('torch'))",
+              "litdata-tokens": "import importlib.metadata as m; print(m.version('litdata'), m.version('torch'))",
               "hf": "import importlib.metadata as m; print(m.version('datasets'), m.version('torch'))"}
     found = {}
     for loader in LOADERS:
-        done = subprocess.run([python_of(loader), "-c", probes[loader]], capture_output=True, text=True)
+        done = subprocess.run([python_of(loader), "-c", probes[loader]], capture_output=True, text=True,
+                              env=environment(loader))
         found[loader] = done.stdout.strip() or done.stderr.strip()[-200:]
     return found
 
