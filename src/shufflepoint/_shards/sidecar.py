@@ -19,8 +19,8 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import IO, Any
 
 from shufflepoint._shards.index import CorpusIndex
 
@@ -39,14 +39,14 @@ def corpus_key(urls: Sequence[str], reader: str, options: dict[str, Any]) -> str
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def write_json(path: str, value: Any) -> None:
-    """Write whole or not at all: a temporary file in the same folder, then a rename."""
+def write_whole(path: str, write: Callable[[IO[bytes]], Any]) -> None:
+    """Write whole or not at all: ``write(f)`` into a temporary file in the same folder, then a rename."""
     folder = os.path.dirname(path) or "."
     os.makedirs(folder, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
+    handle, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.splitext(path)[1], dir=folder)
     try:
-        with os.fdopen(handle, "w") as f:
-            json.dump(value, f, separators=(",", ":"))
+        with os.fdopen(handle, "wb") as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -54,6 +54,11 @@ def write_json(path: str, value: Any) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def write_json(path: str, value: Any) -> None:
+    """A JSON value, written whole or not at all."""
+    write_whole(path, lambda f: f.write(json.dumps(value, separators=(",", ":")).encode()))
 
 
 def _read(path: str) -> CorpusIndex | None:

@@ -25,13 +25,11 @@ core to gain on (``docs/packing.md``).
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import hashlib
 import json
 import multiprocessing
 import os
-import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
@@ -195,20 +193,8 @@ def load(path: str, documents: int) -> np.ndarray | None:
 
 def save(path: str, counts: np.ndarray) -> None:
     """Write whole or not at all (int32 where every count fits, else int64)."""
-    folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
     small = counts.size == 0 or int(counts.max()) < 2**31
-    handle, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npy", dir=folder)
-    try:
-        with os.fdopen(handle, "wb") as f:
-            np.save(f, counts.astype(np.int32 if small else np.int64), allow_pickle=False)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    sidecar.write_whole(path, lambda f: np.save(f, counts.astype(np.int32 if small else np.int64), allow_pickle=False))
 
 
 def load_or_count(dataset: Any, count: Count, identity: str, *, workers: int | None = None,
