@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import shufflepoint
+from shufflepoint._shards.readers import parquet as parquet_reader
 from shufflepoint._shards.readers._decoded import ENV, GROUPS
 from shufflepoint._shards.readers._group import DecodedGroup
 
@@ -23,7 +24,8 @@ ROWS, GROUP = 60, 10
 
 
 @pytest.fixture()
-def corpus(tmp_path):
+def corpus(tmp_path, monkeypatch):
+    monkeypatch.setattr(parquet_reader, "_UNIT_ROWS", 1)  # each row group its own decode unit
     for shard in range(6):
         ids = np.arange(shard * ROWS, (shard + 1) * ROWS)
         table = pa.table({"id": ids, "text": [f"{i:08d}" * 20 for i in ids]})

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from shufflepoint._core.errors import ShardError
 from shufflepoint._shards.readers import READERS, infer_format, make_reader, saved_dataset_files
+from shufflepoint._shards.readers import parquet as parquet_reader
 from shufflepoint._shards.readers._common import extra
 
 ROWS = [{"id": i, "text": f"row {i}", "tags": ["a"] * (i % 3)} for i in range(11)]
@@ -122,15 +123,37 @@ def test_parquet_every_row_by_row_group(tmp_path):
     assert picked == [{"text": r["text"], "id": r["id"]} for r in ROWS]
 
 
-def test_parquet_decodes_a_row_group_once_for_its_rows(tmp_path):
+def test_parquet_decodes_a_row_group_once_for_its_rows(tmp_path, monkeypatch):
+    monkeypatch.setattr(parquet_reader, "_UNIT_ROWS", 1)  # every row group its own decode unit
     write_parquet(tmp_path / "s.parquet", ROWS)
     opened = make_reader("parquet").open(str(tmp_path / "s.parquet"), "s")
     calls = []
-    read = opened._file.read_row_group
-    opened._file.read_row_group = lambda g, **kw: calls.append(g) or read(g, **kw)
+    read = opened._file.read_row_groups
+    opened._file.read_row_groups = lambda groups, **kw: calls.append(list(groups)) or read(groups, **kw)
     assert [opened[i]["id"] for i in (3, 4, 5, 10, 9)] == [3, 4, 5, 10, 9]
-    assert calls == [1, 3]
+    assert calls == [[1], [3]]
     opened.close()
+
+
+def test_small_parquet_row_groups_are_decoded_together(tmp_path, monkeypatch):
+    """Groups of a few rows cost a pyarrow call each: consecutive ones are read as one unit of at least
+    ``_UNIT_ROWS`` rows, unless that passes ``_UNIT_BYTES``; rows stay where they are."""
+    write_parquet(tmp_path / "s.parquet", ROWS)  # groups of 3 rows
+    groups = pq.ParquetFile(tmp_path / "s.parquet").metadata.num_row_groups
+    for unit_rows, unit_bytes, expected in ((1024, 8 << 20, [list(range(groups))]),
+                                            (5, 8 << 20, [[g, g + 1] for g in range(0, groups - 1, 2)]),
+                                            (1024, 1, [[g] for g in range(groups)])):
+        monkeypatch.setattr(parquet_reader, "_UNIT_ROWS", unit_rows)
+        monkeypatch.setattr(parquet_reader, "_UNIT_BYTES", unit_bytes)
+        opened = make_reader("parquet").open(str(tmp_path / "s.parquet"), "s")
+        calls = []
+        read = opened._file.read_row_groups
+        opened._file.read_row_groups = lambda groups, calls=calls, read=read, **kw: (
+            calls.append(list(groups)) or read(groups, **kw))
+        order = np.random.default_rng(unit_rows).permutation(len(opened))
+        assert [row["id"] for row in opened.take(order)] == [ROWS[i]["id"] for i in order]
+        assert sorted(calls) == sorted(expected)
+        opened.close()
 
 
 def test_parquet_missing_column_and_corrupt_file(tmp_path):

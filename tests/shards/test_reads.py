@@ -22,19 +22,20 @@ def corpus(tmp_path):
 
 def counted(shards):
     """Count the shard opens and row-group decodes of ``shards`` (this process, num_workers=0)."""
-    counts = {"open": 0, "decode": 0}
+    counts = {"open": 0, "decode": 0, "groups": 0}
     reader_open = shards._reader.open
 
     def open_counted(path, url):
         counts["open"] += 1
         opened = reader_open(path, url)
-        read_row_group = opened._file.read_row_group
+        read_row_groups = opened._file.read_row_groups
 
-        def decode(*args, **kwargs):
+        def decode(groups, **kwargs):
             counts["decode"] += 1
-            return read_row_group(*args, **kwargs)
+            counts["groups"] += len(groups)
+            return read_row_groups(groups, **kwargs)
 
-        opened._file.read_row_group = decode
+        opened._file.read_row_groups = decode
         return opened
 
     shards._reader.open = open_counted
@@ -50,7 +51,8 @@ def test_a_block_opens_each_shard_and_decodes_each_row_group_once(corpus):
     assert sorted(seen) == ids
     assert counts["open"] == 40  # each shard once in the epoch
     groups = sum(pq.ParquetFile(path).metadata.num_row_groups for path in glob.glob(pattern))
-    assert groups > 80 and counts["decode"] == groups  # each row group once
+    assert groups > 80 and counts["groups"] == groups  # each row group once
+    assert counts["decode"] == 40  # a shard's small groups decoded together (one unit of < 1,024 rows)
 
 
 def test_an_explicit_max_open_is_kept(corpus):
