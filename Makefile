@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-ray bench bench-shuffle bench-agreement bench-scaling bench-indexing bench-shards \
+.PHONY: setup demo test test-examples test-ray bench bench-shuffle bench-agreement bench-scaling bench-indexing bench-shards \
 	bench-locality bench-read bench-packing soak lint clean test-accelerate-matrix test-transformers-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
@@ -22,6 +22,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# End-to-end runs a lower-level test already covers, kept out of `make test` for its time budget
+# (~1.5 min): the packed example killed and resumed, `shufflepoint audit` on the Hugging Face Trainer.
+test-examples: $(STAMP)
+	$(PY) -m pytest -q -m examples tests/distributed
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py
@@ -135,7 +140,7 @@ test-accelerate-matrix:
 # in the dev stack, each older one in its own venv (4.57.1 wants huggingface-hub<1, so it cannot
 # share the dev venv).
 TRANSFORMERS_VERSIONS := 4.57.1
-TRANSFORMERS_TESTS := tests/integrations/test_transformers_placement.py tests/integrations/test_transformers_trainer.py \
+TRANSFORMERS_TESTS := -m 'examples or not examples' tests/integrations/test_transformers_placement.py tests/integrations/test_transformers_trainer.py \
 	tests/distributed/test_integration_transformers.py tests/distributed/test_audit_trainer.py
 
 test-transformers-matrix: $(STAMP)

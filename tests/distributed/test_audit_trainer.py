@@ -18,6 +18,8 @@ pytest.importorskip("transformers", reason="the transformers extra is not instal
 
 from shufflepoint._tools.cli import main  # noqa: E402
 
+pytestmark = pytest.mark.examples  # make test-examples; test_audit.py and the Trainer tests cover its parts
+
 TARGETS = os.path.join(os.path.dirname(__file__), "targets", "trainers.py")
 
 

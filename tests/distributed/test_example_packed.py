@@ -3,9 +3,12 @@
 import os
 from collections import Counter
 
+import pytest
 from test_examples_shards import records
 
 from shufflepoint._tools.launch import launch
+
+pytestmark = pytest.mark.examples  # make test-examples; tests/distributed/test_packed_resume.py covers the contract
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "pretrain_packed.py")
 
