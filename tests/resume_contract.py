@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -86,3 +87,28 @@ def assert_resume_contract(component: Component, epochs: int = 3, every: int = 1
         )
         checked += 1
     return checked
+
+
+def served_across_a_resize(make: Callable[[int, int, int], Any], first: tuple[int, int], then: tuple[int, int],
+                           steps: int, epoch: int = 1) -> Counter[Any]:
+    """What ``first`` = (world, batch) loaders (``make(rank, world, batch)``) serve in ``steps`` batches each of
+    ``epoch``, then what fresh ``then`` loaders, loading their state (the same on every rank), serve to the
+    epoch's end, tail padding left out: the counts an "every sample once" check compares with one pass."""
+    world, batch_size = first
+    loaders = [make(rank, world, batch_size) for rank in range(world)]
+    seen: Counter[Any] = Counter()
+    for loader in loaders:
+        loader.set_epoch(epoch)
+        iterator = iter(loader)
+        for _ in range(steps):
+            seen.update(next(iterator))
+    state = loaders[0].state_dict()
+    assert all(loader.state_dict() == state for loader in loaders)
+    world, batch_size = then
+    for rank in range(world):
+        resumed = make(rank, world, batch_size)
+        resumed.load_state_dict(state)
+        assert resumed.epoch == epoch
+        real = resumed.real_samples_left(rank)  # before the pass: the tail padding is not counted
+        seen.update([row for batch in resumed for row in batch][:real])
+    return seen

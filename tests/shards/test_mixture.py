@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from test_blocks import FakeCorpus
 
 import shufflepoint
-from resume_contract import Component, assert_resume_contract, run_epochs
+from resume_contract import Component, assert_resume_contract, run_epochs, served_across_a_resize
 from shufflepoint._shards.blocks import _sub_seed
 from shufflepoint._shards.mixture import _SOURCE_TAG, Mixture
 from shufflepoint._shards.packed import Packed
@@ -236,20 +236,7 @@ def test_a_mixture_of_packed_sources_resumed_elastically_serves_each_row_once(fi
     reference.set_epoch(1)
     expected = Counter(row for batch in reference for row in batch)
     assert sum(expected.values()) == 11
-    world, batch_size = first
-    loaders = [packed_mixture_component(r, world, batch_size).make() for r in range(world)]
-    seen: Counter[tuple[int, ...]] = Counter()
-    for loader in loaders:
-        loader.set_epoch(1)
-        seen.update(next(iter(loader)))
-    state = loaders[0].state_dict()
-    assert all(loader.state_dict() == state for loader in loaders)
-    world, batch_size = then
-    for r in range(world):
-        resumed = packed_mixture_component(r, world, batch_size).make()
-        resumed.load_state_dict(state)
-        real = resumed.real_samples_left(r)  # before the pass: the tail padding is not counted
-        seen.update([row for batch in resumed for row in batch][:real])
+    seen = served_across_a_resize(lambda r, w, b: packed_mixture_component(r, w, b).make(), first, then, steps=1)
     assert seen == expected
 
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shufflepoint
-from resume_contract import Component, assert_resume_contract, run_epochs
+from resume_contract import Component, assert_resume_contract, run_epochs, served_across_a_resize
 from shufflepoint._shards.mixture import Mixture
 from shufflepoint._shards.packed import IGNORE_INDEX, Packed
 
@@ -144,23 +144,7 @@ def test_another_world_or_batch_size_serves_every_row_of_the_epoch_once(first, t
     reference.set_epoch(1)
     expected = Counter(row for batch in reference for row in batch)
     assert sum(expected.values()) == len(reference.dataset) and len(expected) == len(reference.dataset)
-    world, batch_size = first
-    loaders = [packed_component(r, world, batch_size).make() for r in range(world)]
-    seen: Counter[tuple[int, ...]] = Counter()
-    for loader in loaders:
-        loader.set_epoch(1)
-        iterator = iter(loader)
-        for _ in range(3):
-            seen.update(next(iterator))
-    state = loaders[0].state_dict()
-    assert all(loader.state_dict() == state for loader in loaders)
-    world, batch_size = then
-    for r in range(world):
-        resumed = packed_component(r, world, batch_size).make()
-        resumed.load_state_dict(state)
-        assert resumed.epoch == 1
-        real = resumed.real_samples_left(r)  # the tail padding (DistributedSampler's) is not counted
-        seen.update([row for batch in resumed for row in batch][:real])
+    seen = served_across_a_resize(lambda r, w, b: packed_component(r, w, b).make(), first, then, steps=3)
     assert seen == expected
 
 
