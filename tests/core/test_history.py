@@ -79,7 +79,7 @@ def test_past_the_bound_the_latest_changes_are_kept_and_earlier_steps_are_not_pl
 def test_32_changes_take_at_most_1_kib(steps, worlds, batches):
     """The documented bound: 32 changes of world and batch size, steps < 1e9, W and B < 1e4."""
     entries: list[list[object]] = [[0, 4096, 4096, 0, 0, 0]]
-    entries += [[s, w, b, 1] for s, w, b in zip(sorted(steps), worlds, batches)]
+    entries += [[s, w, b, 1] for s, w, b in zip(sorted(steps), worlds, batches, strict=True)]
     assert len(json.dumps(entries, separators=(",", ":"))) <= 1024
 
 
