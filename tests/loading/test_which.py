@@ -320,11 +320,16 @@ def test_every_state_the_sampler_writes_loads(n, deal, data):
         if state is not None:
             sampler.load_state_dict(state)
         for _ in range(data.draw(st.integers(0, 3), label="passes")):
-            if data.draw(st.booleans(), label="set_epoch"):
+            how = data.draw(st.sampled_from(["keep", "set_epoch", "attribute"]), label="epoch change")
+            if how == "set_epoch":
                 sampler.set_epoch(data.draw(st.integers(0, 3), label="epoch"))
+            elif how == "attribute":  # DistributedSampler's own attribute, set directly
+                sampler.epoch = data.draw(st.integers(0, 3), label="epoch")
             it = iter(sampler)
             taken = len([i for _, i in zip(range(data.draw(st.integers(0, 12), label="take")), it, strict=False)])
             yielded += taken
+        if data.draw(st.booleans(), label="attribute before saving"):
+            sampler.epoch = data.draw(st.integers(0, 3), label="epoch")
         state = json.loads(json.dumps(sampler.state_dict()))
         assert state["steps"] == yielded
         shufflepoint.ResumableSampler(range(n), num_replicas=2, rank=1, seed=2, deal=deal).load_state_dict(state)
