@@ -8,6 +8,9 @@ Three launches run every scenario of workers/trainer_worker.py (a launch costs ~
 2. 1 process: 2 -> 1 resumed, and a run stopped on 1 process (the 1 -> 2 source);
 3. 2 processes: every same-world resume, and 1 -> 2.
 
+max_steps across a resize (issue 25.5): ``max_steps`` keeps meaning the data of the run that set it,
+in the steps of each resumed run; a resume that would train nothing while data remains is refused.
+
 Same world: each rank's trained batches (stopped + resumed) equal the uninterrupted run's, batch
 for batch, and the final weights are equal. Another world: the interrupted epoch is the epoch's
 global order read once (``assert_epoch_exactly_once``), the run ends after epoch 3 of data, and the
@@ -53,11 +56,14 @@ def _flat_reference(world_size, batch_size):
 def runs(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("trainer"))
     first = ["whole:plain", "whole:augment", "whole:shards", "whole:mixture"]
-    first += [f"stop:{n}" for n in SAME_WORLD[:-1]] + ["stop:shrink", "kill:kill"]
+    first += [f"stop:{n}" for n in SAME_WORLD[:-1]] + ["stop:shrink", "whole:budget", "stop:budget",
+                                                        "stop:budgetsame", "kill:kill"]
     killed = launch([WORKER, out, *first], 2, kill_when=os.path.join(out, "kill.saved"), timeout=400)
     assert killed.killed and os.path.exists(os.path.join(out, "kill.kill.rank1.json")), killed.stderr[-3000:]
-    launch([WORKER, out, "resume:shrink", "stop:grow"], 1, timeout=300).check()
-    launch([WORKER, out, *[f"resume:{n}" for n in SAME_WORLD], "resume:grow"], 2, timeout=400).check()
+    launch([WORKER, out, "resume:shrink", "stop:grow", "refuse:budget", "resume:budget", "stop:budgetgrow"], 1,
+           timeout=300).check()
+    launch([WORKER, out, *[f"resume:{n}" for n in SAME_WORLD], "resume:grow", "resume:budgetsame",
+            "resume:budgetgrow"], 2, timeout=400).check()
     return out
 
 
@@ -127,3 +133,58 @@ def test_one_to_two_with_accumulation_trains_every_sample_once(runs):
             assert "not a whole number of optimizer steps" in " ".join(after[rank]["resume_warnings"])
             _check_schedule(after[rank], 3 * 3, last_step=3 * 3 - 1)
     assert after[0]["weights"] == after[1]["weights"], "the ranks' models diverged: a step missed its gradient sync"
+
+
+def _trained(runs_of_phases):
+    """The multiset of (epoch, sample id) trained by every rank of every given run."""
+    return sorted((b["epoch"], i) for run in runs_of_phases for b in run["batches"] for i in b["ids"])
+
+
+def test_max_steps_keeps_meaning_the_setting_runs_data_across_two_to_one(runs):
+    """max_steps=12 on 2 x 4 (96 samples: epochs 0 and 1, 16 of epoch 2), stopped at step 5 (40 trained),
+    resumed on 1 x 4: the stock Trainer trained 8 more samples; this one trains the 56 left, in 14 steps
+    of this run (placed at 10, max_steps 24), on the linear schedule of 24 steps."""
+    whole, before = _read(runs, "budget", "whole", 2), _read(runs, "budget", "stop", 2)
+    (after,) = _read(runs, "budget", "resume", 1)
+    assert [r["final_step"] for r in whole] == [12, 12]
+    assert len(_trained(whole)) == 96 and len(_trained(before)) == 40
+    assert (after["start_step"], after["final_step"]) == (10, 24)
+    assert len(_trained([after])) == 56
+    assert _trained(before + [after]) == _trained(whole), "the resumed run trained other data than max_steps meant"
+    assert not after["resume_warnings"]
+    _check_schedule(after, 24)
+
+
+def test_max_steps_on_the_same_world_is_unchanged_and_exact(runs):
+    whole, before = _read(runs, "budget", "whole", 2), _read(runs, "budgetsame", "stop", 2)
+    after = _read(runs, "budgetsame", "resume", 2)
+    for rank in range(2):
+        assert _stream(before[rank]) + _stream(after[rank]) == _stream(whole[rank]), f"rank {rank}"
+        assert (after[rank]["start_step"], after[rank]["final_step"]) == (5, 12)
+        assert after[rank]["weights"] == whole[rank]["weights"]
+        assert not after[rank]["resume_warnings"]
+
+
+def test_max_steps_whose_end_falls_inside_a_step_says_what_the_last_step_trains_past_it(runs):
+    """max_steps=3 on 1 x 4 x GA 2 ends at sample 24 of epoch 0; stopped at step 2 (16 trained) and resumed
+    on 2 x 4 x GA 2 (16 a step), the one step left trains 8 samples past it: whole, and said."""
+    (before,), after = _read(runs, "budgetgrow", "stop", 1), _read(runs, "budgetgrow", "resume", 2)
+    assert len(_trained([before])) == 16
+    for rank in range(2):
+        assert (after[rank]["start_step"], after[rank]["final_step"]) == (1, 2)
+        assert any("trains 8 samples past it" in w for w in after[rank]["resume_warnings"]), after[rank]
+    trained = _trained([before] + after)
+    assert len(trained) == len(set(trained)) == 32
+    first = reference(N, SEED, 1, 4, 1)[0]  # epoch 0's global order, read by 1 rank in batches of 4
+    assert trained == sorted((0, i) for _, ids in first[:8] for i in ids), "not the epoch's first 32 samples"
+
+
+def test_a_resume_that_would_train_nothing_while_data_remains_is_refused_with_the_numbers(runs):
+    (refused,) = _read(runs, "budget", "refuse", 1)
+    assert refused["batches"] == []
+    message = refused["error"]
+    assert "max_steps: found 10, but this resume is placed at global_step 10" in message
+    assert "stopped at step 5 of its 12" in message
+    assert "max_steps=12 set by a run of 2 ranks x batch 4 x accumulation 1 (8 samples a step)" in message
+    assert "which here ends at step 24: 14 steps left" in message
+    assert "Fix: pass max_steps=12 as the saved run did, or one above 10" in message

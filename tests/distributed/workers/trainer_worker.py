@@ -41,7 +41,12 @@ SCENARIOS = {
     "grow": (4, 2, 0, False, 6),  # saved on 1 rank, GA 2: 2 batches into epoch 1 (cursor 8); resumed on 2
     "shards": (4, 1, 0, False, 7),  # a JSONL corpus of 20 shards as shufflepoint.Shards
     "mixture": (4, 1, 0, False, 7),  # that corpus mixed 2:1 with 10 in-memory samples, 40 an epoch
+    "budget": (4, 1, 0, False, 5),  # max_steps 12 on 2 ranks (96 samples), stopped at 5, resumed on 1
+    "budgetsame": (4, 1, 0, False, 5),  # the same, resumed on 2
+    "budgetgrow": (4, 2, 0, False, 2),  # max_steps 3 on 1 rank x 4 x GA 2 (24 samples), stopped at 2, resumed on 2
 }
+MAX_STEPS = {"budget": 12, "budgetsame": 12, "budgetgrow": 3}  # the others count epochs (num_train_epochs=3)
+REFUSED_MAX_STEPS = 10  # phase "refuse": a resume of "budget" on 1 rank with max_steps changed to its placed step
 
 
 class Tokens(torch.utils.data.Dataset):
@@ -124,7 +129,8 @@ def run(out, phase, name, rank):
     output_dir = os.path.join(out, name)
     args = transformers.TrainingArguments(
         output_dir=output_dir, per_device_train_batch_size=batch, gradient_accumulation_steps=accumulation,
-        num_train_epochs=3, learning_rate=1e-2, lr_scheduler_type="linear", save_strategy="no",
+        num_train_epochs=3, max_steps=REFUSED_MAX_STEPS if phase == "refuse" else MAX_STEPS.get(name, -1),
+        learning_rate=1e-2, lr_scheduler_type="linear", save_strategy="no",
         logging_strategy="no", report_to=[], use_cpu=True, seed=1234, dataloader_num_workers=workers,
         disable_tqdm=True, ddp_find_unused_parameters=False,
     )
@@ -138,7 +144,12 @@ def run(out, phase, name, rank):
                         record=record, callbacks=[Steps(record, stop if stopping else None, phase == "kill")])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ResumeWarning)
-        trainer.train(resume_from_checkpoint=phase == "resume")
+        try:
+            trainer.train(resume_from_checkpoint=phase in ("resume", "refuse"))
+        except ValueError as error:
+            if phase != "refuse":
+                raise
+            record["error"] = str(error)
     record["resume_warnings"] = [str(w.message) for w in caught if issubclass(w.category, ResumeWarning)]
     record["final_step"] = trainer.state.global_step
     record["weights"] = float(sum(p.detach().double().sum() for p in model.parameters()))
