@@ -183,8 +183,8 @@ def test_a_resume_that_would_train_nothing_while_data_remains_is_refused_with_th
     (refused,) = _read(runs, "budget", "refuse", 1)
     assert refused["batches"] == []
     message = refused["error"]
-    assert "max_steps: found 10, but this resume is placed at global_step 10" in message
-    assert "stopped at step 5 of its 12" in message
-    assert "max_steps=12 set by a run of 2 ranks x batch 4 x accumulation 1 (8 samples a step)" in message
-    assert "which here ends at step 24: 14 steps left" in message
-    assert "Fix: pass max_steps=12 as the saved run did, or one above 10" in message
+    assert message.startswith("max_steps: this resume would train nothing, while the saved run had steps left")
+    assert "found: max_steps=10, and the resume is placed at global_step 10 (steps of 1 rank x batch 4" in message
+    assert ("saved: stopped at step 5 of 12; max_steps=12 set by a run of 2 ranks x batch 4 x accumulation 1 "
+            "(8 samples a step), which here ends at step 24: 14 steps left") in message
+    assert "fix: pass max_steps=12 as the saved run did, or one above 10" in message

@@ -46,7 +46,7 @@ class End:
 
 def step_size(world_size: int, batch_size: int, accumulation: int) -> str:
     """``'2 ranks x batch 4 x accumulation 1 (8 samples a step)'``: a step's size, for messages."""
-    return (f"{world_size} ranks x batch {batch_size} x accumulation {accumulation} "
+    return (f"{world_size} rank{'s' if world_size != 1 else ''} x batch {batch_size} x accumulation {accumulation} "
             f"({world_size * batch_size * accumulation} samples a step)")
 
 

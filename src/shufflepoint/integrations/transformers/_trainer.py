@@ -175,15 +175,16 @@ class ResumableTrainerMixin(_TrainerBase):
                        f"{reach.max_steps - placed_step} steps left")
             fix = f"pass max_steps={saved.max_steps} as the saved run did, or one above {placed_step}"
         else:  # no budget recorded (an epoch-based or pre-0.4 checkpoint): max_steps counts this run's steps
-            setting = "the checkpoint records no max_steps budget, so max_steps counts this run's steps"
+            setting = "no max_steps budget recorded, so max_steps counts this run's steps"
             fix = f"pass a max_steps above {placed_step}"
         raise ValueError(
-            f"max_steps: found {self.args.max_steps}, but this resume is placed at global_step {placed_step} (steps "
-            f"of {self._step_size(self._shufflepoint_loader)}): it would train nothing, while the saved run "
-            f"stopped at step {state['global_step']} of its {state['max_steps']} ({setting}).\n"
-            "Likely cause: max_steps was changed for the new world size; it need not be: the same max_steps keeps "
-            "meaning the data of the run that set it.\n"
-            f"Fix: {fix}.")
+            "max_steps: this resume would train nothing, while the saved run had steps left.\n"
+            f"  found: max_steps={self.args.max_steps}, and the resume is placed at global_step {placed_step} "
+            f"(steps of {self._step_size(self._shufflepoint_loader)})\n"
+            f"  saved: stopped at step {state['global_step']} of {state['max_steps']}; {setting}\n"
+            "  likely cause: max_steps was changed for the new world size; it need not be: the same max_steps "
+            "keeps meaning the data of the run that set it\n"
+            f"  fix: {fix}")
 
     def _load_callback_state(self) -> None:
         # TOUCH POINT: Trainer._load_callback_state runs right after trainer_state.json is read and
