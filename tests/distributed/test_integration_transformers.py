@@ -20,6 +20,7 @@ learning rate at every resumed step is the linear schedule of the new run at the
 import importlib
 import json
 import os
+from collections import Counter
 
 import pytest
 
@@ -57,10 +58,12 @@ def runs(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("trainer"))
     first = ["whole:plain", "whole:augment", "whole:shards", "whole:mixture"]
     first += [f"stop:{n}" for n in SAME_WORLD[:-1]] + ["stop:shrink", "whole:budget", "stop:budget",
-                                                        "stop:budgetsame", "kill:kill"]
+                                                        "stop:budgetsame", "whole:budgetpacked",
+                                                        "stop:budgetpacked", "kill:kill"]
     killed = launch([WORKER, out, *first], 2, kill_when=os.path.join(out, "kill.saved"), timeout=400)
     assert killed.killed and os.path.exists(os.path.join(out, "kill.kill.rank1.json")), killed.stderr[-3000:]
-    launch([WORKER, out, "resume:shrink", "stop:grow", "refuse:budget", "resume:budget", "stop:budgetgrow"], 1,
+    launch([WORKER, out, "resume:shrink", "stop:grow", "refuse:budget", "resume:budget", "stop:budgetgrow",
+                    "resume:budgetpacked"], 1,
            timeout=300).check()
     launch([WORKER, out, *[f"resume:{n}" for n in SAME_WORLD], "resume:grow", "resume:budgetsame",
             "resume:budgetgrow"], 2, timeout=400).check()
@@ -188,3 +191,23 @@ def test_a_resume_that_would_train_nothing_while_data_remains_is_refused_with_th
     assert ("saved: stopped at step 5 of 12; max_steps=12 set by a run of 2 ranks x batch 4 x accumulation 1 "
             "(8 samples a step), which here ends at step 24: 14 steps left") in message
     assert "fix: pass max_steps=12 as the saved run did, or one above 10" in message
+
+
+def test_max_steps_of_packed_rows_keeps_meaning_its_tokens_across_two_to_one(runs):
+    """Packed rows of 4 tokens, max_steps=4 on 2 x 4 rows (128 tokens), stopped at step 2 (64 tokens) and
+    resumed on 1 x 4: the 64 tokens left are trained, in 4 steps of this run (placed at 4, max_steps 8).
+
+    Packed reads under the ``spans`` deal, which keeps no prefix: the budget is an amount of the epoch
+    (32 of its 33 rows), and which row is left for later depends on the world. So: the same amount,
+    no row twice, and the same rows as the uninterrupted run but for that one."""
+    whole, before = _read(runs, "budgetpacked", "whole", 2), _read(runs, "budgetpacked", "stop", 2)
+    (after,) = _read(runs, "budgetpacked", "resume", 1)
+
+    def rows(runs_of_phases):
+        return Counter(tuple(row) for run in runs_of_phases for b in run["batches"] for row in b["rows"])
+
+    assert [r["final_step"] for r in whole] == [4, 4] and (after["start_step"], after["final_step"]) == (4, 8)
+    assert sum(len(row) * k for row, k in rows([after]).items()) == 64
+    trained, meant = rows(before + [after]), rows(whole)
+    assert trained.total() == meant.total() == 32
+    assert (trained - meant).total() <= 1 and max(trained.values()) == 1, "a row trained twice, or not the budget"

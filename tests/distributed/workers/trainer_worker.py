@@ -44,8 +44,10 @@ SCENARIOS = {
     "budget": (4, 1, 0, False, 5),  # max_steps 12 on 2 ranks (96 samples), stopped at 5, resumed on 1
     "budgetsame": (4, 1, 0, False, 5),  # the same, resumed on 2
     "budgetgrow": (4, 2, 0, False, 2),  # max_steps 3 on 1 rank x 4 x GA 2 (24 samples), stopped at 2, resumed on 2
+    "budgetpacked": (4, 1, 0, False, 2),  # Packed rows of SEQ tokens: max_steps 4 on 2 ranks (128 tokens), 2 -> 1
 }
-MAX_STEPS = {"budget": 12, "budgetsame": 12, "budgetgrow": 3}  # the others count epochs (num_train_epochs=3)
+# max_steps of the budget scenarios; the others count epochs (num_train_epochs=3)
+MAX_STEPS = {"budget": 12, "budgetsame": 12, "budgetgrow": 3, "budgetpacked": 4}
 REFUSED_MAX_STEPS = 10  # phase "refuse": a resume of "budget" on 1 rank with max_steps changed to its placed step
 
 
@@ -88,6 +90,14 @@ def corpus_dataset(out, name, rank):
     return shufflepoint.Mixture([(corpus, 2), ([tokens(100 + i) for i in range(10)], 1)], samples_per_epoch=40)
 
 
+def packed_dataset():
+    """shufflepoint.Packed over 30 documents of 1 to 6 tokens (+ EOS): 33 rows of SEQ tokens an epoch."""
+    import shufflepoint
+
+    documents = [{"input_ids": [(3 * d + j) % (VOCAB - 1) for j in range(1 + d % 6)]} for d in range(30)]
+    return shufflepoint.Packed(documents, SEQ, eos=VOCAB - 1, progress=False)
+
+
 class Recording(Trainer):
     def __init__(self, *args, record=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -96,7 +106,7 @@ class Recording(Trainer):
     def training_step(self, model, inputs, *args, **kwargs):
         ids = inputs["input_ids"]
         self.record["batches"].append({"epoch": self.record["epoch"], "ids": ids[:, 0].tolist(),
-                                       "noise": ids[:, 2].tolist()})
+                                       "noise": ids[:, 2].tolist(), "rows": ids.tolist()})
         return super().training_step(model, inputs, *args, **kwargs)
 
 
@@ -139,7 +149,12 @@ def run(out, phase, name, rank):
                                       num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=SEQ)
     model = transformers.LlamaForCausalLM(config)
     stopping = phase in ("stop", "kill")
-    dataset = corpus_dataset(out, name, rank) if name in ("shards", "mixture") else Tokens(augment)
+    if name in ("shards", "mixture"):
+        dataset = corpus_dataset(out, name, rank)
+    elif name == "budgetpacked":
+        dataset = packed_dataset()
+    else:
+        dataset = Tokens(augment)
     trainer = Recording(model=model, args=args, train_dataset=dataset, seed_per_sample=augment,
                         record=record, callbacks=[Steps(record, stop if stopping else None, phase == "kill")])
     with warnings.catch_warnings(record=True) as caught:
