@@ -211,3 +211,9 @@ def test_trl_sft_trainer_before_the_mixin_is_refused():
         pass
 
     assert Right.get_train_dataloader is ResumableTrainerMixin.get_train_dataloader
+
+
+def test_the_trainer_state_file_is_transformers_own():
+    from transformers.trainer import TRAINER_STATE_NAME
+
+    assert _touch.TRAINER_STATE_FILE == TRAINER_STATE_NAME
