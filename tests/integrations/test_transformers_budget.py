@@ -132,3 +132,11 @@ def test_a_budget_round_trips_and_a_damaged_one_is_refused_by_field():
     with pytest.raises(StateError, match=r"b\.json: set_by\.world_size: found 0, expected an integer >= 1"):
         Budget.from_json(budget.to_json() | {"set_by": {"world_size": 0, "batch_size": 4, "accumulation": 1}},
                          "b.json")
+
+
+def test_the_docstring_examples_hold():
+    import doctest
+
+    from shufflepoint.integrations.transformers import _budget
+
+    assert doctest.testmod(_budget).attempted >= 4 and doctest.testmod(_budget).failed == 0
