@@ -71,7 +71,7 @@ def test_the_worked_example():
     assert steps_to(end, resumed, new.length, new.cursor_fn(saved), new.cursor_fn()) == Reach(24, 0)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(n=st.integers(1, 80), old=st.tuples(st.integers(1, 4), st.integers(1, 6), st.integers(1, 3)),
        new=st.tuples(st.integers(1, 4), st.integers(1, 6), st.integers(1, 3)), drop_last=st.booleans(),
        deal=st.sampled_from(["strided", "spans"]), data=st.data())
