@@ -1,11 +1,12 @@
 """``max_steps`` as data: where the run that set it ends, and how many steps of this run reach there.
 
 The Trainer counts ``max_steps`` in optimizer steps, and a step is ``W x B x GA`` samples of the run
-that takes it (rows of ``seq_len`` tokens for ``Packed``, so samples and tokens are the same count).
+that takes it (rows of ``seq_len`` tokens for ``Packed``: tokens are rows x ``seq_len``).
 A resize changes the size of a step, so the same ``max_steps`` would mean other data. Here it is
 turned, once, in the run that set it, into a position in the data, ``End(epoch, cursor)`` (the
 loader's own coordinates: ``cursor`` positions of that epoch's global stream trained); every resumed
-run then trains as many of its own steps as reach that position::
+run then trains as many of its own steps as reach that position (under the ``spans`` deal the cursor
+counts positions received, not a prefix: the budget is then an amount of the epoch)::
 
     set:    End = where max_steps of the setting run's steps end      (end_of)
     resume: max_steps of this run = its steps up to End               (steps_to)
