@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test test-examples test-ray bench bench-shuffle bench-agreement bench-scaling bench-indexing bench-shards \
-	bench-locality bench-read bench-packing soak lint clean test-accelerate-matrix test-transformers-matrix
+	bench-locality bench-read bench-packing bench-gpu soak lint clean test-accelerate-matrix test-transformers-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,12 @@ bench-locality: $(STAMP)
 # without a published index) on the tests' S3 server behind the byte-counting proxy (issue 18.7).
 bench-indexing: $(STAMP)
 	$(PY) benchmarks/indexing.py $(if $(QUICK),--quick)
+
+# One GPU kept fed (issue 25.8; benchmarks/gpu_feed.py): a ~125M Llama in bf16 on Packed Parquet rows of
+# 2048 tokens at num_workers 0/4/8 vs the same steps on batches already on the GPU, and a kill and resume
+# with bitwise-equal losses. Where CUDA is absent it says "no GPU" and exits 0 (nothing measured).
+bench-gpu: $(STAMP)
+	$(PY) benchmarks/gpu_feed.py
 
 # The read path against issue 19's targets: Parquet rows vs pyarrow's sequential decode, token windows
 # per second, workers 0 and 2 (first batch and rate apart). About 2 minutes; QUICK=1 a tenth of the corpus.

@@ -151,3 +151,69 @@ def test_the_schedule_continues_at_the_placed_step():
     stepped = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2)
     with pytest.warns(shufflepoint.ResumeWarning, match="StepLR continues at its saved step count"):
         continue_schedule(stepped, optimizer, 4)
+
+
+def test_a_trainer_listed_before_the_mixin_is_refused_at_class_creation():
+    """Listed after a Trainer, the mixin's methods are shadowed: the class would be the stock Trainer."""
+    from shufflepoint.integrations.transformers import ResumableTrainerMixin
+
+    class SFTLike(transformers.Trainer):
+        pass
+
+    with pytest.raises(TypeError, match=r"class Wrong\(SFTLike, ResumableTrainerMixin\): SFTLike comes before "
+                                        r"ResumableTrainerMixin(.|\n)*Fix: list the mixin first, "
+                                        r"class Wrong\(ResumableTrainerMixin, SFTLike\)"):
+        class Wrong(SFTLike, ResumableTrainerMixin):
+            pass
+    with pytest.raises(TypeError, match="Trainer comes before ResumableTrainerMixin"):
+        class AlsoWrong(transformers.Trainer, ResumableTrainerMixin):
+            pass
+    with pytest.raises(TypeError, match="SFTLike comes before ResumableTrainerMixin"):
+        class OverOurs(SFTLike, Trainer):  # our Trainer after another Trainer subclass: the same shadowing
+            pass
+
+    class Right(ResumableTrainerMixin, SFTLike):
+        pass
+
+    class Further(Right):  # a subclass of a right one is right, and so is a plain mixin on the left
+        pass
+
+    class Logging:
+        pass
+
+    class WithAnotherMixin(Logging, ResumableTrainerMixin, SFTLike):
+        pass
+
+    assert [Right.get_train_dataloader, Further.get_train_dataloader, WithAnotherMixin.get_train_dataloader] == [
+        ResumableTrainerMixin.get_train_dataloader] * 3
+
+
+def test_the_mixin_without_a_trainer_is_refused_at_init(tmp_path):
+    from shufflepoint.integrations.transformers import ResumableTrainerMixin
+
+    class Alone(ResumableTrainerMixin):
+        pass
+
+    with pytest.raises(TypeError, match="found no transformers.Trainer among its bases"):
+        Alone(model=_model(), args=_args(tmp_path))
+
+
+def test_trl_sft_trainer_before_the_mixin_is_refused():
+    trl = pytest.importorskip("trl")
+    from shufflepoint.integrations.transformers import ResumableTrainerMixin
+
+    with pytest.raises(TypeError, match=r"SFTTrainer comes before ResumableTrainerMixin(.|\n)*"
+                                        r"class Wrong\(ResumableTrainerMixin, SFTTrainer\)"):
+        class Wrong(trl.SFTTrainer, ResumableTrainerMixin):
+            pass
+
+    class Right(ResumableTrainerMixin, trl.SFTTrainer):
+        pass
+
+    assert Right.get_train_dataloader is ResumableTrainerMixin.get_train_dataloader
+
+
+def test_the_trainer_state_file_is_transformers_own():
+    from transformers.trainer import TRAINER_STATE_NAME
+
+    assert _touch.TRAINER_STATE_FILE == TRAINER_STATE_NAME

@@ -256,6 +256,15 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         start, done = self._left()
         return max(start.real_samples(rank) - done, 0)
 
+    def cursor_after(self, batches: int, *, from_epoch_start: bool = False) -> int:
+        """The epoch's ``cursor`` once each rank has received ``batches`` more batches, from where the
+        loader stands (or from an epoch's start). Arithmetic only: the loader does not move. It stops
+        growing at the epoch's end. The Trainer integration turns a ``max_steps`` budget into this
+        layout's steps with it."""
+        check_int("batches", batches, 0, 2**62)
+        start, done = (self._deal.cut(self._layout, 0, []), 0) if from_epoch_start else self._left()
+        return start.after(done + batches * self._layout.batch_size)[0]
+
     @property
     def rank(self) -> int:
         return self._rank

@@ -41,7 +41,14 @@ SCENARIOS = {
     "grow": (4, 2, 0, False, 6),  # saved on 1 rank, GA 2: 2 batches into epoch 1 (cursor 8); resumed on 2
     "shards": (4, 1, 0, False, 7),  # a JSONL corpus of 20 shards as shufflepoint.Shards
     "mixture": (4, 1, 0, False, 7),  # that corpus mixed 2:1 with 10 in-memory samples, 40 an epoch
+    "budget": (4, 1, 0, False, 5),  # max_steps 12 on 2 ranks (96 samples), stopped at 5, resumed on 1
+    "budgetsame": (4, 1, 0, False, 5),  # the same, resumed on 2
+    "budgetgrow": (4, 2, 0, False, 2),  # max_steps 3 on 1 rank x 4 x GA 2 (24 samples), stopped at 2, resumed on 2
+    "budgetpacked": (4, 1, 0, False, 2),  # Packed rows of SEQ tokens: max_steps 4 on 2 ranks (128 tokens), 2 -> 1
 }
+# max_steps of the budget scenarios; the others count epochs (num_train_epochs=3)
+MAX_STEPS = {"budget": 12, "budgetsame": 12, "budgetgrow": 3, "budgetpacked": 4}
+REFUSED_MAX_STEPS = 10  # phase "refuse": a resume of "budget" on 1 rank with max_steps changed to its placed step
 
 
 class Tokens(torch.utils.data.Dataset):
@@ -83,6 +90,14 @@ def corpus_dataset(out, name, rank):
     return shufflepoint.Mixture([(corpus, 2), ([tokens(100 + i) for i in range(10)], 1)], samples_per_epoch=40)
 
 
+def packed_dataset():
+    """shufflepoint.Packed over 30 documents of 1 to 6 tokens (+ EOS): 33 rows of SEQ tokens an epoch."""
+    import shufflepoint
+
+    documents = [{"input_ids": [(3 * d + j) % (VOCAB - 1) for j in range(1 + d % 6)]} for d in range(30)]
+    return shufflepoint.Packed(documents, SEQ, eos=VOCAB - 1, progress=False)
+
+
 class Recording(Trainer):
     def __init__(self, *args, record=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -91,7 +106,7 @@ class Recording(Trainer):
     def training_step(self, model, inputs, *args, **kwargs):
         ids = inputs["input_ids"]
         self.record["batches"].append({"epoch": self.record["epoch"], "ids": ids[:, 0].tolist(),
-                                       "noise": ids[:, 2].tolist()})
+                                       "noise": ids[:, 2].tolist(), "rows": ids.tolist()})
         return super().training_step(model, inputs, *args, **kwargs)
 
 
@@ -124,7 +139,8 @@ def run(out, phase, name, rank):
     output_dir = os.path.join(out, name)
     args = transformers.TrainingArguments(
         output_dir=output_dir, per_device_train_batch_size=batch, gradient_accumulation_steps=accumulation,
-        num_train_epochs=3, learning_rate=1e-2, lr_scheduler_type="linear", save_strategy="no",
+        num_train_epochs=3, max_steps=REFUSED_MAX_STEPS if phase == "refuse" else MAX_STEPS.get(name, -1),
+        learning_rate=1e-2, lr_scheduler_type="linear", save_strategy="no",
         logging_strategy="no", report_to=[], use_cpu=True, seed=1234, dataloader_num_workers=workers,
         disable_tqdm=True, ddp_find_unused_parameters=False,
     )
@@ -133,12 +149,22 @@ def run(out, phase, name, rank):
                                       num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=SEQ)
     model = transformers.LlamaForCausalLM(config)
     stopping = phase in ("stop", "kill")
-    dataset = corpus_dataset(out, name, rank) if name in ("shards", "mixture") else Tokens(augment)
+    if name in ("shards", "mixture"):
+        dataset = corpus_dataset(out, name, rank)
+    elif name == "budgetpacked":
+        dataset = packed_dataset()
+    else:
+        dataset = Tokens(augment)
     trainer = Recording(model=model, args=args, train_dataset=dataset, seed_per_sample=augment,
                         record=record, callbacks=[Steps(record, stop if stopping else None, phase == "kill")])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ResumeWarning)
-        trainer.train(resume_from_checkpoint=phase == "resume")
+        try:
+            trainer.train(resume_from_checkpoint=phase in ("resume", "refuse"))
+        except ValueError as error:
+            if phase != "refuse":
+                raise
+            record["error"] = str(error)
     record["resume_warnings"] = [str(w.message) for w in caught if issubclass(w.category, ResumeWarning)]
     record["final_step"] = trainer.state.global_step
     record["weights"] = float(sum(p.detach().double().sum() for p in model.parameters()))

@@ -11,16 +11,19 @@ A drop-in for ``transformers.Trainer`` (``pip install 'shufflepoint[transformers
   = ``data_seed`` or ``seed``). It shards over the ranks itself and never goes through
   ``accelerator.prepare``; the Trainer moves each batch to the device.
 - Every checkpoint folder gets ``shufflepoint_loader.json``: the loader's state, a few integers,
-  the same on every rank (written by the ranks that save, ``args.should_save``).
+  the same on every rank (written by the ranks that save, ``args.should_save``); with ``max_steps``
+  set, also ``shufflepoint_budget.json``: where those steps end in the data (``_budget``).
 - On ``resume_from_checkpoint`` that state places the data (a seek: no batch is read or replayed),
   and ``global_step`` is rewritten to agree with it in this run's cut of the epoch
   (``_placement``): on another world size, per-device batch size or gradient accumulation the
   interrupted epoch trains every sample once, ``num_train_epochs`` still counts epochs of data,
-  and a ``LambdaLR`` schedule is continued at the rewritten step (the fraction of the data
-  trained). transformers >= 5.25 asks ``get_resumed_dataloader``, which returns the placed loader;
+  ``max_steps`` keeps meaning the data of the run that set it (each resumed run trains as many of its
+  own steps as reach it), and a ``LambdaLR`` schedule is continued at the rewritten step (the
+  fraction of the data trained). transformers >= 5.25 asks ``get_resumed_dataloader``, which returns the placed loader;
   older versions call ``skip_first_batches``, replaced during ``train()`` for our loader only.
 
-``ResumableTrainerMixin`` gives any Trainer subclass the same (TRL's ``SFTTrainer``: put it first).
+``ResumableTrainerMixin`` gives any Trainer subclass the same (TRL's ``SFTTrainer``): put it first; a
+class that lists a Trainer before it is refused with a ``TypeError`` when it is created.
 Every touch point on transformers' internals is in ``_touch`` (``TOUCH_POINTS``), checked against
 ``TESTED_TRANSFORMERS``.
 """
@@ -29,7 +32,7 @@ import transformers
 
 from shufflepoint.integrations.transformers._placement import Placement, place
 from shufflepoint.integrations.transformers._touch import TESTED_TRANSFORMERS, TOUCH_POINTS, version_in_range
-from shufflepoint.integrations.transformers._trainer import LOADER_STATE_FILE, ResumableTrainerMixin
+from shufflepoint.integrations.transformers._trainer import BUDGET_FILE, LOADER_STATE_FILE, ResumableTrainerMixin
 
 
 class Trainer(ResumableTrainerMixin, transformers.Trainer):
@@ -40,5 +43,5 @@ class Trainer(ResumableTrainerMixin, transformers.Trainer):
     """
 
 
-__all__ = ["LOADER_STATE_FILE", "TESTED_TRANSFORMERS", "TOUCH_POINTS", "Placement", "ResumableTrainerMixin",
-           "Trainer", "place", "version_in_range"]
+__all__ = ["BUDGET_FILE", "LOADER_STATE_FILE", "TESTED_TRANSFORMERS", "TOUCH_POINTS", "Placement",
+           "ResumableTrainerMixin", "Trainer", "place", "version_in_range"]

@@ -41,7 +41,14 @@ TOUCH_POINTS = (
     "_get_dataloader would drop",
     "transformers.Trainer._train_batch_size: the per-device batch size (auto_find_batch_size changes it)",
     "transformers.trainer_utils.seed_worker: the worker_init_fn _get_dataloader passes",
+    "transformers.Trainer.set_initial_training_values: returns (num_train_epochs, nupe, num_examples, "
+    "num_train_samples, ..., max_steps); with max_steps set, its max_steps (and the epochs and samples it "
+    "implies) is replaced by this run's steps to the data the run that set it meant",
+    "transformers.trainer.TRAINER_STATE_NAME: the checkpoint's trainer_state.json, whose global_step and "
+    "max_steps say whether the saved run had steps left",
 )
+
+TRAINER_STATE_FILE = "trainer_state.json"  # TOUCH POINT: transformers.trainer.TRAINER_STATE_NAME (checked in tests)
 
 
 def _release(text: str) -> tuple[int, ...] | None:

@@ -4,6 +4,7 @@ checkpoint, and a resume that places the data from that state instead of replayi
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import warnings
@@ -15,6 +16,7 @@ from shufflepoint._core.errors import ResumeWarning
 from shufflepoint._loading.keyed import Transform
 from shufflepoint._loading.loader import DataLoader
 from shufflepoint.integrations.transformers import _touch
+from shufflepoint.integrations.transformers._budget import Budget, Reach, end_of, step_size, steps_to
 from shufflepoint.integrations.transformers._placement import Placement, place, updates_per_epoch
 from shufflepoint.integrations.transformers._schedule import ContinueSchedule, continue_schedule
 
@@ -26,6 +28,8 @@ else:
     _TrainerBase = object
 
 LOADER_STATE_FILE = "shufflepoint_loader.json"
+# Where max_steps ends in the data (set by the run that set max_steps; see _budget), with that run's numbers.
+BUDGET_FILE = "shufflepoint_budget.json"
 
 
 class ResumableTrainerMixin(_TrainerBase):
@@ -38,8 +42,13 @@ class ResumableTrainerMixin(_TrainerBase):
     and ``force_version`` (run on a transformers outside ``TESTED_TRANSFORMERS``, with a warning).
     """
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _refuse_a_trainer_before_the_mixin(cls)
+
     def __init__(self, *args: Any, seed_per_sample: bool = False, transform: Transform | None = None,
                  order: str | None = None, force_version: bool = False, **kwargs: Any) -> None:
+        _refuse_a_mixin_without_a_trainer(type(self))
         self._shufflepoint_version = _touch.check_version(force_version)
         self._shufflepoint_options: dict[str, Any] = {"seed_per_sample": seed_per_sample, "transform": transform,
                                                       "order": order}
@@ -48,6 +57,7 @@ class ResumableTrainerMixin(_TrainerBase):
         self._shufflepoint_placement: Placement | None = None
         self._shufflepoint_saved_step: int | None = None
         self._shufflepoint_first_chunk: int | None = None
+        self._shufflepoint_budget: Budget | None = None
         super().__init__(*args, **kwargs)
         self.add_callback(ContinueSchedule(self))
 
@@ -97,10 +107,84 @@ class ResumableTrainerMixin(_TrainerBase):
         self._shufflepoint_placement = None
         self._shufflepoint_saved_step = None
         self._shufflepoint_first_chunk = None
+        self._shufflepoint_budget = None
         skip = (contextlib.nullcontext() if _touch.has_resume_hook(self._shufflepoint_version)
                 else _touch.skip_first_batches_passes(self._is_ours, self._check_resumed))
         with skip:
             return super().train(resume_from_checkpoint or None, *args, **kwargs)
+
+    def set_initial_training_values(self, *args: Any, **kwargs: Any) -> Any:
+        # TOUCH POINT: Trainer.set_initial_training_values returns (num_train_epochs, ..., num_train_samples
+        # at 3, ..., max_steps last), from which the loop, TrainerState.max_steps and the scheduler are
+        # built; with max_steps set, its steps are made to reach the data the run that set it meant.
+        values: list[Any] = list(super().set_initial_training_values(*args, **kwargs))
+        if self.args.max_steps > 0 and self._shufflepoint_loader is not None:
+            max_steps = self._budgeted_max_steps(int(values[-1]))
+            updates = updates_per_epoch(len(self._shufflepoint_loader), self.args.gradient_accumulation_steps)
+            values[0] = max(-(-max_steps // updates), 1)
+            values[3] = max_steps * self.get_total_train_batch_size(self.args)
+            values[-1] = max_steps
+        return tuple(values)
+
+    def _budgeted_max_steps(self, max_steps: int) -> int:
+        """This run's max_steps: ``args.max_steps`` on a fresh run, or when this run changes it (it then
+        counts this run's steps); else as many of this run's steps as reach the data the run that set
+        it meant (``_budget``). Records the budget for this run's checkpoints."""
+        loader, folder, accumulation = self._shufflepoint_loader, self._shufflepoint_checkpoint, \
+            self.args.gradient_accumulation_steps
+        assert loader is not None
+        now = loader.cursor_after
+        fresh = functools.partial(loader.cursor_after, from_epoch_start=True)
+        placement = (place(loader.epoch, len(loader), loader.batches_left(), accumulation) if folder is None
+                     else self._place_loader(loader, folder, accumulation))
+        if placement is None:  # not written by a shufflepoint Trainer: placed by global_step later
+            return max_steps
+        saved = self._saved_budget(folder)
+        reach = steps_to(saved.end, placement, len(loader), now, fresh) if saved is not None else None
+        if saved is not None and reach is not None and saved.max_steps == self.args.max_steps:
+            if reach.overshoot:
+                warnings.warn(
+                    f"{saved.describe()} ends at position {saved.end.cursor} of epoch {saved.end.epoch}, inside a "
+                    f"step of this run ({self._step_size(loader)}): its last step, {reach.max_steps}, is whole and "
+                    f"trains {reach.overshoot} samples past it", ResumeWarning, stacklevel=3)
+            max_steps, self._shufflepoint_budget = reach.max_steps, saved
+        else:
+            self._shufflepoint_budget = Budget(self.args.max_steps, end_of(max_steps, placement, now, fresh),
+                                               loader.world_size, int(loader.batch_size or 1), accumulation)
+        if folder is not None and max_steps <= placement.global_step:
+            self._refuse_training_nothing(folder, placement.global_step, saved, reach)
+        return max_steps
+
+    def _saved_budget(self, folder: str | None) -> Budget | None:
+        path = os.path.join(folder, BUDGET_FILE) if folder is not None else None
+        found = _read_json(path) if path is not None else None
+        return Budget.from_json(found, path) if path is not None and found is not None else None
+
+    def _step_size(self, loader: DataLoader) -> str:
+        return step_size(loader.world_size, int(loader.batch_size or 1), self.args.gradient_accumulation_steps)
+
+    def _refuse_training_nothing(self, folder: str, placed_step: int, saved: Budget | None,
+                                 reach: Reach | None) -> None:
+        """This run would train nothing: an error if the saved run had steps left."""
+        state = _read_json(os.path.join(folder, _touch.TRAINER_STATE_FILE))
+        if state is None or int(state["global_step"]) >= int(state["max_steps"]):
+            return
+        assert self._shufflepoint_loader is not None
+        if saved is not None and reach is not None:
+            setting = (f"{saved.describe()}, which here ends at step {reach.max_steps}: "
+                       f"{reach.max_steps - placed_step} steps left")
+            fix = f"pass max_steps={saved.max_steps} as the saved run did, or one above {placed_step}"
+        else:  # no budget recorded (an epoch-based or pre-0.4 checkpoint): max_steps counts this run's steps
+            setting = "no max_steps budget recorded, so max_steps counts this run's steps"
+            fix = f"pass a max_steps above {placed_step}"
+        raise ValueError(
+            "max_steps: this resume would train nothing, while the saved run had steps left.\n"
+            f"  found: max_steps={self.args.max_steps}, and the resume is placed at global_step {placed_step} "
+            f"(steps of {self._step_size(self._shufflepoint_loader)})\n"
+            f"  saved: stopped at step {state['global_step']} of {state['max_steps']}; {setting}\n"
+            "  likely cause: max_steps was changed for the new world size; it need not be: the same max_steps "
+            "keeps meaning the data of the run that set it\n"
+            f"  fix: {fix}")
 
     def _load_callback_state(self) -> None:
         # TOUCH POINT: Trainer._load_callback_state runs right after trainer_state.json is read and
@@ -152,28 +236,19 @@ class ResumableTrainerMixin(_TrainerBase):
         loader, folder = self._shufflepoint_loader, self._shufflepoint_checkpoint
         if loader is None or folder is None:
             return
-        if self.args.ignore_data_skip:
-            raise ValueError("ignore_data_skip: found True, expected False: the shufflepoint Trainer reads no "
-                             "skipped data on resume (a seek), so there is nothing to save by restarting "
-                             "the epoch")
         accumulation = self.args.gradient_accumulation_steps
-        path = os.path.join(folder, LOADER_STATE_FILE)
-        if os.path.exists(path):
-            with open(path) as f:
-                loader.load_state_dict(json.load(f))
-        else:
+        placement = self._place_loader(loader, folder, accumulation)
+        if placement is None:
             nupe = updates_per_epoch(len(loader), accumulation)
             epoch, step = divmod(self.state.global_step, nupe)
             warnings.warn(
-                f"{path} not found: the checkpoint was not written by a shufflepoint Trainer, so the data is "
-                f"placed by global_step alone (epoch {epoch}, {step * accumulation} batches): exact only if "
-                "this run has the saved run's world size, batch size and gradient accumulation, and was "
-                "written with the shufflepoint order", ResumeWarning, stacklevel=2)
+                f"{os.path.join(folder, LOADER_STATE_FILE)} not found: the checkpoint was not written by a "
+                f"shufflepoint Trainer, so the data is placed by global_step alone (epoch {epoch}, "
+                f"{step * accumulation} batches): exact only if this run has the saved run's world size, batch "
+                "size and gradient accumulation, and was written with the shufflepoint order",
+                ResumeWarning, stacklevel=2)
             loader.seek(epoch, min(step * accumulation, len(loader)))
-        left = loader.batches_left()
-        placement = place(loader.epoch, len(loader), left, accumulation)
-        if placement.epoch != loader.epoch:
-            loader.set_epoch(placement.epoch)
+            placement = place(loader.epoch, len(loader), loader.batches_left(), accumulation)
         if not placement.aligned and not _touch.has_resume_hook(self._shufflepoint_version):
             warnings.warn(
                 f"resumed {placement.batches_done} batches into epoch {placement.epoch}, not a whole number of "
@@ -184,6 +259,23 @@ class ResumableTrainerMixin(_TrainerBase):
         self._shufflepoint_saved_step = self.state.global_step
         self.state.global_step = placement.global_step
         self._shufflepoint_placement = placement
+
+    def _place_loader(self, loader: DataLoader, folder: str, accumulation: int) -> Placement | None:
+        """Load the checkpoint's loader state (None without one) and move a finished epoch to the next.
+        Run twice on a resume (for max_steps, then where the Trainer reads its state): O(1), and the
+        second undoes anything that iterated the loader in between (4.57's token count does)."""
+        if self.args.ignore_data_skip:
+            raise ValueError("ignore_data_skip: found True, expected False: the shufflepoint Trainer reads no "
+                             "skipped data on resume (a seek), so there is nothing to save by restarting "
+                             "the epoch")
+        state = _read_json(os.path.join(folder, LOADER_STATE_FILE))
+        if state is None:
+            return None
+        loader.load_state_dict(state)
+        placement = place(loader.epoch, len(loader), loader.batches_left(), accumulation)
+        if placement.epoch != loader.epoch:
+            loader.set_epoch(placement.epoch)
+        return placement
 
     def _on_train_begin(self, scheduler: Any, optimizer: Any) -> None:
         """After the scheduler was loaded: continue it at the placed ``global_step``."""
@@ -203,7 +295,55 @@ class ResumableTrainerMixin(_TrainerBase):
         if not os.path.isdir(folder):
             raise RuntimeError(f"shufflepoint Trainer: the checkpoint folder {folder} was not written by "
                                "Trainer._save_checkpoint, so the loader's state has no place to go")
-        path = os.path.join(folder, LOADER_STATE_FILE)
-        with open(f"{path}.tmp{os.getpid()}", "w") as f:
-            json.dump(loader.state_dict(), f)
-        os.replace(f"{path}.tmp{os.getpid()}", path)
+        _write_json(os.path.join(folder, LOADER_STATE_FILE), loader.state_dict())
+        if self._shufflepoint_budget is not None:
+            _write_json(os.path.join(folder, BUDGET_FILE), self._shufflepoint_budget.to_json())
+
+
+def _read_json(path: str) -> Any:
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def _write_json(path: str, value: Any) -> None:
+    with open(f"{path}.tmp{os.getpid()}", "w") as f:
+        json.dump(value, f)
+    os.replace(f"{path}.tmp{os.getpid()}", path)
+
+
+def _refuse_a_trainer_before_the_mixin(cls: type) -> None:
+    """``TypeError`` when a ``transformers.Trainer`` comes before ``ResumableTrainerMixin`` in ``cls``'s
+    method resolution order: its methods (``get_train_dataloader``, ``train``, ``_save_checkpoint``)
+    would then shadow the mixin's, and the class would silently be the stock Trainer (the stock order,
+    no loader state in the checkpoints).
+
+    ``class X(trl.SFTTrainer, ResumableTrainerMixin)`` has the order X, SFTTrainer, Trainer, mixin: refused.
+    ``class X(ResumableTrainerMixin, trl.SFTTrainer)`` has X, mixin, SFTTrainer, Trainer: right.
+    """
+    import transformers
+
+    order = cls.__mro__
+    mixin_at = order.index(ResumableTrainerMixin)
+    shadowing = [c for c in order[:mixin_at]
+                 if issubclass(c, transformers.Trainer) and not issubclass(c, ResumableTrainerMixin)]
+    if shadowing:
+        bases = ", ".join(base.__name__ for base in cls.__bases__)
+        raise TypeError(
+            f"class {cls.__name__}({bases}): {shadowing[0].__name__} comes before ResumableTrainerMixin in "
+            f"its method resolution order ({' -> '.join(c.__name__ for c in order[:mixin_at + 1])}), so the "
+            "Trainer's own methods shadow the mixin's and the class would silently train the stock order, "
+            "with no loader state in its checkpoints.\n"
+            f"Fix: list the mixin first, class {cls.__name__}(ResumableTrainerMixin, {shadowing[0].__name__}) "
+            "(or subclass shufflepoint.integrations.transformers.Trainer).")
+
+
+def _refuse_a_mixin_without_a_trainer(cls: type) -> None:
+    import transformers
+
+    if not issubclass(cls, transformers.Trainer):
+        raise TypeError(
+            f"{cls.__name__}: ResumableTrainerMixin found no transformers.Trainer among its bases; it changes a "
+            f"Trainer's loader and checkpoints. Fix: class {cls.__name__}(ResumableTrainerMixin, transformers.Trainer) "
+            "(or TRL's SFTTrainer, or any other Trainer subclass), mixin first.")
