@@ -30,8 +30,9 @@ def test_cursor_after_is_the_cursor_after_receiving_the_batches(n, world, batch,
         loader.load_state_dict(state, verify_ranks=False)
     loader = resumed[0]
     ahead = data.draw(st.integers(0, loader.batches_left() + 2))
+    loaded = loader.state_dict()
     predicted, fresh = loader.cursor_after(ahead), loader.cursor_after(ahead, from_epoch_start=True)
-    assert loader.state_dict() == state | {"world_size": new_world}, "cursor_after moved the loader"
+    assert loader.state_dict() == loaded, "cursor_after moved the loader"
     if loader.batches_left() == 0:
         return
     start = loader.cursor
