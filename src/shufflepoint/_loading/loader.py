@@ -14,6 +14,7 @@ from shufflepoint._core.plan import Layout, StridedCut
 from shufflepoint._core.spans import SpanCut
 from shufflepoint._loading.agreement import validate_everywhere
 from shufflepoint._loading.keyed import KeyedCollate, KeyedDataset, Transform, keyed_chunks
+from shufflepoint._loading.mesh import resolve_data_parallel
 from shufflepoint._loading.sampler import (
     Deal,
     OrderCache,
@@ -21,7 +22,6 @@ from shufflepoint._loading.sampler import (
     explain_fingerprint,
     rank_chunks,
     resolve_fingerprint,
-    resolve_world,
     warn_if_blocks_exceed_the_share,
 )
 from shufflepoint._order import check_int
@@ -143,6 +143,11 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
     that call ``set_epoch`` every epoch. ``rank``/``world_size`` default to the initialised
     process group, else 0 and 1. ``sampler``/``batch_sampler`` cannot be passed: the order is ours.
 
+    Tensor, context or pipeline parallelism: ``mesh=device_mesh["dp"]`` (a ``DeviceMesh`` whose
+    dimensions are all data-parallel, flattened if several; or ``mesh=device_mesh, mesh_dims="dp"``)
+    or ``process_group=dp_group`` deals over the data-parallel ranks only, so model-parallel peers
+    receive identical batches and hold identical states (see ``_loading/mesh.py``).
+
     Augmentations that survive a resume: ``transform=fn`` calls ``fn(sample, rng)`` with the
     sample's own ``numpy.random.Generator``, keyed by (seed, epoch, index); ``seed_per_sample=True``
     seeds torch, numpy and ``random`` from that key around ``dataset[i]`` (and from the batch's key
@@ -169,6 +174,9 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         verify_ranks: bool = True,
         transform: Transform | None = None,
         seed_per_sample: bool = False,
+        mesh: Any = None,
+        process_group: Any = None,
+        mesh_dims: str | tuple[str, ...] | None = None,
         **torch_dataloader_kwargs: Any,
     ) -> None:
         taken = sorted({"sampler", "batch_sampler"} & torch_dataloader_kwargs.keys())
@@ -180,7 +188,8 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             )
         if not isinstance(shuffle, bool):
             raise TypeError(f"shuffle: found {shuffle!r}, expected a bool")
-        world_size, rank = resolve_world(world_size, rank)
+        world_size, rank, self._groups = resolve_data_parallel(world_size, rank, mesh=mesh, process_group=process_group,
+                                                               mesh_dims=mesh_dims)
         self._layout = Layout(dataset_length(dataset), world_size, batch_size, drop_last)
         self._verify_ranks = bool(verify_ranks)
         self._rank = rank
@@ -328,7 +337,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         orders, deal = self._orders.for_state(state), self._deal.for_state(state)
         position = validate_everywhere(
             state, self._expected(orders, deal), strict=strict, rank=self._rank, world_size=self._layout.world_size,
-            verify_ranks=self._verify_ranks if verify_ranks is None else verify_ranks,
+            verify_ranks=self._verify_ranks if verify_ranks is None else verify_ranks, groups=self._groups,
         )
         start = deal.cut(self._layout, position.cursor, position.segments)
         self._orders, self._deal, self._pass, self._epoch, self._start = orders, deal, None, position.epoch, start

@@ -16,6 +16,7 @@ from shufflepoint._core.plan import STRIDED, Layout, StridedCut, cut
 from shufflepoint._core.spans import NAME as SPANS
 from shufflepoint._core.spans import SpanCut
 from shufflepoint._loading.agreement import validate_everywhere
+from shufflepoint._loading.mesh import sampler_world  # imports this module's resolve_world lazily
 from shufflepoint._order import (
     DEFAULT_ORDER,
     DEFAULT_ORDERS,
@@ -299,8 +300,9 @@ class ResumableSampler(DistributedSampler[int]):
         deal: str | None = None,
         dataset_fingerprint: str | None = None,
         verify_ranks: bool = True,
+        mesh: Any = None, process_group: Any = None,
     ) -> None:
-        world_size, rank = resolve_world(num_replicas, rank)
+        world_size, rank, self._groups = sampler_world(num_replicas, rank, mesh, process_group)
         n = dataset_length(dataset)
         check_int("seed", seed, 0, 2**64 - 1)
         if not isinstance(shuffle, bool):
@@ -375,7 +377,7 @@ class ResumableSampler(DistributedSampler[int]):
         orders, deal = self._orders.for_state(state), self._deal.for_state(state)
         position = validate_everywhere(
             state, self._expected(orders, deal), strict=strict, rank=self.rank, world_size=self._layout.world_size,
-            verify_ranks=self._verify_ranks if verify_ranks is None else verify_ranks,
+            verify_ranks=self._verify_ranks if verify_ranks is None else verify_ranks, groups=self._groups,
         )
         self._orders, self._deal = orders, deal
         start = deal.cut(self._layout, position.cursor, position.segments)
