@@ -101,6 +101,9 @@ class Expected:
     # How shufflepoint 0.2 identified the same dataset (a corpus's index without shard versions):
     # a version-1 state carrying it matches, as 0.2 itself would have judged.
     legacy_fingerprint: str | None = None
+    # Whether a saved fingerprint (found, expected, epoch, cursor) still resumes though it changed (a Mixture
+    # whose resume appended schedule phases after the position reached); explain_fingerprint says why not.
+    fingerprint_compatible: Callable[[str, str, int, int], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -219,6 +222,15 @@ def _current(state: object, expected: Expected) -> Mapping[str, Any]:
     return current
 
 
+def _fingerprint_changed(state: Mapping[str, Any], expected: Expected) -> bool:
+    """Whether the dataset's fingerprint changed, unless the dataset accepts the change at the state's position."""
+    found, current = state["dataset_fingerprint"], expected.dataset_fingerprint
+    if found is None or current is None or found == current:
+        return False
+    compatible = expected.fingerprint_compatible
+    return compatible is None or not compatible(found, current, state["epoch"], state["cursor"])
+
+
 def validate(state: object, expected: Expected, *, strict: bool = True) -> Position:
     """Check a state against the loading object; return its position. Raises StateError.
 
@@ -254,7 +266,7 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> Posit
         raise _fail("cursor", state["cursor"], f"an int in [0, n={state['n']}]", "The state is damaged.")
     _check_deal(state, expected)
     found_print, expected_print = state["dataset_fingerprint"], expected.dataset_fingerprint
-    fingerprint_changed = found_print is not None and expected_print is not None and found_print != expected_print
+    fingerprint_changed = _fingerprint_changed(state, expected)
     if fingerprint_changed and strict:
         why = expected.explain_fingerprint(found_print) + ". " if expected.explain_fingerprint else ""
         raise _fail("dataset_fingerprint", found_print, repr(expected_print),

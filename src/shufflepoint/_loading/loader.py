@@ -13,6 +13,7 @@ from shufflepoint._core import state as _state
 from shufflepoint._core.plan import Layout, StridedCut
 from shufflepoint._core.spans import SpanCut
 from shufflepoint._loading.agreement import validate_everywhere
+from shufflepoint._loading.capabilities import schedule_hooks
 from shufflepoint._loading.keyed import KeyedCollate, KeyedDataset, Transform, keyed_chunks
 from shufflepoint._loading.mesh import resolve_data_parallel
 from shufflepoint._loading.sampler import (
@@ -203,6 +204,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         self._legacy_fingerprint = resolve_fingerprint(dataset_fingerprint, dataset, self._layout.n, self._orders,
                                                        "legacy_fingerprint")
         self._explain = explain_fingerprint(dataset)
+        self._compatible = schedule_hooks(dataset, self._deal.name, self._orders.shuffle_block)
         self._epoch = 0
         self._start: StridedCut | SpanCut = self._deal.cut(self._layout, 0, [])  # where the next pass starts
         self._pass: _Pass | None = None
@@ -347,5 +349,5 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             kind="loader", n=self._layout.n, seed=self._seed, shuffle=self._shuffle,
             order=orders.name, order_version=orders.version,
             dataset_fingerprint=self._fingerprint, explain_fingerprint=self._explain, deal=deal.name,
-            legacy_fingerprint=self._legacy_fingerprint,
+            legacy_fingerprint=self._legacy_fingerprint, fingerprint_compatible=self._compatible,
         )

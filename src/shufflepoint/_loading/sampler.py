@@ -151,7 +151,7 @@ class OrderCache:
     @property
     def is_corpus(self) -> bool:
         """A corpus order (``blocks`` or a dataset's own): the ``spans`` deal is its default."""
-        return self.shuffle_block is not None
+        return self.shuffle_block is not None and getattr(self._dataset, "deal", None) != STRIDED
 
     def get(self, epoch: int, deal: StridedCut | SpanCut) -> Order:
         """The epoch's order; under ``spans`` the ``blocks`` order is laid along the epoch's first stretches."""

@@ -1,0 +1,223 @@
+"""``Mixture(..., schedule=...)``: weights that follow the samples consumed, exact on a resume, every
+slot once on a resize, a past that cannot be rewritten and a future that may be appended."""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_mixture import ids, packed, tagged
+
+import shufflepoint
+from resume_contract import Component, assert_resume_contract, run_epochs, served_across_a_resize
+from shufflepoint._core.schedule import Schedule
+from shufflepoint._shards.mixture import Mixture
+
+
+@st.composite
+def schedules(draw, sources):
+    """1-5 phases, starts strictly increasing from 0, weights >= 0 with at least one > 0 per phase."""
+    phases = draw(st.integers(1, 5))
+    gaps = draw(st.lists(st.integers(1, 60), min_size=phases - 1, max_size=phases - 1))
+    starts = [0, *np.cumsum(gaps).tolist()]
+    weights = [draw(st.lists(st.integers(0, 5), min_size=sources, max_size=sources).filter(any))
+               for _ in range(phases)]
+    return [(int(start), w) for start, w in zip(starts, weights, strict=True)]
+
+
+@st.composite
+def scheduled_mixtures(draw):
+    sources = draw(st.integers(1, 4))
+    lengths = draw(st.lists(st.integers(1, 25), min_size=sources, max_size=sources))
+    return lengths, draw(schedules(sources)), draw(st.integers(1, 80)), draw(st.integers(1, 30))
+
+
+def make(lengths, schedule, length):
+    return Mixture([tagged(chr(97 + s), n) for s, n in enumerate(lengths)], samples_per_epoch=length,
+                   schedule=schedule)
+
+
+def served(mixture, seed, block, epochs):
+    """(run position, source, row) of every position of the first ``epochs`` epochs."""
+    found = []
+    for epoch in range(epochs):
+        taken = mixture.epoch_order(seed, epoch, block).take(np.arange(mixture.samples_per_epoch))
+        found += [(epoch * mixture.samples_per_epoch + p, *mixture.source_of(int(i))) for p, i in enumerate(taken)]
+    return found
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=scheduled_mixtures(), seed=st.integers(0, 2**64 - 1), epochs=st.integers(1, 3))
+def test_each_piece_holds_its_phase_s_share_and_every_pass_of_a_source_is_complete(case, seed, epochs):
+    lengths, schedule, length, block = case
+    mixture = make(lengths, schedule, length)
+    positions = served(mixture, seed, block, epochs)
+    sched = mixture.schedule
+    run = epochs * length
+    # every source's stream, read from its start: whole passes and one partial pass, each row once per pass
+    totals = sched.counts(run)
+    for s, n in enumerate(lengths):
+        rows = Counter(row for _, source, row in positions if source == s)
+        assert sum(rows.values()) == totals[s]
+        full, extra = divmod(totals[s], n)
+        assert sorted((rows[r] for r in range(n)), reverse=True) == [full + 1] * extra + [full] * (n - extra)
+    # each window of shuffle_block positions, cut where a phase starts, holds that phase's share
+    edges = sorted({e * length + k * block for e in range(epochs) for k in range(max(1, length // block))}
+                   | {e * length for e in range(epochs + 1)} | {s for s in sched.starts if s < run})
+    for a, b in zip(edges, edges[1:], strict=False):
+        phase = sched.phase(a)
+        assert sched.phase(b - 1) == phase
+        counts = Counter(source for g, source, _ in positions if a <= g < b)
+        shares = sched.shares[phase]
+        for s, share in enumerate(shares):
+            deviation = abs(counts[s] - (b - a) * share)
+            assert deviation < max(1, sum(1 for x in shares if x) - 1), (a, b, s, counts, shares)
+            if share == 0:
+                assert counts[s] == 0  # a paused source reads nothing in its phase
+
+
+def test_the_worked_example_of_the_schedule_module():
+    schedule = Schedule([(0, [3, 1]), (8, [1, 1])], sources=2)
+    assert [schedule.counts(g) for g in (0, 8, 12)] == [[0, 0], [6, 2], [8, 4]]
+    assert schedule.phase(7) == 0 and schedule.phase(8) == 1
+    assert schedule.shares[0] == (Fraction(3, 4), Fraction(1, 4))
+
+
+def test_two_sources_get_their_share_within_one_sample_over_any_window():
+    schedule = Schedule([(0, [0.7, 0.3]), (1000, [0.2, 0.8])], sources=2)
+    for a in range(0, 1200, 7):
+        for size in (1, 5, 64, 333):
+            before, after = schedule.counts(a), schedule.counts(a + size)
+            if schedule.phase(a) == schedule.phase(a + size - 1):
+                share = schedule.shares[schedule.phase(a)][0]
+                assert abs(after[0] - before[0] - size * share) < 1
+
+
+def scheduled_component(rank, world_size, schedule=((0, [3, 1]), (30, [1, 3]), (55, [0, 1]))):
+    def make_loader():
+        mixture = Mixture([tagged("a", 17), tagged("b", 5)], samples_per_epoch=24, schedule=list(schedule))
+        return shufflepoint.DataLoader(mixture, 2, seed=4, rank=rank, world_size=world_size,
+                                       collate_fn=list, shuffle_block=6)
+
+    return Component(name=f"scheduled W={world_size}", make=make_loader, run=run_epochs,
+                     resume_epoch=lambda s: s["epoch"])
+
+
+@pytest.mark.parametrize("world_size,rank", [(1, 0), (2, 1), (3, 2)])
+def test_a_loader_over_a_scheduled_mixture_honours_the_resume_contract(world_size, rank):
+    assert assert_resume_contract(scheduled_component(rank, world_size), epochs=4) >= 8
+
+
+@pytest.mark.parametrize("first,then", [((2, 3), (3, 1)), ((3, 1), (2, 2)), ((1, 4), (4, 1))])
+def test_a_resize_serves_every_slot_of_the_epoch_once(first, then):
+    reference = scheduled_component(0, 1).make()
+    reference.set_epoch(1)  # epoch 1: run positions 24..47, phases 0 and 1
+    expected = Counter(x for batch in reference for x in batch)
+    seen = served_across_a_resize(lambda r, w, b: shufflepoint.DataLoader(
+        Mixture([tagged("a", 17), tagged("b", 5)], samples_per_epoch=24,
+                schedule=[(0, [3, 1]), (30, [1, 3]), (55, [0, 1])]),
+        b, seed=4, rank=r, world_size=w, collate_fn=list, shuffle_block=6), first, then, steps=2)
+    assert seen == expected
+
+
+def test_global_batches_follow_the_phase_of_their_first_sample():
+    """strided: global batch k of a world of 2 x 3 is positions 6k..6k+5; a phase starting at 36 (a
+    multiple of the global batch) holds from global batch 6 on, on every rank."""
+    mixture = Mixture([tagged("a", 50), tagged("b", 50)], samples_per_epoch=60,
+                      schedule=[(0, [1, 0]), (36, [0, 1])])
+    loaders = [shufflepoint.DataLoader(mixture, 3, seed=2, rank=r, world_size=2, collate_fn=list, shuffle_block=6)
+               for r in range(2)]
+    per_rank = [list(loader) for loader in loaders]
+    for step, batches in enumerate(zip(*per_rank, strict=True)):
+        letters = {x[0] for batch in batches for x in batch}
+        assert letters == ({"a"} if step < 6 else {"b"})
+
+
+def appended_loader(schedule):
+    mixture = Mixture([tagged("a", 40), tagged("b", 40)], samples_per_epoch=40, schedule=schedule)
+    return shufflepoint.DataLoader(mixture, 4, seed=9, collate_fn=list, shuffle_block=8)
+
+
+def test_a_resume_may_append_phases_after_the_position_reached():
+    first = appended_loader([(0, [1, 1])])
+    iterator = iter(first)
+    before = [next(iterator) for _ in range(3)]  # 12 positions: window 1 (8..15) reached
+    state = first.state_dict()
+    longer = [(0, [1, 1]), (16, [1, 0])]
+    resumed = appended_loader(longer)
+    resumed.load_state_dict(state)
+    uninterrupted = list(appended_loader(longer))
+    assert before + list(resumed) == uninterrupted
+    assert resumed.state_dict()["dataset_fingerprint"] == appended_loader(longer).state_dict()["dataset_fingerprint"]
+
+
+@pytest.mark.parametrize("changed, phase", [
+    ([(0, [1, 2])], 0),  # the weights of the phase the run is in
+    ([(0, [1, 1]), (12, [1, 0])], 1),  # a phase appended inside the window already reached
+    ([(0, [1, 1]), (4, [1, 0])], 1),  # a phase inserted in the past
+])
+def test_a_resume_that_changes_a_started_phase_is_refused_naming_it(changed, phase):
+    first = appended_loader([(0, [1, 1])])
+    iterator = iter(first)
+    for _ in range(3):
+        next(iterator)
+    state = first.state_dict()
+    resumed = appended_loader(changed)
+    before = resumed.state_dict()
+    with pytest.raises(shufflepoint.StateError, match=rf"dataset_fingerprint.*schedule\[{phase}\]"):
+        resumed.load_state_dict(state)
+    assert resumed.state_dict() == before
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        resumed.load_state_dict(state, strict=False)  # accepted, loudly
+    assert any(issubclass(w.category, shufflepoint.ResumeWarning) for w in caught)
+
+
+def test_a_scheduled_mixture_is_not_an_unscheduled_one():
+    plain = shufflepoint.DataLoader(Mixture([(tagged("a", 40), 1), (tagged("b", 40), 1)], samples_per_epoch=40),
+                                    4, seed=9, collate_fn=list, shuffle_block=8, deal="strided")
+    with pytest.raises(shufflepoint.StateError, match="order_version"):
+        appended_loader([(0, [1, 1])]).load_state_dict(plain.state_dict())
+
+
+def test_packed_sources_count_phases_in_tokens():
+    """seq_len 5: a phase starting at token 23 begins at row 5 (the first row wholly after it)."""
+    mixture = Mixture([packed([30, 30, 30], 5, 0), packed([30, 30, 30], 5, 1)], samples_per_epoch=12,
+                      schedule=[(0, [1, 0]), (23, [0, 1])])
+    assert mixture.schedule.starts == [0, 5]
+    loader = shufflepoint.DataLoader(mixture, 1, seed=1, collate_fn=lambda b: [ids(row) for row in b],
+                                     shuffle_block=4)
+    tags = [batch[0][0] // 10**6 for batch in loader]
+    assert tags == [0] * 5 + [1] * 7
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    (dict(schedule=[(0, [1, 1, 1])]), ValueError, r"schedule\[0\] weights: found 3 weight\(s\), expected 2"),
+    (dict(schedule=[(0, [1, 1]), (10, [1])]), ValueError, r"schedule\[1\] weights: found 1"),
+    (dict(schedule=[(0, [1, 1]), (10, [1, 0]), (5, [0, 1])]), ValueError, r"schedule\[2\] start: found 5 after"),
+    (dict(schedule=[(0, [1, 1]), (10, [1, 0]), (10, [0, 1])]), ValueError, r"schedule\[2\] start: found 10 after"),
+    (dict(schedule=[(-1, [1, 1])]), ValueError, r"schedule\[0\] start: found -1"),
+    (dict(schedule=[(4, [1, 1])]), ValueError, r"schedule\[0\] start: found 4, expected 0"),
+    (dict(schedule=[(0, [1, -1])]), ValueError, r"schedule\[0\] weights\[1\]: found -1"),
+    (dict(schedule=[(0, [0, 0])]), ValueError, r"schedule\[0\] weights: found \[0, 0\], all 0"),
+    (dict(schedule=[]), TypeError, r"schedule: found \[\]"),
+    (dict(schedule=[(0, 1)]), TypeError, r"schedule\[0\] weights: found 1"),
+    (dict(schedule=[5]), TypeError, r"schedule\[0\]: found 5, expected a \(start, weights\) pair"),
+])
+def test_bad_schedules_are_refused_naming_the_argument(kwargs, error, words):
+    with pytest.raises(error, match=words):
+        Mixture([tagged("a", 5), tagged("b", 5)], **kwargs)
+
+
+def test_weighted_pairs_with_a_schedule_and_the_spans_deal_are_refused():
+    with pytest.raises(TypeError, match=r"sources\[0\]: found a \(dataset, weight\) pair"):
+        Mixture([(tagged("a", 5), 1), (tagged("b", 5), 1)], schedule=[(0, [1, 1])])
+    mixture = Mixture([tagged("a", 5), tagged("b", 5)], schedule=[(0, [1, 1])])
+    assert shufflepoint.DataLoader(mixture, 2).deal == "strided"  # the default for a schedule
+    with pytest.raises(ValueError, match="deal: found 'spans'"):
+        shufflepoint.DataLoader(mixture, 2, deal="spans")
