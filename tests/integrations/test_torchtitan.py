@@ -81,3 +81,22 @@ def test_torchtitan_s_own_loader_refuses_another_dp_degree():
     state = saved.state_dict()
     with pytest.raises(AssertionError, match="dp_degree is inconsistent"):
         ParallelAwareDataloader(Tokens(), dp_rank=0, dp_world_size=4, batch_size=2).load_state_dict(state)
+
+
+def test_torchtitan_s_command_line_overrides_keep_the_loader_and_its_dataset_function():
+    """torchtitan's ConfigManager runs tyro over the job config, with the config_registry's as default."""
+    from dataclasses import dataclass, field
+
+    import tyro
+    from torchtitan.components.dataloader import BaseDataLoader
+    from torchtitan.config.manager import custom_registry
+
+    @dataclass(kw_only=True)
+    class Job:  # the dataloader field as Trainer.Config declares it
+        dataloader: BaseDataLoader.Config = field(default_factory=BaseDataLoader.Config)
+
+    default = Job(dataloader=ShufflepointDataLoader.Config(build_dataset=packed, seed=7))
+    job = tyro.cli(Job, args=["--dataloader.seed", "9", "--dataloader.num-workers", "2"], default=default,
+                   registry=custom_registry)
+    assert isinstance(job.dataloader, ShufflepointDataLoader.Config)
+    assert (job.dataloader.seed, job.dataloader.num_workers, job.dataloader.build_dataset) == (9, 2, packed)
