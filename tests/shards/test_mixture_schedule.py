@@ -18,6 +18,10 @@ from resume_contract import Component, assert_resume_contract, run_epochs, serve
 from shufflepoint._core.schedule import Schedule
 from shufflepoint._shards.mixture import Mixture
 
+# Phases that start inside a global batch split it between two phases (warned about: tested below); the
+# order stays exact, and these tests use such starts on purpose.
+SPLIT_BATCH = pytest.mark.filterwarnings("ignore:schedule\\[.*inside a global batch:UserWarning")
+
 
 @st.composite
 def schedules(draw, sources):
@@ -108,11 +112,13 @@ def scheduled_component(rank, world_size, schedule=((0, [3, 1]), (30, [1, 3]), (
                      resume_epoch=lambda s: s["epoch"])
 
 
+@SPLIT_BATCH
 @pytest.mark.parametrize("world_size,rank", [(1, 0), (2, 1), (3, 2)])
 def test_a_loader_over_a_scheduled_mixture_honours_the_resume_contract(world_size, rank):
     assert assert_resume_contract(scheduled_component(rank, world_size), epochs=4) >= 8
 
 
+@SPLIT_BATCH
 @pytest.mark.parametrize("first,then", [((2, 3), (3, 1)), ((3, 1), (2, 2)), ((1, 4), (4, 1))])
 def test_a_resize_serves_every_slot_of_the_epoch_once(first, then):
     reference = scheduled_component(0, 1).make()
@@ -143,6 +149,7 @@ def appended_loader(schedule):
     return shufflepoint.DataLoader(mixture, 4, seed=9, collate_fn=list, shuffle_block=8)
 
 
+@SPLIT_BATCH
 def test_a_resume_may_append_phases_after_the_position_reached():
     first = appended_loader([(0, [1, 1])])
     iterator = iter(first)
@@ -156,6 +163,7 @@ def test_a_resume_may_append_phases_after_the_position_reached():
     assert resumed.state_dict()["dataset_fingerprint"] == appended_loader(longer).state_dict()["dataset_fingerprint"]
 
 
+@SPLIT_BATCH
 @pytest.mark.parametrize("changed, phase", [
     ([(0, [1, 2])], 0),  # the weights of the phase the run is in
     ([(0, [1, 1]), (12, [1, 0])], 1),  # a phase appended inside the window already reached
@@ -221,3 +229,15 @@ def test_weighted_pairs_with_a_schedule_and_the_spans_deal_are_refused():
     assert shufflepoint.DataLoader(mixture, 2).deal == "strided"  # the default for a schedule
     with pytest.raises(ValueError, match="deal: found 'spans'"):
         shufflepoint.DataLoader(mixture, 2, deal="spans")
+
+
+def test_a_phase_that_starts_inside_a_global_batch_is_warned_about_naming_it():
+    mixture = Mixture([tagged("a", 50), tagged("b", 50)], samples_per_epoch=60,
+                      schedule=[(0, [1, 1]), (36, [0, 1]), (72, [1, 0])])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        shufflepoint.DataLoader(mixture, 3, world_size=2, rank=0)  # 36, and 72 = epoch 1's 12: both batch edges
+    split = r"schedule\[1\] \(row 36\), schedule\[2\] \(row 72\) start\(s\) inside a global batch of 8"
+    with pytest.warns(UserWarning, match=split) as caught:
+        shufflepoint.DataLoader(mixture, 4, world_size=2, rank=0)
+    assert caught[0].filename == __file__  # said at the user's line

@@ -264,12 +264,13 @@ class Mixture(torch.utils.data.Dataset[Any]):
         return self.schedule is not None and resumes(saved, expected, self.samples_per_epoch, shuffle_block,
                                                      epoch, cursor)
 
-    def check_deal(self, deal: str) -> None:
-        """A scheduled mixture reads under ``strided``: there a phase's start is the samples consumed."""
+    def check_deal(self, deal: str, global_batch: int) -> None:
+        """A scheduled mixture reads under ``strided`` (a phase's start is then the samples consumed); a
+        phase that starts inside a global batch is warned about."""
         if self.schedule is not None:
             from shufflepoint._shards.scheduled_mixture import check_deal
 
-            check_deal(deal)
+            check_deal(deal, self.schedule, self.samples_per_epoch, global_batch)
 
     @property
     def deal(self) -> str | None:

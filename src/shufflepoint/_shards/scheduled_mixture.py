@@ -18,6 +18,7 @@ scheduled mixture refuses it (``Mixture.check_deal``).
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -90,7 +91,17 @@ class ScheduledMixtureOrder(MixtureOrder):
         stream[where] = before[owner] + shuffled - (ends[owner] - sizes[owner])
 
 
-def check_deal(deal: str) -> None:
+def check_deal(deal: str, schedule: Schedule, samples_per_epoch: int, global_batch: int) -> None:
+    """Refuse a deal other than ``strided``; warn about phases that start inside a global batch (under
+    ``strided`` the global batches of an epoch start at its positions 0, G, 2G, ...)."""
+    split = [f"schedule[{i}] (row {start})" for i, start in enumerate(schedule.starts)
+             if start % samples_per_epoch % global_batch]
+    if split and deal == "strided":
+        warnings.warn(
+            f"{', '.join(split)} start(s) inside a global batch of {global_batch} rows (world size x batch "
+            "size): that batch is split between two phases. To have every global batch follow one phase, "
+            "start phases at multiples of the global batch (in tokens for Packed sources: of its tokens), "
+            "counted from the start of an epoch", UserWarning, stacklevel=5)
     if deal != "strided":
         raise ValueError(
             f"deal: found {deal!r}, but a Mixture with a schedule is read under 'strided'\n"
