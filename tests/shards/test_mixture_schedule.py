@@ -241,3 +241,37 @@ def test_a_phase_that_starts_inside_a_global_batch_is_warned_about_naming_it():
     with pytest.warns(UserWarning, match=split) as caught:
         shufflepoint.DataLoader(mixture, 4, world_size=2, rank=0)
     assert caught[0].filename == __file__  # said at the user's line
+
+
+@SPLIT_BATCH
+@settings(max_examples=25, deadline=None)
+@given(lengths=st.lists(st.integers(1, 20), min_size=2, max_size=3), data=st.data(),
+       seed=st.integers(0, 2**32), epoch=st.integers(0, 2), steps=st.integers(0, 4),
+       first=st.tuples(st.integers(1, 3), st.integers(1, 4)), then=st.tuples(st.integers(1, 3), st.integers(1, 4)))
+def test_any_schedule_resumed_on_any_world_serves_each_slot_once_and_the_same_world_exactly(
+        lengths, data, seed, epoch, steps, first, then):
+    schedule = data.draw(schedules(len(lengths)))
+    length, block = data.draw(st.integers(4, 40)), data.draw(st.integers(1, 12))
+
+    def make_loader(rank, world_size, batch_size):
+        return shufflepoint.DataLoader(make(lengths, schedule, length), batch_size, seed=seed, rank=rank,
+                                       world_size=world_size, collate_fn=list, shuffle_block=block)
+
+    whole = make_loader(0, 1, 1)
+    whole.set_epoch(epoch)
+    expected = Counter(x for batch in whole for x in batch)
+    steps = min(steps, length // (first[0] * first[1]))
+    assert served_across_a_resize(make_loader, first, then, steps=steps, epoch=epoch) == expected
+    # the same world: the rest of every rank's stream, batch for batch
+    for rank in range(first[0]):
+        reference = make_loader(rank, *first)
+        reference.set_epoch(epoch)
+        batches = list(reference)
+        stopped = make_loader(rank, *first)
+        stopped.set_epoch(epoch)
+        iterator = iter(stopped)
+        for _ in range(min(steps, len(batches))):
+            next(iterator)
+        resumed = make_loader(rank, *first)
+        resumed.load_state_dict(stopped.state_dict())
+        assert list(resumed) == batches[min(steps, len(batches)):]
