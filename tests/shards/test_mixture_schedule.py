@@ -275,3 +275,12 @@ def test_any_schedule_resumed_on_any_world_serves_each_slot_once_and_the_same_wo
         resumed = make_loader(rank, *first)
         resumed.load_state_dict(stopped.state_dict())
         assert list(resumed) == batches[min(steps, len(batches)):]
+
+
+def test_the_sampler_reads_a_scheduled_mixture_under_strided_and_refuses_spans():
+    mixture = Mixture([tagged("a", 5), tagged("b", 5)], schedule=[(0, [1, 1])])
+    assert shufflepoint.ResumableSampler(mixture, 2, 0).deal == "strided"
+    with pytest.raises(ValueError, match=r"deal: found 'spans', but this Mixture is read under 'strided' only"):
+        shufflepoint.ResumableSampler(mixture, 2, 0, deal="spans")
+    with pytest.raises(ValueError, match=r"deal: found 'diagonal', expected one of"):
+        shufflepoint.ResumableSampler(mixture, 2, 0, deal="diagonal")

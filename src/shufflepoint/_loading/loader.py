@@ -204,8 +204,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         self._legacy_fingerprint = resolve_fingerprint(dataset_fingerprint, dataset, self._layout.n, self._orders,
                                                        "legacy_fingerprint")
         self._explain = explain_fingerprint(dataset)
-        self._compatible = schedule_hooks(dataset, self._deal.name, self._orders.shuffle_block,
-                                          world_size * self._layout.batch_size)
+        self._compatible = schedule_hooks(dataset, self._orders.shuffle_block, world_size * batch_size)
         self._epoch = 0
         self._start: StridedCut | SpanCut = self._deal.cut(self._layout, 0, [])  # where the next pass starts
         self._pass: _Pass | None = None

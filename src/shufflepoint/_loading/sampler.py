@@ -16,6 +16,7 @@ from shufflepoint._core.plan import STRIDED, Layout, StridedCut, cut
 from shufflepoint._core.spans import NAME as SPANS
 from shufflepoint._core.spans import SpanCut
 from shufflepoint._loading.agreement import validate_everywhere
+from shufflepoint._loading.capabilities import deal_for
 from shufflepoint._loading.mesh import sampler_world  # imports this module's resolve_world lazily
 from shufflepoint._order import (
     DEFAULT_ORDER,
@@ -151,7 +152,7 @@ class OrderCache:
     @property
     def is_corpus(self) -> bool:
         """A corpus order (``blocks`` or a dataset's own): the ``spans`` deal is its default."""
-        return self.shuffle_block is not None and getattr(self._dataset, "deal", None) != STRIDED
+        return self.shuffle_block is not None
 
     def get(self, epoch: int, deal: StridedCut | SpanCut) -> Order:
         """The epoch's order; under ``spans`` the ``blocks`` order is laid along the epoch's first stretches."""
@@ -178,10 +179,8 @@ class Deal:
     """
 
     def __init__(self, name: str | None, orders: OrderCache) -> None:
-        if name is not None and name not in _state.DEALS:
-            raise ValueError(f"deal: found {name!r}, expected one of {', '.join(map(repr, _state.DEALS))} or None")
-        self.chosen = name is not None
-        self.name: str = name if name is not None else (SPANS if orders.is_corpus else STRIDED)
+        self.chosen = name is not None  # deal_for checks the name, and a dataset that needs one deal (Mixture's)
+        self.name: str = deal_for(name, SPANS if orders.is_corpus else STRIDED, orders._dataset)
 
     def for_state(self, state: object) -> Deal:
         """This deal, or the state's when this one was left to the default (adopted once valid)."""

@@ -264,17 +264,17 @@ class Mixture(torch.utils.data.Dataset[Any]):
         return self.schedule is not None and resumes(saved, expected, self.samples_per_epoch, shuffle_block,
                                                      epoch, cursor)
 
-    def check_deal(self, deal: str, global_batch: int) -> None:
-        """A scheduled mixture reads under ``strided`` (a phase's start is then the samples consumed); a
-        phase that starts inside a global batch is warned about."""
+    def check_global_batch(self, global_batch: int) -> None:
+        """Warn when a phase of the schedule starts inside a global batch (world size x batch size)."""
         if self.schedule is not None:
-            from shufflepoint._shards.scheduled_mixture import check_deal
+            from shufflepoint._shards.scheduled_mixture import check_global_batch
 
-            check_deal(deal, self.schedule, self.samples_per_epoch, global_batch)
+            check_global_batch(self.schedule, self.samples_per_epoch, global_batch)
 
     @property
-    def deal(self) -> str | None:
-        """The deal this dataset needs, if any (``strided`` with a schedule)."""
+    def required_deal(self) -> str | None:
+        """The deal this dataset needs, if any: ``strided`` with a schedule (a phase's start is then the
+        samples consumed; ``spans`` reads a stretch of the epoch per rank)."""
         return "strided" if self.schedule is not None else None
 
     def epoch_order(self, seed: int, epoch: int, shuffle_block: int) -> MixtureOrder:

@@ -13,7 +13,7 @@ Position -> (source, row of its stream) is then one binary search over the phase
 window, whatever the epoch. Under the ``strided`` deal ``g`` is what training consumed, so a phase
 begins at the sample it names; a phase appended by a resume after the window it reached changes nothing
 before it. The ``spans`` deal would read the epoch's later positions first on other ranks, so a
-scheduled mixture refuses it (``Mixture.check_deal``).
+scheduled mixture requires ``strided`` (``Mixture.required_deal``).
 """
 
 from __future__ import annotations
@@ -91,21 +91,14 @@ class ScheduledMixtureOrder(MixtureOrder):
         stream[where] = before[owner] + shuffled - (ends[owner] - sizes[owner])
 
 
-def check_deal(deal: str, schedule: Schedule, samples_per_epoch: int, global_batch: int) -> None:
-    """Refuse a deal other than ``strided``; warn about phases that start inside a global batch (under
-    ``strided`` the global batches of an epoch start at its positions 0, G, 2G, ...)."""
+def check_global_batch(schedule: Schedule, samples_per_epoch: int, global_batch: int) -> None:
+    """Warn about phases that start inside a global batch (under ``strided`` the global batches of an
+    epoch start at its positions 0, G, 2G, ...)."""
     split = [f"schedule[{i}] (row {start})" for i, start in enumerate(schedule.starts)
              if start % samples_per_epoch % global_batch]
-    if split and deal == "strided":
+    if split:
         warnings.warn(
             f"{', '.join(split)} start(s) inside a global batch of {global_batch} rows (world size x batch "
             "size): that batch is split between two phases. To have every global batch follow one phase, "
             "start phases at multiples of the global batch (in tokens for Packed sources: of its tokens), "
             "counted from the start of an epoch", UserWarning, stacklevel=5)
-    if deal != "strided":
-        raise ValueError(
-            f"deal: found {deal!r}, but a Mixture with a schedule is read under 'strided'\n"
-            "  why: under 'spans' each rank reads its own stretch of the epoch, so positions are not consumed in "
-            "order and a phase could not start at the sample it names\n"
-            "  fix: leave deal unset (or pass deal='strided')"
-        )
