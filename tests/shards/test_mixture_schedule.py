@@ -284,3 +284,19 @@ def test_the_sampler_reads_a_scheduled_mixture_under_strided_and_refuses_spans()
         shufflepoint.ResumableSampler(mixture, 2, 0, deal="spans")
     with pytest.raises(ValueError, match=r"deal: found 'diagonal', expected one of"):
         shufflepoint.ResumableSampler(mixture, 2, 0, deal="diagonal")
+
+
+def test_the_sampler_accepts_appended_phases_too():
+    def sampler(schedule):
+        return shufflepoint.ResumableSampler(Mixture([tagged("a", 40), tagged("b", 40)], samples_per_epoch=40,
+                                                     schedule=schedule), 1, 0, seed=9, shuffle_block=8)
+
+    first = sampler([(0, [1, 1])])
+    iterator = iter(first)
+    before = [next(iterator) for _ in range(12)]
+    longer = [(0, [1, 1]), (16, [1, 0])]
+    resumed = sampler(longer)
+    resumed.load_state_dict(first.state_dict())
+    assert before + list(resumed) == list(sampler(longer))
+    with pytest.raises(shufflepoint.StateError, match=r"schedule\[1\]"):
+        sampler([(0, [1, 1]), (12, [1, 0])]).load_state_dict(first.state_dict())

@@ -16,7 +16,7 @@ from shufflepoint._core.plan import STRIDED, Layout, StridedCut, cut
 from shufflepoint._core.spans import NAME as SPANS
 from shufflepoint._core.spans import SpanCut
 from shufflepoint._loading.agreement import validate_everywhere
-from shufflepoint._loading.capabilities import deal_for
+from shufflepoint._loading.capabilities import deal_for, schedule_hooks
 from shufflepoint._loading.mesh import sampler_world  # imports this module's resolve_world lazily
 from shufflepoint._order import (
     DEFAULT_ORDER,
@@ -317,6 +317,7 @@ class ResumableSampler(DistributedSampler[int]):
         self._legacy_fingerprint = resolve_fingerprint(dataset_fingerprint, dataset, n, self._orders,
                                                        "legacy_fingerprint")
         self._explain = explain_fingerprint(dataset)
+        self._compatible = schedule_hooks(dataset, self._orders.shuffle_block, 1)  # its batches: unknown
         self._verify_ranks = bool(verify_ranks)
         self._pending: StridedCut | SpanCut | None = None  # from load_state_dict, for the next __iter__
         self._active: _Progress | None = None
@@ -392,7 +393,7 @@ class ResumableSampler(DistributedSampler[int]):
             kind="sampler", n=self._layout.n, seed=self.seed, shuffle=self.shuffle,
             order=orders.name, order_version=orders.version,
             dataset_fingerprint=self._fingerprint, explain_fingerprint=self._explain, deal=deal.name,
-            legacy_fingerprint=self._legacy_fingerprint,
+            legacy_fingerprint=self._legacy_fingerprint, fingerprint_compatible=self._compatible,
         )
 
 

@@ -46,11 +46,15 @@ class ScheduledMixtureOrder(MixtureOrder):
         self._mixture, self.seed, self.epoch = mixture, seed, epoch
         self._block = check_int("shuffle_block", shuffle_block, 1, _MAX_STREAM)
         self._windows = max(1, self.n // self._block)  # the last window takes the remainder
-        if (epoch + 1) * self.n >= _MAX_STREAM:
-            raise ValueError(f"epoch: found {epoch}, too far for this mixture (stream positions pass 2**62)")
         if mixture.schedule is None:
             raise ValueError("mixture: found one without a schedule; its order is MixtureOrder")
         self._schedule: Schedule = mixture.schedule
+        far = (epoch + 1) * self.n >= _MAX_STREAM
+        if not far and mixture._packed:  # a Packed source's index is pass * rows + row
+            ends = self._schedule.counts((epoch + 1) * self.n)
+            far = max(c // n + 1 for c, n in zip(ends, mixture.lengths, strict=True)) * mixture.rows >= _MAX_STREAM
+        if far:
+            raise ValueError(f"epoch: found {epoch}, too far for this mixture (stream positions pass 2**62)")
         self._origin = epoch * self.n
         self._starts = np.asarray(self._schedule.starts, dtype=np.int64)
         self._source_orders = {}
