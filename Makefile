@@ -28,7 +28,7 @@ test: $(STAMP)
 test-examples: $(STAMP)
 	$(PY) -m pytest -q -m examples tests/distributed
 
-# torchtitan 0.3.0 as shufflepoint's data loader (examples/torchtitan_loader.py under torchrun, ~30 s). Its
+# torchtitan 0.3.0 as shufflepoint's data loader (examples/torchtitan_loader.py under torchrun, 30-80 s). Its
 # wheel asks for datasets<4.8 and its trainer's tools (wandb, tensorboard), so it goes beside the venv, in
 # .venv-titan/, with only what its data-pipeline modules import; the tests skip without it.
 TITAN_STAMP := .venv-titan/.installed
