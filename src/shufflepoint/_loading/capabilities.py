@@ -37,7 +37,7 @@ def deal_for(name: str | None, default: str, dataset: Any) -> str:
     if name is not None and name not in DEALS:
         raise ValueError(f"deal: found {name!r}, expected one of {', '.join(map(repr, DEALS))} or None")
     needed = dataset.required_deal if isinstance(dataset, Scheduled) else None
-    if needed is None:
+    if needed not in DEALS:  # None, or an attribute that only looks like the capability
         return default if name is None else name
     if name is not None and name != needed:
         raise ValueError(
