@@ -300,3 +300,9 @@ def test_the_sampler_accepts_appended_phases_too():
     assert before + list(resumed) == list(sampler(longer))
     with pytest.raises(shufflepoint.StateError, match=r"schedule\[1\]"):
         sampler([(0, [1, 1]), (12, [1, 0])]).load_state_dict(first.state_dict())
+
+
+def test_numpy_numbers_and_tiny_weights_are_read_exactly():
+    schedule = Schedule([(np.int64(0), [np.int64(3), 1e-15]), (np.int64(10), [np.float64(0.7), 0.3])], sources=2)
+    assert schedule.starts == [0, 10] and schedule.shares[1] == (Fraction(7, 10), Fraction(3, 10))
+    assert 0 < schedule.shares[0][1] < Fraction(1, 10**14)  # small, never rounded to a pause

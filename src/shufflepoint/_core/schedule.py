@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import numbers
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from fractions import Fraction
@@ -45,10 +46,11 @@ def _weights(found: object, sources: int, where: str) -> tuple[Fraction, ...]:
         )
     checked = []
     for number, weight in enumerate(found):
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) \
+        if isinstance(weight, bool) or not isinstance(weight, numbers.Real) or not math.isfinite(weight) \
                 or weight < 0:
             raise ValueError(f"{where}[{number}]: found {weight!r}, expected a finite number >= 0")
-        checked.append(Fraction(weight).limit_denominator(_DENOMINATOR))
+        near = Fraction(float(weight)).limit_denominator(_DENOMINATOR)
+        checked.append(near if near or not weight else Fraction(float(weight)))  # a tiny weight stays > 0
     total = sum(checked, Fraction(0))
     if total == 0:
         raise ValueError(f"{where}: found {list(found)!r}, all 0; at least one source needs a weight > 0")
@@ -83,8 +85,9 @@ class Schedule:
             if isinstance(phase, (str, bytes)) or not isinstance(phase, Sequence) or len(phase) != 2:
                 raise TypeError(f"schedule[{number}]: found {phase!r}, expected a (start, weights) pair")
             start, weights = phase
-            if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start < _LIMIT:
+            if isinstance(start, bool) or not isinstance(start, numbers.Integral) or not 0 <= int(start) < _LIMIT:
                 raise ValueError(f"schedule[{number}] start: found {start!r}, expected an int in [0, 2**62)")
+            start = int(start)
             row = -(-start // unit)
             if number == 0 and start != 0:
                 raise ValueError(f"schedule[0] start: found {start}, expected 0: the first phase starts the run\n"
