@@ -306,3 +306,30 @@ def test_numpy_numbers_and_tiny_weights_are_read_exactly():
     schedule = Schedule([(np.int64(0), [np.int64(3), 1e-15]), (np.int64(10), [np.float64(0.7), 0.3])], sources=2)
     assert schedule.starts == [0, 10] and schedule.shares[1] == (Fraction(7, 10), Fraction(3, 10))
     assert 0 < schedule.shares[0][1] < Fraction(1, 10**14)  # small, never rounded to a pause
+
+
+def test_a_ramp_goes_linearly_to_the_next_phase_in_equal_steps():
+    schedule = Schedule([(0, [1, 0], 4), (100, [0, 1])], sources=2)
+    assert schedule.starts == [0, 25, 50, 75, 100]
+    assert [share[1] for share in schedule.shares] == [0, Fraction(1, 4), Fraction(1, 2), Fraction(3, 4), 1]
+    assert schedule.counts(100) == [63, 37]  # 25 * (1 + 3/4 + 1/2 + 1/4) and 25 * (1/4 + 1/2 + 3/4), rounded
+    assert schedule.name(2) == "schedule[0] (ramp step 2)" and schedule.name(4) == "schedule[1]"
+
+
+def test_a_resume_that_changes_a_started_ramp_is_refused_naming_its_step():
+    first = appended_loader([(0, [1, 1], 4), (32, [1, 0])])
+    iterator = iter(first)
+    for _ in range(5):  # 20 positions: ramp steps 0-2 (starts 0, 8, 16) started
+        next(iterator)
+    with pytest.raises(shufflepoint.StateError, match=r"schedule\[0\] \(ramp step 1\)"):  # 8 -> 16
+        appended_loader([(0, [1, 1], 2), (32, [1, 0])]).load_state_dict(first.state_dict())
+
+
+@pytest.mark.parametrize("schedule, words", [
+    ([(0, [1, 1], 0), (10, [1, 0])], r"schedule\[0\] ramp steps: found 0"),
+    ([(0, [1, 1]), (10, [1, 0], 3)], r"schedule\[1\] ramp steps: found 3, but the last phase"),
+    ([(0, [1, 1], 20), (10, [1, 0])], r"schedule\[0\] ramp steps: found 20, more than the 10 positions"),
+])
+def test_bad_ramps_are_refused_naming_the_phase(schedule, words):
+    with pytest.raises(ValueError, match=words):
+        Schedule(schedule, sources=2)

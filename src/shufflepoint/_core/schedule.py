@@ -3,7 +3,9 @@
 A schedule is a list of phases ``(start, weights)``. ``start`` counts positions of the run's stream
 (``epoch * samples_per_epoch + position``: under the ``strided`` deal, the samples training consumed,
 all ranks together, since the run began); the phase holds until the next one starts. ``weights`` are
-one per source, any non-negative numbers (a source may pause at 0), read as exact fractions.
+one per source, any non-negative numbers (a source may pause at 0), read as exact fractions. A
+third element ``(start, weights, k)`` ramps linearly to the next phase's weights in k equal steps
+(the steps are phases of their own: ``start + j * length // k`` with weights ``w + (w_next - w) * j / k``).
 
 ``counts(g)`` says how many of the first g positions of the run belong to each source. Inside a
 phase it grows by a chain of floors (source by source, the largest share last), so every source's
@@ -28,7 +30,7 @@ import hashlib
 import json
 import math
 import numbers
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections.abc import Sequence
 from fractions import Fraction
 
@@ -80,11 +82,13 @@ class Schedule:
             raise TypeError(f"schedule: found {phases!r}, expected a non-empty list of (start, weights) phases")
         self.sources = sources
         starts: list[int] = []
-        self.shares: list[tuple[Fraction, ...]] = []
+        shares: list[tuple[Fraction, ...]] = []
+        ramps: list[int] = []
         for number, phase in enumerate(phases):
-            if isinstance(phase, (str, bytes)) or not isinstance(phase, Sequence) or len(phase) != 2:
-                raise TypeError(f"schedule[{number}]: found {phase!r}, expected a (start, weights) pair")
-            start, weights = phase
+            if isinstance(phase, (str, bytes)) or not isinstance(phase, Sequence) or len(phase) not in (2, 3):
+                raise TypeError(f"schedule[{number}]: found {phase!r}, expected a (start, weights) pair or a "
+                                "(start, weights, ramp steps) triple")
+            start, weights, *ramp = phase
             if isinstance(start, bool) or not isinstance(start, numbers.Integral) or not 0 <= int(start) < _LIMIT:
                 raise ValueError(f"schedule[{number}] start: found {start!r}, expected an int in [0, 2**62)")
             start = int(start)
@@ -100,12 +104,21 @@ class Schedule:
                     "  fix: sort the phases by start and merge phases that start together"
                 )
             starts.append(row)
-            self.shares.append(_weights(weights, sources, f"schedule[{number}] weights"))
-        self.starts = starts
+            shares.append(_weights(weights, sources, f"schedule[{number}] weights"))
+            ramps.append(_ramp_steps(ramp, number, len(phases)))
+        self.starts, self.shares, self.origins = _expand(starts, shares, ramps)
         self._chains = [_chain(shares) for shares in self.shares]
         self._before = [[0] * sources]  # counts at each phase's start
-        for i in range(1, len(starts)):
-            self._before.append(self._within(i - 1, starts[i] - starts[i - 1]))
+        for i in range(1, len(self.starts)):
+            self._before.append(self._within(i - 1, self.starts[i] - self.starts[i - 1]))
+
+    def name(self, phase: int) -> str:
+        """How the user wrote phase ``phase`` (of the expanded list): ``schedule[i]``, or a step of its ramp."""
+        if phase >= len(self.origins):
+            return f"schedule[{self.origins[-1] + 1}]"
+        number = self.origins[phase]
+        step = phase - self.origins.index(number)
+        return f"schedule[{number}]" + (f" (ramp step {step})" if step else "")
 
     def _within(self, phase: int, x: int) -> list[int]:
         """counts at the phase's start plus the phase's own first x positions, source by source."""
@@ -128,14 +141,39 @@ class Schedule:
         i = self.phase(g)
         return self._within(i, g - self.starts[i])
 
-    def cuts(self, a: int, b: int) -> list[int]:
-        """Phase starts strictly inside (a, b)."""
-        return self.starts[bisect_right(self.starts, a): bisect_left(self.starts, b)]
-
     def identities(self) -> list[str]:
         """One ``start:hash`` per phase (start in positions, hash of the exact shares)."""
         return [f"{start}:{hashlib.sha256(json.dumps([str(f) for f in shares]).encode()).hexdigest()[:12]}"
                 for start, shares in zip(self.starts, self.shares, strict=True)]
+
+
+def _ramp_steps(ramp: list[object], number: int, phases: int) -> int:
+    if not ramp:
+        return 1
+    steps = ramp[0]
+    if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or int(steps) < 1:
+        raise ValueError(f"schedule[{number}] ramp steps: found {steps!r}, expected an int >= 1")
+    if number == phases - 1 and int(steps) > 1:
+        raise ValueError(f"schedule[{number}] ramp steps: found {steps}, but the last phase has no next phase "
+                         "to ramp to\n  fix: add the phase the ramp ends at, or drop the third element")
+    return int(steps)
+
+
+def _expand(starts: list[int], shares: list[tuple[Fraction, ...]],
+            ramps: list[int]) -> tuple[list[int], list[tuple[Fraction, ...]], list[int]]:
+    """Phases with ramps as steps: ``(start, weights, k)`` goes linearly, in k equal steps of positions,
+    from its weights to the next phase's (exact fractions); (starts, shares, the user's phase of each)."""
+    out_starts, out_shares, origins = [], [], []
+    for i, (start, share, steps) in enumerate(zip(starts, shares, ramps, strict=True)):
+        if steps > 1 and starts[i + 1] - start < steps:
+            raise ValueError(f"schedule[{i}] ramp steps: found {steps}, more than the {starts[i + 1] - start} "
+                             "positions to the next phase\n  fix: use fewer steps")
+        for j in range(steps):
+            out_starts.append(start + j * (starts[i + 1] - start) // steps if j else start)
+            out_shares.append(tuple(a + (b - a) * j / steps for a, b in zip(share, shares[i + 1], strict=True))
+                              if j else share)
+            origins.append(i)
+    return out_starts, out_shares, origins
 
 
 def unweighted(sources: object) -> list[object]:
