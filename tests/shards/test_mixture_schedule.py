@@ -25,13 +25,16 @@ SPLIT_BATCH = pytest.mark.filterwarnings("ignore:schedule\\[.*inside a global ba
 
 @st.composite
 def schedules(draw, sources):
-    """1-5 phases, starts strictly increasing from 0, weights >= 0 with at least one > 0 per phase."""
+    """1-5 phases, starts strictly increasing from 0, weights >= 0 with at least one > 0 per phase; a phase
+    but the last may ramp to the next one in up to 4 steps."""
     phases = draw(st.integers(1, 5))
     gaps = draw(st.lists(st.integers(1, 60), min_size=phases - 1, max_size=phases - 1))
     starts = [0, *np.cumsum(gaps).tolist()]
     weights = [draw(st.lists(st.integers(0, 5), min_size=sources, max_size=sources).filter(any))
                for _ in range(phases)]
-    return [(int(start), w) for start, w in zip(starts, weights, strict=True)]
+    ramps = [draw(st.integers(1, min(gap, 4))) for gap in gaps] + [1]
+    return [(int(start), w) if steps == 1 else (int(start), w, steps)
+            for start, w, steps in zip(starts, weights, ramps, strict=True)]
 
 
 @st.composite

@@ -144,7 +144,8 @@ class Mixture(torch.utils.data.Dataset[Any]):
 
     ``schedule=[(start, weights), ...]`` (the sources then given alone, without weights) changes the
     weights as training goes: ``start`` counts the samples consumed since the run began, all ranks
-    together (tokens for ``Packed`` sources), the first phase starting at 0. It needs the ``strided``
+    together (tokens for ``Packed`` sources), the first phase starting at 0; ``(start, weights, k)`` ramps
+    linearly to the next phase's weights in k steps. It needs the ``strided``
     deal (the loader's default for it). ``counts`` is then the first epoch's. See docs/shards.md.
 
     >>> annealed = Mixture([list(range(10)), list(range(100, 104))], samples_per_epoch=8,
