@@ -158,7 +158,8 @@ class Mixture(torch.utils.data.Dataset[Any]):
     order_version = VERSION
 
     def __init__(self, sources: Sequence[Any], *, samples_per_epoch: int | None = None,
-                 schedule: Sequence[tuple[int, Sequence[float]]] | None = None) -> None:
+                 schedule: Sequence[tuple[int, Sequence[float]] | tuple[int, Sequence[float], int]] | None = None,
+                 ) -> None:
         pairs = _check_sources(sources if schedule is None else [(dataset, 1.0) for dataset in unweighted(sources)])
         self.sources = [dataset for dataset, _ in pairs]
         self.weights = [weight for _, weight in pairs]
