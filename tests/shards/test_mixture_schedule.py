@@ -316,16 +316,21 @@ def test_a_ramp_goes_linearly_to_the_next_phase_in_equal_steps():
     assert schedule.starts == [0, 25, 50, 75, 100]
     assert [share[1] for share in schedule.shares] == [0, Fraction(1, 4), Fraction(1, 2), Fraction(3, 4), 1]
     assert schedule.counts(100) == [63, 37]  # 25 * (1 + 3/4 + 1/2 + 1/4) and 25 * (1/4 + 1/2 + 3/4), rounded
+    assert len(schedule.identities()) == 2  # a phase as written, however many steps
     assert schedule.name(2) == "schedule[0] (ramp step 2)" and schedule.name(4) == "schedule[1]"
 
 
-def test_a_resume_that_changes_a_started_ramp_is_refused_naming_its_step():
+@SPLIT_BATCH
+def test_a_resume_that_changes_a_started_ramp_or_where_it_goes_is_refused_naming_it():
     first = appended_loader([(0, [1, 1], 4), (32, [1, 0])])
     iterator = iter(first)
     for _ in range(5):  # 20 positions: ramp steps 0-2 (starts 0, 8, 16) started
         next(iterator)
-    with pytest.raises(shufflepoint.StateError, match=r"schedule\[0\] \(ramp step 1\)"):  # 8 -> 16
-        appended_loader([(0, [1, 1], 2), (32, [1, 0])]).load_state_dict(first.state_dict())
+    for changed in ([(0, [1, 1], 2), (32, [1, 0])], [(0, [1, 1], 4), (32, [1, 2])], [(0, [1, 1], 4), (36, [1, 0])]):
+        with pytest.raises(shufflepoint.StateError, match=r"schedule\[0\]"):  # its steps, its target, its end
+            appended_loader(changed).load_state_dict(first.state_dict())
+    longer = appended_loader([(0, [1, 1], 4), (32, [1, 0]), (40, [0, 1])])  # appended after the ramp's end
+    longer.load_state_dict(first.state_dict())
 
 
 @pytest.mark.parametrize("schedule, words", [

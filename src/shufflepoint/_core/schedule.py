@@ -5,7 +5,8 @@ A schedule is a list of phases ``(start, weights)``. ``start`` counts positions 
 all ranks together, since the run began); the phase holds until the next one starts. ``weights`` are
 one per source, any non-negative numbers (a source may pause at 0), read as exact fractions. A
 third element ``(start, weights, k)`` ramps linearly to the next phase's weights in k equal steps
-(the steps are phases of their own: ``start + j * length // k`` with weights ``w + (w_next - w) * j / k``).
+(steps that start at ``start + j * length // k`` with weights ``w + (w_next - w) * j / k``; the ramp's
+identity holds the phase it ramps to, so once it has begun neither changes).
 
 ``counts(g)`` says how many of the first g positions of the run belong to each source. Inside a
 phase it grows by a chain of floors (source by source, the largest share last), so every source's
@@ -106,18 +107,17 @@ class Schedule:
             starts.append(row)
             shares.append(_weights(weights, sources, f"schedule[{number}] weights"))
             ramps.append(_ramp_steps(ramp, number, len(phases)))
-        self.starts, self.shares, self.origins = _expand(starts, shares, ramps)
+        self._phases = list(zip(starts, shares, ramps, strict=True))  # as the user wrote them (in rows)
+        self.starts, self.shares, self._origins = _expand(starts, shares, ramps)
         self._chains = [_chain(shares) for shares in self.shares]
         self._before = [[0] * sources]  # counts at each phase's start
         for i in range(1, len(self.starts)):
             self._before.append(self._within(i - 1, self.starts[i] - self.starts[i - 1]))
 
     def name(self, phase: int) -> str:
-        """How the user wrote phase ``phase`` (of the expanded list): ``schedule[i]``, or a step of its ramp."""
-        if phase >= len(self.origins):
-            return f"schedule[{self.origins[-1] + 1}]"
-        number = self.origins[phase]
-        step = phase - self.origins.index(number)
+        """How the user wrote phase ``phase`` of ``starts``: ``schedule[i]``, or a step of its ramp."""
+        number = self._origins[phase]
+        step = phase - self._origins.index(number)
         return f"schedule[{number}]" + (f" (ramp step {step})" if step else "")
 
     def _within(self, phase: int, x: int) -> list[int]:
@@ -142,9 +142,15 @@ class Schedule:
         return self._within(i, g - self.starts[i])
 
     def identities(self) -> list[str]:
-        """One ``start:hash`` per phase (start in positions, hash of the exact shares)."""
-        return [f"{start}:{hashlib.sha256(json.dumps([str(f) for f in shares]).encode()).hexdigest()[:12]}"
-                for start, shares in zip(self.starts, self.shares, strict=True)]
+        """One ``start:hash`` per phase as written (start in positions; the hash of its exact shares, and for
+        a ramp its steps and the next phase it ramps to): a few bytes per phase, however many steps."""
+        found = []
+        for i, (start, shares, steps) in enumerate(self._phases):
+            parts = [[str(f) for f in shares], steps]
+            if steps > 1:
+                parts += [self._phases[i + 1][0], [str(f) for f in self._phases[i + 1][1]]]
+            found.append(f"{start}:{hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:12]}")
+        return found
 
 
 def _ramp_steps(ramp: list[object], number: int, phases: int) -> int:
@@ -162,7 +168,7 @@ def _ramp_steps(ramp: list[object], number: int, phases: int) -> int:
 def _expand(starts: list[int], shares: list[tuple[Fraction, ...]],
             ramps: list[int]) -> tuple[list[int], list[tuple[Fraction, ...]], list[int]]:
     """Phases with ramps as steps: ``(start, weights, k)`` goes linearly, in k equal steps of positions,
-    from its weights to the next phase's (exact fractions); (starts, shares, the user's phase of each)."""
+    from its weights to the next phase's (exact fractions); (starts, shares, the written phase of each)."""
     out_starts, out_shares, origins = [], [], []
     for i, (start, share, steps) in enumerate(zip(starts, shares, ramps, strict=True)):
         if steps > 1 and starts[i + 1] - start < steps:

@@ -255,7 +255,7 @@ class Mixture(torch.utils.data.Dataset[Any]):
     def explain_fingerprint(self, saved: str) -> str:
         phase = changed_phase(saved, self.fingerprint) if self.schedule is not None else None
         if self.schedule is not None and phase is not None:
-            return (f"the schedule changed at {self.schedule.name(phase)}, a phase the run had started (or one "
+            return (f"the schedule changed at schedule[{phase}], a phase the run had started (or one "
                     "starting in the shuffle_block window it had reached); a resume may only append phases after it")
         return ("the mixture changed (a source, its weight, its schedule or samples_per_epoch); each source's "
                 "own fingerprint is part of the mixture's")

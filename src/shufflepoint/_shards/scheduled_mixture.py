@@ -98,7 +98,7 @@ class ScheduledMixtureOrder(MixtureOrder):
 def check_global_batch(schedule: Schedule, samples_per_epoch: int, global_batch: int) -> None:
     """Warn about phases that start inside a global batch (under ``strided`` the global batches of an
     epoch start at its positions 0, G, 2G, ...)."""
-    split = [f"schedule[{i}] (row {start})" for i, start in enumerate(schedule.starts)
+    split = [f"{schedule.name(i)} (row {start})" for i, start in enumerate(schedule.starts)
              if start % samples_per_epoch % global_batch]
     if split:
         warnings.warn(
