@@ -341,3 +341,31 @@ def test_a_resume_that_changes_a_started_ramp_or_where_it_goes_is_refused_naming
 def test_bad_ramps_are_refused_naming_the_phase(schedule, words):
     with pytest.raises(ValueError, match=words):
         Schedule(schedule, sources=2)
+
+
+@settings(max_examples=40, deadline=None)
+@given(world=st.integers(1, 3), batch=st.integers(1, 6), sources=st.integers(2, 3), data=st.data(),
+       seed=st.integers(0, 2**32), epochs=st.integers(1, 2))
+def test_every_global_batch_follows_the_phase_of_its_first_sample_and_holds_its_share(
+        world, batch, sources, data, seed, epochs):
+    """Phase starts at global-batch edges and shuffle_block = the global batch: each global batch of every
+    rank together holds its phase's share, within one sample for two sources (S - 1 for S)."""
+    global_batch = world * batch
+    batches_per_epoch = data.draw(st.integers(1, 8))
+    length = batches_per_epoch * global_batch
+    phases = data.draw(st.lists(st.integers(1, 2 * batches_per_epoch), min_size=0, max_size=4, unique=True))
+    weights = [data.draw(st.lists(st.integers(0, 7), min_size=sources, max_size=sources).filter(any))
+               for _ in range(len(phases) + 1)]
+    schedule = [(0, weights[0])] + [(k * global_batch, w) for k, w in zip(sorted(phases), weights[1:], strict=True)]
+    mixture = Mixture([tagged(chr(97 + s), 30) for s in range(sources)], samples_per_epoch=length, schedule=schedule)
+    loaders = [shufflepoint.DataLoader(mixture, batch, seed=seed, rank=r, world_size=world, collate_fn=list,
+                                       shuffle_block=global_batch) for r in range(world)]
+    step = 0
+    for _ in range(epochs):
+        for together in zip(*[list(loader) for loader in loaders], strict=True):
+            shares = mixture.schedule.shares[mixture.schedule.phase(step * global_batch)]
+            counts = Counter(x[0] for batch_of_rank in together for x in batch_of_rank)
+            for s, share in enumerate(shares):
+                assert abs(counts[chr(97 + s)] - global_batch * share) < (1 if sources == 2 else sources - 1)
+            step += 1
+    assert step == epochs * batches_per_epoch
