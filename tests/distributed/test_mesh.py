@@ -111,3 +111,14 @@ def test_several_data_parallel_dimensions_count_as_one_flattened_row_major(runs)
         # the agreement reduces along both dimensions: every process refuses, naming the one that differs
         assert "ranks loaded different states" in record["flattened_disagreement"]
         assert "'epoch'" in record["flattened_disagreement"] and "rank 3=1" in record["flattened_disagreement"]
+
+
+def test_given_the_whole_mesh_the_agreement_compares_tensor_parallel_peers_too(runs):
+    saved, _ = runs
+    for rank, record in enumerate(saved):
+        if rank in (1, 3):  # process 1's dp group
+            assert "ranks loaded different states" in record["tp_peer_dp_only"]
+        else:  # its tp peer, process 0, is not compared with it along dp alone
+            assert record["tp_peer_dp_only"] == "accepted"
+        assert "ranks loaded different states" in record["tp_peer_whole_mesh"], record["tp_peer_whole_mesh"]
+        assert "'cursor'" in record["tp_peer_whole_mesh"]

@@ -13,9 +13,11 @@ peers must receive the same batches. shufflepoint deals the epoch over the data-
 
 A mesh of several data-parallel dimensions (torchtitan's ``dp_replicate`` x ``dp_shard``) counts as one,
 flattened row-major: dp rank = coordinate[0] * size[1] + coordinate[1]. The loader's state holds no
-rank, so every process of the mesh holds the same state; at a load the agreement collective
-(``agreement.py``) runs along each data-parallel dimension's group, the ranks that certainly hold a
-loader (a pipeline stage that reads no data never joins a collective it would hang in).
+rank, so every process of the mesh holds the same state. At a load the agreement collective
+(``agreement.py``) runs along each dimension of the mesh the loader was given, whose processes
+certainly all hold a loader: ``mesh=device_mesh["dp"]`` compares the data-parallel ranks (a pipeline
+stage that reads no data never joins a collective it would hang in); ``mesh=device_mesh,
+mesh_dims="dp"`` compares every process of ``device_mesh``, tensor-parallel peers too.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ def from_mesh(mesh: Any, mesh_dims: str | tuple[str, ...] | list[str] | None) ->
         raise TypeError(f"mesh: found {type(mesh).__name__}, expected a torch.distributed DeviceMesh "
                         "(e.g. device_mesh['dp']) or None")
     names = tuple(mesh.mesh_dim_names) if mesh.mesh_dim_names else None
+    whole = mesh  # every process of it builds this loader: the agreement may run along all its dimensions
     if mesh_dims is not None:
         mesh = mesh[_mesh_dims(names, mesh_dims)]
     else:
@@ -89,7 +92,7 @@ def from_mesh(mesh: Any, mesh_dims: str | tuple[str, ...] | list[str] | None) ->
     rank = 0
     for size, index in zip(mesh.shape, coordinate, strict=True):
         rank = rank * size + index
-    groups = tuple(mesh.get_group(dim) for dim in range(mesh.ndim))
+    groups = tuple(whole.get_group(dim) for dim in range(whole.ndim))
     return DataParallel(int(mesh.size()), int(rank), groups)
 
 

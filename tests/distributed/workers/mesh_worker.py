@@ -61,13 +61,20 @@ if MODE == "save":
     attempt("not_a_member", lambda: shufflepoint.DataLoader(dataset, BATCH, process_group=other))
     attempt("mesh_and_world_size", lambda: shufflepoint.DataLoader(dataset, BATCH, mesh=mesh["dp"], world_size=2))
     # a state that differs on one dp rank is refused along the dp group, naming the field
-    checked = shufflepoint.DataLoader(dataset, BATCH, seed=SEED, mesh=mesh["dp"])
-    state = dict(record["state"], cursor=record["state"]["cursor"] + (BATCH * DP if RANK == 2 else 0))
-    try:
-        checked.load_state_dict(state)
-        record["disagreement"] = "accepted"
-    except shufflepoint.StateError as error:
-        record["disagreement"] = str(error)
+    def disagree(name, differs_on, **kwargs):
+        checked = shufflepoint.DataLoader(dataset, BATCH, seed=SEED, **kwargs)
+        state = dict(record["state"], cursor=record["state"]["cursor"] + (BATCH * DP if RANK == differs_on else 0))
+        try:
+            checked.load_state_dict(state)
+            record[name] = "accepted"
+        except shufflepoint.StateError as error:
+            record[name] = str(error)
+
+    disagree("disagreement", 2, mesh=mesh["dp"])
+    # a tensor-parallel peer (process 1 of dp rank 0) that differs: its dp group refuses, process 0's does not
+    disagree("tp_peer_dp_only", 1, mesh=mesh["dp"])
+    # given the whole mesh, the agreement runs along tp too: every process refuses
+    disagree("tp_peer_whole_mesh", 1, mesh=mesh, mesh_dims="dp")
 else:
     with open(os.path.join(OUT, "save.r0.json")) as f:  # dp rank 0, tp rank 0: any rank's state restores all
         saved = json.load(f)["state"]
