@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-examples test-ray bench bench-shuffle bench-agreement bench-scaling bench-indexing bench-shards \
+.PHONY: setup demo test test-examples test-ray test-torchtitan bench bench-shuffle bench-agreement bench-scaling bench-indexing bench-shards \
 	bench-locality bench-read bench-packing bench-gpu soak lint clean test-accelerate-matrix test-transformers-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
@@ -27,6 +27,19 @@ test: $(STAMP)
 # (~1.5 min): the packed example killed and resumed, `shufflepoint audit` on the Hugging Face Trainer.
 test-examples: $(STAMP)
 	$(PY) -m pytest -q -m examples tests/distributed
+
+# torchtitan 0.3.0 as shufflepoint's data loader (examples/torchtitan_loader.py under torchrun, 30-80 s). Its
+# wheel asks for datasets<4.8 and its trainer's tools (wandb, tensorboard), so it goes beside the venv, in
+# .venv-titan/, with only what its data-pipeline modules import; the tests skip without it.
+TITAN_STAMP := .venv-titan/.installed
+
+$(TITAN_STAMP): $(STAMP)
+	$(PY) -m pip install -q --no-deps --target .venv-titan torchtitan==0.3.0 tyro==1.0.17 docstring_parser==0.18.0 \
+	  typeguard==4.6.1
+	touch $@
+
+test-torchtitan: $(TITAN_STAMP)
+	$(PY) -m pytest -q tests/integrations/test_torchtitan.py tests/distributed/test_integration_torchtitan.py
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py

@@ -111,6 +111,9 @@ class Expected:
     legacy_fingerprint: str | None = None
     # The layout that will read on (None: not checked): a resize that cannot be recorded is refused.
     layout: Layout | None = None
+    # Whether a saved fingerprint (found, expected, epoch, cursor) still resumes though it changed (a Mixture
+    # whose resume appended schedule phases after the position reached); explain_fingerprint says why not.
+    fingerprint_compatible: Callable[[str, str, int, int], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -292,6 +295,15 @@ def _current(state: object, expected: Expected) -> Mapping[str, Any]:
     return current
 
 
+def _fingerprint_changed(state: Mapping[str, Any], expected: Expected) -> bool:
+    """Whether the dataset's fingerprint changed, unless the dataset accepts the change at the state's position."""
+    found, current = state["dataset_fingerprint"], expected.dataset_fingerprint
+    if found is None or current is None or found == current:
+        return False
+    compatible = expected.fingerprint_compatible
+    return compatible is None or not compatible(found, current, state["epoch"], state["cursor"])
+
+
 def validate(state: object, expected: Expected, *, strict: bool = True) -> Position:
     """Check a state against the loading object; return its position. Raises StateError.
 
@@ -328,7 +340,7 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> Posit
     _check_deal(state, expected)
     steps, history = _check_history(state)
     found_print, expected_print = state["dataset_fingerprint"], expected.dataset_fingerprint
-    fingerprint_changed = found_print is not None and expected_print is not None and found_print != expected_print
+    fingerprint_changed = _fingerprint_changed(state, expected)
     if fingerprint_changed and strict:
         why = expected.explain_fingerprint(found_print) + ". " if expected.explain_fingerprint else ""
         raise _fail("dataset_fingerprint", found_print, repr(expected_print),

@@ -8,6 +8,9 @@ It costs one ``all_reduce`` of three int64 (24 bytes per rank, whatever the worl
 contributes a 56-bit digest of its state, its negation and a refusal flag, reduced with MAX, so
 every rank learns max(digest), min(digest) and whether anyone refused. Only when they differ,
 which is always an error, does a second collective gather the states to name the fields and ranks.
+
+Under a data-parallel mesh (``mesh.py``) the same reduction runs along each data-parallel dimension's
+group in turn: MAX is associative, so every rank still learns the extremes over the whole mesh.
 """
 
 from __future__ import annotations
@@ -37,38 +40,54 @@ def state_digest(state: dict[str, Any] | None) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:7], "big")
 
 
-def _everyone_agrees(local: dict[str, Any] | None, local_error: str | None) -> bool:
-    """One all_reduce(MAX) of [digest, -digest, refused]: the same answer on every rank."""
+Groups = tuple[Any, ...]  # process groups to reduce along in turn; (None,) is the default group
+
+
+def _everyone_agrees(local: dict[str, Any] | None, local_error: str | None, groups: Groups) -> bool:
+    """One all_reduce(MAX) of [digest, -digest, refused] per group: the same answer on every rank."""
     import torch
     import torch.distributed as dist
 
-    on_gpu = dist.get_backend() == "nccl"  # NCCL reduces device tensors only
+    on_gpu = dist.get_backend(groups[0]) == "nccl"  # NCCL reduces device tensors only
     device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
     digest = state_digest(local)
     flags = torch.tensor([digest, -digest, int(local_error is not None)], dtype=torch.int64, device=device)
-    dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+    for group in groups:
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=group)
     highest, lowest_negated, refused = flags.tolist()
     return bool(refused == 0 and highest == -lowest_negated)
 
 
-def agree_across_ranks(local: dict[str, Any] | None, local_error: str | None) -> None:
+def agree_across_ranks(local: dict[str, Any] | None, local_error: str | None, groups: Groups = (None,)) -> None:
     """Check that every rank loaded the same state and none refused it; raise the same error on
     all ranks otherwise.
 
     Every rank must call this, including one whose local validation failed, or the others would
     wait forever in the collective.
     """
-    if _everyone_agrees(local, local_error):
+    if _everyone_agrees(local, local_error, groups):
         return
-    _explain_disagreement(local, local_error)
+    _explain_disagreement(local, local_error, groups)
 
 
-def _explain_disagreement(local: dict[str, Any] | None, local_error: str | None) -> None:
-    """The rare path (always an error): gather every rank's state or refusal and name them."""
+def _gather(local: Any, groups: Groups) -> list[Any]:
+    """Every rank's ``local``, in (data-parallel) rank order: gathered along the last group first, so
+    that the nested lists flatten row-major, as ``mesh.py`` numbers the ranks."""
     import torch.distributed as dist
 
-    gathered: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, (local, local_error))
+    item, depth = local, 0
+    for group in reversed(groups):
+        gathered: list[Any] = [None] * dist.get_world_size(group)
+        dist.all_gather_object(gathered, item, group=group)
+        item, depth = gathered, depth + 1
+    for _ in range(depth - 1):
+        item = [inner for outer in item for inner in outer]
+    return list(item)
+
+
+def _explain_disagreement(local: dict[str, Any] | None, local_error: str | None, groups: Groups) -> None:
+    """The rare path (always an error): gather every rank's state or refusal and name them."""
+    gathered = _gather((local, local_error), groups)
     refused = [(rank, error) for rank, (_, error) in enumerate(gathered) if error is not None]
     if refused:
         lines = "; ".join(f"rank {rank}: {error}" for rank, error in refused)
@@ -91,18 +110,21 @@ def _explain_disagreement(local: dict[str, Any] | None, local_error: str | None)
 
 def validate_everywhere(
     state: object, expected: Any, *, strict: bool, rank: int, world_size: int, verify_ranks: bool,
+    groups: Groups | None = None,
 ) -> Position:
-    """Validate a state locally and, in a matching process group, across ranks; its ``state.Position``."""
+    """Validate a state locally and, across ranks, in a matching default process group or along
+    ``groups`` (a data-parallel mesh's, see ``mesh.py``); its ``state.Position``."""
     from shufflepoint._core import state as _state
 
-    collective = verify_ranks and group_matches(rank, world_size)
+    collective = verify_ranks and (groups is not None or group_matches(rank, world_size))
+    groups = groups if groups is not None else (None,)
     try:
         position = _state.validate(state, expected, strict=strict)
     except StateError as error:
         if not collective:
             raise
-        agree_across_ranks(None, str(error))
+        agree_across_ranks(None, str(error), groups)
         raise  # not reached: agree_across_ranks raised for every rank
     if collective:
-        agree_across_ranks(dict(state), None)  # type: ignore[call-overload]
+        agree_across_ranks(dict(state), None, groups)  # type: ignore[call-overload]
     return position

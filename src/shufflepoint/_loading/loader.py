@@ -14,7 +14,9 @@ from shufflepoint._core.history import MAX_EPOCH, History, Place, place_after
 from shufflepoint._core.plan import Layout, StridedCut
 from shufflepoint._core.spans import SpanCut
 from shufflepoint._loading.agreement import validate_everywhere
+from shufflepoint._loading.capabilities import schedule_hooks
 from shufflepoint._loading.keyed import KeyedCollate, KeyedDataset, Transform, keyed_chunks
+from shufflepoint._loading.mesh import resolve_data_parallel
 from shufflepoint._loading.sampler import (
     Deal,
     OrderCache,
@@ -22,7 +24,6 @@ from shufflepoint._loading.sampler import (
     explain_fingerprint,
     rank_chunks,
     resolve_fingerprint,
-    resolve_world,
     warn_if_blocks_exceed_the_share,
 )
 from shufflepoint._loading.steps import Lookup, Pass
@@ -136,6 +137,11 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
     that call ``set_epoch`` every epoch. ``rank``/``world_size`` default to the initialised
     process group, else 0 and 1. ``sampler``/``batch_sampler`` cannot be passed: the order is ours.
 
+    Tensor, context or pipeline parallelism: ``mesh=device_mesh["dp"]`` (a ``DeviceMesh`` whose
+    dimensions are all data-parallel, flattened if several; or ``mesh=device_mesh, mesh_dims="dp"``)
+    or ``process_group=dp_group`` deals over the data-parallel ranks only, so model-parallel peers
+    receive identical batches and hold identical states (see ``_loading/mesh.py``).
+
     Augmentations that survive a resume: ``transform=fn`` calls ``fn(sample, rng)`` with the
     sample's own ``numpy.random.Generator``, keyed by (seed, epoch, index); ``seed_per_sample=True``
     seeds torch, numpy and ``random`` from that key around ``dataset[i]`` (and from the batch's key
@@ -162,6 +168,9 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         verify_ranks: bool = True,
         transform: Transform | None = None,
         seed_per_sample: bool = False,
+        mesh: Any = None,
+        process_group: Any = None,
+        mesh_dims: str | tuple[str, ...] | None = None,
         **torch_dataloader_kwargs: Any,
     ) -> None:
         taken = sorted({"sampler", "batch_sampler"} & torch_dataloader_kwargs.keys())
@@ -173,7 +182,8 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             )
         if not isinstance(shuffle, bool):
             raise TypeError(f"shuffle: found {shuffle!r}, expected a bool")
-        world_size, rank = resolve_world(world_size, rank)
+        world_size, rank, self._groups = resolve_data_parallel(world_size, rank, mesh=mesh, process_group=process_group,
+                                                               mesh_dims=mesh_dims)
         self._layout = Layout(dataset_length(dataset), world_size, batch_size, drop_last)
         self._verify_ranks = bool(verify_ranks)
         self._rank = rank
@@ -187,6 +197,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         self._legacy_fingerprint = resolve_fingerprint(dataset_fingerprint, dataset, self._layout.n, self._orders,
                                                        "legacy_fingerprint")
         self._explain = explain_fingerprint(dataset)
+        self._compatible = schedule_hooks(dataset, self._orders.shuffle_block, world_size * batch_size)
         self._epoch, self._steps = 0, 0
         self._start: StridedCut | SpanCut = self._deal.cut(self._layout, 0, [])  # where the next pass starts
         self._pass: Pass | None = None
@@ -361,7 +372,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         orders, deal = self._orders.for_state(state), self._deal.for_state(state)
         position = validate_everywhere(
             state, self._expected(orders, deal), strict=strict, rank=self._rank, world_size=self._layout.world_size,
-            verify_ranks=self._verify_ranks if verify_ranks is None else verify_ranks,
+            verify_ranks=self._verify_ranks if verify_ranks is None else verify_ranks, groups=self._groups,
         )
         start = deal.cut(self._layout, position.cursor, position.segments)
         history = position.history.record(position.steps, self._layout, place_after(position.epoch, start, 0))
@@ -396,5 +407,5 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             kind="loader", n=self._layout.n, seed=self._seed, shuffle=self._shuffle,
             order=orders.name, order_version=orders.version,
             dataset_fingerprint=self._fingerprint, explain_fingerprint=self._explain, deal=deal.name,
-            legacy_fingerprint=self._legacy_fingerprint, layout=self._layout,
+            legacy_fingerprint=self._legacy_fingerprint, fingerprint_compatible=self._compatible,
         )

@@ -17,6 +17,8 @@ from shufflepoint._core.plan import STRIDED, Layout, StridedCut, cut
 from shufflepoint._core.spans import NAME as SPANS
 from shufflepoint._core.spans import SpanCut
 from shufflepoint._loading.agreement import validate_everywhere
+from shufflepoint._loading.capabilities import deal_for, schedule_hooks
+from shufflepoint._loading.mesh import sampler_world  # imports this module's resolve_world lazily
 from shufflepoint._loading.progress import Progress
 from shufflepoint._order import (
     DEFAULT_ORDER,
@@ -179,10 +181,8 @@ class Deal:
     """
 
     def __init__(self, name: str | None, orders: OrderCache) -> None:
-        if name is not None and name not in _state.DEALS:
-            raise ValueError(f"deal: found {name!r}, expected one of {', '.join(map(repr, _state.DEALS))} or None")
-        self.chosen = name is not None
-        self.name: str = name if name is not None else (SPANS if orders.is_corpus else STRIDED)
+        self.chosen = name is not None  # deal_for checks the name, and a dataset that needs one deal (Mixture's)
+        self.name: str = deal_for(name, SPANS if orders.is_corpus else STRIDED, orders._dataset)
 
     def for_state(self, state: object) -> Deal:
         """This deal, or the state's when this one was left to the default (adopted once valid)."""
@@ -271,8 +271,9 @@ class ResumableSampler(DistributedSampler[int]):
         deal: str | None = None,
         dataset_fingerprint: str | None = None,
         verify_ranks: bool = True,
+        mesh: Any = None, process_group: Any = None,
     ) -> None:
-        world_size, rank = resolve_world(num_replicas, rank)
+        world_size, rank, self._groups = sampler_world(num_replicas, rank, mesh, process_group)
         n = dataset_length(dataset)
         check_int("seed", seed, 0, 2**64 - 1)
         if not isinstance(shuffle, bool):
@@ -288,6 +289,7 @@ class ResumableSampler(DistributedSampler[int]):
         self._legacy_fingerprint = resolve_fingerprint(dataset_fingerprint, dataset, n, self._orders,
                                                        "legacy_fingerprint")
         self._explain = explain_fingerprint(dataset)
+        self._compatible = schedule_hooks(dataset, self._orders.shuffle_block, 1)  # its batches: unknown
         self._verify_ranks = bool(verify_ranks)
         self._pending: StridedCut | SpanCut | None = None  # from load_state_dict, for the next __iter__
         self._active: Progress | None = None
@@ -361,7 +363,7 @@ class ResumableSampler(DistributedSampler[int]):
         orders, deal = self._orders.for_state(state), self._deal.for_state(state)
         position = validate_everywhere(
             state, self._expected(orders, deal), strict=strict, rank=self.rank, world_size=self._layout.world_size,
-            verify_ranks=self._verify_ranks if verify_ranks is None else verify_ranks,
+            verify_ranks=self._verify_ranks if verify_ranks is None else verify_ranks, groups=self._groups,
         )
         self._orders, self._deal = orders, deal
         start = deal.cut(self._layout, position.cursor, position.segments)
@@ -381,6 +383,7 @@ class ResumableSampler(DistributedSampler[int]):
             order=orders.name, order_version=orders.version,
             dataset_fingerprint=self._fingerprint, explain_fingerprint=self._explain, deal=deal.name,
             legacy_fingerprint=self._legacy_fingerprint, layout=self._layout,
+            fingerprint_compatible=self._compatible,
         )
 
 

@@ -18,6 +18,9 @@ epoch boundaries too, and no world size enters it:
    past one epoch gets wrong elsewhere (MosaicML Streaming #869). A ``Packed`` source's pass p is
    its own ``packed`` epoch p, so its stream position q is exactly its index q.
 
+With ``schedule=`` the weights follow the run's position instead of a count per epoch (order
+version 2, ``scheduled_mixture.py``); everything below 2. is the same.
+
 The loader sees ``len(mixture) == samples_per_epoch`` and dataset indices into the concatenation
 of the sources (``mixture[i]`` is row ``i - offset[s]`` of source s), so a mixed epoch keeps the
 locality of each source's own order.
@@ -34,6 +37,7 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
+from shufflepoint._core.schedule import Schedule, changed_phase, resumes, unweighted
 from shufflepoint._order import Order, check_int
 from shufflepoint._order.feistel import FeistelOrder
 from shufflepoint._shards.batch import Batch, Columnar, Rows, checked_indices, gather
@@ -44,6 +48,7 @@ VERSION = 1
 FINGERPRINT_PREFIX = "mixture:"
 _SOURCE_TAG, _WINDOW_TAG = 0x4D495853, 0x57494E44
 _MAX_STREAM = 2**62  # source stream positions stay int64
+SCHEDULED = 2  # the order's version with a schedule (scheduled_mixture.py)
 PACKED = "packed"  # the order of a Packed source: pass p, row r is its index p * len + r
 
 
@@ -136,13 +141,26 @@ class Mixture(torch.utils.data.Dataset[Any]):
     >>> mixture = Mixture([(list(range(10)), 3), (list(range(100, 104)), 1)], samples_per_epoch=8)
     >>> mixture.counts
     [6, 2]
+
+    ``schedule=[(start, weights), ...]`` (the sources then given alone, without weights) changes the
+    weights as training goes: ``start`` counts the samples consumed since the run began, all ranks
+    together (tokens for ``Packed`` sources), the first phase starting at 0; ``(start, weights, k)`` ramps
+    linearly to the next phase's weights in k steps. It needs the ``strided``
+    deal (the loader's default for it). ``counts`` is then the first epoch's. See docs/shards.md.
+
+    >>> annealed = Mixture([list(range(10)), list(range(100, 104))], samples_per_epoch=8,
+    ...                    schedule=[(0, [3, 1]), (6, [0, 1])])
+    >>> annealed.counts
+    [5, 3]
     """
 
     order_name = NAME
     order_version = VERSION
 
-    def __init__(self, sources: Sequence[tuple[Any, float]], *, samples_per_epoch: int | None = None) -> None:
-        pairs = _check_sources(sources)
+    def __init__(self, sources: Sequence[Any], *, samples_per_epoch: int | None = None,
+                 schedule: Sequence[tuple[int, Sequence[float]] | tuple[int, Sequence[float], int]] | None = None,
+                 ) -> None:
+        pairs = _check_sources(sources if schedule is None else [(dataset, 1.0) for dataset in unweighted(sources)])
         self.sources = [dataset for dataset, _ in pairs]
         self.weights = [weight for _, weight in pairs]
         self.lengths = [len(dataset) for dataset in self.sources]
@@ -151,13 +169,18 @@ class Mixture(torch.utils.data.Dataset[Any]):
         length = total if samples_per_epoch is None else check_int("samples_per_epoch", samples_per_epoch,
                                                                      1, _MAX_STREAM)
         self.samples_per_epoch = length
-        self.counts = _apportion(self.weights, length)
+        self._packed = _is_packed(self.sources[0])
+        self.schedule = None if schedule is None else Schedule(
+            schedule, len(self.sources), unit=self.sources[0].seq_len if self._packed else 1)
+        if self.schedule is not None:
+            self.order_version = SCHEDULED
+            self.weights = [float(share) for share in self.schedule.shares[0]]
+        self.counts = _apportion(self.weights, length) if self.schedule is None else self.schedule.counts(length)
         empty = [s for s, count in enumerate(self.counts) if count == 0]
-        if empty:
+        if empty and self.schedule is None:
             raise ValueError(f"weights: source {empty[0]} gets 0 of the {length} samples per epoch; raise its "
                              "weight or samples_per_epoch")
         self._largest = max(range(len(self.counts)), key=lambda s: (self.counts[s], -s))
-        self._packed = _is_packed(self.sources[0])
         self._index_limit = _MAX_STREAM if self._packed else total  # Packed: pass * rows + offset + row
 
     def __len__(self) -> int:
@@ -221,14 +244,46 @@ class Mixture(torch.utils.data.Dataset[Any]):
     def _fingerprint(self, attribute: str) -> str:
         parts = [getattr(d, attribute, None) or getattr(d, "fingerprint", None) or f"len={n}"
                  for d, n in zip(self.sources, self.lengths, strict=True)]
-        text = json.dumps({"sources": parts, "counts": self.counts})
-        return FINGERPRINT_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:32]
+        if self.schedule is None:
+            text = json.dumps({"sources": parts, "counts": self.counts})
+            return FINGERPRINT_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:32]
+        # the phases stay readable, one by one, so that a resume may append phases (fingerprint_compatible)
+        text = json.dumps({"sources": parts, "samples_per_epoch": self.samples_per_epoch, "scheduled": True})
+        return "|".join([FINGERPRINT_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:32],
+                         *self.schedule.identities()])
 
     def explain_fingerprint(self, saved: str) -> str:
-        return ("the mixture changed (a source, its weight or samples_per_epoch); each source's own "
-                "fingerprint is part of the mixture's")
+        phase = changed_phase(saved, self.fingerprint) if self.schedule is not None else None
+        if self.schedule is not None and phase is not None:
+            return (f"the schedule changed at schedule[{phase}], a phase the run had started (or one "
+                    "starting in the shuffle_block window it had reached); a resume may only append phases after it")
+        return ("the mixture changed (a source, its weight, its schedule or samples_per_epoch); each source's "
+                "own fingerprint is part of the mixture's")
+
+    def fingerprint_compatible(self, saved: str, expected: str, epoch: int, cursor: int, shuffle_block: int) -> bool:
+        """Whether a state saved with fingerprint ``saved`` at (epoch, cursor) resumes the loader whose is
+        ``expected``: the same sources, and the same schedule up to the end of the window it had reached."""
+        return self.schedule is not None and resumes(saved, expected, self.samples_per_epoch, shuffle_block,
+                                                     epoch, cursor)
+
+    def check_global_batch(self, global_batch: int) -> None:
+        """Warn when a phase of the schedule starts inside a global batch (world size x batch size)."""
+        if self.schedule is not None:
+            from shufflepoint._shards.scheduled_mixture import check_global_batch
+
+            check_global_batch(self.schedule, self.samples_per_epoch, global_batch)
+
+    @property
+    def required_deal(self) -> str | None:
+        """The deal this dataset needs, if any: ``strided`` with a schedule (a phase's start is then the
+        samples consumed; ``spans`` reads a stretch of the epoch per rank)."""
+        return "strided" if self.schedule is not None else None
 
     def epoch_order(self, seed: int, epoch: int, shuffle_block: int) -> MixtureOrder:
+        if self.schedule is not None:
+            from shufflepoint._shards.scheduled_mixture import ScheduledMixtureOrder  # it subclasses MixtureOrder
+
+            return ScheduledMixtureOrder(self, seed, epoch, shuffle_block)
         return MixtureOrder(self, seed, epoch, shuffle_block)
 
     def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:

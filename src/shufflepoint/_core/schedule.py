@@ -1,0 +1,244 @@
+"""Mixture schedules: a mixture's weights as a pure function of the samples training has consumed.
+
+A schedule is a list of phases ``(start, weights)``. ``start`` counts positions of the run's stream
+(``epoch * samples_per_epoch + position``: under the ``strided`` deal, the samples training consumed,
+all ranks together, since the run began); the phase holds until the next one starts. ``weights`` are
+one per source, any non-negative numbers (a source may pause at 0), read as exact fractions. A
+third element ``(start, weights, k)`` ramps linearly to the next phase's weights in k equal steps
+(steps that start at ``start + j * length // k`` with weights ``w + (w_next - w) * j / k``; the ramp's
+identity holds the phase it ramps to, so once it has begun neither changes).
+
+``counts(g)`` says how many of the first g positions of the run belong to each source. Inside a
+phase it grows by a chain of floors (source by source, the largest share last), so every source's
+count is non-decreasing at every position and the counts sum to g: any window of positions can be
+dealt between the sources by differences of ``counts``, however a phase boundary cuts it. Worked
+example, two phases, the second an annealing mix::
+
+    schedule = Schedule([(0, [3, 1]), (8, [1, 1])], sources=2)
+    g            0  1  2  3  4  5  6  7  8  9 10 11 12
+    phase        0  0  0  0  0  0  0  0  1  1  1  1  1
+    counts(g)  [0,0] ... counts(8) = [6, 2]  (3:1 of 8)  counts(12) = [8, 4]  (+2, +2: 1:1 of 4)
+
+Source s's t-th slot of the run reads row t of its own endless stream, so the stream advances by
+exactly what the schedule gave it, across epochs, phases and resizes. Each phase's identity (start
+and weights) joins the mixture's fingerprint; a resume may append phases after the position it
+reached (``compatible``), never change one that began. Evaluation is O(log phases + sources).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import numbers
+from bisect import bisect_right
+from collections.abc import Sequence
+from fractions import Fraction
+
+_LIMIT = 2**62  # run positions stay int64
+_DENOMINATOR = 1 << 32  # weights are read as the nearest fraction with a denominator up to 2**32 (0.7 -> 7/10)
+
+
+def _weights(found: object, sources: int, where: str) -> tuple[Fraction, ...]:
+    if isinstance(found, (str, bytes)) or not isinstance(found, Sequence):
+        raise TypeError(f"{where}: found {found!r}, expected a list of {sources} weights, one per source")
+    if len(found) != sources:
+        raise ValueError(
+            f"{where}: found {len(found)} weight(s), expected {sources}, one per source\n"
+            f"  fix: give every phase one weight per source, in the order of sources (0 pauses a source)"
+        )
+    checked = []
+    for number, weight in enumerate(found):
+        if isinstance(weight, bool) or not isinstance(weight, numbers.Real) or not math.isfinite(weight) \
+                or weight < 0:
+            raise ValueError(f"{where}[{number}]: found {weight!r}, expected a finite number >= 0")
+        near = Fraction(float(weight)).limit_denominator(_DENOMINATOR)
+        checked.append(near if near or not weight else Fraction(float(weight)))  # a tiny weight stays > 0
+    total = sum(checked, Fraction(0))
+    if total == 0:
+        raise ValueError(f"{where}: found {list(found)!r}, all 0; at least one source needs a weight > 0")
+    return tuple(weight / total for weight in checked)
+
+
+def _chain(shares: tuple[Fraction, ...]) -> tuple[tuple[tuple[int, int, int], ...], int]:
+    """((source, numerator, denominator) of each source's share of what is left, ...), the last source."""
+    present = [s for s, share in enumerate(shares) if share > 0]
+    last = max(present, key=lambda s: (shares[s], -s))
+    left, links = Fraction(1), []
+    for s in present:
+        if s != last:
+            part = shares[s] / left
+            links.append((s, part.numerator, part.denominator))
+            left -= shares[s]
+    return tuple(links), last
+
+
+class Schedule:
+    """A validated schedule: ``phases`` as ``(start, weights)``, ``unit`` the stream units per position
+    (``Packed`` sources: ``seq_len`` tokens per row; a start in tokens begins at the row holding it,
+    rounded up so that no row is split between phases)."""
+
+    def __init__(self, phases: object, sources: int, *, unit: int = 1) -> None:
+        if isinstance(phases, (str, bytes)) or not isinstance(phases, Sequence) or not phases:
+            raise TypeError(f"schedule: found {phases!r}, expected a non-empty list of (start, weights) phases")
+        self.sources = sources
+        starts: list[int] = []
+        shares: list[tuple[Fraction, ...]] = []
+        ramps: list[int] = []
+        for number, phase in enumerate(phases):
+            if isinstance(phase, (str, bytes)) or not isinstance(phase, Sequence) or len(phase) not in (2, 3):
+                raise TypeError(f"schedule[{number}]: found {phase!r}, expected a (start, weights) pair or a "
+                                "(start, weights, ramp steps) triple")
+            start, weights, *ramp = phase
+            if isinstance(start, bool) or not isinstance(start, numbers.Integral) or not 0 <= int(start) < _LIMIT:
+                raise ValueError(f"schedule[{number}] start: found {start!r}, expected an int in [0, 2**62)")
+            start = int(start)
+            row = -(-start // unit)
+            if number == 0 and start != 0:
+                raise ValueError(f"schedule[0] start: found {start}, expected 0: the first phase starts the run\n"
+                                 "  fix: put the weights the run begins with first, as (0, weights)")
+            if starts and row <= starts[-1]:
+                raise ValueError(
+                    f"schedule[{number}] start: found {start} after schedule[{number - 1}] start "
+                    f"{phases[number - 1][0]}, expected a later start (phases go in order, one per position"
+                    + (f"; {unit} tokens make a row" if unit > 1 else "") + ")\n"
+                    "  fix: sort the phases by start and merge phases that start together"
+                )
+            starts.append(row)
+            shares.append(_weights(weights, sources, f"schedule[{number}] weights"))
+            ramps.append(_ramp_steps(ramp, number, len(phases)))
+        self._phases = list(zip(starts, shares, ramps, strict=True))  # as the user wrote them (in rows)
+        self.starts, self.shares, self._origins = _expand(starts, shares, ramps)
+        self._chains = [_chain(shares) for shares in self.shares]
+        self._before = [[0] * sources]  # counts at each phase's start
+        for i in range(1, len(self.starts)):
+            self._before.append(self._within(i - 1, self.starts[i] - self.starts[i - 1]))
+
+    def name(self, phase: int) -> str:
+        """How the user wrote phase ``phase`` of ``starts``: ``schedule[i]``, or a step of its ramp."""
+        number = self._origins[phase]
+        step = phase - self._origins.index(number)
+        return f"schedule[{number}]" + (f" (ramp step {step})" if step else "")
+
+    def _within(self, phase: int, x: int) -> list[int]:
+        """counts at the phase's start plus the phase's own first x positions, source by source."""
+        counts = list(self._before[phase])
+        links, last = self._chains[phase]
+        rest = x
+        for s, numerator, denominator in links:
+            taken = rest * numerator // denominator
+            counts[s] += taken
+            rest -= taken
+        counts[last] += rest
+        return counts
+
+    def phase(self, g: int) -> int:
+        """The phase position g of the run belongs to (O(log phases))."""
+        return bisect_right(self.starts, g) - 1
+
+    def counts(self, g: int) -> list[int]:
+        """How many of the run's first g positions belong to each source."""
+        i = self.phase(g)
+        return self._within(i, g - self.starts[i])
+
+    def identities(self) -> list[str]:
+        """One ``start:hash`` per phase as written (start in positions; the hash of its exact shares, and for
+        a ramp its steps and the next phase it ramps to): a few bytes per phase, however many steps."""
+        found = []
+        for i, (start, shares, steps) in enumerate(self._phases):
+            parts = [[str(f) for f in shares], steps]
+            if steps > 1:
+                parts += [self._phases[i + 1][0], [str(f) for f in self._phases[i + 1][1]]]
+            found.append(f"{start}:{hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:12]}")
+        return found
+
+
+def _ramp_steps(ramp: list[object], number: int, phases: int) -> int:
+    if not ramp:
+        return 1
+    steps = ramp[0]
+    if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or int(steps) < 1:
+        raise ValueError(f"schedule[{number}] ramp steps: found {steps!r}, expected an int >= 1")
+    if number == phases - 1 and int(steps) > 1:
+        raise ValueError(f"schedule[{number}] ramp steps: found {steps}, but the last phase has no next phase "
+                         "to ramp to\n  fix: add the phase the ramp ends at, or drop the third element")
+    return int(steps)
+
+
+def _expand(starts: list[int], shares: list[tuple[Fraction, ...]],
+            ramps: list[int]) -> tuple[list[int], list[tuple[Fraction, ...]], list[int]]:
+    """Phases with ramps as steps: ``(start, weights, k)`` goes linearly, in k equal steps of positions,
+    from its weights to the next phase's (exact fractions); (starts, shares, the written phase of each)."""
+    out_starts, out_shares, origins = [], [], []
+    for i, (start, share, steps) in enumerate(zip(starts, shares, ramps, strict=True)):
+        if steps > 1 and starts[i + 1] - start < steps:
+            raise ValueError(f"schedule[{i}] ramp steps: found {steps}, more than the {starts[i + 1] - start} "
+                             "positions to the next phase\n  fix: use fewer steps")
+        for j in range(steps):
+            out_starts.append(start + j * (starts[i + 1] - start) // steps if j else start)
+            out_shares.append(tuple(a + (b - a) * j / steps for a, b in zip(share, shares[i + 1], strict=True))
+                              if j else share)
+            origins.append(i)
+    return out_starts, out_shares, origins
+
+
+def unweighted(sources: object) -> list[object]:
+    """The sources of a scheduled ``Mixture``, given alone: its weights are the schedule's."""
+    if not isinstance(sources, Sequence) or isinstance(sources, (str, bytes)) or not sources:
+        raise TypeError(f"sources: found {sources!r}, expected a non-empty list of datasets")
+    for number, dataset in enumerate(sources):
+        if isinstance(dataset, tuple) and len(dataset) == 2 and isinstance(dataset[1], (int, float)):
+            raise TypeError(f"sources[{number}]: found a (dataset, weight) pair, but with a schedule the weights are "
+                            "the schedule's\n  fix: pass the datasets alone, Mixture([a, b], schedule=[(0, [wa, wb]), "
+                            "...])")
+    return list(sources)
+
+
+def reached(samples_per_epoch: int, shuffle_block: int, epoch: int, cursor: int) -> int:
+    """The run position up to which a state at (epoch, cursor) fixed the order: the cursor, or the end of
+    the window it is inside (that window's pieces were already dealt). A resume may append phases there."""
+    windows = max(1, samples_per_epoch // shuffle_block)
+    k = min(cursor // shuffle_block, windows - 1)
+    if cursor == k * shuffle_block:
+        return epoch * samples_per_epoch + cursor
+    return epoch * samples_per_epoch + (samples_per_epoch if k == windows - 1 else (k + 1) * shuffle_block)
+
+
+
+def _parts(fingerprint: str) -> tuple[str, list[str], str]:
+    """A scheduled mixture's fingerprint as a loader writes it: (base, ["start:hash", ...], what the loader
+    appended after the last phase, such as ":blocks=B")."""
+    base, *phases = fingerprint.split("|")
+    if not phases:
+        return fingerprint, [], ""
+    start, digest, *rest = phases[-1].split(":", 2) + [""]
+    return base, [*phases[:-1], f"{start}:{digest}"], rest[0]
+
+
+def resumes(saved: str, expected: str, samples_per_epoch: int, shuffle_block: int, epoch: int, cursor: int) -> bool:
+    """Whether a loader fingerprint ``saved`` at (epoch, cursor) resumes one whose fingerprint is ``expected``:
+    the same sources, and the same phases up to the end of the window reached (appended ones after it)."""
+    (base, phases, suffix), (own, current, own_suffix) = _parts(saved), _parts(expected)
+    if not phases or (base, suffix) != (own, own_suffix):
+        return False
+    return compatible(phases, current, reached(samples_per_epoch, shuffle_block, epoch, cursor)) is None
+
+
+def changed_phase(saved: str, current: str) -> int | None:
+    """The first phase in which two fingerprints of the same scheduled mixture differ (None: other sources)."""
+    (base, phases, _), (own, now, _) = _parts(saved), _parts(current)
+    return compatible(phases, now, _LIMIT) if phases and base == own else None
+
+
+def compatible(saved: list[str], current: list[str], reached: int) -> int | None:
+    """None when ``current`` keeps every phase of ``saved`` that starts before ``reached`` (and adds none
+    there), else the number of the first phase that differs: a resume may append, never rewrite."""
+    def start(identity: str) -> int:
+        return int(identity.split(":", 1)[0])
+
+    past_saved = [p for p in saved if start(p) < reached]
+    past_current = [p for p in current if start(p) < reached]
+    if past_saved == past_current:
+        return None
+    return next((i for i, (a, b) in enumerate(zip(past_saved, past_current, strict=False)) if a != b),
+                min(len(past_saved), len(past_current)))

@@ -1,0 +1,59 @@
+"""What a dataset may declare to the loader beyond ``__getitem__``/``__len__``: the capabilities a
+schedule needs, as a ``Protocol`` rather than attribute names probed one by one.
+
+A ``Mixture`` declares them: with a schedule it is read under one deal only (``required_deal``), says
+when a global batch would straddle two phases (``check_global_batch``), and a resume whose fingerprint
+changed may still be its own run with phases appended (``fingerprint_compatible``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+from shufflepoint._core.state import DEALS
+
+
+@runtime_checkable
+class Scheduled(Protocol):
+    """A dataset whose order follows a schedule (``shufflepoint.Mixture(..., schedule=...)``)."""
+
+    @property
+    def required_deal(self) -> str | None:
+        """The only deal the dataset can be read under, or None for any."""
+
+    def check_global_batch(self, global_batch: int) -> None:
+        """Warn when the global batch (world size x batch size) splits what the schedule means whole."""
+
+    def fingerprint_compatible(self, saved: str, expected: str, epoch: int, cursor: int, shuffle_block: int) -> bool:
+        """Whether a state saved with fingerprint ``saved`` at (epoch, cursor) resumes the loader whose
+        fingerprint is ``expected``."""
+
+
+def deal_for(name: str | None, default: str, dataset: Any) -> str:
+    """The deal to read ``dataset`` with: ``name``, else the one the dataset needs (``required_deal``), else
+    ``default``. A name that is no deal, or one the dataset cannot be read under, is refused."""
+    if name is not None and name not in DEALS:
+        raise ValueError(f"deal: found {name!r}, expected one of {', '.join(map(repr, DEALS))} or None")
+    needed = dataset.required_deal if isinstance(dataset, Scheduled) else None
+    if needed not in DEALS:  # None, or an attribute that only looks like the capability
+        return default if name is None else name
+    if name is not None and name != needed:
+        raise ValueError(
+            f"deal: found {name!r}, but this {type(dataset).__name__} is read under {needed!r} only\n"
+            "  why: a Mixture with a schedule starts each phase at the sample it names, which only a deal that "
+            "consumes the epoch's positions in order keeps ('spans' reads a stretch per rank)\n"
+            f"  fix: leave deal unset (or pass deal={needed!r})"
+        )
+    return str(needed)
+
+
+def schedule_hooks(dataset: Any, shuffle_block: int | None,
+                   global_batch: int) -> Callable[[str, str, int, int], bool] | None:
+    """Check the global batch against a scheduled dataset, and return its fingerprint check for the state
+    (``state.Expected.fingerprint_compatible``); None for any other dataset."""
+    if not isinstance(dataset, Scheduled):
+        return None
+    dataset.check_global_batch(global_batch)
+    return functools.partial(dataset.fingerprint_compatible, shuffle_block=shuffle_block or 0)

@@ -1,0 +1,108 @@
+"""The ``mixture`` order (version 2) of a ``Mixture`` with a schedule (``_core/schedule.py``).
+
+Version 1 gives each source a fixed count per epoch. Under a schedule the counts follow the run's
+position ``g = epoch * samples_per_epoch + position`` instead, and the windows of ``shuffle_block``
+positions are also cut where a phase starts, so no window mixes two phases::
+
+    samples_per_epoch 10, shuffle_block 4, schedule [(0, [3, 1]), (14, [1, 1])]
+    epoch 1 (g = 10..19):  window 0 = g 10..13 (phase 0) | window 1 = g 14..17 (phase 1) | window 2 = g 18, 19
+    piece (window k, phase i) holds counts(end) - counts(start) slots of each source, shuffled by a keyed
+    Feistel permutation of (seed, k, i, epoch); source s's slots read its stream rows counts_s(start) on.
+
+Position -> (source, row of its stream) is then one binary search over the phase starts and one per
+window, whatever the epoch. Under the ``strided`` deal ``g`` is what training consumed, so a phase
+begins at the sample it names; a phase appended by a resume after the window it reached changes nothing
+before it. The ``spans`` deal would read the epoch's later positions first on other ranks, so a
+scheduled mixture requires ``strided`` (``Mixture.required_deal``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from shufflepoint._order import check_int
+from shufflepoint._order.feistel import FeistelOrder
+from shufflepoint._shards.blocks import _sub_seed, checked_positions
+from shufflepoint._shards.mixture import _MAX_STREAM, MixtureOrder
+
+if TYPE_CHECKING:
+    from shufflepoint._core.schedule import Schedule
+    from shufflepoint._shards.mixture import Mixture
+
+VERSION = 2
+_PIECE_TAG, _PHASE_TAG = 0x50494543, 0x50484153
+
+
+class ScheduledMixtureOrder(MixtureOrder):
+    """The scheduled ``mixture`` order of one (seed, epoch): positions -> indices into the sources."""
+
+    version = VERSION
+
+    def __init__(self, mixture: Mixture, seed: int, epoch: int, shuffle_block: int) -> None:
+        self.n = mixture.samples_per_epoch
+        self._mixture, self.seed, self.epoch = mixture, seed, epoch
+        self._block = check_int("shuffle_block", shuffle_block, 1, _MAX_STREAM)
+        self._windows = max(1, self.n // self._block)  # the last window takes the remainder
+        if mixture.schedule is None:
+            raise ValueError("mixture: found one without a schedule; its order is MixtureOrder")
+        self._schedule: Schedule = mixture.schedule
+        far = (epoch + 1) * self.n >= _MAX_STREAM
+        if not far and mixture._packed:  # a Packed source's index is pass * rows + row
+            ends = self._schedule.counts((epoch + 1) * self.n)
+            far = max(c // n + 1 for c, n in zip(ends, mixture.lengths, strict=True)) * mixture.rows >= _MAX_STREAM
+        if far:
+            raise ValueError(f"epoch: found {epoch}, too far for this mixture (stream positions pass 2**62)")
+        self._origin = epoch * self.n
+        self._starts = np.asarray(self._schedule.starts, dtype=np.int64)
+        self._source_orders = {}
+        if mixture._packed:  # bind each Packed source to its (seed, shuffle_block) now, before workers copy it
+            for s in range(len(mixture.sources)):
+                self._source_order(s, 0)
+
+    def take(self, positions: np.ndarray) -> np.ndarray:
+        """Indices into the concatenated sources at these epoch positions (int64)."""
+        positions, flat = checked_positions(positions, self.n)
+        window = np.minimum(flat // self._block, self._windows - 1)
+        phase = np.searchsorted(self._starts, self._origin + flat, side="right") - 1
+        piece = window * len(self._starts) + phase
+        source, stream = np.empty_like(flat), np.empty_like(flat)
+        for key in np.unique(piece).tolist():
+            where = piece == key
+            k, i = divmod(key, len(self._starts))
+            self._fill_piece(k, i, flat[where], source, stream, where)
+        found = np.empty_like(flat)
+        for s in np.unique(source).tolist():
+            where = source == s
+            found[where] = self._from_source(s, stream[where])
+        return found.reshape(positions.shape)
+
+    def _fill_piece(self, k: int, i: int, positions: np.ndarray, source: np.ndarray, stream: np.ndarray,
+                    where: np.ndarray) -> None:
+        start = k * self._block
+        stop = self.n if k == self._windows - 1 else start + self._block
+        a = max(self._origin + start, int(self._starts[i]))
+        b = self._origin + stop if i + 1 == len(self._starts) else min(self._origin + stop, int(self._starts[i + 1]))
+        before = np.asarray(self._schedule.counts(a), dtype=np.int64)
+        sizes = np.asarray(self._schedule.counts(b), dtype=np.int64) - before
+        ends = np.cumsum(sizes)
+        key = _sub_seed(_sub_seed(self.seed, _PIECE_TAG, k), _PHASE_TAG, i)
+        shuffled = FeistelOrder(b - a, key, self.epoch).take(self._origin + positions - a)
+        owner = np.searchsorted(ends, shuffled, side="right")
+        source[where] = owner
+        stream[where] = before[owner] + shuffled - (ends[owner] - sizes[owner])
+
+
+def check_global_batch(schedule: Schedule, samples_per_epoch: int, global_batch: int) -> None:
+    """Warn about phases that start inside a global batch (under ``strided`` the global batches of an
+    epoch start at its positions 0, G, 2G, ...)."""
+    split = [f"{schedule.name(i)} (row {start})" for i, start in enumerate(schedule.starts)
+             if start % samples_per_epoch % global_batch]
+    if split:
+        warnings.warn(
+            f"{', '.join(split)} start(s) inside a global batch of {global_batch} rows (world size x batch "
+            "size): that batch is split between two phases. To have every global batch follow one phase, "
+            "start phases at multiples of the global batch (in tokens for Packed sources: of its tokens), "
+            "counted from the start of an epoch", UserWarning, stacklevel=5)

@@ -1,0 +1,371 @@
+"""``Mixture(..., schedule=...)``: weights that follow the samples consumed, exact on a resume, every
+slot once on a resize, a past that cannot be rewritten and a future that may be appended."""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_mixture import ids, packed, tagged
+
+import shufflepoint
+from resume_contract import Component, assert_resume_contract, run_epochs, served_across_a_resize
+from shufflepoint._core.schedule import Schedule
+from shufflepoint._shards.mixture import Mixture
+
+# Phases that start inside a global batch split it between two phases (warned about: tested below); the
+# order stays exact, and these tests use such starts on purpose.
+SPLIT_BATCH = pytest.mark.filterwarnings("ignore:schedule\\[.*inside a global batch:UserWarning")
+
+
+@st.composite
+def schedules(draw, sources):
+    """1-5 phases, starts strictly increasing from 0, weights >= 0 with at least one > 0 per phase; a phase
+    but the last may ramp to the next one in up to 4 steps."""
+    phases = draw(st.integers(1, 5))
+    gaps = draw(st.lists(st.integers(1, 60), min_size=phases - 1, max_size=phases - 1))
+    starts = [0, *np.cumsum(gaps).tolist()]
+    weights = [draw(st.lists(st.integers(0, 5), min_size=sources, max_size=sources).filter(any))
+               for _ in range(phases)]
+    ramps = [draw(st.integers(1, min(gap, 4))) for gap in gaps] + [1]
+    return [(int(start), w) if steps == 1 else (int(start), w, steps)
+            for start, w, steps in zip(starts, weights, ramps, strict=True)]
+
+
+@st.composite
+def scheduled_mixtures(draw):
+    sources = draw(st.integers(1, 4))
+    lengths = draw(st.lists(st.integers(1, 25), min_size=sources, max_size=sources))
+    return lengths, draw(schedules(sources)), draw(st.integers(1, 80)), draw(st.integers(1, 30))
+
+
+def make(lengths, schedule, length):
+    return Mixture([tagged(chr(97 + s), n) for s, n in enumerate(lengths)], samples_per_epoch=length,
+                   schedule=schedule)
+
+
+def served(mixture, seed, block, epochs):
+    """(run position, source, row) of every position of the first ``epochs`` epochs."""
+    found = []
+    for epoch in range(epochs):
+        taken = mixture.epoch_order(seed, epoch, block).take(np.arange(mixture.samples_per_epoch))
+        found += [(epoch * mixture.samples_per_epoch + p, *mixture.source_of(int(i))) for p, i in enumerate(taken)]
+    return found
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=scheduled_mixtures(), seed=st.integers(0, 2**64 - 1), epochs=st.integers(1, 3))
+def test_each_piece_holds_its_phase_s_share_and_every_pass_of_a_source_is_complete(case, seed, epochs):
+    lengths, schedule, length, block = case
+    mixture = make(lengths, schedule, length)
+    positions = served(mixture, seed, block, epochs)
+    sched = mixture.schedule
+    run = epochs * length
+    # every source's stream, read from its start: whole passes and one partial pass, each row once per pass
+    totals = sched.counts(run)
+    for s, n in enumerate(lengths):
+        rows = Counter(row for _, source, row in positions if source == s)
+        assert sum(rows.values()) == totals[s]
+        full, extra = divmod(totals[s], n)
+        assert sorted((rows[r] for r in range(n)), reverse=True) == [full + 1] * extra + [full] * (n - extra)
+    # each window of shuffle_block positions, cut where a phase starts, holds that phase's share
+    edges = sorted({e * length + k * block for e in range(epochs) for k in range(max(1, length // block))}
+                   | {e * length for e in range(epochs + 1)} | {s for s in sched.starts if s < run})
+    for a, b in zip(edges, edges[1:], strict=False):
+        phase = sched.phase(a)
+        assert sched.phase(b - 1) == phase
+        counts = Counter(source for g, source, _ in positions if a <= g < b)
+        shares = sched.shares[phase]
+        for s, share in enumerate(shares):
+            deviation = abs(counts[s] - (b - a) * share)
+            assert deviation < max(1, sum(1 for x in shares if x) - 1), (a, b, s, counts, shares)
+            if share == 0:
+                assert counts[s] == 0  # a paused source reads nothing in its phase
+
+
+def test_the_worked_example_of_the_schedule_module():
+    schedule = Schedule([(0, [3, 1]), (8, [1, 1])], sources=2)
+    assert [schedule.counts(g) for g in (0, 8, 12)] == [[0, 0], [6, 2], [8, 4]]
+    assert schedule.phase(7) == 0 and schedule.phase(8) == 1
+    assert schedule.shares[0] == (Fraction(3, 4), Fraction(1, 4))
+
+
+def test_two_sources_get_their_share_within_one_sample_over_any_window():
+    schedule = Schedule([(0, [0.7, 0.3]), (1000, [0.2, 0.8])], sources=2)
+    for a in range(0, 1200, 7):
+        for size in (1, 5, 64, 333):
+            before, after = schedule.counts(a), schedule.counts(a + size)
+            if schedule.phase(a) == schedule.phase(a + size - 1):
+                share = schedule.shares[schedule.phase(a)][0]
+                assert abs(after[0] - before[0] - size * share) < 1
+
+
+def scheduled_component(rank, world_size, schedule=((0, [3, 1]), (30, [1, 3]), (55, [0, 1]))):
+    def make_loader():
+        mixture = Mixture([tagged("a", 17), tagged("b", 5)], samples_per_epoch=24, schedule=list(schedule))
+        return shufflepoint.DataLoader(mixture, 2, seed=4, rank=rank, world_size=world_size,
+                                       collate_fn=list, shuffle_block=6)
+
+    return Component(name=f"scheduled W={world_size}", make=make_loader, run=run_epochs,
+                     resume_epoch=lambda s: s["epoch"])
+
+
+@SPLIT_BATCH
+@pytest.mark.parametrize("world_size,rank", [(1, 0), (2, 1), (3, 2)])
+def test_a_loader_over_a_scheduled_mixture_honours_the_resume_contract(world_size, rank):
+    assert assert_resume_contract(scheduled_component(rank, world_size), epochs=4) >= 8
+
+
+@SPLIT_BATCH
+@pytest.mark.parametrize("first,then", [((2, 3), (3, 1)), ((3, 1), (2, 2)), ((1, 4), (4, 1))])
+def test_a_resize_serves_every_slot_of_the_epoch_once(first, then):
+    reference = scheduled_component(0, 1).make()
+    reference.set_epoch(1)  # epoch 1: run positions 24..47, phases 0 and 1
+    expected = Counter(x for batch in reference for x in batch)
+    seen = served_across_a_resize(lambda r, w, b: shufflepoint.DataLoader(
+        Mixture([tagged("a", 17), tagged("b", 5)], samples_per_epoch=24,
+                schedule=[(0, [3, 1]), (30, [1, 3]), (55, [0, 1])]),
+        b, seed=4, rank=r, world_size=w, collate_fn=list, shuffle_block=6), first, then, steps=2)
+    assert seen == expected
+
+
+def test_global_batches_follow_the_phase_of_their_first_sample():
+    """strided: global batch k of a world of 2 x 3 is positions 6k..6k+5; a phase starting at 36 (a
+    multiple of the global batch) holds from global batch 6 on, on every rank."""
+    mixture = Mixture([tagged("a", 50), tagged("b", 50)], samples_per_epoch=60,
+                      schedule=[(0, [1, 0]), (36, [0, 1])])
+    loaders = [shufflepoint.DataLoader(mixture, 3, seed=2, rank=r, world_size=2, collate_fn=list, shuffle_block=6)
+               for r in range(2)]
+    per_rank = [list(loader) for loader in loaders]
+    for step, batches in enumerate(zip(*per_rank, strict=True)):
+        letters = {x[0] for batch in batches for x in batch}
+        assert letters == ({"a"} if step < 6 else {"b"})
+
+
+def appended_loader(schedule):
+    mixture = Mixture([tagged("a", 40), tagged("b", 40)], samples_per_epoch=40, schedule=schedule)
+    return shufflepoint.DataLoader(mixture, 4, seed=9, collate_fn=list, shuffle_block=8)
+
+
+@SPLIT_BATCH
+def test_a_resume_may_append_phases_after_the_position_reached():
+    first = appended_loader([(0, [1, 1])])
+    iterator = iter(first)
+    before = [next(iterator) for _ in range(3)]  # 12 positions: window 1 (8..15) reached
+    state = first.state_dict()
+    longer = [(0, [1, 1]), (16, [1, 0])]
+    resumed = appended_loader(longer)
+    resumed.load_state_dict(state)
+    uninterrupted = list(appended_loader(longer))
+    assert before + list(resumed) == uninterrupted
+    assert resumed.state_dict()["dataset_fingerprint"] == appended_loader(longer).state_dict()["dataset_fingerprint"]
+
+
+@SPLIT_BATCH
+@pytest.mark.parametrize("changed, phase", [
+    ([(0, [1, 2])], 0),  # the weights of the phase the run is in
+    ([(0, [1, 1]), (12, [1, 0])], 1),  # a phase appended inside the window already reached
+    ([(0, [1, 1]), (4, [1, 0])], 1),  # a phase inserted in the past
+])
+def test_a_resume_that_changes_a_started_phase_is_refused_naming_it(changed, phase):
+    first = appended_loader([(0, [1, 1])])
+    iterator = iter(first)
+    for _ in range(3):
+        next(iterator)
+    state = first.state_dict()
+    resumed = appended_loader(changed)
+    before = resumed.state_dict()
+    with pytest.raises(shufflepoint.StateError, match=rf"dataset_fingerprint.*schedule\[{phase}\]"):
+        resumed.load_state_dict(state)
+    assert resumed.state_dict() == before
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        resumed.load_state_dict(state, strict=False)  # accepted, loudly
+    assert any(issubclass(w.category, shufflepoint.ResumeWarning) for w in caught)
+
+
+def test_a_scheduled_mixture_is_not_an_unscheduled_one():
+    plain = shufflepoint.DataLoader(Mixture([(tagged("a", 40), 1), (tagged("b", 40), 1)], samples_per_epoch=40),
+                                    4, seed=9, collate_fn=list, shuffle_block=8, deal="strided")
+    with pytest.raises(shufflepoint.StateError, match="order_version"):
+        appended_loader([(0, [1, 1])]).load_state_dict(plain.state_dict())
+
+
+def test_packed_sources_count_phases_in_tokens():
+    """seq_len 5: a phase starting at token 23 begins at row 5 (the first row wholly after it)."""
+    mixture = Mixture([packed([30, 30, 30], 5, 0), packed([30, 30, 30], 5, 1)], samples_per_epoch=12,
+                      schedule=[(0, [1, 0]), (23, [0, 1])])
+    assert mixture.schedule.starts == [0, 5]
+    loader = shufflepoint.DataLoader(mixture, 1, seed=1, collate_fn=lambda b: [ids(row) for row in b],
+                                     shuffle_block=4)
+    tags = [batch[0][0] // 10**6 for batch in loader]
+    assert tags == [0] * 5 + [1] * 7
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    (dict(schedule=[(0, [1, 1, 1])]), ValueError, r"schedule\[0\] weights: found 3 weight\(s\), expected 2"),
+    (dict(schedule=[(0, [1, 1]), (10, [1])]), ValueError, r"schedule\[1\] weights: found 1"),
+    (dict(schedule=[(0, [1, 1]), (10, [1, 0]), (5, [0, 1])]), ValueError, r"schedule\[2\] start: found 5 after"),
+    (dict(schedule=[(0, [1, 1]), (10, [1, 0]), (10, [0, 1])]), ValueError, r"schedule\[2\] start: found 10 after"),
+    (dict(schedule=[(-1, [1, 1])]), ValueError, r"schedule\[0\] start: found -1"),
+    (dict(schedule=[(4, [1, 1])]), ValueError, r"schedule\[0\] start: found 4, expected 0"),
+    (dict(schedule=[(0, [1, -1])]), ValueError, r"schedule\[0\] weights\[1\]: found -1"),
+    (dict(schedule=[(0, [0, 0])]), ValueError, r"schedule\[0\] weights: found \[0, 0\], all 0"),
+    (dict(schedule=[]), TypeError, r"schedule: found \[\]"),
+    (dict(schedule=[(0, 1)]), TypeError, r"schedule\[0\] weights: found 1"),
+    (dict(schedule=[5]), TypeError, r"schedule\[0\]: found 5, expected a \(start, weights\) pair"),
+])
+def test_bad_schedules_are_refused_naming_the_argument(kwargs, error, words):
+    with pytest.raises(error, match=words):
+        Mixture([tagged("a", 5), tagged("b", 5)], **kwargs)
+
+
+def test_weighted_pairs_with_a_schedule_and_the_spans_deal_are_refused():
+    with pytest.raises(TypeError, match=r"sources\[0\]: found a \(dataset, weight\) pair"):
+        Mixture([(tagged("a", 5), 1), (tagged("b", 5), 1)], schedule=[(0, [1, 1])])
+    mixture = Mixture([tagged("a", 5), tagged("b", 5)], schedule=[(0, [1, 1])])
+    assert shufflepoint.DataLoader(mixture, 2).deal == "strided"  # the default for a schedule
+    with pytest.raises(ValueError, match="deal: found 'spans'"):
+        shufflepoint.DataLoader(mixture, 2, deal="spans")
+
+
+def test_a_phase_that_starts_inside_a_global_batch_is_warned_about_naming_it():
+    mixture = Mixture([tagged("a", 50), tagged("b", 50)], samples_per_epoch=60,
+                      schedule=[(0, [1, 1]), (36, [0, 1]), (72, [1, 0])])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        shufflepoint.DataLoader(mixture, 3, world_size=2, rank=0)  # 36, and 72 = epoch 1's 12: both batch edges
+    split = r"schedule\[1\] \(row 36\), schedule\[2\] \(row 72\) start\(s\) inside a global batch of 8"
+    with pytest.warns(UserWarning, match=split) as caught:
+        shufflepoint.DataLoader(mixture, 4, world_size=2, rank=0)
+    assert caught[0].filename == __file__  # said at the user's line
+
+
+@SPLIT_BATCH
+@settings(max_examples=25, deadline=None)
+@given(lengths=st.lists(st.integers(1, 20), min_size=2, max_size=3), data=st.data(),
+       seed=st.integers(0, 2**32), epoch=st.integers(0, 2), steps=st.integers(0, 4),
+       first=st.tuples(st.integers(1, 3), st.integers(1, 4)), then=st.tuples(st.integers(1, 3), st.integers(1, 4)))
+def test_any_schedule_resumed_on_any_world_serves_each_slot_once_and_the_same_world_exactly(
+        lengths, data, seed, epoch, steps, first, then):
+    schedule = data.draw(schedules(len(lengths)))
+    length, block = data.draw(st.integers(4, 40)), data.draw(st.integers(1, 12))
+
+    def make_loader(rank, world_size, batch_size):
+        return shufflepoint.DataLoader(make(lengths, schedule, length), batch_size, seed=seed, rank=rank,
+                                       world_size=world_size, collate_fn=list, shuffle_block=block)
+
+    whole = make_loader(0, 1, 1)
+    whole.set_epoch(epoch)
+    expected = Counter(x for batch in whole for x in batch)
+    steps = min(steps, length // (first[0] * first[1]))
+    assert served_across_a_resize(make_loader, first, then, steps=steps, epoch=epoch) == expected
+    # the same world: the rest of every rank's stream, batch for batch
+    for rank in range(first[0]):
+        reference = make_loader(rank, *first)
+        reference.set_epoch(epoch)
+        batches = list(reference)
+        stopped = make_loader(rank, *first)
+        stopped.set_epoch(epoch)
+        iterator = iter(stopped)
+        for _ in range(min(steps, len(batches))):
+            next(iterator)
+        resumed = make_loader(rank, *first)
+        resumed.load_state_dict(stopped.state_dict())
+        assert list(resumed) == batches[min(steps, len(batches)):]
+
+
+def test_the_sampler_reads_a_scheduled_mixture_under_strided_and_refuses_spans():
+    mixture = Mixture([tagged("a", 5), tagged("b", 5)], schedule=[(0, [1, 1])])
+    assert shufflepoint.ResumableSampler(mixture, 2, 0).deal == "strided"
+    with pytest.raises(ValueError, match=r"deal: found 'spans', but this Mixture is read under 'strided' only"):
+        shufflepoint.ResumableSampler(mixture, 2, 0, deal="spans")
+    with pytest.raises(ValueError, match=r"deal: found 'diagonal', expected one of"):
+        shufflepoint.ResumableSampler(mixture, 2, 0, deal="diagonal")
+
+
+def test_the_sampler_accepts_appended_phases_too():
+    def sampler(schedule):
+        return shufflepoint.ResumableSampler(Mixture([tagged("a", 40), tagged("b", 40)], samples_per_epoch=40,
+                                                     schedule=schedule), 1, 0, seed=9, shuffle_block=8)
+
+    first = sampler([(0, [1, 1])])
+    iterator = iter(first)
+    before = [next(iterator) for _ in range(12)]
+    longer = [(0, [1, 1]), (16, [1, 0])]
+    resumed = sampler(longer)
+    resumed.load_state_dict(first.state_dict())
+    assert before + list(resumed) == list(sampler(longer))
+    with pytest.raises(shufflepoint.StateError, match=r"schedule\[1\]"):
+        sampler([(0, [1, 1]), (12, [1, 0])]).load_state_dict(first.state_dict())
+
+
+def test_numpy_numbers_and_tiny_weights_are_read_exactly():
+    schedule = Schedule([(np.int64(0), [np.int64(3), 1e-15]), (np.int64(10), [np.float64(0.7), 0.3])], sources=2)
+    assert schedule.starts == [0, 10] and schedule.shares[1] == (Fraction(7, 10), Fraction(3, 10))
+    assert 0 < schedule.shares[0][1] < Fraction(1, 10**14)  # small, never rounded to a pause
+
+
+def test_a_ramp_goes_linearly_to_the_next_phase_in_equal_steps():
+    schedule = Schedule([(0, [1, 0], 4), (100, [0, 1])], sources=2)
+    assert schedule.starts == [0, 25, 50, 75, 100]
+    assert [share[1] for share in schedule.shares] == [0, Fraction(1, 4), Fraction(1, 2), Fraction(3, 4), 1]
+    assert schedule.counts(100) == [63, 37]  # 25 * (1 + 3/4 + 1/2 + 1/4) and 25 * (1/4 + 1/2 + 3/4), rounded
+    assert len(schedule.identities()) == 2  # a phase as written, however many steps
+    assert schedule.name(2) == "schedule[0] (ramp step 2)" and schedule.name(4) == "schedule[1]"
+
+
+@SPLIT_BATCH
+def test_a_resume_that_changes_a_started_ramp_or_where_it_goes_is_refused_naming_it():
+    first = appended_loader([(0, [1, 1], 4), (32, [1, 0])])
+    iterator = iter(first)
+    for _ in range(5):  # 20 positions: ramp steps 0-2 (starts 0, 8, 16) started
+        next(iterator)
+    for changed in ([(0, [1, 1], 2), (32, [1, 0])], [(0, [1, 1], 4), (32, [1, 2])], [(0, [1, 1], 4), (36, [1, 0])]):
+        with pytest.raises(shufflepoint.StateError, match=r"schedule\[0\]"):  # its steps, its target, its end
+            appended_loader(changed).load_state_dict(first.state_dict())
+    longer = appended_loader([(0, [1, 1], 4), (32, [1, 0]), (40, [0, 1])])  # appended after the ramp's end
+    longer.load_state_dict(first.state_dict())
+
+
+@pytest.mark.parametrize("schedule, words", [
+    ([(0, [1, 1], 0), (10, [1, 0])], r"schedule\[0\] ramp steps: found 0"),
+    ([(0, [1, 1]), (10, [1, 0], 3)], r"schedule\[1\] ramp steps: found 3, but the last phase"),
+    ([(0, [1, 1], 20), (10, [1, 0])], r"schedule\[0\] ramp steps: found 20, more than the 10 positions"),
+])
+def test_bad_ramps_are_refused_naming_the_phase(schedule, words):
+    with pytest.raises(ValueError, match=words):
+        Schedule(schedule, sources=2)
+
+
+@settings(max_examples=40, deadline=None)
+@given(world=st.integers(1, 3), batch=st.integers(1, 6), sources=st.integers(2, 3), data=st.data(),
+       seed=st.integers(0, 2**32), epochs=st.integers(1, 2))
+def test_every_global_batch_follows_the_phase_of_its_first_sample_and_holds_its_share(
+        world, batch, sources, data, seed, epochs):
+    """Phase starts at global-batch edges and shuffle_block = the global batch: each global batch of every
+    rank together holds its phase's share, within one sample for two sources (S - 1 for S)."""
+    global_batch = world * batch
+    batches_per_epoch = data.draw(st.integers(1, 8))
+    length = batches_per_epoch * global_batch
+    phases = data.draw(st.lists(st.integers(1, 2 * batches_per_epoch), min_size=0, max_size=4, unique=True))
+    weights = [data.draw(st.lists(st.integers(0, 7), min_size=sources, max_size=sources).filter(any))
+               for _ in range(len(phases) + 1)]
+    schedule = [(0, weights[0])] + [(k * global_batch, w) for k, w in zip(sorted(phases), weights[1:], strict=True)]
+    mixture = Mixture([tagged(chr(97 + s), 30) for s in range(sources)], samples_per_epoch=length, schedule=schedule)
+    loaders = [shufflepoint.DataLoader(mixture, batch, seed=seed, rank=r, world_size=world, collate_fn=list,
+                                       shuffle_block=global_batch) for r in range(world)]
+    step = 0
+    for _ in range(epochs):
+        for together in zip(*[list(loader) for loader in loaders], strict=True):
+            shares = mixture.schedule.shares[mixture.schedule.phase(step * global_batch)]
+            counts = Counter(x[0] for batch_of_rank in together for x in batch_of_rank)
+            for s, share in enumerate(shares):
+                assert abs(counts[chr(97 + s)] - global_batch * share) < (1 if sources == 2 else sources - 1)
+            step += 1
+    assert step == epochs * batches_per_epoch
