@@ -407,5 +407,6 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             kind="loader", n=self._layout.n, seed=self._seed, shuffle=self._shuffle,
             order=orders.name, order_version=orders.version,
             dataset_fingerprint=self._fingerprint, explain_fingerprint=self._explain, deal=deal.name,
-            legacy_fingerprint=self._legacy_fingerprint, fingerprint_compatible=self._compatible,
+            legacy_fingerprint=self._legacy_fingerprint, layout=self._layout,
+            fingerprint_compatible=self._compatible,
         )
