@@ -1,13 +1,14 @@
 """The state: a versioned, flat dict of JSON values, the same on every rank. Written and read here.
 
-Fields (format version 2; version 1, written by 0.1 and 0.2, had neither ``deal`` nor ``segments``
-and still loads, as the strided deal it always was):
+Fields (format version 3; version 1, written by 0.1 and 0.2, had neither ``deal`` nor ``segments``
+and still loads, as the strided deal it always was; version 2, written by 0.3, had no ``excluded``
+and loads with nothing excluded):
 
 =====================  ===========  ==========================================================
 field                  type         meaning
 =====================  ===========  ==========================================================
 format                 str          always ``"shufflepoint"``
-version                int          format version, 2
+version                int          format version, 3
 kind                   str          ``"loader"`` or ``"sampler"``: which object wrote it
 seed                   int          the order's seed
 epoch                  int          the epoch being read
@@ -25,6 +26,9 @@ deal                   str          who reads which positions: ``strided`` or ``
 segments               list         ``spans`` only: this epoch's ``[world_size, taken]`` pairs, one per
                                     world size it was read at, ``taken`` samples per rank (reset at
                                     each epoch; empty for ``strided``)
+excluded               list         dataset indices never served again (``loader.exclude``), as
+                                    sorted ranges written ``[gap, length, gap, length, ...]``
+                                    (``_core/exclusion.py``); at most 131,072 ranges; ``[]`` for none
 =====================  ===========  ==========================================================
 
 The key set never depends on progress (torch.distributed.checkpoint asks a fresh object for its
@@ -40,12 +44,14 @@ from typing import Any
 
 from shufflepoint._core import spans as _spans
 from shufflepoint._core.errors import ResumeWarning, StateError
+from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.plan import STRIDED
 from shufflepoint._core.spans import NAME as SPANS
 
 FORMAT = "shufflepoint"
-VERSION = 2
+VERSION = 3
 OLDEST_VERSION = 1  # version 1: the same fields without deal and segments (always strided)
+# version 2 (0.3): the same fields without excluded (nothing excluded)
 KINDS = ("loader", "sampler")
 MAX_INT = 2**63 - 1
 MAX_SEED = 2**64 - 1  # seeds span torch's full range; every other int fits an int64
@@ -69,9 +75,11 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "dataset_fingerprint": ((str, type(None)), "a string or None"),
     "deal": ((str,), "'strided' or 'spans'"),
     "segments": ((list,), "a list of [world_size, taken] pairs"),
+    "excluded": ((list,), "a list [gap, length, ...] of excluded ranges"),
 }
 FIELDS: tuple[str, ...] = tuple(_SCHEMA)
-_V1_FIELDS = FIELDS[:-2]
+_V1_FIELDS = FIELDS[: FIELDS.index("deal")]
+_V2_FIELDS = FIELDS[: FIELDS.index("excluded")]
 DEALS = (STRIDED, SPANS)
 
 # Keys that identify states written by other libraries, to say so instead of "missing keys".
@@ -111,6 +119,7 @@ class Position:
     cursor: int
     deal: str
     segments: list[list[int]]
+    excluded: Exclusion | None = None  # None: nothing excluded
 
 
 def _fail(field: str, found: object, expected: str, fix: str) -> StateError:
@@ -146,7 +155,7 @@ def _check_shape(state: object) -> Mapping[str, Any]:
             "It was written by a newer shufflepoint; upgrade shufflepoint to load it."
             if newer else "This format version is not known; the state is damaged or foreign.",
         )
-    fields = FIELDS if version == VERSION else _V1_FIELDS
+    fields = {1: _V1_FIELDS, 2: _V2_FIELDS}.get(version, FIELDS)
     missing = [f for f in fields if f not in keys]
     extra = sorted(str(k) for k in keys - set(fields))
     if missing:
@@ -155,8 +164,10 @@ def _check_shape(state: object) -> Mapping[str, Any]:
     if extra:
         raise _fail("(keys)", f"unknown {extra}", f"exactly {list(fields)} (version {version})",
                     "The state was edited or comes from another program; use another checkpoint.")
-    if version < VERSION:  # version 1 was always strided
-        state = {**state, "version": VERSION, "deal": STRIDED, "segments": []}
+    if version == 1:  # version 1 was always strided
+        state = {**state, "deal": STRIDED, "segments": []}
+    if version < VERSION:  # versions 1 and 2 excluded nothing
+        state = {**state, "version": VERSION, "excluded": []}
     for field, (types, text) in _SCHEMA.items():
         value = state[field]
         is_bool = isinstance(value, bool)
@@ -208,6 +219,23 @@ def _check_deal(state: Mapping[str, Any], expected: Expected) -> None:
                     "The state is damaged or was edited; use another checkpoint.")
 
 
+def _check_excluded(state: Mapping[str, Any], expected: Expected) -> Exclusion | None:
+    """The excluded ranges are well formed, within n, and for an object that can skip them."""
+    value = state["excluded"]
+    if not value:
+        return None
+    try:
+        excluded = Exclusion.from_state(value, state["n"])
+    except ValueError as error:
+        raise _fail("excluded", value, "sorted ranges [gap, length, ...] of dataset indices (loader.exclude)",
+                    f"{error}. The state is damaged or was edited; use another checkpoint.") from None
+    if expected.kind != "loader" or state["deal"] != STRIDED:
+        raise _fail("excluded", f"{excluded.count} excluded indices", f"[] for a {expected.kind} under the "
+                    f"{state['deal']!r} deal", "Only shufflepoint.DataLoader with deal='strided' skips excluded "
+                    "samples; load this state into one.")
+    return excluded
+
+
 def _current(state: object, expected: Expected) -> Mapping[str, Any]:
     """The state, checked, in the current format: version 1 (0.1, 0.2) read as ``strided``, and a 0.2
     corpus fingerprint (no shard versions) taken as the same corpus when it matches 0.2's measure."""
@@ -253,6 +281,7 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> Posit
     if state["cursor"] > state["n"]:
         raise _fail("cursor", state["cursor"], f"an int in [0, n={state['n']}]", "The state is damaged.")
     _check_deal(state, expected)
+    excluded = _check_excluded(state, expected)
     found_print, expected_print = state["dataset_fingerprint"], expected.dataset_fingerprint
     fingerprint_changed = found_print is not None and expected_print is not None and found_print != expected_print
     if fingerprint_changed and strict:
@@ -276,13 +305,14 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> Posit
                 "may not be the same. The default order (radix-feistel) does not depend on torch.",
                 ResumeWarning, stacklevel=3,
             )
-    return Position(state["epoch"], state["cursor"], state["deal"], [list(p) for p in state["segments"]])
+    return Position(state["epoch"], state["cursor"], state["deal"], [list(p) for p in state["segments"]], excluded)
 
 
 def build(
     *, kind: str, seed: int, epoch: int, cursor: int, n: int, shuffle: bool, order: str,
     order_version: int, world_size: int, batch_size: int, drop_last: bool,
     dataset_fingerprint: str | None, deal: str = STRIDED, segments: list[list[int]] | None = None,
+    excluded: list[int] | None = None,
 ) -> dict[str, Any]:
     """The state dict, every field in schema order."""
     torch_version = None
@@ -295,5 +325,5 @@ def build(
         "cursor": cursor, "n": n, "shuffle": shuffle, "order": order, "order_version": order_version,
         "world_size": world_size, "batch_size": batch_size, "drop_last": drop_last,
         "torch_version": torch_version, "dataset_fingerprint": dataset_fingerprint,
-        "deal": deal, "segments": [list(pair) for pair in segments or []],
+        "deal": deal, "segments": [list(pair) for pair in segments or []], "excluded": list(excluded or []),
     }

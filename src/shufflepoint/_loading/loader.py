@@ -10,9 +10,11 @@ import numpy as np
 import torch.utils.data
 
 from shufflepoint._core import state as _state
+from shufflepoint._core.exclusion import Exclusion, FilteredStridedCut
 from shufflepoint._core.plan import Layout, StridedCut
 from shufflepoint._core.spans import SpanCut
 from shufflepoint._loading.agreement import validate_everywhere
+from shufflepoint._loading.excluding import Excluded
 from shufflepoint._loading.keyed import KeyedCollate, KeyedDataset, Transform, keyed_chunks
 from shufflepoint._loading.sampler import (
     Deal,
@@ -31,10 +33,18 @@ from shufflepoint._shards.batch import collate as columnar_collate
 class _Pass:
     """One run of ``iter(loader)`` over (part of) an epoch: where it started, what was received."""
 
-    __slots__ = ("epoch", "cut", "received")
+    __slots__ = ("epoch", "cut", "received", "followed_by")
 
-    def __init__(self, epoch: int, start: StridedCut | SpanCut) -> None:
+    def __init__(self, epoch: int, start: StridedCut | SpanCut | FilteredStridedCut) -> None:
         self.epoch, self.cut, self.received = epoch, start, 0
+        self.followed_by: _Pass | None = None  # the pass loader.exclude() continued this one with
+
+    def successor(self, live: _Pass | None) -> _Pass | None:
+        """``live``, when ``exclude()`` continued this pass with it (over one call or several)."""
+        follower = self.followed_by
+        while follower is not None and follower is not live:
+            follower = follower.followed_by
+        return follower
 
 
 Chunk = tuple[np.ndarray, np.ndarray]  # (epoch positions, dataset indices)
@@ -109,7 +119,7 @@ class _PassSampler(torch.utils.data.Sampler[Any]):
         return itertools.chain.from_iterable(indices.tolist() for _, indices in chunks)
 
     def __len__(self) -> int:
-        return self._loader._layout.samples_per_rank(0)
+        return self._loader._excluded.epoch_layout(self._loader._layout).samples_per_rank(0)
 
     def set_epoch(self, epoch: int) -> None:
         """Frameworks call ``loader.sampler.set_epoch(e)`` each epoch (Lightning, HF Trainer): forward it.
@@ -195,7 +205,8 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
                                                        "legacy_fingerprint")
         self._explain = explain_fingerprint(dataset)
         self._epoch = 0
-        self._start: StridedCut | SpanCut = self._deal.cut(self._layout, 0, [])  # where the next pass starts
+        self._excluded = Excluded(self._layout.n)
+        self._start: StridedCut | SpanCut | FilteredStridedCut = self._cut(0, 0, [])  # where the next pass starts
         self._pass: _Pass | None = None
         self._keyed = _check_keyed(transform, seed_per_sample)
         dataset = _served(dataset, self._seed, transform, seed_per_sample, torch_dataloader_kwargs)
@@ -227,7 +238,11 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         """``strided`` or ``spans``: who reads which positions of the epoch (see ``docs/shards.md``)."""
         return self._deal.name
 
-    def _left(self) -> tuple[StridedCut | SpanCut, int]:
+    def _cut(self, epoch: int, cursor: int, segments: list[list[int]]) -> StridedCut | SpanCut | FilteredStridedCut:
+        """The rest of ``epoch`` from (cursor, segments), the excluded samples skipped."""
+        return self._excluded.cut(self._deal, self._orders, self._layout, epoch, cursor, segments)
+
+    def _left(self) -> tuple[StridedCut | SpanCut | FilteredStridedCut, int]:
         live = self._pass
         return (live.cut, self._layout.batch_size * live.received) if live is not None else (self._start, 0)
 
@@ -261,7 +276,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         """Jump to the first batch of ``epoch``. The current epoch again changes nothing."""
         check_int("epoch", epoch, 0, 2**62)
         if epoch != self.epoch:
-            self._pass, self._epoch, self._start = None, int(epoch), self._deal.cut(self._layout, 0, [])
+            self._pass, self._epoch, self._start = None, int(epoch), self._cut(int(epoch), 0, [])
 
     def seek(self, epoch: int, batches: int = 0) -> None:
         """Go to ``epoch`` after its first ``batches`` batches per rank: O(1), no sample is read.
@@ -273,33 +288,74 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         check_int("epoch", epoch, 0, 2**62)
         check_int("batches", batches, 0, 2**62)
         self._pass, self._epoch = None, int(epoch)
-        fresh = self._deal.cut(self._layout, 0, [])
+        fresh = self._cut(int(epoch), 0, [])
         cursor, segments = fresh.after(int(batches) * self._layout.batch_size)
-        self._start = self._deal.cut(self._layout, cursor, segments)
+        self._start = self._cut(int(epoch), cursor, segments)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         epoch, (cursor, segments) = self.epoch, self._position()
-        start = self._deal.cut(self._layout, cursor, segments)
+        start = self._cut(epoch, cursor, segments)
         live = _Pass(epoch, start)
         self._pass, self._epoch, self._start = live, epoch, start
         return self._count(super().__iter__(), live)
 
     def _count(self, batches: Iterator[Any], live: _Pass) -> Iterator[Any]:
-        for batch in batches:
+        while True:
+            superseded = False
+            for batch in batches:
+                if self._pass is not live:
+                    superseded = True
+                    break
+                live.received += 1
+                yield batch
             if self._pass is not live:
-                raise RuntimeError(
-                    "this iterator was superseded by a newer iter(loader), set_epoch() or "
-                    "load_state_dict(); iterate the newest one"
-                )
-            live.received += 1
-            yield batch
-        if self._pass is live:  # the pass is exhausted: the epoch is over
+                successor = live.successor(self._pass)
+                if successor is None and not superseded:
+                    return
+                if successor is None:
+                    raise RuntimeError(
+                        "this iterator was superseded by a newer iter(loader), set_epoch() or "
+                        "load_state_dict(); iterate the newest one"
+                    )
+                # loader.exclude() re-dealt the rest of the epoch: read on from there (what torch's
+                # workers prefetched under the old deal is dropped, never served)
+                live, batches = successor, super().__iter__()
+                continue
+            # the pass is exhausted: the epoch is over
             self._pass, self._epoch = None, live.epoch + 1
-            self._start = self._deal.cut(self._layout, 0, [])
+            self._start = self._cut(live.epoch + 1, 0, [])
+            return
 
     def __len__(self) -> int:
-        """Batches per epoch on this rank (a whole epoch, whatever the cursor)."""
-        return self._layout.batches_per_rank(0)
+        """Batches per epoch on this rank (a whole epoch, whatever the cursor; excluded samples taken out)."""
+        return self._excluded.epoch_layout(self._layout).batches_per_rank(0)
+
+    # -- exclusion -----------------------------------------------------------------------------
+    @property
+    def excluded(self) -> Exclusion:
+        """The dataset indices this run never serves again (``exclude``), as sorted ranges."""
+        return self._excluded.exclusion
+
+    def exclude(self, indices: Any) -> None:
+        """Never serve these dataset indices again: from the next batch on, in this epoch and every later one.
+
+        Every other sample is still served once per epoch. Call it with the same indices (ints, a
+        range, a numpy or torch integer array) on every rank: checked like ``load_state_dict``. The
+        state keeps them as sorted ranges: a resume on the same world continues exactly this run's
+        stream, another world deals the rest of the epoch, each remaining sample once. Refused with
+        nothing changed: bad indices, over 131,072 ranges, the ``spans`` deal, orders without an
+        inverse (``Mixture``, ``Packed``). See docs/exclusion.md (and ``which`` for a bad stretch).
+        """
+        merged = self._excluded.merged(indices, self._deal, self._orders, self.dataset,
+                                       self._rank, self._layout.world_size, self._verify_ranks)
+        epoch, (cursor, segments) = self.epoch, self._position()
+        self._excluded.replace(merged, self._layout.n)
+        start = self._cut(epoch, cursor, segments)
+        live = self._pass
+        if live is None:
+            self._start = start
+        else:
+            live.followed_by = self._pass = _Pass(epoch, start)
 
     # -- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -310,7 +366,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             shuffle=self._shuffle, order=self._orders.name, order_version=self._orders.version,
             world_size=self._layout.world_size, batch_size=self._layout.batch_size,
             drop_last=self._layout.drop_last, dataset_fingerprint=self._fingerprint,
-            deal=self._deal.name, segments=segments,
+            deal=self._deal.name, segments=segments, excluded=self._excluded.exclusion.to_state(),
         )
 
     def load_state_dict(
@@ -330,8 +386,10 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             state, self._expected(orders, deal), strict=strict, rank=self._rank, world_size=self._layout.world_size,
             verify_ranks=self._verify_ranks if verify_ranks is None else verify_ranks,
         )
-        start = deal.cut(self._layout, position.cursor, position.segments)
+        excluded = Excluded.for_state(position.excluded, deal, orders, self.dataset)
+        start = excluded.cut(deal, orders, self._layout, position.epoch, position.cursor, position.segments)
         self._orders, self._deal, self._pass, self._epoch, self._start = orders, deal, None, position.epoch, start
+        self._excluded = excluded
 
     def _expected(self, orders: OrderCache, deal: Deal) -> _state.Expected:
         return _state.Expected(
