@@ -214,10 +214,26 @@ class Skips:
             self._from = (cursor, after - cursor - np.arange(after.size, dtype=np.int64))
         return self._from[1]
 
-    def nth(self, cursor: int, kept: np.ndarray) -> np.ndarray:
-        """The epoch positions of the ``kept``-th kept positions from ``cursor`` (each < remaining)."""
+    def nth(self, cursor: int, kept: np.ndarray, ascending: bool = False) -> np.ndarray:
+        """The epoch positions of the ``kept``-th kept positions from ``cursor`` (each < remaining).
+
+        ``ascending`` (``kept`` sorted, as a rank's chunk is): only the excluded positions between the
+        first and the last are searched, each once (a handful for a chunk of a large epoch).
+        """
         kept = np.asarray(kept, dtype=np.int64)
-        found: np.ndarray = cursor + kept + np.searchsorted(self._steps(cursor), kept, side="right")
+        steps = self._steps(cursor)
+        if ascending and kept.size and steps.size:
+            low = int(np.searchsorted(steps, kept[0], side="right"))
+            high = int(np.searchsorted(steps, kept[-1], side="right"))
+            if low == high:  # no excluded position among them: one shift for the whole chunk
+                shifted: np.ndarray = kept + (cursor + low)
+                return shifted
+            # each excluded position among them shifts the kept from the first one at or after it:
+            # O(w log m + m) for w excluded among m kept, not O(m log w)
+            first = np.searchsorted(kept, steps[low:high], side="left")
+            found: np.ndarray = kept + (cursor + low) + np.cumsum(np.bincount(first, minlength=kept.size))
+            return found
+        found = cursor + kept + np.searchsorted(steps, kept, side="right")
         return found
 
 
@@ -250,9 +266,11 @@ class FilteredStridedCut:
 
     def rank_positions(self, rank: int, start: int, stop: int) -> np.ndarray:
         kept = np.arange(start, stop, dtype=np.int64) * self.world_size + rank
+        if not kept.size or int(kept[-1]) < self._left:  # no tail padding in this chunk (the common case)
+            return self.skips.nth(self.cursor, kept, ascending=True)
         positions = np.empty_like(kept)
         inside = kept < self._left
-        positions[inside] = self.skips.nth(self.cursor, kept[inside])
+        positions[inside] = self.skips.nth(self.cursor, kept[inside], ascending=True)
         if not inside.all():  # tail padding: the epoch's first kept positions, in order
             positions[~inside] = self.skips.nth(0, (kept[~inside] - self._left) % self.skips.remaining(0))
         return positions
