@@ -48,6 +48,7 @@ class _Pass:
 
 
 Chunk = tuple[np.ndarray, np.ndarray]  # (epoch positions, dataset indices)
+_END = object()  # the end of torch's iterator
 
 
 def _announced(chunks: Iterator[Chunk], prefetch: Callable[[np.ndarray], None]) -> Iterator[Chunk]:
@@ -301,30 +302,26 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
 
     def _count(self, batches: Iterator[Any], live: _Pass) -> Iterator[Any]:
         while True:
-            superseded = False
-            for batch in batches:
-                if self._pass is not live:
-                    superseded = True
-                    break
-                live.received += 1
-                yield batch
             if self._pass is not live:
                 successor = live.successor(self._pass)
-                if successor is None and not superseded:
-                    return
                 if successor is None:
+                    if next(batches, _END) is _END:
+                        return  # superseded once the pass was over: nothing was lost
                     raise RuntimeError(
                         "this iterator was superseded by a newer iter(loader), set_epoch() or "
                         "load_state_dict(); iterate the newest one"
                     )
-                # loader.exclude() re-dealt the rest of the epoch: read on from there (what torch's
-                # workers prefetched under the old deal is dropped, never served)
+                # loader.exclude() re-dealt the rest of the epoch: read on from there; what torch's
+                # workers prefetched under the old deal is dropped, never served
                 live, batches = successor, super().__iter__()
-                continue
-            # the pass is exhausted: the epoch is over
+            batch = next(batches, _END)
+            if batch is _END:
+                break
+            live.received += 1
+            yield batch
+        if self._pass is live:  # the pass is exhausted: the epoch is over
             self._pass, self._epoch = None, live.epoch + 1
             self._start = self._cut(live.epoch + 1, 0, [])
-            return
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (a whole epoch, whatever the cursor; excluded samples taken out)."""

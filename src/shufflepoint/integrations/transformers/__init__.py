@@ -20,6 +20,8 @@ A drop-in for ``transformers.Trainer`` (``pip install 'shufflepoint[transformers
   trained). transformers >= 5.25 asks ``get_resumed_dataloader``, which returns the placed loader;
   older versions call ``skip_first_batches``, replaced during ``train()`` for our loader only.
 
+``ExcludeSamples(indices, from_step=...)``, a callback, drops samples from the run (``loader.exclude``).
+
 ``ResumableTrainerMixin`` gives any Trainer subclass the same (TRL's ``SFTTrainer``: put it first).
 Every touch point on transformers' internals is in ``_touch`` (``TOUCH_POINTS``), checked against
 ``TESTED_TRANSFORMERS``.
@@ -27,6 +29,7 @@ Every touch point on transformers' internals is in ``_touch`` (``TOUCH_POINTS``)
 
 import transformers
 
+from shufflepoint.integrations.transformers._exclude import ExcludeSamples
 from shufflepoint.integrations.transformers._placement import Placement, place
 from shufflepoint.integrations.transformers._touch import TESTED_TRANSFORMERS, TOUCH_POINTS, version_in_range
 from shufflepoint.integrations.transformers._trainer import LOADER_STATE_FILE, ResumableTrainerMixin
@@ -40,5 +43,5 @@ class Trainer(ResumableTrainerMixin, transformers.Trainer):
     """
 
 
-__all__ = ["LOADER_STATE_FILE", "TESTED_TRANSFORMERS", "TOUCH_POINTS", "Placement", "ResumableTrainerMixin",
-           "Trainer", "place", "version_in_range"]
+__all__ = ["LOADER_STATE_FILE", "TESTED_TRANSFORMERS", "TOUCH_POINTS", "ExcludeSamples", "Placement",
+           "ResumableTrainerMixin", "Trainer", "place", "version_in_range"]
