@@ -142,7 +142,8 @@ def test_the_state_holds_sorted_ranges_and_an_older_state_loads_with_nothing_exc
     state = loader.state_dict()
     assert state["version"] == 3 and state["excluded"] == [7, 4, 39, 1, 48, 1]  # [7, 11), [50, 51), [99, 100)
     assert loader.excluded.ranges() == [(7, 11), (50, 51), (99, 100)]
-    v2 = {k: v for k, v in shufflepoint.DataLoader(list(range(100)), 4, seed=1).state_dict().items() if k != "excluded"}
+    v2 = {k: v for k, v in shufflepoint.DataLoader(list(range(100)), 4, seed=1).state_dict().items()
+          if k not in ("excluded", "steps", "history")}
     v2["version"] = 2
     loader.load_state_dict(v2)
     assert loader.excluded.count == 0 and loader.state_dict()["excluded"] == []
@@ -213,7 +214,8 @@ def test_loaders_that_cannot_skip_refuse_by_name():
     state = strided.state_dict()
     with pytest.raises(StateError, match=r"'excluded': found '2 excluded indices', expected \[\] for a loader under "
                                          r"the 'spans' deal. Only shufflepoint.DataLoader with deal='strided'"):
-        spans.load_state_dict(dict(state, deal="spans"))
+        as_spans = [entry[:5] + [[]] if len(entry) == 6 else entry for entry in state["history"]]  # starts: segments
+        spans.load_state_dict(dict(state, deal="spans", history=as_spans))
     sampler = shufflepoint.ResumableSampler(list(range(18)), num_replicas=1, rank=0)
     with pytest.raises(StateError, match=r"'excluded'.*\[\] for a sampler"):
         sampler.load_state_dict(dict(sampler.state_dict(), excluded=[0, 1]))
@@ -248,3 +250,23 @@ class _Corpus(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         return i
+
+
+def test_which_is_refused_once_samples_are_excluded_and_a_batch_size_change_keeps_excluding():
+    loader = shufflepoint.DataLoader(list(range(30)), 2, seed=1)
+    it = iter(loader)
+    first = next(it).tolist()
+    assert loader.which(0) == {0: first}
+    loader.exclude([5, 6, 7])
+    with pytest.raises(ValueError, match=r"which: this run excludes samples"):
+        loader.which(0)
+    second = next(it).tolist()
+    loader.set_batch_size(3)
+    rest = [i for b in it for i in b.tolist()]
+    assert loader.step == 2 + -(-(30 - 4 - len({5, 6, 7} - set(first))) // 3)
+    assert sorted(second + rest) == sorted(set(range(30)) - {5, 6, 7} - set(first))
+    state = loader.state_dict()
+    fresh = shufflepoint.DataLoader(list(range(30)), 3, seed=1)
+    fresh.load_state_dict(state)  # the history's arrival is not checked while excluding; the rest is
+    assert fresh.step == loader.step and fresh.excluded == loader.excluded
+    assert [b.tolist() for b in fresh] == [b.tolist() for b in loader]

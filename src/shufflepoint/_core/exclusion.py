@@ -37,7 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from shufflepoint._core.plan import STRIDED, Layout
+from shufflepoint._core.plan import STRIDED, Layout, StridedCut
+from shufflepoint._core.spans import SpanCut
 
 MAX_RANGES = 1 << 17  # 131,072 ranges: 2 MiB as int64 pairs, under ~1 MiB in a pickled state
 NAME = "excluded"
@@ -169,6 +170,22 @@ class Exclusion:
         stops = np.cumsum(gaps + lengths)
         return cls(n, stops - lengths, stops)
 
+    @classmethod
+    def from_state_field(cls, value: list[Any], n: int, kind: str, deal: str) -> Exclusion | None:
+        """A state's ``excluded`` checked (None for nothing excluded); ValueError(expected, fix[, found])."""
+        if not value:
+            return None
+        try:
+            excluded = cls.from_state(value, n)
+        except ValueError as error:
+            raise ValueError("sorted ranges [gap, length, ...] of dataset indices (loader.exclude)",
+                             f"{error}. The state is damaged or was edited; use another checkpoint.") from None
+        if kind != "loader" or deal != STRIDED:
+            raise ValueError(f"[] for a {kind} under the {deal!r} deal", "Only shufflepoint.DataLoader with "
+                             "deal='strided' skips excluded samples; load this state into one.",
+                             f"{excluded.count} excluded indices")
+        return excluded
+
 
 def _as_index_array(indices: Any, name: str) -> np.ndarray:
     if hasattr(indices, "detach") and hasattr(indices, "cpu"):  # a torch tensor, without importing torch
@@ -284,3 +301,6 @@ class FilteredStridedCut:
         if handed >= self._left:
             return self.layout.n, []
         return int(self.skips.nth(self.cursor, np.array([handed - 1]))[0]) + 1, []
+
+
+Cut = StridedCut | SpanCut | FilteredStridedCut  # the rest of an epoch, as any deal cuts it

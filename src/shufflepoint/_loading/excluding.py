@@ -7,14 +7,17 @@ check that every rank excluded the same indices (one ``all_reduce``, as a state 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shufflepoint._core.errors import StateError
-from shufflepoint._core.exclusion import MAX_RANGES, Exclusion, FilteredStridedCut, Skips
+from shufflepoint._core.exclusion import MAX_RANGES, Cut, Exclusion, FilteredStridedCut, Skips
 from shufflepoint._core.plan import STRIDED, Layout, StridedCut
-from shufflepoint._core.spans import SpanCut
 from shufflepoint._loading.agreement import group_matches, state_digest
 from shufflepoint._loading.sampler import Deal, OrderCache
+from shufflepoint._loading.steps import Pass
+
+if TYPE_CHECKING:
+    from shufflepoint._core.history import History, Place
 
 
 def check_can_exclude(deal: Deal, orders: OrderCache, dataset: Any) -> None:
@@ -79,7 +82,7 @@ class Excluded:
         return self._skips[1]
 
     def cut(self, deal: Deal, orders: OrderCache, layout: Layout, epoch: int, cursor: int,
-            segments: list[list[int]]) -> StridedCut | SpanCut | FilteredStridedCut:
+            segments: list[list[int]]) -> Cut:
         """The rest of ``epoch`` from (cursor, segments): the deal's own cut, skipping the excluded."""
         if not self.exclusion:
             return deal.cut(layout, cursor, segments)
@@ -115,3 +118,52 @@ def agree_on_exclusion(added: Exclusion, rank: int, world_size: int, verify_rank
         "broadcast them from rank 0, then call loader.exclude on every rank. Nothing was excluded."
     )
 
+
+
+class ExclusionMixin:
+    """``exclude`` and ``excluded`` for ``shufflepoint.DataLoader`` (one concern, kept out of loader.py)."""
+
+    if TYPE_CHECKING:  # the loader's own attributes, which these methods read and set
+        _excluded: Excluded
+        _deal: Deal
+        _orders: OrderCache
+        _layout: Layout
+        _rank: int
+        _verify_ranks: bool
+        _pass: Pass | None
+        _history: History
+        _epoch: int
+        _start: Any
+        _steps: int
+        dataset: Any
+
+        def _here(self) -> tuple[int, Place]: ...
+
+    def _cut(self, epoch: int, cursor: int, segments: list[list[int]],
+             layout: Layout | None = None) -> Cut:
+        """The rest of ``epoch`` from (cursor, segments), the excluded samples skipped."""
+        return self._excluded.cut(self._deal, self._orders, layout or self._layout, epoch, cursor, segments)
+
+    @property
+    def excluded(self) -> Exclusion:
+        """The dataset indices this run never serves again (``exclude``), as sorted ranges."""
+        return self._excluded.exclusion
+
+    def exclude(self, indices: Any) -> None:
+        """Never serve these dataset indices again: from the next batch on, in this epoch and every later one.
+
+        Every other sample is still served once per epoch. Call it with the same indices (ints, a
+        range, a numpy or torch integer array) on every rank: checked like ``load_state_dict``. The
+        state keeps them as sorted ranges: a resume on the same world continues exactly this run's
+        stream, another world deals the rest of the epoch, each remaining sample once. Refused with
+        nothing changed: bad indices, over 131,072 ranges, the ``spans`` deal, orders without an
+        inverse (``Mixture``, ``Packed``). See docs/exclusion.md.
+        """
+        merged = self._excluded.merged(indices, self._deal, self._orders, self.dataset, self._rank,
+                                       self._layout.world_size, self._verify_ranks)
+        steps, place = self._here()
+        self._excluded.replace(merged, self._layout.n)
+        start = self._cut(place.epoch, place.cursor, [list(pair) for pair in place.segments])
+        live = self._pass
+        self._pass = Pass(place.epoch, start, steps, follows=live) if live is not None else None
+        self._epoch, self._start, self._steps = place.epoch, start, steps

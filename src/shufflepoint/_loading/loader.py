@@ -10,11 +10,11 @@ import numpy as np
 import torch.utils.data
 
 from shufflepoint._core import state as _state
-from shufflepoint._core.exclusion import Exclusion, FilteredStridedCut
-from shufflepoint._core.plan import Layout, StridedCut
-from shufflepoint._core.spans import SpanCut
+from shufflepoint._core.exclusion import Cut
+from shufflepoint._core.history import MAX_EPOCH, History, Place, place_after
+from shufflepoint._core.plan import Layout
 from shufflepoint._loading.agreement import validate_everywhere
-from shufflepoint._loading.excluding import Excluded
+from shufflepoint._loading.excluding import Excluded, ExclusionMixin
 from shufflepoint._loading.keyed import KeyedCollate, KeyedDataset, Transform, keyed_chunks
 from shufflepoint._loading.sampler import (
     Deal,
@@ -26,26 +26,9 @@ from shufflepoint._loading.sampler import (
     resolve_world,
     warn_if_blocks_exceed_the_share,
 )
+from shufflepoint._loading.steps import Lookup, Pass
 from shufflepoint._order import check_int
 from shufflepoint._shards.batch import collate as columnar_collate
-
-
-class _Pass:
-    """One run of ``iter(loader)`` over (part of) an epoch: where it started, what was received."""
-
-    __slots__ = ("epoch", "cut", "received", "followed_by")
-
-    def __init__(self, epoch: int, start: StridedCut | SpanCut | FilteredStridedCut) -> None:
-        self.epoch, self.cut, self.received = epoch, start, 0
-        self.followed_by: _Pass | None = None  # the pass loader.exclude() continued this one with
-
-    def successor(self, live: _Pass | None) -> _Pass | None:
-        """``live``, when ``exclude()`` continued this pass with it (over one call or several)."""
-        follower = self.followed_by
-        while follower is not None and follower is not live:
-            follower = follower.followed_by
-        return follower
-
 
 Chunk = tuple[np.ndarray, np.ndarray]  # (epoch positions, dataset indices)
 _END = object()  # the end of torch's iterator
@@ -91,7 +74,7 @@ def _served(dataset: Any, seed: int, transform: Transform | None, seed_per_sampl
     return dataset
 
 
-class _PassSampler(torch.utils.data.Sampler[Any]):
+class PassSampler(torch.utils.data.Sampler[Any]):
     """The index sampler torch's machinery drives: this rank's indices for the loader's live pass
     (keys ``(epoch, position, index)`` instead when samples draw keyed randomness)."""
 
@@ -131,7 +114,7 @@ class _PassSampler(torch.utils.data.Sampler[Any]):
         self._loader.set_epoch(epoch)
 
 
-class DataLoader(torch.utils.data.DataLoader[Any]):
+class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
     """A ``torch.utils.data.DataLoader`` whose data order survives a restart exactly.
 
     It shards the dataset over the ranks itself (like ``DistributedSampler``), shuffles with a
@@ -205,14 +188,16 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         self._legacy_fingerprint = resolve_fingerprint(dataset_fingerprint, dataset, self._layout.n, self._orders,
                                                        "legacy_fingerprint")
         self._explain = explain_fingerprint(dataset)
-        self._epoch = 0
+        self._epoch, self._steps = 0, 0
         self._excluded = Excluded(self._layout.n)
-        self._start: StridedCut | SpanCut | FilteredStridedCut = self._cut(0, 0, [])  # where the next pass starts
-        self._pass: _Pass | None = None
+        self._start: Cut = self._cut(0, 0, [])  # where the next pass starts
+        self._pass: Pass | None = None
+        self._history = History.begin(self._layout.n, self._deal.name, self._layout, Place(0, 0))
+        self._lookup = Lookup()
         self._keyed = _check_keyed(transform, seed_per_sample)
         dataset = _served(dataset, self._seed, transform, seed_per_sample, torch_dataloader_kwargs)
         super().__init__(
-            dataset, batch_size=batch_size, sampler=_PassSampler(self), drop_last=drop_last,
+            dataset, batch_size=batch_size, sampler=PassSampler(self), drop_last=drop_last,
             num_workers=num_workers, **torch_dataloader_kwargs,
         )
 
@@ -224,10 +209,26 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
 
     def _position(self) -> tuple[int, list[list[int]]]:
         """(cursor, segments): what the training loop has received of this epoch."""
+        place = self._here()[1]
+        return place.cursor, [list(pair) for pair in place.segments]
+
+    def _here(self) -> tuple[int, Place]:
+        """(step, place): batches received since the run began, and where the next one comes from."""
         live = self._pass
         if live is None:
-            return self._start.after(0)
-        return live.cut.after(self._layout.batch_size * live.received)
+            return self._steps, place_after(self._epoch, self._start, 0)
+        return live.steps + live.received, place_after(live.epoch, live.cut, self._layout.batch_size * live.received)
+
+    @property
+    def step(self) -> int:
+        """Batches each rank has received since the run began (epoch 0, batch 0): the step ``which`` takes."""
+        return self._here()[0]
+
+    def _jump(self, epoch: int, start: Cut) -> None:
+        """Read from ``start`` of ``epoch`` next (no live pass), recorded in the run's history."""
+        steps = self.step
+        self._history = self._history.record(steps, self._layout, place_after(epoch, start, 0))
+        self._pass, self._epoch, self._start, self._steps = None, int(epoch), start, steps
 
     @property
     def cursor(self) -> int:
@@ -239,11 +240,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         """``strided`` or ``spans``: who reads which positions of the epoch (see ``docs/shards.md``)."""
         return self._deal.name
 
-    def _cut(self, epoch: int, cursor: int, segments: list[list[int]]) -> StridedCut | SpanCut | FilteredStridedCut:
-        """The rest of ``epoch`` from (cursor, segments), the excluded samples skipped."""
-        return self._excluded.cut(self._deal, self._orders, self._layout, epoch, cursor, segments)
-
-    def _left(self) -> tuple[StridedCut | SpanCut | FilteredStridedCut, int]:
+    def _left(self) -> tuple[Cut, int]:
         live = self._pass
         return (live.cut, self._layout.batch_size * live.received) if live is not None else (self._start, 0)
 
@@ -275,9 +272,9 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
 
     def set_epoch(self, epoch: int) -> None:
         """Jump to the first batch of ``epoch``. The current epoch again changes nothing."""
-        check_int("epoch", epoch, 0, 2**62)
+        check_int("epoch", epoch, 0, MAX_EPOCH)
         if epoch != self.epoch:
-            self._pass, self._epoch, self._start = None, int(epoch), self._cut(int(epoch), 0, [])
+            self._jump(epoch, self._cut(epoch, 0, []))
 
     def seek(self, epoch: int, batches: int = 0) -> None:
         """Go to ``epoch`` after its first ``batches`` batches per rank: O(1), no sample is read.
@@ -286,73 +283,50 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         Trainer's ``divmod(global_step, len(loader))`` turned into a position. With the same world
         size and batch size as the run being continued, the next batch is exactly its next batch.
         """
-        check_int("epoch", epoch, 0, 2**62)
+        check_int("epoch", epoch, 0, MAX_EPOCH)
         check_int("batches", batches, 0, 2**62)
-        self._pass, self._epoch = None, int(epoch)
-        fresh = self._cut(int(epoch), 0, [])
+        fresh = self._cut(epoch, 0, [])
         cursor, segments = fresh.after(int(batches) * self._layout.batch_size)
-        self._start = self._cut(int(epoch), cursor, segments)
+        self._jump(epoch, self._cut(epoch, cursor, segments))
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        epoch, (cursor, segments) = self.epoch, self._position()
-        start = self._cut(epoch, cursor, segments)
-        live = _Pass(epoch, start)
-        self._pass, self._epoch, self._start = live, epoch, start
+        (steps, place), epoch = self._here(), self.epoch
+        start = self._cut(epoch, place.cursor, [list(pair) for pair in place.segments])
+        if epoch == MAX_EPOCH and start.samples_per_rank() == 0:
+            raise ValueError(f"epoch: the loader has read epoch {MAX_EPOCH}, the last one the orders support; "
+                             "call set_epoch(e) with an earlier epoch to read on")
+        live = Pass(epoch, start, steps)
+        self._pass, self._epoch, self._start, self._steps = live, epoch, start, steps
         return self._count(super().__iter__(), live)
 
-    def _count(self, batches: Iterator[Any], live: _Pass) -> Iterator[Any]:
+    def _count(self, batches: Iterator[Any], live: Pass) -> Iterator[Any]:
         while True:
             if self._pass is not live:
-                successor = live.successor(self._pass)
-                if successor is None:
-                    if next(batches, _END) is _END:
-                        return  # superseded once the pass was over: nothing was lost
+                follows = self._pass
+                while follows is not None and follows is not live:
+                    follows = follows.follows
+                if self._pass is None or follows is None:
                     raise RuntimeError(
                         "this iterator was superseded by a newer iter(loader), set_epoch() or "
                         "load_state_dict(); iterate the newest one"
                     )
-                # loader.exclude() re-dealt the rest of the epoch: read on from there; what torch's
-                # workers prefetched under the old deal is dropped, never served
-                live, batches = successor, super().__iter__()
+                live = self._pass  # set_batch_size(), exclude(): batches prefetched under the old cut are dropped
+                del batches
+                batches = super().__iter__()
             batch = next(batches, _END)
             if batch is _END:
                 break
             live.received += 1
             yield batch
-        if self._pass is live:  # the pass is exhausted: the epoch is over
-            self._pass, self._epoch = None, live.epoch + 1
-            self._start = self._cut(live.epoch + 1, 0, [])
+        if self._pass is live:  # the pass is exhausted: the epoch is over (the last epoch stays at its end)
+            ended = live.epoch == MAX_EPOCH
+            following = live.epoch if ended else live.epoch + 1
+            where = live.cut.after(live.cut.samples_per_rank()) if ended else (0, [])
+            self._jump(following, self._cut(following, *where))
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (a whole epoch, whatever the cursor; excluded samples taken out)."""
         return self._excluded.epoch_layout(self._layout).batches_per_rank(0)
-
-    # -- exclusion -----------------------------------------------------------------------------
-    @property
-    def excluded(self) -> Exclusion:
-        """The dataset indices this run never serves again (``exclude``), as sorted ranges."""
-        return self._excluded.exclusion
-
-    def exclude(self, indices: Any) -> None:
-        """Never serve these dataset indices again: from the next batch on, in this epoch and every later one.
-
-        Every other sample is still served once per epoch. Call it with the same indices (ints, a
-        range, a numpy or torch integer array) on every rank: checked like ``load_state_dict``. The
-        state keeps them as sorted ranges: a resume on the same world continues exactly this run's
-        stream, another world deals the rest of the epoch, each remaining sample once. Refused with
-        nothing changed: bad indices, over 131,072 ranges, the ``spans`` deal, orders without an
-        inverse (``Mixture``, ``Packed``). See docs/exclusion.md (and ``which`` for a bad stretch).
-        """
-        merged = self._excluded.merged(indices, self._deal, self._orders, self.dataset,
-                                       self._rank, self._layout.world_size, self._verify_ranks)
-        epoch, (cursor, segments) = self.epoch, self._position()
-        self._excluded.replace(merged, self._layout.n)
-        start = self._cut(epoch, cursor, segments)
-        live = self._pass
-        if live is None:
-            self._start = start
-        else:
-            live.followed_by = self._pass = _Pass(epoch, start)
 
     # -- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -363,7 +337,8 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             shuffle=self._shuffle, order=self._orders.name, order_version=self._orders.version,
             world_size=self._layout.world_size, batch_size=self._layout.batch_size,
             drop_last=self._layout.drop_last, dataset_fingerprint=self._fingerprint,
-            deal=self._deal.name, segments=segments, excluded=self._excluded.exclusion.to_state(),
+            deal=self._deal.name, segments=segments, steps=self.step, history=self._history,
+            excluded=self._excluded.exclusion.to_state(),
         )
 
     def load_state_dict(
@@ -385,13 +360,40 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         )
         excluded = Excluded.for_state(position.excluded, deal, orders, self.dataset)
         start = excluded.cut(deal, orders, self._layout, position.epoch, position.cursor, position.segments)
+        history = position.history.record(position.steps, self._layout, place_after(position.epoch, start, 0))
         self._orders, self._deal, self._pass, self._epoch, self._start = orders, deal, None, position.epoch, start
-        self._excluded = excluded
+        self._steps, self._history, self._excluded = position.steps, history, excluded
+
+    def which(self, step: int) -> dict[int, list[int]]:
+        """For each rank of the world that read ``step`` (see ``step``), the dataset indices of its batch,
+        by arithmetic from the run's layout history in the state (``docs/state-format.md#which``): load
+        any state saved at or after ``step``, on any rank and world size. Later steps: this loader's layout."""
+        if self._excluded.exclusion:
+            raise ValueError("which: this run excludes samples (loader.exclude), which the run's history does not "
+                             "place yet (docs/exclusion.md, 'Limits')")
+        return self._lookup.which(self._history, self._orders, step)
+
+    def set_batch_size(self, batch_size: int) -> None:
+        """Read on in batches of ``batch_size`` per rank from the next batch, recorded in the run's history.
+
+        Between two batches of a live iterator, that iterator drops what its workers prefetched at
+        the old size and goes on at the new one from exactly the position received (docs/state-format.md).
+        """
+        batch_size = check_int("batch_size", batch_size, 1, 2**31)
+        steps, place = self._here()
+        layout = Layout(self._layout.n, self._layout.world_size, batch_size, self._layout.drop_last)
+        history = self._history.record(steps, layout, place)
+        start = self._cut(place.epoch, place.cursor, [list(pair) for pair in place.segments], layout)
+        live = self._pass
+        self._pass = Pass(place.epoch, start, steps, follows=live) if live is not None else None
+        self._layout, self._history, self._epoch, self._start, self._steps = layout, history, place.epoch, start, steps
+        object.__setattr__(self, "batch_size", batch_size)  # torch refuses a plain assignment after __init__
+        self.batch_sampler.batch_size = batch_size  # type: ignore[union-attr]
 
     def _expected(self, orders: OrderCache, deal: Deal) -> _state.Expected:
         return _state.Expected(
             kind="loader", n=self._layout.n, seed=self._seed, shuffle=self._shuffle,
             order=orders.name, order_version=orders.version,
             dataset_fingerprint=self._fingerprint, explain_fingerprint=self._explain, deal=deal.name,
-            legacy_fingerprint=self._legacy_fingerprint,
+            legacy_fingerprint=self._legacy_fingerprint, layout=self._layout,
         )
