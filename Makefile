@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-examples test-ray test-torchtitan bench bench-shuffle bench-agreement bench-scaling bench-indexing bench-shards \
+.PHONY: setup demo test test-examples test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards \
 	bench-locality bench-read bench-packing bench-gpu soak lint clean test-accelerate-matrix test-transformers-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
@@ -54,6 +54,10 @@ bench-shuffle: $(STAMP)
 # Rank agreement at load: one all_reduce of 24 bytes against gathering every rank's state, at 2-6 processes.
 bench-agreement: $(STAMP)
 	$(PY) benchmarks/agreement.py
+
+# loader.exclude: state bytes and per-batch cost with 10,000 scattered samples excluded, against none.
+bench-exclusion: $(STAMP)
+	$(PY) benchmarks/exclusion.py
 
 # State bytes, the blocks order's per-epoch table up to 1e6 shards, and the shards one node reads in
 # an epoch of 1e10 samples on 10,000 ranks, computed from the order (issue 12; about 30 s).

@@ -48,6 +48,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from shufflepoint._core import spans as _spans
+from shufflepoint._core.exclusion import FilteredStridedCut
 from shufflepoint._core.plan import MAX_N, STRIDED, Layout, StridedCut, cut
 from shufflepoint._core.spans import SpanCut
 
@@ -77,7 +78,7 @@ class Place:
         return Place(self.epoch + 1, 0)
 
 
-def place_after(epoch: int, start: StridedCut | SpanCut, received: int) -> Place:
+def place_after(epoch: int, start: StridedCut | SpanCut | FilteredStridedCut, received: int) -> Place:
     """The place once every rank has received ``received`` more samples from ``start``."""
     cursor, segments = start.after(received)
     return Place(epoch, cursor, tuple((int(w), int(t)) for w, t in segments))

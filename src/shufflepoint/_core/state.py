@@ -30,6 +30,9 @@ steps                  int          batches each rank received since the run beg
 history                list         the run's legs, one per change of layout or jump, as
                                     ``[step, W, B, D]`` or ``[step, W, B, D, epoch, start]``
                                     (``_core/history.py``); at most 33, the latest
+excluded               list         dataset indices never served again (``loader.exclude``), as
+                                    sorted ranges written ``[gap, length, gap, length, ...]``
+                                    (``_core/exclusion.py``); at most 131,072 ranges; ``[]`` for none
 =====================  ===========  ==========================================================
 
 The key set never depends on progress (torch.distributed.checkpoint asks a fresh object for its
@@ -45,6 +48,7 @@ from typing import Any
 
 from shufflepoint._core import spans as _spans
 from shufflepoint._core.errors import ResumeWarning, StateError
+from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.history import MAX_EPOCH, History, Place
 from shufflepoint._core.plan import STRIDED, Layout, cut
 from shufflepoint._core.spans import NAME as SPANS
@@ -77,9 +81,10 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "segments": ((list,), "a list of [world_size, taken] pairs"),
     "steps": ((int,), _INT),
     "history": ((list,), "a list of [step, W, B, D] or [step, W, B, D, epoch, start] entries"),
+    "excluded": ((list,), "a list [gap, length, ...] of excluded ranges"),
 }
 FIELDS: tuple[str, ...] = tuple(_SCHEMA)
-_FIELDS_OF = {1: FIELDS[:-4], 2: FIELDS[:-2], 3: FIELDS}
+_FIELDS_OF = {1: FIELDS[:-5], 2: FIELDS[:-3], 3: FIELDS}
 DEALS = (STRIDED, SPANS)
 
 # Keys that identify states written by other libraries, to say so instead of "missing keys".
@@ -126,6 +131,7 @@ class Position:
     segments: list[list[int]]
     steps: int
     history: History
+    excluded: Exclusion | None = None  # None: nothing excluded
 
 
 def _fail(field: str, found: object, expected: str, fix: str) -> StateError:
@@ -172,6 +178,8 @@ def _check_shape(state: object) -> Mapping[str, Any]:
                     "The state was edited or comes from another program; use another checkpoint.")
     if version == 1:  # version 1 was always strided
         state = {**state, "deal": STRIDED, "segments": []}
+    if version < 3:  # versions 1 and 2 excluded nothing
+        state = {**state, "excluded": []}
     for field, (types, text) in _SCHEMA.items():
         if field not in state:  # steps and history before version 3: see _legacy_history
             continue
@@ -256,9 +264,10 @@ def _legacy_history(state: Mapping[str, Any], layout: Layout, start: Place) -> t
     return steps, History.begin(n, deal, layout, start, steps)
 
 
-def _check_history(state: Mapping[str, Any]) -> tuple[int, History]:
+def _check_history(state: Mapping[str, Any], excluding: bool = False) -> tuple[int, History]:
     """The run's history is well formed, ends with the saved layout, and arrives at the saved place
-    after ``steps`` batches."""
+    after ``steps`` batches. The history does not know exclusions yet (docs/exclusion.md, 'Limits'):
+    with samples ``excluding``, where it arrives is not checked."""
     layout = Layout(state["n"], state["world_size"], state["batch_size"], state["drop_last"])
     deal, n = state["deal"], state["n"]
     start = Place(state["epoch"], state["cursor"], tuple((w, t) for w, t in state["segments"]))
@@ -277,11 +286,18 @@ def _check_history(state: Mapping[str, Any]) -> tuple[int, History]:
     if steps < last.step:
         raise _fail("steps", steps, f"at least {last.step} (the history's last entry)", "The state is damaged.")
     arrived, target = history.position(steps), start.normal(layout, deal)
-    if arrived != target:
+    if arrived != target and not excluding:
         there = f"epoch {arrived.epoch}, cursor {arrived.cursor}" if arrived else "no batch"
         raise _fail("steps", steps, f"a step at which the history arrives at epoch {start.epoch}, cursor "
                     f"{start.cursor} (it arrives at {there})", "The state is damaged or was edited.")
     return steps, history
+
+
+def _check_excluded(state: Mapping[str, Any], expected: Expected) -> Exclusion | None:
+    try:
+        return Exclusion.from_state_field(state["excluded"], state["n"], expected.kind, state["deal"])
+    except ValueError as error:
+        raise _fail("excluded", state["excluded"] if len(error.args) < 3 else error.args[2], *error.args[:2]) from None
 
 
 def _current(state: object, expected: Expected) -> Mapping[str, Any]:
@@ -338,7 +354,7 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> Posit
     if state["cursor"] > state["n"]:
         raise _fail("cursor", state["cursor"], f"an int in [0, n={state['n']}]", "The state is damaged.")
     _check_deal(state, expected)
-    steps, history = _check_history(state)
+    steps, history = _check_history(state, bool(state["excluded"]))
     found_print, expected_print = state["dataset_fingerprint"], expected.dataset_fingerprint
     fingerprint_changed = _fingerprint_changed(state, expected)
     if fingerprint_changed and strict:
@@ -363,14 +379,14 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> Posit
                 ResumeWarning, stacklevel=3,
             )
     return Position(state["epoch"], state["cursor"], state["deal"], [list(p) for p in state["segments"]],
-                    steps, history)
+                    steps, history, _check_excluded(state, expected))
 
 
 def build(
     *, kind: str, seed: int, epoch: int, cursor: int, n: int, shuffle: bool, order: str,
     order_version: int, world_size: int, batch_size: int, drop_last: bool,
     dataset_fingerprint: str | None, deal: str = STRIDED, segments: list[list[int]] | None = None,
-    steps: int = 0, history: History | None = None,
+    steps: int = 0, history: History | None = None, excluded: list[int] | None = None,
 ) -> dict[str, Any]:
     """The state dict, every field in schema order. Without a ``history``, the run's history starts at
     ``steps`` from the state's own place (what is known of a state built by hand)."""
@@ -389,5 +405,5 @@ def build(
         "world_size": world_size, "batch_size": batch_size, "drop_last": drop_last,
         "torch_version": torch_version, "dataset_fingerprint": dataset_fingerprint,
         "deal": deal, "segments": [list(pair) for pair in segments or []],
-        "steps": steps, "history": history.entries(),
+        "steps": steps, "history": history.entries(), "excluded": list(excluded or []),
     }

@@ -10,11 +10,12 @@ import numpy as np
 import torch.utils.data
 
 from shufflepoint._core import state as _state
+from shufflepoint._core.exclusion import Cut
 from shufflepoint._core.history import MAX_EPOCH, History, Place, place_after
-from shufflepoint._core.plan import Layout, StridedCut
-from shufflepoint._core.spans import SpanCut
+from shufflepoint._core.plan import Layout
 from shufflepoint._loading.agreement import validate_everywhere
 from shufflepoint._loading.capabilities import schedule_hooks
+from shufflepoint._loading.excluding import Excluded, ExclusionMixin
 from shufflepoint._loading.keyed import KeyedCollate, KeyedDataset, Transform, keyed_chunks
 from shufflepoint._loading.mesh import resolve_data_parallel
 from shufflepoint._loading.sampler import (
@@ -103,7 +104,7 @@ class _PassSampler(torch.utils.data.Sampler[Any]):
         return itertools.chain.from_iterable(indices.tolist() for _, indices in chunks)
 
     def __len__(self) -> int:
-        return self._loader._layout.samples_per_rank(0)
+        return self._loader._excluded.epoch_layout(self._loader._layout).samples_per_rank(0)
 
     def set_epoch(self, epoch: int) -> None:
         """Frameworks call ``loader.sampler.set_epoch(e)`` each epoch (Lightning, HF Trainer): forward it.
@@ -114,7 +115,7 @@ class _PassSampler(torch.utils.data.Sampler[Any]):
         self._loader.set_epoch(epoch)
 
 
-class DataLoader(torch.utils.data.DataLoader[Any]):
+class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
     """A ``torch.utils.data.DataLoader`` whose data order survives a restart exactly.
 
     It shards the dataset over the ranks itself (like ``DistributedSampler``), shuffles with a
@@ -199,7 +200,8 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         self._explain = explain_fingerprint(dataset)
         self._compatible = schedule_hooks(dataset, self._orders.shuffle_block, world_size * batch_size)
         self._epoch, self._steps = 0, 0
-        self._start: StridedCut | SpanCut = self._deal.cut(self._layout, 0, [])  # where the next pass starts
+        self._excluded = Excluded(self._layout.n)
+        self._start: Cut = self._cut(0, 0, [])  # where the next pass starts
         self._pass: Pass | None = None
         self._history = History.begin(self._layout.n, self._deal.name, self._layout, Place(0, 0))
         self._lookup = Lookup()
@@ -233,7 +235,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         """Batches each rank has received since the run began (epoch 0, batch 0): the step ``which`` takes."""
         return self._here()[0]
 
-    def _jump(self, epoch: int, start: StridedCut | SpanCut) -> None:
+    def _jump(self, epoch: int, start: Cut) -> None:
         """Read from ``start`` of ``epoch`` next (no live pass), recorded in the run's history."""
         steps = self.step
         self._history = self._history.record(steps, self._layout, place_after(epoch, start, 0))
@@ -249,7 +251,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         """``strided`` or ``spans``: who reads which positions of the epoch (see ``docs/shards.md``)."""
         return self._deal.name
 
-    def _left(self) -> tuple[StridedCut | SpanCut, int]:
+    def _left(self) -> tuple[Cut, int]:
         live = self._pass
         return (live.cut, self._layout.batch_size * live.received) if live is not None else (self._start, 0)
 
@@ -292,7 +294,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         """Jump to the first batch of ``epoch``. The current epoch again changes nothing."""
         check_int("epoch", epoch, 0, MAX_EPOCH)
         if epoch != self.epoch:
-            self._jump(epoch, self._deal.cut(self._layout, 0, []))
+            self._jump(epoch, self._cut(epoch, 0, []))
 
     def seek(self, epoch: int, batches: int = 0) -> None:
         """Go to ``epoch`` after its first ``batches`` batches per rank: O(1), no sample is read.
@@ -303,13 +305,13 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         """
         check_int("epoch", epoch, 0, MAX_EPOCH)
         check_int("batches", batches, 0, 2**62)
-        fresh = self._deal.cut(self._layout, 0, [])
+        fresh = self._cut(epoch, 0, [])
         cursor, segments = fresh.after(int(batches) * self._layout.batch_size)
-        self._jump(epoch, self._deal.cut(self._layout, cursor, segments))
+        self._jump(epoch, self._cut(epoch, cursor, segments))
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         (steps, place), epoch = self._here(), self.epoch
-        start = self._deal.cut(self._layout, place.cursor, [list(pair) for pair in place.segments])
+        start = self._cut(epoch, place.cursor, [list(pair) for pair in place.segments])
         if epoch == MAX_EPOCH and start.samples_per_rank() == 0:
             raise ValueError(f"epoch: the loader has read epoch {MAX_EPOCH}, the last one the orders support; "
                              "call set_epoch(e) with an earlier epoch to read on")
@@ -328,7 +330,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
                         "this iterator was superseded by a newer iter(loader), set_epoch() or "
                         "load_state_dict(); iterate the newest one"
                     )
-                live = self._pass  # set_batch_size(): batches of the old size already prefetched are dropped
+                live = self._pass  # set_batch_size(), exclude(): batches prefetched under the old cut are dropped
                 del batches
                 batches = super().__iter__()
             batch = next(batches, _END)
@@ -338,12 +340,13 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             yield batch
         if self._pass is live:  # the pass is exhausted: the epoch is over (the last epoch stays at its end)
             ended = live.epoch == MAX_EPOCH
-            self._jump(live.epoch if ended else live.epoch + 1,
-                       self._deal.cut(self._layout, *live.cut.after(live.cut.samples_per_rank()) if ended else (0, [])))
+            following = live.epoch if ended else live.epoch + 1
+            where = live.cut.after(live.cut.samples_per_rank()) if ended else (0, [])
+            self._jump(following, self._cut(following, *where))
 
     def __len__(self) -> int:
-        """Batches per epoch on this rank (a whole epoch, whatever the cursor)."""
-        return self._layout.batches_per_rank(0)
+        """Batches per epoch on this rank (a whole epoch, whatever the cursor; excluded samples taken out)."""
+        return self._excluded.epoch_layout(self._layout).batches_per_rank(0)
 
     # -- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -355,6 +358,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             world_size=self._layout.world_size, batch_size=self._layout.batch_size,
             drop_last=self._layout.drop_last, dataset_fingerprint=self._fingerprint,
             deal=self._deal.name, segments=segments, steps=self.step, history=self._history,
+            excluded=self._excluded.exclusion.to_state(),
         )
 
     def load_state_dict(
@@ -374,15 +378,19 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             state, self._expected(orders, deal), strict=strict, rank=self._rank, world_size=self._layout.world_size,
             verify_ranks=self._verify_ranks if verify_ranks is None else verify_ranks, groups=self._groups,
         )
-        start = deal.cut(self._layout, position.cursor, position.segments)
+        excluded = Excluded.for_state(position.excluded, deal, orders, self.dataset)
+        start = excluded.cut(deal, orders, self._layout, position.epoch, position.cursor, position.segments)
         history = position.history.record(position.steps, self._layout, place_after(position.epoch, start, 0))
         self._orders, self._deal, self._pass, self._epoch, self._start = orders, deal, None, position.epoch, start
-        self._steps, self._history = position.steps, history
+        self._steps, self._history, self._excluded = position.steps, history, excluded
 
     def which(self, step: int) -> dict[int, list[int]]:
         """For each rank of the world that read ``step`` (see ``step``), the dataset indices of its batch,
         by arithmetic from the run's layout history in the state (``docs/state-format.md#which``): load
         any state saved at or after ``step``, on any rank and world size. Later steps: this loader's layout."""
+        if self._excluded.exclusion:
+            raise ValueError("which: this run excludes samples (loader.exclude), which the run's history does not "
+                             "place yet (docs/exclusion.md, 'Limits')")
         return self._lookup.which(self._history, self._orders, step)
 
     def set_batch_size(self, batch_size: int) -> None:
@@ -395,7 +403,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         steps, place = self._here()
         layout = Layout(self._layout.n, self._layout.world_size, batch_size, self._layout.drop_last)
         history = self._history.record(steps, layout, place)
-        start = self._deal.cut(layout, place.cursor, [list(pair) for pair in place.segments])
+        start = self._cut(place.epoch, place.cursor, [list(pair) for pair in place.segments], layout)
         live = self._pass
         self._pass = Pass(place.epoch, start, steps, follows=live) if live is not None else None
         self._layout, self._history, self._epoch, self._start, self._steps = layout, history, place.epoch, start, steps

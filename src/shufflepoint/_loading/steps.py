@@ -17,9 +17,8 @@ import copy
 
 import numpy as np
 
+from shufflepoint._core.exclusion import Cut
 from shufflepoint._core.history import History
-from shufflepoint._core.plan import StridedCut
-from shufflepoint._core.spans import SpanCut
 from shufflepoint._loading.sampler import OrderCache
 from shufflepoint._order import check_int
 
@@ -30,7 +29,7 @@ class Pass:
 
     __slots__ = ("epoch", "cut", "received", "steps", "follows")
 
-    def __init__(self, epoch: int, start: StridedCut | SpanCut, steps: int, follows: Pass | None = None) -> None:
+    def __init__(self, epoch: int, start: Cut, steps: int, follows: Pass | None = None) -> None:
         self.epoch, self.cut, self.received, self.steps, self.follows = epoch, start, 0, steps, follows
 
 

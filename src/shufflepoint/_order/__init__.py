@@ -40,6 +40,14 @@ class Order(Protocol):
     def take(self, positions: np.ndarray) -> np.ndarray: ...
 
 
+class InvertibleOrder(Order, Protocol):
+    """An order that also answers index -> position, which exclusion needs (``_core/exclusion.py``).
+    Every order of the registry and ``blocks`` are; a dataset's own order (``Mixture``, ``Packed``)
+    is not (yet), and ``loader.exclude`` refuses it by name."""
+
+    def positions_of(self, indices: np.ndarray) -> np.ndarray: ...
+
+
 def order_version(name: str) -> int:
     check_order_name(name)
     return int(_MODULES[name].VERSION)

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shufflepoint._order.walking import walk_table, walked_take
+from shufflepoint._order.walking import table_inverse, walk_table, walked_positions, walked_take
 
 NAME = "feistel"
 VERSION = 1
@@ -98,6 +98,7 @@ class FeistelOrder:
         self._pivot = _splitmix64(_base_key(seed, epoch) ^ 0x5EED) % max(n, 1)
         self._width = width
         self._table: np.ndarray | None = None
+        self._inverse: np.ndarray | None = None
         # The vectorised path's constants, as numpy scalars once (not per call).
         self._split0 = (np.uint64(first_low), np.uint64((1 << first_low) - 1))
         self._rounds32 = tuple(
@@ -194,3 +195,39 @@ class FeistelOrder:
         np.multiply(h, _U32_C2, out=h)
         out[...] = x
         np.copyto(out, partner, where=h >= np.uint32(1 << 31))
+
+    # -- the inverse: index -> position, for exclusion (``_core/exclusion.py``) -----------------------
+    def _decrypt(self, values: np.ndarray) -> np.ndarray:
+        """The inverse of ``_encrypt``: each round (left, right) -> (right, left ^ f(right)) undone,
+        last round first (uint64 in and out)."""
+        high_last = int(self._last_high)
+        right = (values & np.uint64((1 << high_last) - 1)).astype(np.uint32)
+        left = (values >> self._last_high).astype(np.uint32)
+        for key, shift in reversed(self._rounds32):
+            h = left ^ key
+            h *= _U32_C1
+            h ^= h >> _U32_15
+            h *= _U32_C2
+            h >>= shift
+            left, right = right ^ h, left
+        out: np.ndarray = left.astype(np.uint64)
+        np.left_shift(out, self._split0[0], out=out)
+        np.bitwise_or(out, right, out=out)
+        return out
+
+    def positions_of(self, indices: np.ndarray) -> np.ndarray:
+        """The inverse of ``take``: the position (int64) of each sample index (int64, in [0, n)).
+
+        The swap-or-not round is its own inverse, so it is undone first, then the walk and the rounds.
+
+        >>> order = FeistelOrder(100_000, seed=1, epoch=2)
+        >>> int(order.positions_of(order.take(np.array([12_345])))[0])
+        12345
+        """
+        indices = np.asarray(indices, dtype=np.int64)
+        if self._table is not None:  # the order was read whole already: invert its table
+            if self._inverse is None:
+                self._inverse = table_inverse(self._small_table())
+            found: np.ndarray = self._inverse[indices]
+            return found
+        return walked_positions(self._swap(indices.reshape(-1)).reshape(indices.shape), self.n, self._decrypt)

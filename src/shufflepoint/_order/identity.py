@@ -21,3 +21,7 @@ class IdentityOrder:
 
     def take(self, positions: np.ndarray) -> np.ndarray:
         return np.array(positions, dtype=np.int64, copy=True)
+
+    def positions_of(self, indices: np.ndarray) -> np.ndarray:
+        """The inverse of ``take``: each index's position (int64)."""
+        return np.array(indices, dtype=np.int64, copy=True)

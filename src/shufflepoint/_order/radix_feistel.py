@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from shufflepoint._order.feistel import _C1, _C2, _M32, _base_key, _mix32, _splitmix64
-from shufflepoint._order.walking import walk_table, walked_take
+from shufflepoint._order.walking import table_inverse, walk_table, walked_positions, walked_take
 
 NAME = "radix-feistel"
 VERSION = 1
@@ -64,6 +64,7 @@ class RadixFeistelOrder:
         self._a = -(-max(n, 1 << MIN_WIDTH) // (1 << self._k))
         self._keys = round_keys(seed, epoch)
         self._table: np.ndarray | None = None
+        self._inverse: np.ndarray | None = None
         # The vectorised path's constants, as numpy scalars once (not per call).
         self._k64, self._low_mask = np.uint64(self._k), np.uint64((1 << self._k) - 1)
         self._a32, self._a64 = np.uint32(self._a), np.uint64(self._a)
@@ -126,3 +127,40 @@ class RadixFeistelOrder:
             found: np.ndarray = self._small_table()[positions]
             return found
         return walked_take(positions, self.n, self._encrypt, self.index, _copy_into)
+
+    # -- the inverse: index -> position, for exclusion (``_core/exclusion.py``) -----------------------
+    def _decrypt(self, values: np.ndarray) -> np.ndarray:
+        """The inverse of ``_encrypt``: the rounds undone in reverse order (uint64 in and out)."""
+        lo = (values & self._low_mask).astype(np.uint32)
+        hi = (values >> self._k64).astype(np.uint32)
+        for r in reversed(range(ROUNDS)):
+            h = (hi if r % 2 == 0 else lo) ^ self._keys32[r]
+            h *= _U32_C1
+            h ^= h >> _U32_15
+            h *= _U32_C2
+            if r % 2 == 0:  # lo ^= f(hi) is its own inverse
+                lo ^= h >> self._shift_k
+            else:  # hi = (hi + added) mod a, undone: hi - added, plus a when that wraps below zero
+                added = ((h.astype(np.uint64) * self._a64) >> _U64_32).astype(np.int64)
+                back = hi.astype(np.int64) - added
+                back[back < 0] += self._a
+                hi = back.astype(np.uint32)
+        out: np.ndarray = hi.astype(np.uint64)
+        np.left_shift(out, self._k64, out=out)
+        np.bitwise_or(out, lo, out=out)
+        return out
+
+    def positions_of(self, indices: np.ndarray) -> np.ndarray:
+        """The inverse of ``take``: the position (int64) of each sample index (int64, in [0, n)).
+
+        >>> order = RadixFeistelOrder(100_000, seed=1, epoch=2)
+        >>> int(order.positions_of(order.take(np.array([12_345])))[0])
+        12345
+        """
+        indices = np.asarray(indices, dtype=np.int64)
+        if self._table is not None:  # the order was read whole already: invert its table
+            if self._inverse is None:
+                self._inverse = table_inverse(self._small_table())
+            found: np.ndarray = self._inverse[indices]
+            return found
+        return walked_positions(indices, self.n, self._decrypt)

@@ -25,9 +25,18 @@ class TorchRandpermOrder:
         self.n = n
         generator = torch.Generator().manual_seed(seed + epoch)
         self._perm = torch.randperm(n, generator=generator).numpy()
+        self._inverse: np.ndarray | None = None
 
     def index(self, position: int) -> int:
         return int(self._perm[position])
 
     def take(self, positions: np.ndarray) -> np.ndarray:
         return self._perm[np.asarray(positions, dtype=np.int64)]
+
+    def positions_of(self, indices: np.ndarray) -> np.ndarray:
+        """The inverse of ``take``: each index's position (int64), by an argsort built once (O(n), as
+        the order itself)."""
+        if self._inverse is None:
+            self._inverse = np.argsort(self._perm).astype(np.int64)
+        found: np.ndarray = self._inverse[np.asarray(indices, dtype=np.int64)]
+        return found

@@ -47,3 +47,25 @@ def walked_take(positions: np.ndarray, n: int, encrypt: Encrypt, walk_one: Calla
             values[i] = walk_one(int(values[i]))
         finish(values.view(np.int64), flat_out[start : start + CHUNK])
     return out
+
+
+def table_inverse(table: np.ndarray) -> np.ndarray:
+    """The inverse of a whole order held as a table: ``inverse[table[p]] == p``."""
+    inverse = np.empty_like(table)
+    inverse[table] = np.arange(table.size, dtype=np.int64)
+    return inverse
+
+
+def walked_positions(indices: np.ndarray, n: int, decrypt: Encrypt) -> np.ndarray:
+    """The inverse of ``walked_take`` before its ``finish``: each value (int64, in [0, n)) decrypted
+    and walked back into [0, n). Cycle walking is undone by walking the other way: the values met
+    between a position and its index are all >= n, in both directions."""
+    values = decrypt(np.asarray(indices, dtype=np.int64).reshape(-1).view(np.uint64))
+    bound = np.uint64(n)
+    outside = np.flatnonzero(values >= bound)
+    while outside.size:
+        walked = decrypt(values[outside])
+        values[outside] = walked
+        outside = outside[walked >= bound]
+    found: np.ndarray = values.view(np.int64).reshape(np.shape(indices))
+    return found

@@ -101,6 +101,28 @@ class _BlockTable:
         found: np.ndarray = (self._dataset_start[piece] + (stream - self._stream_start[piece])).reshape(positions.shape)
         return found
 
+    def positions_of(self, indices: np.ndarray) -> np.ndarray:
+        """The inverse of ``take``: the epoch position (int64) of each dataset index (int64, in [0, n)).
+
+        Index -> piece by binary search over the pieces sorted by their first dataset index, -> its
+        stream position, -> block by binary search, -> position inside the block by the block's inverse.
+        """
+        indices = np.asarray(indices, dtype=np.int64)
+        flat = indices.reshape(-1)
+        if flat.size and (int(flat.min()) < 0 or int(flat.max()) >= self.n):
+            raise IndexError(f"indices: expected each in [0, {self.n}), found {int(flat.min())}..{int(flat.max())}")
+        by_dataset = np.argsort(self._dataset_start, kind="stable")
+        piece = by_dataset[np.searchsorted(self._dataset_start[by_dataset], flat, side="right") - 1]
+        stream = self._stream_start[piece] + (flat - self._dataset_start[piece])
+        block = np.searchsorted(self._block_start, stream, side="right") - 1
+        found = np.empty_like(flat)
+        for b in np.unique(block).tolist():
+            where = block == b
+            start = self._block_start[b]
+            inside = FeistelOrder(int(self._block_length[b]), _sub_seed(self.seed, self._block_tag, b), self.epoch)
+            found[where] = start + inside.positions_of(stream[where] - start)
+        return found.reshape(indices.shape)
+
 
 class BlockOrder(_BlockTable):
     """A permutation of range(sum(rows)) for one (seed, epoch), built from rows per shard.

@@ -78,6 +78,9 @@ def _parser() -> argparse.ArgumentParser:
     audit.add_argument("--kill", action="store_true",
                        help="SIGKILL the first run right after the save; the reference is a separate run")
     audit.add_argument("--json", metavar="PATH", help="write the report as JSON (- for stdout)")
+    audit.add_argument("--exclude", type=int, default=0, metavar="K",
+                       help="exclude K samples (loader.exclude) at the save point in every run, and check that "
+                            "none is served after it (verdict SERVED_EXCLUDED)")
     audit.add_argument("--sample-id", metavar="MODULE:FN",
                        help="FN(batch) -> list of sample ids, instead of the built-in identity")
 
@@ -164,7 +167,8 @@ def _audit(args: argparse.Namespace) -> int:
         config = _audit.AuditConfig(
             target=_audit.parse_target(args.target), nproc=args.nproc,
             resume_nproc=args.resume_nproc or args.nproc, epochs=args.epochs,
-            save_at=_audit.parse_save_at(args.save_at), kill=args.kill, sample_id=args.sample_id)
+            save_at=_audit.parse_save_at(args.save_at), kill=args.kill, sample_id=args.sample_id,
+            exclude=args.exclude)
         report = _audit.run_audit(config, progress=_progress)
     except _audit.UsageError as error:
         return _usage_error("audit", str(error))

@@ -124,3 +124,4 @@ def shufflepoint_augmented():
 
     return shufflepoint.DataLoader(_RandomCrops(), batch_size=BATCH, seed=SEED, num_workers=2, seed_per_sample=True,
                                    rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+

@@ -56,6 +56,7 @@ from shufflepoint._tools.audit.verdicts import (
     EXACTLY_ONCE,
     ORDER_LOST,
     PASSING,
+    SERVED_EXCLUDED,
     VERDICTS,
     UsageError,
     exit_code,
@@ -64,7 +65,8 @@ from shufflepoint._tools.audit.verdicts import (
 
 __all__ = [
     "CONTENT_DIVERGED", "DIVERGED", "DROPPED", "DUPLICATED", "ERROR", "EXACT", "EXACTLY_ONCE", "ORDER_LOST", "PASSING",
-    "SCHEMA_VERSION", "VERDICTS", "AuditConfig", "Difference", "EpochResult", "Judgement", "RankResult",
+    "SCHEMA_VERSION", "SERVED_EXCLUDED", "VERDICTS",
+    "AuditConfig", "Difference", "EpochResult", "Judgement", "RankResult",
     "SavePoint", "Target", "UsageError", "check_reproducible", "exit_code", "judge", "judge_epoch",
     "judge_rank", "load_target", "parse_save_at", "parse_target", "render", "report_dict", "run_audit",
     "sample_ids", "tail_allowance", "worst",

@@ -106,8 +106,11 @@ class AuditConfig:
     kill: bool = False
     sample_id: str | None = None
     timeout: float = 600.0
+    exclude: int = 0  # samples excluded at the save point (audit/exclusion.py)
 
     def __post_init__(self) -> None:
+        if isinstance(self.exclude, bool) or not isinstance(self.exclude, int) or self.exclude < 0:
+            raise UsageError(f"--exclude: found {self.exclude!r}, expected an integer >= 0")
         for name in ("nproc", "resume_nproc", "epochs"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:

@@ -12,6 +12,7 @@ from typing import Any
 
 from shufflepoint._tools.audit.config import AuditConfig
 from shufflepoint._tools.audit.content import ContentResult, apply_content, check_content_reproducible, judge_content
+from shufflepoint._tools.audit.exclusion import apply_exclusion, served_excluded
 from shufflepoint._tools.audit.judge import Judgement, check_reproducible, judge
 from shufflepoint._tools.audit.report import report_dict
 from shufflepoint._tools.audit.verdicts import DIVERGED, DUPLICATED, ERROR, EXACT, EXACTLY_ONCE, UsageError
@@ -59,6 +60,8 @@ class _Phases:
                        "--out", directory, "--epochs", str(config.epochs), "--save-at", str(config.save_at)]
         if config.sample_id:
             self.common += ["--sample-id", config.sample_id]
+        if config.exclude:
+            self.common += ["--exclude", str(config.exclude)]
 
     def run(self, name: str, nproc: int, label: str, kill: bool = False) -> tuple[list[Record | None], Failure | None]:
         """Launch PHASE ``name`` on ``nproc`` processes; its records, and what went wrong if anything."""
@@ -125,10 +128,16 @@ def _judge_records(config: AuditConfig, facts: dict[str, Any], records: list[Rec
     """The judge over the phases' records, plus the reproducibility check of a --kill audit."""
     reference = [_record(records, r)["epochs"] for r in range(len(records))]
     new = [_record(resumed, r) for r in range(len(resumed))]
+    # with --exclude an epoch's samples are those the uninterrupted run served, read off it
+    length = None if config.exclude else facts.get("dataset_length")
     judgement = judge(reference, [r["passes"] for r in new], config.save_at,
-                      dataset_length=facts.get("dataset_length"), drop_last=_record(records, 0).get("drop_last"),
+                      dataset_length=length, drop_last=_record(records, 0).get("drop_last"),
                       resume_batch_size=new[0].get("batch_size"))
     apply_content(judgement, _judge_content(config, reference, records, interrupted, new))
+    if config.exclude:
+        served = served_excluded(_record(records, 0)["excluded_ids"], reference, [r["passes"] for r in new],
+                                 config.save_at)
+        apply_exclusion(judgement, config.exclude, served)
     if config.kill:
         before = [_record(interrupted, r)["epochs"] for r in range(len(interrupted))]
         reason = check_reproducible(reference, before, config.save_at)

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shufflepoint._tools.audit import SavePoint, Target, UsageError, load_target, parse_save_at, sample_ids
+from shufflepoint._tools.audit.exclusion import exclude_at_save
 from shufflepoint._tools.audit.identity import sample_digests
 from shufflepoint._tools.audit.trainer import TrainerRun, describe, is_trainer
 from shufflepoint._tools.launch import end_worker
@@ -168,26 +169,39 @@ class Worker:
         self.record["state_keys"] = sorted(map(str, state)) if isinstance(state, dict) else None
         _atomic_write(self.state_path(self.rank), lambda tmp: torch.save(state, tmp))
 
+    def exclude_at_save(self, loader: Any) -> None:
+        """``--exclude K``: exclude K samples right before the state is saved (``audit/exclusion.py``)."""
+        if self.args.exclude:
+            try:
+                self.record["excluded_ids"] = exclude_at_save(loader, self.args.exclude, _dataset_length(loader),
+                                                              self.ids)
+            except UsageError as error:
+                raise _Failure("usage", str(error)) from None
+
     def run_epochs(self, loader: Any, *, saving: bool, stop_at_save: bool) -> list[list[list[Any]]]:
         epochs: list[list[list[Any]]] = []
         contents: list[list[list[str] | None]] = []
         self.record["content"] = contents
         for epoch in range(self.args.epochs):
             at_save = epoch == self.save.epoch
-            if at_save and self.save.step == 0 and saving:
-                self.save_state(loader)
-                if stop_at_save:
-                    return epochs + [[]]
+            if at_save and self.save.step == 0:
+                self.exclude_at_save(loader)
+                if saving:
+                    self.save_state(loader)
+                    if stop_at_save:
+                        return epochs + [[]]
             _begin_epoch(loader, epoch)
             batches: list[list[Any]] = []
             epochs.append(batches)
             contents.append([])
             for batch in loader:
                 self.observe(batch, batches, contents[-1])
-                if at_save and len(batches) == self.save.step and saving:
-                    self.save_state(loader)
-                    if stop_at_save:
-                        return epochs
+                if at_save and len(batches) == self.save.step:
+                    self.exclude_at_save(loader)
+                    if saving:
+                        self.save_state(loader)
+                        if stop_at_save:
+                            return epochs
             if at_save and self.save.step >= max(len(batches), 1) and self.save.step > 0:
                 raise _Failure("usage", f"--save-at {self.save}: epoch {epoch} has {len(batches)} batches on "
                                         f"rank {self.rank}; the step must be in 0..{len(batches) - 1}")
@@ -198,6 +212,9 @@ class Worker:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             loader = self.build()
+            if is_trainer(loader) and self.args.exclude:
+                raise _Failure("usage", "--exclude: a Trainer TARGET excludes with the ExcludeSamples callback; "
+                                        "audit its train loader instead")
             if is_trainer(loader):
                 self.run_trainer(loader)
             elif phase in ("record", "reference"):
@@ -283,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, required=True)
     parser.add_argument("--save-at", required=True)
     parser.add_argument("--sample-id", default=None)
+    parser.add_argument("--exclude", type=int, default=0)
     args = parser.parse_args(argv)
     worker = Worker(args)
     try:

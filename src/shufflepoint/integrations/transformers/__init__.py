@@ -22,6 +22,8 @@ A drop-in for ``transformers.Trainer`` (``pip install 'shufflepoint[transformers
   fraction of the data trained). transformers >= 5.25 asks ``get_resumed_dataloader``, which returns the placed loader;
   older versions call ``skip_first_batches``, replaced during ``train()`` for our loader only.
 
+``ExcludeSamples(indices, from_step=...)``, a callback, drops samples from the run (``loader.exclude``).
+
 ``ResumableTrainerMixin`` gives any Trainer subclass the same (TRL's ``SFTTrainer``): put it first; a
 class that lists a Trainer before it is refused with a ``TypeError`` when it is created.
 Every touch point on transformers' internals is in ``_touch`` (``TOUCH_POINTS``), checked against
@@ -30,6 +32,7 @@ Every touch point on transformers' internals is in ``_touch`` (``TOUCH_POINTS``)
 
 import transformers
 
+from shufflepoint.integrations.transformers._exclude import ExcludeSamples
 from shufflepoint.integrations.transformers._placement import Placement, place
 from shufflepoint.integrations.transformers._touch import TESTED_TRANSFORMERS, TOUCH_POINTS, version_in_range
 from shufflepoint.integrations.transformers._trainer import BUDGET_FILE, LOADER_STATE_FILE, ResumableTrainerMixin
@@ -43,5 +46,5 @@ class Trainer(ResumableTrainerMixin, transformers.Trainer):
     """
 
 
-__all__ = ["BUDGET_FILE", "LOADER_STATE_FILE", "TESTED_TRANSFORMERS", "TOUCH_POINTS", "Placement",
+__all__ = ["BUDGET_FILE", "LOADER_STATE_FILE", "TESTED_TRANSFORMERS", "TOUCH_POINTS", "ExcludeSamples", "Placement",
            "ResumableTrainerMixin", "Trainer", "place", "version_in_range"]

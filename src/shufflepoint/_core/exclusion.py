@@ -1,0 +1,306 @@
+"""Exclusion: dataset indices never served again, kept as sorted ranges, skipped while dealing.
+
+``loader.exclude(indices)`` removes samples from the rest of the run without a log and without a
+replay: the state holds the excluded set as sorted, disjoint ranges of dataset indices, and the
+deal skips their positions. Vocabulary (all integers):
+
+- *Ranges*: the excluded set as half-open ``[start, stop)`` intervals, sorted, never touching (two
+  that touch are one range). In memory two int64 per range (16 bytes). In the state they are a
+  flat list ``[gap, length, gap, length, ...]``: ``start = previous stop + gap`` (the first gap
+  counts from 0), so scattered indices cost a few bytes each however large n is. At most
+  ``MAX_RANGES`` ranges; a bigger set is refused, naming both numbers.
+- *Excluded positions* of an epoch: where the order puts the excluded indices, found by the
+  order's inverse (``positions_of``), sorted. O(|ranges| + |excluded|) once per epoch.
+- *The rest of an epoch from a cursor c*: the positions ``[c, n)`` that are not excluded, read in
+  order. Its q-th position is ``c + q + k``, k the number of excluded positions at or before it:
+  one binary search per position (``numpy.searchsorted``), O(log |excluded|).
+
+Worked, n = 10, the identity order, indices 3, 4 and 8 excluded at cursor 2 (``tests/core/
+test_exclusion.py`` pins these values)::
+
+    positions        : 0 1 | 2 3 4 5 6 7 8 9
+    excluded         :         x x       x
+    the rest from 2  : 2 5 6 7 9          (5 positions: the cut deals these to the ranks)
+    W = 2            : rank 0 -> 2 6 9, rank 1 -> 5 7 (+ padding: the epoch's first kept position, 0)
+
+Under the ``strided`` deal the state's cursor stays an *epoch position* (everything before it was
+handed out), so an exclusion that grows mid-epoch never moves what was already served, a resume
+on the same world continues the same stream, and another world deals the same rest, each once.
+Tail padding wraps to the start of the epoch's kept positions, as it wraps to position 0 without
+exclusion. The ``spans`` deal is not supported yet (refused by name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from shufflepoint._core.plan import STRIDED, Layout, StridedCut
+from shufflepoint._core.spans import SpanCut
+
+MAX_RANGES = 1 << 17  # 131,072 ranges: 2 MiB as int64 pairs, under ~1 MiB in a pickled state
+NAME = "excluded"
+
+
+class Exclusion:
+    """A set of dataset indices as sorted, disjoint, non-touching ``[start, stop)`` ranges of ``[0, n)``.
+
+    >>> e = Exclusion.from_indices([8, 3, 4, 4], n=10)
+    >>> e.ranges(), e.count, e.to_state()
+    ([(3, 5), (8, 9)], 3, [3, 2, 3, 1])
+    >>> Exclusion.from_state([3, 2, 3, 1], n=10) == e
+    True
+    """
+
+    __slots__ = ("n", "starts", "stops")
+
+    def __init__(self, n: int, starts: np.ndarray, stops: np.ndarray) -> None:
+        self.n, self.starts, self.stops = n, starts, stops
+
+    @classmethod
+    def empty(cls, n: int) -> Exclusion:
+        return cls(n, np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+    @classmethod
+    def from_indices(cls, indices: Any, n: int, *, name: str = "indices") -> Exclusion:
+        """Indices (ints, any iterable, numpy or torch integer array) -> ranges; ValueError/TypeError
+        naming ``name``, the offending value and the valid range."""
+        values = _as_index_array(indices, name)
+        if values.size:
+            low, high = int(values.min()), int(values.max())
+            if low < 0 or high >= n:
+                bad = low if low < 0 else high
+                raise ValueError(f"{name}: found {bad}, expected dataset indices in [0, {n}) (len(dataset) = {n}). "
+                                 "Pass indices of the dataset the loader reads.")
+        unique = np.unique(values)
+        opens = np.concatenate(([True], np.diff(unique) != 1)) if unique.size else np.zeros(0, bool)
+        starts = unique[opens]
+        stops = np.concatenate((unique[np.flatnonzero(opens)[1:] - 1], unique[-1:])) + 1 if unique.size else starts
+        return cls(n, starts.astype(np.int64), stops.astype(np.int64))
+
+    def union(self, other: Exclusion) -> Exclusion:
+        """Both sets as one (touching or overlapping ranges merged)."""
+        if not other.starts.size:
+            return self
+        if not self.starts.size:
+            return other
+        starts = np.concatenate((self.starts, other.starts))
+        stops = np.concatenate((self.stops, other.stops))
+        order = np.argsort(starts, kind="stable")
+        starts, stops = starts[order], stops[order]
+        reach = np.maximum.accumulate(stops)
+        opens = np.concatenate(([True], starts[1:] > reach[:-1]))
+        first = np.flatnonzero(opens)
+        last = np.concatenate((first[1:], [starts.size])) - 1
+        return Exclusion(self.n, starts[first], reach[last])
+
+    @property
+    def count(self) -> int:
+        """How many indices are excluded."""
+        return int((self.stops - self.starts).sum())
+
+    def __len__(self) -> int:
+        return int(self.starts.size)
+
+    def __bool__(self) -> bool:
+        return bool(self.starts.size)
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Exclusion) and self.n == other.n and np.array_equal(self.starts, other.starts)
+                and np.array_equal(self.stops, other.stops))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Exclusion(n={self.n}, ranges={len(self)}, count={self.count})"
+
+    def ranges(self) -> list[tuple[int, int]]:
+        return list(zip(self.starts.tolist(), self.stops.tolist(), strict=True))
+
+    def indices(self) -> np.ndarray:
+        """Every excluded index, sorted (int64): O(count)."""
+        if not self.starts.size:
+            return np.zeros(0, np.int64)
+        lengths = self.stops - self.starts
+        offsets = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        found: np.ndarray = np.repeat(self.starts, lengths) + offsets
+        return found
+
+    def contains(self, indices: np.ndarray) -> np.ndarray:
+        """A bool mask: which of ``indices`` are excluded, O(log ranges) each."""
+        values = np.asarray(indices, dtype=np.int64)
+        at = np.searchsorted(self.starts, values, side="right") - 1
+        inside: np.ndarray = (at >= 0) & (values < self.stops[np.maximum(at, 0)]) if self.starts.size else \
+            np.zeros(values.shape, bool)
+        return inside
+
+    def to_state(self) -> list[int]:
+        """The state's form: ``[gap, length, ...]``, gaps counted from the previous range's stop."""
+        if not self.starts.size:
+            return []
+        gaps = self.starts - np.concatenate(([0], self.stops[:-1]))
+        flat = np.empty(2 * self.starts.size, dtype=np.int64)
+        flat[0::2], flat[1::2] = gaps, self.stops - self.starts
+        return [int(v) for v in flat.tolist()]
+
+    @classmethod
+    def from_state(cls, value: Sequence[Any], n: int) -> Exclusion:
+        """The state's form -> ranges. ValueError naming the element when it is malformed."""
+        if len(value) % 2:
+            raise ValueError(f"found {len(value)} numbers, expected an even count ([gap, length] per range)")
+        if len(value) // 2 > MAX_RANGES:
+            raise ValueError(f"found {len(value) // 2} ranges, expected at most {MAX_RANGES} (the documented bound)")
+        for number, item in enumerate(value):
+            if isinstance(item, bool) or not isinstance(item, int) or not 0 <= item < 2**63:
+                raise ValueError(f"element {number}: found {item!r}, expected an int >= 0")
+        flat = np.asarray(value, dtype=np.int64).reshape(-1, 2)
+        gaps, lengths = flat[:, 0], flat[:, 1]
+        if lengths.size and int(lengths.min()) < 1:
+            at = int(np.flatnonzero(lengths < 1)[0])
+            raise ValueError(f"element {2 * at + 1}: a range of length {int(lengths[at])}, expected a length >= 1")
+        if gaps.size > 1 and int(gaps[1:].min()) < 1:
+            at = int(np.flatnonzero(gaps[1:] < 1)[0]) + 1
+            raise ValueError(f"element {2 * at}: a gap of 0 between ranges, expected >= 1 (touching ranges are "
+                             "written as one)")
+        if gaps.size and int(gaps.sum()) + int(lengths.sum()) > n:  # exact ints: no int64 overflow below
+            raise ValueError(f"the ranges reach index {int(gaps.sum()) + int(lengths.sum()) - 1}, expected every "
+                             f"index < n = {n}")
+        stops = np.cumsum(gaps + lengths)
+        return cls(n, stops - lengths, stops)
+
+    @classmethod
+    def from_state_field(cls, value: list[Any], n: int, kind: str, deal: str) -> Exclusion | None:
+        """A state's ``excluded`` checked (None for nothing excluded); ValueError(expected, fix[, found])."""
+        if not value:
+            return None
+        try:
+            excluded = cls.from_state(value, n)
+        except ValueError as error:
+            raise ValueError("sorted ranges [gap, length, ...] of dataset indices (loader.exclude)",
+                             f"{error}. The state is damaged or was edited; use another checkpoint.") from None
+        if kind != "loader" or deal != STRIDED:
+            raise ValueError(f"[] for a {kind} under the {deal!r} deal", "Only shufflepoint.DataLoader with "
+                             "deal='strided' skips excluded samples; load this state into one.",
+                             f"{excluded.count} excluded indices")
+        return excluded
+
+
+def _as_index_array(indices: Any, name: str) -> np.ndarray:
+    if hasattr(indices, "detach") and hasattr(indices, "cpu"):  # a torch tensor, without importing torch
+        indices = indices.detach().cpu().numpy()
+    if isinstance(indices, np.ndarray):
+        if indices.dtype == np.bool_ or not np.issubdtype(indices.dtype, np.integer):
+            raise TypeError(f"{name}: found an array of {indices.dtype}, expected integer dataset indices")
+        return indices.astype(np.int64).reshape(-1)
+    if isinstance(indices, (int, str, bytes)) or not isinstance(indices, Iterable):
+        raise TypeError(f"{name}: found {type(indices).__name__}, expected an iterable of int dataset indices "
+                        "(a list, range, numpy or torch integer array)")
+    values = list(indices)
+    for value in values:
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name}: found {value!r} of type {type(value).__name__}, expected int dataset indices")
+        if not -(2**63) <= int(value) < 2**63:
+            raise ValueError(f"{name}: found {value}, expected dataset indices that fit an int64")
+    return np.asarray([int(v) for v in values], dtype=np.int64)
+
+
+class Skips:
+    """The sorted epoch positions of the excluded indices in one epoch, and the maps they define.
+
+    >>> skips = Skips(np.array([3, 4, 8]), n=10)
+    >>> skips.remaining(2), skips.nth(2, np.arange(5)).tolist()
+    (5, [2, 5, 6, 7, 9])
+    """
+
+    def __init__(self, positions: np.ndarray, n: int) -> None:
+        self.positions = np.sort(np.asarray(positions, dtype=np.int64))
+        self.n = n
+        self._from: tuple[int, np.ndarray] | None = None
+
+    def remaining(self, cursor: int) -> int:
+        """Positions in ``[cursor, n)`` that are not excluded."""
+        excluded = self.positions.size - int(np.searchsorted(self.positions, cursor, side="left"))
+        return self.n - cursor - excluded
+
+    def _steps(self, cursor: int) -> np.ndarray:
+        """For each excluded position p >= cursor: the kept positions in [cursor, p) (non-decreasing)."""
+        if self._from is None or self._from[0] != cursor:
+            after = self.positions[int(np.searchsorted(self.positions, cursor, side="left")):]
+            self._from = (cursor, after - cursor - np.arange(after.size, dtype=np.int64))
+        return self._from[1]
+
+    def nth(self, cursor: int, kept: np.ndarray, ascending: bool = False) -> np.ndarray:
+        """The epoch positions of the ``kept``-th kept positions from ``cursor`` (each < remaining).
+
+        ``ascending`` (``kept`` sorted, as a rank's chunk is): only the excluded positions between the
+        first and the last are searched, each once (a handful for a chunk of a large epoch).
+        """
+        kept = np.asarray(kept, dtype=np.int64)
+        steps = self._steps(cursor)
+        if ascending and kept.size and steps.size:
+            low = int(np.searchsorted(steps, kept[0], side="right"))
+            high = int(np.searchsorted(steps, kept[-1], side="right"))
+            if low == high:  # no excluded position among them: one shift for the whole chunk
+                shifted: np.ndarray = kept + (cursor + low)
+                return shifted
+            # each excluded position among them shifts the kept from the first one at or after it:
+            # O(w log m + m) for w excluded among m kept, not O(m log w)
+            first = np.searchsorted(kept, steps[low:high], side="left")
+            found: np.ndarray = kept + (cursor + low) + np.cumsum(np.bincount(first, minlength=kept.size))
+            return found
+        found = cursor + kept + np.searchsorted(steps, kept, side="right")
+        return found
+
+
+class FilteredStridedCut:
+    """The rest of an epoch under the ``strided`` deal from ``cursor``, its excluded positions skipped.
+
+    The same questions as ``plan.StridedCut`` answers, asked of the kept positions: rank r reads
+    the kept positions r, r + W, r + 2W, ... from the cursor; past the last one it pads with the
+    epoch's first kept positions (as ``StridedCut`` pads with the epoch's first positions).
+    """
+
+    name = STRIDED
+
+    def __init__(self, layout: Layout, cursor: int, skips: Skips) -> None:
+        self.layout, self.cursor, self.skips = layout, cursor, skips
+        self._left = skips.remaining(cursor)
+
+    @property
+    def world_size(self) -> int:
+        return self.layout.world_size
+
+    first_world_size = world_size
+
+    def samples_per_rank(self) -> int:
+        full_steps, tail = divmod(self._left, self.layout.step_size)
+        return full_steps * self.layout.batch_size + (0 if self.layout.drop_last else -(-tail // self.world_size))
+
+    def real_samples(self, rank: int) -> int:
+        return min(max(-(-(self._left - rank) // self.world_size), 0), self.samples_per_rank())
+
+    def rank_positions(self, rank: int, start: int, stop: int) -> np.ndarray:
+        kept = np.arange(start, stop, dtype=np.int64) * self.world_size + rank
+        if not kept.size or int(kept[-1]) < self._left:  # no tail padding in this chunk (the common case)
+            return self.skips.nth(self.cursor, kept, ascending=True)
+        positions = np.empty_like(kept)
+        inside = kept < self._left
+        positions[inside] = self.skips.nth(self.cursor, kept[inside], ascending=True)
+        if not inside.all():  # tail padding: the epoch's first kept positions, in order
+            positions[~inside] = self.skips.nth(0, (kept[~inside] - self._left) % self.skips.remaining(0))
+        return positions
+
+    def after(self, received: int) -> tuple[int, list[list[int]]]:
+        """(cursor, segments) once every rank has received ``received`` more samples: the position
+        after the last kept position handed out (``n`` once the kept positions are all out)."""
+        handed = self.world_size * min(received, self.samples_per_rank())
+        if handed == 0:
+            return self.cursor, []
+        if handed >= self._left:
+            return self.layout.n, []
+        return int(self.skips.nth(self.cursor, np.array([handed - 1]))[0]) + 1, []
+
+
+Cut = StridedCut | SpanCut | FilteredStridedCut  # the rest of an epoch, as any deal cuts it

@@ -1,0 +1,169 @@
+"""What a loader excludes, and how the excluded samples' positions reach the deal (``loader.exclude``).
+
+The arithmetic is ``_core/exclusion.py``; here: which loaders can exclude (the ``strided`` deal, an
+order with an inverse), the excluded positions of the current epoch built once per epoch, and the
+check that every rank excluded the same indices (one ``all_reduce``, as a state load is checked).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from shufflepoint._core.errors import StateError
+from shufflepoint._core.exclusion import MAX_RANGES, Cut, Exclusion, FilteredStridedCut, Skips
+from shufflepoint._core.plan import STRIDED, Layout, StridedCut
+from shufflepoint._loading.agreement import group_matches, state_digest
+from shufflepoint._loading.sampler import Deal, OrderCache
+from shufflepoint._loading.steps import Pass
+
+if TYPE_CHECKING:
+    from shufflepoint._core.history import History, Place
+
+
+def check_can_exclude(deal: Deal, orders: OrderCache, dataset: Any) -> None:
+    """ValueError naming what stands in the way: the ``spans`` deal, or an order without an inverse."""
+    if deal.name != STRIDED:
+        raise ValueError(
+            f"exclude: this loader deals {deal.name!r}, and exclusion is implemented for the 'strided' deal only. "
+            "Build the loader with deal='strided' to exclude samples (a corpus then reads every shard on "
+            "every node; see docs/exclusion.md, 'Limits')."
+        )
+    order = orders.get(0, StridedCut(Layout(orders.n, 1, 1, False), 0))
+    if not callable(getattr(order, "positions_of", None)):
+        raise ValueError(
+            f"exclude: the {orders.name!r} order of a {type(dataset).__name__} has no inverse (index -> position) "
+            "yet, which exclusion needs. Exclude from the sources' own loaders, or filter the dataset and start "
+            "a new run (docs/exclusion.md, 'Limits')."
+        )
+
+
+class Excluded:
+    """A loader's excluded set and the current epoch's excluded positions (O(count) once per epoch)."""
+
+    def __init__(self, n: int) -> None:
+        self.exclusion = Exclusion.empty(n)
+        self._skips: tuple[int, Skips] | None = None
+
+    @classmethod
+    def for_state(cls, exclusion: Exclusion | None, deal: Deal, orders: OrderCache, dataset: Any) -> Excluded:
+        """What a loaded state excludes; StateError naming ``excluded`` when this loader cannot skip it."""
+        found = cls(orders.n)
+        if exclusion is not None:
+            try:
+                check_can_exclude(deal, orders, dataset)
+            except ValueError as error:
+                raise StateError(f"state field 'excluded': found {exclusion.count} excluded indices, which this "
+                                 f"loader cannot skip. {error}") from None
+            found.replace(exclusion, orders.n)
+        return found
+
+    def merged(self, indices: Any, deal: Deal, orders: OrderCache, dataset: Any, rank: int, world_size: int,
+               verify_ranks: bool) -> Exclusion:
+        """This set plus ``indices``, every check passed (nothing is changed here)."""
+        added = Exclusion.from_indices(indices, orders.n)
+        check_can_exclude(deal, orders, dataset)
+        merged = self.exclusion.union(added)
+        if len(merged) > MAX_RANGES:
+            raise ValueError(f"indices: the excluded set would be {len(merged)} ranges, expected at most {MAX_RANGES} "
+                             "(the state's documented bound). Exclude fewer or contiguous indices; nothing was "
+                             "excluded.")
+        agree_on_exclusion(added, rank, world_size, verify_ranks)
+        return merged
+
+    def replace(self, exclusion: Exclusion | None, n: int) -> None:
+        self.exclusion = exclusion if exclusion is not None else Exclusion.empty(n)
+        self._skips = None
+
+    def skips(self, orders: OrderCache, epoch: int) -> Skips:
+        if self._skips is None or self._skips[0] != epoch:
+            order = orders.get(epoch, StridedCut(Layout(orders.n, 1, 1, False), 0))
+            positions = order.positions_of(self.exclusion.indices())  # type: ignore[attr-defined]
+            self._skips = (epoch, Skips(positions, orders.n))
+        return self._skips[1]
+
+    def cut(self, deal: Deal, orders: OrderCache, layout: Layout, epoch: int, cursor: int,
+            segments: list[list[int]]) -> Cut:
+        """The rest of ``epoch`` from (cursor, segments): the deal's own cut, skipping the excluded."""
+        if not self.exclusion:
+            return deal.cut(layout, cursor, segments)
+        return FilteredStridedCut(layout, cursor, self.skips(orders, epoch))
+
+    def epoch_layout(self, layout: Layout) -> Layout:
+        """A whole epoch's layout with the excluded samples taken out (for ``len(loader)``)."""
+        return Layout(layout.n - self.exclusion.count, layout.world_size, layout.batch_size, layout.drop_last)
+
+
+def agree_on_exclusion(added: Exclusion, rank: int, world_size: int, verify_ranks: bool) -> None:
+    """In a process group that matches the loader's ranks, check that every rank passed the same indices
+    (one ``all_reduce`` of two int64); ValueError on every rank, naming the ranks' counts, when not."""
+    if not (verify_ranks and group_matches(rank, world_size)):
+        return
+    import torch
+    import torch.distributed as dist
+
+    digest = state_digest({"excluded": added.to_state()})
+    on_gpu = dist.get_backend() == "nccl"
+    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
+    flags = torch.tensor([digest, -digest], dtype=torch.int64, device=device)
+    dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+    highest, lowest_negated = flags.tolist()
+    if highest == -lowest_negated:
+        return
+    counts: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(counts, (added.count, added.ranges()[:3]))
+    shown = "; ".join(f"rank {r}: {count} indices, first ranges {first}" for r, (count, first) in enumerate(counts))
+    raise ValueError(
+        f"exclude: ranks passed different indices ({shown}), expected the same on every rank (the state is the "
+        "same on every rank, and so is what it excludes). Compute the indices identically everywhere, or "
+        "broadcast them from rank 0, then call loader.exclude on every rank. Nothing was excluded."
+    )
+
+
+
+class ExclusionMixin:
+    """``exclude`` and ``excluded`` for ``shufflepoint.DataLoader`` (one concern, kept out of loader.py)."""
+
+    if TYPE_CHECKING:  # the loader's own attributes, which these methods read and set
+        _excluded: Excluded
+        _deal: Deal
+        _orders: OrderCache
+        _layout: Layout
+        _rank: int
+        _verify_ranks: bool
+        _pass: Pass | None
+        _history: History
+        _epoch: int
+        _start: Any
+        _steps: int
+        dataset: Any
+
+        def _here(self) -> tuple[int, Place]: ...
+
+    def _cut(self, epoch: int, cursor: int, segments: list[list[int]],
+             layout: Layout | None = None) -> Cut:
+        """The rest of ``epoch`` from (cursor, segments), the excluded samples skipped."""
+        return self._excluded.cut(self._deal, self._orders, layout or self._layout, epoch, cursor, segments)
+
+    @property
+    def excluded(self) -> Exclusion:
+        """The dataset indices this run never serves again (``exclude``), as sorted ranges."""
+        return self._excluded.exclusion
+
+    def exclude(self, indices: Any) -> None:
+        """Never serve these dataset indices again: from the next batch on, in this epoch and every later one.
+
+        Every other sample is still served once per epoch. Call it with the same indices (ints, a
+        range, a numpy or torch integer array) on every rank: checked like ``load_state_dict``. The
+        state keeps them as sorted ranges: a resume on the same world continues exactly this run's
+        stream, another world deals the rest of the epoch, each remaining sample once. Refused with
+        nothing changed: bad indices, over 131,072 ranges, the ``spans`` deal, orders without an
+        inverse (``Mixture``, ``Packed``). See docs/exclusion.md.
+        """
+        merged = self._excluded.merged(indices, self._deal, self._orders, self.dataset, self._rank,
+                                       self._layout.world_size, self._verify_ranks)
+        steps, place = self._here()
+        self._excluded.replace(merged, self._layout.n)
+        start = self._cut(place.epoch, place.cursor, [list(pair) for pair in place.segments])
+        live = self._pass
+        self._pass = Pass(place.epoch, start, steps, follows=live) if live is not None else None
+        self._epoch, self._start, self._steps = place.epoch, start, steps

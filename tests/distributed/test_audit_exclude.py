@@ -1,0 +1,35 @@
+"""``shufflepoint audit --exclude K`` for real: exclusion at the save point, judged in fresh processes.
+
+One audit (2 launches): a shufflepoint loader resumed on another world size excludes exactly
+(EXACTLY_ONCE, no excluded sample served; the exclude() call's cross-rank check runs on Gloo). The
+verdict for a loader that ignores exclude() (SERVED_EXCLUDED) is judged without launches in
+tests/tools/test_audit_exclusion.py, on the records of such a loader.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from shufflepoint._tools.cli import main
+
+TARGETS = os.path.join(os.path.dirname(__file__), "targets", "loaders.py")
+
+
+def audit(tmp_path, capsys, target, *flags):
+    report_path = tmp_path / "report.json"
+    code = main(["audit", f"{TARGETS}:{target}", *flags, "--json", str(report_path)])
+    out, _ = capsys.readouterr()
+    report = json.loads(report_path.read_text())
+    assert report["exit_code"] == code
+    return code, out, report
+
+
+def test_excluded_samples_stay_out_after_a_resume_on_three_processes(tmp_path, capsys):
+    code, out, report = audit(tmp_path, capsys, "shufflepoint_loader", "--nproc", "2", "--resume-nproc", "3",
+                              "--save-at", "0:3", "--exclude", "9")
+    assert (code, report["verdict"]) == (0, "EXACTLY_ONCE"), out
+    assert "9 samples excluded at the save point; none was served after it" in report["notes"]
+    later = report["epoch_checks"][-1]  # a whole epoch after the exclusion: 67 - 9 samples, each once
+    assert later["distinct"] == 58 and later["missing"] == 0
+

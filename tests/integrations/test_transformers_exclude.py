@@ -1,0 +1,81 @@
+"""ExcludeSamples: the Trainer's train loader skips the excluded samples from the given step on, and a
+resume from a checkpoint keeps skipping them (the loader's state carries them)."""
+
+import json
+import os
+
+import pytest
+
+transformers = pytest.importorskip("transformers", reason="the transformers extra is not installed")
+
+import torch  # noqa: E402
+
+from shufflepoint.integrations.transformers import LOADER_STATE_FILE, ExcludeSamples, Trainer  # noqa: E402
+
+BAD = [3, 4, 17, 20]
+
+
+class Tokens(torch.utils.data.Dataset):
+    def __len__(self):
+        return 24
+
+    def __getitem__(self, index):
+        ids = torch.tensor([index, index + 1, index + 2])
+        return {"input_ids": ids, "labels": ids}
+
+
+class Seen(transformers.TrainerCallback):
+    """Which dataset indices each optimizer step trained on (input_ids[:, 0] is the index)."""
+
+    def __init__(self, collate_log):
+        self.log, self.steps = collate_log, []
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.steps.append((state.global_step, list(self.log)))
+        self.log.clear()
+
+
+def _trainer(tmp_path, callbacks, **overrides):
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=4)
+    settings = dict(output_dir=str(tmp_path), per_device_train_batch_size=4, num_train_epochs=2, report_to=[],
+                    use_cpu=True, seed=7, save_strategy="steps", save_steps=3, logging_strategy="no",
+                    disable_tqdm=True)
+    log = []
+
+    def collate(samples):
+        log.extend(int(s["input_ids"][0]) for s in samples)
+        return {key: torch.stack([s[key] for s in samples]) for key in ("input_ids", "labels")}
+
+    seen = Seen(log)
+    trainer = Trainer(model=transformers.LlamaForCausalLM(config), args=transformers.TrainingArguments(
+        **(settings | overrides)), train_dataset=Tokens(), data_collator=collate, callbacks=[*callbacks, seen])
+    return trainer, seen
+
+
+def test_excluded_samples_are_not_trained_on_from_the_step_on_and_after_a_resume(tmp_path):
+    trainer, seen = _trainer(tmp_path, [ExcludeSamples(BAD, from_step=2)])
+    trainer.train()
+    later = [i for step, indices in seen.steps if step > 2 for i in indices]
+    assert later and not set(later) & set(BAD)
+    epoch_1 = [i for _, indices in seen.steps[-5:] for i in indices]  # 20 samples left: 5 steps of 4
+    assert sorted(epoch_1) == sorted(set(range(24)) - set(BAD))
+    with open(os.path.join(str(tmp_path), "checkpoint-3", LOADER_STATE_FILE)) as f:
+        assert json.load(f)["excluded"] == [3, 2, 12, 1, 2, 1]  # [3, 5), [17, 18), [20, 21)
+    resumed, seen_again = _trainer(tmp_path, [])  # no callback: the checkpoint's state excludes them
+    resumed.train(resume_from_checkpoint=os.path.join(str(tmp_path), "checkpoint-3"))
+    after = [i for _, indices in seen_again.steps for i in indices]
+    assert after and not set(after) & set(BAD)
+    assert after == [i for step, indices in seen.steps if step > 3 for i in indices]  # exactly, after step 3
+
+
+def test_it_needs_a_shufflepoint_trainer_and_int_indices(tmp_path):
+    with pytest.raises(TypeError, match=r"indices: found 1.5 of type float"):
+        ExcludeSamples([1.5])
+    with pytest.raises(ValueError, match=r"from_step: found -1"):
+        ExcludeSamples([1], from_step=-1)
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True)
+    stock_loader = torch.utils.data.DataLoader(Tokens(), batch_size=4)  # what a stock Trainer trains from
+    with pytest.raises(TypeError, match=r"train loader is a DataLoader, expected a shufflepoint.DataLoader"):
+        ExcludeSamples([1]).on_train_begin(args, transformers.TrainerState(), None, train_dataloader=stock_loader)

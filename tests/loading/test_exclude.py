@@ -1,0 +1,272 @@
+"""``loader.exclude``: excluded samples never served again, every other once, exact on a resume, once on a resize.
+
+Ranks are simulated in one process here (the arithmetic); tests/distributed/test_exclude_resume.py runs
+real processes, each resume in new ones.
+"""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import shufflepoint
+from shufflepoint import StateError
+
+
+def loaders(n, world, batch, **kwargs):
+    return [shufflepoint.DataLoader(list(range(n)), batch, rank=r, world_size=world, **kwargs) for r in range(world)]
+
+
+def simulate(ranks, epochs, exclusions, *, step=0, stop=None, applied=None):
+    """Every rank in lockstep, ``set_epoch`` each epoch; before global step t (batches per rank since
+    the run began), ``exclusions[t]`` is excluded on every rank (and t appended to ``applied``).
+    Returns [(step, epoch, batches per rank)] and the state at ``stop`` (or at the end)."""
+    served, applied = [], applied if applied is not None else []
+    for epoch in range(ranks[0].epoch, epochs):
+        for loader in ranks:
+            loader.set_epoch(epoch)
+        its = [iter(loader) for loader in ranks]
+        while True:
+            if step in exclusions:
+                for loader in ranks:
+                    loader.exclude(exclusions[step])
+                applied.append(step)
+            if step == stop:
+                return served, ranks[0].state_dict()
+            batches = [next(it, None) for it in its]
+            if batches[0] is None:
+                assert all(b is None for b in batches)
+                break
+            served.append((step, epoch, [b.tolist() for b in batches]))
+            step += 1
+    return served, ranks[0].state_dict()
+
+
+def check_served(served, n, world, exclusions, epochs):
+    """No sample served once excluded; per epoch every sample not excluded by its end served, each once
+    (apart from the tail padding, fewer than ``world`` repeats)."""
+    excluded_at = {}
+    for t in sorted(exclusions):
+        for i in exclusions[t]:
+            excluded_at.setdefault(i, t)
+    for epoch in range(epochs):
+        steps = [(t, b) for t, e, b in served if e == epoch]
+        counts = Counter(i for _, batches in steps for batch in batches for i in batch)
+        for t, batches in steps:
+            for i in (i for batch in batches for i in batch):
+                assert excluded_at.get(i, t + 1) > t, f"index {i} served at step {t}, excluded at {excluded_at[i]}"
+        end = sum(1 for _, e, _ in served if e <= epoch)  # the step the next epoch starts at
+        kept = {i for i in range(n) if excluded_at.get(i, end + 1) > end}
+        assert kept <= set(counts), f"epoch {epoch}: never served {sorted(kept - set(counts))}"
+        assert sum(counts.values()) - len(counts) < world  # repeats: the tail padding only
+
+
+ORDERS = ("radix-feistel", "feistel", "torch", "identity")
+runs = st.fixed_dictionaries({
+    "n": st.integers(1, 50), "world": st.integers(1, 3), "batch": st.integers(1, 4),
+    "order": st.sampled_from(ORDERS), "seed": st.integers(0, 2**32),
+})
+
+
+@settings(max_examples=60, deadline=None)
+@given(run=runs, data=st.data())
+def test_excluded_never_served_the_rest_once_and_a_resume_is_exact(run, data):
+    n, world, batch = run["n"], run["world"], run["batch"]
+    kwargs = dict(seed=run["seed"], order=run["order"], shuffle=run["order"] != "identity")
+    if run["order"] == "identity":
+        kwargs.pop("order")
+    steps_per_epoch = -(-n // (world * batch))
+    exclusions = data.draw(st.dictionaries(st.integers(0, 2 * steps_per_epoch),
+                                           st.lists(st.integers(0, n - 1), max_size=max(n // 3, 1)), max_size=3))
+    whole, _ = simulate(loaders(n, world, batch, **kwargs), 2, exclusions)
+    check_served(whole, n, world, exclusions, 2)
+    stop = data.draw(st.integers(0, len(whole)))
+    before, state = simulate(loaders(n, world, batch, **kwargs), 2, exclusions, stop=stop)
+    fresh = loaders(n, world, batch, **kwargs)
+    for loader in fresh:
+        loader.load_state_dict(state)
+    after, _ = simulate(fresh, 2, {t: v for t, v in exclusions.items() if t > stop}, step=stop)
+    assert before + after == whole
+
+
+@settings(max_examples=60, deadline=None)
+@given(run=runs, new_world=st.integers(1, 3), new_batch=st.integers(1, 4), data=st.data())
+def test_a_resize_serves_every_remaining_sample_once(run, new_world, new_batch, data):
+    n, world, batch = run["n"], run["world"], run["batch"]
+    kwargs = dict(seed=run["seed"], order=run["order"]) if run["order"] != "identity" else dict(shuffle=False)
+    steps_per_epoch = -(-n // (world * batch))
+    stop = data.draw(st.integers(0, steps_per_epoch))
+    exclusions = data.draw(st.dictionaries(st.integers(0, stop), st.lists(st.integers(0, n - 1), max_size=n),
+                                           max_size=2))
+    applied = []
+    before, state = simulate(loaders(n, world, batch, **kwargs), 1, exclusions, stop=stop, applied=applied)
+    fresh = loaders(n, new_world, new_batch, **kwargs)
+    for loader in fresh:
+        loader.load_state_dict(state)
+    excluded = {i for t in applied for i in exclusions[t]}
+    assert fresh[0].excluded.count == len(excluded)
+    after, _ = simulate(fresh, 1, {}, step=stop)
+    served_before = [i for _, _, b in before for batch_ in b for i in batch_]
+    served_after = [i for _, _, b in after for batch_ in b for i in batch_]
+    assert not excluded & set(served_after)
+    remaining = set(range(n)) - set(served_before) - excluded
+    assert remaining <= set(served_after)
+    assert set(served_after) <= set(range(n)) - excluded  # padding too keeps out of the excluded
+    assert len(served_after) - len(set(served_after)) < new_world  # repeats: the tail padding only
+
+
+def test_exclusion_takes_effect_at_the_next_batch_with_workers_prefetching():
+    n = 64
+    loader = shufflepoint.DataLoader(list(range(n)), 4, seed=3, num_workers=2, prefetch_factor=4)
+    plain = shufflepoint.DataLoader(list(range(n)), 4, seed=3)
+    it = iter(loader)
+    first = [next(it).tolist() for _ in range(2)]
+    upcoming = [b.tolist() for b in plain][2:]
+    dropped = upcoming[0] + upcoming[1][:2]  # the next batch and a half, already prefetched by the workers
+    loader.exclude(dropped)
+    rest = [i for b in it for i in b.tolist()]
+    assert not set(rest) & set(dropped)
+    assert sorted(rest) == sorted(set(range(n)) - set(dropped) - {i for b in first for i in b})
+    assert loader.epoch == 1 and len(loader) == -(-(n - len(dropped)) // 4)
+    next_epoch = [i for b in loader for i in b.tolist()]
+    assert sorted(next_epoch) == sorted(set(range(n)) - set(dropped))
+
+
+def test_the_state_holds_sorted_ranges_and_an_older_state_loads_with_nothing_excluded():
+    loader = shufflepoint.DataLoader(list(range(100)), 4, seed=1)
+    loader.exclude(torch.tensor([9, 7, 8, 50]))
+    loader.exclude(np.array([10, 99]))
+    state = loader.state_dict()
+    assert state["version"] == 3 and state["excluded"] == [7, 4, 39, 1, 48, 1]  # [7, 11), [50, 51), [99, 100)
+    assert loader.excluded.ranges() == [(7, 11), (50, 51), (99, 100)]
+    v2 = {k: v for k, v in shufflepoint.DataLoader(list(range(100)), 4, seed=1).state_dict().items()
+          if k not in ("excluded", "steps", "history")}
+    v2["version"] = 2
+    loader.load_state_dict(v2)
+    assert loader.excluded.count == 0 and loader.state_dict()["excluded"] == []
+
+
+@pytest.mark.parametrize(("indices", "error", "match"), [
+    ([3, -2], ValueError, r"indices: found -2, expected dataset indices in \[0, 10\)"),
+    ([10], ValueError, r"indices: found 10, expected dataset indices in \[0, 10\) \(len\(dataset\) = 10\)"),
+    (["3"], TypeError, r"indices: found '3' of type str, expected int dataset indices"),
+    ([2.0], TypeError, r"indices: found 2.0 of type float"),
+    (3, TypeError, r"indices: found int, expected an iterable of int dataset indices"),
+])
+def test_bad_indices_are_refused_by_name_and_change_nothing(indices, error, match):
+    loader = shufflepoint.DataLoader(list(range(10)), 2, seed=1)
+    loader.exclude([1])
+    it = iter(loader)
+    next(it)
+    before = loader.state_dict()
+    with pytest.raises(error, match=match):
+        loader.exclude(indices)
+    assert loader.state_dict() == before
+    assert [b.tolist() for b in it] == [b.tolist() for b in _loaded(before)]
+
+
+def _loaded(state):
+    loader = shufflepoint.DataLoader(list(range(10)), 2, seed=1)
+    loader.load_state_dict(state)
+    return loader
+
+
+def test_too_many_ranges_are_refused_naming_the_bound(monkeypatch):
+    from shufflepoint._loading import excluding
+
+    monkeypatch.setattr(excluding, "MAX_RANGES", 3)
+    loader = shufflepoint.DataLoader(list(range(100)), 2)
+    loader.exclude([0, 2, 4])
+    with pytest.raises(ValueError, match=r"the excluded set would be 4 ranges, expected at most 3"):
+        loader.exclude([6])
+    assert loader.excluded.count == 3
+
+
+@pytest.mark.parametrize(("edit", "match"), [
+    ([1], r"'excluded': found \[1\].*found 1 numbers, expected an even count"),
+    ([0, 0], r"'excluded'.*element 1: a range of length 0"),
+    ([2, 1, 0, 1], r"'excluded'.*element 2: a gap of 0 between ranges"),
+    ([5, 6], r"'excluded'.*the ranges reach index 10, expected every index < n = 10"),
+    ([0, -1], r"'excluded'.*element 1: found -1"),
+    ([0, 1.5], r"'excluded'.*element 1: found 1.5"),
+    ("0,1", r"'excluded': found '0,1', expected a list"),
+])
+def test_malformed_exclusions_in_a_state_are_refused_by_name_and_change_nothing(edit, match):
+    loader = shufflepoint.DataLoader(list(range(10)), 2, seed=1)
+    next(iter(loader))
+    before = loader.state_dict()
+    with pytest.raises(StateError, match=match):
+        loader.load_state_dict(dict(before, excluded=edit))
+    assert loader.state_dict() == before
+
+
+def test_loaders_that_cannot_skip_refuse_by_name():
+    corpus = _Corpus([6, 6, 6])
+    spans = shufflepoint.DataLoader(corpus, 2, shuffle_block=4)
+    with pytest.raises(ValueError, match=r"exclude: this loader deals 'spans'.*deal='strided'"):
+        spans.exclude([1])
+    strided = shufflepoint.DataLoader(corpus, 2, shuffle_block=4, deal="strided")
+    strided.exclude([1, 17])  # the blocks order has an inverse
+    assert 1 not in {i for b in strided for i in b.tolist()}
+    state = strided.state_dict()
+    with pytest.raises(StateError, match=r"'excluded': found '2 excluded indices', expected \[\] for a loader under "
+                                         r"the 'spans' deal. Only shufflepoint.DataLoader with deal='strided'"):
+        as_spans = [entry[:5] + [[]] if len(entry) == 6 else entry for entry in state["history"]]  # starts: segments
+        spans.load_state_dict(dict(state, deal="spans", history=as_spans))
+    sampler = shufflepoint.ResumableSampler(list(range(18)), num_replicas=1, rank=0)
+    with pytest.raises(StateError, match=r"'excluded'.*\[\] for a sampler"):
+        sampler.load_state_dict(dict(sampler.state_dict(), excluded=[0, 1]))
+    own = shufflepoint.DataLoader(_OwnOrder(), 2, deal="strided")
+    with pytest.raises(ValueError, match=r"exclude: the 'own' order of a _OwnOrder has no inverse"):
+        own.exclude([1])
+
+
+class _OwnOrder(torch.utils.data.Dataset):
+    """A dataset read in its own order (as Mixture and Packed are), without an inverse."""
+
+    order_name, order_version = "own", 1
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return i
+
+    def epoch_order(self, seed, epoch, shuffle_block):
+        return shufflepoint.permutation(8, seed, epoch)
+
+
+class _Corpus(torch.utils.data.Dataset):
+    """A sharded corpus as the loader sees one: rows per shard, a fingerprint."""
+
+    def __init__(self, rows):
+        self.shard_rows, self.fingerprint = list(rows), "corpus"
+
+    def __len__(self):
+        return sum(self.shard_rows)
+
+    def __getitem__(self, i):
+        return i
+
+
+def test_which_is_refused_once_samples_are_excluded_and_a_batch_size_change_keeps_excluding():
+    loader = shufflepoint.DataLoader(list(range(30)), 2, seed=1)
+    it = iter(loader)
+    first = next(it).tolist()
+    assert loader.which(0) == {0: first}
+    loader.exclude([5, 6, 7])
+    with pytest.raises(ValueError, match=r"which: this run excludes samples"):
+        loader.which(0)
+    second = next(it).tolist()
+    loader.set_batch_size(3)
+    rest = [i for b in it for i in b.tolist()]
+    assert loader.step == 2 + -(-(30 - 4 - len({5, 6, 7} - set(first))) // 3)
+    assert sorted(second + rest) == sorted(set(range(30)) - {5, 6, 7} - set(first))
+    state = loader.state_dict()
+    fresh = shufflepoint.DataLoader(list(range(30)), 3, seed=1)
+    fresh.load_state_dict(state)  # the history's arrival is not checked while excluding; the rest is
+    assert fresh.step == loader.step and fresh.excluded == loader.excluded
+    assert [b.tolist() for b in fresh] == [b.tolist() for b in loader]
