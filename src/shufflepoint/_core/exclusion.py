@@ -180,9 +180,9 @@ class Exclusion:
         except ValueError as error:
             raise ValueError("sorted ranges [gap, length, ...] of dataset indices (loader.exclude)",
                              f"{error}. The state is damaged or was edited; use another checkpoint.") from None
-        if kind != "loader" or deal != STRIDED:
-            raise ValueError(f"[] for a {kind} under the {deal!r} deal", "Only shufflepoint.DataLoader with "
-                             "deal='strided' skips excluded samples; load this state into one.",
+        if kind != "loader":
+            raise ValueError(f"[] for a {kind}", "Only shufflepoint.DataLoader skips excluded samples; load this "
+                             "state into one.",
                              f"{excluded.count} excluded indices")
         return excluded
 

@@ -51,6 +51,7 @@ from shufflepoint._core import spans as _spans
 from shufflepoint._core.exclusion import FilteredStridedCut
 from shufflepoint._core.plan import MAX_N, STRIDED, Layout, StridedCut, cut
 from shufflepoint._core.spans import SpanCut
+from shufflepoint._core.spanskips import FilteredSpanCut
 
 MAX_ENTRIES = 33  # the leg the history starts with and the 32 latest changes
 MAX_EPOCH = 2**62  # the orders' bound (``_order.MAX_EPOCH``): the last epoch a run can read
@@ -78,7 +79,8 @@ class Place:
         return Place(self.epoch + 1, 0)
 
 
-def place_after(epoch: int, start: StridedCut | SpanCut | FilteredStridedCut, received: int) -> Place:
+def place_after(epoch: int, start: StridedCut | SpanCut | FilteredStridedCut | FilteredSpanCut,
+                received: int) -> Place:
     """The place once every rank has received ``received`` more samples from ``start``."""
     cursor, segments = start.after(received)
     return Place(epoch, cursor, tuple((int(w), int(t)) for w, t in segments))

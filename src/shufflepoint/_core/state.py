@@ -33,6 +33,10 @@ history                list         the run's legs, one per change of layout or 
 excluded               list         dataset indices never served again (``loader.exclude``), as
                                     sorted ranges written ``[gap, length, gap, length, ...]``
                                     (``_core/exclusion.py``); at most 131,072 ranges; ``[]`` for none
+handed                 list         ``spans`` with samples excluded only: the epoch positions handed out
+                                    before the epoch's latest exclusion, ``[first_world_size, gap,
+                                    length, ...]`` (``_core/spanskips.py``); ``[]`` otherwise (a version 3
+                                    state without it loads as ``[]``)
 =====================  ===========  ==========================================================
 
 The key set never depends on progress (torch.distributed.checkpoint asks a fresh object for its
@@ -52,6 +56,7 @@ from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.history import MAX_EPOCH, History, Place
 from shufflepoint._core.plan import STRIDED, Layout, cut
 from shufflepoint._core.spans import NAME as SPANS
+from shufflepoint._core.spanskips import Handed
 
 FORMAT = "shufflepoint"
 VERSION = 3
@@ -82,9 +87,11 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "steps": ((int,), _INT),
     "history": ((list,), "a list of [step, W, B, D] or [step, W, B, D, epoch, start] entries"),
     "excluded": ((list,), "a list [gap, length, ...] of excluded ranges"),
+    "handed": ((list,), "a list [first_world_size, gap, length, ...] of handed-out ranges, or []"),
 }
 FIELDS: tuple[str, ...] = tuple(_SCHEMA)
-_FIELDS_OF = {1: FIELDS[:-5], 2: FIELDS[:-3], 3: FIELDS}
+_FIELDS_OF = {1: FIELDS[:-6], 2: FIELDS[:-4], 3: FIELDS}
+_OPTIONAL = {"handed"}  # added within version 3: a state without it handed nothing out before an exclusion
 DEALS = (STRIDED, SPANS)
 
 # Keys that identify states written by other libraries, to say so instead of "missing keys".
@@ -132,6 +139,7 @@ class Position:
     steps: int
     history: History
     excluded: Exclusion | None = None  # None: nothing excluded
+    handed: Handed | None = None  # spans with exclusions: what the epoch handed out before its latest one
 
 
 def _fail(field: str, found: object, expected: str, fix: str) -> StateError:
@@ -168,7 +176,7 @@ def _check_shape(state: object) -> Mapping[str, Any]:
             if newer else "This format version is not known; the state is damaged or foreign.",
         )
     fields = _FIELDS_OF[version]
-    missing = [f for f in fields if f not in keys]
+    missing = [f for f in fields if f not in keys and f not in _OPTIONAL]
     extra = sorted(str(k) for k in keys - set(fields))
     if missing:
         raise _fail("(keys)", f"missing {missing}", f"all of {list(fields)} (version {version})",
@@ -180,6 +188,8 @@ def _check_shape(state: object) -> Mapping[str, Any]:
         state = {**state, "deal": STRIDED, "segments": []}
     if version < 3:  # versions 1 and 2 excluded nothing
         state = {**state, "excluded": []}
+    if "handed" not in state:
+        state = {**state, "handed": []}
     for field, (types, text) in _SCHEMA.items():
         if field not in state:  # steps and history before version 3: see _legacy_history
             continue
@@ -231,7 +241,7 @@ def _check_deal(state: Mapping[str, Any], expected: Expected) -> None:
         raise _fail("segments", segments, "the epoch's history of world sizes", f"{error}. The state is "
                     "damaged or was edited; use another checkpoint.") from None
     cursor = state["n"] - (history[-1].remaining() if history else state["n"])
-    if state["cursor"] != cursor:
+    if state["cursor"] != cursor and not state["excluded"]:  # with exclusions: checked by the loader (the order)
         raise _fail("cursor", state["cursor"], f"{cursor} (what segments={segments} leave of n={state['n']})",
                     "The state is damaged or was edited; use another checkpoint.")
     _check_recordable(state, expected.layout)
@@ -291,6 +301,13 @@ def _check_history(state: Mapping[str, Any], excluding: bool = False) -> tuple[i
         raise _fail("steps", steps, f"a step at which the history arrives at epoch {start.epoch}, cursor "
                     f"{start.cursor} (it arrives at {there})", "The state is damaged or was edited.")
     return steps, history
+
+
+def _check_handed(state: Mapping[str, Any]) -> Handed | None:
+    try:
+        return Handed.from_state_field(state["handed"], state["n"], state["deal"] == SPANS and bool(state["excluded"]))
+    except ValueError as error:
+        raise _fail("handed", state["handed"], *error.args) from None
 
 
 def _check_excluded(state: Mapping[str, Any], expected: Expected) -> Exclusion | None:
@@ -379,7 +396,7 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> Posit
                 ResumeWarning, stacklevel=3,
             )
     return Position(state["epoch"], state["cursor"], state["deal"], [list(p) for p in state["segments"]],
-                    steps, history, _check_excluded(state, expected))
+                    steps, history, _check_excluded(state, expected), _check_handed(state))
 
 
 def build(
@@ -387,6 +404,7 @@ def build(
     order_version: int, world_size: int, batch_size: int, drop_last: bool,
     dataset_fingerprint: str | None, deal: str = STRIDED, segments: list[list[int]] | None = None,
     steps: int = 0, history: History | None = None, excluded: list[int] | None = None,
+    handed: list[int] | None = None,
 ) -> dict[str, Any]:
     """The state dict, every field in schema order. Without a ``history``, the run's history starts at
     ``steps`` from the state's own place (what is known of a state built by hand)."""
@@ -406,4 +424,5 @@ def build(
         "torch_version": torch_version, "dataset_fingerprint": dataset_fingerprint,
         "deal": deal, "segments": [list(pair) for pair in segments or []],
         "steps": steps, "history": history.entries(), "excluded": list(excluded or []),
+        "handed": list(handed or []),
     }

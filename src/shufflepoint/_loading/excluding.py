@@ -9,25 +9,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from shufflepoint._core.errors import StateError
-from shufflepoint._core.exclusion import MAX_RANGES, Cut, Exclusion, FilteredStridedCut, Skips
+from shufflepoint._core.exclusion import MAX_RANGES, Exclusion, FilteredStridedCut, Skips
 from shufflepoint._core.plan import STRIDED, Layout, StridedCut
+from shufflepoint._core.spans import SpanCut
+from shufflepoint._core.spanskips import Cut, FilteredSpanCut, Handed
 from shufflepoint._loading.agreement import group_matches, state_digest
 from shufflepoint._loading.sampler import Deal, OrderCache
 from shufflepoint._loading.steps import Pass
 
 if TYPE_CHECKING:
     from shufflepoint._core.history import History, Place
+    from shufflepoint._core.state import Position
 
 
 def check_can_exclude(deal: Deal, orders: OrderCache, dataset: Any) -> None:
-    """ValueError naming what stands in the way: the ``spans`` deal, or an order without an inverse."""
-    if deal.name != STRIDED:
-        raise ValueError(
-            f"exclude: this loader deals {deal.name!r}, and exclusion is implemented for the 'strided' deal only. "
-            "Build the loader with deal='strided' to exclude samples (a corpus then reads every shard on "
-            "every node; see docs/exclusion.md, 'Limits')."
-        )
+    """ValueError naming what stands in the way: an order without an inverse."""
     order = orders.get(0, StridedCut(Layout(orders.n, 1, 1, False), 0))
     if not callable(getattr(order, "positions_of", None)):
         raise ValueError(
@@ -43,6 +42,7 @@ class Excluded:
     def __init__(self, n: int) -> None:
         self.exclusion = Exclusion.empty(n)
         self._skips: tuple[int, Skips] | None = None
+        self._span_positions: tuple[tuple[int, int], Any] | None = None
 
     @classmethod
     def for_state(cls, exclusion: Exclusion | None, deal: Deal, orders: OrderCache, dataset: Any) -> Excluded:
@@ -72,7 +72,7 @@ class Excluded:
 
     def replace(self, exclusion: Exclusion | None, n: int) -> None:
         self.exclusion = exclusion if exclusion is not None else Exclusion.empty(n)
-        self._skips = None
+        self._skips, self._span_positions = None, None
 
     def skips(self, orders: OrderCache, epoch: int) -> Skips:
         if self._skips is None or self._skips[0] != epoch:
@@ -81,12 +81,48 @@ class Excluded:
             self._skips = (epoch, Skips(positions, orders.n))
         return self._skips[1]
 
+    def start(self, deal: Deal, orders: OrderCache, layout: Layout, position: Position) -> Cut:
+        """Where a loaded state's position reads on; StateError naming ``cursor`` when, under ``spans`` with
+        samples excluded, it is not what ``segments`` and ``handed`` leave (checked here: it needs the order)."""
+        try:
+            found = self.cut(deal, orders, layout, position.epoch, position.cursor, position.segments,
+                             position.handed)
+        except ValueError as error:  # segments that the space left by handed and excluded cannot hold
+            raise StateError(f"state field 'segments': found {position.segments}, expected the epoch's world sizes "
+                             f"since its latest exclusion ({error}). The state is damaged or was edited; use "
+                             "another checkpoint.") from None
+        if isinstance(found, FilteredSpanCut) and found.after(0)[0] != position.cursor:
+            raise StateError(f"state field 'cursor': found {position.cursor}, expected {found.after(0)[0]} (what "
+                             f"segments={position.segments}, handed and excluded leave of n={orders.n}). The state "
+                             "is damaged or was edited; use another checkpoint.")
+        return found
+
+    def span_positions(self, orders: OrderCache, epoch: int, first_world_size: int) -> Any:
+        """The excluded indices' sorted positions in ``epoch`` under ``spans`` (whose ``blocks`` order is laid
+        along the epoch's first stretches), O(count) once per epoch."""
+        key = (epoch, first_world_size)
+        if self._span_positions is None or self._span_positions[0] != key:
+            probe = SpanCut(orders.n, [], first_world_size, 1, False)
+            positions = orders.get(epoch, probe).positions_of(self.exclusion.indices())  # type: ignore[attr-defined]
+            self._span_positions = (key, positions)
+        return self._span_positions[1]
+
     def cut(self, deal: Deal, orders: OrderCache, layout: Layout, epoch: int, cursor: int,
-            segments: list[list[int]]) -> Cut:
-        """The rest of ``epoch`` from (cursor, segments): the deal's own cut, skipping the excluded."""
-        if not self.exclusion:
+            segments: list[list[int]], handed: Handed | None = None) -> Cut:
+        """The rest of ``epoch`` from (cursor, segments): the deal's own cut, skipping the excluded.
+
+        Under ``spans``, ``handed`` is what the epoch handed out before its latest exclusion (the
+        segments then count from there, ``_core/spanskips.py``)."""
+        if deal.name == STRIDED:
+            if not self.exclusion:
+                return deal.cut(layout, cursor, segments)
+            return FilteredStridedCut(layout, cursor, self.skips(orders, epoch))
+        if not self.exclusion and handed is None:
             return deal.cut(layout, cursor, segments)
-        return FilteredStridedCut(layout, cursor, self.skips(orders, epoch))
+        first = handed.first_world_size if handed is not None else (segments[0][0] if segments else layout.world_size)
+        positions = self.span_positions(orders, epoch, first) if self.exclusion else np.zeros(0, np.int64)
+        return FilteredSpanCut(layout.n, handed, positions, segments, layout.world_size, layout.batch_size,
+                               layout.drop_last)
 
     def epoch_layout(self, layout: Layout) -> Layout:
         """A whole epoch's layout with the excluded samples taken out (for ``len(loader)``)."""
@@ -140,9 +176,15 @@ class ExclusionMixin:
         def _here(self) -> tuple[int, Place]: ...
 
     def _cut(self, epoch: int, cursor: int, segments: list[list[int]],
-             layout: Layout | None = None) -> Cut:
-        """The rest of ``epoch`` from (cursor, segments), the excluded samples skipped."""
-        return self._excluded.cut(self._deal, self._orders, layout or self._layout, epoch, cursor, segments)
+             layout: Layout | None = None, handed: Handed | None = None) -> Cut:
+        """The rest of ``epoch`` from (cursor, segments), the excluded samples skipped (under ``spans``, what
+        the epoch ``handed`` out before its latest exclusion too: pass ``self._handed()`` to continue)."""
+        return self._excluded.cut(self._deal, self._orders, layout or self._layout, epoch, cursor, segments, handed)
+
+    def _handed(self) -> Handed | None:
+        """What the current epoch handed out before its latest exclusion (``spans``; None otherwise)."""
+        current = self._pass.cut if self._pass is not None else self._start
+        return current.handed if isinstance(current, FilteredSpanCut) else None
 
     @property
     def excluded(self) -> Exclusion:
@@ -161,9 +203,21 @@ class ExclusionMixin:
         """
         merged = self._excluded.merged(indices, self._deal, self._orders, self.dataset, self._rank,
                                        self._layout.world_size, self._verify_ranks)
+        if merged == self._excluded.exclusion:  # nothing new: the deal goes on as it is
+            return
         steps, place = self._here()
+        segments, handed = [list(pair) for pair in place.segments], self._handed()
+        if self._deal.name != STRIDED:  # spans: a re-deal of what is left, minus the excluded (_core/spanskips.py)
+            live = self._pass
+            current, done = (live.cut, self._layout.batch_size * live.received) if live else (self._start, 0)
+            if not isinstance(current, FilteredSpanCut):
+                _, begun = current.after(0)  # the cut's own start: ``done`` counts from there
+                current = FilteredSpanCut(self._layout.n, Handed(current.first_world_size, Exclusion.empty(
+                    self._layout.n)), np.zeros(0, np.int64), begun, self._layout.world_size,
+                    self._layout.batch_size, self._layout.drop_last)
+            handed, segments = current.handed_after(done), []
         self._excluded.replace(merged, self._layout.n)
-        start = self._cut(place.epoch, place.cursor, [list(pair) for pair in place.segments])
+        start = self._cut(place.epoch, place.cursor, segments, handed=handed)
         live = self._pass
         self._pass = Pass(place.epoch, start, steps, follows=live) if live is not None else None
         self._epoch, self._start, self._steps = place.epoch, start, steps

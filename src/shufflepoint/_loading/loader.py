@@ -10,9 +10,9 @@ import numpy as np
 import torch.utils.data
 
 from shufflepoint._core import state as _state
-from shufflepoint._core.exclusion import Cut
 from shufflepoint._core.history import MAX_EPOCH, History, Place, place_after
 from shufflepoint._core.plan import Layout
+from shufflepoint._core.spanskips import Cut
 from shufflepoint._loading.agreement import validate_everywhere
 from shufflepoint._loading.capabilities import schedule_hooks
 from shufflepoint._loading.excluding import Excluded, ExclusionMixin
@@ -311,7 +311,7 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         (steps, place), epoch = self._here(), self.epoch
-        start = self._cut(epoch, place.cursor, [list(pair) for pair in place.segments])
+        start = self._cut(epoch, place.cursor, [list(pair) for pair in place.segments], handed=self._handed())
         if epoch == MAX_EPOCH and start.samples_per_rank() == 0:
             raise ValueError(f"epoch: the loader has read epoch {MAX_EPOCH}, the last one the orders support; "
                              "call set_epoch(e) with an earlier epoch to read on")
@@ -352,13 +352,14 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
     def state_dict(self) -> dict[str, Any]:
         """What the training loop has received, as a small dict of JSON values, same on all ranks."""
         cursor, segments = self._position()
+        handed = self._handed()
         return _state.build(
             kind="loader", seed=self._seed, epoch=self.epoch, cursor=cursor, n=self._layout.n,
             shuffle=self._shuffle, order=self._orders.name, order_version=self._orders.version,
             world_size=self._layout.world_size, batch_size=self._layout.batch_size,
             drop_last=self._layout.drop_last, dataset_fingerprint=self._fingerprint,
             deal=self._deal.name, segments=segments, steps=self.step, history=self._history,
-            excluded=self._excluded.exclusion.to_state(),
+            excluded=self._excluded.exclusion.to_state(), handed=handed.to_state() if handed else [],
         )
 
     def load_state_dict(
@@ -379,7 +380,7 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
             verify_ranks=self._verify_ranks if verify_ranks is None else verify_ranks, groups=self._groups,
         )
         excluded = Excluded.for_state(position.excluded, deal, orders, self.dataset)
-        start = excluded.cut(deal, orders, self._layout, position.epoch, position.cursor, position.segments)
+        start = excluded.start(deal, orders, self._layout, position)
         history = position.history.record(position.steps, self._layout, place_after(position.epoch, start, 0))
         self._orders, self._deal, self._pass, self._epoch, self._start = orders, deal, None, position.epoch, start
         self._steps, self._history, self._excluded = position.steps, history, excluded
@@ -403,7 +404,7 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         steps, place = self._here()
         layout = Layout(self._layout.n, self._layout.world_size, batch_size, self._layout.drop_last)
         history = self._history.record(steps, layout, place)
-        start = self._cut(place.epoch, place.cursor, [list(pair) for pair in place.segments], layout)
+        start = self._cut(place.epoch, place.cursor, [list(pair) for pair in place.segments], layout, self._handed())
         live = self._pass
         self._pass = Pass(place.epoch, start, steps, follows=live) if live is not None else None
         self._layout, self._history, self._epoch, self._start, self._steps = layout, history, place.epoch, start, steps

@@ -12,11 +12,11 @@ import numpy as np
 from torch.utils.data.distributed import DistributedSampler
 
 from shufflepoint._core import state as _state
-from shufflepoint._core.exclusion import FilteredStridedCut
 from shufflepoint._core.history import MAX_EPOCH, History, Place, place_after
 from shufflepoint._core.plan import STRIDED, Layout, StridedCut, cut
 from shufflepoint._core.spans import NAME as SPANS
 from shufflepoint._core.spans import SpanCut
+from shufflepoint._core.spanskips import Cut
 from shufflepoint._loading.agreement import validate_everywhere
 from shufflepoint._loading.capabilities import deal_for, schedule_hooks
 from shufflepoint._loading.mesh import sampler_world  # imports this module's resolve_world lazily
@@ -157,7 +157,7 @@ class OrderCache:
         """A corpus order (``blocks`` or a dataset's own): the ``spans`` deal is its default."""
         return self.shuffle_block is not None
 
-    def get(self, epoch: int, deal: StridedCut | SpanCut | FilteredStridedCut) -> Order:
+    def get(self, epoch: int, deal: Cut) -> Order:
         """The epoch's order; under ``spans`` the ``blocks`` order is laid along the epoch's first stretches."""
         stretches = deal.first_world_size if deal.name == SPANS and self._rows is not None else None
         if self._order is None or self._epoch != (epoch, stretches):
@@ -219,7 +219,7 @@ def warn_if_blocks_exceed_the_share(orders: OrderCache, deal: Deal, n: int, worl
         )
 
 
-def rank_chunks(order: Order, deal: StridedCut | SpanCut | FilteredStridedCut,
+def rank_chunks(order: Order, deal: Cut,
                 rank: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """This rank's (epoch positions, sample indices) from ``deal``'s start to the end of the epoch."""
     total = deal.samples_per_rank()

@@ -17,8 +17,8 @@ import copy
 
 import numpy as np
 
-from shufflepoint._core.exclusion import Cut
 from shufflepoint._core.history import History
+from shufflepoint._core.spanskips import Cut
 from shufflepoint._loading.sampler import OrderCache
 from shufflepoint._order import check_int
 

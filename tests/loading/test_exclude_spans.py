@@ -1,0 +1,213 @@
+"""``loader.exclude`` under the ``spans`` deal (the default for sharded corpora): excluded samples never
+served again, every other once per epoch, exact on a resume, every remaining sample once on a resize,
+with resizes before and after an exclusion. Ranks are simulated in one process (the arithmetic)."""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import shufflepoint
+from corpus_files import jsonl_corpus
+from shufflepoint import StateError
+from shufflepoint._core.exclusion import Exclusion
+from shufflepoint._core.spanskips import FilteredSpanCut, Handed
+
+
+def loaders(n, world, batch, **kwargs):
+    return [shufflepoint.DataLoader(list(range(n)), batch, rank=r, world_size=world, deal="spans", **kwargs)
+            for r in range(world)]
+
+
+def run_epochs(ranks, epochs, exclusions, *, step=0, stop=None, applied=None):
+    """Every rank in lockstep; before global step t, ``exclusions[t]`` is excluded on every rank.
+    Returns [(step, epoch, batches per rank)] and the state at ``stop`` (or at the end)."""
+    served, applied = [], applied if applied is not None else []
+    for epoch in range(ranks[0].epoch, epochs):
+        for loader in ranks:
+            loader.set_epoch(epoch)
+        its = [iter(loader) for loader in ranks]
+        while True:
+            if step in exclusions:
+                for loader in ranks:
+                    loader.exclude(exclusions[step])
+                applied.append(step)
+            if step == stop:
+                return served, ranks[0].state_dict()
+            batches = [next(it, None) for it in its]
+            if batches[0] is None:
+                assert all(b is None for b in batches)
+                break
+            served.append((step, epoch, [b.tolist() for b in batches]))
+            step += 1
+    return served, ranks[0].state_dict()
+
+
+def check_served(served, n, world, exclusions, epochs):
+    """No sample served once excluded; per epoch every sample not excluded by its end served, each once
+    apart from the tail padding (fewer than ``world`` repeats)."""
+    excluded_at = {}
+    for t in sorted(exclusions):
+        for i in exclusions[t]:
+            excluded_at.setdefault(i, t)
+    for epoch in range(epochs):
+        steps = [(t, b) for t, e, b in served if e == epoch]
+        counts = Counter(i for _, batches in steps for batch in batches for i in batch)
+        for t, batches in steps:
+            for i in (i for batch in batches for i in batch):
+                assert excluded_at.get(i, t + 1) > t, f"index {i} served at step {t}, excluded at {excluded_at[i]}"
+        end = sum(1 for _, e, _ in served if e <= epoch)
+        kept = {i for i in range(n) if excluded_at.get(i, end + 1) > end}
+        assert kept <= set(counts), f"epoch {epoch}: never served {sorted(kept - set(counts))}"
+        assert sum(counts.values()) - len(counts) < world
+
+
+runs = st.fixed_dictionaries({
+    "n": st.integers(1, 50), "world": st.integers(1, 3), "batch": st.integers(1, 4),
+    "shuffle": st.booleans(), "seed": st.integers(0, 2**32),
+})
+
+
+def test_the_worked_example():
+    """The module docstring of _core/spanskips.py: 2 ranks read 0 1 and 5 6; 3 and 8 excluded."""
+    ranks = loaders(10, 2, 2, shuffle=False)
+    its = [iter(loader) for loader in ranks]
+    assert [next(it).tolist() for it in its] == [[0, 1], [5, 6]]
+    for loader in ranks:
+        loader.exclude([3, 8])
+    assert [next(it).tolist() for it in its] == [[2, 4], [7, 9]]
+    state = ranks[0].state_dict()
+    assert state["handed"] == [2, 0, 2, 3, 2] and state["excluded"] == [3, 1, 4, 1]
+    assert [list(it) for it in its] == [[], []]
+    cut = FilteredSpanCut(10, Handed(2, Exclusion(10, np.array([0, 5]), np.array([2, 7]))), np.array([3, 8]),
+                          [], 2, 2, False)
+    assert cut.size == 4 and cut.to_epoch(np.arange(4)).tolist() == [2, 4, 7, 9]
+
+
+@settings(max_examples=60, deadline=None)
+@given(run=runs, data=st.data())
+def test_excluded_never_served_the_rest_once_and_a_resume_is_exact(run, data):
+    n, world, batch = run["n"], run["world"], run["batch"]
+    kwargs = dict(seed=run["seed"], shuffle=run["shuffle"])
+    steps_per_epoch = -(-n // (world * batch))
+    exclusions = data.draw(st.dictionaries(st.integers(0, 2 * steps_per_epoch),
+                                           st.lists(st.integers(0, n - 1), max_size=max(n // 3, 1)), max_size=3))
+    whole, _ = run_epochs(loaders(n, world, batch, **kwargs), 2, exclusions)
+    check_served(whole, n, world, exclusions, 2)
+    stop = data.draw(st.integers(0, len(whole)))
+    before, state = run_epochs(loaders(n, world, batch, **kwargs), 2, exclusions, stop=stop)
+    fresh = loaders(n, world, batch, **kwargs)
+    for loader in fresh:
+        loader.load_state_dict(state)
+    after, _ = run_epochs(fresh, 2, {t: v for t, v in exclusions.items() if t > stop}, step=stop)
+    assert before + after == whole
+
+
+@settings(max_examples=80, deadline=None)
+@given(run=runs, worlds=st.lists(st.tuples(st.integers(1, 4), st.integers(1, 4)), min_size=1, max_size=3),
+       data=st.data())
+def test_resizes_before_and_after_exclusions_serve_every_remaining_sample_once(run, worlds, data):
+    """One epoch read in legs: each leg on its own (world, batch), excluding at any step, the state handed
+    to fresh loaders at each leg's end; every sample not excluded is served once (tail padding aside),
+    and none once excluded."""
+    n = run["n"]
+    kwargs = dict(seed=run["seed"], shuffle=run["shuffle"])
+    legs = [(run["world"], run["batch"]), *worlds]
+    served, state, step, excluded_at = [], None, 0, {}
+    for number, (world, batch) in enumerate(legs):
+        ranks = loaders(n, world, batch, **kwargs)
+        if state is not None:
+            for loader in ranks:
+                loader.load_state_dict(state)
+        last = number == len(legs) - 1
+        its = [iter(loader) for loader in ranks]
+        for _ in range(data.draw(st.integers(0, 4)) if not last else 10**6):
+            if data.draw(st.booleans()):
+                dropped = data.draw(st.lists(st.integers(0, n - 1), max_size=max(n // 4, 1)))
+                for loader in ranks:
+                    loader.exclude(dropped)
+                for i in dropped:
+                    excluded_at.setdefault(i, step)
+            batches = [next(it, None) for it in its]
+            if batches[0] is None:
+                assert all(b is None for b in batches) and ranks[0].epoch == 1
+                break
+            served.append((step, [i for b in batches for i in b.tolist()]))
+            step += 1
+        state = ranks[0].state_dict()
+        if ranks[0].epoch == 1:
+            break
+    counts = Counter(i for _, indices in served for i in indices)
+    for t, indices in served:
+        for i in indices:
+            assert excluded_at.get(i, t + 1) > t, f"index {i} served at step {t}, excluded at {excluded_at[i]}"
+    kept = set(range(n)) - set(excluded_at)
+    assert kept <= set(counts), f"never served {sorted(kept - set(counts))}"
+    repeats = sum(counts.values()) - len(counts)
+    assert repeats < max(world for world, _ in legs)  # the tail padding of the last step only
+
+
+def test_a_sharded_corpus_excludes_under_its_default_deal_and_resizes(tmp_path):
+    """A ``Shards`` corpus (spans by default, its ``blocks`` order laid along the epoch's first stretches):
+    an exclusion mid-epoch on 2 ranks, then a resume on 3 ranks, then the next epoch."""
+    ids = jsonl_corpus(str(tmp_path / "c"), 12, rows=(2, 5), seed=4)
+    corpus = shufflepoint.Shards(str(tmp_path / "c" / "*.jsonl"), cache_dir=str(tmp_path / "cache"), progress=False)
+    n = len(ids)
+
+    def ranks(world, batch):
+        return [shufflepoint.DataLoader(corpus, batch, rank=r, world_size=world, seed=7, shuffle_block=4,
+                                        collate_fn=lambda rows: [row["id"] for row in rows])
+                for r in range(world)]
+
+    first = ranks(2, 2)
+    assert first[0].deal == "spans"
+    its = [iter(loader) for loader in first]
+    served = [i for it in its for i in next(it)]
+    dropped = list(range(0, n, 3))
+    for loader in first:
+        loader.exclude(dropped)
+    served += [i for it in its for i in next(it)]
+    state = first[0].state_dict()
+    assert state["handed"] and state["handed"][0] == 2
+    second = ranks(3, 3)
+    for loader in second:
+        loader.load_state_dict(state)
+    rest = [i for loader in second for batch in loader for i in batch]
+    assert not set(rest) & (set(dropped) - set(served[:4]))
+    assert sorted(set(served) | set(rest)) == sorted(set(ids) - (set(dropped) - set(served[:4])))
+    assert len(rest) - len(set(rest)) < 3 and not set(rest) & set(served)
+    assert second[0].epoch == 1 and second[0].state_dict()["handed"] == []
+    following = [i for loader in second for batch in loader for i in batch]
+    assert set(following) == set(ids) - set(dropped) and len(following) - len(set(following)) < 3
+
+
+def test_a_damaged_handed_or_cursor_is_refused_by_name():
+    ranks = loaders(20, 2, 2, seed=1)
+    its = [iter(loader) for loader in ranks]
+    for it in its:
+        next(it)
+    for loader in ranks:
+        loader.exclude([3, 4, 11])
+    state = ranks[0].state_dict()
+    assert state["handed"]
+    for field, value, words in [
+        ("handed", [0, *state["handed"][1:]], "first world size"),
+        ("handed", [2], "no ranges"),
+        ("handed", [2, 0, 5, 0, 1], "gap of 0"),
+        ("cursor", state["cursor"] - 1, "cursor"),
+    ]:
+        fresh = loaders(20, 2, 2, seed=1)[0]
+        before = fresh.state_dict()
+        with pytest.raises(StateError, match=f"'{field}'.*{words}" if field == "handed" else "'cursor'"):
+            fresh.load_state_dict({**state, field: value})
+        assert fresh.state_dict() == before
+    strided = shufflepoint.DataLoader(list(range(20)), 2, rank=0, world_size=2, seed=1, deal="strided")
+    with pytest.raises(StateError, match="'deal'"):
+        strided.load_state_dict(state)
+    nothing = {**loaders(20, 2, 2, seed=1)[0].state_dict(), "handed": state["handed"]}
+    with pytest.raises(StateError, match="'handed'.*only the spans deal with samples excluded"):
+        loaders(20, 2, 2, seed=1)[0].load_state_dict(nothing)
+    older = {k: v for k, v in loaders(20, 2, 2, seed=1)[0].state_dict().items() if k != "handed"}
+    loaders(20, 2, 2, seed=1)[0].load_state_dict(older)  # a version 3 state written before the field loads
