@@ -27,7 +27,7 @@ Under the ``strided`` deal the state's cursor stays an *epoch position* (everyth
 handed out), so an exclusion that grows mid-epoch never moves what was already served, a resume
 on the same world continues the same stream, and another world deals the same rest, each once.
 Tail padding wraps to the start of the epoch's kept positions, as it wraps to position 0 without
-exclusion. The ``spans`` deal is not supported yet (refused by name).
+exclusion. The ``spans`` deal re-deals what is left at an exclusion: ``spanskips.py``.
 """
 
 from __future__ import annotations

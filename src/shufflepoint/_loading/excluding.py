@@ -1,8 +1,9 @@
 """What a loader excludes, and how the excluded samples' positions reach the deal (``loader.exclude``).
 
-The arithmetic is ``_core/exclusion.py``; here: which loaders can exclude (the ``strided`` deal, an
-order with an inverse), the excluded positions of the current epoch built once per epoch, and the
-check that every rank excluded the same indices (one ``all_reduce``, as a state load is checked).
+The arithmetic is ``_core/exclusion.py`` (``strided``) and ``_core/spanskips.py`` (``spans``: an
+exclusion re-deals what is left); here: which loaders can exclude (an order with an inverse), the
+excluded positions of the current epoch built once per epoch, and the check that every rank excluded
+the same indices (one ``all_reduce``, as a state load is checked).
 """
 
 from __future__ import annotations
@@ -198,8 +199,9 @@ class ExclusionMixin:
         range, a numpy or torch integer array) on every rank: checked like ``load_state_dict``. The
         state keeps them as sorted ranges: a resume on the same world continues exactly this run's
         stream, another world deals the rest of the epoch, each remaining sample once. Refused with
-        nothing changed: bad indices, over 131,072 ranges, the ``spans`` deal, orders without an
-        inverse (``Mixture``, ``Packed``). See docs/exclusion.md.
+        nothing changed: bad indices, over 131,072 ranges, orders without an inverse (``Mixture``,
+        ``Packed``). Under ``spans`` it re-deals what is left of the epoch (``_core/spanskips.py``).
+        See docs/exclusion.md.
         """
         merged = self._excluded.merged(indices, self._deal, self._orders, self.dataset, self._rank,
                                        self._layout.world_size, self._verify_ranks)
