@@ -33,3 +33,12 @@ def test_excluded_samples_stay_out_after_a_resume_on_three_processes(tmp_path, c
     later = report["epoch_checks"][-1]  # a whole epoch after the exclusion: 67 - 9 samples, each once
     assert later["distinct"] == 58 and later["missing"] == 0
 
+
+
+def test_a_sharded_corpus_excludes_under_spans_across_a_resume_on_three_processes(tmp_path, capsys):
+    """The same under the spans deal (a Shards corpus's default): the exclusion at the save point re-deals
+    what is left (the state's ``handed``), and 3 processes read on without the excluded samples."""
+    code, out, report = audit(tmp_path, capsys, "sharded_loader", "--nproc", "2", "--resume-nproc", "3",
+                              "--save-at", "0:3", "--exclude", "9")
+    assert (code, report["verdict"]) == (0, "EXACTLY_ONCE"), out
+    assert "9 samples excluded at the save point; none was served after it" in report["notes"]

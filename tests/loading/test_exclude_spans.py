@@ -211,3 +211,24 @@ def test_a_damaged_handed_or_cursor_is_refused_by_name():
         loaders(20, 2, 2, seed=1)[0].load_state_dict(nothing)
     older = {k: v for k, v in loaders(20, 2, 2, seed=1)[0].state_dict().items() if k != "handed"}
     loaders(20, 2, 2, seed=1)[0].load_state_dict(older)  # a version 3 state written before the field loads
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 300), data=st.data())
+def test_space_positions_map_to_the_kept_epoch_positions_in_order(n, data):
+    """``to_epoch``: the q-th position of the space is the q-th epoch position neither handed nor excluded,
+    for a whole ascending chunk (each gone range once) as for any positions (a binary search each)."""
+    excluded = np.array(sorted(data.draw(st.sets(st.integers(0, n - 1), max_size=n))), dtype=np.int64)
+    cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=6)))
+    pairs = [(a, b) for a, b in zip(cuts[0::2], cuts[1::2], strict=False) if b > a]
+    handed = Handed(2, Exclusion.from_indices([i for a, b in pairs for i in range(a, b)], n)) if pairs else None
+    cut = FilteredSpanCut(n, handed, excluded, [], 1, 1, False)
+    gone = set(excluded.tolist()) | {i for a, b in pairs for i in range(a, b)}
+    kept = [i for i in range(n) if i not in gone]
+    assert cut.size == len(kept)
+    if kept:
+        low = data.draw(st.integers(0, len(kept) - 1))
+        high = data.draw(st.integers(low + 1, len(kept)))
+        assert cut.to_epoch(np.arange(low, high)).tolist() == kept[low:high]
+        shuffled = data.draw(st.permutations(list(range(len(kept)))))
+        assert cut.to_epoch(np.array(shuffled)).tolist() == [kept[q] for q in shuffled]

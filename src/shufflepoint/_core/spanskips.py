@@ -126,6 +126,15 @@ class FilteredSpanCut:
     def to_epoch(self, space: np.ndarray) -> np.ndarray:
         """Positions of the space -> epoch positions (each gone range before them skipped)."""
         space = np.asarray(space, dtype=np.int64)
+        if space.size > 1 and bool((space[1:] >= space[:-1]).all()):  # a rank's chunk: each gone range once
+            low, high = np.searchsorted(self._kept_before, space[[0, -1]], side="right").tolist()
+            shifted: np.ndarray = space + self._gone_before[low]
+            if high > low:  # each gone range among them shifts the positions from the first one at or after it
+                first = np.searchsorted(space, self._kept_before[low:high], side="left")
+                shifted += np.cumsum(np.bincount(first, weights=self._gone_before[low + 1:high + 1]
+                                                 - self._gone_before[low:high], minlength=space.size)
+                                     [:space.size]).astype(np.int64)
+            return shifted
         found: np.ndarray = space + self._gone_before[np.searchsorted(self._kept_before, space, side="right")]
         return found
 
