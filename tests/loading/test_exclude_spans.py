@@ -232,3 +232,49 @@ def test_space_positions_map_to_the_kept_epoch_positions_in_order(n, data):
         assert cut.to_epoch(np.arange(low, high)).tolist() == kept[low:high]
         shuffled = data.draw(st.permutations(list(range(len(kept)))))
         assert cut.to_epoch(np.array(shuffled)).tolist() == [kept[q] for q in shuffled]
+
+
+@settings(max_examples=40, deadline=None)
+@given(run=runs, data=st.data())
+def test_with_drop_last_a_resume_is_exact_and_nothing_excluded_is_served(run, data):
+    n, world, batch = run["n"], run["world"], run["batch"]
+    kwargs = dict(seed=run["seed"], shuffle=run["shuffle"], drop_last=True)
+    exclusions = data.draw(st.dictionaries(st.integers(0, 6), st.lists(st.integers(0, n - 1), max_size=n // 2 + 1),
+                                           max_size=3))
+    whole, _ = run_epochs(loaders(n, world, batch, **kwargs), 2, exclusions)
+    excluded_at = {}
+    for t in sorted(exclusions):
+        for i in exclusions[t]:
+            excluded_at.setdefault(i, t)
+    for t, _, batches in whole:
+        assert all(len(b) == batch for b in batches)
+        assert all(excluded_at.get(i, t + 1) > t for b in batches for i in b)
+    stop = data.draw(st.integers(0, len(whole)))
+    before, state = run_epochs(loaders(n, world, batch, **kwargs), 2, exclusions, stop=stop)
+    fresh = loaders(n, world, batch, **kwargs)
+    for loader in fresh:
+        loader.load_state_dict(state)
+    after, _ = run_epochs(fresh, 2, {t: v for t, v in exclusions.items() if t > stop}, step=stop)
+    assert before + after == whole
+
+
+@settings(max_examples=40, deadline=None)
+@given(run=runs, new_batch=st.integers(1, 5), data=st.data())
+def test_set_batch_size_after_an_exclusion_keeps_the_rest_of_the_space(run, new_batch, data):
+    n, world, batch = run["n"], run["world"], run["batch"]
+    ranks = loaders(n, world, batch, seed=run["seed"], shuffle=run["shuffle"])
+    its = [iter(loader) for loader in ranks]
+    served = []
+    for _ in range(data.draw(st.integers(0, 3))):
+        served += [i for it in its for i in getattr(next(it, None), "tolist", list)()]
+    dropped = data.draw(st.lists(st.integers(0, n - 1), max_size=n // 2 + 1))
+    for loader in ranks:
+        loader.exclude(dropped)
+    served += [i for it in its for i in getattr(next(it, None), "tolist", list)()]
+    for loader in ranks:
+        loader.set_batch_size(new_batch)
+    rest = [i for it in its for b in it for i in b.tolist()]
+    assert not set(rest) & set(dropped)
+    assert set(served) | set(rest) >= set(range(n)) - set(dropped)
+    both = served + rest
+    assert len(both) - len(set(both)) < world  # the tail padding only
