@@ -46,8 +46,11 @@ class Indices(torch.utils.data.Dataset):
         return i
 
 
+DEAL = "strided"  # --deal spans: the same measures under the spans deal (an exclusion re-deals what is left)
+
+
 def build(n: int, batch: int, excluded: np.ndarray | None) -> shufflepoint.DataLoader:
-    loader = shufflepoint.DataLoader(Indices(n), batch, seed=1234, world_size=8, rank=3)
+    loader = shufflepoint.DataLoader(Indices(n), batch, seed=1234, world_size=8, rank=3, deal=DEAL)
     if excluded is not None:
         loader.exclude(excluded)
     return loader
@@ -123,12 +126,15 @@ def measure(n: int, batch: int, batches: int, repeats: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats (a smoke run)")
+    parser.add_argument("--deal", choices=("strided", "spans"), default="strided", help="the deal measured")
     args = parser.parse_args()
+    global DEAL
+    DEAL = args.deal
     repeats = 3 if args.quick else 15
     load_before = os.getloadavg()
     rows = [measure(n, 256, 400, repeats) for n in (10**6, 10**9)]
     load_after = os.getloadavg()
-    print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} ({os.cpu_count()} cores)")
+    print(f"deal {DEAL}; load average before {load_before[0]:.2f}, after {load_after[0]:.2f} ({os.cpu_count()} cores)")
     print("| n | ranges | state JSON B (none -> 10k) | torch.save B | B/range (JSON, torch.save) | exclude() s | "
           "load + 1st batch s | loader s/batch (none, 10k) | ratio | index stream ratio |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -140,8 +146,9 @@ def main() -> None:
               f"{r['load_and_first_batch_s']:.3f} | {per['loader_plain'] * 1e3:.3f} ms, "
               f"{per['loader_excl'] * 1e3:.3f} ms | {r['loader_ratio']:.3f} | {r['index_ratio']:.3f} |")
     RESULTS.mkdir(exist_ok=True)
-    payload = {"load_average": [load_before, load_after], "cores": os.cpu_count(), "rows": rows}
-    (RESULTS / "exclusion.json").write_text(json.dumps(payload, indent=1))
+    payload = {"deal": DEAL, "load_average": [load_before, load_after], "cores": os.cpu_count(), "rows": rows}
+    (RESULTS / ("exclusion.json" if DEAL == "strided" else f"exclusion-{DEAL}.json")).write_text(json.dumps(payload,
+                                                                                                 indent=1))
 
 
 if __name__ == "__main__":

@@ -98,14 +98,14 @@ class Excluded:
                              "is damaged or was edited; use another checkpoint.")
         return found
 
-    def span_positions(self, orders: OrderCache, epoch: int, first_world_size: int) -> Any:
-        """The excluded indices' sorted positions in ``epoch`` under ``spans`` (whose ``blocks`` order is laid
+    def span_positions(self, orders: OrderCache, epoch: int, first_world_size: int) -> Exclusion:
+        """The excluded indices' positions in ``epoch`` under ``spans``, as ranges (whose ``blocks`` order is laid
         along the epoch's first stretches), O(count) once per epoch."""
         key = (epoch, first_world_size)
         if self._span_positions is None or self._span_positions[0] != key:
             probe = SpanCut(orders.n, [], first_world_size, 1, False)
             positions = orders.get(epoch, probe).positions_of(self.exclusion.indices())  # type: ignore[attr-defined]
-            self._span_positions = (key, positions)
+            self._span_positions = (key, Exclusion.from_indices(positions, orders.n, name="positions"))
         return self._span_positions[1]
 
     def cut(self, deal: Deal, orders: OrderCache, layout: Layout, epoch: int, cursor: int,
@@ -121,7 +121,7 @@ class Excluded:
         if not self.exclusion and handed is None:
             return deal.cut(layout, cursor, segments)
         first = handed.first_world_size if handed is not None else (segments[0][0] if segments else layout.world_size)
-        positions = self.span_positions(orders, epoch, first) if self.exclusion else np.zeros(0, np.int64)
+        positions = self.span_positions(orders, epoch, first) if self.exclusion else Exclusion.empty(orders.n)
         return FilteredSpanCut(layout.n, handed, positions, segments, layout.world_size, layout.batch_size,
                                layout.drop_last)
 
