@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import torch.utils.data
 
 from shufflepoint._core import state as _state
@@ -16,7 +15,7 @@ from shufflepoint._core.plan import Layout
 from shufflepoint._loading.agreement import validate_everywhere
 from shufflepoint._loading.capabilities import schedule_hooks
 from shufflepoint._loading.excluding import Excluded, ExclusionMixin
-from shufflepoint._loading.keyed import KeyedCollate, KeyedDataset, Transform, keyed_chunks
+from shufflepoint._loading.keyed import Transform, keyed_chunks
 from shufflepoint._loading.mesh import resolve_data_parallel
 from shufflepoint._loading.sampler import (
     Deal,
@@ -27,52 +26,11 @@ from shufflepoint._loading.sampler import (
     resolve_fingerprint,
     warn_if_blocks_exceed_the_share,
 )
+from shufflepoint._loading.serving import announced, check_keyed, served
 from shufflepoint._loading.steps import Lookup, Pass
 from shufflepoint._order import check_int
-from shufflepoint._shards.batch import collate as columnar_collate
 
-Chunk = tuple[np.ndarray, np.ndarray]  # (epoch positions, dataset indices)
 _END = object()  # the end of torch's iterator
-
-
-def _announced(chunks: Iterator[Chunk], prefetch: Callable[[np.ndarray], None]) -> Iterator[Chunk]:
-    """Tell the dataset (``Shards``) each chunk of upcoming indices one chunk before it is served,
-    so that its shards are downloading while the current chunk is read."""
-    current = next(chunks, None)
-    if current is not None:
-        prefetch(current[1])
-    while current is not None:
-        upcoming = next(chunks, None)
-        if upcoming is not None:
-            prefetch(upcoming[1])
-        yield current
-        current = upcoming
-
-
-def _check_keyed(transform: Transform | None, seed_per_sample: bool) -> bool:
-    """Whether samples draw keyed randomness (the loader then wraps the dataset, see ``keyed``)."""
-    if transform is not None and not callable(transform):
-        raise TypeError(f"transform: found {transform!r}, expected a callable fn(sample, rng) or None")
-    if not isinstance(seed_per_sample, bool):
-        raise TypeError(f"seed_per_sample: found {seed_per_sample!r}, expected a bool")
-    return transform is not None or seed_per_sample
-
-
-def _served(dataset: Any, seed: int, transform: Transform | None, seed_per_sample: bool,
-            torch_kwargs: dict[str, Any]) -> Any:
-    """The dataset torch's machinery reads, and its collate (set in ``torch_kwargs``): a corpus that reads a
-    batch at once (Shards, Mixture) hands it over as columns, which ``collate`` turns into default_collate's
-    very result without an object per row; keyed randomness wraps the dataset (see ``keyed``)."""
-    keyed = transform is not None or seed_per_sample
-    if torch_kwargs.get("collate_fn") is None and not keyed and callable(getattr(dataset, "columnar", None)):
-        dataset = dataset.columnar()
-        torch_kwargs["collate_fn"] = columnar_collate
-    if keyed:
-        dataset = KeyedDataset(dataset, seed, transform, seed_per_sample)
-        if seed_per_sample:
-            collate = torch_kwargs.get("collate_fn") or torch.utils.data.default_collate
-            torch_kwargs["collate_fn"] = KeyedCollate(collate, seed)
-    return dataset
 
 
 class _PassSampler(torch.utils.data.Sampler[Any]):
@@ -98,7 +56,7 @@ class _PassSampler(torch.utils.data.Sampler[Any]):
         chunks = rank_chunks(order, live.cut, loader._rank)
         prefetch = getattr(loader.dataset, "prefetch", None)
         if callable(prefetch):
-            chunks = _announced(chunks, prefetch)
+            chunks = announced(chunks, prefetch)
         if loader._keyed:
             return itertools.chain.from_iterable(keyed_chunks(chunks, live.epoch))
         return itertools.chain.from_iterable(indices.tolist() for _, indices in chunks)
@@ -205,8 +163,8 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         self._pass: Pass | None = None
         self._history = History.begin(self._layout.n, self._deal.name, self._layout, Place(0, 0))
         self._lookup = Lookup()
-        self._keyed = _check_keyed(transform, seed_per_sample)
-        dataset = _served(dataset, self._seed, transform, seed_per_sample, torch_dataloader_kwargs)
+        self._keyed = check_keyed(transform, seed_per_sample)
+        dataset = served(dataset, self._seed, transform, seed_per_sample, torch_dataloader_kwargs)
         super().__init__(
             dataset, batch_size=batch_size, sampler=_PassSampler(self), drop_last=drop_last,
             num_workers=num_workers, **torch_dataloader_kwargs,
