@@ -1,0 +1,122 @@
+"""``shufflepoint which``: the loader rebuilt from a checkpoint answers every step of a run (before and
+after a resize, across epochs) with what each rank received, down to a Packed row's documents; refusals
+name the argument. Ranks are simulated in one process here (the arithmetic); real processes under
+torchrun are in ``tests/distributed/test_which_cli.py``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import shufflepoint
+from shufflepoint._tools import cli
+from shufflepoint._tools.which import WhichError, _shuffle_block, _user_fingerprint, answer
+from shufflepoint._tools.which_checkpoint import Found, read_checkpoint
+
+
+def run(dataset, legs, **options):
+    """Train ``legs`` ((world, batch, steps), ...) with every rank simulated, each leg in fresh loaders
+    loading the last state. Returns ({step: {rank: indices}}, the last state)."""
+    received, state, step = {}, None, 0
+    for world, batch, steps in legs:
+        loaders = [shufflepoint.DataLoader(dataset, batch, world_size=world, rank=r, verify_ranks=False, **options)
+                   for r in range(world)]
+        if state is not None:
+            for loader in loaders:
+                loader.load_state_dict(state)
+        iterators = [iter(loader) for loader in loaders]
+        for _ in range(steps):
+            batches = []
+            for r, loader in enumerate(loaders):
+                found = next(iterators[r], None)
+                if found is None:  # the epoch ended: the next pass is the next epoch
+                    iterators[r] = iter(loader)
+                    found = next(iterators[r])
+                batches.append(found)
+            received[step] = {r: _indices(b) for r, b in enumerate(batches)}
+            step += 1
+        state = loaders[0].state_dict()
+    return received, state
+
+
+def _indices(batch):
+    if isinstance(batch, dict):
+        return batch["input_ids"].tolist()
+    return batch.tolist()
+
+
+def test_every_step_of_a_resized_run_from_its_last_state():
+    data = list(range(23))
+    received, state = run(data, [(2, 3, 5), (3, 2, 9), (1, 5, 7)], seed=4)
+    for step, ranks in received.items():
+        found = answer(Found(state, "file", "ckpt.pt"), data, step, locate=False)
+        assert {int(r): [e["index"] for e in entries] for r, entries in found["ranks"].items()} == ranks, step
+        assert found["loader_steps"] == [step]
+
+
+def test_the_cli_on_a_torch_save_file(tmp_path, capsys):
+    received, state = run(list(range(40)), [(2, 4, 3), (4, 2, 6)], seed=9)
+    torch.save({"model": {}, "loader": state}, tmp_path / "ckpt.pt")
+    factory = tmp_path / "data.py"
+    factory.write_text("def dataset():\n    return list(range(40))\n")
+    assert cli.main(["which", str(tmp_path / "ckpt.pt"), "--step", "1", "--rank", "1", "--dataset",
+                     f"{factory}:dataset", "--json", "-"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ranks"] == {"1": [{"index": i, "step": 1} for i in received[1][1]]}
+    assert cli.main(["which", str(tmp_path / "ckpt.pt"), "--step", "5", "--dataset", f"{factory}:dataset"]) == 0
+    text = capsys.readouterr().out
+    assert "rank 3: 2 samples" in text and "from the checkpoint alone" in text
+    assert cli.main(["which", str(tmp_path / "ckpt.pt"), "--step", "5", "--rank", "7", "--dataset",
+                     f"{factory}:dataset"]) == 2
+    assert "--rank: found 7, but step 5 was read by ranks [0, 1, 2, 3]" in capsys.readouterr().err
+
+
+def test_packed_rows_are_answered_with_their_documents(tmp_path):
+    docs = [{"input_ids": list(range(d * 1000, d * 1000 + n))} for d, n in enumerate([5, 17, 3, 9, 30, 2, 11, 8])]
+    packed = shufflepoint.Packed(docs, 6, progress=False)
+    received, state = run(packed, [(2, 2, 3)], seed=1, shuffle_block=4)
+    fresh = shufflepoint.Packed(docs, 6, progress=False)
+    for step, ranks in received.items():
+        found = answer(Found(state, "file", "ckpt"), fresh, step)
+        for r, rows in ranks.items():
+            rebuilt = [[t for d in entry["documents"] for t in docs[d["document"]]["input_ids"][slice(*d["tokens"])]]
+                       for entry in found["ranks"][str(r)]]
+            assert rebuilt == rows
+
+
+def test_an_hf_trainer_checkpoint_answers_optimizer_steps(tmp_path):
+    data = list(range(30))
+    received, state = run(data, [(2, 3, 4)], seed=2)  # 4 batches per rank = 2 optimizer steps of GA 2
+    found = Found(state, "hf_trainer", "checkpoint-2/shufflepoint_loader.json", trainer_step=2)
+    second = answer(found, data, 2, accumulation=2, locate=False)
+    assert second["loader_steps"] == [2, 3]
+    assert [e["index"] for e in second["ranks"]["0"]] == received[2][0] + received[3][0]
+    with pytest.raises(WhichError, match="--accumulation: found 2, but it applies to an HF Trainer checkpoint only"):
+        answer(Found(state, "file", "ckpt"), data, 2, accumulation=2)
+
+
+def test_a_state_of_another_dataset_is_refused_by_name(tmp_path):
+    _, state = run(list(range(30)), [(2, 3, 2)], seed=2)
+    with pytest.raises(WhichError, match=r"as a resume would refuse it:\n.*n"):
+        answer(Found(state, "file", "ckpt"), list(range(31)), 0)
+
+
+def test_the_run_options_come_back_from_the_fingerprint():
+    assert _shuffle_block("shards:abc:blocks=512:mine") == 512 and _shuffle_block("auto:n=3:ff") is None
+
+    class Corpus:
+        fingerprint = "shards:abc"
+
+    assert _user_fingerprint("shards:abc:blocks=512:mine", Corpus()) == "mine"
+    assert _user_fingerprint("shards:abc:blocks=512", Corpus()) is None
+    assert _user_fingerprint("auto:n=3:ff", [1, 2, 3]) == "auto"
+    assert _user_fingerprint("v7", [1, 2, 3]) == "v7" and _user_fingerprint(None, []) is None
+
+
+def test_read_checkpoint_then_answer_from_a_json_file(tmp_path):
+    received, state = run(list(range(12)), [(3, 1, 6)], seed=0)
+    (tmp_path / "s.json").write_text(json.dumps(state))
+    found = answer(read_checkpoint(str(tmp_path / "s.json")), list(range(12)), 5, locate=False)
+    assert {int(r): [e["index"] for e in v] for r, v in found["ranks"].items()} == received[5]
