@@ -12,10 +12,12 @@ import numpy as np
 from torch.utils.data.distributed import DistributedSampler
 
 from shufflepoint._core import state as _state
+from shufflepoint._core.history import MAX_EPOCH, History, Place, place_after
 from shufflepoint._core.plan import STRIDED, Layout, StridedCut, cut
 from shufflepoint._core.spans import NAME as SPANS
 from shufflepoint._core.spans import SpanCut
 from shufflepoint._loading.agreement import validate_everywhere
+from shufflepoint._loading.progress import Progress
 from shufflepoint._order import (
     DEFAULT_ORDER,
     DEFAULT_ORDERS,
@@ -233,36 +235,6 @@ def rank_index_chunks(order: Order, deal: StridedCut | SpanCut, rank: int) -> It
         yield indices.tolist()
 
 
-class _Progress:
-    """How many indices one ``iter(sampler)`` has yielded, read without a Python call per index.
-
-    The indices reach torch through ``itertools.chain`` over list iterators (C speed); the count is
-    the finished chunks plus what the current chunk's iterator has given out (its length minus its
-    ``__length_hint__``). It does not hold the chain, so there is no reference cycle.
-    """
-
-    __slots__ = ("epoch", "cut", "_current", "_current_size", "_done_before")
-
-    def __init__(self, epoch: int, start: StridedCut | SpanCut) -> None:
-        self.epoch, self.cut = epoch, start
-        self._current: Iterator[int] = iter(())
-        self._current_size = 0
-        self._done_before = 0  # indices yielded from earlier chunks
-
-    @property
-    def yielded(self) -> int:
-        left = int(self._current.__length_hint__())  # type: ignore[attr-defined]
-        return self._done_before + self._current_size - left
-
-    def track(self, chunks: Iterator[list[int]]) -> Iterator[Iterator[int]]:
-        for chunk in chunks:
-            self._done_before += self._current_size
-            self._current, self._current_size = iter(chunk), len(chunk)
-            yield self._current
-        self._done_before += self._current_size
-        self._current, self._current_size = iter(()), 0
-
-
 class ResumableSampler(DistributedSampler[int]):
     """``DistributedSampler`` with the same arguments and order layout, plus an exact state.
 
@@ -318,7 +290,9 @@ class ResumableSampler(DistributedSampler[int]):
         self._explain = explain_fingerprint(dataset)
         self._verify_ranks = bool(verify_ranks)
         self._pending: StridedCut | SpanCut | None = None  # from load_state_dict, for the next __iter__
-        self._active: _Progress | None = None
+        self._active: Progress | None = None
+        self._steps = 0  # samples yielded since the run began, before the active iterator
+        self._history = History.begin(n, self._deal.name, self._layout, Place(0, 0))
 
     @property
     def deal(self) -> str:
@@ -331,7 +305,8 @@ class ResumableSampler(DistributedSampler[int]):
     def __iter__(self) -> Iterator[int]:
         start, self._pending = self._start(), None
         chunks = rank_index_chunks(self._orders.get(self.epoch, start), start, self.rank)
-        self._active = _Progress(self.epoch, start)
+        self._record(self.epoch, start)
+        self._active = Progress(self.epoch, start)
         return itertools.chain.from_iterable(self._active.track(chunks))
 
     def __len__(self) -> int:
@@ -339,9 +314,16 @@ class ResumableSampler(DistributedSampler[int]):
 
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch`` at its first sample; the current epoch again keeps a restored position."""
-        check_int("epoch", epoch, 0, 2**62)
+        check_int("epoch", epoch, 0, MAX_EPOCH)
         if epoch != self.epoch:
+            self._record(epoch, self._deal.cut(self._layout, 0, []))
             self.epoch, self._pending, self._active = int(epoch), None, None
+
+    def _record(self, epoch: int, start: StridedCut | SpanCut) -> None:
+        """The run reads from ``start`` of ``epoch`` next: counted and recorded in its history."""
+        steps = self._steps + (self._active.yielded if self._active is not None else 0)
+        self._history = self._history.record(steps, self._layout, place_after(epoch, start, 0))
+        self._steps = steps
 
     def _position(self) -> tuple[int, list[list[int]]]:
         active = self._active
@@ -361,6 +343,7 @@ class ResumableSampler(DistributedSampler[int]):
             shuffle=self.shuffle, order=self._orders.name, order_version=self._orders.version,
             world_size=self._layout.world_size, batch_size=1, drop_last=self.drop_last,
             dataset_fingerprint=self._fingerprint, deal=self._deal.name, segments=segments,
+            steps=self._steps + (self._active.yielded if self._active is not None else 0), history=self._history,
         )
 
     def load_state_dict(
@@ -379,19 +362,22 @@ class ResumableSampler(DistributedSampler[int]):
         )
         self._orders, self._deal = orders, deal
         start = deal.cut(self._layout, position.cursor, position.segments)
+        self._steps, self._history, self._active = position.steps, position.history, None
         if start.samples_per_rank() == 0 and self.epoch > position.epoch:
             # A finished epoch says nothing about a later epoch the loop already chose with
             # set_epoch (torchdata applies a loaded state lazily, after the loop's set_epoch).
-            self._pending, self._active = None, None
+            self._pending = None
+            self._record(self.epoch, deal.cut(self._layout, 0, []))
             return
-        self.epoch, self._pending, self._active = position.epoch, start, None
+        self._record(position.epoch, start)
+        self.epoch, self._pending = position.epoch, start
 
     def _expected(self, orders: OrderCache, deal: Deal) -> _state.Expected:
         return _state.Expected(
             kind="sampler", n=self._layout.n, seed=self.seed, shuffle=self.shuffle,
             order=orders.name, order_version=orders.version,
             dataset_fingerprint=self._fingerprint, explain_fingerprint=self._explain, deal=deal.name,
-            legacy_fingerprint=self._legacy_fingerprint,
+            legacy_fingerprint=self._legacy_fingerprint, layout=self._layout,
         )
 
 
