@@ -50,7 +50,6 @@ def state_at(loader: Any, step: int, legs: list[tuple[int, int, int]]) -> dict[s
     ``legs`` ((first step, world size, batch size), the first at step 0): the layout history's own
     arithmetic (``_core/history``), no batch read. ``check_state_at`` compares it with a real run."""
     from shufflepoint._core.history import History, Place
-
     from shufflepoint._core.plan import Layout
 
     saved = loader.state_dict()
