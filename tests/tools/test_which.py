@@ -120,3 +120,23 @@ def test_read_checkpoint_then_answer_from_a_json_file(tmp_path):
     (tmp_path / "s.json").write_text(json.dumps(state))
     found = answer(read_checkpoint(str(tmp_path / "s.json")), list(range(12)), 5, locate=False)
     assert {int(r): [e["index"] for e in v] for r, v in found["ranks"].items()} == received[5]
+
+
+def test_an_hf_trainer_checkpoint_across_a_resize():
+    """2 ranks x 3, GA 2, for 2 optimizer steps (4 batches, cursor 24 of 30); then 1 rank x 3: the Trainer
+    places itself at 8 of 10 batches, global_step 4, so its steps 3 and 4 never run; step 5 is loader
+    steps 4-5 (the end of epoch 0), step 6 loader steps 6-7 (epoch 1)."""
+    data = list(range(30))
+    received, state = run(data, [(2, 3, 4), (1, 3, 6)], seed=3)
+    found = Found(state, "hf_trainer", "checkpoint-7", trainer_step=7)
+
+    def trained(update):
+        result = answer(found, data, update, accumulation=2, locate=False)
+        return result["loader_steps"], {int(r): [e["index"] for e in v] for r, v in result["ranks"].items()}
+
+    assert trained(2) == ([2, 3], {r: received[2][r] + received[3][r] for r in (0, 1)})
+    assert trained(5) == ([4, 5], {0: received[4][0] + received[5][0]})
+    assert trained(6) == ([6, 7], {0: received[6][0] + received[7][0]})
+    for skipped in (3, 4):
+        with pytest.raises(WhichError, match=f"--step {skipped}: this optimizer step never ran"):
+            answer(found, data, skipped, accumulation=2)
