@@ -140,3 +140,17 @@ def test_an_hf_trainer_checkpoint_across_a_resize():
     for skipped in (3, 4):
         with pytest.raises(WhichError, match=f"--step {skipped}: this optimizer step never ran"):
             answer(found, data, skipped, accumulation=2)
+
+
+def test_a_mixture_read_with_its_own_order_and_block(tmp_path):
+    def mixture():
+        return shufflepoint.Mixture([(list(range(100, 117)), 2), (list(range(500, 509)), 1)], samples_per_epoch=21)
+
+    received, state = run(mixture(), [(2, 2, 4), (3, 1, 9)], seed=6, shuffle_block=7)
+    assert state["dataset_fingerprint"].endswith(":blocks=7")
+    fresh = mixture()
+    for step, ranks in received.items():
+        found = answer(Found(state, "file", "ckpt"), fresh, step)
+        for r, samples in ranks.items():
+            entries = found["ranks"][str(r)]
+            assert [fresh.sources[e["source"]][e["source_index"]] for e in entries] == samples, (step, r)
