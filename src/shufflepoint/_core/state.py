@@ -275,8 +275,9 @@ def _check_history(state: Mapping[str, Any]) -> tuple[int, History]:
         raise _fail("steps", steps, f"at least {last.step} (the history's last entry)", "The state is damaged.")
     arrived, target = history.position(steps), start.normal(layout, deal)
     if arrived != target:
+        there = f"epoch {arrived.epoch}, cursor {arrived.cursor}" if arrived else "no batch"
         raise _fail("steps", steps, f"a step at which the history arrives at epoch {start.epoch}, cursor "
-                    f"{start.cursor} (it arrives at {arrived})", "The state is damaged or was edited.")
+                    f"{start.cursor} (it arrives at {there})", "The state is damaged or was edited.")
     return steps, history
 
 
