@@ -42,8 +42,8 @@ def run(dataset, legs, **options):
 
 
 def _indices(batch):
-    if isinstance(batch, dict):
-        return batch["input_ids"].tolist()
+    if isinstance(batch, dict):  # a Packed row's tokens, or a corpus row's id
+        return batch["input_ids" if "input_ids" in batch else "id"].tolist()
     return batch.tolist()
 
 
@@ -154,3 +154,23 @@ def test_a_mixture_read_with_its_own_order_and_block(tmp_path):
         for r, samples in ranks.items():
             entries = found["ranks"][str(r)]
             assert [fresh.sources[e["source"]][e["source_index"]] for e in entries] == samples, (step, r)
+
+
+def test_the_cli_over_shard_sources(tmp_path, capsys):
+    from corpus_files import jsonl_corpus
+
+    jsonl_corpus(str(tmp_path / "corpus"), 6, rows=(4, 4))
+    sources = str(tmp_path / "corpus" / "*.jsonl")
+
+    def corpus():
+        return shufflepoint.Shards(sources, cache_dir=str(tmp_path / "cache"), progress=False)
+
+    received, state = run(corpus(), [(2, 2, 3), (3, 2, 2)], seed=8)
+    torch.save({"loader": state}, tmp_path / "ckpt.pt")
+    assert cli.main(["which", str(tmp_path / "ckpt.pt"), "--step", "4", "--dataset", sources, "--cache-dir",
+                     str(tmp_path / "cache"), "--json", "-"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for rank, entries in out["ranks"].items():
+        assert [corpus()[e["index"]]["id"] for e in entries] == received[4][int(rank)]
+        assert all(e["url"].endswith(".jsonl") and e["line"] == e["row"] + 1 for e in entries)
+    assert sorted(out["ranks"]) == ["0", "1", "2"]

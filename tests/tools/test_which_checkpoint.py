@@ -88,3 +88,20 @@ def test_nothing_to_find(tmp_path):
         read_checkpoint(str(tmp_path / "model.pt"))
     with pytest.raises(CheckpointError, match="none of a DCP checkpoint"):
         read_checkpoint(str(tmp_path))
+
+
+def test_a_real_accelerate_save_state_of_a_prepared_loader(tmp_path, monkeypatch):
+    accelerate = pytest.importorskip("accelerate")
+    monkeypatch.chdir(tmp_path)
+    shufflepoint.patch_accelerate()
+    try:
+        accelerator = accelerate.Accelerator(cpu=True)
+        loader = accelerator.prepare(shufflepoint.DataLoader(list(range(40)), 4, seed=3))
+        batches = iter(loader)
+        next(batches), next(batches)
+        accelerator.save_state(str(tmp_path / "ckpt"))
+    finally:
+        shufflepoint.unpatch_accelerate()
+    found = read_checkpoint(str(tmp_path / "ckpt"))
+    assert (found.kind, found.where) == ("accelerate", "ckpt/dl_state_dict_rank0.bin")
+    assert (found.state["cursor"], found.state["steps"]) == (8, 2)
