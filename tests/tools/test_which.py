@@ -174,3 +174,12 @@ def test_the_cli_over_shard_sources(tmp_path, capsys):
         assert [corpus()[e["index"]]["id"] for e in entries] == received[4][int(rank)]
         assert all(e["url"].endswith(".jsonl") and e["line"] == e["row"] + 1 for e in entries)
     assert sorted(out["ranks"]) == ["0", "1", "2"]
+
+
+def test_a_wrong_accumulation_is_caught_by_the_trainers_own_step():
+    data = list(range(30))
+    _, state = run(data, [(2, 3, 4), (1, 3, 6)], seed=3)
+    found = Found(state, "hf_trainer", "checkpoint-7", trainer_step=7)
+    with pytest.raises(WhichError, match=r"--accumulation: found 1, but with it .* is optimizer step 14, and "
+                                         r"trainer_state.json says 7"):
+        answer(found, data, 5, accumulation=1)

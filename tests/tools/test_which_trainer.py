@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shufflepoint._tools.which_trainer import Leg, Ran, loader_steps
+from shufflepoint._tools.which_trainer import Leg, Ran, loader_steps, trainer_step_at
 from shufflepoint.integrations.transformers._placement import place
 
 
@@ -56,9 +56,15 @@ def test_a_step_is_refused_by_name():
 @given(accumulation=st.integers(1, 5),
        plan=st.lists(st.tuples(st.integers(1, 12), st.integers(0, 12), st.integers(1, 30)), min_size=1, max_size=5))
 def test_the_closed_form_equals_the_replayed_trainer(accumulation, plan):
-    checkpoint = max(replay(plan, accumulation)[1])  # the highest step number the run reached
+    short_legs, short_runs = replay(plan, accumulation)
+    checkpoint = max(short_runs)  # the highest step number the run reached
+    last = max((u for u, r in short_runs.items() if r[-1][0] >= short_legs[-1].step), default=None)
+    if last is not None:  # a checkpoint after the last step of the last leg: trainer_state.json's global_step
+        assert trainer_step_at(short_runs[last][-1][1], short_legs, accumulation) == last
+    assert trainer_step_at(short_legs[-1].step, short_legs, accumulation) == place(
+        short_legs[-1].epoch, short_legs[-1].batches_per_epoch, short_legs[-1].batches_left, accumulation).global_step
     *earlier, (length, left, updates) = plan
-    legs, runs = replay([*earlier, (length, left, updates + 400)], accumulation)  # the last leg's future too
+    legs, runs = replay([*earlier, (length, left, updates + checkpoint + 1)], accumulation)  # its future too
     for update in range(1, checkpoint + 1):
         found = [(ran.first, ran.stop) for ran in loader_steps(update, legs, accumulation)]
         assert found == list(reversed(runs.get(update, []))), update

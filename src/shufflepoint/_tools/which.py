@@ -136,9 +136,15 @@ def _loader_steps(found: Found, loader: Any, step: int, accumulation: int) -> li
                              f"only (this one is {found.kind}: --step counts batches per rank)")
         return [step]
     from shufflepoint._tools.which_legs import legs_of
-    from shufflepoint._tools.which_trainer import loader_steps
+    from shufflepoint._tools.which_trainer import loader_steps, trainer_step_at
 
     legs = legs_of(found.state)
+    expected = trainer_step_at(found.state["steps"], legs, accumulation)
+    if found.trainer_step is not None and expected != found.trainer_step:
+        raise WhichError(
+            f"--accumulation: found {accumulation}, but with it the checkpoint's loader position "
+            f"({found.state['steps']} batches per rank) is optimizer step {expected}, and trainer_state.json says "
+            f"{found.trainer_step}. Pass the run's gradient_accumulation_steps as --accumulation.")
     runs = loader_steps(step, legs, accumulation)
     if not runs:
         raise WhichError(f"--step {step}: this optimizer step never ran: the Trainer renumbers its steps when a "

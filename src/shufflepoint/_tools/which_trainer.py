@@ -85,3 +85,20 @@ def loader_steps(update: int, legs: list[Leg], accumulation: int) -> list[Ran]:
         if ran is not None:
             found.append(ran)
     return found
+
+
+def trainer_step_at(step: int, legs: list[Leg], accumulation: int) -> int:
+    """The Trainer's ``global_step`` once every rank has received ``step`` batches, at an optimizer-step
+    boundary of the last leg (where a checkpoint is saved): what ``trainer_state.json`` says then, so a
+    wrong ``accumulation`` is caught before anything is answered.
+
+    >>> trainer_step_at(12, [Leg(0, 0, 8, 8), Leg(11, 1, 16, 10)], 1)
+    23
+    """
+    leg = legs[-1]
+    placed = place(leg.epoch, leg.batches_per_epoch, leg.batches_left, accumulation)
+    done = step - leg.step
+    if done <= 0:
+        return placed.global_step
+    epochs, batches = divmod(placed.batches_done + done, leg.batches_per_epoch)
+    return (placed.epoch + epochs) * placed.updates_per_epoch + -(-batches // accumulation)
