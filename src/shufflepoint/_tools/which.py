@@ -138,12 +138,13 @@ def _loader_steps(found: Found, loader: Any, step: int, accumulation: int) -> li
     from shufflepoint._tools.which_legs import legs_of
     from shufflepoint._tools.which_trainer import loader_steps, trainer_step_at
 
-    legs = legs_of(found.state)
-    expected = trainer_step_at(found.state["steps"], legs, accumulation)
+    state = loader.state_dict()  # as loaded: an older state's history as the loader rebuilt it
+    legs = legs_of(state)
+    expected = trainer_step_at(state["steps"], legs, accumulation)
     if found.trainer_step is not None and expected != found.trainer_step:
         raise WhichError(
             f"--accumulation: found {accumulation}, but with it the checkpoint's loader position "
-            f"({found.state['steps']} batches per rank) is optimizer step {expected}, and trainer_state.json says "
+            f"({state['steps']} batches per rank) is optimizer step {expected}, and trainer_state.json says "
             f"{found.trainer_step}. Pass the run's gradient_accumulation_steps as --accumulation.")
     runs = loader_steps(step, legs, accumulation)
     if not runs:
