@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
 from corpus_files import jsonl_corpus  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
-WORKER = os.path.join(os.path.dirname(__file__), "workers", "which_worker.py")
+WORKER = os.path.join(os.path.dirname(__file__), "workers", "which_cli_worker.py")
 ROWS, STOP, END = 60, 20, 45  # 2 ranks x batch 2: 15 steps an epoch; 3 ranks x 2: 10
 
 
