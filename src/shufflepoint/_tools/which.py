@@ -7,9 +7,12 @@ the ``shuffle_block``), loads the state (refused as a resume would be: a changed
 asks ``loader.which(step)`` for each rank's dataset indices and ``dataset.locate(index)`` for where
 each lives (``_shards/locate.py``)::
 
-    $ shufflepoint which out/checkpoint.pt --step 123456 --dataset train.py:dataset
-    step 123456 (epoch 3), 2 ranks x batch 4, from out/checkpoint.pt [loader]
-      rank 0: 8812 s3://corpus/part-00017.parquet row 311 (row group 1, row 55) ...
+    $ shufflepoint which checkpoint.pt --step 3 --dataset train.py:dataset
+    shufflepoint which checkpoint.pt [loader] (file)
+      step 3
+      rank 0: 2 samples
+        6 shard=1 url=/data/corpus/part-00001.jsonl row=0 line=1 byte_offset=0 bytes=10 decompressed=False
+        ...
 
 For an HF Trainer checkpoint ``--step`` is the optimizer step: its ``GA`` batches per rank
 (``--accumulation``, checked against the checkpoint's ``global_step``) are answered, across the
@@ -19,7 +22,6 @@ Trainer's renumbering at a resize (``which_trainer``).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 from shufflepoint._tools.which_checkpoint import Found
@@ -90,14 +92,14 @@ def _where(dataset: Any, index: int) -> dict[str, Any]:
 
 
 def answer(found: Found, dataset: Any, step: int, *, rank: int | None = None, accumulation: int = 1,
-           locate: bool = True, which: Callable[[Any, int], dict[int, list[int]]] | None = None) -> dict[str, Any]:
+           locate: bool = True) -> dict[str, Any]:
     """The JSON-ready answer: per rank, the indices of step ``step`` (an optimizer step for an HF
     Trainer checkpoint: ``accumulation`` batches), each with where it lives when ``locate``."""
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise WhichError(f"--step: found {step!r}, expected an int >= 0")
     began = time.perf_counter()
     loader = build_loader(found.state, dataset)
-    ask = which or _which
+    ask = _which
     steps = _loader_steps(found, loader, step, accumulation)
     ranks: dict[int, list[dict[str, Any]]] = {}
     for loader_step in steps:
@@ -117,12 +119,8 @@ def answer(found: Found, dataset: Any, step: int, *, rank: int | None = None, ac
 
 
 def _which(loader: Any, step: int) -> dict[int, list[int]]:
-    which = getattr(loader, "which", None)
-    if not callable(which):
-        raise WhichError("this shufflepoint has no DataLoader.which(step) (the run's layout history, 0.4): "
-                         "nothing to answer with")
     try:
-        found: dict[int, list[int]] = which(step)
+        found: dict[int, list[int]] = loader.which(step)
     except (ValueError, IndexError) as error:
         raise WhichError(f"--step {step}: {error}") from None
     return found
