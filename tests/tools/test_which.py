@@ -12,7 +12,7 @@ import torch
 
 import shufflepoint
 from shufflepoint._tools import cli
-from shufflepoint._tools.which import WhichError, _shuffle_block, _user_fingerprint, answer
+from shufflepoint._tools.which import WhichError, _shuffle_block, _user_fingerprint, answer, render
 from shufflepoint._tools.which_checkpoint import Found, read_checkpoint
 
 
@@ -84,6 +84,9 @@ def test_packed_rows_are_answered_with_their_documents(tmp_path):
             rebuilt = [[t for d in entry["documents"] for t in docs[d["document"]]["input_ids"][slice(*d["tokens"])]]
                        for entry in found["ranks"][str(r)]]
             assert rebuilt == rows
+    text = render(answer(Found(state, "file", "ckpt"), fresh, 1))
+    first = answer(Found(state, "file", "ckpt"), fresh, 1)["ranks"]["0"][0]["documents"][0]
+    assert f"      document {first['document']} tokens [{first['tokens'][0]}, {first['tokens'][1]})" in text
 
 
 def test_an_hf_trainer_checkpoint_answers_optimizer_steps(tmp_path):

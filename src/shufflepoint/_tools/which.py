@@ -154,30 +154,29 @@ def _loader_steps(found: Found, loader: Any, step: int, accumulation: int) -> li
 
 
 def render(result: dict[str, Any]) -> str:
-    """One line per sample: rank, index, and where it lives."""
+    """One line per sample (rank, index, where it lives); a packed row's documents on lines of their own."""
     steps = result["loader_steps"]
     head = f"shufflepoint which {result['checkpoint']} ({result['kind']})"
     lines = [head, f"  step {result['step']}" + (
         f" (optimizer step: loader steps {steps[0]}..{steps[-1]})" if result["kind"] == "hf_trainer" else "")]
     for rank, entries in result["ranks"].items():
         lines.append(f"  rank {rank}: {len(entries)} samples")
-        lines += [f"    {_line(entry)}" for entry in entries]
+        for entry in entries:
+            lines += _lines(entry, "    ")
     lines.append(f"  answered in {result['seconds'] * 1000:.1f} ms, from the checkpoint alone")
     return "\n".join(lines)
 
 
-def _line(entry: dict[str, Any]) -> str:
-    """``index``, then the location's fields, nested answers after an arrow."""
-    index = entry.get("index")
-    parts = [f"{index}"]
-    rest = {k: v for k, v in entry.items() if k not in ("index", "step", "where", "documents")}
-    if rest:
-        parts.append(" ".join(f"{k}={v}" for k, v in rest.items()))
-    if "where" in entry:
-        parts.append("-> " + _line(entry["where"]))
+def _fields(entry: dict[str, Any]) -> str:
+    """``index``, the location's own fields, then what the dataset below says, after an arrow."""
+    rest = " ".join(f"{k}={v}" for k, v in entry.items() if k not in ("index", "step", "where", "documents"))
+    text = f"{entry.get('index')}" + (f" {rest}" if rest else "")
+    return text + (f" -> {_fields(entry['where'])}" if "where" in entry else "")
+
+
+def _lines(entry: dict[str, Any], indent: str) -> list[str]:
+    found = [indent + _fields(entry)]
     for document in entry.get("documents", []):
-        text = f"[doc {document['document']} tokens {document['tokens'][0]}:{document['tokens'][1]}"
-        if "where" in document:
-            text += " -> " + _line(document["where"])
-        parts.append(text + "]")
-    return " ".join(parts)
+        text = f"document {document['document']} tokens [{document['tokens'][0]}, {document['tokens'][1]})"
+        found.append(f"{indent}  {text}" + (f" -> {_fields(document['where'])}" if "where" in document else ""))
+    return found
