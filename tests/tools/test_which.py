@@ -186,3 +186,22 @@ def test_a_wrong_accumulation_is_caught_by_the_trainers_own_step():
     with pytest.raises(WhichError, match=r"--accumulation: found 1, but with it .* is optimizer step 14, and "
                                          r"trainer_state.json says 7"):
         answer(found, data, 5, accumulation=1)
+
+
+def test_the_cli_on_a_dcp_folder_without_locating(tmp_path, capsys):
+    import torch.distributed.checkpoint as dcp
+
+    data = list(range(26))
+    received, state = run(data, [(2, 3, 2), (3, 2, 5)], seed=12)
+    loader = shufflepoint.DataLoader(data, 2, seed=12, world_size=3, rank=0, verify_ranks=False)
+    loader.load_state_dict(state)
+    with pytest.warns(UserWarning, match="single process"):
+        dcp.save({"model": {"w": torch.ones(2)}, "loader": loader}, checkpoint_id=str(tmp_path / "step-7"))
+    factory = tmp_path / "data.py"
+    factory.write_text("def dataset():\n    return list(range(26))\n")
+    for step in (1, 4):
+        assert cli.main(["which", str(tmp_path / "step-7"), "--step", str(step), "--no-locate", "--dataset",
+                         f"{factory}:dataset", "--json", "-"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["kind"] == "dcp"
+        assert {int(r): [e["index"] for e in v] for r, v in out["ranks"].items()} == received[step]
