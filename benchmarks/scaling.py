@@ -52,10 +52,9 @@ def state_bytes() -> dict[str, int]:
         built = _state.build(order=order, order_version=version, dataset_fingerprint=fingerprint, **widest)
         out[order] = len(json.dumps(built).encode())
     # The spans deal after 32 changes of world size in one epoch (33 segments of 10,000 / 8,001 ranks).
-    from shufflepoint._core.spans import SpanCut
-
     from shufflepoint._core.history import History, Place
     from shufflepoint._core.plan import Layout
+    from shufflepoint._core.spans import SpanCut
 
     segments: list[list[int]] = []
     history, steps = None, 10**6 * 2441  # epoch 10**6 of 2,441 batches, as in `widest`
