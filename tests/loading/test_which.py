@@ -180,18 +180,32 @@ def test_an_iterator_superseded_otherwise_still_refuses():
 
 
 def test_which_says_which_steps_it_can_no_longer_place():
-    loader = shufflepoint.DataLoader(list(range(1000)), 1, seed=3)
-    it = iter(loader)
+    """40 batch-size changes: the latest 32 are kept, and the steps from the first kept one on are still
+    placed exactly, after a JSON round trip too; earlier ones are refused, naming the first placed step."""
+    loader = shufflepoint.DataLoader(list(range(400)), 1, seed=3, world_size=2, rank=1)
+    it, received = iter(loader), {}
     for size in range(2, 42):
-        next(it)
-        loader.set_batch_size(size)
-    first = loader.state_dict()["history"][0][0]
-    assert first > 0
+        step = loader.step
+        received[step] = next(it).tolist()
+        loader.set_batch_size(size % 5 + 1 if size % 5 + 1 != loader.batch_size else 7)
+    for _ in range(10):
+        step, batch = loader.step, next(it, None)
+        if batch is None:
+            it = iter(loader)
+            continue
+        received[step] = batch.tolist()
+    state = json.loads(json.dumps(loader.state_dict()))
+    first = state["history"][0][0]
+    assert len(state["history"]) == 33 and first == 8 and len(state["history"][0]) == 6
+    fresh = shufflepoint.DataLoader(list(range(400)), 3, seed=3, world_size=3, rank=0)
+    fresh.load_state_dict(state)  # its own layout is one more leg: the oldest kept one goes
+    first = fresh.state_dict()["history"][0][0]
+    assert first == 9
+    assert all(fresh.which(step)[1] == batch for step, batch in received.items() if step >= first)
     with pytest.raises(ValueError, match=f"step: found {first - 1}, but this history starts at step {first}"):
-        loader.which(first - 1)
-    assert loader.which(first) is not None
+        fresh.which(first - 1)
     with pytest.raises(ValueError, match="step: found -1"):
-        loader.which(-1)
+        fresh.which(-1)
 
 
 def test_the_example_of_the_steps_module():
@@ -232,6 +246,16 @@ def test_a_version_2_spans_state_loads():
     reloaded.load_state_dict(dict(GOLDEN_V2_SPANS))
     first = reloaded.step
     assert [reloaded.which(first + k)[1] for k in range(len(rest))] == rest
+
+
+def test_a_version_2_sampler_state_loads():
+    sampler = shufflepoint.ResumableSampler(range(64), num_replicas=2, rank=1, seed=1234)
+    sampler.load_state_dict(dict(GOLDEN_V2, kind="sampler", batch_size=1))
+    state = sampler.state_dict()
+    assert (state["version"], state["steps"], state["history"]) == (3, 32 + 12, [[44, 2, 1, 0, 1, 24]])
+    uninterrupted = shufflepoint.ResumableSampler(range(64), num_replicas=2, rank=1, seed=1234)
+    uninterrupted.set_epoch(1)
+    assert list(sampler) == list(uninterrupted)[12:]
 
 
 def test_every_state_the_loader_writes_loads_at_the_last_epoch():
@@ -296,11 +320,16 @@ def test_every_state_the_sampler_writes_loads(n, deal, data):
         if state is not None:
             sampler.load_state_dict(state)
         for _ in range(data.draw(st.integers(0, 3), label="passes")):
-            if data.draw(st.booleans(), label="set_epoch"):
+            how = data.draw(st.sampled_from(["keep", "set_epoch", "attribute"]), label="epoch change")
+            if how == "set_epoch":
                 sampler.set_epoch(data.draw(st.integers(0, 3), label="epoch"))
+            elif how == "attribute":  # DistributedSampler's own attribute, set directly
+                sampler.epoch = data.draw(st.integers(0, 3), label="epoch")
             it = iter(sampler)
             taken = len([i for _, i in zip(range(data.draw(st.integers(0, 12), label="take")), it, strict=False)])
             yielded += taken
+        if data.draw(st.booleans(), label="attribute before saving"):
+            sampler.epoch = data.draw(st.integers(0, 3), label="epoch")
         state = json.loads(json.dumps(sampler.state_dict()))
         assert state["steps"] == yielded
         shufflepoint.ResumableSampler(range(n), num_replicas=2, rank=1, seed=2, deal=deal).load_state_dict(state)
