@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test test-examples test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards \
-	bench-locality bench-read bench-packing bench-gpu soak lint clean test-accelerate-matrix test-transformers-matrix
+	bench-locality bench-read bench-packing bench-gpu bench-which soak lint clean test-accelerate-matrix test-transformers-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -100,6 +100,12 @@ $(GRAIN_STAMP):
 
 bench-packing: $(STAMP) $(GRAIN_STAMP)
 	$(PY) benchmarks/packing.py $(if $(QUICK),--quick) --grain-python $(GRAIN_VENV)/bin/python
+
+# which at step 1e7 (issue 26): a 1e9-sample corpus and a 1e12-token Packed corpus, answered from the
+# checkpoint in fresh processes, against OLMo-core's global_indices, Megatron's --iterations-to-skip and a
+# per-step log (benchmarks/which.py; about 2 minutes).
+bench-which: $(STAMP)
+	$(PY) benchmarks/which.py
 
 # Ray Train (issue 14) on a real local Ray cluster: its own venv (1.5 GB), torch first and alone
 # (the local CPU wheel), then the package with its [ray] extra. About 40 s to build, 70 s to run.

@@ -84,7 +84,8 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "excluded": ((list,), "a list [gap, length, ...] of excluded ranges"),
 }
 FIELDS: tuple[str, ...] = tuple(_SCHEMA)
-_FIELDS_OF = {1: FIELDS[:-5], 2: FIELDS[:-3], 3: FIELDS}
+_ADDED_IN = {"deal": 2, "segments": 2, "steps": 3, "history": 3, "excluded": 3}  # the format version that added a field
+_FIELDS_OF = {version: tuple(f for f in FIELDS if _ADDED_IN.get(f, 1) <= version) for version in range(1, VERSION + 1)}
 DEALS = (STRIDED, SPANS)
 
 # Keys that identify states written by other libraries, to say so instead of "missing keys".

@@ -24,6 +24,7 @@ from shufflepoint._shards.batch import Batch, Columnar, Rows, checked_indices, g
 from shufflepoint._shards.cache import NodeCache
 from shufflepoint._shards.indexing import Indexer
 from shufflepoint._shards.integrity import check_checksum, check_verify
+from shufflepoint._shards.locate import shard_location
 from shufflepoint._shards.prefetch import Prefetcher
 from shufflepoint._shards.readers import infer_format, make_reader, saved_dataset_files
 from shufflepoint._shards.readers.base import OpenShard
@@ -156,6 +157,15 @@ class Shards(torch.utils.data.Dataset[Any]):
         """(shard, row) of dataset index ``index``."""
         shard = int(np.searchsorted(self._ends, index, side="right"))
         return shard, int(index - self._starts[shard])
+
+    def locate(self, index: int) -> dict[str, Any]:
+        """Where ``index`` lives: ``{"index", "shard", "url", "row"}`` plus the format's own address
+        (JSONL line and bytes, tar members, token window bytes, Parquet row group; see ``locate.py``).
+        Opens the shard (a remote one is fetched into the node cache)."""
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < len(self):
+            raise IndexError(f"Shards index: found {index!r}, expected an int in [0, {len(self)})")
+        shard, row = self.shard_of(int(index))
+        return {"index": int(index), **shard_location(shard, self.index.url(shard), row, self._open(shard))}
 
     # -- reading -----------------------------------------------------------------------------
     def __len__(self) -> int:

@@ -32,6 +32,7 @@ import torch.utils.data
 from shufflepoint._order import check_int
 from shufflepoint._shards import token_counts
 from shufflepoint._shards.blocks import BlockOrder, _sub_seed, checked_positions
+from shufflepoint._shards.locate import packed_location
 from shufflepoint._shards.token_counts import TokenSource, read
 
 NAME = "packed"
@@ -181,6 +182,13 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         """The (document, start, stop) pieces of row ``index``, in order (offsets count bos/eos)."""
         epoch, row = self._decode(index)
         return self._table(epoch).segments(row * self.seq_len, (row + 1) * self.seq_len)
+
+    def locate(self, index: int) -> dict[str, Any]:
+        """Where row ``index`` (``epoch * len(self) + row``) comes from: its token span in the epoch's
+        stream and its documents, each with its token span (bos/eos counted) and, for a corpus that
+        says so (``Shards``), where the document lives. Needs the loader's order (see ``_table``)."""
+        epoch, row = self._decode(index)
+        return packed_location(int(index), epoch, row, self.seq_len, self.segments(index), self.dataset)
 
     def rows_segments(self, indices: Sequence[int]) -> list[list[tuple[int, int, int]]]:
         """``[self.segments(i) for i in indices]``, with each run of consecutive rows (a batch under

@@ -145,6 +145,14 @@ class OpenParquet:
             named = f"row group {groups[0]}" if len(groups) == 1 else f"row groups {groups[0]}-{groups[-1]}"
             raise ShardError(self._shard, f"{named} cannot be decoded: {e}") from e
 
+    def locate(self, row: int) -> dict[str, Any]:
+        """Where row ``row`` lies: its row group in the file's footer, and its row inside that group."""
+        row = check_row(row, len(self))
+        meta = self._file.metadata
+        sizes = np.cumsum([meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
+        group = int(np.searchsorted(sizes, row, side="right"))
+        return {"row_group": group, "row_in_group": row - (int(sizes[group - 1]) if group else 0)}
+
     def close(self) -> None:
         GROUPS.drop(self._owner)
         self._file.close()

@@ -73,6 +73,7 @@ class OpenTokens:
         self._tokens: np.ndarray | None = tokens.view(np.ndarray)
         self._seq_len = seq_len
         self._rows = max(0, (tokens.size - 1) // seq_len)
+        self._header = int(getattr(tokens, "offset", 0))  # a .npy map starts after its header
 
     def __len__(self) -> int:
         return self._rows
@@ -92,6 +93,13 @@ class OpenTokens:
         windows = as_strided(self._tokens, shape=(self._rows, self._seq_len + 1),  # 65 tokens at once,
                              strides=(step * self._seq_len, step), writeable=False)  # 4x an index per token
         return Stacked(torch.from_numpy(windows[rows].astype(np.int64)))
+
+    def locate(self, row: int) -> dict[str, Any]:
+        """Where window ``row`` lies: its first token, and its bytes in the file (header included)."""
+        start = check_row(row, self._rows) * self._seq_len
+        item = self._tokens.itemsize if self._tokens is not None else 0
+        return {"token_offset": start, "tokens": self._seq_len + 1, "byte_offset": self._header + start * item,
+                "bytes": (self._seq_len + 1) * item}
 
     def close(self) -> None:
         self._tokens = None  # the last reference to the memmap: dropping it unmaps the file
