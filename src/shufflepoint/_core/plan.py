@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shufflepoint._core.global_batch import GlobalBatchCut, keeps_global_batch
 from shufflepoint._core.spans import SpanCut
 from shufflepoint._order import check_int
 
@@ -117,8 +118,21 @@ class StridedCut:
         return self.layout.cursor_after(self.cursor, min(received, self.samples_per_rank())), []
 
 
-def cut(layout: Layout, deal: str, cursor: int, segments: list[list[int]]) -> StridedCut | SpanCut:
-    """The rest of the epoch at (cursor, segments) under ``deal``, for ``layout``'s world."""
+Cut = StridedCut | SpanCut | GlobalBatchCut
+
+
+def cut(layout: Layout, deal: str, cursor: int, segments: list[list[int]],
+        written_by: tuple[int, int] | None = None) -> Cut:
+    """The rest of the epoch at (cursor, segments) under ``deal``, for ``layout``'s world.
+
+    ``written_by``: the (world size, batch size) that reached the position (a loaded state's), or None.
+    Under ``spans``, when it has the same global batch as ``layout`` (``global_batch.keeps_global_batch``),
+    the rest of the epoch is read as the uninterrupted run's global batches; else it is re-dealt.
+    """
     if deal == STRIDED:
         return StridedCut(layout, cursor)
+    if keeps_global_batch(segments, written_by, layout.world_size, layout.batch_size):
+        (first_world_size, taken), = segments
+        return GlobalBatchCut(layout.n, first_world_size, taken, layout.world_size, layout.batch_size,
+                              layout.drop_last)
     return SpanCut(layout.n, segments, layout.world_size, layout.batch_size, layout.drop_last)

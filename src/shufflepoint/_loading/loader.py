@@ -10,8 +10,8 @@ import numpy as np
 import torch.utils.data
 
 from shufflepoint._core import state as _state
-from shufflepoint._core.plan import Layout, StridedCut
-from shufflepoint._core.spans import SpanCut
+from shufflepoint._core.global_batch import written_by
+from shufflepoint._core.plan import Cut, Layout
 from shufflepoint._loading.agreement import validate_everywhere
 from shufflepoint._loading.keyed import KeyedCollate, KeyedDataset, Transform, keyed_chunks
 from shufflepoint._loading.sampler import (
@@ -33,7 +33,7 @@ class _Pass:
 
     __slots__ = ("epoch", "cut", "received")
 
-    def __init__(self, epoch: int, start: StridedCut | SpanCut) -> None:
+    def __init__(self, epoch: int, start: Cut) -> None:
         self.epoch, self.cut, self.received = epoch, start, 0
 
 
@@ -195,7 +195,8 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
                                                        "legacy_fingerprint")
         self._explain = explain_fingerprint(dataset)
         self._epoch = 0
-        self._start: StridedCut | SpanCut = self._deal.cut(self._layout, 0, [])  # where the next pass starts
+        self._start: Cut = self._deal.cut(self._layout, 0, [])  # where the next pass starts
+        self._written_by: tuple[int, int] | None = None  # the layout of a loaded state, for this epoch
         self._pass: _Pass | None = None
         self._keyed = _check_keyed(transform, seed_per_sample)
         dataset = _served(dataset, self._seed, transform, seed_per_sample, torch_dataloader_kwargs)
@@ -227,7 +228,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         """``strided`` or ``spans``: who reads which positions of the epoch (see ``docs/shards.md``)."""
         return self._deal.name
 
-    def _left(self) -> tuple[StridedCut | SpanCut, int]:
+    def _left(self) -> tuple[Cut, int]:
         live = self._pass
         return (live.cut, self._layout.batch_size * live.received) if live is not None else (self._start, 0)
 
@@ -262,6 +263,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         check_int("epoch", epoch, 0, 2**62)
         if epoch != self.epoch:
             self._pass, self._epoch, self._start = None, int(epoch), self._deal.cut(self._layout, 0, [])
+            self._written_by = None
 
     def seek(self, epoch: int, batches: int = 0) -> None:
         """Go to ``epoch`` after its first ``batches`` batches per rank: O(1), no sample is read.
@@ -272,14 +274,14 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         """
         check_int("epoch", epoch, 0, 2**62)
         check_int("batches", batches, 0, 2**62)
-        self._pass, self._epoch = None, int(epoch)
+        self._pass, self._epoch, self._written_by = None, int(epoch), None
         fresh = self._deal.cut(self._layout, 0, [])
         cursor, segments = fresh.after(int(batches) * self._layout.batch_size)
         self._start = self._deal.cut(self._layout, cursor, segments)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         epoch, (cursor, segments) = self.epoch, self._position()
-        start = self._deal.cut(self._layout, cursor, segments)
+        start = self._deal.cut(self._layout, cursor, segments, self._written_by)
         live = _Pass(epoch, start)
         self._pass, self._epoch, self._start = live, epoch, start
         return self._count(super().__iter__(), live)
@@ -294,7 +296,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             live.received += 1
             yield batch
         if self._pass is live:  # the pass is exhausted: the epoch is over
-            self._pass, self._epoch = None, live.epoch + 1
+            self._pass, self._epoch, self._written_by = None, live.epoch + 1, None
             self._start = self._deal.cut(self._layout, 0, [])
 
     def __len__(self) -> int:
@@ -330,8 +332,9 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             state, self._expected(orders, deal), strict=strict, rank=self._rank, world_size=self._layout.world_size,
             verify_ranks=self._verify_ranks if verify_ranks is None else verify_ranks,
         )
-        start = deal.cut(self._layout, position.cursor, position.segments)
+        start = deal.cut(self._layout, position.cursor, position.segments, written_by(state))
         self._orders, self._deal, self._pass, self._epoch, self._start = orders, deal, None, position.epoch, start
+        self._written_by = written_by(state)
 
     def _expected(self, orders: OrderCache, deal: Deal) -> _state.Expected:
         return _state.Expected(

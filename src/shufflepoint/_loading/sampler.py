@@ -12,9 +12,9 @@ import numpy as np
 from torch.utils.data.distributed import DistributedSampler
 
 from shufflepoint._core import state as _state
-from shufflepoint._core.plan import STRIDED, Layout, StridedCut, cut
+from shufflepoint._core.global_batch import written_by
+from shufflepoint._core.plan import STRIDED, Cut, Layout, StridedCut, cut
 from shufflepoint._core.spans import NAME as SPANS
-from shufflepoint._core.spans import SpanCut
 from shufflepoint._loading.agreement import validate_everywhere
 from shufflepoint._order import (
     DEFAULT_ORDER,
@@ -152,7 +152,7 @@ class OrderCache:
         """A corpus order (``blocks`` or a dataset's own): the ``spans`` deal is its default."""
         return self.shuffle_block is not None
 
-    def get(self, epoch: int, deal: StridedCut | SpanCut) -> Order:
+    def get(self, epoch: int, deal: Cut) -> Order:
         """The epoch's order; under ``spans`` the ``blocks`` order is laid along the epoch's first stretches."""
         stretches = deal.first_world_size if deal.name == SPANS and self._rows is not None else None
         if self._order is None or self._epoch != (epoch, stretches):
@@ -191,8 +191,9 @@ class Deal:
         adopted.chosen, adopted.name = False, str(found)
         return adopted
 
-    def cut(self, layout: Layout, cursor: int, segments: list[list[int]]) -> StridedCut | SpanCut:
-        return cut(layout, self.name, cursor, segments)
+    def cut(self, layout: Layout, cursor: int, segments: list[list[int]],
+            written_by: tuple[int, int] | None = None) -> Cut:
+        return cut(layout, self.name, cursor, segments, written_by)
 
 
 def warn_if_blocks_exceed_the_share(orders: OrderCache, deal: Deal, n: int, world_size: int) -> None:
@@ -216,7 +217,7 @@ def warn_if_blocks_exceed_the_share(orders: OrderCache, deal: Deal, n: int, worl
         )
 
 
-def rank_chunks(order: Order, deal: StridedCut | SpanCut, rank: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def rank_chunks(order: Order, deal: Cut, rank: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """This rank's (epoch positions, sample indices) from ``deal``'s start to the end of the epoch."""
     total = deal.samples_per_rank()
     start, size = 0, _FIRST_CHUNK
@@ -227,7 +228,7 @@ def rank_chunks(order: Order, deal: StridedCut | SpanCut, rank: int) -> Iterator
         start, size = stop, min(size * 4, _MAX_CHUNK)
 
 
-def rank_index_chunks(order: Order, deal: StridedCut | SpanCut, rank: int) -> Iterator[list[int]]:
+def rank_index_chunks(order: Order, deal: Cut, rank: int) -> Iterator[list[int]]:
     """This rank's sample indices from ``deal``'s start to the end of the epoch, as lists of ints."""
     for _, indices in rank_chunks(order, deal, rank):
         yield indices.tolist()
@@ -243,7 +244,7 @@ class _Progress:
 
     __slots__ = ("epoch", "cut", "_current", "_current_size", "_done_before")
 
-    def __init__(self, epoch: int, start: StridedCut | SpanCut) -> None:
+    def __init__(self, epoch: int, start: Cut) -> None:
         self.epoch, self.cut = epoch, start
         self._current: Iterator[int] = iter(())
         self._current_size = 0
@@ -317,7 +318,7 @@ class ResumableSampler(DistributedSampler[int]):
                                                        "legacy_fingerprint")
         self._explain = explain_fingerprint(dataset)
         self._verify_ranks = bool(verify_ranks)
-        self._pending: StridedCut | SpanCut | None = None  # from load_state_dict, for the next __iter__
+        self._pending: Cut | None = None  # from load_state_dict, for the next __iter__
         self._active: _Progress | None = None
 
     @property
@@ -325,7 +326,7 @@ class ResumableSampler(DistributedSampler[int]):
         """``strided`` or ``spans``: who reads which positions of the epoch."""
         return self._deal.name
 
-    def _start(self) -> StridedCut | SpanCut:
+    def _start(self) -> Cut:
         return self._pending if self._pending is not None else self._deal.cut(self._layout, 0, [])
 
     def __iter__(self) -> Iterator[int]:
@@ -378,7 +379,7 @@ class ResumableSampler(DistributedSampler[int]):
             verify_ranks=self._verify_ranks if verify_ranks is None else verify_ranks,
         )
         self._orders, self._deal = orders, deal
-        start = deal.cut(self._layout, position.cursor, position.segments)
+        start = deal.cut(self._layout, position.cursor, position.segments, written_by(state))
         if start.samples_per_rank() == 0 and self.epoch > position.epoch:
             # A finished epoch says nothing about a later epoch the loop already chose with
             # set_epoch (torchdata applies a loaded state lazily, after the loop's set_epoch).

@@ -1,0 +1,236 @@
+"""Resizes at a fixed global batch under ``spans``: the same global batches as the uninterrupted run,
+at any new world size the global batch divides by, through chains of resizes; every sample once
+when the global batch changes in between; exact on a same-world resume."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import shufflepoint
+from shufflepoint._core.global_batch import GlobalBatchCut, keeps_global_batch
+from shufflepoint._core.plan import Cut, Layout, cut
+from shufflepoint._core.spans import SpanCut, check_segments
+
+
+def divisors(number: int) -> list[int]:
+    return [d for d in range(1, number + 1) if number % d == 0]
+
+
+def global_batches(deal: Cut, batches: int | None = None) -> list[frozenset[int]]:
+    """The real (unpadded) epoch positions of each of ``deal``'s next global batches, over all ranks."""
+    batch_size = deal.batch_size
+    total = deal.samples_per_rank()
+    steps = -(-total // batch_size) if batches is None else min(batches, -(-total // batch_size))
+    found = []
+    for step in range(steps):
+        positions: set[int] = set()
+        for rank in range(deal.world_size):
+            stop = min((step + 1) * batch_size, deal.real_samples(rank))
+            positions.update(deal.rank_positions(rank, step * batch_size, max(stop, step * batch_size)).tolist())
+        found.append(frozenset(positions))
+    return found
+
+
+def read_in_layouts(n: int, layouts: list[tuple[int, int, int]], drop_last: bool) -> list[frozenset[int]]:
+    """One epoch read by a chain of (world, batch, batches) layouts, each resumed from the last one's
+    position and layout, the last read to the end: the global batches served, in order."""
+    served: list[frozenset[int]] = []
+    cursor, segments, written_by = 0, [], None
+    for number, (world_size, batch_size, batches) in enumerate(layouts):
+        deal = cut(Layout(n, world_size, batch_size, drop_last), "spans", cursor, segments, written_by)
+        last = number == len(layouts) - 1
+        taken = global_batches(deal, None if last else batches)
+        served += taken
+        cursor, segments = deal.after(min(len(taken) * batch_size, deal.samples_per_rank()))
+        check_segments(n, segments)
+        written_by = (world_size, batch_size)
+    return served
+
+
+@st.composite
+def fixed_global_batch_chains(draw):
+    """A first layout W0 x B0 and up to 4 resizes to W x (G / W), stopped after random numbers of batches
+    (the first after at least one: the epoch's parts are its first world's, ``docs/shards.md``)."""
+    first_world, part_batch = draw(st.integers(1, 8), label="W0"), draw(st.integers(1, 6), label="B0")
+    global_batch = first_world * part_batch
+    worlds = st.sampled_from(divisors(global_batch))
+    chain = [(first_world, part_batch, draw(st.integers(1, 12), label="batches"))]
+    for _ in range(draw(st.integers(1, 4), label="resizes")):
+        world_size = draw(worlds, label="W")
+        chain.append((world_size, global_batch // world_size, draw(st.integers(0, 12), label="batches")))
+    return chain
+
+
+@settings(max_examples=500, deadline=None)
+@given(n=st.integers(0, 600), chain=fixed_global_batch_chains(), drop_last=st.booleans())
+def test_at_a_fixed_global_batch_the_global_batches_are_the_uninterrupted_runs(n, chain, drop_last):
+    first_world, part_batch, _ = chain[0]
+    whole = read_in_layouts(n, [(first_world, part_batch, 0)], drop_last)
+    resized = read_in_layouts(n, chain, drop_last)
+    assert resized == whole
+    everything = sorted(itertools.chain.from_iterable(whole))
+    assert len(everything) == len(set(everything))
+    if drop_last:
+        assert n - len(everything) < first_world * part_batch
+    else:
+        assert everything == list(range(n))
+
+
+@settings(max_examples=400, deadline=None)
+@given(n=st.integers(0, 600), drop_last=st.booleans(),
+       layouts=st.lists(st.tuples(st.sampled_from([1, 2, 3, 4, 6, 8]), st.integers(1, 6), st.integers(0, 10)),
+                        min_size=1, max_size=6))
+def test_with_the_global_batch_changing_in_between_every_sample_is_read_once(n, drop_last, layouts):
+    """Any chain, global batches fixed for a while then changed, changed back: never a sample twice."""
+    served = read_in_layouts(n, layouts, drop_last)
+    everything = sorted(itertools.chain.from_iterable(served))
+    assert len(everything) == len(set(everything))
+    world_size, batch_size, _ = layouts[-1]
+    if drop_last:
+        assert n - len(everything) < world_size * batch_size
+    else:
+        assert everything == list(range(n))
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(1, 600), first_world=st.integers(1, 8), part_batch=st.integers(1, 6),
+       drop_last=st.booleans(), data=st.data())
+def test_a_same_world_resume_after_a_fixed_global_batch_resize_is_exact(n, first_world, part_batch, drop_last,
+                                                                          data):
+    """Saved after whole batches on the new world and resumed on it again: each rank's rest, batch for batch."""
+    global_batch = first_world * part_batch
+    world_size = data.draw(st.sampled_from(divisors(global_batch)), label="W")
+    batch_size = global_batch // world_size
+    first = cut(Layout(n, first_world, part_batch, drop_last), "spans", 0, [])
+    cursor, segments = first.after(min(data.draw(st.integers(1, 12)) * part_batch, first.samples_per_rank()))
+    layout = Layout(n, world_size, batch_size, drop_last)
+    resized = cut(layout, "spans", cursor, segments, (first_world, part_batch))
+    total = resized.samples_per_rank()
+    taken = min(data.draw(st.integers(0, -(-total // batch_size)), label="batches") * batch_size, total)
+    cursor, segments = resized.after(taken)
+    again = cut(layout, "spans", cursor, segments, (world_size, batch_size))
+    assert again.samples_per_rank() == total - taken
+    for rank in range(world_size):
+        assert again.real_samples(rank) == max(resized.real_samples(rank) - taken, 0)
+        assert again.rank_positions(rank, 0, total - taken).tolist() == \
+            resized.rank_positions(rank, taken, total).tolist()
+
+
+def test_the_worked_example_of_the_module_docstring():
+    first = SpanCut(40, [], world_size=4, batch_size=3, drop_last=False)
+    cursor, segments = first.after(6)
+    assert (cursor, segments) == (24, [[4, 6]])
+    assert sorted(global_batches(first)[2]) == [6, 7, 8, 16, 17, 18, 26, 27, 28, 36, 37, 38]
+    two = cut(Layout(40, 2, 6, False), "spans", cursor, segments, (4, 3))
+    assert isinstance(two, GlobalBatchCut)
+    assert [two.rank_positions(r, 0, 6).tolist() for r in range(2)] == [[6, 7, 8, 16, 17, 18],
+                                                                        [26, 27, 28, 36, 37, 38]]
+    three = cut(Layout(40, 3, 4, False), "spans", cursor, segments, (4, 3))
+    assert [three.rank_positions(r, 0, 4).tolist() for r in range(3)] == [[6, 7, 8, 16], [17, 18, 26, 27],
+                                                                          [28, 36, 37, 38]]
+    assert two.after(6) == (36, [[4, 9]]) and three.after(4) == (36, [[4, 9]])
+
+
+def test_the_tail_pads_only_the_last_step_with_a_ranks_own_sample():
+    """n = 10 on 4 x 2 (parts 3 3 2 2), one step, then 8 x 1: the last step holds 2 samples for 8 ranks."""
+    first = SpanCut(10, [], world_size=4, batch_size=2, drop_last=False)
+    cursor, segments = first.after(2)
+    rest = cut(Layout(10, 8, 1, False), "spans", cursor, segments, (4, 2))
+    assert rest.samples_per_rank() == 1
+    assert [rest.real_samples(r) for r in range(8)] == [1, 1, 0, 0, 0, 0, 0, 0]
+    assert [rest.rank_positions(r, 0, 1).tolist() for r in range(8)] == [[2], [5]] + [[2]] * 6  # the step's first
+    assert rest.after(1) == (10, [[4, 3]])
+
+
+@pytest.mark.parametrize("segments, written_by, layout, keeps", [
+    ([[4, 6]], (4, 3), (2, 6), True),
+    ([[4, 6]], (2, 6), (3, 4), True),  # a chain: the position was written at the same global batch
+    ([[4, 6]], (4, 3), (4, 3), False),  # the same world continues its segment
+    ([[4, 6]], (4, 3), (3, 3), False),  # G changes
+    ([[4, 6]], None, (2, 6), False),
+    ([[4, 6], [2, 3]], (2, 6), (3, 4), False),  # re-dealt once already: today's rule
+    ([[4, 6]], (2, 5), (5, 2), False),  # G = 10 does not divide among 4 parts
+    ([], (4, 3), (2, 6), False),
+])
+def test_when_a_resize_keeps_the_global_batches(segments, written_by, layout, keeps):
+    assert keeps_global_batch(segments, written_by, *layout) is keeps
+
+
+def test_a_position_between_global_batches_or_an_uneven_global_batch_is_refused():
+    rest = GlobalBatchCut(40, 4, 6, world_size=2, batch_size=6, drop_last=False)
+    with pytest.raises(ValueError, match="received: found 3 samples per rank, expected whole global batches of 6"):
+        rest.after(3)
+    with pytest.raises(ValueError, match=r"global batch: found 5 x 2 = 10, expected a multiple of .* 4"):
+        GlobalBatchCut(40, 4, 6, world_size=5, batch_size=2, drop_last=False)
+
+
+# -- through the loader: simulated ranks, fresh loaders for each layout --------------------------
+
+
+class Corpus(torch.utils.data.Dataset):
+    """What the loader looks for in a sharded corpus: ``shard_rows`` and a ``fingerprint``."""
+
+    def __init__(self, rows):
+        self.shard_rows = np.asarray(rows, dtype=np.int64)
+        self.fingerprint = "shards:test"
+
+    def __len__(self):
+        return int(self.shard_rows.sum())
+
+    def __getitem__(self, index):
+        return index
+
+
+def loader_global_batches(rows, layouts, drop_last, seed=3):
+    """(global batches as sets of dataset indices, the final state): fresh loaders per layout, each
+    restoring the previous layout's state from rank 0; the last layout reads to the end of the epoch."""
+    served: list[frozenset[int]] = []
+    state = None
+    for number, (world_size, batch_size, batches) in enumerate(layouts):
+        loaders = [shufflepoint.DataLoader(Corpus(rows), batch_size, seed=seed, rank=r, world_size=world_size,
+                                           drop_last=drop_last, shuffle_block=8) for r in range(world_size)]
+        for loader in loaders:
+            if state is not None:
+                loader.load_state_dict(state)
+        real = [loader.real_samples_left(rank) for rank, loader in enumerate(loaders)]
+        if number == len(layouts) - 1:
+            streams = [list(loader) for loader in loaders]
+        else:
+            streams = [list(itertools.islice(loader, min(batches, loader.batches_left()))) for loader in loaders]
+        count = len(streams[0])
+        for step in range(count):
+            batch: set[int] = set()
+            for rank, stream in enumerate(streams):
+                keep = max(min(batch_size, real[rank] - step * batch_size), 0)
+                batch.update(stream[step].tolist()[:keep])
+            served.append(frozenset(batch))
+        states = [loader.state_dict() for loader in loaders]
+        assert all(s == states[0] for s in states), "ranks disagree on the state"
+        state = states[0]
+    return served, state
+
+
+@pytest.mark.parametrize("new_world", [2, 3, 6])
+def test_the_issues_measurement_a_corpus_on_4x3_stopped_at_step_20_keeps_its_next_40_global_batches(new_world):
+    """Issue 27: 0 of the next 40 global batches were the uninterrupted run's on 2 x 6, 3 x 4, 6 x 2."""
+    rows = [37, 41, 29, 53, 47, 31, 43, 59, 61, 23, 67, 40]  # 531 rows: 44 global batches of 12, 3 left
+    whole, _ = loader_global_batches(rows, [(4, 3, 0)], drop_last=False)
+    resized, state = loader_global_batches(rows, [(4, 3, 20), (new_world, 12 // new_world, 0)], drop_last=False)
+    assert len(whole) == len(resized) == 45 and resized[20:60] == whole[20:60]
+    assert resized == whole and state["segments"] == [] and state["epoch"] == 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.lists(st.integers(0, 30), min_size=1, max_size=10), chain=fixed_global_batch_chains(),
+       drop_last=st.booleans())
+def test_through_the_loader_a_chain_of_fixed_global_batch_resizes_keeps_the_global_batches(rows, chain, drop_last):
+    whole, _ = loader_global_batches(rows, [chain[0][:2] + (0,)], drop_last)
+    resized, state = loader_global_batches(rows, chain, drop_last)
+    assert resized == whole
+    assert state["segments"] == [] and state["epoch"] == 1
