@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import shufflepoint
 from shufflepoint._core.global_batch import GlobalBatchCut, keeps_global_batch
-from shufflepoint._core.plan import Cut, Layout, cut
+from shufflepoint._core.plan import Layout, StridedCut, cut
 from shufflepoint._core.spans import SpanCut, check_segments
 
 
@@ -22,7 +22,7 @@ def divisors(number: int) -> list[int]:
     return [d for d in range(1, number + 1) if number % d == 0]
 
 
-def global_batches(deal: Cut, batches: int | None = None) -> list[frozenset[int]]:
+def global_batches(deal: StridedCut | SpanCut, batches: int | None = None) -> list[frozenset[int]]:
     """The real (unpadded) epoch positions of each of ``deal``'s next global batches, over all ranks."""
     batch_size = deal.batch_size
     total = deal.samples_per_rank()
@@ -234,3 +234,41 @@ def test_through_the_loader_a_chain_of_fixed_global_batch_resizes_keeps_the_glob
     resized, state = loader_global_batches(rows, chain, drop_last)
     assert resized == whole
     assert state["segments"] == [] and state["epoch"] == 1
+
+
+def loaders(rows, world_size, batch_size, state=None, drop_last=False):
+    made = [shufflepoint.DataLoader(Corpus(rows), batch_size, seed=3, rank=r, world_size=world_size,
+                                    drop_last=drop_last, shuffle_block=8) for r in range(world_size)]
+    for loader in made:
+        if state is not None:
+            loader.load_state_dict(state)
+    return made
+
+
+ROWS = [37, 41, 29, 53, 47, 31, 43, 59, 61, 23, 67, 40]
+
+
+def test_which_places_the_steps_after_a_fixed_global_batch_resize_where_the_loader_read_them():
+    """``which(step)`` cuts through the run's layout history with the same rule as the loader."""
+    first = loaders(ROWS, 4, 3)
+    streams = [list(itertools.islice(loader, 20)) for loader in first]
+    second = loaders(ROWS, 3, 4, first[0].state_dict())
+    read = [list(itertools.islice(loader, 5)) for loader in second]
+    third = loaders(ROWS, 6, 2, second[0].state_dict())
+    later = [list(itertools.islice(loader, 3)) for loader in third]
+    assert third[0].which(7) == {r: streams[r][7].tolist() for r in range(4)}
+    assert third[0].which(22) == {r: read[r][2].tolist() for r in range(3)}
+    assert third[0].which(26) == {r: later[r][1].tolist() for r in range(6)}
+    assert isinstance(third[0]._start, GlobalBatchCut)
+
+
+def test_a_state_saved_before_the_first_batch_after_a_change_of_global_batch_resumes_exactly():
+    """4 x 2 -> 2 x 6 re-deals (G 8 -> 12); saved at once and resumed on 2 x 6, it re-deals again,
+    batch for batch what the 2 x 6 run would have read (the history says who wrote the position)."""
+    first = loaders(ROWS, 4, 2)
+    for loader in first:
+        list(itertools.islice(loader, 10))
+    moved = loaders(ROWS, 2, 6, first[0].state_dict())
+    assert not isinstance(moved[0]._start, GlobalBatchCut)
+    again = loaders(ROWS, 2, 6, moved[0].state_dict())
+    assert [[b.tolist() for b in loader] for loader in again] == [[b.tolist() for b in loader] for loader in moved]

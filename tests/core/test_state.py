@@ -36,7 +36,7 @@ def test_state_fields_are_documented_in_order():
 
 @pytest.mark.parametrize("edit, match", [
     (dict(format="torchdata"), "'format': found 'torchdata'"),
-    (dict(version=3), "'version': found 3.*newer shufflepoint"),
+    (dict(version=4), "'version': found 4.*newer shufflepoint"),
     (dict(version=True), "'version': found True"),
     (dict(kind="sampler"), "'kind': found 'sampler'"),
     (dict(n=41), "'n': found 41, expected 40.*dataset changed length"),

@@ -41,12 +41,11 @@ once, the global batches cut again).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
-from shufflepoint._core.spans import NAME, check_segments
+from shufflepoint._core.spans import NAME, SpanCut, check_segments
 
 
 def keeps_global_batch(segments: Sequence[Sequence[int]], written_by: tuple[int, int] | None,
@@ -69,23 +68,18 @@ def keeps_global_batch(segments: Sequence[Sequence[int]], written_by: tuple[int,
             and global_batch % first_world == 0)
 
 
-def written_by(state: Mapping[str, Any]) -> tuple[int, int]:
-    """The (world size, batch size) of a validated state: the layout that reached its position."""
-    return int(state["world_size"]), int(state["batch_size"])
-
-
-class GlobalBatchCut:
+class GlobalBatchCut(SpanCut):
     """The rest of an epoch under ``spans`` at a fixed global batch: what each rank of the new world reads.
 
-    Answers what ``SpanCut`` answers (``plan.cut`` picks one), for the position ``[[first_world_size,
-    taken]]`` read by ``world_size`` ranks of ``batch_size``, where ``world_size * batch_size`` divides by
-    ``first_world_size``.
+    A ``SpanCut`` (the same deal, the same questions; ``plan.cut`` picks which) for the position
+    ``[[first_world_size, taken]]`` read by ``world_size`` ranks of ``batch_size``, where
+    ``world_size * batch_size`` divides by ``first_world_size``. It answers every question itself.
     """
 
     name = NAME
 
     def __init__(self, n: int, first_world_size: int, taken: int, world_size: int, batch_size: int,
-                 drop_last: bool) -> None:
+                 drop_last: bool) -> None:  # not SpanCut's: the parts replace its segments
         global_batch = world_size * batch_size
         if global_batch % first_world_size:
             raise ValueError(f"global batch: found {world_size} x {batch_size} = {global_batch}, expected a multiple "

@@ -118,11 +118,8 @@ class StridedCut:
         return self.layout.cursor_after(self.cursor, min(received, self.samples_per_rank())), []
 
 
-Cut = StridedCut | SpanCut | GlobalBatchCut
-
-
 def cut(layout: Layout, deal: str, cursor: int, segments: list[list[int]],
-        written_by: tuple[int, int] | None = None) -> Cut:
+        written_by: tuple[int, int] | None = None) -> StridedCut | SpanCut:
     """The rest of the epoch at (cursor, segments) under ``deal``, for ``layout``'s world.
 
     ``written_by``: the (world size, batch size) that reached the position (a loaded state's), or None.

@@ -1,13 +1,14 @@
 """The state: a versioned, flat dict of JSON values, the same on every rank. Written and read here.
 
-Fields (format version 2; version 1, written by 0.1 and 0.2, had neither ``deal`` nor ``segments``
-and still loads, as the strided deal it always was):
+Fields (format version 3; version 2, written by 0.3, had neither ``steps`` nor ``history``, and
+version 1, written by 0.1 and 0.2, had neither ``deal`` nor ``segments``: both still load, see
+``_legacy_history``):
 
 =====================  ===========  ==========================================================
 field                  type         meaning
 =====================  ===========  ==========================================================
 format                 str          always ``"shufflepoint"``
-version                int          format version, 2
+version                int          format version, 3
 kind                   str          ``"loader"`` or ``"sampler"``: which object wrote it
 seed                   int          the order's seed
 epoch                  int          the epoch being read
@@ -25,6 +26,10 @@ deal                   str          who reads which positions: ``strided`` or ``
 segments               list         ``spans`` only: this epoch's ``[world_size, taken]`` pairs, one per
                                     world size it was read at, ``taken`` samples per rank (reset at
                                     each epoch; empty for ``strided``)
+steps                  int          batches each rank received since the run began (epoch 0, batch 0)
+history                list         the run's legs, one per change of layout or jump, as
+                                    ``[step, W, B, D]`` or ``[step, W, B, D, epoch, start]``
+                                    (``_core/history.py``); at most 33, the latest
 =====================  ===========  ==========================================================
 
 The key set never depends on progress (torch.distributed.checkpoint asks a fresh object for its
@@ -40,12 +45,13 @@ from typing import Any
 
 from shufflepoint._core import spans as _spans
 from shufflepoint._core.errors import ResumeWarning, StateError
-from shufflepoint._core.plan import STRIDED
+from shufflepoint._core.history import MAX_EPOCH, History, Place
+from shufflepoint._core.plan import STRIDED, Layout, cut
 from shufflepoint._core.spans import NAME as SPANS
 
 FORMAT = "shufflepoint"
-VERSION = 2
-OLDEST_VERSION = 1  # version 1: the same fields without deal and segments (always strided)
+VERSION = 3
+OLDEST_VERSION = 1  # version 1: without deal and segments (always strided); version 2: without steps and history
 KINDS = ("loader", "sampler")
 MAX_INT = 2**63 - 1
 MAX_SEED = 2**64 - 1  # seeds span torch's full range; every other int fits an int64
@@ -69,9 +75,11 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "dataset_fingerprint": ((str, type(None)), "a string or None"),
     "deal": ((str,), "'strided' or 'spans'"),
     "segments": ((list,), "a list of [world_size, taken] pairs"),
+    "steps": ((int,), _INT),
+    "history": ((list,), "a list of [step, W, B, D] or [step, W, B, D, epoch, start] entries"),
 }
 FIELDS: tuple[str, ...] = tuple(_SCHEMA)
-_V1_FIELDS = FIELDS[:-2]
+_FIELDS_OF = {1: FIELDS[:-4], 2: FIELDS[:-2], 3: FIELDS}
 DEALS = (STRIDED, SPANS)
 
 # Keys that identify states written by other libraries, to say so instead of "missing keys".
@@ -101,6 +109,8 @@ class Expected:
     # How shufflepoint 0.2 identified the same dataset (a corpus's index without shard versions):
     # a version-1 state carrying it matches, as 0.2 itself would have judged.
     legacy_fingerprint: str | None = None
+    # The layout that will read on (None: not checked): a resize that cannot be recorded is refused.
+    layout: Layout | None = None
 
 
 @dataclass(frozen=True)
@@ -111,6 +121,8 @@ class Position:
     cursor: int
     deal: str
     segments: list[list[int]]
+    steps: int
+    history: History
 
 
 def _fail(field: str, found: object, expected: str, fix: str) -> StateError:
@@ -146,7 +158,7 @@ def _check_shape(state: object) -> Mapping[str, Any]:
             "It was written by a newer shufflepoint; upgrade shufflepoint to load it."
             if newer else "This format version is not known; the state is damaged or foreign.",
         )
-    fields = FIELDS if version == VERSION else _V1_FIELDS
+    fields = _FIELDS_OF[version]
     missing = [f for f in fields if f not in keys]
     extra = sorted(str(k) for k in keys - set(fields))
     if missing:
@@ -155,9 +167,11 @@ def _check_shape(state: object) -> Mapping[str, Any]:
     if extra:
         raise _fail("(keys)", f"unknown {extra}", f"exactly {list(fields)} (version {version})",
                     "The state was edited or comes from another program; use another checkpoint.")
-    if version < VERSION:  # version 1 was always strided
-        state = {**state, "version": VERSION, "deal": STRIDED, "segments": []}
+    if version == 1:  # version 1 was always strided
+        state = {**state, "deal": STRIDED, "segments": []}
     for field, (types, text) in _SCHEMA.items():
+        if field not in state:  # steps and history before version 3: see _legacy_history
+            continue
         value = state[field]
         is_bool = isinstance(value, bool)
         if not isinstance(value, types) or (is_bool and bool not in types):
@@ -165,6 +179,9 @@ def _check_shape(state: object) -> Mapping[str, Any]:
         highest = MAX_SEED if field == "seed" else MAX_INT
         if isinstance(value, int) and not is_bool and not 0 <= value <= highest:
             raise _fail(field, value, f"an int in [0, {highest}]", "The state is damaged; use another checkpoint.")
+    if state["epoch"] > MAX_EPOCH:
+        raise _fail("epoch", state["epoch"], f"an int in [0, {MAX_EPOCH}] (the last epoch the orders support)",
+                    "The state is damaged or was edited; use another checkpoint.")
     _check_segments_shape(state["segments"])
     return state
 
@@ -184,8 +201,8 @@ def _check_deal(state: Mapping[str, Any], expected: Expected) -> None:
     """The layout is sane, the deal is the one this object reads with, and its history replays to
     the state's cursor."""
     for field in ("world_size", "batch_size"):
-        if state[field] < 1:
-            raise _fail(field, state[field], "an int >= 1", "The state is damaged.")
+        if not 1 <= state[field] <= 2**31:
+            raise _fail(field, state[field], "an int in [1, 2**31]", "The state is damaged.")
     deal, segments = state["deal"], state["segments"]
     if deal not in DEALS:
         raise _fail("deal", deal, " or ".join(map(repr, DEALS)), "The state is damaged or from a newer shufflepoint.")
@@ -206,6 +223,61 @@ def _check_deal(state: Mapping[str, Any], expected: Expected) -> None:
     if state["cursor"] != cursor:
         raise _fail("cursor", state["cursor"], f"{cursor} (what segments={segments} leave of n={state['n']})",
                     "The state is damaged or was edited; use another checkpoint.")
+    _check_recordable(state, expected.layout)
+
+
+def _check_recordable(state: Mapping[str, Any], layout: Layout | None) -> None:
+    """A resize to ``layout`` that would open a segment past ``MAX_SEGMENTS`` in this epoch is refused
+    here, at the load, rather than written as a state that no load accepts."""
+    segments = state["segments"]
+    if layout is None or len(segments) < _spans.MAX_SEGMENTS or segments[-1][0] == layout.world_size:
+        return
+    if cut(layout, SPANS, state["cursor"], segments).samples_per_rank() == 0:
+        return  # nothing left to read on the new world: no segment is opened
+    last = segments[-1][0]
+    raise _fail("segments", f"{len(segments)} world sizes in epoch {state['epoch']}",
+                f"at most {_spans.MAX_SEGMENTS} in one epoch: world size {layout.world_size} would be the "
+                f"{len(segments) + 1}th", f"Finish epoch {state['epoch']} on world size {last} (the last one) "
+                f"and resize after it; or load this state into a loader of world size {last}, call "
+                f"set_epoch({state['epoch'] + 1}), save, and resize from that state.")
+
+
+def _legacy_history(state: Mapping[str, Any], layout: Layout, start: Place) -> tuple[int, History]:
+    """(steps, history) for a state written before version 3, which recorded neither: the steps are
+    counted as if the saved layout had read the whole run, and the history starts there (earlier
+    steps are not placed)."""
+    deal, n = state["deal"], state["n"]
+    per_epoch = -(-cut(layout, deal, 0, []).samples_per_rank() // layout.batch_size)
+    left = -(-start.cut(layout, deal).samples_per_rank() // layout.batch_size)
+    steps = state["epoch"] * per_epoch + max(per_epoch - left, 0)
+    return steps, History.begin(n, deal, layout, start, steps)
+
+
+def _check_history(state: Mapping[str, Any]) -> tuple[int, History]:
+    """The run's history is well formed, ends with the saved layout, and arrives at the saved place
+    after ``steps`` batches."""
+    layout = Layout(state["n"], state["world_size"], state["batch_size"], state["drop_last"])
+    deal, n = state["deal"], state["n"]
+    start = Place(state["epoch"], state["cursor"], tuple((w, t) for w, t in state["segments"]))
+    if "history" not in state:
+        return _legacy_history(state, layout, start)
+    try:
+        history = History.from_entries(n, deal, state["history"])
+    except ValueError as error:
+        raise _fail("history", state["history"], "the run's layout history (docs/state-format.md)",
+                    f"{error}. The state is damaged or was edited; use another checkpoint.") from None
+    steps, last = state["steps"], history.legs[-1]
+    if last.layout != layout:
+        saved = [layout.world_size, layout.batch_size, int(layout.drop_last)]
+        raise _fail("history", state["history"], f"a last entry with the saved layout [W, B, D] = {saved}",
+                    "The state is damaged or was edited; use another checkpoint.")
+    if steps < last.step:
+        raise _fail("steps", steps, f"at least {last.step} (the history's last entry)", "The state is damaged.")
+    arrived, target = history.position(steps), start.normal(layout, deal)
+    if arrived != target:
+        raise _fail("steps", steps, f"a step at which the history arrives at epoch {start.epoch}, cursor "
+                    f"{start.cursor} (it arrives at {arrived})", "The state is damaged or was edited.")
+    return steps, history
 
 
 def _current(state: object, expected: Expected) -> Mapping[str, Any]:
@@ -253,6 +325,7 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> Posit
     if state["cursor"] > state["n"]:
         raise _fail("cursor", state["cursor"], f"an int in [0, n={state['n']}]", "The state is damaged.")
     _check_deal(state, expected)
+    steps, history = _check_history(state)
     found_print, expected_print = state["dataset_fingerprint"], expected.dataset_fingerprint
     fingerprint_changed = found_print is not None and expected_print is not None and found_print != expected_print
     if fingerprint_changed and strict:
@@ -276,13 +349,15 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> Posit
                 "may not be the same. The default order (radix-feistel) does not depend on torch.",
                 ResumeWarning, stacklevel=3,
             )
-    return Position(state["epoch"], state["cursor"], state["deal"], [list(p) for p in state["segments"]])
+    return Position(state["epoch"], state["cursor"], state["deal"], [list(p) for p in state["segments"]],
+                    steps, history)
 
 
 def build(
     *, kind: str, seed: int, epoch: int, cursor: int, n: int, shuffle: bool, order: str,
     order_version: int, world_size: int, batch_size: int, drop_last: bool,
     dataset_fingerprint: str | None, deal: str = STRIDED, segments: list[list[int]] | None = None,
+    steps: int, history: History,
 ) -> dict[str, Any]:
     """The state dict, every field in schema order."""
     torch_version = None
@@ -296,4 +371,5 @@ def build(
         "world_size": world_size, "batch_size": batch_size, "drop_last": drop_last,
         "torch_version": torch_version, "dataset_fingerprint": dataset_fingerprint,
         "deal": deal, "segments": [list(pair) for pair in segments or []],
+        "steps": steps, "history": history.entries(),
     }

@@ -10,8 +10,9 @@ import numpy as np
 import torch.utils.data
 
 from shufflepoint._core import state as _state
-from shufflepoint._core.global_batch import written_by
-from shufflepoint._core.plan import Cut, Layout
+from shufflepoint._core.history import MAX_EPOCH, History, Place, place_after
+from shufflepoint._core.plan import Layout, StridedCut
+from shufflepoint._core.spans import SpanCut
 from shufflepoint._loading.agreement import validate_everywhere
 from shufflepoint._loading.keyed import KeyedCollate, KeyedDataset, Transform, keyed_chunks
 from shufflepoint._loading.sampler import (
@@ -24,20 +25,12 @@ from shufflepoint._loading.sampler import (
     resolve_world,
     warn_if_blocks_exceed_the_share,
 )
+from shufflepoint._loading.steps import Lookup, Pass
 from shufflepoint._order import check_int
 from shufflepoint._shards.batch import collate as columnar_collate
 
-
-class _Pass:
-    """One run of ``iter(loader)`` over (part of) an epoch: where it started, what was received."""
-
-    __slots__ = ("epoch", "cut", "received")
-
-    def __init__(self, epoch: int, start: Cut) -> None:
-        self.epoch, self.cut, self.received = epoch, start, 0
-
-
 Chunk = tuple[np.ndarray, np.ndarray]  # (epoch positions, dataset indices)
+_END = object()  # the end of torch's iterator
 
 
 def _announced(chunks: Iterator[Chunk], prefetch: Callable[[np.ndarray], None]) -> Iterator[Chunk]:
@@ -80,7 +73,7 @@ def _served(dataset: Any, seed: int, transform: Transform | None, seed_per_sampl
     return dataset
 
 
-class _PassSampler(torch.utils.data.Sampler[Any]):
+class PassSampler(torch.utils.data.Sampler[Any]):
     """The index sampler torch's machinery drives: this rank's indices for the loader's live pass
     (keys ``(epoch, position, index)`` instead when samples draw keyed randomness)."""
 
@@ -194,14 +187,15 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         self._legacy_fingerprint = resolve_fingerprint(dataset_fingerprint, dataset, self._layout.n, self._orders,
                                                        "legacy_fingerprint")
         self._explain = explain_fingerprint(dataset)
-        self._epoch = 0
-        self._start: Cut = self._deal.cut(self._layout, 0, [])  # where the next pass starts
-        self._written_by: tuple[int, int] | None = None  # the layout of a loaded state, for this epoch
-        self._pass: _Pass | None = None
+        self._epoch, self._steps = 0, 0
+        self._start: StridedCut | SpanCut = self._deal.cut(self._layout, 0, [])  # where the next pass starts
+        self._pass: Pass | None = None
+        self._history = History.begin(self._layout.n, self._deal.name, self._layout, Place(0, 0))
+        self._lookup = Lookup()
         self._keyed = _check_keyed(transform, seed_per_sample)
         dataset = _served(dataset, self._seed, transform, seed_per_sample, torch_dataloader_kwargs)
         super().__init__(
-            dataset, batch_size=batch_size, sampler=_PassSampler(self), drop_last=drop_last,
+            dataset, batch_size=batch_size, sampler=PassSampler(self), drop_last=drop_last,
             num_workers=num_workers, **torch_dataloader_kwargs,
         )
 
@@ -213,10 +207,26 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
 
     def _position(self) -> tuple[int, list[list[int]]]:
         """(cursor, segments): what the training loop has received of this epoch."""
+        place = self._here()[1]
+        return place.cursor, [list(pair) for pair in place.segments]
+
+    def _here(self) -> tuple[int, Place]:
+        """(step, place): batches received since the run began, and where the next one comes from."""
         live = self._pass
         if live is None:
-            return self._start.after(0)
-        return live.cut.after(self._layout.batch_size * live.received)
+            return self._steps, place_after(self._epoch, self._start, 0)
+        return live.steps + live.received, place_after(live.epoch, live.cut, self._layout.batch_size * live.received)
+
+    @property
+    def step(self) -> int:
+        """Batches each rank has received since the run began (epoch 0, batch 0): the step ``which`` takes."""
+        return self._here()[0]
+
+    def _jump(self, epoch: int, start: StridedCut | SpanCut) -> None:
+        """Read from ``start`` of ``epoch`` next (no live pass), recorded in the run's history."""
+        steps = self.step
+        self._history = self._history.record(steps, self._layout, place_after(epoch, start, 0))
+        self._pass, self._epoch, self._start, self._steps = None, int(epoch), start, steps
 
     @property
     def cursor(self) -> int:
@@ -228,7 +238,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         """``strided`` or ``spans``: who reads which positions of the epoch (see ``docs/shards.md``)."""
         return self._deal.name
 
-    def _left(self) -> tuple[Cut, int]:
+    def _left(self) -> tuple[StridedCut | SpanCut, int]:
         live = self._pass
         return (live.cut, self._layout.batch_size * live.received) if live is not None else (self._start, 0)
 
@@ -260,10 +270,9 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
 
     def set_epoch(self, epoch: int) -> None:
         """Jump to the first batch of ``epoch``. The current epoch again changes nothing."""
-        check_int("epoch", epoch, 0, 2**62)
+        check_int("epoch", epoch, 0, MAX_EPOCH)
         if epoch != self.epoch:
-            self._pass, self._epoch, self._start = None, int(epoch), self._deal.cut(self._layout, 0, [])
-            self._written_by = None
+            self._jump(epoch, self._deal.cut(self._layout, 0, []))
 
     def seek(self, epoch: int, batches: int = 0) -> None:
         """Go to ``epoch`` after its first ``batches`` batches per rank: O(1), no sample is read.
@@ -272,32 +281,46 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         Trainer's ``divmod(global_step, len(loader))`` turned into a position. With the same world
         size and batch size as the run being continued, the next batch is exactly its next batch.
         """
-        check_int("epoch", epoch, 0, 2**62)
+        check_int("epoch", epoch, 0, MAX_EPOCH)
         check_int("batches", batches, 0, 2**62)
-        self._pass, self._epoch, self._written_by = None, int(epoch), None
         fresh = self._deal.cut(self._layout, 0, [])
         cursor, segments = fresh.after(int(batches) * self._layout.batch_size)
-        self._start = self._deal.cut(self._layout, cursor, segments)
+        self._jump(epoch, self._deal.cut(self._layout, cursor, segments))
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        epoch, (cursor, segments) = self.epoch, self._position()
-        start = self._deal.cut(self._layout, cursor, segments, self._written_by)
-        live = _Pass(epoch, start)
-        self._pass, self._epoch, self._start = live, epoch, start
+        (steps, place), epoch = self._here(), self.epoch
+        start = self._deal.cut(self._layout, place.cursor, [list(pair) for pair in place.segments],
+                               self._history.written_by())
+        if epoch == MAX_EPOCH and start.samples_per_rank() == 0:
+            raise ValueError(f"epoch: the loader has read epoch {MAX_EPOCH}, the last one the orders support; "
+                             "call set_epoch(e) with an earlier epoch to read on")
+        live = Pass(epoch, start, steps)
+        self._pass, self._epoch, self._start, self._steps = live, epoch, start, steps
         return self._count(super().__iter__(), live)
 
-    def _count(self, batches: Iterator[Any], live: _Pass) -> Iterator[Any]:
-        for batch in batches:
+    def _count(self, batches: Iterator[Any], live: Pass) -> Iterator[Any]:
+        while True:
             if self._pass is not live:
-                raise RuntimeError(
-                    "this iterator was superseded by a newer iter(loader), set_epoch() or "
-                    "load_state_dict(); iterate the newest one"
-                )
+                follows = self._pass
+                while follows is not None and follows is not live:
+                    follows = follows.follows
+                if self._pass is None or follows is None:
+                    raise RuntimeError(
+                        "this iterator was superseded by a newer iter(loader), set_epoch() or "
+                        "load_state_dict(); iterate the newest one"
+                    )
+                live = self._pass  # set_batch_size(): batches of the old size already prefetched are dropped
+                del batches
+                batches = super().__iter__()
+            batch = next(batches, _END)
+            if batch is _END:
+                break
             live.received += 1
             yield batch
-        if self._pass is live:  # the pass is exhausted: the epoch is over
-            self._pass, self._epoch, self._written_by = None, live.epoch + 1, None
-            self._start = self._deal.cut(self._layout, 0, [])
+        if self._pass is live:  # the pass is exhausted: the epoch is over (the last epoch stays at its end)
+            ended = live.epoch == MAX_EPOCH
+            self._jump(live.epoch if ended else live.epoch + 1,
+                       self._deal.cut(self._layout, *live.cut.after(live.cut.samples_per_rank()) if ended else (0, [])))
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (a whole epoch, whatever the cursor)."""
@@ -312,7 +335,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             shuffle=self._shuffle, order=self._orders.name, order_version=self._orders.version,
             world_size=self._layout.world_size, batch_size=self._layout.batch_size,
             drop_last=self._layout.drop_last, dataset_fingerprint=self._fingerprint,
-            deal=self._deal.name, segments=segments,
+            deal=self._deal.name, segments=segments, steps=self.step, history=self._history,
         )
 
     def load_state_dict(
@@ -332,14 +355,39 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             state, self._expected(orders, deal), strict=strict, rank=self._rank, world_size=self._layout.world_size,
             verify_ranks=self._verify_ranks if verify_ranks is None else verify_ranks,
         )
-        start = deal.cut(self._layout, position.cursor, position.segments, written_by(state))
+        start = deal.cut(self._layout, position.cursor, position.segments)
+        history = position.history.record(position.steps, self._layout, place_after(position.epoch, start, 0))
+        start = deal.cut(self._layout, position.cursor, position.segments, history.written_by())
         self._orders, self._deal, self._pass, self._epoch, self._start = orders, deal, None, position.epoch, start
-        self._written_by = written_by(state)
+        self._steps, self._history = position.steps, history
+
+    def which(self, step: int) -> dict[int, list[int]]:
+        """For each rank of the world that read ``step`` (see ``step``), the dataset indices of its batch,
+        by arithmetic from the run's layout history in the state (``docs/state-format.md#which``): load
+        any state saved at or after ``step``, on any rank and world size. Later steps: this loader's layout."""
+        return self._lookup.which(self._history, self._orders, step)
+
+    def set_batch_size(self, batch_size: int) -> None:
+        """Read on in batches of ``batch_size`` per rank from the next batch, recorded in the run's history.
+
+        Between two batches of a live iterator, that iterator drops what its workers prefetched at
+        the old size and goes on at the new one from exactly the position received (docs/state-format.md).
+        """
+        batch_size = check_int("batch_size", batch_size, 1, 2**31)
+        steps, place = self._here()
+        layout = Layout(self._layout.n, self._layout.world_size, batch_size, self._layout.drop_last)
+        history = self._history.record(steps, layout, place)
+        start = self._deal.cut(layout, place.cursor, [list(pair) for pair in place.segments], history.written_by())
+        live = self._pass
+        self._pass = Pass(place.epoch, start, steps, follows=live) if live is not None else None
+        self._layout, self._history, self._epoch, self._start, self._steps = layout, history, place.epoch, start, steps
+        object.__setattr__(self, "batch_size", batch_size)  # torch refuses a plain assignment after __init__
+        self.batch_sampler.batch_size = batch_size  # type: ignore[union-attr]
 
     def _expected(self, orders: OrderCache, deal: Deal) -> _state.Expected:
         return _state.Expected(
             kind="loader", n=self._layout.n, seed=self._seed, shuffle=self._shuffle,
             order=orders.name, order_version=orders.version,
             dataset_fingerprint=self._fingerprint, explain_fingerprint=self._explain, deal=deal.name,
-            legacy_fingerprint=self._legacy_fingerprint,
+            legacy_fingerprint=self._legacy_fingerprint, layout=self._layout,
         )

@@ -12,10 +12,12 @@ import numpy as np
 from torch.utils.data.distributed import DistributedSampler
 
 from shufflepoint._core import state as _state
-from shufflepoint._core.global_batch import written_by
-from shufflepoint._core.plan import STRIDED, Cut, Layout, StridedCut, cut
+from shufflepoint._core.history import MAX_EPOCH, History, Place, place_after
+from shufflepoint._core.plan import STRIDED, Layout, StridedCut, cut
 from shufflepoint._core.spans import NAME as SPANS
+from shufflepoint._core.spans import SpanCut
 from shufflepoint._loading.agreement import validate_everywhere
+from shufflepoint._loading.progress import Progress
 from shufflepoint._order import (
     DEFAULT_ORDER,
     DEFAULT_ORDERS,
@@ -152,7 +154,7 @@ class OrderCache:
         """A corpus order (``blocks`` or a dataset's own): the ``spans`` deal is its default."""
         return self.shuffle_block is not None
 
-    def get(self, epoch: int, deal: Cut) -> Order:
+    def get(self, epoch: int, deal: StridedCut | SpanCut) -> Order:
         """The epoch's order; under ``spans`` the ``blocks`` order is laid along the epoch's first stretches."""
         stretches = deal.first_world_size if deal.name == SPANS and self._rows is not None else None
         if self._order is None or self._epoch != (epoch, stretches):
@@ -192,7 +194,7 @@ class Deal:
         return adopted
 
     def cut(self, layout: Layout, cursor: int, segments: list[list[int]],
-            written_by: tuple[int, int] | None = None) -> Cut:
+            written_by: tuple[int, int] | None = None) -> StridedCut | SpanCut:
         return cut(layout, self.name, cursor, segments, written_by)
 
 
@@ -217,7 +219,7 @@ def warn_if_blocks_exceed_the_share(orders: OrderCache, deal: Deal, n: int, worl
         )
 
 
-def rank_chunks(order: Order, deal: Cut, rank: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def rank_chunks(order: Order, deal: StridedCut | SpanCut, rank: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """This rank's (epoch positions, sample indices) from ``deal``'s start to the end of the epoch."""
     total = deal.samples_per_rank()
     start, size = 0, _FIRST_CHUNK
@@ -228,40 +230,10 @@ def rank_chunks(order: Order, deal: Cut, rank: int) -> Iterator[tuple[np.ndarray
         start, size = stop, min(size * 4, _MAX_CHUNK)
 
 
-def rank_index_chunks(order: Order, deal: Cut, rank: int) -> Iterator[list[int]]:
+def rank_index_chunks(order: Order, deal: StridedCut | SpanCut, rank: int) -> Iterator[list[int]]:
     """This rank's sample indices from ``deal``'s start to the end of the epoch, as lists of ints."""
     for _, indices in rank_chunks(order, deal, rank):
         yield indices.tolist()
-
-
-class _Progress:
-    """How many indices one ``iter(sampler)`` has yielded, read without a Python call per index.
-
-    The indices reach torch through ``itertools.chain`` over list iterators (C speed); the count is
-    the finished chunks plus what the current chunk's iterator has given out (its length minus its
-    ``__length_hint__``). It does not hold the chain, so there is no reference cycle.
-    """
-
-    __slots__ = ("epoch", "cut", "_current", "_current_size", "_done_before")
-
-    def __init__(self, epoch: int, start: Cut) -> None:
-        self.epoch, self.cut = epoch, start
-        self._current: Iterator[int] = iter(())
-        self._current_size = 0
-        self._done_before = 0  # indices yielded from earlier chunks
-
-    @property
-    def yielded(self) -> int:
-        left = int(self._current.__length_hint__())  # type: ignore[attr-defined]
-        return self._done_before + self._current_size - left
-
-    def track(self, chunks: Iterator[list[int]]) -> Iterator[Iterator[int]]:
-        for chunk in chunks:
-            self._done_before += self._current_size
-            self._current, self._current_size = iter(chunk), len(chunk)
-            yield self._current
-        self._done_before += self._current_size
-        self._current, self._current_size = iter(()), 0
 
 
 class ResumableSampler(DistributedSampler[int]):
@@ -318,21 +290,24 @@ class ResumableSampler(DistributedSampler[int]):
                                                        "legacy_fingerprint")
         self._explain = explain_fingerprint(dataset)
         self._verify_ranks = bool(verify_ranks)
-        self._pending: Cut | None = None  # from load_state_dict, for the next __iter__
-        self._active: _Progress | None = None
+        self._pending: StridedCut | SpanCut | None = None  # from load_state_dict, for the next __iter__
+        self._active: Progress | None = None
+        self._steps = 0  # samples yielded since the run began, before the active iterator
+        self._history = History.begin(n, self._deal.name, self._layout, Place(0, 0))
 
     @property
     def deal(self) -> str:
         """``strided`` or ``spans``: who reads which positions of the epoch."""
         return self._deal.name
 
-    def _start(self) -> Cut:
+    def _start(self) -> StridedCut | SpanCut:
         return self._pending if self._pending is not None else self._deal.cut(self._layout, 0, [])
 
     def __iter__(self) -> Iterator[int]:
         start, self._pending = self._start(), None
         chunks = rank_index_chunks(self._orders.get(self.epoch, start), start, self.rank)
-        self._active = _Progress(self.epoch, start)
+        self._record(self.epoch, start)
+        self._active = Progress(self.epoch, start)
         return itertools.chain.from_iterable(self._active.track(chunks))
 
     def __len__(self) -> int:
@@ -340,9 +315,16 @@ class ResumableSampler(DistributedSampler[int]):
 
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch`` at its first sample; the current epoch again keeps a restored position."""
-        check_int("epoch", epoch, 0, 2**62)
+        check_int("epoch", epoch, 0, MAX_EPOCH)
         if epoch != self.epoch:
+            self._record(epoch, self._deal.cut(self._layout, 0, []))
             self.epoch, self._pending, self._active = int(epoch), None, None
+
+    def _record(self, epoch: int, start: StridedCut | SpanCut) -> None:
+        """The run reads from ``start`` of ``epoch`` next: counted and recorded in its history."""
+        steps = self._steps + (self._active.yielded if self._active is not None else 0)
+        self._history = self._history.record(steps, self._layout, place_after(epoch, start, 0))
+        self._steps = steps
 
     def _position(self) -> tuple[int, list[list[int]]]:
         active = self._active
@@ -362,6 +344,7 @@ class ResumableSampler(DistributedSampler[int]):
             shuffle=self.shuffle, order=self._orders.name, order_version=self._orders.version,
             world_size=self._layout.world_size, batch_size=1, drop_last=self.drop_last,
             dataset_fingerprint=self._fingerprint, deal=self._deal.name, segments=segments,
+            steps=self._steps + (self._active.yielded if self._active is not None else 0), history=self._history,
         )
 
     def load_state_dict(
@@ -379,20 +362,24 @@ class ResumableSampler(DistributedSampler[int]):
             verify_ranks=self._verify_ranks if verify_ranks is None else verify_ranks,
         )
         self._orders, self._deal = orders, deal
-        start = deal.cut(self._layout, position.cursor, position.segments, written_by(state))
+        start = deal.cut(self._layout, position.cursor, position.segments)
+        self._steps, self._history, self._active = position.steps, position.history, None
         if start.samples_per_rank() == 0 and self.epoch > position.epoch:
             # A finished epoch says nothing about a later epoch the loop already chose with
             # set_epoch (torchdata applies a loaded state lazily, after the loop's set_epoch).
-            self._pending, self._active = None, None
+            self._pending = None
+            self._record(self.epoch, deal.cut(self._layout, 0, []))
             return
-        self.epoch, self._pending, self._active = position.epoch, start, None
+        self._record(position.epoch, start)
+        start = deal.cut(self._layout, position.cursor, position.segments, self._history.written_by())
+        self.epoch, self._pending = position.epoch, start
 
     def _expected(self, orders: OrderCache, deal: Deal) -> _state.Expected:
         return _state.Expected(
             kind="sampler", n=self._layout.n, seed=self.seed, shuffle=self.shuffle,
             order=orders.name, order_version=orders.version,
             dataset_fingerprint=self._fingerprint, explain_fingerprint=self._explain, deal=deal.name,
-            legacy_fingerprint=self._legacy_fingerprint,
+            legacy_fingerprint=self._legacy_fingerprint, layout=self._layout,
         )
 
 

@@ -1,0 +1,288 @@
+"""The run's layout history: which world size, batch size and tail policy read each step of the run.
+
+The order of an epoch is a pure function of (seed, epoch), and a deal cuts the rest of an epoch for
+one layout. What is left to know, to place *any* step of a run and not only the current one, is
+where the layout changed. This module keeps that as a few integers per change, and turns a step
+into (epoch, cut, batch) by arithmetic.
+
+Vocabulary (all integers):
+
+- A *step* counts the batches each rank received since the run began (epoch 0, batch 0), across
+  epochs, resizes and batch-size changes. Every rank receives the same number of batches, so one
+  counter places the whole world.
+- A *layout* is (world size W, batch size B, drop_last D): how the rest of an epoch is cut
+  (``plan.Layout``).
+- A *place* is where the next batch comes from: an epoch and a position in it, ``cursor`` and,
+  under the ``spans`` deal, the epoch's ``segments``. A place with nothing left under its layout is
+  the same place as the start of the next epoch (``normal``).
+- A *leg* is a stretch of the run read with one layout from one starting place: from its first
+  step it reads to the end of its epoch, then every later epoch whole, until the next leg begins.
+- An *entry* is a leg as the state stores it, a short JSON list:
+  ``[step, W, B, D]`` when the leg begins where the previous leg had arrived by that step (a
+  resize, a new batch size), or ``[step, W, B, D, epoch, start]`` when it begins somewhere of its
+  own (the first leg; a ``set_epoch`` or ``seek`` that jumps; a state written without a history).
+  ``start`` is the ``cursor`` under ``strided`` and the epoch's ``segments`` under ``spans``; ``D``
+  is 0 or 1.
+
+Worked example (``tests/core/test_history.py`` pins these values): n = 10, ``strided``; the run
+starts on 2 ranks x batch 2 and goes on after 2 steps on 1 rank x batch 3::
+
+    entries    : [[0, 2, 2, 0, 0, 0], [2, 1, 3, 0]]
+    steps 0-1  : epoch 0, leg 0: global steps of 4 positions, 0-3 then 4-7 (cursor 8)
+    step 2     : leg 1 begins where leg 0 arrived, epoch 0 cursor 8: rank 0 reads positions 8, 9
+    steps 3-6  : epoch 1, leg 1: positions 0-2, 3-5, 6-8, 9 (4 batches per epoch)
+    which(4)   : epoch 1, rank 0 -> positions 3, 4, 5 of epoch 1's order
+    steps 7-10 : epoch 2; step s >= 3 is in epoch 1 + (s - 3) // 4
+
+Placing a step is a binary search over the legs, then O(1): the batches left in the leg's first
+epoch, then whole epochs of the leg's layout. The history holds at most ``MAX_ENTRIES`` legs (the
+latest); when an older one is dropped, the first kept leg is stored with its start, and the steps
+before it are no longer placed (``first_step``).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from shufflepoint._core import spans as _spans
+from shufflepoint._core.plan import MAX_N, STRIDED, Layout, StridedCut, cut
+from shufflepoint._core.spans import SpanCut
+
+MAX_ENTRIES = 33  # the leg the history starts with and the 32 latest changes
+MAX_EPOCH = 2**62  # the orders' bound (``_order.MAX_EPOCH``): the last epoch a run can read
+_MAX_INT = 2**63 - 1
+_MAX_WORLD = 2**31
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where the next batch comes from: an epoch and a position in it (see the module docstring)."""
+
+    epoch: int
+    cursor: int
+    segments: tuple[tuple[int, int], ...] = ()
+
+    def cut(self, layout: Layout, deal: str, written_by: tuple[int, int] | None = None) -> StridedCut | SpanCut:
+        """``layout``'s cut from here; ``written_by``: the layout that arrived here (``plan.cut``)."""
+        return cut(layout, deal, self.cursor, [list(pair) for pair in self.segments], written_by)
+
+    def normal(self, layout: Layout, deal: str) -> Place:
+        """This place, or the start of the next epoch when ``layout`` has nothing left to read here (an
+        epoch's start stays itself: under a layout that reads no batch of an epoch, epochs pass
+        without a step)."""
+        if self.cursor == 0 and not self.segments or self.cut(layout, deal).samples_per_rank() > 0:
+            return self
+        return Place(self.epoch + 1, 0)
+
+
+def place_after(epoch: int, start: StridedCut | SpanCut, received: int) -> Place:
+    """The place once every rank has received ``received`` more samples from ``start``."""
+    cursor, segments = start.after(received)
+    return Place(epoch, cursor, tuple((int(w), int(t)) for w, t in segments))
+
+
+@dataclass(frozen=True)
+class Leg:
+    """One leg of the run: from ``step`` on, ``layout`` reads from ``start``."""
+
+    step: int
+    layout: Layout
+    start: Place
+    explicit: bool  # stored with its start (else it begins where the previous leg arrived)
+
+    def entry(self, deal: str) -> list[Any]:
+        layout = self.layout
+        head: list[Any] = [self.step, layout.world_size, layout.batch_size, int(layout.drop_last)]
+        if not self.explicit:
+            return head
+        start: Any = [list(pair) for pair in self.start.segments] if deal != STRIDED else self.start.cursor
+        return [*head, self.start.epoch, start]
+
+
+def _batches(deal_cut: StridedCut | SpanCut, batch_size: int) -> int:
+    return -(-deal_cut.samples_per_rank() // batch_size)
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A step placed: its epoch, the cut it is read from, and its batch within that cut."""
+
+    epoch: int
+    cut: StridedCut | SpanCut
+    batch: int
+    layout: Layout
+
+    def rank_positions(self, rank: int) -> Any:
+        """Epoch positions of ``rank``'s batch (tail padding included, as the rank received it)."""
+        size = self.layout.batch_size
+        first = self.batch * size
+        return self.cut.rank_positions(rank, first, min(first + size, self.cut.samples_per_rank()))
+
+
+class History:
+    """The legs of a run, validated, for one dataset length and deal. Immutable: ``record`` returns
+    a new history."""
+
+    def __init__(self, n: int, deal: str, legs: Sequence[Leg]) -> None:
+        self.n, self.deal, self.legs = n, deal, tuple(legs)
+        self._steps = [leg.step for leg in self.legs]
+
+    @classmethod
+    def begin(cls, n: int, deal: str, layout: Layout, start: Place, step: int = 0) -> History:
+        """A history of one leg: the run (or what is known of it) starts at ``step`` from ``start``."""
+        return cls(n, deal, [Leg(step, layout, start, True)])
+
+    @property
+    def first_step(self) -> int:
+        """The first step this history places; earlier ones were dropped or never recorded."""
+        return self.legs[0].step
+
+    def entries(self) -> list[list[Any]]:
+        """The JSON form the state stores."""
+        return [leg.entry(self.deal) for leg in self.legs]
+
+    def _leg(self, step: int) -> Leg:
+        if step < self.first_step:
+            raise ValueError(f"step: found {step}, but this history starts at step {self.first_step}")
+        return self.legs[bisect.bisect_right(self._steps, step) - 1]
+
+    def written_by(self, leg: Leg | None = None) -> tuple[int, int] | None:
+        """(world size, batch size) of the leg that arrived where ``leg`` (default: the last) begins, when
+        it begins there (a resize): at the same global batch its first epoch keeps the global batches
+        (``_core/global_batch.py``). None for a leg stored with its own start."""
+        leg = self.legs[-1] if leg is None else leg
+        index = self.legs.index(leg)
+        if leg.explicit or index == 0:
+            return None
+        before = self.legs[index - 1].layout
+        return before.world_size, before.batch_size
+
+    def position(self, step: int) -> Place | None:
+        """Where the run stands once every rank has received ``step`` batches (normal form), or None
+        where no batch reaches it (epochs with no batch under the layout)."""
+        leg = self._leg(step)
+        layout, offset = leg.layout, step - leg.step
+        first = leg.start.cut(layout, self.deal, self.written_by(leg))
+        left = _batches(first, layout.batch_size)
+        if offset < left:
+            return place_after(leg.start.epoch, first, offset * layout.batch_size)
+        if offset == left:
+            return leg.start.normal(layout, self.deal) if left == 0 else Place(leg.start.epoch + 1, 0)
+        fresh = cut(layout, self.deal, 0, [])
+        per_epoch = _batches(fresh, layout.batch_size)
+        if per_epoch == 0:
+            return None
+        epochs, batch = divmod(offset - left, per_epoch)
+        return place_after(leg.start.epoch + 1 + epochs, fresh, batch * layout.batch_size)
+
+    def place(self, step: int) -> Placed:
+        """The epoch, cut and batch of ``step``; ValueError naming ``step`` where none exists."""
+        leg = self._leg(step)
+        layout, offset = leg.layout, step - leg.step
+        first = leg.start.cut(layout, self.deal, self.written_by(leg))
+        left = _batches(first, layout.batch_size)
+        if offset < left:
+            return Placed(leg.start.epoch, first, offset, layout)
+        fresh = cut(layout, self.deal, 0, [])
+        per_epoch = _batches(fresh, layout.batch_size)
+        if per_epoch == 0:
+            raise ValueError(f"step: found {step}, but from step {leg.step + left} on the layout "
+                             f"{layout.world_size} ranks x batch {layout.batch_size} reads no batch of an epoch "
+                             f"of {self.n} samples (drop_last={layout.drop_last})")
+        epochs, batch = divmod(offset - left, per_epoch)
+        epoch = leg.start.epoch + 1 + epochs
+        if epoch > MAX_EPOCH:
+            raise ValueError(f"step: found {step}, in epoch {epoch}, past the last epoch the orders support "
+                             f"({MAX_EPOCH})")
+        return Placed(epoch, fresh, batch, layout)
+
+    def record(self, step: int, layout: Layout, start: Place) -> History:
+        """The history once the run reads with ``layout`` from ``start`` at ``step``.
+
+        Nothing is added when that is where the last leg would have arrived with the same layout; a
+        leg that began at ``step`` read nothing and is replaced; past ``MAX_ENTRIES`` the oldest
+        legs are dropped and the first kept one is stored with its start.
+        """
+        legs = list(self.legs)
+        if step < legs[-1].step:
+            raise ValueError(f"step: found {step}, before the last leg's first step {legs[-1].step}")
+        target = start.normal(layout, self.deal)
+        if legs[-1].layout == layout and self.position(step) == target:
+            return self
+        while legs and legs[-1].step == step:
+            legs.pop()
+        arrived = History(self.n, self.deal, legs).position(step) if legs else None
+        legs.append(Leg(step, layout, target, explicit=arrived != target))
+        if len(legs) > MAX_ENTRIES:
+            legs = legs[-MAX_ENTRIES:]
+            legs[0] = replace(legs[0], explicit=True)
+        return History(self.n, self.deal, legs)
+
+    @classmethod
+    def from_entries(cls, n: int, deal: str, entries: object) -> History:
+        """Validate and resolve a stored history; ValueError naming the entry (``history[i]``)."""
+        if not isinstance(entries, list) or not 1 <= len(entries) <= MAX_ENTRIES:
+            count = f"{len(entries)} entries" if isinstance(entries, list) else type(entries).__name__
+            raise ValueError(f"history: found {count}, expected a list of 1 to {MAX_ENTRIES} entries")
+        legs: list[Leg] = []
+        for number, entry in enumerate(entries):
+            step, layout, start = _parse(n, deal, number, entry)
+            if legs and step <= legs[-1].step:
+                raise ValueError(f"history[{number}]: step {step}, expected a step after {legs[-1].step}")
+            if start is None:
+                arrived = cls(n, deal, legs).position(step) if legs else None
+                if arrived is None:
+                    where = "the first entry must carry its start" if not legs else "no batch reaches that step"
+                    raise ValueError(f"history[{number}]: found {entry!r}, expected [step, W, B, D, epoch, "
+                                     f"start] ({where})")
+                if arrived.epoch > MAX_EPOCH:
+                    raise ValueError(f"history[{number}]: step {step} is in epoch {arrived.epoch}, past {MAX_EPOCH}")
+                start = arrived
+            else:
+                start = start.normal(layout, deal)
+            legs.append(Leg(step, layout, start, explicit=len(entry) == 6))
+        return cls(n, deal, legs)
+
+
+def _is_int(value: object, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _parse(n: int, deal: str, number: int, entry: object) -> tuple[int, Layout, Place | None]:
+    """One entry's step, layout and (stored) start; ValueError naming it."""
+    field = f"history[{number}]"
+    shape = "[step, W, B, D] or [step, W, B, D, epoch, start]"
+    if not isinstance(entry, list) or len(entry) not in (4, 6):
+        raise ValueError(f"{field}: found {entry!r}, expected {shape}")
+    step, world_size, batch_size, drop_last = entry[:4]
+    if not (_is_int(step, 0, _MAX_INT) and _is_int(world_size, 1, _MAX_WORLD)
+            and _is_int(batch_size, 1, _MAX_WORLD) and _is_int(drop_last, 0, 1)):
+        raise ValueError(f"{field}: found {entry!r}, expected {shape} with step >= 0, 1 <= W, B <= 2**31, D 0 or 1")
+    layout = Layout(n, world_size, batch_size, bool(drop_last))
+    if len(entry) == 4:
+        return step, layout, None
+    epoch, start = entry[4:]
+    if not _is_int(epoch, 0, MAX_EPOCH):
+        raise ValueError(f"{field}: epoch {epoch!r}, expected an int in [0, {MAX_EPOCH}]")
+    if deal == STRIDED:
+        if not _is_int(start, 0, min(n, MAX_N)):
+            raise ValueError(f"{field}: start {start!r}, expected a cursor in [0, n={n}] (deal 'strided')")
+        return step, layout, Place(epoch, start)
+    segments = _check_start_segments(n, field, start)
+    remaining = segments[-1].remaining() if segments else n
+    pairs = tuple((s.world_size, s.taken) for s in segments)
+    return step, layout, Place(epoch, n - remaining, pairs)
+
+
+def _check_start_segments(n: int, field: str, start: object) -> list[Any]:
+    if not (isinstance(start, list) and len(start) <= _spans.MAX_SEGMENTS
+            and all(isinstance(p, list) and len(p) == 2 and all(_is_int(v, 0, _MAX_INT) for v in p) for p in start)):
+        raise ValueError(f"{field}: start {start!r}, expected the epoch's segments, at most "
+                         f"{_spans.MAX_SEGMENTS} [world_size, taken] pairs (deal 'spans')")
+    try:
+        return _spans.check_segments(n, start)
+    except ValueError as error:
+        raise ValueError(f"{field}: start {error}") from None
