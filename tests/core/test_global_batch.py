@@ -39,24 +39,27 @@ def global_batches(deal: StridedCut | SpanCut, batches: int | None = None) -> li
 
 def read_in_layouts(n: int, layouts: list[tuple[int, int, int]], drop_last: bool) -> list[frozenset[int]]:
     """One epoch read by a chain of (world, batch, batches) layouts, each resumed from the last one's
-    position and layout, the last read to the end: the global batches served, in order."""
+    position, the last read to the end: the global batches served, in order. The parts are the first
+    world's of the latest run of layouts at one global batch (as ``History.parts`` says)."""
     served: list[frozenset[int]] = []
-    cursor, segments, written_by = 0, [], None
+    cursor, segments, parts, global_batch = 0, [], 0, 0
     for number, (world_size, batch_size, batches) in enumerate(layouts):
-        deal = cut(Layout(n, world_size, batch_size, drop_last), "spans", cursor, segments, written_by)
+        if world_size * batch_size != global_batch:
+            parts, global_batch = world_size, world_size * batch_size
+        deal = cut(Layout(n, world_size, batch_size, drop_last), "spans", cursor, segments, parts)
         last = number == len(layouts) - 1
         taken = global_batches(deal, None if last else batches)
         served += taken
         cursor, segments = deal.after(min(len(taken) * batch_size, deal.samples_per_rank()))
         check_segments(n, segments)
-        written_by = (world_size, batch_size)
     return served
 
 
 @st.composite
 def fixed_global_batch_chains(draw):
     """A first layout W0 x B0 and up to 4 resizes to W x (G / W), stopped after random numbers of batches
-    (the first after at least one: the epoch's parts are its first world's, ``docs/shards.md``)."""
+    (the first after one at least: the parts are the stretches of the first world that *read* at G, as
+    the run's layout history keeps no layout that read nothing)."""
     first_world, part_batch = draw(st.integers(1, 8), label="W0"), draw(st.integers(1, 6), label="B0")
     global_batch = first_world * part_batch
     worlds = st.sampled_from(divisors(global_batch))
@@ -108,13 +111,13 @@ def test_a_same_world_resume_after_a_fixed_global_batch_resize_is_exact(n, first
     world_size = data.draw(st.sampled_from(divisors(global_batch)), label="W")
     batch_size = global_batch // world_size
     first = cut(Layout(n, first_world, part_batch, drop_last), "spans", 0, [])
-    cursor, segments = first.after(min(data.draw(st.integers(1, 12)) * part_batch, first.samples_per_rank()))
+    cursor, segments = first.after(min(data.draw(st.integers(0, 12)) * part_batch, first.samples_per_rank()))
     layout = Layout(n, world_size, batch_size, drop_last)
-    resized = cut(layout, "spans", cursor, segments, (first_world, part_batch))
+    resized = cut(layout, "spans", cursor, segments, first_world)
     total = resized.samples_per_rank()
     taken = min(data.draw(st.integers(0, -(-total // batch_size)), label="batches") * batch_size, total)
     cursor, segments = resized.after(taken)
-    again = cut(layout, "spans", cursor, segments, (world_size, batch_size))
+    again = cut(layout, "spans", cursor, segments, first_world)
     assert again.samples_per_rank() == total - taken
     for rank in range(world_size):
         assert again.real_samples(rank) == max(resized.real_samples(rank) - taken, 0)
@@ -127,39 +130,47 @@ def test_the_worked_example_of_the_module_docstring():
     cursor, segments = first.after(6)
     assert (cursor, segments) == (24, [[4, 6]])
     assert sorted(global_batches(first)[2]) == [6, 7, 8, 16, 17, 18, 26, 27, 28, 36, 37, 38]
-    two = cut(Layout(40, 2, 6, False), "spans", cursor, segments, (4, 3))
+    two = cut(Layout(40, 2, 6, False), "spans", cursor, segments, 4)
     assert isinstance(two, GlobalBatchCut)
     assert [two.rank_positions(r, 0, 6).tolist() for r in range(2)] == [[6, 7, 8, 16, 17, 18],
                                                                         [26, 27, 28, 36, 37, 38]]
-    three = cut(Layout(40, 3, 4, False), "spans", cursor, segments, (4, 3))
+    three = cut(Layout(40, 3, 4, False), "spans", cursor, segments, 4)
     assert [three.rank_positions(r, 0, 4).tolist() for r in range(3)] == [[6, 7, 8, 16], [17, 18, 26, 27],
                                                                           [28, 36, 37, 38]]
     assert two.after(6) == (36, [[4, 9]]) and three.after(4) == (36, [[4, 9]])
+
+
+def test_a_later_epoch_keeps_the_first_worlds_parts():
+    """n = 10 on 2 x 2 from the epoch's start, the parts of a 4 x 1 run: its global batches."""
+    fresh = cut(Layout(10, 2, 2, False), "spans", 0, [], 4)
+    assert fresh.first_world_size == 4 and fresh.samples_per_rank() == 5  # 2 full steps, then 2 samples
+    assert global_batches(fresh) == global_batches(SpanCut(10, [], 4, 1, False))
+    assert fresh.after(2) == (4, [[4, 1]]) and fresh.after(0) == (0, [])
 
 
 def test_the_tail_pads_only_the_last_step_with_a_ranks_own_sample():
     """n = 10 on 4 x 2 (parts 3 3 2 2), one step, then 8 x 1: the last step holds 2 samples for 8 ranks."""
     first = SpanCut(10, [], world_size=4, batch_size=2, drop_last=False)
     cursor, segments = first.after(2)
-    rest = cut(Layout(10, 8, 1, False), "spans", cursor, segments, (4, 2))
+    rest = cut(Layout(10, 8, 1, False), "spans", cursor, segments, 4)
     assert rest.samples_per_rank() == 1
     assert [rest.real_samples(r) for r in range(8)] == [1, 1, 0, 0, 0, 0, 0, 0]
     assert [rest.rank_positions(r, 0, 1).tolist() for r in range(8)] == [[2], [5]] + [[2]] * 6  # the step's first
     assert rest.after(1) == (10, [[4, 3]])
 
 
-@pytest.mark.parametrize("segments, written_by, layout, keeps", [
-    ([[4, 6]], (4, 3), (2, 6), True),
-    ([[4, 6]], (2, 6), (3, 4), True),  # a chain: the position was written at the same global batch
-    ([[4, 6]], (4, 3), (4, 3), False),  # the same world continues its segment
-    ([[4, 6]], (4, 3), (3, 3), False),  # G changes
+@pytest.mark.parametrize("segments, parts, layout, keeps", [
+    ([[4, 6]], 4, (2, 6), True),
+    ([], 4, (2, 6), True),  # a later epoch
+    ([[4, 6]], 4, (4, 3), False),  # the parts' own world continues its segment
+    ([[4, 6]], 3, (3, 3), False),  # G changed: the 3 x 3 run's own stretches
     ([[4, 6]], None, (2, 6), False),
-    ([[4, 6], [2, 3]], (2, 6), (3, 4), False),  # re-dealt once already: today's rule
-    ([[4, 6]], (2, 5), (5, 2), False),  # G = 10 does not divide among 4 parts
-    ([], (4, 3), (2, 6), False),
+    ([[4, 6], [2, 3]], 4, (3, 4), False),  # re-dealt once already at another global batch: today's rule
+    ([[2, 6]], 4, (3, 4), False),  # the epoch began on other parts
+    ([[4, 6]], 4, (5, 2), False),  # G = 10 does not divide among 4 parts
 ])
-def test_when_a_resize_keeps_the_global_batches(segments, written_by, layout, keeps):
-    assert keeps_global_batch(segments, written_by, *layout) is keeps
+def test_when_a_resize_keeps_the_global_batches(segments, parts, layout, keeps):
+    assert keeps_global_batch(segments, parts, *layout) is keeps
 
 
 def test_a_position_between_global_batches_or_an_uneven_global_batch_is_refused():
@@ -272,3 +283,44 @@ def test_a_state_saved_before_the_first_batch_after_a_change_of_global_batch_res
     assert not isinstance(moved[0]._start, GlobalBatchCut)
     again = loaders(ROWS, 2, 6, moved[0].state_dict())
     assert [[b.tolist() for b in loader] for loader in again] == [[b.tolist() for b in loader] for loader in moved]
+
+
+def epochs_of_global_batches(rows, layouts, epochs):
+    """Global batches (sets of dataset indices) per epoch, read by fresh loaders per (world, batch, batches)
+    layout, each restoring the previous one's state; the last reads to the end of epoch ``epochs - 1``."""
+    found: list[list[frozenset[int]]] = [[] for _ in range(epochs)]
+    state = None
+    for number, (world_size, batch_size, batches) in enumerate(layouts):
+        made = loaders(rows, world_size, batch_size, state)
+        streams = [real_batches(loader, rank) for rank, loader in enumerate(made)]
+        if number == len(layouts) - 1:
+            batches = -(-made[0].samples_left() // batch_size) + (epochs - 1 - made[0].epoch) * len(made[0])
+        for _ in range(batches):
+            taken = [next(stream) for stream in streams]
+            found[taken[0][0]].append(frozenset(s for _, batch in taken for s in batch))
+        state = made[0].state_dict()
+    return found
+
+
+def real_batches(loader, rank):
+    """(epoch, the batch without its tail padding), across epochs."""
+    while True:
+        epoch, live = loader.epoch, iter(loader)
+        real = loader.real_samples_left(rank)
+        for batch in live:
+            yield epoch, batch.tolist()[:max(real, 0)]
+            real -= len(batch)
+
+
+def test_later_epochs_keep_the_first_worlds_global_batches_and_a_change_of_global_batch_ends_it():
+    """4 x 3 for 20 batches, 3 x 4 into the next epoch, 6 x 2 to the end of epoch 2: every global batch of
+    the three epochs is the uninterrupted 4 x 3 run's; then batch 5 on 4 ranks (G = 20) and back to
+    12 on 3 ranks: the 3 x 4 run's own stretches from there (every sample once)."""
+    whole = epochs_of_global_batches(ROWS, [(4, 3, 0)], 3)
+    resized = epochs_of_global_batches(ROWS, [(4, 3, 20), (3, 4, 60), (6, 2, 0)], 3)
+    assert [len(e) for e in whole] == [45, 45, 45] and resized == whole
+    changed = epochs_of_global_batches(ROWS, [(4, 3, 20), (4, 5, 10), (3, 4, 0)], 3)
+    assert changed[0][:20] == whole[0][:20] and changed[1] != whole[1]
+    for epoch in changed:
+        served = sorted(s for batch in epoch for s in batch)
+        assert served == list(range(sum(ROWS)))

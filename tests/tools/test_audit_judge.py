@@ -506,7 +506,8 @@ def _spans_streams(n, layouts, drop_last):
     total = whole.samples_per_rank()
     reference = [[_batches(whole.rank_positions(r, 0, total).tolist(), batch)] for r in range(world)]
     cursor, segments = whole.after(batches * batch)
-    rest = cut(Layout(n, new_world, new_batch, drop_last), "spans", cursor, segments, (world, batch))
+    parts = world if world * batch == new_world * new_batch else new_world  # as the layout history says
+    rest = cut(Layout(n, new_world, new_batch, drop_last), "spans", cursor, segments, parts)
     left = rest.samples_per_rank()
     resumed = [[_batches(rest.rank_positions(r, 0, left).tolist(), new_batch)] for r in range(new_world)]
     return reference, resumed, SavePoint(0, batches)
@@ -531,7 +532,7 @@ def test_a_fixed_global_batch_cut_again_is_exactly_once_with_a_note():
     reference, _, save = _spans_streams(531, [(4, 3, 20), (2, 6)], False)
     whole = cut(Layout(531, 4, 3, False), "spans", 0, [])
     cursor, segments = whole.after(60)
-    rest = cut(Layout(531, 2, 6, False), "spans", cursor, segments)  # no written_by: re-dealt
+    rest = cut(Layout(531, 2, 6, False), "spans", cursor, segments)  # no canonical parts: re-dealt
     left = rest.samples_per_rank()
     resumed = [[_batches(rest.rank_positions(r, 0, left).tolist(), 6)] for r in range(2)]
     result = judge(reference, resumed, save, dataset_length=531, drop_last=False, resume_batch_size=6)

@@ -1,15 +1,18 @@
 """Resizes at a fixed global batch under the ``spans`` deal: the same global batches at any world size.
 
 Under ``spans`` each rank of the epoch's first world reads its own stretch of the epoch stream
-(``spans.py``), so global batch k of that run is the k-th slice of every stretch. A resize that keeps
-the global batch G = world_size x batch_size keeps those stretches as the epoch's *canonical parts*
-and cuts each global batch among the new ranks, so the weights after it differ from the
-uninterrupted run's only by the order of the reduction.
+(``spans.py``), so global batch k of that run is the k-th slice of every stretch. While the global
+batch G = world_size x batch_size stays the same, the stretches of the first world that read at G
+stay the *canonical parts* of every epoch, and each new world cuts each global batch among its
+ranks: the same global batches at any world size, so the weights differ from the uninterrupted
+run's only by the order of the reduction.
 
 Vocabulary (all integers):
 
-- *parts*: the W0 stretches of the epoch's first world (the first ``n % W0`` one longer), each read
-  from the front; ``taken`` samples of every part are consumed (the state's one segment ``[W0, taken]``).
+- *parts* W0: the world size whose stretches are the parts (the first ``n % W0`` one longer), each
+  read from the front; ``taken`` samples of every part are consumed (the epoch's one segment
+  ``[W0, taken]``, or none at its start). The run's layout history says which world that is
+  (``History.parts``: the first leg of the latest run of legs at this G).
 - the *part batch* B0 = G / W0: what each part gives to one global batch.
 - global batch k (counted from here): positions ``taken + k*B0 .. taken + (k+1)*B0 - 1`` of every part,
   laid end to end in part order; new rank r' reads the r'-th run of B1 = G / W1 of them.
@@ -26,17 +29,17 @@ The tail: with ``drop_last`` the same whole global batches as the uninterrupted 
 else; without it the last global batch holds what the parts have left (fewer than B0 of each, one
 less in a shorter part), dealt to the new ranks in near-equal runs, and a rank whose run is short
 repeats its own first sample of that step, a rank with none the step's first (padding, only in
-the epoch's last step).
+the epoch's last step). An epoch has ceil(n / G) global batches at any cut of it at G.
 
 Locality: a new rank reads its parts' slices plus pieces of the parts it shares with a neighbour.
 Those pieces come back in *every* global batch, so a rank that shares a part reads from all of
-that part's remaining blocks: a node fetches about the parts it touches, not its share (4 -> 2:
-its share; 4 -> 3: 1.5x; 4 -> 6: 1.5x to 3x; ``docs/shards.md``, "A fixed global batch").
+that part's blocks: a node fetches about the parts it touches, not its share (4 -> 2: its share;
+4 -> 3: 1.5x; 4 -> 6: 1.5x to 3x; ``docs/shards.md``, "A fixed global batch").
 
-When it applies (``keeps_global_batch``): the epoch has one segment (no change of world size at
-another global batch in it), the position was written by a layout with the same global batch, and
-G divides by W0. Anything else keeps the ``spans`` rule of re-dealing what remains (every sample
-once, the global batches cut again).
+When it applies (``keeps_global_batch``): G divides by W0, W0 is not the world reading now (that
+world reads its own stretches anyway), and the epoch is at its start or has one segment, of W0.
+Anything else keeps the ``spans`` rule of re-dealing what remains (every sample once, the global
+batches cut again).
 """
 
 from __future__ import annotations
@@ -48,32 +51,39 @@ import numpy as np
 from shufflepoint._core.spans import NAME, SpanCut, check_segments
 
 
-def keeps_global_batch(segments: Sequence[Sequence[int]], written_by: tuple[int, int] | None,
-                       world_size: int, batch_size: int) -> bool:
-    """Whether the rest of the epoch at ``segments`` is read as the same global batches on this world.
+def keeps_global_batch(segments: Sequence[Sequence[int]], parts: int | None, world_size: int,
+                       batch_size: int) -> bool:
+    """Whether the rest of the epoch at ``segments`` is read as the global batches of ``parts`` ranks' stretches.
 
-    ``written_by`` is the (world size, batch size) of the run that reached the position (a state's own
-    ``world_size`` and ``batch_size``), None when unknown.
+    ``parts``: the world size whose stretches are the canonical parts at this global batch (None: this
+    world's own).
 
-    >>> keeps_global_batch([[4, 6]], (4, 3), 2, 6)     # 4 x 3 -> 2 x 6: G = 12 both times
+    >>> keeps_global_batch([[4, 6]], 4, 2, 6)     # 4 x 3 -> 2 x 6: G = 12 both times
     True
-    >>> keeps_global_batch([[4, 6]], (4, 3), 2, 5)     # G changes: the rest is re-dealt
+    >>> keeps_global_batch([], 4, 3, 4)           # a later epoch on 3 x 4: still the 4 parts
+    True
+    >>> keeps_global_batch([[4, 6]], 2, 2, 5)     # G changed to 10: the 2 x 5 run's own stretches
     False
     """
-    if written_by is None or len(segments) != 1:
+    if parts is None or parts == world_size or world_size * batch_size % parts:
         return False
-    first_world = int(segments[0][0])
-    global_batch = world_size * batch_size
-    return (first_world != world_size and written_by[0] * written_by[1] == global_batch
-            and global_batch % first_world == 0)
+    return not segments or len(segments) == 1 and int(segments[0][0]) == parts
+
+
+def _stretches(n: int, world_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(start, length) of each rank's stretch of n positions, the first ``n % world_size`` one longer."""
+    base, extra = divmod(n, world_size)
+    rank = np.arange(world_size, dtype=np.int64)
+    return rank * base + np.minimum(rank, extra), base + (rank < extra).astype(np.int64)
 
 
 class GlobalBatchCut(SpanCut):
     """The rest of an epoch under ``spans`` at a fixed global batch: what each rank of the new world reads.
 
     A ``SpanCut`` (the same deal, the same questions; ``plan.cut`` picks which) for the position
-    ``[[first_world_size, taken]]`` read by ``world_size`` ranks of ``batch_size``, where
-    ``world_size * batch_size`` divides by ``first_world_size``. It answers every question itself.
+    ``[[first_world_size, taken]]`` (``taken`` 0: the epoch's start) read by ``world_size`` ranks of
+    ``batch_size``, where ``world_size * batch_size`` divides by ``first_world_size``. It answers
+    every question itself.
     """
 
     name = NAME
@@ -84,13 +94,14 @@ class GlobalBatchCut(SpanCut):
         if global_batch % first_world_size:
             raise ValueError(f"global batch: found {world_size} x {batch_size} = {global_batch}, expected a multiple "
                              f"of the first world size {first_world_size} (its parts give equal slices)")
-        part = check_segments(n, [[first_world_size, taken]])[0]
+        if taken:
+            check_segments(n, [[first_world_size, taken]])
         self.n, self.batch_size, self.drop_last, self.taken = n, batch_size, drop_last, taken
         self._world_size, self._first_world_size = world_size, first_world_size
         self.part_batch = global_batch // first_world_size
-        self._starts, lengths = part.stretch(np.arange(first_world_size, dtype=np.int64))
-        self._longest = int(lengths.max())
-        left = np.maximum(lengths - taken, 0)
+        self._starts, self._lengths = _stretches(n, first_world_size)
+        self._longest = int(self._lengths.max())
+        left = np.maximum(self._lengths - taken, 0)
         if drop_last:
             self.steps = int(left.sum()) // global_batch
         else:
@@ -154,5 +165,6 @@ class GlobalBatchCut(SpanCut):
                              f"{self.batch_size} (a position at a fixed global batch is a number of global batches)")
         else:
             taken = self.taken + received // self.batch_size * self.part_batch
-        segments = [[self._first_world_size, min(taken, self._longest)]]
-        return self.n - check_segments(self.n, segments)[0].remaining(), segments
+        taken = min(taken, self._longest)
+        remaining = int(np.maximum(self._lengths - taken, 0).sum())
+        return self.n - remaining, [[self._first_world_size, taken]] if taken else []

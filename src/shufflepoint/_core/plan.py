@@ -119,17 +119,17 @@ class StridedCut:
 
 
 def cut(layout: Layout, deal: str, cursor: int, segments: list[list[int]],
-        written_by: tuple[int, int] | None = None) -> StridedCut | SpanCut:
+        parts: int | None = None) -> StridedCut | SpanCut:
     """The rest of the epoch at (cursor, segments) under ``deal``, for ``layout``'s world.
 
-    ``written_by``: the (world size, batch size) that reached the position (a loaded state's), or None.
-    Under ``spans``, when it has the same global batch as ``layout`` (``global_batch.keeps_global_batch``),
-    the rest of the epoch is read as the uninterrupted run's global batches; else it is re-dealt.
+    ``parts``: under ``spans``, the world size whose stretches are the canonical parts at this global
+    batch (the run's layout history says, ``History.parts``); None: this world's own. When they are
+    another world's (``global_batch.keeps_global_batch``) the epoch is read as that world's global
+    batches; else the rest of it is re-dealt.
     """
     if deal == STRIDED:
         return StridedCut(layout, cursor)
-    if keeps_global_batch(segments, written_by, layout.world_size, layout.batch_size):
-        (first_world_size, taken), = segments
-        return GlobalBatchCut(layout.n, first_world_size, taken, layout.world_size, layout.batch_size,
-                              layout.drop_last)
+    if parts is not None and keeps_global_batch(segments, parts, layout.world_size, layout.batch_size):
+        taken = int(segments[0][1]) if segments else 0
+        return GlobalBatchCut(layout.n, parts, taken, layout.world_size, layout.batch_size, layout.drop_last)
     return SpanCut(layout.n, segments, layout.world_size, layout.batch_size, layout.drop_last)

@@ -272,7 +272,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         """Jump to the first batch of ``epoch``. The current epoch again changes nothing."""
         check_int("epoch", epoch, 0, MAX_EPOCH)
         if epoch != self.epoch:
-            self._jump(epoch, self._deal.cut(self._layout, 0, []))
+            self._jump(epoch, self._deal.cut(self._layout, 0, [], self._history.parts()))
 
     def seek(self, epoch: int, batches: int = 0) -> None:
         """Go to ``epoch`` after its first ``batches`` batches per rank: O(1), no sample is read.
@@ -283,14 +283,15 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         """
         check_int("epoch", epoch, 0, MAX_EPOCH)
         check_int("batches", batches, 0, 2**62)
-        fresh = self._deal.cut(self._layout, 0, [])
+        parts = self._history.parts()
+        fresh = self._deal.cut(self._layout, 0, [], parts)
         cursor, segments = fresh.after(int(batches) * self._layout.batch_size)
-        self._jump(epoch, self._deal.cut(self._layout, cursor, segments))
+        self._jump(epoch, self._deal.cut(self._layout, cursor, segments, parts))
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         (steps, place), epoch = self._here(), self.epoch
         start = self._deal.cut(self._layout, place.cursor, [list(pair) for pair in place.segments],
-                               self._history.written_by())
+                               self._history.parts())
         if epoch == MAX_EPOCH and start.samples_per_rank() == 0:
             raise ValueError(f"epoch: the loader has read epoch {MAX_EPOCH}, the last one the orders support; "
                              "call set_epoch(e) with an earlier epoch to read on")
@@ -320,7 +321,8 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         if self._pass is live:  # the pass is exhausted: the epoch is over (the last epoch stays at its end)
             ended = live.epoch == MAX_EPOCH
             self._jump(live.epoch if ended else live.epoch + 1,
-                       self._deal.cut(self._layout, *live.cut.after(live.cut.samples_per_rank()) if ended else (0, [])))
+                       self._deal.cut(self._layout, *live.cut.after(live.cut.samples_per_rank()) if ended else (0, []),
+                                      self._history.parts()))
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (a whole epoch, whatever the cursor)."""
@@ -357,7 +359,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         )
         start = deal.cut(self._layout, position.cursor, position.segments)
         history = position.history.record(position.steps, self._layout, place_after(position.epoch, start, 0))
-        start = deal.cut(self._layout, position.cursor, position.segments, history.written_by())
+        start = deal.cut(self._layout, position.cursor, position.segments, history.parts())
         self._orders, self._deal, self._pass, self._epoch, self._start = orders, deal, None, position.epoch, start
         self._steps, self._history = position.steps, history
 
@@ -377,7 +379,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         steps, place = self._here()
         layout = Layout(self._layout.n, self._layout.world_size, batch_size, self._layout.drop_last)
         history = self._history.record(steps, layout, place)
-        start = self._deal.cut(layout, place.cursor, [list(pair) for pair in place.segments], history.written_by())
+        start = self._deal.cut(layout, place.cursor, [list(pair) for pair in place.segments], history.parts())
         live = self._pass
         self._pass = Pass(place.epoch, start, steps, follows=live) if live is not None else None
         self._layout, self._history, self._epoch, self._start, self._steps = layout, history, place.epoch, start, steps
