@@ -121,6 +121,7 @@ def synthetic_state(key: str, n: int, k: int) -> dict[str, Any]:
     if key in ("shufflepoint", "sp_sampler"):
         state = state_of(key, build(key, n))
         state["cursor"] = min(k * BATCH * WORLD, n)
+        state["steps"] = -(-state["cursor"] // (state["world_size"] * state["batch_size"]))  # batches per rank
         return state
     state = real_state(key, n, 3)
     state["_sampler_iter_yielded"] = k

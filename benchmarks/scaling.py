@@ -52,14 +52,25 @@ def state_bytes() -> dict[str, int]:
         built = _state.build(order=order, order_version=version, dataset_fingerprint=fingerprint, **widest)
         out[order] = len(json.dumps(built).encode())
     # The spans deal after 32 changes of world size in one epoch (33 segments of 10,000 / 8,001 ranks).
+    from shufflepoint._core.history import History, Place
+    from shufflepoint._core.plan import Layout
     from shufflepoint._core.spans import SpanCut
 
     segments: list[list[int]] = []
+    history, steps = None, 10**6 * 2441  # epoch 10**6 of 2,441 batches, as in `widest`
     for change in range(33):
-        cut = SpanCut(10**10, segments, 10_000 - change % 2 * 1_999, 4096, False)
-        cursor, segments = cut.after(cut.samples_per_rank() // 40)
+        layout = Layout(10**10, 10_000 - change % 2 * 1_999, 4096, False)
+        place = Place(10**6, 10**10 - SpanCut(10**10, segments, 1, 1, False).samples_per_rank(),
+                      tuple((w, t) for w, t in segments))
+        history = (History.begin(10**10, "spans", layout, place, steps) if history is None
+                   else history.record(steps, layout, place))  # a leg per change, as a loader records it
+        cut = SpanCut(10**10, segments, layout.world_size, 4096, False)
+        batches = cut.samples_per_rank() // 40 // 4096
+        cursor, segments = cut.after(batches * 4096)
+        steps += batches
     built = _state.build(order="blocks", order_version=1, dataset_fingerprint="shards:" + "f" * 64 + ":blocks=65536",
-                         deal="spans", segments=segments, **dict(widest, cursor=cursor))
+                         deal="spans", segments=segments, steps=steps, history=history,
+                         **dict(widest, cursor=cursor, world_size=layout.world_size))
     out["blocks, spans deal, 32 world-size changes in the epoch"] = len(json.dumps(built).encode())
     small = shufflepoint.DataLoader(list(range(10)), 2, seed=1).state_dict()
     out["real map-style state (n = 10)"] = len(json.dumps(small).encode())

@@ -152,3 +152,82 @@ def test_every_accepted_seed_round_trips(seed):
     make(seed=seed).load_state_dict(state)
     with pytest.raises(StateError, match="'seed': found 18446744073709551616"):
         make(seed=seed).load_state_dict(dict(state, seed=2**64))
+
+
+def travelled(deal):
+    """A loader whose history has a resize, a batch-size change and a jump."""
+    first = shufflepoint.DataLoader(list(range(N)), 4, seed=3, rank=0, world_size=2, deal=deal)
+    it = iter(first)
+    next(it), next(it)
+    loader = shufflepoint.DataLoader(list(range(N)), 3, seed=3, rank=0, world_size=3, deal=deal)
+    loader.load_state_dict(first.state_dict())
+    it = iter(loader)
+    next(it)
+    loader.set_batch_size(2)
+    next(it)
+    loader.seek(2, 1)
+    next(iter(loader))
+    return loader
+
+
+def test_a_travelled_history_round_trips():
+    for deal in ("strided", "spans"):
+        loader = travelled(deal)
+        state = json.loads(json.dumps(loader.state_dict()))
+        assert len(state["history"]) == 4 and state["steps"] == 5
+        fresh = shufflepoint.DataLoader(list(range(N)), 2, seed=3, rank=1, world_size=3, deal=deal)
+        fresh.load_state_dict(state)
+        assert fresh.state_dict() == state
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda s: s.update(steps=s["steps"] + 1), "'steps': found 6, expected a step at which the history arrives"),
+    (lambda s: s.update(steps=0), "'steps': found 0, expected at least"),
+    (lambda s: s["history"].pop(), "'steps'.*arrives at epoch 2, cursor 12 .it arrives at epoch 0, cursor 37"),
+    (lambda s: s["history"][-1].__setitem__(2, 3), "'history'.*a last entry with the saved layout"),
+    (lambda s: s["history"].pop(0), r"'history'.*history\[0\].*first entry must carry its start"),
+    (lambda s: s["history"][1].__setitem__(0, 0), r"'history'.*history\[1\]: step 0, expected a step after 0"),
+    (lambda s: s["history"][1].__setitem__(1, 2**40), r"'history'.*history\[1\]: found"),
+    (lambda s: s["history"][-1].__setitem__(4, 1), "'steps'.*arrives at epoch 2"),
+    (lambda s: s.update(version=2), r"'\(keys\)': found \"unknown \['history', 'steps'\]\""),
+])
+def test_each_bad_history_is_named(edit, match):
+    loader = travelled("strided")
+    before = loader.state_dict()
+    state = json.loads(json.dumps(before))
+    edit(state)
+    with pytest.raises(StateError, match=match):
+        loader.load_state_dict(state)
+    assert loader.state_dict() == before
+
+
+history_edits = st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5), st.integers(-2, 2**63)), max_size=3)
+
+
+@settings(max_examples=600, deadline=None)
+@given(deal=st.sampled_from(["strided", "spans"]), edits=history_edits, steps=st.integers(-1, 12), data=st.data())
+def test_fuzz_edited_histories_raise_state_error_or_load_consistently(deal, edits, steps, data):
+    loader = travelled(deal)
+    before = loader.state_dict()
+    state = json.loads(json.dumps(before))
+    for entry, item, value in edits:  # overwrite an item of an entry, or cut or grow an entry
+        history = state["history"]
+        if not history:
+            break
+        target = history[entry % len(history)]
+        if item < len(target):
+            target[item] = value if value >= 0 else data.draw(json_values, label="value")
+        elif value % 2:
+            target.append(value)
+        else:
+            target.pop()
+    if steps >= 0:
+        state["steps"] = steps
+    try:
+        loader.load_state_dict(state)
+    except StateError as error:
+        assert str(error).startswith("state field"), str(error)
+        assert loader.state_dict() == before
+    else:  # accepted: then it places the run the way the loader says, and what it writes loads again
+        written = json.loads(json.dumps(loader.state_dict()))
+        shufflepoint.DataLoader(list(range(N)), 2, seed=3, rank=0, world_size=3, deal=deal).load_state_dict(written)

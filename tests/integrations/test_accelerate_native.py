@@ -136,8 +136,9 @@ def _positioned(n: int, world_size: int, batch_size: int, deal: str, taken: int,
     """Rank 0's loader after every rank received ``taken`` samples of epoch 0 (restored from a state)."""
     loader = shufflepoint.DataLoader(range(n), batch_size, world_size=world_size, rank=0, deal=deal,
                                      drop_last=drop_last)
-    cursor, segments = loader._start.after(taken)
-    loader.load_state_dict(dict(loader.state_dict(), cursor=cursor, segments=segments))
+    saved = shufflepoint.DataLoader(range(n), 1, world_size=world_size, rank=0, deal=deal, drop_last=drop_last)
+    saved.seek(0, taken)  # a run in batches of 1: ``taken`` steps are ``taken`` samples per rank
+    loader.load_state_dict(saved.state_dict())
     return loader
 
 

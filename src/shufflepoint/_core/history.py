@@ -133,7 +133,7 @@ class History:
     @classmethod
     def begin(cls, n: int, deal: str, layout: Layout, start: Place, step: int = 0) -> History:
         """A history of one leg: the run (or what is known of it) starts at ``step`` from ``start``."""
-        return cls(n, deal, [Leg(step, layout, start, True)])
+        return cls(n, deal, [Leg(step, layout, start.normal(layout, deal), True)])
 
     @property
     def first_step(self) -> int:

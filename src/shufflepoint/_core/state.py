@@ -275,8 +275,9 @@ def _check_history(state: Mapping[str, Any]) -> tuple[int, History]:
         raise _fail("steps", steps, f"at least {last.step} (the history's last entry)", "The state is damaged.")
     arrived, target = history.position(steps), start.normal(layout, deal)
     if arrived != target:
+        there = f"epoch {arrived.epoch}, cursor {arrived.cursor}" if arrived else "no batch"
         raise _fail("steps", steps, f"a step at which the history arrives at epoch {start.epoch}, cursor "
-                    f"{start.cursor} (it arrives at {arrived})", "The state is damaged or was edited.")
+                    f"{start.cursor} (it arrives at {there})", "The state is damaged or was edited.")
     return steps, history
 
 
@@ -357,9 +358,14 @@ def build(
     *, kind: str, seed: int, epoch: int, cursor: int, n: int, shuffle: bool, order: str,
     order_version: int, world_size: int, batch_size: int, drop_last: bool,
     dataset_fingerprint: str | None, deal: str = STRIDED, segments: list[list[int]] | None = None,
-    steps: int, history: History,
+    steps: int = 0, history: History | None = None,
 ) -> dict[str, Any]:
-    """The state dict, every field in schema order."""
+    """The state dict, every field in schema order. Without a ``history``, the run's history starts at
+    ``steps`` from the state's own place (what is known of a state built by hand)."""
+    if history is None:
+        layout = Layout(n, world_size, batch_size, drop_last)
+        place = Place(epoch, cursor, tuple((w, t) for w, t in segments or []))
+        history = History.begin(n, deal, layout, place, steps)
     torch_version = None
     if order == "torch":
         import torch

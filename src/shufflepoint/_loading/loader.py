@@ -73,7 +73,7 @@ def _served(dataset: Any, seed: int, transform: Transform | None, seed_per_sampl
     return dataset
 
 
-class PassSampler(torch.utils.data.Sampler[Any]):
+class _PassSampler(torch.utils.data.Sampler[Any]):
     """The index sampler torch's machinery drives: this rank's indices for the loader's live pass
     (keys ``(epoch, position, index)`` instead when samples draw keyed randomness)."""
 
@@ -195,7 +195,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         self._keyed = _check_keyed(transform, seed_per_sample)
         dataset = _served(dataset, self._seed, transform, seed_per_sample, torch_dataloader_kwargs)
         super().__init__(
-            dataset, batch_size=batch_size, sampler=PassSampler(self), drop_last=drop_last,
+            dataset, batch_size=batch_size, sampler=_PassSampler(self), drop_last=drop_last,
             num_workers=num_workers, **torch_dataloader_kwargs,
         )
 

@@ -341,12 +341,15 @@ class ResumableSampler(DistributedSampler[int]):
 
     def state_dict(self) -> dict[str, Any]:
         cursor, segments = self._position()
+        steps = self._steps + (self._active.yielded if self._active is not None else 0)
+        place = Place(self.epoch, cursor, tuple((w, t) for w, t in segments))
         return _state.build(
             kind="sampler", seed=self.seed, epoch=self.epoch, cursor=cursor, n=self._layout.n,
             shuffle=self.shuffle, order=self._orders.name, order_version=self._orders.version,
             world_size=self._layout.world_size, batch_size=1, drop_last=self.drop_last,
-            dataset_fingerprint=self._fingerprint, deal=self._deal.name, segments=segments,
-            steps=self._steps + (self._active.yielded if self._active is not None else 0), history=self._history,
+            dataset_fingerprint=self._fingerprint, deal=self._deal.name, segments=segments, steps=steps,
+            # recorded here too: ``sampler.epoch`` may have been set directly (DistributedSampler's attribute)
+            history=self._history.record(steps, self._layout, place),
         )
 
     def load_state_dict(
