@@ -9,11 +9,12 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import shufflepoint
 from shufflepoint._core.global_batch import GlobalBatchCut, keeps_global_batch
+from shufflepoint._core.history import History, Place
 from shufflepoint._core.plan import Layout, StridedCut, cut
 from shufflepoint._core.spans import SpanCut, check_segments
 
@@ -298,3 +299,42 @@ def test_later_epochs_keep_the_first_worlds_global_batches_and_a_change_of_globa
     for epoch in changed:
         served = sorted(s for batch in epoch for s in batch)
         assert served == list(range(sum(ROWS)))
+
+
+# -- through the run's layout history: every step of several epochs, as ``which`` places it ---------------
+
+
+def placed_global_batch(history: History, step: int) -> tuple[int, frozenset[int]]:
+    """(epoch, real epoch positions over all ranks) of ``step`` as the history places it."""
+    placed = history.place(step)
+    size, deal = placed.layout.batch_size, placed.cut
+    positions: set[int] = set()
+    for rank in range(placed.layout.world_size):
+        first = placed.batch * size
+        stop = min(first + size, deal.real_samples(rank))
+        positions.update(deal.rank_positions(rank, first, max(stop, first)).tolist())
+    return placed.epoch, frozenset(positions)
+
+
+@settings(max_examples=150, deadline=None)
+@given(n=st.integers(1, 300), chain=fixed_global_batch_chains(), drop_last=st.booleans(), data=st.data())
+def test_every_step_of_three_epochs_after_resizes_at_a_fixed_global_batch_is_the_uninterrupted_ones(
+        n, chain, drop_last, data):
+    """Resizes at random steps across epoch boundaries (two at one step: a layout that read nothing),
+    recorded as a loader records them: the history places each step's global batch where the one-layout
+    run has it (epoch and samples)."""
+    first_world, part_batch, _ = chain[0]
+    first = Layout(n, first_world, part_batch, drop_last)
+    whole = History.begin(n, "spans", first, Place(0, 0))
+    global_batch = first_world * part_batch
+    per_epoch = n // global_batch if drop_last else -(-n // global_batch)
+    assume(per_epoch > 0)
+    steps = 3 * per_epoch
+    resized, step = whole, 0
+    for world_size, batch_size, _ in chain[1:]:
+        step = data.draw(st.integers(max(step, 1), steps), label="resize at step")  # the same: read nothing
+        arrived = resized.position(step)
+        assert arrived is not None
+        resized = resized.record(step, Layout(n, world_size, batch_size, drop_last), arrived)
+    for step in range(steps):
+        assert placed_global_batch(resized, step) == placed_global_batch(whole, step), step
