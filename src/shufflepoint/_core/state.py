@@ -79,7 +79,8 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "history": ((list,), "a list of [step, W, B, D] or [step, W, B, D, epoch, start] entries"),
 }
 FIELDS: tuple[str, ...] = tuple(_SCHEMA)
-_FIELDS_OF = {1: FIELDS[:-4], 2: FIELDS[:-2], 3: FIELDS}
+_ADDED_IN = {"deal": 2, "segments": 2, "steps": 3, "history": 3}  # the format version that added a field
+_FIELDS_OF = {version: tuple(f for f in FIELDS if _ADDED_IN.get(f, 1) <= version) for version in range(1, VERSION + 1)}
 DEALS = (STRIDED, SPANS)
 
 # Keys that identify states written by other libraries, to say so instead of "missing keys".

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
+
 from shufflepoint._core.history import History
 from shufflepoint._core.plan import StridedCut
 from shufflepoint._core.spans import SpanCut
@@ -47,4 +49,7 @@ class Lookup:
             self._source, self._orders = orders, copy.copy(orders)
         placed = history.place(int(step))
         order = self._orders.get(placed.epoch, placed.cut)
-        return {rank: order.take(placed.rank_positions(rank)).tolist() for rank in range(placed.layout.world_size)}
+        positions = [placed.rank_positions(rank) for rank in range(placed.layout.world_size)]
+        indices = order.take(np.concatenate(positions)).tolist()  # one call for the world, not one per rank
+        bounds = np.cumsum([0] + [len(p) for p in positions]).tolist()
+        return {rank: indices[bounds[rank]:bounds[rank + 1]] for rank in range(len(positions))}
