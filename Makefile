@@ -65,11 +65,11 @@ bench-scaling: $(STAMP)
 	$(PY) benchmarks/scaling.py
 
 # Bytes each simulated node (a torchrun agent with its own cache and S3 key) fetches from the local
-# S3 server under the corpus deals: 1-8 nodes, a second epoch, re-deals 4 -> 3 and 4 -> 6 at 50%
-# (issue 18; benchmarks/locality.py). Full corpus (1.28 GB, built once in .bench-cache/) ~15 min;
-# QUICK=1: 26 MB, ~5 min.
+# S3 server under the corpus deals: 1-8 nodes, a second epoch, re-deals 4 -> 3 and 4 -> 6 at 50%,
+# resizes 4 -> 2, 3, 6 at a fixed global batch (issues 18, 27; benchmarks/locality.py). Full corpus
+# (1.28 GB, built once in .bench-cache/) ~15 min; QUICK=1: 26 MB, ~5 min; RESIZES=1: the resizes only.
 bench-locality: $(STAMP)
-	$(PY) benchmarks/locality.py $(if $(QUICK),--quick)
+	$(PY) benchmarks/locality.py $(if $(QUICK),--quick) $(if $(RESIZES),--resizes)
 
 # GET bytes per node before the first batch: 8 fresh nodes index Parquet, tokens and JSONL (with and
 # without a published index) on the tests' S3 server behind the byte-counting proxy (issue 18.7).

@@ -82,10 +82,10 @@ class Excluded:
         return self._skips[1]
 
     def cut(self, deal: Deal, orders: OrderCache, layout: Layout, epoch: int, cursor: int,
-            segments: list[list[int]]) -> Cut:
+            segments: list[list[int]], parts: int | None = None) -> Cut:
         """The rest of ``epoch`` from (cursor, segments): the deal's own cut, skipping the excluded."""
         if not self.exclusion:
-            return deal.cut(layout, cursor, segments)
+            return deal.cut(layout, cursor, segments, parts)
         return FilteredStridedCut(layout, cursor, self.skips(orders, epoch))
 
     def epoch_layout(self, layout: Layout) -> Layout:
@@ -140,9 +140,10 @@ class ExclusionMixin:
         def _here(self) -> tuple[int, Place]: ...
 
     def _cut(self, epoch: int, cursor: int, segments: list[list[int]],
-             layout: Layout | None = None) -> Cut:
-        """The rest of ``epoch`` from (cursor, segments), the excluded samples skipped."""
-        return self._excluded.cut(self._deal, self._orders, layout or self._layout, epoch, cursor, segments)
+             layout: Layout | None = None, *, parts: int | None = None) -> Cut:
+        """The rest of ``epoch`` from (cursor, segments), the excluded samples skipped; ``parts``: the
+        history's canonical parts at this global batch (``History.parts``)."""
+        return self._excluded.cut(self._deal, self._orders, layout or self._layout, epoch, cursor, segments, parts)
 
     @property
     def excluded(self) -> Exclusion:
@@ -163,7 +164,8 @@ class ExclusionMixin:
                                        self._layout.world_size, self._verify_ranks)
         steps, place = self._here()
         self._excluded.replace(merged, self._layout.n)
-        start = self._cut(place.epoch, place.cursor, [list(pair) for pair in place.segments])
+        start = self._cut(place.epoch, place.cursor, [list(pair) for pair in place.segments],
+                          parts=self._history.parts())
         live = self._pass
         self._pass = Pass(place.epoch, start, steps, follows=live) if live is not None else None
         self._epoch, self._start, self._steps = place.epoch, start, steps

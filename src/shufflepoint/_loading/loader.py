@@ -252,7 +252,7 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         """Jump to the first batch of ``epoch``. The current epoch again changes nothing."""
         check_int("epoch", epoch, 0, MAX_EPOCH)
         if epoch != self.epoch:
-            self._jump(epoch, self._cut(epoch, 0, []))
+            self._jump(epoch, self._cut(epoch, 0, [], parts=self._history.parts()))
 
     def seek(self, epoch: int, batches: int = 0) -> None:
         """Go to ``epoch`` after its first ``batches`` batches per rank: O(1), no sample is read.
@@ -263,13 +263,14 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         """
         check_int("epoch", epoch, 0, MAX_EPOCH)
         check_int("batches", batches, 0, 2**62)
-        fresh = self._cut(epoch, 0, [])
+        parts = self._history.parts()
+        fresh = self._cut(epoch, 0, [], parts=parts)
         cursor, segments = fresh.after(int(batches) * self._layout.batch_size)
-        self._jump(epoch, self._cut(epoch, cursor, segments))
+        self._jump(epoch, self._cut(epoch, cursor, segments, parts=parts))
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         (steps, place), epoch = self._here(), self.epoch
-        start = self._cut(epoch, place.cursor, [list(pair) for pair in place.segments])
+        start = self._cut(epoch, place.cursor, [list(pair) for pair in place.segments], parts=self._history.parts())
         if epoch == MAX_EPOCH and start.samples_per_rank() == 0:
             raise ValueError(f"epoch: the loader has read epoch {MAX_EPOCH}, the last one the orders support; "
                              "call set_epoch(e) with an earlier epoch to read on")
@@ -300,7 +301,7 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
             ended = live.epoch == MAX_EPOCH
             following = live.epoch if ended else live.epoch + 1
             where = live.cut.after(live.cut.samples_per_rank()) if ended else (0, [])
-            self._jump(following, self._cut(following, *where))
+            self._jump(following, self._cut(following, *where, parts=self._history.parts()))
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (a whole epoch, whatever the cursor; excluded samples taken out)."""
@@ -339,6 +340,8 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         excluded = Excluded.for_state(position.excluded, deal, orders, self.dataset)
         start = excluded.cut(deal, orders, self._layout, position.epoch, position.cursor, position.segments)
         history = position.history.record(position.steps, self._layout, place_after(position.epoch, start, 0))
+        start = excluded.cut(deal, orders, self._layout, position.epoch, position.cursor, position.segments,
+                             history.parts())
         self._orders, self._deal, self._pass, self._epoch, self._start = orders, deal, None, position.epoch, start
         self._steps, self._history, self._excluded = position.steps, history, excluded
 
@@ -361,7 +364,8 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         steps, place = self._here()
         layout = Layout(self._layout.n, self._layout.world_size, batch_size, self._layout.drop_last)
         history = self._history.record(steps, layout, place)
-        start = self._cut(place.epoch, place.cursor, [list(pair) for pair in place.segments], layout)
+        start = self._cut(place.epoch, place.cursor, [list(pair) for pair in place.segments], layout,
+                          parts=history.parts())
         live = self._pass
         self._pass = Pass(place.epoch, start, steps, follows=live) if live is not None else None
         self._layout, self._history, self._epoch, self._start, self._steps = layout, history, place.epoch, start, steps

@@ -194,8 +194,9 @@ class Deal:
         adopted.chosen, adopted.name = False, str(found)
         return adopted
 
-    def cut(self, layout: Layout, cursor: int, segments: list[list[int]]) -> StridedCut | SpanCut:
-        return cut(layout, self.name, cursor, segments)
+    def cut(self, layout: Layout, cursor: int, segments: list[list[int]],
+            parts: int | None = None) -> StridedCut | SpanCut:
+        return cut(layout, self.name, cursor, segments, parts)
 
 
 def warn_if_blocks_exceed_the_share(orders: OrderCache, deal: Deal, n: int, world_size: int) -> None:
@@ -304,7 +305,9 @@ class ResumableSampler(DistributedSampler[int]):
         return self._deal.name
 
     def _start(self) -> StridedCut | SpanCut:
-        return self._pending if self._pending is not None else self._deal.cut(self._layout, 0, [])
+        if self._pending is not None:
+            return self._pending
+        return self._deal.cut(self._layout, 0, [], self._history.parts())
 
     def __iter__(self) -> Iterator[int]:
         start, self._pending = self._start(), None
@@ -377,6 +380,7 @@ class ResumableSampler(DistributedSampler[int]):
             self._record(self.epoch, deal.cut(self._layout, 0, []))
             return
         self._record(position.epoch, start)
+        start = deal.cut(self._layout, position.cursor, position.segments, self._history.parts())
         self.epoch, self._pending = position.epoch, start
 
     def _expected(self, orders: OrderCache, deal: Deal) -> _state.Expected:

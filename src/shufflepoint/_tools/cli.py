@@ -8,8 +8,8 @@
     shufflepoint doctor                   # versions, and whether the installed Accelerate has #4195
     shufflepoint which CKPT --step N --dataset TARGET  # the samples of step N, from the checkpoint alone
 
-Exit codes (the ruff/ty convention): 0 clean, 1 findings (a verdict other than EXACT or
-EXACTLY_ONCE, an order that cannot be recovered, a bug found), 2 usage or tool errors.
+Exit codes (the ruff/ty convention): 0 clean, 1 findings (a verdict other than EXACT,
+SAME_GLOBAL_BATCHES or EXACTLY_ONCE, an order that cannot be recovered, a bug found), 2 usage or tool errors.
 Results go to stdout, progress to stderr; ``--json PATH`` (``-`` for stdout) writes the
 machine-readable report.
 """
@@ -62,14 +62,15 @@ def _parser() -> argparse.ArgumentParser:
         "audit", help="run TARGET's loader, interrupt it, resume it in new processes, judge",
         description="Runs the loader returned by TARGET in N real processes (torchrun, Gloo), saves its "
                     "state at --save-at, resumes in M new processes and compares with the uninterrupted run. "
-                    "Verdicts: EXACT, EXACTLY_ONCE (world size changed: every sample once), ORDER_LOST, "
-                    "DUPLICATED, DROPPED, DIVERGED, ERROR.",
+                    "Verdicts: EXACT, SAME_GLOBAL_BATCHES (world size changed at a fixed global batch: each global "
+                    "batch holds the uninterrupted run's samples), EXACTLY_ONCE (world size changed: every sample "
+                    "once), ORDER_LOST, DUPLICATED, DROPPED, DIVERGED, CONTENT_DIVERGED, ERROR.",
         epilog="TARGET's factory takes no arguments and is called in every process once RANK, WORLD_SIZE, "
                "LOCAL_RANK, MASTER_ADDR and MASTER_PORT are set; it returns a loader with state_dict() and "
                "load_state_dict(). Each epoch the audit calls loader.sampler.set_epoch(epoch) if the loader has "
                "no set_epoch of its own (DistributedSampler's contract), then iterates the loader; a loader "
                "that keeps its own epoch (Accelerate's, shufflepoint's) gets nothing but its saved state. "
-               "Exit 0 for EXACT / EXACTLY_ONCE, 1 otherwise, 2 for usage errors.")
+               "Exit 0 for EXACT / SAME_GLOBAL_BATCHES / EXACTLY_ONCE, 1 otherwise, 2 for usage errors.")
     audit.add_argument("target", metavar="TARGET", help="path/to/file.py:factory or package.module:factory")
     audit.add_argument("--nproc", type=_positive, required=True, help="processes for the first run")
     audit.add_argument("--resume-nproc", type=_positive, help="processes for the resume (default: --nproc)")
