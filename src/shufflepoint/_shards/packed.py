@@ -30,7 +30,7 @@ import torch
 import torch.utils.data
 
 from shufflepoint._order import check_int
-from shufflepoint._shards import token_counts
+from shufflepoint._shards import packed_collate, token_counts
 from shufflepoint._shards.blocks import BlockOrder, _sub_seed, checked_positions
 from shufflepoint._shards.token_counts import TokenSource, read
 
@@ -61,7 +61,9 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     processes (default: the CPUs it may use), and kept in its cache folder (``token_counts``). Each
     item is a dict of int64 tensors of length ``seq_len``: ``input_ids``, ``position_ids`` (0 at
     each document start and at the row start) and ``labels`` (``input_ids`` with -100 wherever
-    ``position_ids`` is 0). ``Packed.varlen_collate`` adds FlashAttention's ``cu_seqlens``.
+    ``position_ids`` is 0). ``Packed.varlen_collate`` adds the document boundaries that flash-attention
+    reads (``cu_seqlens`` and transformers' ``cu_seq_lens_q``/``_k``...), ``Packed.flatten_collate``
+    lays a batch out as one ``(1, B*L)`` row (``_shards/packed_collate.py`` says which path reads what).
 
     Use it with ``shufflepoint.DataLoader``, which reads it in its own ``packed`` order (the loader's
     ``seed`` and ``shuffle_block``, in documents, key the document order of every epoch)::
@@ -252,17 +254,8 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
                  "labels": torch.from_numpy(targets)}
                 for ids, positions, targets in zip(input_ids, position_ids, labels, strict=True)]
 
-    @staticmethod
-    def varlen_collate(samples: Sequence[dict[str, torch.Tensor]]) -> dict[str, Any]:
-        """Rows stacked (batch, seq_len), plus ``cu_seqlens`` (int32, every segment's start in the
-        flattened batch, then its length) and ``max_seqlen``: FlashAttention's varlen arguments."""
-        batch: dict[str, Any] = {key: torch.stack([sample[key] for sample in samples]) for key in samples[0]}
-        flat = batch["position_ids"].reshape(-1)
-        starts = torch.nonzero(flat == 0).reshape(-1)
-        cu_seqlens = torch.cat((starts, torch.tensor([flat.numel()]))).to(torch.int32)
-        batch["cu_seqlens"] = cu_seqlens
-        batch["max_seqlen"] = int(torch.diff(cu_seqlens).max())
-        return batch
+    varlen_collate = staticmethod(packed_collate.varlen_collate)
+    flatten_collate = staticmethod(packed_collate.flatten_collate)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
