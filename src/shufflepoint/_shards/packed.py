@@ -28,9 +28,11 @@ from typing import Any
 import numpy as np
 import torch
 import torch.utils.data
+from torch.utils.data import default_collate
 
 from shufflepoint._order import check_int
 from shufflepoint._shards import packed_collate, token_counts
+from shufflepoint._shards.batch import Columnar, Rows
 from shufflepoint._shards.blocks import BlockOrder, _sub_seed, checked_positions
 from shufflepoint._shards.token_counts import TokenSource, read
 
@@ -213,10 +215,19 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, torch.Tensor]]:
         """Rows at these indices; their documents read once, as one batch."""
-        pieces = self.rows_segments(indices)
+        return self.read_batch(indices).samples()
+
+    def read_batch(self, indices: Sequence[int] | np.ndarray) -> PackedBatch:
+        """The rows at these indices as one batch: (rows, seq_len) arrays, which the loader's collate
+        turns into tensors without a tensor per row (``columnar``)."""
+        pieces = self.rows_segments(np.asarray(indices, dtype=np.int64).tolist())
         documents = sorted({d for row in pieces for d, _, _ in row})
         texts = dict(zip(documents, self._documents(documents), strict=True))
-        return self._rows([[(texts[d], start, stop) for d, start, stop in row] for row in pieces])
+        return PackedBatch(*self._rows([[(texts[d], start, stop) for d, start, stop in row] for row in pieces]))
+
+    def columnar(self) -> Columnar:
+        """This ``Packed`` with batches kept as read, for ``shufflepoint.collate`` (the loader's default)."""
+        return Columnar(self)
 
     def _documents(self, documents: list[int]) -> list[np.ndarray]:
         read_ids = getattr(self.dataset, "read_ids", None)  # Shards of Parquet: arrays, no int per token
@@ -241,18 +252,16 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         tail = [self.eos] if self.eos is not None else []
         return np.concatenate((np.asarray(head, np.int64), ids, np.asarray(tail, np.int64)))
 
-    def _rows(self, rows: list[list[tuple[np.ndarray, int, int]]]) -> list[dict[str, torch.Tensor]]:
-        """The rows built together: one concatenation and one position computation for the batch
-        (per row, numpy's call overhead cost more than the tokens); each row is a view of the batch."""
+    def _rows(self, rows: list[list[tuple[np.ndarray, int, int]]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The rows built together, (rows, seq_len) int64 each: one concatenation and one position
+        computation for the batch (per row, numpy's call overhead cost more than the tokens)."""
         lengths = np.array([stop - start for row in rows for _, start, stop in row], dtype=np.int64)
         input_ids = np.concatenate([ids[start:stop] for row in rows for ids, start, stop in row]).astype(
             np.int64, copy=False).reshape(len(rows), -1)
         starts = np.cumsum(lengths) - lengths
         position_ids = (np.arange(input_ids.size, dtype=np.int64) - np.repeat(starts, lengths)).reshape(input_ids.shape)
         labels = np.where(position_ids == 0, IGNORE_INDEX, input_ids)
-        return [{"input_ids": torch.from_numpy(ids), "position_ids": torch.from_numpy(positions),
-                 "labels": torch.from_numpy(targets)}
-                for ids, positions, targets in zip(input_ids, position_ids, labels, strict=True)]
+        return input_ids, position_ids, labels
 
     varlen_collate = staticmethod(packed_collate.varlen_collate)
     flatten_collate = staticmethod(packed_collate.flatten_collate)
@@ -279,6 +288,37 @@ def _cut(pieces: list[tuple[int, int, int]], seq_len: int) -> list[list[tuple[in
             rows.append([])
             room = seq_len
     return rows[:-1] if not rows[-1] else rows
+
+
+class PackedBatch(Rows):
+    """Rows of a ``Packed`` read as one batch: ``input_ids``, ``position_ids`` and ``labels`` as
+    (rows, seq_len) int64 arrays. Item i is the per-row read's dict (tensors that view the arrays);
+    ``collate()`` is ``default_collate`` of those dicts, built without a tensor per row."""
+
+    KEYS = ("input_ids", "position_ids", "labels")
+
+    def __init__(self, input_ids: np.ndarray, position_ids: np.ndarray, labels: np.ndarray) -> None:
+        self._arrays = (input_ids, position_ids, labels)
+        super().__init__([])
+
+    def __len__(self) -> int:
+        return int(self._arrays[0].shape[0])
+
+    def __getitem__(self, i: Any) -> Any:
+        return {key: torch.from_numpy(array[i]) for key, array in zip(self.KEYS, self._arrays, strict=True)}
+
+    def samples(self) -> list[dict[str, torch.Tensor]]:
+        tensors = [torch.from_numpy(array) for array in self._arrays]
+        return [dict(zip(self.KEYS, row, strict=True)) for row in zip(*tensors, strict=True)]
+
+    def take(self, order: np.ndarray) -> PackedBatch:
+        return PackedBatch(*(array[order] for array in self._arrays))
+
+    def collate(self) -> dict[str, torch.Tensor]:
+        if not len(self):
+            empty: dict[str, torch.Tensor] = default_collate([])  # torch's error for an empty batch
+            return empty
+        return {key: torch.from_numpy(array) for key, array in zip(self.KEYS, self._arrays, strict=True)}
 
 
 class PackedOrder:
