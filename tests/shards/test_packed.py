@@ -306,3 +306,42 @@ def test_rows_read_together_are_the_rows_read_one_by_one(lengths, seq_len, picks
     indices = [picks[0] % total + k for k in range(len(picks))] if consecutive else [p % total for p in picks]
     indices = [i for i in indices if i < total]
     assert packed.rows_segments(indices) == [packed.segments(i) for i in indices]
+
+
+@pytest.mark.parametrize("changed, named", [
+    (dict(seq_len=6), r"packing parameter seq_len: saved 5, now 6; build the Packed with seq_len=5 to resume"),
+    (dict(eos=EOS - 1), rf"packing parameter eos: saved {EOS}, now {EOS - 1}; build the Packed with eos={EOS}"),
+    (dict(bos=BOS), rf"packing parameter bos: saved None, now {BOS}; build the Packed with bos=None"),
+    (dict(seq_len=4, bos=BOS), r"packing parameter seq_len: saved 5, now 4, bos: saved None, now \d+; build the "
+                               r"Packed with seq_len=5, bos=None to resume this run"),
+])
+def test_a_resume_with_another_packing_names_the_parameter_and_both_values(changed, named):
+    def loader(seq_len=5, bos=None, eos=EOS):
+        packed = Packed(documents(LENGTHS_FIXED), seq_len, bos=bos, eos=eos, progress=False)
+        return shufflepoint.DataLoader(packed, 2, seed=4, collate_fn=collate_rows, shuffle_block=4)
+
+    saved = loader()
+    next(iter(saved))
+    state = saved.state_dict()
+    with pytest.raises(shufflepoint.StateError, match=named) as refused:
+        loader(**changed).load_state_dict(state)
+    assert "resume with the same dataset" not in str(refused.value)
+
+
+def test_a_state_of_shufflepoint_0_3_without_the_packing_in_clear_still_resumes():
+    def loader(seq_len=5):
+        packed = Packed(documents(LENGTHS_FIXED), seq_len, eos=EOS, progress=False)
+        return shufflepoint.DataLoader(packed, 2, seed=4, collate_fn=collate_rows, shuffle_block=4)
+
+    first = loader()
+    batches = iter(first)
+    next(batches)
+    state = first.state_dict()
+    clear = "-seq_len=5,bos=None,eos=" + str(EOS)
+    assert clear + ":blocks=4" in state["dataset_fingerprint"]
+    old = {**state, "dataset_fingerprint": state["dataset_fingerprint"].replace(clear, "")}  # as 0.3 wrote it
+    resumed = loader()
+    resumed.load_state_dict(old)
+    assert next(iter(resumed)) == next(batches)
+    with pytest.raises(shufflepoint.StateError, match="the packing changed: now seq_len=6.*holds a digest"):
+        loader(6).load_state_dict(old)

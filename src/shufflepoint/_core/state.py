@@ -209,12 +209,11 @@ def _check_deal(state: Mapping[str, Any], expected: Expected) -> None:
 
 
 def _current(state: object, expected: Expected) -> Mapping[str, Any]:
-    """The state, checked, in the current format: version 1 (0.1, 0.2) read as ``strided``, and a 0.2
-    corpus fingerprint (no shard versions) taken as the same corpus when it matches 0.2's measure."""
-    written_as = state.get("version") if isinstance(state, Mapping) else None
+    """The state, checked, in the current format: version 1 (0.1, 0.2) read as ``strided``, and an older
+    fingerprint taken as the same dataset when it matches the older measure (``legacy_fingerprint``: a
+    0.2 corpus without shard versions, a 0.3 ``Packed`` without its packing in clear)."""
     current = _check_shape(state)
-    if written_as == OLDEST_VERSION and expected.legacy_fingerprint is not None \
-            and current["dataset_fingerprint"] == expected.legacy_fingerprint:
+    if expected.legacy_fingerprint is not None and current["dataset_fingerprint"] == expected.legacy_fingerprint:
         current = {**current, "dataset_fingerprint": expected.dataset_fingerprint}
     return current
 
@@ -231,10 +230,11 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> Posit
                     f"A {state['kind']} state cannot restore a {expected.kind}; load it into a {state['kind']}.")
     if state["n"] != expected.n:
         print_found = state["dataset_fingerprint"]
-        why = (expected.explain_fingerprint(print_found) + ". "
+        why = (expected.explain_fingerprint(print_found)
                if expected.explain_fingerprint and isinstance(print_found, str) else "")
         raise _fail("n", state["n"], f"{expected.n} (len(dataset) now)",
-                    f"{why}The dataset changed length since the checkpoint; resume with the same dataset.")
+                    f"The dataset changed length since the checkpoint: {why}." if why else
+                    "The dataset changed length since the checkpoint; resume with the same dataset.")
     if state["shuffle"] != expected.shuffle:
         raise _fail("shuffle", state["shuffle"], f"{expected.shuffle!r} (what this {expected.kind} was built with)",
                     f"The constructor's value is not silently overridden: build the {expected.kind} with "

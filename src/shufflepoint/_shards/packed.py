@@ -122,15 +122,28 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
 
     @property
     def fingerprint(self) -> str:
-        """``packed:<hash of the whole>-<8 hex digits per part of _identity>``."""
+        """``packed:<hash of the whole>-<8 hex digits per part of _identity>-<the packing in clear>``,
+        e.g. ``...-seq_len=2048,bos=None,eos=2``: so that a refused resume can name the saved values."""
+        return f"{self.legacy_fingerprint}-{self._packing_in_clear()}"
+
+    @property
+    def legacy_fingerprint(self) -> str:
+        """The fingerprint shufflepoint 0.3 wrote (without the packing in clear): its states still resume."""
         parts = self._identity()
         whole = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
         return f"{FINGERPRINT_PREFIX}{whole}-" + "".join(_short(parts[name]) for name in _PARTS)
 
+    def _packing_in_clear(self) -> str:
+        return ",".join(f"{name}={value}" for name, value in self._packing().items())
+
+    def _packing(self) -> dict[str, int | None]:
+        return {"seq_len": self.seq_len, "bos": self.bos, "eos": self.eos}
+
     def explain_fingerprint(self, saved: str) -> str:
         """Which part of the packing differs from the one a state with fingerprint ``saved`` was taken on."""
         body, _, suffix = saved.removeprefix(FINGERPRINT_PREFIX).partition(":")
-        digests = body.partition("-")[2]
+        _, _, rest = body.partition("-")
+        digests, _, clear = rest.partition("-")
         if not saved.startswith(FINGERPRINT_PREFIX) or len(digests) != 8 * len(_PARTS):
             return "the packed corpus changed: its documents or their token counts, seq_len, the tokens, bos or eos"
         parts = self._identity()
@@ -142,12 +155,25 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
                           else f"the tokens changed: this Packed reads the field {source.field!r}, the state was "
                           "taken with another field or a tokenizer"),
                "counts": "the documents' token counts changed",
-               "packing": f"the packing changed: now seq_len={self.seq_len}, bos={self.bos}, eos={self.eos}"}
+               "packing": self._explain_packing(clear)}
         found = [why[name] for name in changed]
         blocks = suffix.split(":", 1)[0]
         if self._bound is not None and blocks.startswith("blocks=") and blocks != f"blocks={self._bound[1]}":
             found.append(f"shuffle_block changed ({blocks[7:]} when saved, {self._bound[1]} now)")
         return "; ".join(found) or "the packed corpus is the same; the state's fingerprint differs elsewhere"
+
+    def _explain_packing(self, clear: str) -> str:
+        """The packing parameters that differ, each with its saved and its new value, and the fix."""
+        now = {name: str(value) for name, value in self._packing().items()}
+        saved = dict(item.partition("=")[::2] for item in clear.split(",")) if clear else {}
+        if set(saved) != set(now):  # a state of shufflepoint 0.3: only a digest of the packing
+            return (f"the packing changed: now seq_len={self.seq_len}, bos={self.bos}, eos={self.eos} (the state "
+                    "holds a digest of its seq_len, bos and eos, not their values)")
+        differ = [name for name in now if saved[name] != now[name]]
+        named = ", ".join(f"{name}: saved {saved[name]}, now {now[name]}" for name in differ)
+        fix = ", ".join(f"{name}={saved[name]}" for name in differ)
+        return (f"the packing changed: packing parameter {named}; build the Packed with {fix} to resume this run, "
+                "or start a new run")
 
     def epoch_order(self, seed: int, epoch: int, shuffle_block: int) -> PackedOrder:
         """Epoch positions -> row indices (``epoch * len(self) + row``); binds (seed, shuffle_block)."""
