@@ -345,3 +345,22 @@ def test_a_state_of_shufflepoint_0_3_without_the_packing_in_clear_still_resumes(
     assert next(iter(resumed)) == next(batches)
     with pytest.raises(shufflepoint.StateError, match="the packing changed: now seq_len=6.*holds a digest"):
         loader(6).load_state_dict(old)
+
+
+def test_a_doubled_bos_or_eos_is_refused_with_the_fix():
+    tokenizer_adds = [{"input_ids": [BOS, *range(d * 1000, d * 1000 + n), EOS]} for d, n in enumerate([4, 6, 3, 5])]
+    for framing, named in ((dict(bos=BOS), rf"bos: found documents that already start with bos={BOS}"),
+                           (dict(eos=EOS), rf"eos: found documents that already end with eos={EOS}")):
+        packed = Packed(tokenizer_adds, 4, progress=False, **framing)
+        packed.epoch_order(0, 0, 2)
+        with pytest.raises(ValueError, match=named) as refused:
+            packed[0]
+        assert "add_special_tokens=False" in str(refused.value) and "documents [" in str(refused.value)
+        with pytest.raises(ValueError, match=named):  # refused again, not only once
+            packed[1]
+    # one document that happens to start with bos among others that do not: not a tokenizer's doing
+    mixed = [{"input_ids": [BOS, 1, 2]}] + documents([4, 6, 3, 5])[1:]
+    packed = Packed(mixed, 4, bos=BOS, progress=False)
+    packed.epoch_order(0, 0, 8)
+    rows = packed.__getitems__(list(range(len(packed))))  # all documents read at once, the first check
+    assert [int(row["input_ids"][0]) for row in rows].count(BOS) >= 1

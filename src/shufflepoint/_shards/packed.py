@@ -43,6 +43,7 @@ IGNORE_INDEX = -100  # the labels value torch's cross_entropy and Hugging Face m
 _DOCUMENTS_TAG = 0x5041434B
 _CHUNKS_PER_BLOCK = 8  # a dataset without shards is cut in chunks of shuffle_block / 8 documents
 _CACHED_BLOCKS, _CACHED_EPOCHS = 8, 2
+_FRAMING_CHECKED = 8  # documents: if the first ones read all start with bos (end with eos), it is doubled
 _MAX_INDEX = 2**63 - 1
 _PARTS = ("documents", "tokens", "counts", "packing")
 
@@ -108,6 +109,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
                              "(with bos/eos): not one full row; use a smaller seq_len or more documents")
         self._bound: tuple[int, int] | None = None
         self._tables: dict[int, EpochTable] = {}
+        self._framing_checked = bos is None and eos is None
 
     def __len__(self) -> int:
         return self.rows_per_epoch
@@ -267,8 +269,26 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
                 what = "tokens" if self.source.tokenize is None else f"tokenize (tokenizer {self.source.tokenizer!r})"
                 raise ValueError(f"{what}: document {document} now holds {ids.size} tokens, {self.lengths[document]} "
                                  "when counted; the corpus or the tokenizer changed, build the Packed again")
-            found.append(self._framed(ids))
-        return found
+            found.append(ids)
+        if not self._framing_checked:
+            self._check_framing(documents, found)
+        return [self._framed(ids) for ids in found]
+
+    def _check_framing(self, documents: list[int], found: list[np.ndarray]) -> None:
+        """Refuse a doubled bos (eos): the first documents read already start with bos (end with eos),
+        as a tokenizer that adds its own special tokens gives them. Checked once per process."""
+        held = [(d, ids) for d, ids in zip(documents, found, strict=True) if ids.size][:_FRAMING_CHECKED]
+        for name, value, edge, where in (("bos", self.bos, 0, "start"), ("eos", self.eos, -1, "end")):
+            if value is not None and held and all(int(ids[edge]) == value for _, ids in held):
+                tokens = f"[{value}, {value}, ...]" if edge == 0 else f"[..., {value}, {value}]"
+                raise ValueError(
+                    f"{name}: found documents that already {where} with {name}={value} (all of the first "
+                    f"{len(held)} read: documents {[d for d, _ in held]}), so each would be framed as {tokens}: "
+                    f"a doubled {name.upper()}.\nLikely cause: the tokenizer adds its own special tokens (Hugging "
+                    "Face tokenizers do by default).\nFix: tokenize with add_special_tokens=False, e.g. "
+                    "tokenize=lambda s: tok(s['text'], add_special_tokens=False)['input_ids'], or build the Packed "
+                    f"without {name}=.")
+        self._framing_checked = bool(held)
 
     def _framed(self, ids: np.ndarray) -> np.ndarray:
         """A document as it stands in the stream: bos, its tokens, eos."""
