@@ -110,6 +110,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         self._bound: tuple[int, int] | None = None
         self._tables: dict[int, EpochTable] = {}
         self._framing_checked = bos is None and eos is None
+        self._held: tuple[int, np.ndarray] | None = None  # (document, its framed tokens): see read_batch
 
     def __len__(self) -> int:
         return self.rows_per_epoch
@@ -248,9 +249,17 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     def read_batch(self, indices: Sequence[int] | np.ndarray) -> PackedBatch:
         """The rows at these indices as one batch: (rows, seq_len) arrays, which the loader's collate
         turns into tensors without a tensor per row (``columnar``)."""
-        pieces = self.rows_segments(np.asarray(indices, dtype=np.int64).tolist())
-        documents = sorted({d for row in pieces for d, _, _ in row})
+        order = np.asarray(indices, dtype=np.int64).tolist()
+        pieces = self.rows_segments(order)
+        held = self._held
+        documents = sorted({d for row in pieces for d, _, _ in row if held is None or d != held[0]})
         texts = dict(zip(documents, self._documents(documents), strict=True))
+        if held is not None:
+            texts[held[0]] = held[1]
+        self._held = None
+        if order:  # a rank reads forward: keep the document that runs on past this batch's last row
+            document, _, stop = pieces[int(np.argmax(order))][-1]
+            self._held = (document, texts[document]) if stop < texts[document].size else None
         return PackedBatch(*self._rows([[(texts[d], start, stop) for d, start, stop in row] for row in pieces]))
 
     def columnar(self) -> Columnar:
@@ -315,6 +324,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_tables"] = {}  # rebuilt where the rows are read
+        state["_held"] = None
         return state
 
 
