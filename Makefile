@@ -77,6 +77,7 @@ $(GRAIN_STAMP):
 
 bench-packing: $(STAMP) $(GRAIN_STAMP)
 	$(PY) benchmarks/packing.py $(if $(QUICK),--quick) --grain-python $(GRAIN_VENV)/bin/python
+	$(PY) benchmarks/packing_tokenize.py $(if $(QUICK),--quick)
 
 # Ray Train (issue 14) on a real local Ray cluster: its own venv (1.5 GB), torch first and alone
 # (the local CPU wheel), then the package with its [ray] extra. About 40 s to build, 70 s to run.
