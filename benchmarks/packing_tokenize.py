@@ -161,7 +161,8 @@ def main() -> None:
                  f"{len(packed):,} rows of {SEQ_LEN}"),
         ("rows/s, Packed(tokenize=), no workers", f"{statistics.median(packed_rates):,.0f}"),
         ("rows/s, naive tokenize-once pipeline", f"{statistics.median(naive_rates):,.0f}"),
-        ("Packed / naive (target >= 1x)", f"{statistics.median(ratios):.2f}x ({', '.join(f'{r:.2f}' for r in ratios)})"),
+        ("Packed / naive (target >= 1x)",
+         f"{statistics.median(ratios):.2f}x ({', '.join(f'{r:.2f}' for r in ratios)})"),
         ("construction: counting pass (one tokenization, not in the rate)", f"{counted:.2f} s"),
         *((f"tokenize calls per document, {c['workers']} workers (target <= 1.05)",
            f"{c['per_document']:.3f} ({c['calls']:,} calls, {c['documents']:,} documents, at most "
