@@ -290,6 +290,12 @@ def test_parquet_token_lists_read_as_arrays_give_the_rows_the_documents_make(tmp
     arrays = corpus.read_ids(list(range(len(docs)))[::-1], "input_ids")
     assert arrays is not None and [a.tolist() for a in arrays] == docs[::-1]
     assert all(not a.flags.writeable for a in arrays)  # views of the decoded group: read-only
+    picked = sorted(set(range(0, len(docs), 2)) | {len(docs) - 1})  # rows of several groups, some skipped
+    ascending = corpus.read_ids_ascending(picked, "input_ids")  # what Packed's token windows read
+    assert ascending is not None and [a.tolist() for a in ascending] == [docs[d] for d in picked]
+    if len(picked) > 1:
+        with pytest.raises(ValueError, match="expected ascending indices"):
+            corpus.read_ids_ascending(picked[::-1], "input_ids")
 
 
 @settings(max_examples=60, deadline=None)

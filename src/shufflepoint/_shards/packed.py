@@ -28,21 +28,26 @@ from typing import Any
 import numpy as np
 import torch
 import torch.utils.data
-from torch.utils.data import default_collate
 
 from shufflepoint._order import check_int
 from shufflepoint._shards import packed_collate, token_counts
-from shufflepoint._shards.batch import Columnar, Rows
-from shufflepoint._shards.blocks import BlockOrder, _sub_seed, checked_positions
+from shufflepoint._shards.batch import Columnar
+from shufflepoint._shards.packed_rows import (
+    NAME,
+    VERSION,
+    EpochTable,
+    PackedBatch,
+    PackedOrder,
+    TokenWindow,
+    _cut,
+    build_window,
+)
 from shufflepoint._shards.token_counts import TokenSource, read
 
-NAME = "packed"
-VERSION = 1
 FINGERPRINT_PREFIX = "packed:"
 IGNORE_INDEX = -100  # the labels value torch's cross_entropy and Hugging Face models skip
-_DOCUMENTS_TAG = 0x5041434B
-_CHUNKS_PER_BLOCK = 8  # a dataset without shards is cut in chunks of shuffle_block / 8 documents
-_CACHED_BLOCKS, _CACHED_EPOCHS = 8, 2
+_CACHED_EPOCHS = 2
+_WINDOW_TOKENS = 2**19  # a token window: 4 MB of tokens and 4 MB of offsets (int64), 512 rows of 1,024
 _FRAMING_CHECKED = 8  # documents: if the first ones read all start with bos (end with eos), it is doubled
 _MAX_INDEX = 2**63 - 1
 _PARTS = ("documents", "tokens", "counts", "packing")
@@ -111,6 +116,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         self._tables: dict[int, EpochTable] = {}
         self._framing_checked = bos is None and eos is None
         self._held: tuple[int, np.ndarray] | None = None  # (document, its framed tokens): see read_batch
+        self._window: TokenWindow | None = None  # a stretch of the token stream read at once: _from_window
 
     def __len__(self) -> int:
         return self.rows_per_epoch
@@ -249,6 +255,9 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     def read_batch(self, indices: Sequence[int] | np.ndarray) -> PackedBatch:
         """The rows at these indices as one batch: (rows, seq_len) arrays, which the loader's collate
         turns into tensors without a tensor per row (``columnar``)."""
+        window = self._from_window(indices)
+        if window is not None:
+            return window
         order = np.asarray(indices, dtype=np.int64).tolist()
         pieces = self.rows_segments(order)
         held = self._held
@@ -261,6 +270,40 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
             document, _, stop = pieces[int(np.argmax(order))][-1]
             self._held = (document, texts[document]) if stop < texts[document].size else None
         return PackedBatch(*self._rows([[(texts[d], start, stop) for d, start, stop in row] for row in pieces]))
+
+    def _from_window(self, indices: Sequence[int] | np.ndarray) -> PackedBatch | None:
+        """A run of consecutive rows of one epoch, sliced from the token window (built when it does not
+        cover them); None where the rows are not one run or the corpus cannot read flat token ids."""
+        read = getattr(self.dataset, "read_ids_ascending", None)
+        if self.source.tokenize is not None or not callable(read) or len(indices) == 0:
+            return None
+        rows = [int(index) for index in indices]  # a batch: a few ints, cheaper in Python than in numpy
+        if rows != list(range(rows[0], rows[0] + len(rows))):
+            return None
+        epoch, row = self._decode(rows[0])
+        if row + len(rows) > self.rows_per_epoch:  # the run crosses an epoch edge
+            return None
+        begin, end = row * self.seq_len, (row + len(rows)) * self.seq_len
+        window = self._window
+        if window is None or not window.covers(epoch, begin, end):
+            rows_per_window = max(1, _WINDOW_TOKENS // self.seq_len)
+            stop = min(self.rows_per_epoch * self.seq_len, max(end, begin + rows_per_window * self.seq_len))
+            field = str(self.source.field)
+            built = build_window(self._table(epoch), epoch, begin, stop, (self.bos, self.eos),
+                                 lambda documents: read(documents, field))
+            if built is None:
+                return None
+            window, documents = built
+            for document, ids in documents:
+                if ids.size != self.lengths[document]:
+                    raise ValueError(f"tokens: document {document} now holds {ids.size} tokens, "
+                                     f"{self.lengths[document]} when counted; the corpus changed, build the Packed "
+                                     "again")
+            if not self._framing_checked:
+                first = documents[:_FRAMING_CHECKED]
+                self._check_framing([d for d, _ in first], [ids for _, ids in first])
+            self._window = window
+        return PackedBatch(*window.rows(begin, len(rows), self.seq_len, IGNORE_INDEX))
 
     def columnar(self) -> Columnar:
         """This ``Packed`` with batches kept as read, for ``shufflepoint.collate`` (the loader's default)."""
@@ -325,120 +368,5 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         state = self.__dict__.copy()
         state["_tables"] = {}  # rebuilt where the rows are read
         state["_held"] = None
+        state["_window"] = None
         return state
-
-
-def _cut(pieces: list[tuple[int, int, int]], seq_len: int) -> list[list[tuple[int, int, int]]]:
-    """The (document, start, stop) pieces of consecutive rows, cut into rows of ``seq_len`` tokens."""
-    rows: list[list[tuple[int, int, int]]] = [[]]
-    room = seq_len
-    for document, start, stop in pieces:
-        while stop - start > room:
-            rows[-1].append((document, start, start + room))
-            start, room = start + room, seq_len
-            rows.append([])
-        if stop > start:
-            rows[-1].append((document, start, stop))
-            room -= stop - start
-        if room == 0:
-            rows.append([])
-            room = seq_len
-    return rows[:-1] if not rows[-1] else rows
-
-
-class PackedBatch(Rows):
-    """Rows of a ``Packed`` read as one batch: ``input_ids``, ``position_ids`` and ``labels`` as
-    (rows, seq_len) int64 arrays. Item i is the per-row read's dict (tensors that view the arrays);
-    ``collate()`` is ``default_collate`` of those dicts, built without a tensor per row."""
-
-    KEYS = ("input_ids", "position_ids", "labels")
-
-    def __init__(self, input_ids: np.ndarray, position_ids: np.ndarray, labels: np.ndarray) -> None:
-        self._arrays = (input_ids, position_ids, labels)
-        super().__init__([])
-
-    def __len__(self) -> int:
-        return int(self._arrays[0].shape[0])
-
-    def __getitem__(self, i: Any) -> Any:
-        return {key: torch.from_numpy(array[i]) for key, array in zip(self.KEYS, self._arrays, strict=True)}
-
-    def samples(self) -> list[dict[str, torch.Tensor]]:
-        tensors = [torch.from_numpy(array) for array in self._arrays]
-        return [dict(zip(self.KEYS, row, strict=True)) for row in zip(*tensors, strict=True)]
-
-    def take(self, order: np.ndarray) -> PackedBatch:
-        return PackedBatch(*(array[order] for array in self._arrays))
-
-    def collate(self) -> dict[str, torch.Tensor]:
-        if not len(self):
-            empty: dict[str, torch.Tensor] = default_collate([])  # torch's error for an empty batch
-            return empty
-        return {key: torch.from_numpy(array) for key, array in zip(self.KEYS, self._arrays, strict=True)}
-
-
-class PackedOrder:
-    """The ``packed`` order of one epoch: position p -> index ``epoch * rows + p``."""
-
-    name = NAME
-    version = VERSION
-
-    def __init__(self, rows: int, epoch: int) -> None:
-        self.n, self.epoch = rows, epoch
-
-    def index(self, position: int) -> int:
-        return int(self.take(np.array([position], dtype=np.int64))[0])
-
-    def take(self, positions: np.ndarray) -> np.ndarray:
-        positions, flat = checked_positions(positions, self.n)
-        found: np.ndarray = (flat + self.epoch * self.n).reshape(positions.shape)
-        return found
-
-
-class EpochTable:
-    """One epoch's token stream: documents in the ``blocks`` order, O(blocks) table plus cached blocks."""
-
-    def __init__(self, packed: Packed, seed: int, shuffle_block: int, epoch: int) -> None:
-        rows = getattr(packed.dataset, "shard_rows", None)
-        if rows is None:  # chunks of consecutive documents stand in for shards
-            documents, chunk = len(packed.lengths), max(1, shuffle_block // _CHUNKS_PER_BLOCK)
-            rows = [chunk] * (documents // chunk) + ([documents % chunk] if documents % chunk else [])
-        self._order = BlockOrder(rows, _sub_seed(seed, _DOCUMENTS_TAG), epoch, shuffle_block)
-        self._cumulative = packed._cumulative
-        order = self._order  # pieces: runs of one shard's documents, in stream order
-        piece_documents = np.diff(np.append(order._stream_start, order.n))
-        first = order._dataset_start
-        piece_tokens = self._cumulative[first + piece_documents] - self._cumulative[first]
-        piece_token_start = np.concatenate(([0], np.cumsum(piece_tokens))).astype(np.int64)
-        opens = np.searchsorted(order._stream_start, order._block_start)
-        self.block_token_start = piece_token_start[opens]
-        self._blocks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-
-    def block(self, block: int) -> tuple[np.ndarray, np.ndarray]:
-        """(documents of the block in epoch order, their token starts from the block's start)."""
-        found = self._blocks.get(block)
-        if found is None:
-            if len(self._blocks) >= _CACHED_BLOCKS:
-                self._blocks.pop(next(iter(self._blocks)))
-            start, stop = self._order.block_bounds(block)
-            documents = self._order.take(np.arange(start, stop, dtype=np.int64))
-            sizes = self._cumulative[documents + 1] - self._cumulative[documents]
-            found = self._blocks[block] = (documents, np.concatenate(([0], np.cumsum(sizes))).astype(np.int64))
-        return found
-
-    def segments(self, begin: int, end: int) -> list[tuple[int, int, int]]:
-        """(document, start, stop) pieces covering epoch tokens [begin, end)."""
-        found: list[tuple[int, int, int]] = []
-        block = int(np.searchsorted(self.block_token_start, begin, side="right")) - 1
-        while begin < end:
-            documents, starts = self.block(block)
-            base = int(self.block_token_start[block])
-            local, stop = begin - base, min(end - base, int(starts[-1]))
-            i = int(np.searchsorted(starts, local, side="right")) - 1
-            while local < stop:
-                piece_stop = min(stop, int(starts[i + 1]))
-                if piece_stop > local:
-                    found.append((int(documents[i]), local - int(starts[i]), piece_stop - int(starts[i])))
-                local, i = piece_stop, i + 1
-            begin, block = base + stop, block + 1
-        return found
