@@ -96,7 +96,21 @@ def test_the_loader_reads_windows_and_serves_every_row_once(monkeypatch):
     expected.epoch_order(2, 0, 8)
     assert served == [tuple(expected[row]["input_ids"].tolist()) for row in range(len(expected))]
     batches = -(-len(packed) // 3)
-    assert corpus.reads == -(-batches // 3)  # one read per window (a window starts at a batch), not per batch
+    # the first batch is read alone (no reading on yet), then one read per window of 3 batches, not per batch
+    assert corpus.reads == 1 + -(-(batches - 1) // 3)
+
+
+def test_a_read_elsewhere_reads_only_its_rows_and_reading_on_reads_a_whole_window(monkeypatch):
+    monkeypatch.setattr(packed_module, "_WINDOW_TOKENS", 160)
+    packed = Packed(FlatDocuments([int(n) for n in np.random.default_rng(2).integers(1, 60, size=80)]), 16,
+                    progress=False)
+    packed.epoch_order(0, 0, 8)
+    packed.read_batch([100, 101])
+    assert (packed._window.begin, packed._window.end) == (1600, 1632)  # random access: its own two rows
+    packed.read_batch([102, 103])  # reading on: a whole window of 10 rows
+    assert (packed._window.begin, packed._window.end) == (1632, 1792)
+    packed.read_batch([20])  # elsewhere again
+    assert (packed._window.begin, packed._window.end) == (320, 336)
 
 
 def test_a_changed_document_or_a_doubled_bos_is_refused_from_the_window_too():
@@ -105,11 +119,11 @@ def test_a_changed_document_or_a_doubled_bos_is_refused_from_the_window_too():
     packed.epoch_order(0, 0, 4)
     corpus.rows[2]["input_ids"].append(7)
     with pytest.raises(ValueError, match="tokens: document 2 now holds 4 tokens, 3 when counted"):
-        packed.read_batch([0, 1])
+        packed.read_batch(list(range(len(packed))))
     with_bos = FlatDocuments([5, 9, 3, 7])
     for row in with_bos.rows:
         row["input_ids"].insert(0, BOS)
     packed = Packed(with_bos, 4, bos=BOS, progress=False)
     packed.epoch_order(0, 0, 4)
     with pytest.raises(ValueError, match=f"bos: found documents that already start with bos={BOS}"):
-        packed.read_batch([0, 1])
+        packed.read_batch(list(range(len(packed))))

@@ -48,6 +48,7 @@ FINGERPRINT_PREFIX = "packed:"
 IGNORE_INDEX = -100  # the labels value torch's cross_entropy and Hugging Face models skip
 _CACHED_EPOCHS = 2
 _WINDOW_TOKENS = 2**19  # a token window: 4 MB of tokens and 4 MB of offsets (int64), 512 rows of 1,024
+_ONWARD_BATCHES = 16  # a read at most this many batches past the window reads on: the next window is whole
 _FRAMING_CHECKED = 8  # documents: if the first ones read all start with bos (end with eos), it is doubled
 _MAX_INDEX = 2**63 - 1
 _PARTS = ("documents", "tokens", "counts", "packing")
@@ -286,7 +287,11 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         begin, end = row * self.seq_len, (row + len(rows)) * self.seq_len
         window = self._window
         if window is None or not window.covers(epoch, begin, end):
-            rows_per_window = max(1, _WINDOW_TOKENS // self.seq_len)
+            # reading on (from the last window or a few batches past it, as a worker does): a whole window;
+            # a read elsewhere (random access) reads only its own rows
+            onward = window is not None and window.epoch == epoch and window.begin <= begin <= window.end + \
+                _ONWARD_BATCHES * (end - begin)
+            rows_per_window = max(1, _WINDOW_TOKENS // self.seq_len) if onward else len(rows)
             stop = min(self.rows_per_epoch * self.seq_len, max(end, begin + rows_per_window * self.seq_len))
             field = str(self.source.field)
             built = build_window(self._table(epoch), epoch, begin, stop, (self.bos, self.eos),
