@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import statistics
 import time
 import warnings
@@ -141,6 +142,7 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="results path without suffix")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    load_before = os.getloadavg()[0]
     texts = make_texts(1_200 if args.quick else 6_000)
     tokenizer = train_tokenizer(texts)
     eos = tokenizer.token_to_id("[EOS]")
@@ -167,6 +169,7 @@ def main() -> None:
         *((f"tokenize calls per document, {c['workers']} workers (target <= 1.05)",
            f"{c['per_document']:.3f} ({c['calls']:,} calls, {c['documents']:,} documents, at most "
            f"{c['most_on_one_document']} on one)") for c in calls),
+        ("load average (1 min) before / after", f"{load_before:.1f} / {os.getloadavg()[0]:.1f}"),
     ]
     lines = [f"| packed tokenize, repeats {args.repeats}{', quick' if args.quick else ''} | |", "|---|---|",
              *(f"| {name} | {value} |" for name, value in rows)]
