@@ -16,6 +16,12 @@ the stream is d2[0:2] d1[0:5] d3[0:4] d0[0:3], 14 tokens, 3 rows: row 0 = d2[0:2
 
 The loader serves rows through the ``packed`` order: position p of epoch e is dataset index
 ``e * rows_per_epoch + p``, which ``__getitem__`` decodes, so the deal and the state apply to rows.
+
+A batch is read one of two ways. A run of consecutive rows over a corpus that reads token ids as
+arrays (Parquet) is a slice of a token window (``packed_rows.TokenWindow``: a stretch of the stream
+read at once). Otherwise (``tokenize=``, JSON Lines, scattered rows) its documents are read once
+each, and the one document that runs on past the batch is kept for the rank's next batch, which
+starts where it ends: each document is tokenized once per epoch per rank.
 """
 
 from __future__ import annotations
