@@ -4,6 +4,8 @@ across window, block and epoch edges, and the same refusals (a changed document,
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -127,3 +129,22 @@ def test_a_changed_document_or_a_doubled_bos_is_refused_from_the_window_too():
     packed.epoch_order(0, 0, 4)
     with pytest.raises(ValueError, match=f"bos: found documents that already start with bos={BOS}"):
         packed.read_batch(list(range(len(packed))))
+
+
+def test_a_corpus_whose_reader_holds_no_arrays_is_asked_once(tmp_path):
+    """JSON Lines shards: ``read_ids_ascending`` says None; the rows come document by document."""
+    lengths = [5, 9, 3, 14, 2, 7]
+    for shard, part in enumerate((lengths[:3], lengths[3:])):
+        first = 0 if shard == 0 else 3
+        rows = [{"input_ids": list(range((first + d) * 1000, (first + d) * 1000 + n))} for d, n in enumerate(part)]
+        (tmp_path / f"part-{shard}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    corpus = shufflepoint.Shards(str(tmp_path / "*.jsonl"), progress=False, cache_dir=str(tmp_path / "c"))
+    asked = []
+    read = corpus.read_ids_ascending
+    corpus.read_ids_ascending = lambda *args: asked.append(args) or read(*args)
+    packed = Packed(corpus, 4, progress=False)
+    served = [row for batch in shufflepoint.DataLoader(packed, 2, seed=1, shuffle_block=2)
+              for row in map(tuple, batch["input_ids"].tolist())]
+    docs = [row["input_ids"] for row in documents(lengths)]
+    assert served == [tuple(t for d, a, b in packed.segments(row) for t in docs[d][a:b]) for row in range(len(packed))]
+    assert len(asked) == 1 and packed._window is None

@@ -124,6 +124,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         self._framing_checked = bos is None and eos is None
         self._held: tuple[int, np.ndarray] | None = None  # (document, its framed tokens): see read_batch
         self._window: TokenWindow | None = None  # a stretch of the token stream read at once: _from_window
+        self._no_window = False
 
     def __len__(self) -> int:
         return self.rows_per_epoch
@@ -282,7 +283,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         """A run of consecutive rows of one epoch, sliced from the token window (built when it does not
         cover them); None where the rows are not one run or the corpus cannot read flat token ids."""
         read = getattr(self.dataset, "read_ids_ascending", None)
-        if self.source.tokenize is not None or not callable(read) or len(indices) == 0:
+        if self.source.tokenize is not None or not callable(read) or len(indices) == 0 or self._no_window:
             return None
         rows = [int(index) for index in indices]  # a batch: a few ints, cheaper in Python than in numpy
         if rows != list(range(rows[0], rows[0] + len(rows))):
@@ -302,7 +303,8 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
             field = str(self.source.field)
             built = build_window(self._table(epoch), epoch, begin, stop, (self.bos, self.eos),
                                  lambda documents: read(documents, field))
-            if built is None:
+            if built is None:  # the corpus's reader holds no arrays (JSON Lines): asked once
+                self._no_window = True
                 return None
             window, documents = built
             for document, ids in documents:
