@@ -140,6 +140,11 @@ def test_sdpa_reads_the_document_mask_from_position_ids_only_without_a_cache():
         cached = model(**batch, use_cache=True).logits
     torch.testing.assert_close(logits, expected, atol=1e-5, rtol=1e-5)
     assert (cached - expected).abs().max() > 1e-2  # with a cache, one causal mask over whole rows
+    model.train()  # training makes no difference: a config that says use_cache=True makes a cache
+    with torch.no_grad():
+        assert (model(**batch).logits - expected).abs().max() > 1e-2
+        model.config.use_cache = False  # the other way to say it
+        torch.testing.assert_close(model(**batch).logits, expected, atol=1e-5, rtol=1e-5)
 
 
 def test_the_loss_of_a_packed_batch_is_the_documents_loss():
