@@ -178,12 +178,13 @@ class EpochTable:
 
 
 class TokenWindow:
-    """A stretch ``[begin, end)`` of epoch ``epoch``'s token stream, flat: ``tokens`` (int64) and
-    ``offsets`` (each token's offset in its framed document). Built by ``build_window``."""
+    """A stretch ``[begin, end)`` of epoch ``epoch``'s token stream, flat: ``tokens`` (int64),
+    ``offsets`` (each token's offset in its framed document; int32 where documents allow) and
+    ``opens`` (where documents start, from ``begin``, ascending). Built by ``build_window``."""
 
-    def __init__(self, epoch: int, begin: int, tokens: np.ndarray, offsets: np.ndarray) -> None:
+    def __init__(self, epoch: int, begin: int, tokens: np.ndarray, offsets: np.ndarray, opens: np.ndarray) -> None:
         self.epoch, self.begin, self.end = epoch, begin, begin + int(tokens.size)
-        self.tokens, self.offsets = tokens, offsets
+        self.tokens, self.offsets, self.opens = tokens, offsets, opens
         self._in_row = np.empty(0, np.int64)
 
     def covers(self, epoch: int, begin: int, end: int) -> bool:
@@ -194,11 +195,14 @@ class TokenWindow:
         first = begin - self.begin
         stop = first + count * seq_len
         input_ids = self.tokens[first:stop].reshape(count, seq_len).copy()
-        # 0 at a document start and at the row start: the offset in the document, capped by the one in the row
         if self._in_row.size != seq_len:
             self._in_row = np.arange(seq_len, dtype=np.int64)
+        # 0 at a document start and at the row start: the offset in the document, capped by the one in the row
         position_ids = np.minimum(self.offsets[first:stop].reshape(count, seq_len), self._in_row)
-        labels = np.where(position_ids == 0, ignore, input_ids)
+        labels = input_ids.copy()  # -100 where position_ids is 0: at the row starts and the documents' starts
+        labels[:, 0] = ignore
+        opens = self.opens[np.searchsorted(self.opens, first):np.searchsorted(self.opens, stop)]
+        labels.reshape(-1)[opens - first] = ignore
         return input_ids, position_ids, labels
 
 
@@ -234,5 +238,9 @@ def build_window(table: EpochTable, epoch: int, begin: int, end: int, framing: t
                 parts.append(closing)
     tokens = np.concatenate(parts, dtype=np.int64, casting="same_kind")
     sizes = stops - starts
-    offsets = np.arange(end - begin, dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes - starts, sizes)
-    return TokenWindow(epoch, begin, tokens, offsets), list(zip(documents.tolist(), held, strict=True))
+    first_token = np.cumsum(sizes) - sizes
+    narrow = np.int32 if int(stops.max(initial=0)) < 2**31 else np.int64  # offsets < stops: half the bytes
+    offsets = np.arange(end - begin, dtype=narrow) - np.repeat((first_token - starts).astype(narrow), sizes)
+    opens = first_token[starts == 0]
+    window = TokenWindow(epoch, begin, tokens, offsets, opens)
+    return window, list(zip(documents.tolist(), held, strict=True))
