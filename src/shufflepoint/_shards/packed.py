@@ -306,15 +306,15 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
             if built is None:  # the corpus's reader holds no arrays (JSON Lines): asked once
                 self._no_window = True
                 return None
-            window, documents = built
-            for document, ids in documents:
-                if ids.size != self.lengths[document]:
-                    raise ValueError(f"tokens: document {document} now holds {ids.size} tokens, "
-                                     f"{self.lengths[document]} when counted; the corpus changed, build the Packed "
-                                     "again")
+            window, documents, held = built
+            sizes = np.fromiter((ids.size for ids in held), np.int64, len(held))
+            wrong = np.flatnonzero(sizes != self.lengths[documents])
+            if wrong.size:
+                document = int(documents[wrong[0]])
+                raise ValueError(f"tokens: document {document} now holds {int(sizes[wrong[0]])} tokens, "
+                                 f"{self.lengths[document]} when counted; the corpus changed, build the Packed again")
             if not self._framing_checked:
-                first = documents[:_FRAMING_CHECKED]
-                self._check_framing([d for d, _ in first], [ids for _, ids in first])
+                self._check_framing(documents[:_FRAMING_CHECKED].tolist(), held[:_FRAMING_CHECKED])
             self._window = window
         return PackedBatch(*window.rows(begin, len(rows), self.seq_len, IGNORE_INDEX))
 

@@ -206,7 +206,7 @@ class TokenWindow:
         return input_ids, position_ids, labels
 
 
-Window = tuple[TokenWindow, list[tuple[int, np.ndarray]]]
+Window = tuple[TokenWindow, np.ndarray, list[np.ndarray]]
 
 
 def build_window(table: EpochTable, epoch: int, begin: int, end: int, framing: tuple[int | None, int | None],
@@ -214,15 +214,15 @@ def build_window(table: EpochTable, epoch: int, begin: int, end: int, framing: t
     """The window of tokens ``[begin, end)``: its pieces (``table.pieces``), its documents' tokens read
     at once (``read(ascending documents) -> [ids, ...]``, None where it cannot), and laid end to end
     by one concatenation (a slice per piece, bos/eos where the framing puts them). Also returns the
-    documents as read, (document, ids) in window order, for the caller's checks."""
+    documents and their tokens as read, in window order, for the caller's checks."""
     documents, starts, stops = table.pieces(begin, end)
     ascending = np.argsort(documents, kind="stable")
     found = read(documents[ascending])
     if found is None:
         return None
-    held: list[np.ndarray] = [found[0]] * documents.size
-    for place, ids in zip(ascending.tolist(), found, strict=True):
-        held[place] = ids
+    read_as = np.empty_like(ascending)
+    read_as[ascending] = np.arange(ascending.size)
+    held: list[np.ndarray] = [found[k] for k in read_as.tolist()]
     bos, eos = framing
     head = int(bos is not None)
     parts: list[np.ndarray] = []
@@ -242,5 +242,4 @@ def build_window(table: EpochTable, epoch: int, begin: int, end: int, framing: t
     narrow = np.int32 if int(stops.max(initial=0)) < 2**31 else np.int64  # offsets < stops: half the bytes
     offsets = np.arange(end - begin, dtype=narrow) - np.repeat((first_token - starts).astype(narrow), sizes)
     opens = first_token[starts == 0]
-    window = TokenWindow(epoch, begin, tokens, offsets, opens)
-    return window, list(zip(documents.tolist(), held, strict=True))
+    return TokenWindow(epoch, begin, tokens, offsets, opens), documents, held
