@@ -148,3 +148,11 @@ def test_a_corpus_whose_reader_holds_no_arrays_is_asked_once(tmp_path):
     docs = [row["input_ids"] for row in documents(lengths)]
     assert served == [tuple(t for d, a, b in packed.segments(row) for t in docs[d][a:b]) for row in range(len(packed))]
     assert len(asked) == 1 and packed._window is None
+
+
+def test_bad_indices_get_the_per_document_errors():
+    packed = Packed(FlatDocuments([5, 9, 3, 7]), 4, progress=False)
+    packed.epoch_order(0, 0, 4)
+    for bad in ([1.5, 2.5], [True], [-1, 0]):
+        with pytest.raises(IndexError, match="Packed index: found"):
+            packed.read_batch(bad)

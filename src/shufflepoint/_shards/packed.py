@@ -266,7 +266,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         window = self._from_window(indices)
         if window is not None:
             return window
-        order = np.asarray(indices, dtype=np.int64).tolist()
+        order = indices.tolist() if isinstance(indices, np.ndarray) else list(indices)  # each checked by _decode
         pieces = self.rows_segments(order)
         held = self._held
         documents = sorted({d for row in pieces for d, _, _ in row if held is None or d != held[0]})
@@ -285,8 +285,10 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         read = getattr(self.dataset, "read_ids_ascending", None)
         if self.source.tokenize is not None or not callable(read) or len(indices) == 0 or self._no_window:
             return None
+        if not all(isinstance(index, (int, np.integer)) and not isinstance(index, bool) for index in indices):
+            return None  # the per-document path says what is wrong with it
         rows = [int(index) for index in indices]  # a batch: a few ints, cheaper in Python than in numpy
-        if rows != list(range(rows[0], rows[0] + len(rows))):
+        if rows != list(range(rows[0], rows[0] + len(rows))) or rows[0] < 0:
             return None
         epoch, row = self._decode(rows[0])
         if row + len(rows) > self.rows_per_epoch:  # the run crosses an epoch edge
