@@ -334,7 +334,7 @@ def test_a_resume_with_another_packing_names_the_parameter_and_both_values(chang
     assert "resume with the same dataset" not in str(refused.value)
 
 
-def test_a_state_of_shufflepoint_0_3_without_the_packing_in_clear_still_resumes():
+def test_a_state_of_shufflepoint_0_3_without_the_packing_in_clear_is_named_and_resumes_with_strict_false():
     def loader(seq_len=5):
         packed = Packed(documents(LENGTHS_FIXED), seq_len, eos=EOS, progress=False)
         return shufflepoint.DataLoader(packed, 2, seed=4, collate_fn=collate_rows, shuffle_block=4)
@@ -346,8 +346,11 @@ def test_a_state_of_shufflepoint_0_3_without_the_packing_in_clear_still_resumes(
     clear = "-seq_len=5,bos=None,eos=" + str(EOS)
     assert clear + ":blocks=4" in state["dataset_fingerprint"]
     old = {**state, "dataset_fingerprint": state["dataset_fingerprint"].replace(clear, "")}  # as 0.3 wrote it
+    with pytest.raises(shufflepoint.StateError, match="saved by shufflepoint 0.3.*load with strict=False"):
+        loader().load_state_dict(old)
     resumed = loader()
-    resumed.load_state_dict(old)
+    with pytest.warns(shufflepoint.ResumeWarning):
+        resumed.load_state_dict(old, strict=False)
     assert next(iter(resumed)) == next(batches)
     with pytest.raises(shufflepoint.StateError, match="the packing changed: now seq_len=6.*holds a digest"):
         loader(6).load_state_dict(old)

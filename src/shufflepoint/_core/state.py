@@ -209,11 +209,12 @@ def _check_deal(state: Mapping[str, Any], expected: Expected) -> None:
 
 
 def _current(state: object, expected: Expected) -> Mapping[str, Any]:
-    """The state, checked, in the current format: version 1 (0.1, 0.2) read as ``strided``, and an older
-    fingerprint taken as the same dataset when it matches the older measure (``legacy_fingerprint``: a
-    0.2 corpus without shard versions, a 0.3 ``Packed`` without its packing in clear)."""
+    """The state, checked, in the current format: version 1 (0.1, 0.2) read as ``strided``, and a 0.2
+    corpus fingerprint (no shard versions) taken as the same corpus when it matches 0.2's measure."""
+    written_as = state.get("version") if isinstance(state, Mapping) else None
     current = _check_shape(state)
-    if expected.legacy_fingerprint is not None and current["dataset_fingerprint"] == expected.legacy_fingerprint:
+    if written_as == OLDEST_VERSION and expected.legacy_fingerprint is not None \
+            and current["dataset_fingerprint"] == expected.legacy_fingerprint:
         current = {**current, "dataset_fingerprint": expected.dataset_fingerprint}
     return current
 

@@ -141,11 +141,10 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     def fingerprint(self) -> str:
         """``packed:<hash of the whole>-<8 hex digits per part of _identity>-<the packing in clear>``,
         e.g. ``...-seq_len=2048,bos=None,eos=2``: so that a refused resume can name the saved values."""
-        return f"{self.legacy_fingerprint}-{self._packing_in_clear()}"
+        return f"{self._fingerprint_of_0_3()}-{self._packing_in_clear()}"
 
-    @property
-    def legacy_fingerprint(self) -> str:
-        """The fingerprint shufflepoint 0.3 wrote (without the packing in clear): its states still resume."""
+    def _fingerprint_of_0_3(self) -> str:
+        """The fingerprint shufflepoint 0.3 wrote: the digests, without the packing in clear."""
         parts = self._identity()
         whole = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
         return f"{FINGERPRINT_PREFIX}{whole}-" + "".join(_short(parts[name]) for name in _PARTS)
@@ -174,6 +173,10 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
                "counts": "the documents' token counts changed",
                "packing": self._explain_packing(clear)}
         found = [why[name] for name in changed]
+        if not clear and not changed:
+            found.append("the state was saved by shufflepoint 0.3, whose Packed fingerprint did not hold the packing "
+                         "in clear; by its measure this Packed is the same (documents, tokens, counts, seq_len, bos, "
+                         "eos): load with strict=False to resume")
         blocks = suffix.split(":", 1)[0]
         if self._bound is not None and blocks.startswith("blocks=") and blocks != f"blocks={self._bound[1]}":
             found.append(f"shuffle_block changed ({blocks[7:]} when saved, {self._bound[1]} now)")
