@@ -207,6 +207,16 @@ class TokenWindow:
 
 
 Window = tuple[TokenWindow, np.ndarray, list[np.ndarray]]
+_COUNTING: dict[Any, np.ndarray] = {}
+
+
+def _counting(size: int, dtype: Any) -> np.ndarray:
+    """``np.arange(size, dtype=dtype)``, kept (read-only) for the next window of at most that size."""
+    kept = _COUNTING.get(dtype)
+    if kept is None or kept.size < size:
+        kept = _COUNTING[dtype] = np.arange(size, dtype=dtype)
+        kept.flags.writeable = False
+    return kept[:size]
 
 
 def build_window(table: EpochTable, epoch: int, begin: int, end: int, framing: tuple[int | None, int | None],
@@ -240,6 +250,7 @@ def build_window(table: EpochTable, epoch: int, begin: int, end: int, framing: t
     sizes = stops - starts
     first_token = np.cumsum(sizes) - sizes
     narrow = np.int32 if int(stops.max(initial=0)) < 2**31 else np.int64  # offsets < stops: half the bytes
-    offsets = np.arange(end - begin, dtype=narrow) - np.repeat((first_token - starts).astype(narrow), sizes)
+    offsets = np.repeat((first_token - starts).astype(narrow), sizes)
+    np.subtract(_counting(end - begin, narrow), offsets, out=offsets)
     opens = first_token[starts == 0]
     return TokenWindow(epoch, begin, tokens, offsets, opens), documents, held
