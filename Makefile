@@ -100,6 +100,7 @@ $(GRAIN_STAMP):
 
 bench-packing: $(STAMP) $(GRAIN_STAMP)
 	$(PY) benchmarks/packing.py $(if $(QUICK),--quick) --grain-python $(GRAIN_VENV)/bin/python
+	$(PY) benchmarks/packing_tokenize.py $(if $(QUICK),--quick)
 
 # which at step 1e7 (issue 26): a 1e9-sample corpus and a 1e12-token Packed corpus, answered from the
 # checkpoint in fresh processes, against OLMo-core's global_indices, Megatron's --iterations-to-skip and a

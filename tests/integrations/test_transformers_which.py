@@ -1,6 +1,7 @@
 """``shufflepoint which`` on a real HF Trainer checkpoint: with gradient accumulation 2, each optimizer step
 (numbered as the Trainer numbers them, across an epoch's short last step) is answered with the samples the
-Trainer's collator saw for it. The renumbering at a resize is covered by ``tests/tools/test_cli_which.py`` and ``test_which_trainer.py``."""
+Trainer's collator saw for it. The renumbering at a resize is covered by
+``tests/tools/test_cli_which.py`` and ``test_which_trainer.py``."""
 
 import json
 import os

@@ -333,10 +333,11 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> Posit
                     f"A {state['kind']} state cannot restore a {expected.kind}; load it into a {state['kind']}.")
     if state["n"] != expected.n:
         print_found = state["dataset_fingerprint"]
-        why = (expected.explain_fingerprint(print_found) + ". "
+        why = (expected.explain_fingerprint(print_found)
                if expected.explain_fingerprint and isinstance(print_found, str) else "")
         raise _fail("n", state["n"], f"{expected.n} (len(dataset) now)",
-                    f"{why}The dataset changed length since the checkpoint; resume with the same dataset.")
+                    f"The dataset changed length since the checkpoint: {why}." if why else
+                    "The dataset changed length since the checkpoint; resume with the same dataset.")
     if state["shuffle"] != expected.shuffle:
         raise _fail("shuffle", state["shuffle"], f"{expected.shuffle!r} (what this {expected.kind} was built with)",
                     f"The constructor's value is not silently overridden: build the {expected.kind} with "
