@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shufflepoint._order.walking import table_inverse, walk_table, walked_positions, walked_take
+from shufflepoint._order.walking import WalkedInverse, walk_table, walked_take
 
 NAME = "feistel"
 VERSION = 1
@@ -77,7 +77,7 @@ def _mix32(value: int) -> int:
     return (h * _C2) & _M32
 
 
-class FeistelOrder:
+class FeistelOrder(WalkedInverse):
     """A permutation of range(n) for one (seed, epoch); ``take`` maps positions to sample indices."""
 
     name = NAME
@@ -215,19 +215,6 @@ class FeistelOrder:
         np.bitwise_or(out, right, out=out)
         return out
 
-    def positions_of(self, indices: np.ndarray) -> np.ndarray:
-        """The inverse of ``take``: the position (int64) of each sample index (int64, in [0, n)).
-
-        The swap-or-not round is its own inverse, so it is undone first, then the walk and the rounds.
-
-        >>> order = FeistelOrder(100_000, seed=1, epoch=2)
-        >>> int(order.positions_of(order.take(np.array([12_345])))[0])
-        12345
-        """
-        indices = np.asarray(indices, dtype=np.int64)
-        if self._table is not None:  # the order was read whole already: invert its table
-            if self._inverse is None:
-                self._inverse = table_inverse(self._small_table())
-            found: np.ndarray = self._inverse[indices]
-            return found
-        return walked_positions(self._swap(indices.reshape(-1)).reshape(indices.shape), self.n, self._decrypt)
+    def _unwalked(self, indices: np.ndarray) -> np.ndarray:
+        """The swap-or-not round is its own inverse: undone first, then the walk and the rounds."""
+        return self._swap(indices.reshape(-1)).reshape(indices.shape)
