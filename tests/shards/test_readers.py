@@ -229,6 +229,35 @@ def test_tokens_npy_and_bin_windows(tmp_path):
     assert torch.utils.data.default_collate(rows).shape == (5, 5)
 
 
+@pytest.mark.parametrize("name", ["s.npy", "s.bin", "big.npy"])
+def test_tokens_read_before_and_after_the_map_agree(tmp_path, name):
+    """A shard's first windows are read by pread, later ones from a memory map: the same values
+    through take and [row], at any row, in any order, repeats included."""
+    from shufflepoint._shards.readers import tokens as tokens_reader
+
+    values = np.random.default_rng(3).integers(0, 60_000, size=4 * 300 + 3, dtype=np.uint16)
+    if name == "big.npy":
+        np.save(tmp_path / name, values.astype(">u2"))  # big-endian ids: the header's dtype, not the reader's
+    elif name.endswith(".npy"):
+        np.save(tmp_path / name, values)
+    else:
+        values.tofile(tmp_path / name)
+    expected = np.array(windows(values.tolist(), 4))
+    opened = make_reader("tokens", seq_len=4).open(str(tmp_path / name), name)
+    rows = np.random.default_rng(4).integers(0, len(opened), size=3 * tokens_reader._MAP_AFTER)
+    first = opened.take(rows[:5]).collate()
+    assert opened._tokens is None  # still unmapped: read by pread
+    assert first.tolist() == expected[rows[:5]].tolist()
+    assert opened[int(rows[5])].tolist() == expected[rows[5]].tolist()
+    rest = opened.take(rows[6:]).collate()  # past _MAP_AFTER: mapped
+    assert opened._tokens is not None
+    assert rest.tolist() == expected[rows[6:]].tolist()
+    assert opened[int(rows[0])].tolist() == expected[rows[0]].tolist()
+    opened.close()
+    with pytest.raises(ValueError, match="closed"):
+        opened.take(rows[:1])
+
+
 def test_tokens_short_and_empty_files_have_no_rows(tmp_path):
     np.arange(4, dtype=np.uint16).tofile(tmp_path / "short.bin")  # seq_len 4 needs 5 tokens
     (tmp_path / "empty.bin").write_bytes(b"")

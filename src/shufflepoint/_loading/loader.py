@@ -13,6 +13,7 @@ from shufflepoint._core import state as _state
 from shufflepoint._core.plan import Layout, StridedCut
 from shufflepoint._core.spans import SpanCut
 from shufflepoint._loading.agreement import validate_everywhere
+from shufflepoint._loading.block_choice import adopt_recorded_block
 from shufflepoint._loading.keyed import KeyedCollate, KeyedDataset, Transform, keyed_chunks
 from shufflepoint._loading.sampler import (
     Deal,
@@ -194,6 +195,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         self._legacy_fingerprint = resolve_fingerprint(dataset_fingerprint, dataset, self._layout.n, self._orders,
                                                        "legacy_fingerprint")
         self._explain = explain_fingerprint(dataset)
+        self._fingerprint_arg = dataset_fingerprint
         self._epoch = 0
         self._start: StridedCut | SpanCut = self._deal.cut(self._layout, 0, [])  # where the next pass starts
         self._pass: _Pass | None = None
@@ -325,18 +327,32 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         constructor, skips it when you load on a subset of ranks on purpose). ``strict=False``
         accepts a changed ``dataset_fingerprint`` with a ``ResumeWarning``.
         """
-        orders, deal = self._orders.for_state(state), self._deal.for_state(state)
+        rebuild = lambda name, block: OrderCache(name, self._layout.n, self._seed, dataset=self.dataset,  # noqa: E731
+                                                 shuffle_block=block)
+        orders = adopt_recorded_block(self._orders, state, rebuild) or self._orders.for_state(state)
+        deal = self._deal.for_state(state)
         position = validate_everywhere(
             state, self._expected(orders, deal), strict=strict, rank=self._rank, world_size=self._layout.world_size,
             verify_ranks=self._verify_ranks if verify_ranks is None else verify_ranks,
         )
         start = deal.cut(self._layout, position.cursor, position.segments)
+        if orders.shuffle_block != self._orders.shuffle_block:  # a state's block adopted: its fingerprint too
+            self._fingerprint, self._legacy_fingerprint = self._fingerprint_of(orders)
         self._orders, self._deal, self._pass, self._epoch, self._start = orders, deal, None, position.epoch, start
 
+    def _fingerprint_of(self, orders: OrderCache) -> tuple[str | None, str | None]:
+        """(fingerprint, legacy fingerprint) of the dataset read in ``orders`` (its block joins a corpus's;
+        a block adopted from a state is only ever a corpus's, whose wrappers pass ``fingerprint`` on)."""
+        dataset = self.dataset
+        return (resolve_fingerprint(self._fingerprint_arg, dataset, self._layout.n, orders),
+                resolve_fingerprint(self._fingerprint_arg, dataset, self._layout.n, orders, "legacy_fingerprint"))
+
     def _expected(self, orders: OrderCache, deal: Deal) -> _state.Expected:
+        fingerprint, legacy = ((self._fingerprint, self._legacy_fingerprint)
+                               if orders.shuffle_block == self._orders.shuffle_block else self._fingerprint_of(orders))
         return _state.Expected(
             kind="loader", n=self._layout.n, seed=self._seed, shuffle=self._shuffle,
             order=orders.name, order_version=orders.version,
-            dataset_fingerprint=self._fingerprint, explain_fingerprint=self._explain, deal=deal.name,
-            legacy_fingerprint=self._legacy_fingerprint,
+            dataset_fingerprint=fingerprint, explain_fingerprint=self._explain, deal=deal.name,
+            legacy_fingerprint=legacy,
         )
