@@ -145,3 +145,17 @@ def test_a_resume_keeps_the_block_it_started_with_on_another_budget(tmp_path):
     assert any("decoded ~" in w and "shuffle_block=16" in w for w in resumed["warnings"])
     fresh = _run(pattern, cache, small, "whole")
     assert fresh["block"] == 16 and fresh["rest"] != whole["rest"]  # a new run on this budget: its own block
+
+
+def test_a_block_of_the_callers_own_that_differs_from_the_states_is_refused_by_name(tmp_path):
+    corpus = shufflepoint.Shards(_corpus(str(tmp_path)), cache_dir=str(tmp_path / "c"), progress=False)
+    saved = shufflepoint.DataLoader(corpus, batch_size=8, seed=3, shuffle_block=64)
+    next(iter(saved))
+    state = saved.state_dict()
+    chosen = shufflepoint.DataLoader(corpus, batch_size=8, seed=3, shuffle_block=128)
+    with pytest.raises(shufflepoint.StateError, match="saved with shuffle_block=64. Pass shuffle_block=64"):
+        chosen.load_state_dict(state)
+    assert chosen.state_dict()["cursor"] == 0  # nothing changed
+    adopting = shufflepoint.DataLoader(corpus, batch_size=8, seed=3)  # left to the default: adopts 64
+    adopting.load_state_dict(state)
+    assert adopting.state_dict() == state
