@@ -152,8 +152,8 @@ def concat(parts: Sequence[Batch]) -> Batch:
     if all(isinstance(p, Stacked) for p in parts):
         tensors = [p.tensor for p in parts if isinstance(p, Stacked)]
         if len({(t.shape[1:], t.dtype) for t in tensors}) == 1:
-            arrays = [_numpy_of(t) for t in tensors]
-            if all(a is not None for a in arrays):
+            arrays = [a for a in map(_numpy_of, tensors) if a is not None]
+            if len(arrays) == len(tensors):
                 return Stacked(torch.from_numpy(np.concatenate(arrays)))
             return Stacked(torch.cat(tensors))
     if all(isinstance(p, Columns) for p in parts):
