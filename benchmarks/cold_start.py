@@ -4,9 +4,11 @@ Each measurement is a fresh process that imports the loader, builds the dataset 
 index kept from an earlier run, as on a restart), loads a state at 50% of the epoch (read from a
 JSON file) and takes the first batch; imports, construction, ``load_state_dict`` and the first
 batch are timed apart, and the time Python's cyclic garbage collector ran inside the timed window
-is reported beside it (a full collection of torch's ~170k objects costs 70-90 ms on this machine,
+is reported beside it, and the CPU time the process spent on load + first batch (``process_time``:
+the main process only, so with workers it leaves out theirs; on a busy machine the wall time is this
+over the process's share of a core). A full collection of torch's ~170k objects costs 70-90 ms on this machine,
 and lands wherever the allocation count says: it is the process's cost, not the loader's, but a
-loader that allocates more meets it sooner).
+loader that allocates more meets it sooner.
 
 Corpora (made here, sparse files: no disk and no page-cache effect): 200 token shards (raw uint16
 ``.bin``, seq_len 64) of 500, 5,000 and 50,000 windows, i.e. 1e5, 1e6 and 1e7 windows, read with
@@ -75,14 +77,14 @@ def child_shufflepoint(args: argparse.Namespace) -> dict[str, float]:
     with open(args.state) as f:
         state = json.load(f)
     spent = gc_timer()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     loader.load_state_dict(state)
     loaded = time.perf_counter()
     batch = next(iter(loader))
-    first = time.perf_counter()
+    first, cpu = time.perf_counter(), time.process_time() - cpu
     assert tuple(batch.shape) == (BATCH, SEQ_LEN + 1)
     return {"import": imported - begin, "construct": built - imported, "load": loaded - start,
-            "first": first - loaded, "gc": spent[0]}
+            "first": first - loaded, "gc": spent[0], "cpu": cpu}
 
 
 def child_litdata(args: argparse.Namespace) -> dict[str, float]:
@@ -107,14 +109,14 @@ def child_litdata(args: argparse.Namespace) -> dict[str, float]:
     with open(args.state) as f:
         state = json.load(f)
     spent = gc_timer()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     loader.load_state_dict(state)
     loaded = time.perf_counter()
     batch = next(iter(loader))
-    first = time.perf_counter()
+    first, cpu = time.perf_counter(), time.process_time() - cpu
     assert tuple(batch.shape) == (BATCH, SEQ_LEN + 1)
     return {"import": imported - begin, "construct": built - imported, "load": loaded - start,
-            "first": first - loaded, "gc": spent[0]}
+            "first": first - loaded, "gc": spent[0], "cpu": cpu}
 
 
 def convert_litdata(args: argparse.Namespace) -> dict[str, float]:
@@ -182,7 +184,8 @@ def measure_size(args: argparse.Namespace, root: Path, cache: str, windows: int)
             total = [r["load"] + r["first"] for r in runs]
             print(f"| {name} | {SHARDS * windows:.0e} | {workers} | {ms(column['import'])} | "
                   f"{ms(column['construct'])} | {ms(column['load'])} | {ms(column['first'])} | "
-                  f"**{ms(total)}** (min {1e3 * min(total):.1f}) | {ms(column['gc'])} |", flush=True)
+                  f"**{ms(total)}** (min {1e3 * min(total):.1f}) | {ms(column['cpu'])} | {ms(column['gc'])} |",
+                  flush=True)
 
 
 def main() -> None:
@@ -213,8 +216,8 @@ def main() -> None:
         print(f"# cold first batch at 50% of the epoch, {SHARDS} token shards, seq_len {SEQ_LEN}, batch {BATCH}, "
               f"median of {args.repeats} fresh processes (ms)")
         print("| loader | windows | workers | import | construct | load_state_dict | first batch | load + first "
-              "| of which GC |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+              "| its CPU time | of which GC |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for windows in [int(w) for w in args.sizes.split(",")]:
             measure_size(args, root, cache, windows)
         pattern = make_corpus(root / "tokens-1000-shards", 1000, 100)

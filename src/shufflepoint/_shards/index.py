@@ -111,6 +111,14 @@ class CorpusIndex:
         return index
 
 
+def same_sidecar(a: CorpusIndex, b: CorpusIndex) -> bool:
+    """Whether the two write the same sidecar (``to_json``): the content hash covers reader, options
+    and each shard's name, size, version and rows; root and checksums are compared apart. O(shards)
+    string compares, no JSON (the hashes are computed once per index anyway)."""
+    return (a.content_hash == b.content_hash and a.root == b.root
+            and [s.checksum for s in a.shards] == [s.checksum for s in b.shards])
+
+
 def _record(entry: Any, version: int) -> ShardRecord:
     if version == 1:
         name, size, shard_version, rows = entry

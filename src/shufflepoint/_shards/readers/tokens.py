@@ -87,7 +87,7 @@ class OpenTokens:
         self._path, self._shard, self._dtype, self._offset = path, shard, dtype, offset
         self._size, self._seq_len = tokens, seq_len
         self._rows = max(0, (tokens - 1) // seq_len)
-        self._fd: int | None = os.open(path, os.O_RDONLY)
+        self._fd: int | None = os.open(path, os.O_RDONLY)  # None: closed; -1: handed over to the map
         self._tokens: np.ndarray | None = None  # the map, once made
         self._preads = 0
 
@@ -135,13 +135,15 @@ class OpenTokens:
                 # runs its __array_finalize__ on every window, a third of the per-sample time.
                 mapped = np.memmap(self._path, dtype=self._dtype, mode="r", offset=self._offset, shape=(self._size,))
                 self._tokens = mapped.view(np.ndarray)
+            os.close(self._fd)  # the map keeps its own: one descriptor per open shard, not two
+            self._fd = -1
         return self._tokens
 
     def close(self) -> None:
         self._tokens = None  # the last reference to the memmap: dropping it unmaps the file
-        if self._fd is not None:
+        if self._fd is not None and self._fd >= 0:
             os.close(self._fd)
-            self._fd = None
+        self._fd = None
 
 
 class TokensReader:
