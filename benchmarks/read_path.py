@@ -3,11 +3,16 @@
 - Parquet rows (``{"id", "text"}``, ~1 KiB of text a row, 20 shards x 5,000 rows, row groups of
   1,000): ``shufflepoint.DataLoader(Shards(...), batch_size=256, num_workers=0)`` against pyarrow
   decoding the same files front to back into batches of 256 turned into the same Python values
-  (an int64 tensor of ids, a list of str). Target: >= 0.5x.
+  (an int64 tensor of ids, a list of str). Target: >= 0.5x (issue 19); >= 0.9x (issue 28.3).
 - Token windows (uint16 ``.bin``, seq_len 64, 10 shards x 100,000 windows), batch 256,
   ``num_workers=0``. Target: >= 1M samples/s.
 - Workers: token windows and Parquet rows at num_workers 0 and 2: time to the first batch (start-up,
   handing the dataset to each worker) and the rate after it (at most ``--samples``), timed apart.
+
+- A decode budget smaller than a block (issue 28.2): the Parquet rows with the process's budget at
+  8 MiB (``SHUFFLEPOINT_DECODED_BYTES=8388608``), with the default block (sized to the budget) and
+  with 0.3's 65,536 rows; and wide rows (``{"id", "image"}``, 100 KiB of bytes a row, 20 shards x
+  150 rows, row groups of 50) at the default settings. Target: >= 0.4x pyarrow's sequential decode.
 
 Each figure is the median of ``--repeats`` runs; pyarrow runs right before each Parquet run and the
 ratio is taken per pair (the machine's load changes between runs). Peak RSS is the process's own.

@@ -159,3 +159,19 @@ def test_a_block_of_the_callers_own_that_differs_from_the_states_is_refused_by_n
     adopting = shufflepoint.DataLoader(corpus, batch_size=8, seed=3)  # left to the default: adopts 64
     adopting.load_state_dict(state)
     assert adopting.state_dict() == state
+
+
+def test_a_batch_across_two_blocks_keeps_the_groups_it_still_needs(tmp_path, budget, monkeypatch):
+    """A budget holding a block and a half: a batch that ends one block (one shard) and starts the
+    next reads the old shard first, so what the new one evicts is done with: every group once."""
+    monkeypatch.setattr(parquet_reader, "_UNIT_ROWS", 1)
+    corpus = shufflepoint.Shards(_corpus(str(tmp_path)), cache_dir=str(tmp_path / "c"), progress=False)
+    budget(int(1.6 * ROWS * corpus.decoded_row_bytes()))
+    loader = shufflepoint.DataLoader(corpus, batch_size=12, seed=5, shuffle_block=ROWS)  # a shard a block
+    decoded = []
+    real = parquet_reader.OpenParquet._decode
+    monkeypatch.setattr(parquet_reader.OpenParquet, "_decode",
+                        lambda self, unit: decoded.append((self._shard, unit)) or real(self, unit))
+    ids = [int(i) for batch in loader for i in batch["id"]]
+    assert sorted(ids) == list(range(SHARDS * ROWS))
+    assert len(decoded) == len(set(decoded)) == SHARDS * ROWS // GROUP

@@ -191,7 +191,10 @@ def checked_indices(what: str, indices: Any, length: int) -> np.ndarray:
 def gather(groups: np.ndarray, read: Callable[[int, np.ndarray], Batch]) -> Batch:
     """Rows read group by group, back in the order asked: ``groups[i]`` is the group of the i-th row
     asked for; ``read(group, where)`` reads the rows at positions ``where`` of that group, in order.
-    Each group is read once, in ascending order (file locality)."""
+    Each group is read once, in the order the batch first asks for it: a batch that ends one block
+    of the order and starts the next reads the old block's shards first, so the decoded groups it
+    lets go for the new block's are ones this batch is done with (in ascending shard order, a decode
+    budget holding a block and a half dropped the old block's groups first, and read them again)."""
     if not groups.size:
         return Rows([])
     if groups[0] == groups[-1] and (groups == groups[0]).all():  # the usual case: a batch inside one shard
@@ -199,11 +202,12 @@ def gather(groups: np.ndarray, read: Callable[[int, np.ndarray], Batch]) -> Batc
     by_group = np.argsort(groups, kind="stable")
     sorted_groups = groups[by_group]
     bounds = [0, *(np.flatnonzero(sorted_groups[1:] != sorted_groups[:-1]) + 1).tolist(), groups.size]
-    heads = sorted_groups[bounds[:-1]].tolist()
-    joined = concat([read(group, by_group[start:stop])
-                     for group, start, stop in zip(heads, bounds[:-1], bounds[1:], strict=True)])
-    inverse = np.empty_like(by_group)
-    inverse[by_group] = np.arange(by_group.size)
+    runs = sorted(zip(by_group[bounds[:-1]].tolist(), sorted_groups[bounds[:-1]].tolist(), bounds[:-1], bounds[1:],
+                      strict=True))  # (first place asked, group, run in by_group): by first place
+    joined = concat([read(group, by_group[start:stop]) for _, group, start, stop in runs])
+    order = np.concatenate([by_group[start:stop] for _, _, start, stop in runs])
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(order.size)
     return joined.take(inverse)
 
 
