@@ -41,9 +41,10 @@ def _is_npy(path: str, shard: str) -> bool:
 
 
 _MAP_AFTER = 64  # windows a shard serves by pread before it is memory-mapped
+_LITTLE = {name: np.dtype(name).newbyteorder("<") for name in DTYPES}  # a raw .bin's ids
 
 
-def _npy_layout(path: str, shard: str, dtype: str) -> tuple[np.dtype[Any], int, int]:
+def _npy_layout(fd: int, path: str, shard: str, dtype: str) -> tuple[np.dtype[Any], int, int]:
     """(dtype, byte offset of the data, tokens) of a ``.npy`` shard, from its header, checked."""
     try:
         with open(path, "rb") as f:
@@ -58,16 +59,16 @@ def _npy_layout(path: str, shard: str, dtype: str) -> tuple[np.dtype[Any], int, 
     if found.name != dtype:
         raise ShardError(shard, f"dtype: the .npy holds {found.name}, the reader expects {dtype}; "
                                 f"pass dtype={found.name!r} if that is right")
-    size = os.path.getsize(path)
+    size = os.fstat(fd).st_size
     if offset + shape[0] * found.itemsize > size:
         raise ShardError(shard, f"is not a readable .npy file (truncated or corrupt?): its header says {shape[0]} "
                                 f"tokens ({offset + shape[0] * found.itemsize} bytes), the file has {size}")
     return found, offset, int(shape[0])
 
 
-def _bin_layout(path: str, shard: str, dtype: str) -> tuple[np.dtype[Any], int, int]:
-    item = np.dtype(dtype).newbyteorder("<")
-    size = os.path.getsize(path)
+def _bin_layout(fd: int, path: str, shard: str, dtype: str) -> tuple[np.dtype[Any], int, int]:
+    item = _LITTLE[dtype]
+    size = os.fstat(fd).st_size  # the descriptor in hand, not a second lookup of the path
     if size % item.itemsize:
         raise ShardError(shard, f"truncated: {size} bytes is not a whole number of {dtype} tokens "
                                 f"({item.itemsize} bytes each); check the file and dtype=")
@@ -83,11 +84,12 @@ class OpenTokens:
     windows, the default block of 65,536): 10 ms of maps, 1 ms of reads. Later batches find the
     shards of their block mapped."""
 
-    def __init__(self, path: str, shard: str, dtype: np.dtype[Any], offset: int, tokens: int, seq_len: int) -> None:
+    def __init__(self, fd: int, path: str, shard: str, dtype: np.dtype[Any], offset: int, tokens: int,
+                 seq_len: int) -> None:
         self._path, self._shard, self._dtype, self._offset = path, shard, dtype, offset
         self._size, self._seq_len = tokens, seq_len
         self._rows = max(0, (tokens - 1) // seq_len)
-        self._fd: int | None = os.open(path, os.O_RDONLY)  # None: closed; -1: handed over to the map
+        self._fd: int | None = fd  # None: closed; -1: handed over to the map
         self._tokens: np.ndarray | None = None  # the map, once made
         self._preads = 0
 
@@ -171,12 +173,17 @@ class TokensReader:
     def open(self, path: str, shard: str) -> OpenTokens:
         try:
             layout = _npy_layout if _is_npy(path, shard) else _bin_layout
-            dtype, offset, tokens = layout(path, shard, self.dtype)
-            return OpenTokens(path, shard, dtype, offset, tokens, self.seq_len)
-        except ShardError:
-            raise
+            fd = os.open(path, os.O_RDONLY)
         except OSError as e:
             raise ShardError(shard, f"cannot be read: {e}") from e
+        try:
+            dtype, offset, tokens = layout(fd, path, shard, self.dtype)
+            return OpenTokens(fd, path, shard, dtype, offset, tokens, self.seq_len)
+        except BaseException as e:
+            os.close(fd)
+            if isinstance(e, OSError):
+                raise ShardError(shard, f"cannot be read: {e}") from e
+            raise
 
     def rows_from_size(self, shard: str, size: int) -> int | None:
         """The windows of a raw ``.bin`` shard follow from its size, so indexing a bucket of them
