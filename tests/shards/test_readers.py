@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import pickle
 import tarfile
 
@@ -409,3 +410,15 @@ def test_infer_format_unknown(name, hint):
 def test_a_missing_extra_names_the_pip_extra():
     with pytest.raises(ImportError, match=r"pip install 'shufflepoint\[parquet\]'"):
         extra("shufflepoint_no_such_module", "parquet")
+
+
+def test_a_token_shard_dropped_unclosed_lets_its_descriptor_go(tmp_path):
+    import gc
+
+    np.arange(100, dtype=np.uint16).tofile(tmp_path / "t.bin")
+    before = len(os.listdir("/proc/self/fd"))
+    opened = [make_reader("tokens", seq_len=4).open(str(tmp_path / "t.bin"), "t.bin") for _ in range(20)]
+    assert len(os.listdir("/proc/self/fd")) >= before + 20
+    del opened
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) <= before

@@ -147,6 +147,12 @@ class OpenTokens:
             os.close(self._fd)
         self._fd = None
 
+    def __del__(self) -> None:
+        # Dropped unclosed (its Shards garbage-collected, or a forked worker letting its parent's go):
+        # the descriptor goes too, as a dropped memmap's does.
+        if getattr(self, "_fd", None) is not None:
+            self.close()
+
 
 class TokensReader:
     """Token files; ``seq_len`` (required) is the window length, ``dtype`` the ids' type (uint16
