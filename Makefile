@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test test-examples test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards \
-	bench-locality bench-read bench-packing bench-gpu bench-which soak lint clean test-accelerate-matrix test-transformers-matrix
+	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-which soak lint clean test-accelerate-matrix test-transformers-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -86,6 +86,17 @@ bench-gpu: $(STAMP)
 # per second, workers 0 and 2 (first batch and rate apart). About 2 minutes; QUICK=1 a tenth of the corpus.
 bench-read: $(STAMP)
 	$(PY) benchmarks/read_path.py $(if $(QUICK),--quick)
+
+# A cold first batch (issue 28.1): fresh processes resume at 50% of an epoch of 200 token shards (1e5, 1e6,
+# 1e7 windows), workers 0 and 2, import / construction / load_state_dict / first batch timed apart, LitData
+# beside it when .venv-bench-litdata exists (make bench-shards builds it). About 5 minutes.
+bench-cold: $(STAMP)
+	$(PY) benchmarks/cold_start.py $(if $(wildcard .venv-bench-litdata/bin/python),--litdata .venv-bench-litdata/bin/python)
+
+# The loader beside busy processes (issue 28.5): samples per CPU-second with 0, 2, 4 spinning processes,
+# token windows and Parquet rows, torch's default threads and one. About 3 minutes.
+bench-busy: $(STAMP)
+	$(PY) benchmarks/busy_machine.py
 
 # Packed rows (issue 21): rows/s against fixed windows of the same tokens, the index, a resume's first
 # batch, and at 1e9 tokens against Megatron-Core (computed), Grain (measured in its own venv, no torch,

@@ -13,6 +13,7 @@ from shufflepoint._core.exclusion import Cut
 from shufflepoint._core.history import MAX_EPOCH, History, Place, place_after
 from shufflepoint._core.plan import Layout
 from shufflepoint._loading.agreement import validate_everywhere
+from shufflepoint._loading.block_choice import adopt_recorded_block
 from shufflepoint._loading.capabilities import schedule_hooks
 from shufflepoint._loading.excluding import Excluded, ExclusionMixin
 from shufflepoint._loading.keyed import Transform, keyed_chunks
@@ -156,6 +157,7 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         self._legacy_fingerprint = resolve_fingerprint(dataset_fingerprint, dataset, self._layout.n, self._orders,
                                                        "legacy_fingerprint")
         self._explain = explain_fingerprint(dataset)
+        self._fingerprint_arg = dataset_fingerprint
         self._compatible = schedule_hooks(dataset, self._orders.shuffle_block, world_size * batch_size)
         self._epoch, self._steps = 0, 0
         self._excluded = Excluded(self._layout.n)
@@ -332,7 +334,10 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         constructor, skips it when you load on a subset of ranks on purpose). ``strict=False``
         accepts a changed ``dataset_fingerprint`` with a ``ResumeWarning``.
         """
-        orders, deal = self._orders.for_state(state), self._deal.for_state(state)
+        rebuild = lambda name, block: OrderCache(name, self._layout.n, self._seed, dataset=self.dataset,  # noqa: E731
+                                                 shuffle_block=block)
+        orders = adopt_recorded_block(self._orders, state, rebuild) or self._orders.for_state(state)
+        deal = self._deal.for_state(state)
         position = validate_everywhere(
             state, self._expected(orders, deal), strict=strict, rank=self._rank, world_size=self._layout.world_size,
             verify_ranks=self._verify_ranks if verify_ranks is None else verify_ranks, groups=self._groups,
@@ -342,6 +347,8 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         history = position.history.record(position.steps, self._layout, place_after(position.epoch, start, 0))
         start = excluded.cut(deal, orders, self._layout, position.epoch, position.cursor, position.segments,
                              history.parts())
+        if orders.shuffle_block != self._orders.shuffle_block:  # a state's block adopted: its fingerprint too
+            self._fingerprint, self._legacy_fingerprint = self._fingerprint_of(orders)
         self._orders, self._deal, self._pass, self._epoch, self._start = orders, deal, None, position.epoch, start
         self._steps, self._history, self._excluded = position.steps, history, excluded
 
@@ -372,11 +379,20 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         object.__setattr__(self, "batch_size", batch_size)  # torch refuses a plain assignment after __init__
         self.batch_sampler.batch_size = batch_size  # type: ignore[union-attr]
 
+    def _fingerprint_of(self, orders: OrderCache) -> tuple[str | None, str | None]:
+        """(fingerprint, legacy fingerprint) of the dataset read in ``orders`` (its block joins a corpus's;
+        a block adopted from a state is only ever a corpus's, whose wrappers pass ``fingerprint`` on)."""
+        dataset = self.dataset
+        return (resolve_fingerprint(self._fingerprint_arg, dataset, self._layout.n, orders),
+                resolve_fingerprint(self._fingerprint_arg, dataset, self._layout.n, orders, "legacy_fingerprint"))
+
     def _expected(self, orders: OrderCache, deal: Deal) -> _state.Expected:
+        fingerprint, legacy = ((self._fingerprint, self._legacy_fingerprint)
+                               if orders.shuffle_block == self._orders.shuffle_block else self._fingerprint_of(orders))
         return _state.Expected(
             kind="loader", n=self._layout.n, seed=self._seed, shuffle=self._shuffle,
             order=orders.name, order_version=orders.version,
-            dataset_fingerprint=self._fingerprint, explain_fingerprint=self._explain, deal=deal.name,
-            legacy_fingerprint=self._legacy_fingerprint, layout=self._layout,
+            dataset_fingerprint=fingerprint, explain_fingerprint=self._explain, deal=deal.name,
+            legacy_fingerprint=legacy, layout=self._layout,
             fingerprint_compatible=self._compatible,
         )

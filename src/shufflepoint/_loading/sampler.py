@@ -18,6 +18,7 @@ from shufflepoint._core.plan import STRIDED, Layout, StridedCut, cut
 from shufflepoint._core.spans import NAME as SPANS
 from shufflepoint._core.spans import SpanCut
 from shufflepoint._loading.agreement import validate_everywhere
+from shufflepoint._loading.block_choice import default_block
 from shufflepoint._loading.capabilities import deal_for, schedule_hooks
 from shufflepoint._loading.mesh import sampler_world  # imports this module's resolve_world lazily
 from shufflepoint._loading.progress import Progress
@@ -30,9 +31,9 @@ from shufflepoint._order import (
     make_order,
     order_version,
 )
-from shufflepoint._shards.blocks import DEFAULT_SHUFFLE_BLOCK, BlockOrder, StretchBlockOrder
 from shufflepoint._shards.blocks import NAME as BLOCKS
 from shufflepoint._shards.blocks import VERSION as BLOCKS_VERSION
+from shufflepoint._shards.blocks import BlockOrder, StretchBlockOrder
 
 # First chunks are small so a resume reaches its first batch fast; later ones amortise numpy calls.
 # The largest bounds the working set: 8192 indices as Python ints plus numpy temporaries stay
@@ -107,7 +108,7 @@ class OrderCache:
                  shuffle_block: int | None = None) -> None:
         rows = getattr(dataset, "shard_rows", None)
         own = getattr(dataset, "order_name", None) if callable(getattr(dataset, "epoch_order", None)) else None
-        self.chosen = name is not None  # by the caller; else a state may pick among DEFAULT_ORDERS
+        self.chosen, self.block_chosen = name is not None, shuffle_block is not None  # else a state's may be (loader)
         if name is None:
             name = own or (BLOCKS if rows is not None else DEFAULT_ORDER)
         self.n, self.seed, self.shuffle_block = n, seed, None
@@ -123,7 +124,7 @@ class OrderCache:
             raise ValueError(f"order: found 'blocks', which needs a sharded corpus (shufflepoint.Shards); this "
                              f"dataset is a {type(dataset).__name__}. Use order='feistel'")
         if name in (BLOCKS, own):
-            block = DEFAULT_SHUFFLE_BLOCK if shuffle_block is None else shuffle_block
+            block = default_block(dataset, name) if shuffle_block is None else shuffle_block  # block_choice
             self.shuffle_block = check_int("shuffle_block", block, 1, 2**62)
             if name == BLOCKS:
                 self._rows = np.asarray(rows, dtype=np.int64)

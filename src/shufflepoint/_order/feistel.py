@@ -52,6 +52,7 @@ _M32 = (1 << 32) - 1
 _C1 = 0x85EBCA6B
 _C2 = 0xC2B2AE35
 _TABLE_WIDTH = 16  # domains up to 2**16 are computed whole once (<= 512 KiB), then looked up
+_TABLE_AFTER = 16  # ... once the calls have asked for 1/16 of n; before, each position is encrypted alone
 _U32_15, _U32_C1, _U32_C2 = np.uint32(15), np.uint32(_C1), np.uint32(_C2)
 
 
@@ -99,6 +100,7 @@ class FeistelOrder(WalkedInverse):
         self._width = width
         self._table: np.ndarray | None = None
         self._inverse: np.ndarray | None = None
+        self._asked = 0  # positions asked so far: the table is built once they reach 1/16 of n
         # The vectorised path's constants, as numpy scalars once (not per call).
         self._split0 = (np.uint64(first_low), np.uint64((1 << first_low) - 1))
         self._rounds32 = tuple(
@@ -160,9 +162,12 @@ class FeistelOrder(WalkedInverse):
     def take(self, positions: np.ndarray) -> np.ndarray:
         """Sample indices (int64) at the given positions (int64, each in [0, n))."""
         positions = np.asarray(positions, dtype=np.int64)
-        if self._width <= _TABLE_WIDTH:
+        self._asked += positions.size
+        if self._width <= _TABLE_WIDTH and (self._table is not None or self._asked * _TABLE_AFTER >= self.n):
             found: np.ndarray = self._small_table()[positions]
             return found
+        # A few positions of a domain whose table is not built yet (a resume's first batch in a
+        # block of 65,536): encrypt just those, the same values the table holds.
         return walked_take(positions, self.n, self._encrypt, self._walk_one, self._swap_into)
 
     def _walk_one(self, x: int) -> int:
