@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test test-examples test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards \
-	bench-locality bench-read bench-packing bench-gpu soak lint clean test-accelerate-matrix test-transformers-matrix
+	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-which soak lint clean test-accelerate-matrix test-transformers-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -65,11 +65,11 @@ bench-scaling: $(STAMP)
 	$(PY) benchmarks/scaling.py
 
 # Bytes each simulated node (a torchrun agent with its own cache and S3 key) fetches from the local
-# S3 server under the corpus deals: 1-8 nodes, a second epoch, re-deals 4 -> 3 and 4 -> 6 at 50%
-# (issue 18; benchmarks/locality.py). Full corpus (1.28 GB, built once in .bench-cache/) ~15 min;
-# QUICK=1: 26 MB, ~5 min.
+# S3 server under the corpus deals: 1-8 nodes, a second epoch, re-deals 4 -> 3 and 4 -> 6 at 50%,
+# resizes 4 -> 2, 3, 6 at a fixed global batch (issues 18, 27; benchmarks/locality.py). Full corpus
+# (1.28 GB, built once in .bench-cache/) ~15 min; QUICK=1: 26 MB, ~5 min; RESIZES=1: the resizes only.
 bench-locality: $(STAMP)
-	$(PY) benchmarks/locality.py $(if $(QUICK),--quick)
+	$(PY) benchmarks/locality.py $(if $(QUICK),--quick) $(if $(RESIZES),--resizes)
 
 # GET bytes per node before the first batch: 8 fresh nodes index Parquet, tokens and JSONL (with and
 # without a published index) on the tests' S3 server behind the byte-counting proxy (issue 18.7).
@@ -87,6 +87,17 @@ bench-gpu: $(STAMP)
 bench-read: $(STAMP)
 	$(PY) benchmarks/read_path.py $(if $(QUICK),--quick)
 
+# A cold first batch (issue 28.1): fresh processes resume at 50% of an epoch of 200 token shards (1e5, 1e6,
+# 1e7 windows), workers 0 and 2, import / construction / load_state_dict / first batch timed apart, LitData
+# beside it when .venv-bench-litdata exists (make bench-shards builds it). About 5 minutes.
+bench-cold: $(STAMP)
+	$(PY) benchmarks/cold_start.py $(if $(wildcard .venv-bench-litdata/bin/python),--litdata .venv-bench-litdata/bin/python)
+
+# The loader beside busy processes (issue 28.5): samples per CPU-second with 0, 2, 4 spinning processes,
+# token windows and Parquet rows, torch's default threads and one. About 3 minutes.
+bench-busy: $(STAMP)
+	$(PY) benchmarks/busy_machine.py
+
 # Packed rows (issue 21): rows/s against fixed windows of the same tokens, the index, a resume's first
 # batch, and at 1e9 tokens against Megatron-Core (computed), Grain (measured in its own venv, no torch,
 # ~15 s to build) and torchtitan (computed). About 40 s; QUICK=1 a tenth of the corpus, 1e8 tokens.
@@ -100,6 +111,13 @@ $(GRAIN_STAMP):
 
 bench-packing: $(STAMP) $(GRAIN_STAMP)
 	$(PY) benchmarks/packing.py $(if $(QUICK),--quick) --grain-python $(GRAIN_VENV)/bin/python
+	$(PY) benchmarks/packing_tokenize.py $(if $(QUICK),--quick)
+
+# which at step 1e7 (issue 26): a 1e9-sample corpus and a 1e12-token Packed corpus, answered from the
+# checkpoint in fresh processes, against OLMo-core's global_indices, Megatron's --iterations-to-skip and a
+# per-step log (benchmarks/which.py; about 2 minutes).
+bench-which: $(STAMP)
+	$(PY) benchmarks/which.py
 
 # Ray Train (issue 14) on a real local Ray cluster: its own venv (1.5 GB), torch first and alone
 # (the local CPU wheel), then the package with its [ray] extra. About 40 s to build, 70 s to run.

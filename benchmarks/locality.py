@@ -9,12 +9,16 @@ Simulated nodes, as a cluster runs them: one torchrun agent per node (static ren
 
 - a whole epoch on 1, 2, 4 and 8 nodes from fresh caches (and the index's bytes before the first batch);
 - a second epoch on the same nodes and caches;
-- a re-deal at 50% of the epoch, 4 -> 3 and 4 -> 6 nodes (the first nodes keep their caches);
+- a re-deal at 50% of the epoch, 4 -> 3 and 4 -> 6 nodes at batch 256 a node (the global batch
+  changes; the first nodes keep their caches);
+- a resize at 50% of the epoch at a fixed global batch of 768, 4 x 192 -> 2 x 384, 3 x 256 and
+  6 x 128 (the same global batches as the 4-node run, ``docs/shards.md``, "A fixed global batch");
 - the ``strided`` deal on 2 nodes, for comparison (each node reads the whole corpus).
 
 Peers are not rerun here (their venvs are ``make bench-shards``'); docs/benchmarks-shards.md cites
-their rules and measured figures. Usage: ``python benchmarks/locality.py [--quick]``; writes
-``results/locality.md`` and ``.json``.
+their rules and measured figures. Usage: ``python benchmarks/locality.py [--quick] [--resizes]``
+(``--resizes``: only the resizes, both kinds side by side); writes ``results/locality[_quick][_resizes].md``
+and ``.json``.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import s3_server  # noqa: E402  (tests/s3_server.py)
 
 WORKER = HERE / "_locality_worker.py"
 BATCH, SEED = 256, 1
+GLOBAL_BATCH = 768  # the fixed-global-batch resizes: 4 x 192 -> 2 x 384, 3 x 256, 6 x 128
 # The default 65,536 rows for the full corpus (a node's share at 8 nodes is 1.25M rows: 1/19 of it);
 # one shard's rows for the quick one, whose share at 8 nodes is 25,000 rows (docs/shards.md, choosing it).
 SHUFFLE_BLOCK = {"full": 65_536, "quick": 2_000}
@@ -119,9 +124,30 @@ def ratios(bytes_by_node: dict[str, int], share: float) -> list[float]:
     return [round(b / share, 3) for b in bytes_by_node.values()]
 
 
+def resizes(server: s3_server.S3Server, url: str, spec: dict, corpus_bytes: int, fresh) -> list[dict]:
+    """4 nodes to 50% of an epoch, then the rest on other node counts: re-deals at batch 256 a node (the
+    global batch changes), and resizes at a fixed global batch (the same global batches, ``docs/shards.md``)."""
+    plans = [(new, BATCH, BATCH, f"4 nodes to 50%, then {new} nodes: the rest of the epoch") for new in (3, 6)]
+    plans += [(new, GLOBAL_BATCH // 4, GLOBAL_BATCH // new, f"4 x {GLOBAL_BATCH // 4} to 50%, then {new} x "
+               f"{GLOBAL_BATCH // new} (global batch {GLOBAL_BATCH} kept): the rest of the epoch") for new in (2, 3, 6)]
+    rows: list[dict] = []
+    for new, before, after, scenario in plans:
+        folder = fresh(f"resize-{new}-{after}")
+        state = str(folder / "state.pt")
+        half = run_job(server, url, folder, spec, [f"n{k}" for k in range(4)], ["indexed", "stopped-0"], epochs=[0],
+                       stop_after=0.5, state_out=state, batch_size=before)
+        rest = run_job(server, url, folder, spec, [f"n{k}" for k in range(new)], ["indexed", "epoch-0"], epochs=[0],
+                       state_in=state, batch_size=after)
+        remaining = corpus_bytes * (1 - 0.5)
+        rows.append({"scenario": scenario, "nodes": new, "ratio": ratios(rest["epoch-0"], remaining / new),
+                     "bytes": rest["epoch-0"], "first_half_ratio": ratios(half["stopped-0"], corpus_bytes * 0.5 / 4)})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="the small corpus (100 shards of 2,000 windows)")
+    parser.add_argument("--resizes", action="store_true", help="only the resizes at 50%% of an epoch")
     parser.add_argument("--out", default=str(HERE / "results"))
     args = parser.parse_args()
     root = HERE.parent / ".bench-cache" / "shards" / ("quick" if args.quick else "full")
@@ -147,7 +173,7 @@ def main() -> None:
             folder.mkdir()
             return folder
 
-        for count in (1, 2, 4, 8):
+        for count in () if args.resizes else (1, 2, 4, 8):
             nodes = [f"n{k}" for k in range(count)]
             found = run_job(server, url, fresh(f"whole-{count}"), spec, nodes, ["indexed", "epoch-0", "epoch-1"],
                             epochs=[0, 1])
@@ -157,38 +183,30 @@ def main() -> None:
                          "bytes": found["epoch-0"], "run": found["_run"]})
             rows.append({"scenario": f"{count} node(s), epoch 2, same caches", "nodes": count,
                          "ratio": ratios(found["epoch-1"], share), "bytes": found["epoch-1"]})
-        for new in (3, 6):
-            folder = fresh(f"redeal-{new}")
-            state = str(folder / "state.pt")
-            first = [f"n{k}" for k in range(4)]
-            half = run_job(server, url, folder, spec, first, ["indexed", "stopped-0"], epochs=[0], stop_after=0.5,
-                           state_out=state)
-            nodes = [f"n{k}" for k in range(new)]
-            rest = run_job(server, url, folder, spec, nodes, ["indexed", "epoch-0"], epochs=[0], state_in=state)
-            remaining = corpus_bytes * (1 - 0.5)
-            rows.append({"scenario": f"4 nodes to 50%, then {new} nodes: the rest of the epoch", "nodes": new,
-                         "ratio": ratios(rest["epoch-0"], remaining / new), "bytes": rest["epoch-0"],
-                         "first_half_ratio": ratios(half["stopped-0"], corpus_bytes * 0.5 / 4)})
-        found = run_job(server, url, fresh("strided-2"), spec, ["n0", "n1"], ["indexed", "epoch-0"], epochs=[0],
-                        deal="strided")
-        rows.append({"scenario": "2 nodes, strided deal (0.2's), epoch 1", "nodes": 2,
-                     "ratio": ratios(found["epoch-0"], corpus_bytes / 2), "bytes": found["epoch-0"]})
+        rows += resizes(server, url, spec, corpus_bytes, fresh)
+        if not args.resizes:
+            found = run_job(server, url, fresh("strided-2"), spec, ["n0", "n1"], ["indexed", "epoch-0"], epochs=[0],
+                            deal="strided")
+            rows.append({"scenario": "2 nodes, strided deal (0.2's), epoch 1", "nodes": 2,
+                         "ratio": ratios(found["epoch-0"], corpus_bytes / 2), "bytes": found["epoch-0"]})
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
-    write(Path(args.out), {"spec": spec, "corpus_bytes": corpus_bytes, "rows": rows, "quick": args.quick})
+    write(Path(args.out), {"spec": spec, "corpus_bytes": corpus_bytes, "rows": rows, "quick": args.quick,
+                           "resizes": args.resizes, "load_average": os.getloadavg()})
 
 
 def write(out: Path, result: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    name = "locality_quick" if result["quick"] else "locality"
+    name = ("locality_quick" if result["quick"] else "locality") + ("_resizes" if result.get("resizes") else "")
     (out / f"{name}.json").write_text(json.dumps(result, indent=1))
     spec = result["spec"]
     lines = [f"# make bench-locality{' (QUICK=1)' if result['quick'] else ''}", "",
              f"Token corpus: {spec['shards']} shards x {spec['rows']} windows of {spec['seq_len']} tokens, "
              f"{result['corpus_bytes'] / 1e6:.0f} MB in the local S3 server, shuffle_block {spec['shuffle_block']}, "
-             f"batch {BATCH}, one rank a node. Ratio = GET bytes of a node / its share "
-             "(the corpus, or what remained of the epoch, over the nodes); one value per node.", "",
+             f"batch {BATCH} a node unless the scenario says, one rank a node. Ratio = GET bytes of a node / its "
+             "share (the corpus, or what remained of the epoch, over the nodes); one value per node. Load "
+             f"average at the end: {', '.join(f'{v:.1f}' for v in result.get('load_average', ()))}.", "",
              "| scenario | GET bytes / share, per node | worst | index GET bytes per node |",
              "|---|---|---|---|"]
     for row in result["rows"]:

@@ -9,7 +9,7 @@ Writes ``benchmarks/results/packing.md`` and ``.json`` (``packing_quick`` with `
 - Rows/s: ``shufflepoint.DataLoader(Packed(Shards(parquet), SEQ_LEN), batch_size=8)`` against
   ``shufflepoint.DataLoader(Shards(bin, seq_len=SEQ_LEN), batch_size=8)``, ``num_workers=0``, one
   epoch each, median of ``--repeats`` (each Packed run right after a windows run; ratio per pair).
-  Target: >= 0.5x.
+  Target: >= 0.8x (issue 28.4; it was 0.5x).
 - Index: the bytes ``Packed`` holds per corpus (two int64 per document), the time to count the
   tokens (one read of the corpus).
 - Resume: a fresh loader over a copy of the ``Packed`` without its per-epoch tables (what a new
@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -89,9 +90,12 @@ def main() -> None:
     parser.add_argument("--grain-python", default=".venv-grain/bin/python",
                         help="a python with grain installed (make bench-packing builds .venv-grain)")
     parser.add_argument("--out", default=None, help="results path without suffix (default benchmarks/results/packing)")
+    parser.add_argument("--skip-scale", action="store_true",
+                        help="rows/s, index and resume only (no 1e9-token part, no Grain)")
     args = parser.parse_args()
     globals()["BLOCK"] = args.shuffle_block
     torch.set_num_threads(1)
+    load_before = os.getloadavg()[0]
     tokens = 2_000_000 if args.quick else 20_000_000
     with tempfile.TemporaryDirectory() as folder:
         docs, bins, documents = make_corpus(Path(folder), tokens)
@@ -113,18 +117,20 @@ def main() -> None:
         ("corpus", f"{documents:,} documents, {packed.tokens_per_epoch:,} tokens, {len(packed):,} rows of {SEQ_LEN}"),
         ("rows/s, Packed (Parquet documents)", f"{statistics.median(packed_rates):,.0f}"),
         ("rows/s, fixed windows (.bin)", f"{statistics.median(window_rates):,.0f}"),
-        ("Packed / windows (target >= 0.5x)", f"{statistics.median(ratios):.2f}x"),
+        ("Packed / windows (target >= 0.8x)", f"{statistics.median(ratios):.2f}x"),
         ("index held by Packed", f"{index_bytes:,} B ({index_bytes / documents:.0f} B/document)"),
         ("counting the tokens (one read)", f"{counted:.2f} s"),
         ("resume: load_state_dict to first batch, mid-epoch", f"{resume * 1000:.1f} ms"),
+        ("ratio per pair", ", ".join(f"{r:.2f}" for r in ratios)),
+        ("load average (1 min) before / after", f"{load_before:.1f} / {os.getloadavg()[0]:.1f}"),
     ]
     lines = [f"| packed, {sys.platform}, shuffle_block {BLOCK}, repeats {args.repeats}{', quick' if args.quick else ''}"
              " | |", "|---|---|", *(f"| {name} | {value} |" for name, value in rows)]
     measured = {"documents": documents, "tokens": packed.tokens_per_epoch, "seq_len": SEQ_LEN,
                 "shuffle_block": BLOCK, "packed_rows_per_s": packed_rates, "window_rows_per_s": window_rates,
                 "ratios": ratios, "index_bytes": index_bytes, "count_s": counted, "resume_s": resume}
-    scale_lines, scale = scale_report(args.quick, BLOCK, args.grain_python, parquet_tokens_per_s=packed.tokens_per_epoch
-                                      / counted)
+    scale_lines, scale = ([], {}) if args.skip_scale else scale_report(
+        args.quick, BLOCK, args.grain_python, parquet_tokens_per_s=packed.tokens_per_epoch / counted)
     text = "\n".join([*lines, "", *scale_lines])
     print(text)
     out = Path(args.out or f"benchmarks/results/packing{'_quick' if args.quick else ''}")

@@ -4,6 +4,7 @@ import shufflepoint
 
 EXPECTED = {
     "DataLoader",
+    "Locatable",
     "Mixture",
     "Packed",
     "ORDERS",

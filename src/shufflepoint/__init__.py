@@ -14,6 +14,7 @@ from shufflepoint._loading.sampler import ResumableSampler
 from shufflepoint._order import ORDERS, Permutation, permutation
 from shufflepoint._shards.batch import collate
 from shufflepoint._shards.dataset import Shards
+from shufflepoint._shards.locate import Locatable
 from shufflepoint._shards.mixture import Mixture
 from shufflepoint._shards.packed import Packed
 from shufflepoint.integrations.accelerate import patch_accelerate, unpatch_accelerate
@@ -24,6 +25,7 @@ __all__ = [
     "ORDERS",
     "STATE_FIELDS",
     "DataLoader",
+    "Locatable",
     "Mixture",
     "Packed",
     "Permutation",

@@ -96,6 +96,16 @@ def test_a_sharded_corpus_sigkilled_and_resumed_on_three_processes_is_exactly_on
     assert all(check["missing"] == 0 for check in report["epoch_checks"])
 
 
+def test_a_sharded_corpus_resized_at_a_fixed_global_batch_keeps_its_global_batches(tmp_path, capsys):
+    """2 x 6 -> 3 x 4 in fresh processes: every global batch of the rest of epoch 1 and of epoch 2 holds
+    the uninterrupted run's samples (issue 27; the arithmetic: tests/core/test_global_batch.py)."""
+    code, out, _, report = audit(tmp_path, capsys, "sharded_loader_fixed_global_batch", "--nproc", "2",
+                                 "--resume-nproc", "3", "--epochs", "2")
+    assert (code, report["verdict"]) == (0, "SAME_GLOBAL_BATCHES"), out
+    assert "at a fixed global batch: each of the" in report["summary"]
+    assert all(check["missing"] == 0 and check["verdict"] == "EXACTLY_ONCE" for check in report["epoch_checks"])
+
+
 @needs_torchdata
 def test_finds_changed_augmentations_in_a_stock_stateful_pipeline(tmp_path, capsys):
     code, out, _, report = audit(tmp_path, capsys, "stock_augmented", "--nproc", "2")

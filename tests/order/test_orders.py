@@ -63,6 +63,22 @@ def test_keyed_bijection_property(order, n, seed, epoch):
     assert np.array_equal(np.sort(permutation(n, seed, epoch, order=order)[:]), np.arange(n))
 
 
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 2**16), seed=st.integers(0, 2**64 - 1), epoch=st.integers(0, 2**40), data=st.data())
+def test_feistel_positions_before_its_table_equal_the_table(n, seed, epoch, data):
+    """A small domain's first few positions are encrypted alone (a resume's first batch builds no
+    table of 65,536); the table built later holds the same values."""
+    from shufflepoint._order.feistel import FeistelOrder
+
+    positions = np.array(data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=8)), dtype=np.int64)
+    few = FeistelOrder(n, seed, epoch)
+    alone = few.take(positions)
+    assert few._table is None or n <= 16 * positions.size  # nothing built for a few positions of a large domain
+    whole = FeistelOrder(n, seed, epoch).take(np.arange(n, dtype=np.int64))  # builds the table
+    assert alone.tolist() == whole[positions].tolist() == [few.index(int(p)) for p in positions]
+    assert few.take(np.arange(n, dtype=np.int64)).tolist() == whole.tolist()  # the table, once asked for enough
+
+
 @pytest.mark.parametrize("n", [2**16 + 1, 2**16 + 2**8, 3 * 2**20 + 5])
 def test_radix_feistel_cycle_walking_past_the_table(n):
     """Just past the table size the domain a x 2**k exceeds n by the most (a fraction < 1/a):

@@ -290,6 +290,12 @@ def test_parquet_token_lists_read_as_arrays_give_the_rows_the_documents_make(tmp
     arrays = corpus.read_ids(list(range(len(docs)))[::-1], "input_ids")
     assert arrays is not None and [a.tolist() for a in arrays] == docs[::-1]
     assert all(not a.flags.writeable for a in arrays)  # views of the decoded group: read-only
+    picked = sorted(set(range(0, len(docs), 2)) | {len(docs) - 1})  # rows of several groups, some skipped
+    ascending = corpus.read_ids_ascending(picked, "input_ids")  # what Packed's token windows read
+    assert ascending is not None and [a.tolist() for a in ascending] == [docs[d] for d in picked]
+    if len(picked) > 1:
+        with pytest.raises(ValueError, match="expected ascending indices"):
+            corpus.read_ids_ascending(picked[::-1], "input_ids")
 
 
 @settings(max_examples=60, deadline=None)
@@ -306,3 +312,64 @@ def test_rows_read_together_are_the_rows_read_one_by_one(lengths, seq_len, picks
     indices = [picks[0] % total + k for k in range(len(picks))] if consecutive else [p % total for p in picks]
     indices = [i for i in indices if i < total]
     assert packed.rows_segments(indices) == [packed.segments(i) for i in indices]
+
+
+@pytest.mark.parametrize("changed, named", [
+    (dict(seq_len=6), r"packing parameter seq_len: saved 5, now 6; build the Packed with seq_len=5 to resume"),
+    (dict(eos=EOS - 1), rf"packing parameter eos: saved {EOS}, now {EOS - 1}; build the Packed with eos={EOS}"),
+    (dict(bos=BOS), rf"packing parameter bos: saved None, now {BOS}; build the Packed with bos=None"),
+    (dict(seq_len=4, bos=BOS), r"packing parameter seq_len: saved 5, now 4, bos: saved None, now \d+; build the "
+                               r"Packed with seq_len=5, bos=None to resume this run"),
+])
+def test_a_resume_with_another_packing_names_the_parameter_and_both_values(changed, named):
+    def loader(seq_len=5, bos=None, eos=EOS):
+        packed = Packed(documents(LENGTHS_FIXED), seq_len, bos=bos, eos=eos, progress=False)
+        return shufflepoint.DataLoader(packed, 2, seed=4, collate_fn=collate_rows, shuffle_block=4)
+
+    saved = loader()
+    next(iter(saved))
+    state = saved.state_dict()
+    with pytest.raises(shufflepoint.StateError, match=named) as refused:
+        loader(**changed).load_state_dict(state)
+    assert "resume with the same dataset" not in str(refused.value)
+
+
+def test_a_state_of_shufflepoint_0_3_without_the_packing_in_clear_is_named_and_resumes_with_strict_false():
+    def loader(seq_len=5):
+        packed = Packed(documents(LENGTHS_FIXED), seq_len, eos=EOS, progress=False)
+        return shufflepoint.DataLoader(packed, 2, seed=4, collate_fn=collate_rows, shuffle_block=4)
+
+    first = loader()
+    batches = iter(first)
+    next(batches)
+    state = first.state_dict()
+    clear = "-seq_len=5,bos=None,eos=" + str(EOS)
+    assert clear + ":blocks=4" in state["dataset_fingerprint"]
+    old = {**state, "dataset_fingerprint": state["dataset_fingerprint"].replace(clear, "")}  # as 0.3 wrote it
+    with pytest.raises(shufflepoint.StateError, match="saved by shufflepoint 0.3.*load with strict=False"):
+        loader().load_state_dict(old)
+    resumed = loader()
+    with pytest.warns(shufflepoint.ResumeWarning):
+        resumed.load_state_dict(old, strict=False)
+    assert next(iter(resumed)) == next(batches)
+    with pytest.raises(shufflepoint.StateError, match="the packing changed: now seq_len=6.*holds a digest"):
+        loader(6).load_state_dict(old)
+
+
+def test_a_doubled_bos_or_eos_is_refused_with_the_fix():
+    tokenizer_adds = [{"input_ids": [BOS, *range(d * 1000, d * 1000 + n), EOS]} for d, n in enumerate([4, 6, 3, 5])]
+    for framing, named in ((dict(bos=BOS), rf"bos: found documents that already start with bos={BOS}"),
+                           (dict(eos=EOS), rf"eos: found documents that already end with eos={EOS}")):
+        packed = Packed(tokenizer_adds, 4, progress=False, **framing)
+        packed.epoch_order(0, 0, 2)
+        with pytest.raises(ValueError, match=named) as refused:
+            packed[0]
+        assert "add_special_tokens=False" in str(refused.value) and "documents [" in str(refused.value)
+        with pytest.raises(ValueError, match=named):  # refused again, not only once
+            packed[1]
+    # one document that happens to start with bos among others that do not: not a tokenizer's doing
+    mixed = [{"input_ids": [BOS, 1, 2]}] + documents([4, 6, 3, 5])[1:]
+    packed = Packed(mixed, 4, bos=BOS, progress=False)
+    packed.epoch_order(0, 0, 8)
+    rows = packed.__getitems__(list(range(len(packed))))  # all documents read at once, the first check
+    assert [int(row["input_ids"][0]) for row in rows].count(BOS) >= 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import pickle
 import tarfile
 
@@ -229,6 +230,35 @@ def test_tokens_npy_and_bin_windows(tmp_path):
     assert torch.utils.data.default_collate(rows).shape == (5, 5)
 
 
+@pytest.mark.parametrize("name", ["s.npy", "s.bin", "big.npy"])
+def test_tokens_read_before_and_after_the_map_agree(tmp_path, name):
+    """A shard's first windows are read by pread, later ones from a memory map: the same values
+    through take and [row], at any row, in any order, repeats included."""
+    from shufflepoint._shards.readers import tokens as tokens_reader
+
+    values = np.random.default_rng(3).integers(0, 60_000, size=4 * 300 + 3, dtype=np.uint16)
+    if name == "big.npy":
+        np.save(tmp_path / name, values.astype(">u2"))  # big-endian ids: the header's dtype, not the reader's
+    elif name.endswith(".npy"):
+        np.save(tmp_path / name, values)
+    else:
+        values.tofile(tmp_path / name)
+    expected = np.array(windows(values.tolist(), 4))
+    opened = make_reader("tokens", seq_len=4).open(str(tmp_path / name), name)
+    rows = np.random.default_rng(4).integers(0, len(opened), size=3 * tokens_reader._MAP_AFTER)
+    first = opened.take(rows[:5]).collate()
+    assert opened._tokens is None  # still unmapped: read by pread
+    assert first.tolist() == expected[rows[:5]].tolist()
+    assert opened[int(rows[5])].tolist() == expected[rows[5]].tolist()
+    rest = opened.take(rows[6:]).collate()  # past _MAP_AFTER: mapped
+    assert opened._tokens is not None
+    assert rest.tolist() == expected[rows[6:]].tolist()
+    assert opened[int(rows[0])].tolist() == expected[rows[0]].tolist()
+    opened.close()
+    with pytest.raises(ValueError, match="closed"):
+        opened.take(rows[:1])
+
+
 def test_tokens_short_and_empty_files_have_no_rows(tmp_path):
     np.arange(4, dtype=np.uint16).tofile(tmp_path / "short.bin")  # seq_len 4 needs 5 tokens
     (tmp_path / "empty.bin").write_bytes(b"")
@@ -380,3 +410,15 @@ def test_infer_format_unknown(name, hint):
 def test_a_missing_extra_names_the_pip_extra():
     with pytest.raises(ImportError, match=r"pip install 'shufflepoint\[parquet\]'"):
         extra("shufflepoint_no_such_module", "parquet")
+
+
+def test_a_token_shard_dropped_unclosed_lets_its_descriptor_go(tmp_path):
+    import gc
+
+    np.arange(100, dtype=np.uint16).tofile(tmp_path / "t.bin")
+    before = len(os.listdir("/proc/self/fd"))
+    opened = [make_reader("tokens", seq_len=4).open(str(tmp_path / "t.bin"), "t.bin") for _ in range(20)]
+    assert len(os.listdir("/proc/self/fd")) >= before + 20
+    del opened
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) <= before

@@ -67,8 +67,9 @@ class Place:
     cursor: int
     segments: tuple[tuple[int, int], ...] = ()
 
-    def cut(self, layout: Layout, deal: str) -> StridedCut | SpanCut:
-        return cut(layout, deal, self.cursor, [list(pair) for pair in self.segments])
+    def cut(self, layout: Layout, deal: str, parts: int | None = None) -> StridedCut | SpanCut:
+        """``layout``'s cut from here; ``parts``: the canonical parts' world size (``plan.cut``)."""
+        return cut(layout, deal, self.cursor, [list(pair) for pair in self.segments], parts)
 
     def normal(self, layout: Layout, deal: str) -> Place:
         """This place, or the start of the next epoch when ``layout`` has nothing left to read here (an
@@ -151,18 +152,29 @@ class History:
             raise ValueError(f"step: found {step}, but this history starts at step {self.first_step}")
         return self.legs[bisect.bisect_right(self._steps, step) - 1]
 
+    def parts(self, leg: Leg | None = None) -> int:
+        """The world size whose stretches are the canonical parts of ``leg``'s epochs (default: the last
+        leg): the first leg of the latest run of legs at its global batch (world size x batch size),
+        so a fixed global batch reads the same global batches at any world size (``_core/global_batch.py``)."""
+        leg = self.legs[-1] if leg is None else leg
+        index = self.legs.index(leg)
+        size = leg.layout.step_size
+        while index > 0 and self.legs[index - 1].layout.step_size == size:
+            index -= 1
+        return self.legs[index].layout.world_size
+
     def position(self, step: int) -> Place | None:
         """Where the run stands once every rank has received ``step`` batches (normal form), or None
         where no batch reaches it (epochs with no batch under the layout)."""
         leg = self._leg(step)
         layout, offset = leg.layout, step - leg.step
-        first = leg.start.cut(layout, self.deal)
+        first = leg.start.cut(layout, self.deal, self.parts(leg))
         left = _batches(first, layout.batch_size)
         if offset < left:
             return place_after(leg.start.epoch, first, offset * layout.batch_size)
         if offset == left:
             return leg.start.normal(layout, self.deal) if left == 0 else Place(leg.start.epoch + 1, 0)
-        fresh = cut(layout, self.deal, 0, [])
+        fresh = cut(layout, self.deal, 0, [], self.parts(leg))
         per_epoch = _batches(fresh, layout.batch_size)
         if per_epoch == 0:
             return None
@@ -173,11 +185,11 @@ class History:
         """The epoch, cut and batch of ``step``; ValueError naming ``step`` where none exists."""
         leg = self._leg(step)
         layout, offset = leg.layout, step - leg.step
-        first = leg.start.cut(layout, self.deal)
+        first = leg.start.cut(layout, self.deal, self.parts(leg))
         left = _batches(first, layout.batch_size)
         if offset < left:
             return Placed(leg.start.epoch, first, offset, layout)
-        fresh = cut(layout, self.deal, 0, [])
+        fresh = cut(layout, self.deal, 0, [], self.parts(leg))
         per_epoch = _batches(fresh, layout.batch_size)
         if per_epoch == 0:
             raise ValueError(f"step: found {step}, but from step {leg.step + left} on the layout "

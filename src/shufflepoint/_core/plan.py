@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shufflepoint._core.global_batch import GlobalBatchCut, keeps_global_batch
 from shufflepoint._core.spans import SpanCut
 from shufflepoint._order import check_int
 
@@ -117,8 +118,18 @@ class StridedCut:
         return self.layout.cursor_after(self.cursor, min(received, self.samples_per_rank())), []
 
 
-def cut(layout: Layout, deal: str, cursor: int, segments: list[list[int]]) -> StridedCut | SpanCut:
-    """The rest of the epoch at (cursor, segments) under ``deal``, for ``layout``'s world."""
+def cut(layout: Layout, deal: str, cursor: int, segments: list[list[int]],
+        parts: int | None = None) -> StridedCut | SpanCut:
+    """The rest of the epoch at (cursor, segments) under ``deal``, for ``layout``'s world.
+
+    ``parts``: under ``spans``, the world size whose stretches are the canonical parts at this global
+    batch (the run's layout history says, ``History.parts``); None: this world's own. When they are
+    another world's (``global_batch.keeps_global_batch``) the epoch is read as that world's global
+    batches; else the rest of it is re-dealt.
+    """
     if deal == STRIDED:
         return StridedCut(layout, cursor)
+    if parts is not None and keeps_global_batch(segments, parts, layout.world_size, layout.batch_size):
+        taken = int(segments[0][1]) if segments else 0
+        return GlobalBatchCut(layout.n, parts, taken, layout.world_size, layout.batch_size, layout.drop_last)
     return SpanCut(layout.n, segments, layout.world_size, layout.batch_size, layout.drop_last)

@@ -90,7 +90,8 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "handed": ((list,), "a list [first_world_size, gap, length, ...] of handed-out ranges, or []"),
 }
 FIELDS: tuple[str, ...] = tuple(_SCHEMA)
-_FIELDS_OF = {1: FIELDS[:-6], 2: FIELDS[:-4], 3: FIELDS}
+_ADDED_IN = {"deal": 2, "segments": 2, "steps": 3, "history": 3, "excluded": 3, "handed": 3}  # the version adding it
+_FIELDS_OF = {version: tuple(f for f in FIELDS if _ADDED_IN.get(f, 1) <= version) for version in range(1, VERSION + 1)}
 _OPTIONAL = {"handed"}  # added within version 3: a state without it handed nothing out before an exclusion
 DEALS = (STRIDED, SPANS)
 
@@ -349,10 +350,11 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> Posit
                     f"A {state['kind']} state cannot restore a {expected.kind}; load it into a {state['kind']}.")
     if state["n"] != expected.n:
         print_found = state["dataset_fingerprint"]
-        why = (expected.explain_fingerprint(print_found) + ". "
+        why = (expected.explain_fingerprint(print_found)
                if expected.explain_fingerprint and isinstance(print_found, str) else "")
         raise _fail("n", state["n"], f"{expected.n} (len(dataset) now)",
-                    f"{why}The dataset changed length since the checkpoint; resume with the same dataset.")
+                    f"The dataset changed length since the checkpoint: {why}." if why else
+                    "The dataset changed length since the checkpoint; resume with the same dataset.")
     if state["shuffle"] != expected.shuffle:
         raise _fail("shuffle", state["shuffle"], f"{expected.shuffle!r} (what this {expected.kind} was built with)",
                     f"The constructor's value is not silently overridden: build the {expected.kind} with "

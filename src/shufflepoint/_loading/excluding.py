@@ -87,7 +87,7 @@ class Excluded:
         samples excluded, it is not what ``segments`` and ``handed`` leave (checked here: it needs the order)."""
         try:
             found = self.cut(deal, orders, layout, position.epoch, position.cursor, position.segments,
-                             position.handed)
+                             handed=position.handed)
         except ValueError as error:  # segments that the space left by handed and excluded cannot hold
             raise StateError(f"state field 'segments': found {position.segments}, expected the epoch's world sizes "
                              f"since its latest exclusion ({error}). The state is damaged or was edited; use "
@@ -109,17 +109,18 @@ class Excluded:
         return self._span_positions[1]
 
     def cut(self, deal: Deal, orders: OrderCache, layout: Layout, epoch: int, cursor: int,
-            segments: list[list[int]], handed: Handed | None = None) -> Cut:
+            segments: list[list[int]], parts: int | None = None, handed: Handed | None = None) -> Cut:
         """The rest of ``epoch`` from (cursor, segments): the deal's own cut, skipping the excluded.
 
         Under ``spans``, ``handed`` is what the epoch handed out before its latest exclusion (the
-        segments then count from there, ``_core/spanskips.py``)."""
+        segments then count from there, ``_core/spanskips.py``); an exclusion re-deals what is left, so
+        ``parts`` (a fixed global batch) applies only while nothing is excluded."""
         if deal.name == STRIDED:
             if not self.exclusion:
-                return deal.cut(layout, cursor, segments)
+                return deal.cut(layout, cursor, segments, parts)
             return FilteredStridedCut(layout, cursor, self.skips(orders, epoch))
         if not self.exclusion and handed is None:
-            return deal.cut(layout, cursor, segments)
+            return deal.cut(layout, cursor, segments, parts)
         first = handed.first_world_size if handed is not None else (segments[0][0] if segments else layout.world_size)
         positions = self.span_positions(orders, epoch, first) if self.exclusion else Exclusion.empty(orders.n)
         return FilteredSpanCut(layout.n, handed, positions, segments, layout.world_size, layout.batch_size,
@@ -177,10 +178,12 @@ class ExclusionMixin:
         def _here(self) -> tuple[int, Place]: ...
 
     def _cut(self, epoch: int, cursor: int, segments: list[list[int]],
-             layout: Layout | None = None, handed: Handed | None = None) -> Cut:
-        """The rest of ``epoch`` from (cursor, segments), the excluded samples skipped (under ``spans``, what
-        the epoch ``handed`` out before its latest exclusion too: pass ``self._handed()`` to continue)."""
-        return self._excluded.cut(self._deal, self._orders, layout or self._layout, epoch, cursor, segments, handed)
+             layout: Layout | None = None, *, parts: int | None = None, handed: Handed | None = None) -> Cut:
+        """The rest of ``epoch`` from (cursor, segments), the excluded samples skipped; ``parts``: the
+        history's canonical parts at this global batch (``History.parts``); under ``spans``, what the
+        epoch ``handed`` out before its latest exclusion (pass ``self._handed()`` to continue)."""
+        return self._excluded.cut(self._deal, self._orders, layout or self._layout, epoch, cursor, segments, parts,
+                                  handed)
 
     def _handed(self) -> Handed | None:
         """What the current epoch handed out before its latest exclusion (``spans``; None otherwise)."""
@@ -212,14 +215,14 @@ class ExclusionMixin:
         if self._deal.name != STRIDED:  # spans: a re-deal of what is left, minus the excluded (_core/spanskips.py)
             live = self._pass
             current, done = (live.cut, self._layout.batch_size * live.received) if live else (self._start, 0)
-            if not isinstance(current, FilteredSpanCut):
-                _, begun = current.after(0)  # the cut's own start: ``done`` counts from there
-                current = FilteredSpanCut(self._layout.n, Handed(current.first_world_size, Exclusion.empty(
-                    self._layout.n)), np.zeros(0, np.int64), begun, self._layout.world_size,
-                    self._layout.batch_size, self._layout.drop_last)
+            if not isinstance(current, FilteredSpanCut):  # nothing excluded yet: what it read, as segments
+                _, read = current.after(done)  # (a fixed global batch's position is one segment of its parts)
+                current, done = FilteredSpanCut(self._layout.n, Handed(current.first_world_size, Exclusion.empty(
+                    self._layout.n)), np.zeros(0, np.int64), read, self._layout.world_size,
+                    self._layout.batch_size, self._layout.drop_last), 0
             handed, segments = current.handed_after(done), []
         self._excluded.replace(merged, self._layout.n)
-        start = self._cut(place.epoch, place.cursor, segments, handed=handed)
+        start = self._cut(place.epoch, place.cursor, segments, parts=self._history.parts(), handed=handed)
         live = self._pass
         self._pass = Pass(place.epoch, start, steps, follows=live) if live is not None else None
         self._epoch, self._start, self._steps = place.epoch, start, steps

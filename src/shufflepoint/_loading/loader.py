@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import torch.utils.data
 
 from shufflepoint._core import state as _state
@@ -14,9 +13,10 @@ from shufflepoint._core.history import MAX_EPOCH, History, Place, place_after
 from shufflepoint._core.plan import Layout
 from shufflepoint._core.spanskips import Cut
 from shufflepoint._loading.agreement import validate_everywhere
+from shufflepoint._loading.block_choice import adopt_recorded_block
 from shufflepoint._loading.capabilities import schedule_hooks
 from shufflepoint._loading.excluding import Excluded, ExclusionMixin
-from shufflepoint._loading.keyed import KeyedCollate, KeyedDataset, Transform, keyed_chunks
+from shufflepoint._loading.keyed import Transform, keyed_chunks
 from shufflepoint._loading.mesh import resolve_data_parallel
 from shufflepoint._loading.sampler import (
     Deal,
@@ -27,52 +27,11 @@ from shufflepoint._loading.sampler import (
     resolve_fingerprint,
     warn_if_blocks_exceed_the_share,
 )
+from shufflepoint._loading.serving import announced, check_keyed, served
 from shufflepoint._loading.steps import Lookup, Pass
 from shufflepoint._order import check_int
-from shufflepoint._shards.batch import collate as columnar_collate
 
-Chunk = tuple[np.ndarray, np.ndarray]  # (epoch positions, dataset indices)
 _END = object()  # the end of torch's iterator
-
-
-def _announced(chunks: Iterator[Chunk], prefetch: Callable[[np.ndarray], None]) -> Iterator[Chunk]:
-    """Tell the dataset (``Shards``) each chunk of upcoming indices one chunk before it is served,
-    so that its shards are downloading while the current chunk is read."""
-    current = next(chunks, None)
-    if current is not None:
-        prefetch(current[1])
-    while current is not None:
-        upcoming = next(chunks, None)
-        if upcoming is not None:
-            prefetch(upcoming[1])
-        yield current
-        current = upcoming
-
-
-def _check_keyed(transform: Transform | None, seed_per_sample: bool) -> bool:
-    """Whether samples draw keyed randomness (the loader then wraps the dataset, see ``keyed``)."""
-    if transform is not None and not callable(transform):
-        raise TypeError(f"transform: found {transform!r}, expected a callable fn(sample, rng) or None")
-    if not isinstance(seed_per_sample, bool):
-        raise TypeError(f"seed_per_sample: found {seed_per_sample!r}, expected a bool")
-    return transform is not None or seed_per_sample
-
-
-def _served(dataset: Any, seed: int, transform: Transform | None, seed_per_sample: bool,
-            torch_kwargs: dict[str, Any]) -> Any:
-    """The dataset torch's machinery reads, and its collate (set in ``torch_kwargs``): a corpus that reads a
-    batch at once (Shards, Mixture) hands it over as columns, which ``collate`` turns into default_collate's
-    very result without an object per row; keyed randomness wraps the dataset (see ``keyed``)."""
-    keyed = transform is not None or seed_per_sample
-    if torch_kwargs.get("collate_fn") is None and not keyed and callable(getattr(dataset, "columnar", None)):
-        dataset = dataset.columnar()
-        torch_kwargs["collate_fn"] = columnar_collate
-    if keyed:
-        dataset = KeyedDataset(dataset, seed, transform, seed_per_sample)
-        if seed_per_sample:
-            collate = torch_kwargs.get("collate_fn") or torch.utils.data.default_collate
-            torch_kwargs["collate_fn"] = KeyedCollate(collate, seed)
-    return dataset
 
 
 class _PassSampler(torch.utils.data.Sampler[Any]):
@@ -98,7 +57,7 @@ class _PassSampler(torch.utils.data.Sampler[Any]):
         chunks = rank_chunks(order, live.cut, loader._rank)
         prefetch = getattr(loader.dataset, "prefetch", None)
         if callable(prefetch):
-            chunks = _announced(chunks, prefetch)
+            chunks = announced(chunks, prefetch)
         if loader._keyed:
             return itertools.chain.from_iterable(keyed_chunks(chunks, live.epoch))
         return itertools.chain.from_iterable(indices.tolist() for _, indices in chunks)
@@ -198,6 +157,7 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         self._legacy_fingerprint = resolve_fingerprint(dataset_fingerprint, dataset, self._layout.n, self._orders,
                                                        "legacy_fingerprint")
         self._explain = explain_fingerprint(dataset)
+        self._fingerprint_arg = dataset_fingerprint
         self._compatible = schedule_hooks(dataset, self._orders.shuffle_block, world_size * batch_size)
         self._epoch, self._steps = 0, 0
         self._excluded = Excluded(self._layout.n)
@@ -205,8 +165,8 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         self._pass: Pass | None = None
         self._history = History.begin(self._layout.n, self._deal.name, self._layout, Place(0, 0))
         self._lookup = Lookup()
-        self._keyed = _check_keyed(transform, seed_per_sample)
-        dataset = _served(dataset, self._seed, transform, seed_per_sample, torch_dataloader_kwargs)
+        self._keyed = check_keyed(transform, seed_per_sample)
+        dataset = served(dataset, self._seed, transform, seed_per_sample, torch_dataloader_kwargs)
         super().__init__(
             dataset, batch_size=batch_size, sampler=_PassSampler(self), drop_last=drop_last,
             num_workers=num_workers, **torch_dataloader_kwargs,
@@ -294,7 +254,7 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         """Jump to the first batch of ``epoch``. The current epoch again changes nothing."""
         check_int("epoch", epoch, 0, MAX_EPOCH)
         if epoch != self.epoch:
-            self._jump(epoch, self._cut(epoch, 0, []))
+            self._jump(epoch, self._cut(epoch, 0, [], parts=self._history.parts()))
 
     def seek(self, epoch: int, batches: int = 0) -> None:
         """Go to ``epoch`` after its first ``batches`` batches per rank: O(1), no sample is read.
@@ -305,13 +265,15 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         """
         check_int("epoch", epoch, 0, MAX_EPOCH)
         check_int("batches", batches, 0, 2**62)
-        fresh = self._cut(epoch, 0, [])
+        parts = self._history.parts()
+        fresh = self._cut(epoch, 0, [], parts=parts)
         cursor, segments = fresh.after(int(batches) * self._layout.batch_size)
-        self._jump(epoch, self._cut(epoch, cursor, segments))
+        self._jump(epoch, self._cut(epoch, cursor, segments, parts=parts))
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         (steps, place), epoch = self._here(), self.epoch
-        start = self._cut(epoch, place.cursor, [list(pair) for pair in place.segments], handed=self._handed())
+        start = self._cut(epoch, place.cursor, [list(pair) for pair in place.segments], parts=self._history.parts(),
+                          handed=self._handed())
         if epoch == MAX_EPOCH and start.samples_per_rank() == 0:
             raise ValueError(f"epoch: the loader has read epoch {MAX_EPOCH}, the last one the orders support; "
                              "call set_epoch(e) with an earlier epoch to read on")
@@ -342,7 +304,7 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
             ended = live.epoch == MAX_EPOCH
             following = live.epoch if ended else live.epoch + 1
             where = live.cut.after(live.cut.samples_per_rank()) if ended else (0, [])
-            self._jump(following, self._cut(following, *where))
+            self._jump(following, self._cut(following, *where, parts=self._history.parts()))
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (a whole epoch, whatever the cursor; excluded samples taken out)."""
@@ -374,7 +336,10 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         constructor, skips it when you load on a subset of ranks on purpose). ``strict=False``
         accepts a changed ``dataset_fingerprint`` with a ``ResumeWarning``.
         """
-        orders, deal = self._orders.for_state(state), self._deal.for_state(state)
+        rebuild = lambda name, block: OrderCache(name, self._layout.n, self._seed, dataset=self.dataset,  # noqa: E731
+                                                 shuffle_block=block)
+        orders = adopt_recorded_block(self._orders, state, rebuild) or self._orders.for_state(state)
+        deal = self._deal.for_state(state)
         position = validate_everywhere(
             state, self._expected(orders, deal), strict=strict, rank=self._rank, world_size=self._layout.world_size,
             verify_ranks=self._verify_ranks if verify_ranks is None else verify_ranks, groups=self._groups,
@@ -382,6 +347,10 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         excluded = Excluded.for_state(position.excluded, deal, orders, self.dataset)
         start = excluded.start(deal, orders, self._layout, position)
         history = position.history.record(position.steps, self._layout, place_after(position.epoch, start, 0))
+        start = excluded.cut(deal, orders, self._layout, position.epoch, position.cursor, position.segments,
+                             history.parts(), position.handed)
+        if orders.shuffle_block != self._orders.shuffle_block:  # a state's block adopted: its fingerprint too
+            self._fingerprint, self._legacy_fingerprint = self._fingerprint_of(orders)
         self._orders, self._deal, self._pass, self._epoch, self._start = orders, deal, None, position.epoch, start
         self._steps, self._history, self._excluded = position.steps, history, excluded
 
@@ -404,18 +373,28 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         steps, place = self._here()
         layout = Layout(self._layout.n, self._layout.world_size, batch_size, self._layout.drop_last)
         history = self._history.record(steps, layout, place)
-        start = self._cut(place.epoch, place.cursor, [list(pair) for pair in place.segments], layout, self._handed())
+        start = self._cut(place.epoch, place.cursor, [list(pair) for pair in place.segments], layout,
+                          parts=history.parts(), handed=self._handed())
         live = self._pass
         self._pass = Pass(place.epoch, start, steps, follows=live) if live is not None else None
         self._layout, self._history, self._epoch, self._start, self._steps = layout, history, place.epoch, start, steps
         object.__setattr__(self, "batch_size", batch_size)  # torch refuses a plain assignment after __init__
         self.batch_sampler.batch_size = batch_size  # type: ignore[union-attr]
 
+    def _fingerprint_of(self, orders: OrderCache) -> tuple[str | None, str | None]:
+        """(fingerprint, legacy fingerprint) of the dataset read in ``orders`` (its block joins a corpus's;
+        a block adopted from a state is only ever a corpus's, whose wrappers pass ``fingerprint`` on)."""
+        dataset = self.dataset
+        return (resolve_fingerprint(self._fingerprint_arg, dataset, self._layout.n, orders),
+                resolve_fingerprint(self._fingerprint_arg, dataset, self._layout.n, orders, "legacy_fingerprint"))
+
     def _expected(self, orders: OrderCache, deal: Deal) -> _state.Expected:
+        fingerprint, legacy = ((self._fingerprint, self._legacy_fingerprint)
+                               if orders.shuffle_block == self._orders.shuffle_block else self._fingerprint_of(orders))
         return _state.Expected(
             kind="loader", n=self._layout.n, seed=self._seed, shuffle=self._shuffle,
             order=orders.name, order_version=orders.version,
-            dataset_fingerprint=self._fingerprint, explain_fingerprint=self._explain, deal=deal.name,
-            legacy_fingerprint=self._legacy_fingerprint, layout=self._layout,
+            dataset_fingerprint=fingerprint, explain_fingerprint=self._explain, deal=deal.name,
+            legacy_fingerprint=legacy, layout=self._layout,
             fingerprint_compatible=self._compatible,
         )

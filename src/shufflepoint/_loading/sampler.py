@@ -18,6 +18,7 @@ from shufflepoint._core.spans import NAME as SPANS
 from shufflepoint._core.spans import SpanCut
 from shufflepoint._core.spanskips import Cut
 from shufflepoint._loading.agreement import validate_everywhere
+from shufflepoint._loading.block_choice import default_block
 from shufflepoint._loading.capabilities import deal_for, schedule_hooks
 from shufflepoint._loading.mesh import sampler_world  # imports this module's resolve_world lazily
 from shufflepoint._loading.progress import Progress
@@ -30,9 +31,9 @@ from shufflepoint._order import (
     make_order,
     order_version,
 )
-from shufflepoint._shards.blocks import DEFAULT_SHUFFLE_BLOCK, BlockOrder, StretchBlockOrder
 from shufflepoint._shards.blocks import NAME as BLOCKS
 from shufflepoint._shards.blocks import VERSION as BLOCKS_VERSION
+from shufflepoint._shards.blocks import BlockOrder, StretchBlockOrder
 
 # First chunks are small so a resume reaches its first batch fast; later ones amortise numpy calls.
 # The largest bounds the working set: 8192 indices as Python ints plus numpy temporaries stay
@@ -107,7 +108,7 @@ class OrderCache:
                  shuffle_block: int | None = None) -> None:
         rows = getattr(dataset, "shard_rows", None)
         own = getattr(dataset, "order_name", None) if callable(getattr(dataset, "epoch_order", None)) else None
-        self.chosen = name is not None  # by the caller; else a state may pick among DEFAULT_ORDERS
+        self.chosen, self.block_chosen = name is not None, shuffle_block is not None  # else a state's may be (loader)
         if name is None:
             name = own or (BLOCKS if rows is not None else DEFAULT_ORDER)
         self.n, self.seed, self.shuffle_block = n, seed, None
@@ -123,7 +124,7 @@ class OrderCache:
             raise ValueError(f"order: found 'blocks', which needs a sharded corpus (shufflepoint.Shards); this "
                              f"dataset is a {type(dataset).__name__}. Use order='feistel'")
         if name in (BLOCKS, own):
-            block = DEFAULT_SHUFFLE_BLOCK if shuffle_block is None else shuffle_block
+            block = default_block(dataset, name) if shuffle_block is None else shuffle_block  # block_choice
             self.shuffle_block = check_int("shuffle_block", block, 1, 2**62)
             if name == BLOCKS:
                 self._rows = np.asarray(rows, dtype=np.int64)
@@ -194,8 +195,9 @@ class Deal:
         adopted.chosen, adopted.name = False, str(found)
         return adopted
 
-    def cut(self, layout: Layout, cursor: int, segments: list[list[int]]) -> StridedCut | SpanCut:
-        return cut(layout, self.name, cursor, segments)
+    def cut(self, layout: Layout, cursor: int, segments: list[list[int]],
+            parts: int | None = None) -> StridedCut | SpanCut:
+        return cut(layout, self.name, cursor, segments, parts)
 
 
 def warn_if_blocks_exceed_the_share(orders: OrderCache, deal: Deal, n: int, world_size: int) -> None:
@@ -304,7 +306,9 @@ class ResumableSampler(DistributedSampler[int]):
         return self._deal.name
 
     def _start(self) -> StridedCut | SpanCut:
-        return self._pending if self._pending is not None else self._deal.cut(self._layout, 0, [])
+        if self._pending is not None:
+            return self._pending
+        return self._deal.cut(self._layout, 0, [], self._history.parts())
 
     def __iter__(self) -> Iterator[int]:
         start, self._pending = self._start(), None
@@ -377,6 +381,7 @@ class ResumableSampler(DistributedSampler[int]):
             self._record(self.epoch, deal.cut(self._layout, 0, []))
             return
         self._record(position.epoch, start)
+        start = deal.cut(self._layout, position.cursor, position.segments, self._history.parts())
         self.epoch, self._pending = position.epoch, start
 
     def _expected(self, orders: OrderCache, deal: Deal) -> _state.Expected:

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shufflepoint._order.walking import table_inverse, walk_table, walked_positions, walked_take
+from shufflepoint._order.walking import WalkedInverse, walk_table, walked_take
 
 NAME = "feistel"
 VERSION = 1
@@ -52,6 +52,7 @@ _M32 = (1 << 32) - 1
 _C1 = 0x85EBCA6B
 _C2 = 0xC2B2AE35
 _TABLE_WIDTH = 16  # domains up to 2**16 are computed whole once (<= 512 KiB), then looked up
+_TABLE_AFTER = 16  # ... once the calls have asked for 1/16 of n; before, each position is encrypted alone
 _U32_15, _U32_C1, _U32_C2 = np.uint32(15), np.uint32(_C1), np.uint32(_C2)
 
 
@@ -77,7 +78,7 @@ def _mix32(value: int) -> int:
     return (h * _C2) & _M32
 
 
-class FeistelOrder:
+class FeistelOrder(WalkedInverse):
     """A permutation of range(n) for one (seed, epoch); ``take`` maps positions to sample indices."""
 
     name = NAME
@@ -99,6 +100,7 @@ class FeistelOrder:
         self._width = width
         self._table: np.ndarray | None = None
         self._inverse: np.ndarray | None = None
+        self._asked = 0  # positions asked so far: the table is built once they reach 1/16 of n
         # The vectorised path's constants, as numpy scalars once (not per call).
         self._split0 = (np.uint64(first_low), np.uint64((1 << first_low) - 1))
         self._rounds32 = tuple(
@@ -160,9 +162,12 @@ class FeistelOrder:
     def take(self, positions: np.ndarray) -> np.ndarray:
         """Sample indices (int64) at the given positions (int64, each in [0, n))."""
         positions = np.asarray(positions, dtype=np.int64)
-        if self._width <= _TABLE_WIDTH:
+        self._asked += positions.size
+        if self._width <= _TABLE_WIDTH and (self._table is not None or self._asked * _TABLE_AFTER >= self.n):
             found: np.ndarray = self._small_table()[positions]
             return found
+        # A few positions of a domain whose table is not built yet (a resume's first batch in a
+        # block of 65,536): encrypt just those, the same values the table holds.
         return walked_take(positions, self.n, self._encrypt, self._walk_one, self._swap_into)
 
     def _walk_one(self, x: int) -> int:
@@ -215,19 +220,6 @@ class FeistelOrder:
         np.bitwise_or(out, right, out=out)
         return out
 
-    def positions_of(self, indices: np.ndarray) -> np.ndarray:
-        """The inverse of ``take``: the position (int64) of each sample index (int64, in [0, n)).
-
-        The swap-or-not round is its own inverse, so it is undone first, then the walk and the rounds.
-
-        >>> order = FeistelOrder(100_000, seed=1, epoch=2)
-        >>> int(order.positions_of(order.take(np.array([12_345])))[0])
-        12345
-        """
-        indices = np.asarray(indices, dtype=np.int64)
-        if self._table is not None:  # the order was read whole already: invert its table
-            if self._inverse is None:
-                self._inverse = table_inverse(self._small_table())
-            found: np.ndarray = self._inverse[indices]
-            return found
-        return walked_positions(self._swap(indices.reshape(-1)).reshape(indices.shape), self.n, self._decrypt)
+    def _unwalked(self, indices: np.ndarray) -> np.ndarray:
+        """The swap-or-not round is its own inverse: undone first, then the walk and the rounds."""
+        return self._swap(indices.reshape(-1)).reshape(indices.shape)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from shufflepoint._order.feistel import _C1, _C2, _M32, _base_key, _mix32, _splitmix64
-from shufflepoint._order.walking import table_inverse, walk_table, walked_positions, walked_take
+from shufflepoint._order.walking import WalkedInverse, walk_table, walked_take
 
 NAME = "radix-feistel"
 VERSION = 1
@@ -51,7 +51,7 @@ def round_keys(seed: int, epoch: int) -> tuple[int, ...]:
     return tuple(_splitmix64(base + i) & _M32 for i in range(ROUNDS))
 
 
-class RadixFeistelOrder:
+class RadixFeistelOrder(WalkedInverse):
     """A permutation of range(n) for one (seed, epoch); ``take`` maps positions to sample indices."""
 
     name = NAME
@@ -149,18 +149,3 @@ class RadixFeistelOrder:
         np.left_shift(out, self._k64, out=out)
         np.bitwise_or(out, lo, out=out)
         return out
-
-    def positions_of(self, indices: np.ndarray) -> np.ndarray:
-        """The inverse of ``take``: the position (int64) of each sample index (int64, in [0, n)).
-
-        >>> order = RadixFeistelOrder(100_000, seed=1, epoch=2)
-        >>> int(order.positions_of(order.take(np.array([12_345])))[0])
-        12345
-        """
-        indices = np.asarray(indices, dtype=np.int64)
-        if self._table is not None:  # the order was read whole already: invert its table
-            if self._inverse is None:
-                self._inverse = table_inverse(self._small_table())
-            found: np.ndarray = self._inverse[indices]
-            return found
-        return walked_positions(indices, self.n, self._decrypt)

@@ -69,3 +69,38 @@ def walked_positions(indices: np.ndarray, n: int, decrypt: Encrypt) -> np.ndarra
         outside = outside[walked >= bound]
     found: np.ndarray = values.view(np.int64).reshape(np.shape(indices))
     return found
+
+
+class WalkedInverse:
+    """``positions_of`` for an order made by cycle walking: from its inverse table once the order was
+    read whole (small domains), else each index decrypted and walked back (``walked_positions``).
+
+    >>> from shufflepoint._order.radix_feistel import RadixFeistelOrder
+    >>> order = RadixFeistelOrder(100_000, seed=1, epoch=2)
+    >>> int(order.positions_of(order.take(np.array([12_345])))[0])
+    12345
+    """
+
+    n: int
+    _table: np.ndarray | None
+    _inverse: np.ndarray | None
+
+    def _small_table(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def _decrypt(self, values: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def _unwalked(self, indices: np.ndarray) -> np.ndarray:
+        """What is walked back: the indices, unless the order adds a round outside the walk."""
+        return indices
+
+    def positions_of(self, indices: np.ndarray) -> np.ndarray:
+        """The inverse of ``take``: the position (int64) of each sample index (int64, in [0, n))."""
+        indices = np.asarray(indices, dtype=np.int64)
+        if self._table is not None:  # the order was read whole already: invert its table
+            if self._inverse is None:
+                self._inverse = table_inverse(self._small_table())
+            found: np.ndarray = self._inverse[indices]
+            return found
+        return walked_positions(self._unwalked(indices), self.n, self._decrypt)

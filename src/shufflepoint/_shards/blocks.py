@@ -93,8 +93,7 @@ class _BlockTable:
         positions, flat = checked_positions(positions, self.n)
         block = np.searchsorted(self._block_start, flat, side="right") - 1
         stream = np.empty_like(flat)
-        for b in np.unique(block).tolist():
-            where = block == b
+        for b, where in _runs(block):
             start = self._block_start[b]
             stream[where] = start + self._block_order(b).take(flat[where] - start)
         piece = np.searchsorted(self._stream_start, stream, side="right") - 1
@@ -122,6 +121,28 @@ class _BlockTable:
             inside = FeistelOrder(int(self._block_length[b]), _sub_seed(self.seed, self._block_tag, b), self.epoch)
             found[where] = start + inside.positions_of(stream[where] - start)
         return found.reshape(indices.shape)
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` (sorted, each value once) without importing ``numpy.ma`` (see ``_runs``)."""
+    ordered = np.sort(values)
+    keep: np.ndarray = ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))] if ordered.size else ordered
+    return keep
+
+
+def _runs(block: np.ndarray) -> list[tuple[int, slice | np.ndarray]]:
+    """(block, where its positions are) for each block in ``block``. A rank's chunk of positions is
+    ascending (both deals), so its blocks are runs of slices; otherwise a mask per block. Not
+    ``np.unique``: its first call imports ``numpy.ma`` (6 ms, and a full garbage collection of
+    torch's objects when it lands on one: 80 ms), in a resume's first batch."""
+    if not block.size:
+        return []
+    edges = np.flatnonzero(block[1:] != block[:-1]) + 1
+    heads = block[np.concatenate(([0], edges))].tolist()
+    if all(a < b for a, b in zip(heads, heads[1:], strict=False)):  # ascending: each block once, as one run
+        bounds = [0, *edges.tolist(), block.size]
+        return [(b, slice(lo, hi)) for b, lo, hi in zip(heads, bounds[:-1], bounds[1:], strict=True)]
+    return [(b, block == b) for b in sorted(set(heads))]
 
 
 class BlockOrder(_BlockTable):
@@ -203,8 +224,8 @@ class StretchBlockOrder(_BlockTable):
         # Stretch edges (spans.py's formula) split the shards they fall inside into two pieces.
         base, extra = divmod(n, stretches)
         ranks = np.arange(stretches + 1, dtype=np.int64)
-        edges = np.unique(ranks * base + np.minimum(ranks, extra))
-        cuts = np.union1d(base_start, edges)
+        edges = _distinct(ranks * base + np.minimum(ranks, extra))
+        cuts = _distinct(np.concatenate((base_start, edges)))
         cuts = cuts[cuts < n] if n else cuts[:0]
         shard_at = np.searchsorted(base_start, cuts, side="right") - 1
         piece_dataset = dataset_start[laid[shard_at]] + (cuts - base_start[shard_at]) if cuts.size else cuts

@@ -22,10 +22,13 @@ from shufflepoint._shards import index as _index
 from shufflepoint._shards import sidecar
 from shufflepoint._shards.batch import Batch, Columnar, Rows, checked_indices, gather
 from shufflepoint._shards.cache import NodeCache
+from shufflepoint._shards.decode_budget import fitting_block, warn_if_redecoding
 from shufflepoint._shards.indexing import Indexer
 from shufflepoint._shards.integrity import check_checksum, check_verify
+from shufflepoint._shards.locate import shard_location
 from shufflepoint._shards.prefetch import Prefetcher
 from shufflepoint._shards.readers import infer_format, make_reader, saved_dataset_files
+from shufflepoint._shards.readers._decoded import GROUPS
 from shufflepoint._shards.readers.base import OpenShard
 from shufflepoint._shards.storage import Storage
 
@@ -107,6 +110,7 @@ class Shards(torch.utils.data.Dataset[Any]):
         self._ends = np.cumsum(rows)
         self._starts = self._ends - rows
         self._remote = any(_is_remote(u) for u in urls)
+        self._row_bytes: tuple[int | None] | None = None  # decoded_row_bytes, once asked
         self._reset_process_state()
 
     # -- the index ---------------------------------------------------------------------------
@@ -133,7 +137,12 @@ class Shards(torch.utils.data.Dataset[Any]):
         """What changed since a state with fingerprint ``saved`` was written, as far as known here."""
         if not saved.startswith(FINGERPRINT_PREFIX):
             return "The state was not saved on a Shards corpus"
-        content_hash = saved[len(FINGERPRINT_PREFIX):].split(":", 1)[0]
+        content_hash, _, rest = saved[len(FINGERPRINT_PREFIX):].partition(":")
+        if content_hash == self.index.content_hash and rest.startswith("blocks="):
+            block = rest[len("blocks="):].split(":", 1)[0]
+            return (f"The corpus is unchanged; the order is not: the state was saved with shuffle_block={block}. "
+                    f"Pass shuffle_block={block}, or leave it unset on a shufflepoint.DataLoader, which adopts "
+                    "the block a state records")
         old = sidecar.load_by_hash(self._cache_dir, content_hash)
         return _index.explain(content_hash, old, self.index, self._cache_dir)
 
@@ -145,17 +154,51 @@ class Shards(torch.utils.data.Dataset[Any]):
     def keep_open_for(self, shuffle_block: int) -> None:
         """The loader's block size: keep open the shards of two blocks (the rows of a block come in
         any order, so fewer open shards reopen a shard per sample; measured: 4 open shards made
-        token windows 4x slower and Parquet rows 30x). Unless ``max_open`` was given."""
-        if self._max_open_chosen or not len(self.index.shards):
+        token windows 4x slower and Parquet rows 30x). Unless ``max_open`` was given. Warns when a
+        block's decoded rows exceed the process's budget (``decode_budget.warn_if_redecoding``)."""
+        if not len(self.index.shards):
+            return
+        warn_if_redecoding(shuffle_block, int(self.index.rows.max()), len(self), self.decoded_row_bytes(),
+                           GROUPS.limit)
+        if self._max_open_chosen:
             return
         smallest = max(1, int(np.min(self.index.rows[self.index.rows > 0], initial=shuffle_block)))
         per_block = -(-int(shuffle_block) // smallest) + 1
         self._max_open = min(_MAX_OPEN_CAP, max(self._max_open, 2 * per_block))
 
+    def fitting_shuffle_block(self) -> int:
+        """The ``shuffle_block`` a loader uses when given none: the default, or fewer rows where a
+        block's decoded rows would not fit half the process's budget (``decode_budget``)."""
+        return fitting_block(self.decoded_row_bytes(), GROUPS.limit)
+
+    def decoded_row_bytes(self) -> int | None:
+        """About the bytes a row holds decoded, from the first non-empty shard's metadata (Parquet;
+        None for formats decoded row by row), asked once per dataset."""
+        if self._row_bytes is None:
+            estimate = getattr(self._reader, "decoded_row_bytes", None)
+            nonempty = np.flatnonzero(self.index.rows)
+            found = None
+            if callable(estimate) and nonempty.size:
+                record = self.index.shards[int(nonempty[0])]
+                url = self.index.url(int(nonempty[0]))
+                with self._storage.ranges(url, record.size, record.version) as read:
+                    found = estimate(read, record.size, url)
+            self._row_bytes = (found,)
+        return self._row_bytes[0]
+
     def shard_of(self, index: int) -> tuple[int, int]:
         """(shard, row) of dataset index ``index``."""
         shard = int(np.searchsorted(self._ends, index, side="right"))
         return shard, int(index - self._starts[shard])
+
+    def locate(self, index: int) -> dict[str, Any]:
+        """Where ``index`` lives: ``{"index", "shard", "url", "row"}`` plus the format's own address
+        (JSONL line and bytes, tar members, token window bytes, Parquet row group; see ``locate.py``).
+        Opens the shard (a remote one is fetched into the node cache)."""
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < len(self):
+            raise IndexError(f"Shards index: found {index!r}, expected an int in [0, {len(self)})")
+        shard, row = self.shard_of(int(index))
+        return {"index": int(index), **shard_location(shard, self.index.url(shard), row, self._open(shard))}
 
     # -- reading -----------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -205,6 +248,27 @@ class Shards(torch.utils.data.Dataset[Any]):
                 return None
             for place, ids in zip(where, part, strict=True):
                 found[place] = ids
+        return found
+
+    def read_ids_ascending(self, indices: Sequence[int] | np.ndarray, column: str) -> list[np.ndarray] | None:
+        """``read_ids`` for indices in ascending order, many at once (a window of ``Packed``'s token
+        stream, thousands of documents): grouped by shard with numpy, then by decoded group."""
+        flat = checked_indices("Shards", indices, len(self))
+        if self._transform is not None:
+            return None
+        if flat.size > 1 and bool((np.diff(flat) < 0).any()):
+            raise ValueError("indices: found them out of order, expected ascending indices (read_ids_ascending)")
+        shards = np.searchsorted(self._ends, flat, side="right")
+        rows = flat - self._starts[shards]
+        found: list[np.ndarray] = []
+        for where in np.split(np.arange(flat.size), np.flatnonzero(np.diff(shards)) + 1):
+            if not where.size:
+                continue
+            take = getattr(self._open(int(shards[where[0]])), "take_ids_ascending", None)
+            part = take(rows[where], column) if callable(take) else None
+            if part is None:
+                return None
+            found += part
         return found
 
     def columnar(self) -> Columnar:

@@ -77,7 +77,7 @@ class Indexer:
                                  known=[latest] if latest is not None else [], more_known=published,
                                  checksums=self.checksums, threads=threads, progress=progress,
                                  before_counting=self._before_counting)
-            if latest is None or latest.read_as != _index.VERSION or latest.to_json() != built.to_json():
+            if latest is None or latest.read_as != _index.VERSION or not _index.same_sidecar(latest, built):
                 sidecar.save(built, self.cache_dir, key)
         unversioned = [s.name for s, url in zip(built.shards, urls, strict=True) if is_remote(url) and not s.version]
         if unversioned and not self.checksums:

@@ -42,6 +42,7 @@ from shufflepoint._order import Order, check_int
 from shufflepoint._order.feistel import FeistelOrder
 from shufflepoint._shards.batch import Batch, Columnar, Rows, checked_indices, gather
 from shufflepoint._shards.blocks import BlockOrder, _sub_seed, checked_positions
+from shufflepoint._shards.locate import mixture_location
 
 NAME = "mixture"
 VERSION = 1
@@ -230,6 +231,14 @@ class Mixture(torch.utils.data.Dataset[Any]):
         """(source, index into that source) of a mixture index."""
         source, within = self._decode(np.array([index], dtype=np.int64))
         return int(source[0]), int(within[0])
+
+    def locate(self, index: int) -> dict[str, Any]:
+        """Where mixture index ``index`` lives: ``{"index", "source", "source_index"}``, plus the
+        source's own ``locate`` under ``"where"`` when it has one (``Shards``, ``Packed``)."""
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < self._index_limit:
+            raise IndexError(f"Mixture index: found {index!r}, expected an int in [0, {self._index_limit})")
+        source, within = self.source_of(int(index))
+        return mixture_location(int(index), source, within, self.sources[source])
 
     @property
     def fingerprint(self) -> str:

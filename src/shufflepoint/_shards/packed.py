@@ -16,6 +16,12 @@ the stream is d2[0:2] d1[0:5] d3[0:4] d0[0:3], 14 tokens, 3 rows: row 0 = d2[0:2
 
 The loader serves rows through the ``packed`` order: position p of epoch e is dataset index
 ``e * rows_per_epoch + p``, which ``__getitem__`` decodes, so the deal and the state apply to rows.
+
+A batch is read one of two ways. A run of consecutive rows over a corpus that reads token ids as
+arrays (Parquet) is a slice of a token window (``packed_rows.TokenWindow``: a stretch of the stream
+read at once). Otherwise (``tokenize=``, JSON Lines, scattered rows) its documents are read once
+each, and the one document that runs on past the batch is kept for the rank's next batch, which
+starts where it ends: each document is tokenized once per epoch per rank.
 """
 
 from __future__ import annotations
@@ -30,17 +36,27 @@ import torch
 import torch.utils.data
 
 from shufflepoint._order import check_int
-from shufflepoint._shards import token_counts
-from shufflepoint._shards.blocks import BlockOrder, _sub_seed, checked_positions
+from shufflepoint._shards import packed_collate, token_counts
+from shufflepoint._shards.batch import Columnar
+from shufflepoint._shards.locate import packed_location
+from shufflepoint._shards.packed_rows import (
+    NAME,
+    VERSION,
+    EpochTable,
+    PackedBatch,
+    PackedOrder,
+    TokenWindow,
+    _cut,
+    build_window,
+)
 from shufflepoint._shards.token_counts import TokenSource, read
 
-NAME = "packed"
-VERSION = 1
 FINGERPRINT_PREFIX = "packed:"
 IGNORE_INDEX = -100  # the labels value torch's cross_entropy and Hugging Face models skip
-_DOCUMENTS_TAG = 0x5041434B
-_CHUNKS_PER_BLOCK = 8  # a dataset without shards is cut in chunks of shuffle_block / 8 documents
-_CACHED_BLOCKS, _CACHED_EPOCHS = 8, 2
+_CACHED_EPOCHS = 2
+_WINDOW_TOKENS = 2**19  # a token window: 4 MB of tokens and 4 MB of offsets (int64), 512 rows of 1,024
+_ONWARD_BATCHES = 16  # a read at most this many batches past the window reads on: the next window is whole
+_FRAMING_CHECKED = 8  # documents: if the first ones read all start with bos (end with eos), it is doubled
 _MAX_INDEX = 2**63 - 1
 _PARTS = ("documents", "tokens", "counts", "packing")
 
@@ -61,7 +77,9 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     processes (default: the CPUs it may use), and kept in its cache folder (``token_counts``). Each
     item is a dict of int64 tensors of length ``seq_len``: ``input_ids``, ``position_ids`` (0 at
     each document start and at the row start) and ``labels`` (``input_ids`` with -100 wherever
-    ``position_ids`` is 0). ``Packed.varlen_collate`` adds FlashAttention's ``cu_seqlens``.
+    ``position_ids`` is 0). ``Packed.varlen_collate`` adds the document boundaries that flash-attention
+    reads (``cu_seqlens`` and transformers' ``cu_seq_lens_q``/``_k``...), ``Packed.flatten_collate``
+    lays a batch out as one ``(1, B*L)`` row (``_shards/packed_collate.py`` says which path reads what).
 
     Use it with ``shufflepoint.DataLoader``, which reads it in its own ``packed`` order (the loader's
     ``seed`` and ``shuffle_block``, in documents, key the document order of every epoch)::
@@ -104,6 +122,10 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
                              "(with bos/eos): not one full row; use a smaller seq_len or more documents")
         self._bound: tuple[int, int] | None = None
         self._tables: dict[int, EpochTable] = {}
+        self._framing_checked = bos is None and eos is None
+        self._held: tuple[int, np.ndarray] | None = None  # (document, its framed tokens): see read_batch
+        self._window: TokenWindow | None = None  # a stretch of the token stream read at once: _from_window
+        self._no_window = False
 
     def __len__(self) -> int:
         return self.rows_per_epoch
@@ -118,15 +140,27 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
 
     @property
     def fingerprint(self) -> str:
-        """``packed:<hash of the whole>-<8 hex digits per part of _identity>``."""
+        """``packed:<hash of the whole>-<8 hex digits per part of _identity>-<the packing in clear>``,
+        e.g. ``...-seq_len=2048,bos=None,eos=2``: so that a refused resume can name the saved values."""
+        return f"{self._fingerprint_of_0_3()}-{self._packing_in_clear()}"
+
+    def _fingerprint_of_0_3(self) -> str:
+        """The fingerprint shufflepoint 0.3 wrote: the digests, without the packing in clear."""
         parts = self._identity()
         whole = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
         return f"{FINGERPRINT_PREFIX}{whole}-" + "".join(_short(parts[name]) for name in _PARTS)
 
+    def _packing_in_clear(self) -> str:
+        return ",".join(f"{name}={value}" for name, value in self._packing().items())
+
+    def _packing(self) -> dict[str, int | None]:
+        return {"seq_len": self.seq_len, "bos": self.bos, "eos": self.eos}
+
     def explain_fingerprint(self, saved: str) -> str:
         """Which part of the packing differs from the one a state with fingerprint ``saved`` was taken on."""
         body, _, suffix = saved.removeprefix(FINGERPRINT_PREFIX).partition(":")
-        digests = body.partition("-")[2]
+        _, _, rest = body.partition("-")
+        digests, _, clear = rest.partition("-")
         if not saved.startswith(FINGERPRINT_PREFIX) or len(digests) != 8 * len(_PARTS):
             return "the packed corpus changed: its documents or their token counts, seq_len, the tokens, bos or eos"
         parts = self._identity()
@@ -138,12 +172,29 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
                           else f"the tokens changed: this Packed reads the field {source.field!r}, the state was "
                           "taken with another field or a tokenizer"),
                "counts": "the documents' token counts changed",
-               "packing": f"the packing changed: now seq_len={self.seq_len}, bos={self.bos}, eos={self.eos}"}
+               "packing": self._explain_packing(clear)}
         found = [why[name] for name in changed]
+        if not clear and not changed:
+            found.append("the state was saved by shufflepoint 0.3, whose Packed fingerprint did not hold the packing "
+                         "in clear; by its measure this Packed is the same (documents, tokens, counts, seq_len, bos, "
+                         "eos): load with strict=False to resume")
         blocks = suffix.split(":", 1)[0]
         if self._bound is not None and blocks.startswith("blocks=") and blocks != f"blocks={self._bound[1]}":
             found.append(f"shuffle_block changed ({blocks[7:]} when saved, {self._bound[1]} now)")
         return "; ".join(found) or "the packed corpus is the same; the state's fingerprint differs elsewhere"
+
+    def _explain_packing(self, clear: str) -> str:
+        """The packing parameters that differ, each with its saved and its new value, and the fix."""
+        now = {name: str(value) for name, value in self._packing().items()}
+        saved = dict(item.partition("=")[::2] for item in clear.split(",")) if clear else {}
+        if set(saved) != set(now):  # a state of shufflepoint 0.3: only a digest of the packing
+            return (f"the packing changed: now seq_len={self.seq_len}, bos={self.bos}, eos={self.eos} (the state "
+                    "holds a digest of its seq_len, bos and eos, not their values)")
+        differ = [name for name in now if saved[name] != now[name]]
+        named = ", ".join(f"{name}: saved {saved[name]}, now {now[name]}" for name in differ)
+        fix = ", ".join(f"{name}={saved[name]}" for name in differ)
+        return (f"the packing changed: packing parameter {named}; build the Packed with {fix} to resume this run, "
+                "or start a new run")
 
     def epoch_order(self, seed: int, epoch: int, shuffle_block: int) -> PackedOrder:
         """Epoch positions -> row indices (``epoch * len(self) + row``); binds (seed, shuffle_block)."""
@@ -182,6 +233,13 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         epoch, row = self._decode(index)
         return self._table(epoch).segments(row * self.seq_len, (row + 1) * self.seq_len)
 
+    def locate(self, index: int) -> dict[str, Any]:
+        """Where row ``index`` (``epoch * len(self) + row``) comes from: its token span in the epoch's
+        stream and its documents, each with its token span (bos/eos counted) and, for a corpus that
+        says so (``Shards``), where the document lives. Needs the loader's order (see ``_table``)."""
+        epoch, row = self._decode(index)
+        return packed_location(int(index), epoch, row, self.seq_len, self.segments(index), self.dataset)
+
     def rows_segments(self, indices: Sequence[int]) -> list[list[tuple[int, int, int]]]:
         """``[self.segments(i) for i in indices]``, with each run of consecutive rows (a batch under
         the ``spans`` deal is one) walked once and cut at the row edges."""
@@ -211,10 +269,71 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, torch.Tensor]]:
         """Rows at these indices; their documents read once, as one batch."""
-        pieces = self.rows_segments(indices)
-        documents = sorted({d for row in pieces for d, _, _ in row})
+        return self.read_batch(indices).samples()
+
+    def read_batch(self, indices: Sequence[int] | np.ndarray) -> PackedBatch:
+        """The rows at these indices as one batch: (rows, seq_len) arrays, which the loader's collate
+        turns into tensors without a tensor per row (``columnar``)."""
+        window = self._from_window(indices)
+        if window is not None:
+            return window
+        order = indices.tolist() if isinstance(indices, np.ndarray) else list(indices)  # each checked by _decode
+        pieces = self.rows_segments(order)
+        held = self._held
+        documents = sorted({d for row in pieces for d, _, _ in row if held is None or d != held[0]})
         texts = dict(zip(documents, self._documents(documents), strict=True))
-        return self._rows([[(texts[d], start, stop) for d, start, stop in row] for row in pieces])
+        if held is not None:
+            texts[held[0]] = held[1]
+        self._held = None
+        if order:  # a rank reads forward: keep the document that runs on past this batch's last row
+            document, _, stop = pieces[int(np.argmax(order))][-1]
+            self._held = (document, texts[document]) if stop < texts[document].size else None
+        return PackedBatch(*self._rows([[(texts[d], start, stop) for d, start, stop in row] for row in pieces]))
+
+    def _from_window(self, indices: Sequence[int] | np.ndarray) -> PackedBatch | None:
+        """A run of consecutive rows of one epoch, sliced from the token window (built when it does not
+        cover them); None where the rows are not one run or the corpus cannot read flat token ids."""
+        read = getattr(self.dataset, "read_ids_ascending", None)
+        if self.source.tokenize is not None or not callable(read) or len(indices) == 0 or self._no_window:
+            return None
+        if not all(isinstance(index, (int, np.integer)) and not isinstance(index, bool) for index in indices):
+            return None  # the per-document path says what is wrong with it
+        rows = [int(index) for index in indices]  # a batch: a few ints, cheaper in Python than in numpy
+        if rows != list(range(rows[0], rows[0] + len(rows))) or rows[0] < 0:
+            return None
+        epoch, row = self._decode(rows[0])
+        if row + len(rows) > self.rows_per_epoch:  # the run crosses an epoch edge
+            return None
+        begin, end = row * self.seq_len, (row + len(rows)) * self.seq_len
+        window = self._window
+        if window is None or not window.covers(epoch, begin, end):
+            # reading on (from the last window or a few batches past it, as a worker does): a whole window;
+            # a read elsewhere (random access) reads only its own rows
+            onward = window is not None and window.epoch == epoch and window.begin <= begin <= window.end + \
+                _ONWARD_BATCHES * (end - begin)
+            rows_per_window = max(1, _WINDOW_TOKENS // self.seq_len) if onward else len(rows)
+            stop = min(self.rows_per_epoch * self.seq_len, max(end, begin + rows_per_window * self.seq_len))
+            field = str(self.source.field)
+            built = build_window(self._table(epoch), epoch, begin, stop, (self.bos, self.eos),
+                                 lambda documents: read(documents, field))
+            if built is None:  # the corpus's reader holds no arrays (JSON Lines): asked once
+                self._no_window = True
+                return None
+            window, documents, held = built
+            sizes = np.fromiter((ids.size for ids in held), np.int64, len(held))
+            wrong = np.flatnonzero(sizes != self.lengths[documents])
+            if wrong.size:
+                document = int(documents[wrong[0]])
+                raise ValueError(f"tokens: document {document} now holds {int(sizes[wrong[0]])} tokens, "
+                                 f"{self.lengths[document]} when counted; the corpus changed, build the Packed again")
+            if not self._framing_checked:
+                self._check_framing(documents[:_FRAMING_CHECKED].tolist(), held[:_FRAMING_CHECKED])
+            self._window = window
+        return PackedBatch(*window.rows(begin, len(rows), self.seq_len, IGNORE_INDEX))
+
+    def columnar(self) -> Columnar:
+        """This ``Packed`` with batches kept as read, for ``shufflepoint.collate`` (the loader's default)."""
+        return Columnar(self)
 
     def _documents(self, documents: list[int]) -> list[np.ndarray]:
         read_ids = getattr(self.dataset, "read_ids", None)  # Shards of Parquet: arrays, no int per token
@@ -228,8 +347,26 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
                 what = "tokens" if self.source.tokenize is None else f"tokenize (tokenizer {self.source.tokenizer!r})"
                 raise ValueError(f"{what}: document {document} now holds {ids.size} tokens, {self.lengths[document]} "
                                  "when counted; the corpus or the tokenizer changed, build the Packed again")
-            found.append(self._framed(ids))
-        return found
+            found.append(ids)
+        if not self._framing_checked:
+            self._check_framing(documents, found)
+        return [self._framed(ids) for ids in found]
+
+    def _check_framing(self, documents: list[int], found: list[np.ndarray]) -> None:
+        """Refuse a doubled bos (eos): the first documents read already start with bos (end with eos),
+        as a tokenizer that adds its own special tokens gives them. Checked once per process."""
+        held = [(d, ids) for d, ids in zip(documents, found, strict=True) if ids.size][:_FRAMING_CHECKED]
+        for name, value, edge, where in (("bos", self.bos, 0, "start"), ("eos", self.eos, -1, "end")):
+            if value is not None and held and all(int(ids[edge]) == value for _, ids in held):
+                tokens = f"[{value}, {value}, ...]" if edge == 0 else f"[..., {value}, {value}]"
+                raise ValueError(
+                    f"{name}: found documents that already {where} with {name}={value} (all of the first "
+                    f"{len(held)} read: documents {[d for d, _ in held]}), so each would be framed as {tokens}: "
+                    f"a doubled {name.upper()}.\nLikely cause: the tokenizer adds its own special tokens (Hugging "
+                    "Face tokenizers do by default).\nFix: tokenize with add_special_tokens=False, e.g. "
+                    "tokenize=lambda s: tok(s['text'], add_special_tokens=False)['input_ids'], or build the Packed "
+                    f"without {name}=.")
+        self._framing_checked = bool(held)
 
     def _framed(self, ids: np.ndarray) -> np.ndarray:
         """A document as it stands in the stream: bos, its tokens, eos."""
@@ -239,117 +376,23 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         tail = [self.eos] if self.eos is not None else []
         return np.concatenate((np.asarray(head, np.int64), ids, np.asarray(tail, np.int64)))
 
-    def _rows(self, rows: list[list[tuple[np.ndarray, int, int]]]) -> list[dict[str, torch.Tensor]]:
-        """The rows built together: one concatenation and one position computation for the batch
-        (per row, numpy's call overhead cost more than the tokens); each row is a view of the batch."""
+    def _rows(self, rows: list[list[tuple[np.ndarray, int, int]]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The rows built together, (rows, seq_len) int64 each: one concatenation and one position
+        computation for the batch (per row, numpy's call overhead cost more than the tokens)."""
         lengths = np.array([stop - start for row in rows for _, start, stop in row], dtype=np.int64)
         input_ids = np.concatenate([ids[start:stop] for row in rows for ids, start, stop in row]).astype(
             np.int64, copy=False).reshape(len(rows), -1)
         starts = np.cumsum(lengths) - lengths
         position_ids = (np.arange(input_ids.size, dtype=np.int64) - np.repeat(starts, lengths)).reshape(input_ids.shape)
         labels = np.where(position_ids == 0, IGNORE_INDEX, input_ids)
-        return [{"input_ids": torch.from_numpy(ids), "position_ids": torch.from_numpy(positions),
-                 "labels": torch.from_numpy(targets)}
-                for ids, positions, targets in zip(input_ids, position_ids, labels, strict=True)]
+        return input_ids, position_ids, labels
 
-    @staticmethod
-    def varlen_collate(samples: Sequence[dict[str, torch.Tensor]]) -> dict[str, Any]:
-        """Rows stacked (batch, seq_len), plus ``cu_seqlens`` (int32, every segment's start in the
-        flattened batch, then its length) and ``max_seqlen``: FlashAttention's varlen arguments."""
-        batch: dict[str, Any] = {key: torch.stack([sample[key] for sample in samples]) for key in samples[0]}
-        flat = batch["position_ids"].reshape(-1)
-        starts = torch.nonzero(flat == 0).reshape(-1)
-        cu_seqlens = torch.cat((starts, torch.tensor([flat.numel()]))).to(torch.int32)
-        batch["cu_seqlens"] = cu_seqlens
-        batch["max_seqlen"] = int(torch.diff(cu_seqlens).max())
-        return batch
+    varlen_collate = staticmethod(packed_collate.varlen_collate)
+    flatten_collate = staticmethod(packed_collate.flatten_collate)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_tables"] = {}  # rebuilt where the rows are read
+        state["_held"] = None
+        state["_window"] = None
         return state
-
-
-def _cut(pieces: list[tuple[int, int, int]], seq_len: int) -> list[list[tuple[int, int, int]]]:
-    """The (document, start, stop) pieces of consecutive rows, cut into rows of ``seq_len`` tokens."""
-    rows: list[list[tuple[int, int, int]]] = [[]]
-    room = seq_len
-    for document, start, stop in pieces:
-        while stop - start > room:
-            rows[-1].append((document, start, start + room))
-            start, room = start + room, seq_len
-            rows.append([])
-        if stop > start:
-            rows[-1].append((document, start, stop))
-            room -= stop - start
-        if room == 0:
-            rows.append([])
-            room = seq_len
-    return rows[:-1] if not rows[-1] else rows
-
-
-class PackedOrder:
-    """The ``packed`` order of one epoch: position p -> index ``epoch * rows + p``."""
-
-    name = NAME
-    version = VERSION
-
-    def __init__(self, rows: int, epoch: int) -> None:
-        self.n, self.epoch = rows, epoch
-
-    def index(self, position: int) -> int:
-        return int(self.take(np.array([position], dtype=np.int64))[0])
-
-    def take(self, positions: np.ndarray) -> np.ndarray:
-        positions, flat = checked_positions(positions, self.n)
-        found: np.ndarray = (flat + self.epoch * self.n).reshape(positions.shape)
-        return found
-
-
-class EpochTable:
-    """One epoch's token stream: documents in the ``blocks`` order, O(blocks) table plus cached blocks."""
-
-    def __init__(self, packed: Packed, seed: int, shuffle_block: int, epoch: int) -> None:
-        rows = getattr(packed.dataset, "shard_rows", None)
-        if rows is None:  # chunks of consecutive documents stand in for shards
-            documents, chunk = len(packed.lengths), max(1, shuffle_block // _CHUNKS_PER_BLOCK)
-            rows = [chunk] * (documents // chunk) + ([documents % chunk] if documents % chunk else [])
-        self._order = BlockOrder(rows, _sub_seed(seed, _DOCUMENTS_TAG), epoch, shuffle_block)
-        self._cumulative = packed._cumulative
-        order = self._order  # pieces: runs of one shard's documents, in stream order
-        piece_documents = np.diff(np.append(order._stream_start, order.n))
-        first = order._dataset_start
-        piece_tokens = self._cumulative[first + piece_documents] - self._cumulative[first]
-        piece_token_start = np.concatenate(([0], np.cumsum(piece_tokens))).astype(np.int64)
-        opens = np.searchsorted(order._stream_start, order._block_start)
-        self.block_token_start = piece_token_start[opens]
-        self._blocks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-
-    def block(self, block: int) -> tuple[np.ndarray, np.ndarray]:
-        """(documents of the block in epoch order, their token starts from the block's start)."""
-        found = self._blocks.get(block)
-        if found is None:
-            if len(self._blocks) >= _CACHED_BLOCKS:
-                self._blocks.pop(next(iter(self._blocks)))
-            start, stop = self._order.block_bounds(block)
-            documents = self._order.take(np.arange(start, stop, dtype=np.int64))
-            sizes = self._cumulative[documents + 1] - self._cumulative[documents]
-            found = self._blocks[block] = (documents, np.concatenate(([0], np.cumsum(sizes))).astype(np.int64))
-        return found
-
-    def segments(self, begin: int, end: int) -> list[tuple[int, int, int]]:
-        """(document, start, stop) pieces covering epoch tokens [begin, end)."""
-        found: list[tuple[int, int, int]] = []
-        block = int(np.searchsorted(self.block_token_start, begin, side="right")) - 1
-        while begin < end:
-            documents, starts = self.block(block)
-            base = int(self.block_token_start[block])
-            local, stop = begin - base, min(end - base, int(starts[-1]))
-            i = int(np.searchsorted(starts, local, side="right")) - 1
-            while local < stop:
-                piece_stop = min(stop, int(starts[i + 1]))
-                if piece_stop > local:
-                    found.append((int(documents[i]), local - int(starts[i]), piece_stop - int(starts[i])))
-                local, i = piece_stop, i + 1
-            begin, block = base + stop, block + 1
-        return found

@@ -6,9 +6,10 @@
     shufflepoint inspect --verify CORPUS  # is every shard still the one the corpus index recorded?
     shufflepoint index SOURCES            # count a corpus's rows once, publish the index beside it
     shufflepoint doctor                   # versions, and whether the installed Accelerate has #4195
+    shufflepoint which CKPT --step N --dataset TARGET  # the samples of step N, from the checkpoint alone
 
-Exit codes (the ruff/ty convention): 0 clean, 1 findings (a verdict other than EXACT or
-EXACTLY_ONCE, an order that cannot be recovered, a bug found), 2 usage or tool errors.
+Exit codes (the ruff/ty convention): 0 clean, 1 findings (a verdict other than EXACT,
+SAME_GLOBAL_BATCHES or EXACTLY_ONCE, an order that cannot be recovered, a bug found), 2 usage or tool errors.
 Results go to stdout, progress to stderr; ``--json PATH`` (``-`` for stdout) writes the
 machine-readable report.
 """
@@ -61,14 +62,15 @@ def _parser() -> argparse.ArgumentParser:
         "audit", help="run TARGET's loader, interrupt it, resume it in new processes, judge",
         description="Runs the loader returned by TARGET in N real processes (torchrun, Gloo), saves its "
                     "state at --save-at, resumes in M new processes and compares with the uninterrupted run. "
-                    "Verdicts: EXACT, EXACTLY_ONCE (world size changed: every sample once), ORDER_LOST, "
-                    "DUPLICATED, DROPPED, DIVERGED, ERROR.",
+                    "Verdicts: EXACT, SAME_GLOBAL_BATCHES (world size changed at a fixed global batch: each global "
+                    "batch holds the uninterrupted run's samples), EXACTLY_ONCE (world size changed: every sample "
+                    "once), ORDER_LOST, DUPLICATED, DROPPED, DIVERGED, CONTENT_DIVERGED, ERROR.",
         epilog="TARGET's factory takes no arguments and is called in every process once RANK, WORLD_SIZE, "
                "LOCAL_RANK, MASTER_ADDR and MASTER_PORT are set; it returns a loader with state_dict() and "
                "load_state_dict(). Each epoch the audit calls loader.sampler.set_epoch(epoch) if the loader has "
                "no set_epoch of its own (DistributedSampler's contract), then iterates the loader; a loader "
                "that keeps its own epoch (Accelerate's, shufflepoint's) gets nothing but its saved state. "
-               "Exit 0 for EXACT / EXACTLY_ONCE, 1 otherwise, 2 for usage errors.")
+               "Exit 0 for EXACT / SAME_GLOBAL_BATCHES / EXACTLY_ONCE, 1 otherwise, 2 for usage errors.")
     audit.add_argument("target", metavar="TARGET", help="path/to/file.py:factory or package.module:factory")
     audit.add_argument("--nproc", type=_positive, required=True, help="processes for the first run")
     audit.add_argument("--resume-nproc", type=_positive, help="processes for the resume (default: --nproc)")
@@ -85,6 +87,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="FN(batch) -> list of sample ids, instead of the built-in identity")
 
     _inspect_and_index_parsers(commands)
+
+    _which_parser(commands)
 
     doctor = commands.add_parser(
         "doctor", help="versions, and whether the installed Accelerate has the #4195 resume bug (probed)")
@@ -117,6 +121,40 @@ def _inspect_and_index_parsers(commands: Any) -> None:
                        help="also record each shard's sha256 (for Shards(verify='checksum'); reads every shard)")
     _corpus_options(index)
     index.add_argument("--json", metavar="PATH", help="write the result as JSON (- for stdout)")
+
+
+def _which_parser(commands: Any) -> None:
+    which = commands.add_parser(
+        "which", help="the samples (shard, row, bytes; documents and token spans) of any step, from a checkpoint",
+        description="CHECKPOINT: a torch.save or JSON file holding loader.state_dict(), a DCP folder, an Accelerate "
+                    "save_state folder or an HF Trainer checkpoint-N folder. The loader is built over the dataset as "
+                    "the run built it (seed, order, world size, batch size: from the state), the state loaded, and "
+                    "step N answered per rank by arithmetic: nothing is logged during training. Exit 0 answered, 2 "
+                    "when it cannot be (the state does not fit the dataset, a step never run, a bad argument).",
+        epilog="--step counts the batches each rank received since the run began (0-based), across epochs and "
+               "resizes; for an HF Trainer checkpoint it is the optimizer step (global_step after it, 1-based), "
+               "and --accumulation is the run's gradient_accumulation_steps.")
+    which.add_argument("checkpoint", metavar="CHECKPOINT")
+    which.add_argument("--step", type=_natural, required=True, help="the step to answer")
+    which.add_argument("--dataset", nargs="+", required=True, metavar="TARGET",
+                       help="path/to/file.py:factory or package.module:factory (returns the training dataset), "
+                            "or the corpus's shard sources as given to shufflepoint.Shards")
+    which.add_argument("--rank", type=_natural, help="only this rank (default: every rank)")
+    which.add_argument("--accumulation", type=_positive, default=1,
+                       help="gradient accumulation steps (HF Trainer checkpoints; default: %(default)s)")
+    which.add_argument("--no-locate", action="store_true", help="indices only, without opening any shard")
+    _corpus_options(which)
+    which.add_argument("--json", metavar="PATH", help="write the answer as JSON (- for stdout)")
+
+
+def _natural(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"found {text!r}, expected an integer >= 0") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"found {value}, expected an integer >= 0")
+    return value
 
 
 def _corpus_options(parser: argparse.ArgumentParser) -> None:
@@ -244,6 +282,23 @@ def _index(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _which(args: argparse.Namespace) -> int:
+    from shufflepoint._tools import which as _which_tool
+    from shufflepoint._tools import which_dataset
+    from shufflepoint._tools.which_checkpoint import CheckpointError, read_checkpoint
+
+    try:
+        found = read_checkpoint(args.checkpoint)
+        dataset = which_dataset.open_dataset(args.dataset, args)
+        result = _which_tool.answer(found, dataset, args.step, rank=args.rank, accumulation=args.accumulation,
+                                    locate=not args.no_locate)
+    except (CheckpointError, _which_tool.WhichError, which_dataset.DatasetError) as error:
+        return _usage_error("which", str(error))
+    print(_which_tool.render(result), file=_out(args.json), flush=True)
+    _write_json(args.json, result)
+    return EXIT_OK
+
+
 def _doctor(args: argparse.Namespace) -> int:
     from shufflepoint._tools import doctor as _doctor
 
@@ -253,7 +308,8 @@ def _doctor(args: argparse.Namespace) -> int:
     return int(found["exit_code"])
 
 
-_COMMANDS = {"audit": _audit, "demo": _demo, "inspect": _inspect, "index": _index, "doctor": _doctor}
+_COMMANDS = {"audit": _audit, "demo": _demo, "inspect": _inspect, "index": _index, "doctor": _doctor,
+             "which": _which}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

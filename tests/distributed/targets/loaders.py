@@ -90,6 +90,16 @@ def sharded_loader():
                                    rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
 
 
+def sharded_loader_fixed_global_batch():
+    """``sharded_loader`` at a global batch of 12 on any world size it divides by (2 x 6, 3 x 4, ...)."""
+    import shufflepoint
+
+    corpus = shufflepoint.Shards(os.path.join(_small_corpus(), "part-*.jsonl"), progress=False)
+    world_size = int(os.environ["WORLD_SIZE"])
+    return shufflepoint.DataLoader(corpus, batch_size=12 // world_size, seed=SEED, shuffle_block=32,
+                                   rank=int(os.environ["RANK"]), world_size=world_size)
+
+
 class _RandomCrops(torch.utils.data.Dataset):
     """64 images of 3x16x16 (id i is filled with i), each read through a RandomResizedCrop-like crop
     and a random flip drawn from torch's *global* RNG, as torchvision v2 transforms draw."""

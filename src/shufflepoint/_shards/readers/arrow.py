@@ -86,6 +86,12 @@ class OpenArrow:
         rows = check_rows(rows, len(self))
         return columns_of(self._table.take(rows), self._pa)
 
+    def locate(self, row: int) -> dict[str, Any]:
+        """Where row ``row`` lies: its record batch in the file, and its row inside that batch."""
+        row = check_row(row, len(self))
+        batch = int(np.searchsorted(self._ends, row, side="right"))
+        return {"record_batch": batch, "row_in_batch": row - (int(self._ends[batch - 1]) if batch else 0)}
+
     def close(self) -> None:
         self._table = None
         self._batches = []  # the batches hold the memory map; dropping them unmaps it

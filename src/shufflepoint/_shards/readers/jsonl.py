@@ -132,6 +132,15 @@ class OpenJsonl:
         except (ValueError, UnicodeDecodeError):
             return Rows([self[row] for row in rows.tolist()])
 
+    def locate(self, row: int) -> dict[str, Any]:
+        """Where row ``row`` lies: its 1-based line, and its bytes (in the decompressed text of a
+        compressed shard: ``decompressed`` says so). Counting the line reads the text up to the row."""
+        row = check_row(row, len(self))
+        start, end = int(self._bounds[row]), int(self._bounds[row + 1])
+        line = int(np.count_nonzero(np.frombuffer(self._data, np.uint8, count=start) == _NL)) + 1
+        return {"line": line, "byte_offset": start, "bytes": end - start,
+                "decompressed": not isinstance(self._data, mmap.mmap) and end > 0}
+
     def close(self) -> None:
         if isinstance(self._data, mmap.mmap):
             self._data.close()

@@ -40,61 +40,125 @@ def _is_npy(path: str, shard: str) -> bool:
         return f.read(len(_NPY_MAGIC)) == _NPY_MAGIC
 
 
-def _load_npy(path: str, shard: str, dtype: str) -> np.ndarray:
+_MAP_AFTER = 64  # windows a shard serves by pread before it is memory-mapped
+_LITTLE = {name: np.dtype(name).newbyteorder("<") for name in DTYPES}  # a raw .bin's ids
+
+
+def _npy_layout(fd: int, path: str, shard: str, dtype: str) -> tuple[np.dtype[Any], int, int]:
+    """(dtype, byte offset of the data, tokens) of a ``.npy`` shard, from its header, checked."""
     try:
-        tokens: np.ndarray = np.load(path, mmap_mode="r", allow_pickle=False)
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            shape, fortran, found = (np.lib.format.read_array_header_2_0(f) if version[0] >= 2
+                                     else np.lib.format.read_array_header_1_0(f))
+            offset = f.tell()
     except (ValueError, OSError, EOFError) as e:
         raise ShardError(shard, f"is not a readable .npy file (truncated or corrupt?): {e}") from e
-    if tokens.ndim != 1:
-        raise ShardError(shard, f"holds an array of shape {tokens.shape}, expected a 1-D array of token ids")
-    if tokens.dtype.name != dtype:
-        raise ShardError(shard, f"dtype: the .npy holds {tokens.dtype.name}, the reader expects {dtype}; "
-                                f"pass dtype={tokens.dtype.name!r} if that is right")
-    return tokens
+    if len(shape) != 1:
+        raise ShardError(shard, f"holds an array of shape {shape}, expected a 1-D array of token ids")
+    if found.name != dtype:
+        raise ShardError(shard, f"dtype: the .npy holds {found.name}, the reader expects {dtype}; "
+                                f"pass dtype={found.name!r} if that is right")
+    size = os.fstat(fd).st_size
+    if offset + shape[0] * found.itemsize > size:
+        raise ShardError(shard, f"is not a readable .npy file (truncated or corrupt?): its header says {shape[0]} "
+                                f"tokens ({offset + shape[0] * found.itemsize} bytes), the file has {size}")
+    return found, offset, int(shape[0])
 
 
-def _load_bin(path: str, shard: str, dtype: str) -> np.ndarray:
-    item = np.dtype(dtype).newbyteorder("<")
-    size = os.path.getsize(path)
+def _bin_layout(fd: int, path: str, shard: str, dtype: str) -> tuple[np.dtype[Any], int, int]:
+    item = _LITTLE[dtype]
+    size = os.fstat(fd).st_size  # the descriptor in hand, not a second lookup of the path
     if size % item.itemsize:
         raise ShardError(shard, f"truncated: {size} bytes is not a whole number of {dtype} tokens "
                                 f"({item.itemsize} bytes each); check the file and dtype=")
-    if size == 0:
-        return np.empty(0, item)
-    return np.memmap(path, dtype=item, mode="r")
+    return item, 0, size // item.itemsize
 
 
 class OpenTokens:
-    """One memory-mapped token stream, cut into windows of seq_len + 1."""
+    """One token stream, cut into windows of seq_len + 1.
 
-    def __init__(self, tokens: np.ndarray, seq_len: int) -> None:
-        # A plain ndarray view of the map (it keeps the map alive): slicing a np.memmap runs its
-        # __array_finalize__ on every window, a third of the per-sample time.
-        self._tokens: np.ndarray | None = tokens.view(np.ndarray)
-        self._seq_len = seq_len
-        self._rows = max(0, (tokens.size - 1) // seq_len)
+    Its first windows are read by ``os.pread``, the file memory-mapped only once it has served
+    ``_MAP_AFTER`` of them: a map costs ~60 us to set up, a window ~3 us to read, and the first
+    batch of a resume reads a few windows of each of the ~130 shards of a block (shards of 500
+    windows, the default block of 65,536): 10 ms of maps, 1 ms of reads. Later batches find the
+    shards of their block mapped."""
+
+    def __init__(self, fd: int, path: str, shard: str, dtype: np.dtype[Any], offset: int, tokens: int,
+                 seq_len: int) -> None:
+        self._path, self._shard, self._dtype, self._offset = path, shard, dtype, offset
+        self._size, self._seq_len = tokens, seq_len
+        self._rows = max(0, (tokens - 1) // seq_len)
+        self._fd: int | None = fd  # None: closed; -1: handed over to the map
+        self._tokens: np.ndarray | None = None  # the map, once made
+        self._preads = 0
 
     def __len__(self) -> int:
         return self._rows
 
     def __getitem__(self, row: int) -> torch.Tensor:
         start = check_row(row, self._rows) * self._seq_len
-        if self._tokens is None:
-            raise ValueError("the shard is closed")
-        return torch.from_numpy(self._tokens[start:start + self._seq_len + 1].astype(np.int64))
+        if self._preads < _MAP_AFTER and self._tokens is None:
+            return torch.from_numpy(self._read_windows([start // self._seq_len])[0])
+        return torch.from_numpy(self._mapped()[start:start + self._seq_len + 1].astype(np.int64))
 
     def take(self, rows: np.ndarray) -> Stacked:
         """The windows as one (rows, seq_len + 1) int64 tensor: one fancy index into the map."""
         rows = check_rows(rows, self._rows)
-        if self._tokens is None:
-            raise ValueError("the shard is closed")
-        step = self._tokens.strides[0]  # the windows as rows of a strided view: a row gather copies
-        windows = as_strided(self._tokens, shape=(self._rows, self._seq_len + 1),  # 65 tokens at once,
+        if self._tokens is None and self._preads + rows.size <= _MAP_AFTER:
+            return Stacked(torch.from_numpy(self._read_windows(rows.tolist())))
+        tokens = self._mapped()
+        step = tokens.strides[0]  # the windows as rows of a strided view: a row gather copies
+        windows = as_strided(tokens, shape=(self._rows, self._seq_len + 1),  # 65 tokens at once,
                              strides=(step * self._seq_len, step), writeable=False)  # 4x an index per token
         return Stacked(torch.from_numpy(windows[rows].astype(np.int64)))
 
+    def locate(self, row: int) -> dict[str, Any]:
+        """Where window ``row`` lies: its first token, and its bytes in the file (header included)."""
+        start = check_row(row, self._rows) * self._seq_len
+        item = self._dtype.itemsize
+        return {"token_offset": start, "tokens": self._seq_len + 1, "byte_offset": self._offset + start * item,
+                "bytes": (self._seq_len + 1) * item}
+
+    def _read_windows(self, rows: list[int]) -> np.ndarray:
+        if self._fd is None:
+            raise ValueError("the shard is closed")
+        width, item = self._seq_len + 1, self._dtype.itemsize
+        out = np.empty((len(rows), width), dtype=np.int64)
+        for i, row in enumerate(rows):
+            data = os.pread(self._fd, width * item, self._offset + row * self._seq_len * item)
+            if len(data) != width * item:
+                raise ShardError(self._shard, f"truncated: window {row} ends past the file's end; it changed "
+                                              "since it was opened")
+            out[i] = np.frombuffer(data, self._dtype)
+        self._preads += len(rows)
+        return out
+
+    def _mapped(self) -> np.ndarray:
+        if self._tokens is None:
+            if self._fd is None:
+                raise ValueError("the shard is closed")
+            if self._size == 0:
+                self._tokens = np.empty(0, self._dtype)
+            else:  # a plain ndarray view of the map (it keeps the map alive): slicing a np.memmap
+                # runs its __array_finalize__ on every window, a third of the per-sample time.
+                mapped = np.memmap(self._path, dtype=self._dtype, mode="r", offset=self._offset, shape=(self._size,))
+                self._tokens = mapped.view(np.ndarray)
+            os.close(self._fd)  # the map keeps its own: one descriptor per open shard, not two
+            self._fd = -1
+        return self._tokens
+
     def close(self) -> None:
         self._tokens = None  # the last reference to the memmap: dropping it unmaps the file
+        if self._fd is not None and self._fd >= 0:
+            os.close(self._fd)
+        self._fd = None
+
+    def __del__(self) -> None:
+        # Dropped unclosed (its Shards garbage-collected, or a forked worker letting its parent's go):
+        # the descriptor goes too, as a dropped memmap's does.
+        if getattr(self, "_fd", None) is not None:
+            self.close()
 
 
 class TokensReader:
@@ -121,13 +185,18 @@ class TokensReader:
 
     def open(self, path: str, shard: str) -> OpenTokens:
         try:
-            npy = _is_npy(path, shard)
-            load = _load_npy if npy else _load_bin
-            return OpenTokens(load(path, shard, self.dtype), self.seq_len)
-        except ShardError:
-            raise
+            layout = _npy_layout if _is_npy(path, shard) else _bin_layout
+            fd = os.open(path, os.O_RDONLY)
         except OSError as e:
             raise ShardError(shard, f"cannot be read: {e}") from e
+        try:
+            dtype, offset, tokens = layout(fd, path, shard, self.dtype)
+            return OpenTokens(fd, path, shard, dtype, offset, tokens, self.seq_len)
+        except BaseException as e:
+            os.close(fd)
+            if isinstance(e, OSError):
+                raise ShardError(shard, f"cannot be read: {e}") from e
+            raise
 
     def rows_from_size(self, shard: str, size: int) -> int | None:
         """The windows of a raw ``.bin`` shard follow from its size, so indexing a bucket of them

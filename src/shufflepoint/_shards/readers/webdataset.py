@@ -108,6 +108,12 @@ class OpenWebDataset:
             sample[field] = self._map[offset:offset + size]
         return sample
 
+    def locate(self, row: int) -> dict[str, Any]:
+        """Where sample ``row`` lies in the tar: its key, and each field's member bytes."""
+        key, fields = self._samples[check_row(row, len(self))]
+        return {"key": key, "byte_offset": min(offset for _, offset, _ in fields),
+                "members": [{"field": field, "byte_offset": offset, "bytes": size} for field, offset, size in fields]}
+
     def close(self) -> None:
         self._map.close()
 

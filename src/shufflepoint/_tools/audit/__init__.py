@@ -19,6 +19,8 @@ The vocabulary, worked on the seed (64 samples, batch 4, 2 ranks, saved after 3 
 ``EXACT``: every rank's resumed stream equals its uninterrupted one, batch for batch.
 ``EXACTLY_ONCE``: the world size changed; per epoch, the union over old and new ranks is the
 epoch's samples, each once (tail padding or dropping only as the sizes allow).
+``SAME_GLOBAL_BATCHES``: EXACTLY_ONCE at a fixed global batch (world size x batch size the same),
+and every global batch after the resume holds the uninterrupted run's samples, cut among other ranks.
 ``ORDER_LOST``: the right number of batches of the right sizes, other samples (position right,
 order wrong). ``DUPLICATED`` / ``DROPPED``: more / fewer samples than the uninterrupted run.
 ``DIVERGED``: the resumed epoch was right, a later one differs; or the pipeline is not
@@ -56,6 +58,7 @@ from shufflepoint._tools.audit.verdicts import (
     EXACTLY_ONCE,
     ORDER_LOST,
     PASSING,
+    SAME_GLOBAL_BATCHES,
     SERVED_EXCLUDED,
     VERDICTS,
     UsageError,
@@ -65,7 +68,7 @@ from shufflepoint._tools.audit.verdicts import (
 
 __all__ = [
     "CONTENT_DIVERGED", "DIVERGED", "DROPPED", "DUPLICATED", "ERROR", "EXACT", "EXACTLY_ONCE", "ORDER_LOST", "PASSING",
-    "SCHEMA_VERSION", "SERVED_EXCLUDED", "VERDICTS",
+    "SAME_GLOBAL_BATCHES", "SCHEMA_VERSION", "SERVED_EXCLUDED", "VERDICTS",
     "AuditConfig", "Difference", "EpochResult", "Judgement", "RankResult",
     "SavePoint", "Target", "UsageError", "check_reproducible", "exit_code", "judge", "judge_epoch",
     "judge_rank", "load_target", "parse_save_at", "parse_target", "render", "report_dict", "run_audit",

@@ -128,7 +128,8 @@ def apply_content(judgement: Judgement, content: ContentResult) -> None:
     shown = ", ".join(f"epoch {e} sample {i}" for e, i in content.examples)
     what = f"{content.differing} of {content.compared} resumed samples differ in content (e.g. {shown})"
     if judgement.verdict in PASSING:
-        order = "every sample once" if judgement.verdict != "EXACT" else "every batch in the right order"
+        order = {"EXACT": "every batch in the right order",
+                 "SAME_GLOBAL_BATCHES": "the same global batches"}.get(judgement.verdict, "every sample once")
         cause = ("the augmentations are not reproducible at all" if content.unreproducible else
                  "an augmentation drew from an RNG the checkpoint does not restore")
         judgement.summary = f"order right ({judgement.verdict}: {order}), content wrong: {what}; {cause}"

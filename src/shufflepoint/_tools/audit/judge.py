@@ -16,6 +16,7 @@ from shufflepoint._tools.audit.verdicts import (
     EXACT,
     EXACTLY_ONCE,
     ORDER_LOST,
+    SAME_GLOBAL_BATCHES,
     Batch,
     Pass,
     SampleId,
@@ -264,7 +265,7 @@ def judge(
             drop_last=_infer_drop_last(reference, epoch, n, drop_last)))
     if not elastic:
         return _judge_same_world(result, reference, resumed, save)
-    return _judge_elastic(result, reference, resumed, save)
+    return _judge_elastic(result, reference, resumed, save, resume_batch_size)
 
 
 def _judge_same_world(result: Judgement, reference: list[list[Pass]], resumed: list[list[Pass]],
@@ -287,7 +288,7 @@ def _judge_same_world(result: Judgement, reference: list[list[Pass]], resumed: l
 
 
 def _judge_elastic(result: Judgement, reference: list[list[Pass]], resumed: list[list[Pass]],
-                   save: SavePoint) -> Judgement:
+                   save: SavePoint, batch_size: int | None) -> Judgement:
     """Another number of ranks: epoch by epoch over the union of ranks."""
     epochs = len(reference[0])
     for rank, passes in enumerate(resumed):
@@ -300,13 +301,63 @@ def _judge_elastic(result: Judgement, reference: list[list[Pass]], resumed: list
                           f"expected {epochs - save.epoch}")
         return result
     result.verdict = worst([e.verdict for e in result.epochs])
-    if result.verdict == EXACTLY_ONCE:
+    kept = global_batches_kept(reference, resumed, save, batch_size) if result.verdict == EXACTLY_ONCE else None
+    if kept is not None and kept[0] == kept[1]:
+        result.verdict = SAME_GLOBAL_BATCHES
+        result.summary = (f"world size {len(reference)} -> {len(resumed)} at a fixed global batch: each of the "
+                          f"{kept[1]} global batches from epoch {save.epoch} on holds the uninterrupted run's samples")
+    elif result.verdict == EXACTLY_ONCE:
         result.summary = (f"world size {len(reference)} -> {len(resumed)}: every epoch from {save.epoch} on "
                           f"serves each sample once over all ranks (a different cut of the same data)")
+        if kept is not None:
+            result.notes.append(f"the global batch is the same before and after, but only {kept[0]} of the "
+                                f"{kept[1]} global batches after the resume hold the uninterrupted run's samples "
+                                f"(first difference: {kept[2]})")
     else:
         first = next(e for e in result.epochs if e.verdict == result.verdict)
         result.summary = f"world size {len(reference)} -> {len(resumed)}, epoch {first.epoch}: {first.detail}"
     return result
+
+
+def _global_batch(passes: Sequence[Sequence[Pass]], batch_size: int | None = None) -> int:
+    """Ranks x batch size (the largest batch seen when not given): the global batch of one world."""
+    largest = max((len(b) for rank in passes for one in rank for b in one), default=0)
+    return len(passes) * (batch_size or largest)
+
+
+def _new_per_step(passes: Sequence[Sequence[Batch]], seen: set[SampleId]) -> list[frozenset[SampleId]]:
+    """Each step's samples over all ranks, less those served earlier in the epoch (tail padding)."""
+    found = []
+    for k in range(max((len(p) for p in passes), default=0)):
+        step = {s for p in passes if k < len(p) for s in p[k]} - seen
+        seen |= step
+        found.append(frozenset(step))
+    return found
+
+
+def global_batches_kept(reference: list[list[Pass]], resumed: list[list[Pass]], save: SavePoint,
+                        resume_batch_size: int | None = None) -> tuple[int, int, str] | None:
+    """(global batches after the resume that hold the uninterrupted run's samples, of how many, where the
+    first other one is) when world size x batch size is the same before and after; else None.
+
+    Compared as sets of the samples each step serves first in its epoch, so tail padding (a repeat)
+    does not count.
+    """
+    epochs = len(reference[0])
+    if _global_batch(reference) != _global_batch(resumed, resume_batch_size) or not _global_batch(reference):
+        return None
+    kept, total, first = 0, 0, ""
+    for epoch in range(save.epoch, epochs):
+        offset = epoch - save.epoch
+        start = save.step if offset == 0 else 0
+        whole = _new_per_step([rank[epoch] for rank in reference], set())[start:]
+        seen = {s for rank in reference for b in rank[epoch][:start] for s in b}
+        got = _new_per_step([rank[offset] if offset < len(rank) else [] for rank in resumed], seen)
+        for step in range(max(len(whole), len(got))):
+            same = step < len(whole) and step < len(got) and whole[step] == got[step]
+            kept, total = kept + same, total + 1
+            first = first or ("" if same else f"epoch {epoch}, batch {start + step}")
+    return kept, total, first
 
 
 def check_reproducible(reference: list[list[Pass]], interrupted: list[list[Pass]], save: SavePoint) -> str | None:

@@ -15,7 +15,7 @@ from shufflepoint._tools.audit.content import ContentResult, apply_content, chec
 from shufflepoint._tools.audit.exclusion import apply_exclusion, served_excluded
 from shufflepoint._tools.audit.judge import Judgement, check_reproducible, judge
 from shufflepoint._tools.audit.report import report_dict
-from shufflepoint._tools.audit.verdicts import DIVERGED, DUPLICATED, ERROR, EXACT, EXACTLY_ONCE, UsageError
+from shufflepoint._tools.audit.verdicts import DIVERGED, DUPLICATED, ERROR, PASSING, UsageError
 
 
 def _read_records(directory: str, phase: str, world_size: int) -> list[dict[str, Any] | None]:
@@ -149,7 +149,7 @@ def _judge_records(config: AuditConfig, facts: dict[str, Any], records: list[Rec
         epochs = sorted({int(e) for by_epoch in replayed.values() for e in by_epoch})
         judgement.notes.append(f"the resumed Trainer counted its first epoch as epoch {epochs[0]}, before the "
                                f"save point's epoch {config.save_at.epoch}, and trained {total} samples there again")
-        if judgement.verdict in (EXACT, EXACTLY_ONCE):
+        if judgement.verdict in PASSING:
             judgement.verdict = DUPLICATED
             judgement.summary = f"{total} samples of finished epochs {epochs} trained again after the resume"
     if judgement.elastic:

@@ -10,11 +10,16 @@ SCHEMA_VERSION = 1
 EXACT, EXACTLY_ONCE, ORDER_LOST = "EXACT", "EXACTLY_ONCE", "ORDER_LOST"
 DUPLICATED, DROPPED, DIVERGED, ERROR = "DUPLICATED", "DROPPED", "DIVERGED", "ERROR"
 CONTENT_DIVERGED = "CONTENT_DIVERGED"  # the ids are right (EXACT/EXACTLY_ONCE), a sample's content is not
+# Elastic at a fixed global batch (world size x batch size unchanged): every sample once, and each
+# global batch after the resume holds the uninterrupted run's samples (the ranks cut it differently).
+SAME_GLOBAL_BATCHES = "SAME_GLOBAL_BATCHES"
 SERVED_EXCLUDED = "SERVED_EXCLUDED"  # audit --exclude: a sample excluded with loader.exclude was served after it
-VERDICTS = (EXACT, EXACTLY_ONCE, ORDER_LOST, DUPLICATED, DROPPED, DIVERGED, CONTENT_DIVERGED, SERVED_EXCLUDED, ERROR)
-PASSING = (EXACT, EXACTLY_ONCE)
+VERDICTS = (EXACT, SAME_GLOBAL_BATCHES, EXACTLY_ONCE, ORDER_LOST, DUPLICATED, DROPPED, DIVERGED, CONTENT_DIVERGED,
+            SERVED_EXCLUDED, ERROR)
+PASSING = (EXACT, SAME_GLOBAL_BATCHES, EXACTLY_ONCE)
 # The overall verdict is the most severe one found, in this order.
-_SEVERITY = (ERROR, SERVED_EXCLUDED, ORDER_LOST, DUPLICATED, DROPPED, DIVERGED, CONTENT_DIVERGED, EXACTLY_ONCE, EXACT)
+_SEVERITY = (ERROR, SERVED_EXCLUDED, ORDER_LOST, DUPLICATED, DROPPED, DIVERGED, CONTENT_DIVERGED, EXACTLY_ONCE,
+             SAME_GLOBAL_BATCHES, EXACT)
 
 SampleId = Hashable  # int or str in practice: JSON round-trips them
 Batch = list[Any]  # of sample ids (SampleId); Any, as lists are invariant and callers build list[int]

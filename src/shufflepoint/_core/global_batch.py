@@ -1,0 +1,170 @@
+"""Resizes at a fixed global batch under the ``spans`` deal: the same global batches at any world size.
+
+Under ``spans`` each rank of the epoch's first world reads its own stretch of the epoch stream
+(``spans.py``), so global batch k of that run is the k-th slice of every stretch. While the global
+batch G = world_size x batch_size stays the same, the stretches of the first world that read at G
+stay the *canonical parts* of every epoch, and each new world cuts each global batch among its
+ranks: the same global batches at any world size, so the weights differ from the uninterrupted
+run's only by the order of the reduction.
+
+Vocabulary (all integers):
+
+- *parts* W0: the world size whose stretches are the parts (the first ``n % W0`` one longer), each
+  read from the front; ``taken`` samples of every part are consumed (the epoch's one segment
+  ``[W0, taken]``, or none at its start). The run's layout history says which world that is
+  (``History.parts``: the first leg of the latest run of legs at this G).
+- the *part batch* B0 = G / W0: what each part gives to one global batch.
+- global batch k (counted from here): positions ``taken + k*B0 .. taken + (k+1)*B0 - 1`` of every part,
+  laid end to end in part order; new rank r' reads the r'-th run of B1 = G / W1 of them.
+
+Four ranks of 3 then two of 6 (G = 12), n = 40 (``tests/core/test_global_batch.py`` pins these values)::
+
+    parts          : [0, 10) [10, 20) [20, 30) [30, 40)      the stretches of the 4 x 3 run
+    after 2 steps  : taken = 6 of each part                  state: segments [[4, 6]]
+    global batch 2 : 6 7 8 | 16 17 18 | 26 27 28 | 36 37 38  its slices, the same as in the 4 x 3 run
+    2 x 6          : rank 0 -> 6 7 8 16 17 18, rank 1 -> 26 27 28 36 37 38
+    3 x 4          : rank 0 -> 6 7 8 16, rank 1 -> 17 18 26 27, rank 2 -> 28 36 37 38
+
+The tail: with ``drop_last`` the same whole global batches as the uninterrupted run, and nothing
+else; without it the last global batch holds what the parts have left (fewer than B0 of each, one
+less in a shorter part), dealt to the new ranks in near-equal runs, and a rank whose run is short
+repeats its own first sample of that step, a rank with none the step's first (padding, only in
+the epoch's last step). An epoch has ceil(n / G) global batches at any cut of it at G.
+
+Locality: a new rank reads its parts' slices plus pieces of the parts it shares with a neighbour.
+Those pieces come back in *every* global batch, so a rank that shares a part reads from all of
+that part's blocks: a node fetches about the parts it touches, not its share (4 -> 2: its share;
+4 -> 3: 1.5x; 4 -> 6: 1.5x to 3x; ``docs/shards.md``, "A fixed global batch").
+
+When it applies (``keeps_global_batch``): G divides by W0, W0 is not the world reading now (that
+world reads its own stretches anyway), and the epoch is at its start or has one segment, of W0.
+Anything else keeps the ``spans`` rule of re-dealing what remains (every sample once, the global
+batches cut again).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from shufflepoint._core.spans import NAME, SpanCut, check_segments
+
+
+def keeps_global_batch(segments: Sequence[Sequence[int]], parts: int | None, world_size: int,
+                       batch_size: int) -> bool:
+    """Whether the rest of the epoch at ``segments`` is read as the global batches of ``parts`` ranks' stretches.
+
+    ``parts``: the world size whose stretches are the canonical parts at this global batch (None: this
+    world's own).
+
+    >>> keeps_global_batch([[4, 6]], 4, 2, 6)     # 4 x 3 -> 2 x 6: G = 12 both times
+    True
+    >>> keeps_global_batch([], 4, 3, 4)           # a later epoch on 3 x 4: still the 4 parts
+    True
+    >>> keeps_global_batch([[4, 6]], 2, 2, 5)     # G changed to 10: the 2 x 5 run's own stretches
+    False
+    """
+    if parts is None or parts == world_size or world_size * batch_size % parts:
+        return False
+    return not segments or len(segments) == 1 and int(segments[0][0]) == parts
+
+
+def _stretches(n: int, world_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(start, length) of each rank's stretch of n positions, the first ``n % world_size`` one longer."""
+    base, extra = divmod(n, world_size)
+    rank = np.arange(world_size, dtype=np.int64)
+    return rank * base + np.minimum(rank, extra), base + (rank < extra).astype(np.int64)
+
+
+class GlobalBatchCut(SpanCut):
+    """The rest of an epoch under ``spans`` at a fixed global batch: what each rank of the new world reads.
+
+    A ``SpanCut`` (the same deal, the same questions; ``plan.cut`` picks which) for the position
+    ``[[first_world_size, taken]]`` (``taken`` 0: the epoch's start) read by ``world_size`` ranks of
+    ``batch_size``, where ``world_size * batch_size`` divides by ``first_world_size``. It answers
+    every question itself.
+    """
+
+    name = NAME
+
+    def __init__(self, n: int, first_world_size: int, taken: int, world_size: int, batch_size: int,
+                 drop_last: bool) -> None:  # not SpanCut's: the parts replace its segments
+        global_batch = world_size * batch_size
+        if global_batch % first_world_size:
+            raise ValueError(f"global batch: found {world_size} x {batch_size} = {global_batch}, expected a multiple "
+                             f"of the first world size {first_world_size} (its parts give equal slices)")
+        if taken:
+            check_segments(n, [[first_world_size, taken]])
+        self.n, self.batch_size, self.drop_last, self.taken = n, batch_size, drop_last, taken
+        self._world_size, self._first_world_size = world_size, first_world_size
+        self.part_batch = global_batch // first_world_size
+        self._starts, self._lengths = _stretches(n, first_world_size)
+        self._longest = int(self._lengths.max())
+        left = np.maximum(self._lengths - taken, 0)
+        if drop_last:
+            self.steps = int(left.sum()) // global_batch
+        else:
+            self.steps = -(-int(left.max()) // self.part_batch)
+        last = np.clip(left - max(self.steps - 1, 0) * self.part_batch, 0, self.part_batch)
+        self._last_sizes = last if self.steps else np.zeros_like(last)
+        self._last_total = int(self._last_sizes.sum())
+        self._last_ends = np.cumsum(self._last_sizes)
+        self.full_steps = self.steps if self._last_total in (0, global_batch) else self.steps - 1
+        self.last_per_rank = 0 if self.full_steps == self.steps else -(-self._last_total // world_size)
+
+    @property
+    def world_size(self) -> int:
+        return self._world_size
+
+    @property
+    def first_world_size(self) -> int:
+        """The world size the epoch started with: its parts, the stretches its order is laid along."""
+        return self._first_world_size
+
+    def samples_per_rank(self) -> int:
+        """How many samples each rank reads from here to the end of the epoch."""
+        return self.full_steps * self.batch_size + self.last_per_rank
+
+    def _last_run(self, rank: int) -> tuple[int, int]:
+        """(start, length) of rank's run in the last, partial global batch laid end to end."""
+        base, extra = divmod(self._last_total, self._world_size)
+        return rank * base + min(rank, extra), base + int(rank < extra)
+
+    def real_samples(self, rank: int) -> int:
+        """Of those, how many are not padding (only the last, partial global batch pads)."""
+        return self.full_steps * self.batch_size + min(self._last_run(rank)[1], self.last_per_rank)
+
+    def rank_positions(self, rank: int, start: int, stop: int) -> np.ndarray:
+        """Epoch-stream positions of this rank's samples ``start..stop-1`` (counted from here)."""
+        index = np.arange(start, stop, dtype=np.int64)
+        step, offset = np.divmod(index, self.batch_size)
+        in_batch = rank * self.batch_size + offset  # where it sits in its global batch, parts end to end
+        part, within = np.divmod(in_batch, self.part_batch)
+        tail = index >= self.full_steps * self.batch_size
+        if tail.any():
+            first, length = self._last_run(rank)
+            late = index[tail] - self.full_steps * self.batch_size
+            at = first + late % length if length else late % max(self._last_total, 1)
+            part[tail] = np.searchsorted(self._last_ends, at, side="right")
+            within[tail] = at - (self._last_ends[part[tail]] - self._last_sizes[part[tail]])
+            step[tail] = self.steps - 1
+        found: np.ndarray = self._starts[part] + self.taken + step * self.part_batch + within
+        return found
+
+    def after(self, received: int) -> tuple[int, list[list[int]]]:
+        """(cursor, segments) once every rank has received ``received`` more samples (whole global batches).
+
+        The position stays one segment of the first world: ``received / B1`` global batches took B0
+        more samples of every part.
+        """
+        if received >= self.samples_per_rank():
+            taken = self.taken + self.steps * self.part_batch if self.drop_last else self._longest
+        elif received % self.batch_size:
+            raise ValueError(f"received: found {received} samples per rank, expected whole global batches of "
+                             f"{self.batch_size} (a position at a fixed global batch is a number of global batches)")
+        else:
+            taken = self.taken + received // self.batch_size * self.part_batch
+        taken = min(taken, self._longest)
+        remaining = int(np.maximum(self._lengths - taken, 0).sum())
+        return self.n - remaining, [[self._first_world_size, taken]] if taken else []

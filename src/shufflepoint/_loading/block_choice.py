@@ -1,0 +1,53 @@
+"""The ``blocks`` order's block when the caller gives none, and on a resume, the block the run began with.
+
+A ``Shards`` corpus sizes its default block to the process's decode budget
+(``_shards/decode_budget``), and a budget differs between machines. The block is part of the order,
+so it joins the corpus fingerprint (``shards:<hash>:blocks=N``), and a loader whose block was left
+to the default adopts the one a state records: a run resumed on a machine with another budget
+keeps its order (with a warning where that block no longer fits the budget), where a caller's own
+``shuffle_block`` is checked against the state like any field.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from shufflepoint._shards.blocks import DEFAULT_SHUFFLE_BLOCK
+from shufflepoint._shards.blocks import NAME as BLOCKS
+
+
+class _Orders(Protocol):
+    name: str
+    chosen: bool
+    block_chosen: bool
+    shuffle_block: int | None
+
+
+def default_block(dataset: Any, name: str) -> int:
+    """The block of a loader given none: the corpus's fitting block (``Shards``) or the default."""
+    fitting = getattr(dataset, "fitting_shuffle_block", None)
+    return int(fitting()) if name == BLOCKS and callable(fitting) else DEFAULT_SHUFFLE_BLOCK
+
+
+def recorded_block(state: object) -> int | None:
+    """The ``blocks`` order's block a state's corpus fingerprint records, or None.
+
+    >>> recorded_block({"dataset_fingerprint": "shards:0f3a:blocks=2048:mine"})
+    2048
+    """
+    found = state.get("dataset_fingerprint") if isinstance(state, dict) else None
+    if not isinstance(found, str) or ":blocks=" not in found:
+        return None
+    digits = found.split(":blocks=", 1)[1].split(":", 1)[0]
+    return int(digits) if digits.isdigit() and 0 < int(digits) <= 2**62 else None
+
+
+def adopt_recorded_block(orders: _Orders, state: object, rebuild: Any) -> Any:
+    """``rebuild(order, shuffle_block)`` with the state's block where ``orders`` left its block to the
+    default and the state records another; None otherwise (the state is validated as usual)."""
+    recorded = recorded_block(state)
+    if orders.name != BLOCKS or orders.block_chosen or recorded in (None, orders.shuffle_block):
+        return None
+    adopted = rebuild(orders.name if orders.chosen else None, recorded)
+    adopted.block_chosen = False  # still the default's: the state's decision, not the caller's
+    return adopted

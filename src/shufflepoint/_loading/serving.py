@@ -1,0 +1,55 @@
+"""What torch's machinery reads for a ``shufflepoint.DataLoader``: the dataset as served (columns for a
+corpus that reads a batch at once, a wrapper for keyed randomness) and index chunks announced ahead."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import torch.utils.data
+
+from shufflepoint._loading.keyed import KeyedCollate, KeyedDataset, Transform
+from shufflepoint._shards.batch import collate as columnar_collate
+
+Chunk = tuple[np.ndarray, np.ndarray]  # (epoch positions, dataset indices)
+
+
+def announced(chunks: Iterator[Chunk], prefetch: Callable[[np.ndarray], None]) -> Iterator[Chunk]:
+    """Tell the dataset (``Shards``) each chunk of upcoming indices one chunk before it is served,
+    so that its shards are downloading while the current chunk is read."""
+    current = next(chunks, None)
+    if current is not None:
+        prefetch(current[1])
+    while current is not None:
+        upcoming = next(chunks, None)
+        if upcoming is not None:
+            prefetch(upcoming[1])
+        yield current
+        current = upcoming
+
+
+def check_keyed(transform: Transform | None, seed_per_sample: bool) -> bool:
+    """Whether samples draw keyed randomness (the loader then wraps the dataset, see ``keyed``)."""
+    if transform is not None and not callable(transform):
+        raise TypeError(f"transform: found {transform!r}, expected a callable fn(sample, rng) or None")
+    if not isinstance(seed_per_sample, bool):
+        raise TypeError(f"seed_per_sample: found {seed_per_sample!r}, expected a bool")
+    return transform is not None or seed_per_sample
+
+
+def served(dataset: Any, seed: int, transform: Transform | None, seed_per_sample: bool,
+            torch_kwargs: dict[str, Any]) -> Any:
+    """The dataset torch's machinery reads, and its collate (set in ``torch_kwargs``): a corpus that reads a
+    batch at once (Shards, Mixture) hands it over as columns, which ``collate`` turns into default_collate's
+    very result without an object per row; keyed randomness wraps the dataset (see ``keyed``)."""
+    keyed = transform is not None or seed_per_sample
+    if torch_kwargs.get("collate_fn") is None and not keyed and callable(getattr(dataset, "columnar", None)):
+        dataset = dataset.columnar()
+        torch_kwargs["collate_fn"] = columnar_collate
+    if keyed:
+        dataset = KeyedDataset(dataset, seed, transform, seed_per_sample)
+        if seed_per_sample:
+            collate = torch_kwargs.get("collate_fn") or torch.utils.data.default_collate
+            torch_kwargs["collate_fn"] = KeyedCollate(collate, seed)
+    return dataset

@@ -1,0 +1,256 @@
+"""The rows of one ``Packed`` epoch: its table (documents in the ``blocks`` order, where each row's
+pieces are), a window of its token stream read at once, and a batch of rows.
+
+``EpochTable`` holds an O(blocks) table per epoch plus the last few blocks' documents; ``segments``
+walks one token range piece by piece, ``pieces`` finds the same pieces as arrays. ``TokenWindow``
+is a stretch of the epoch's token stream laid out flat (``window_tokens`` tokens, from a row start):
+a run of consecutive rows inside it is one slice, with ``position_ids`` the position inside each
+document capped by the position inside the row. It is built from one read of its documents' tokens
+as flat arrays (``Shards.read_ids_flat``: a Parquet list column, no Python object per document), so
+a batch costs a few numpy calls instead of a walk and a read per document.
+
+Worked (``tests/shards/test_packed_window.py`` pins it): documents of 3, 5, 2 and 4 tokens laid as
+[d2, d1, d3, d0] (``Packed``'s worked example), seq_len 4. A window from token 0 holds the stream
+d2[0:2] d1[0:5] d3[0:4] d0[0:3] with its position in each document ``[0 1 | 0 1 2 3 4 | 0 1 2 3 |
+0 1 2]``; row 1 is tokens [4, 8): positions in documents ``[2 3 4 0]``, capped by ``[0 1 2 3]``
+(the position in the row): ``[0 1 2 0]``, as ``Packed.segments`` says (d1[2:5], d3[0:1]).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch.utils.data import default_collate
+
+from shufflepoint._shards.batch import Rows
+from shufflepoint._shards.blocks import BlockOrder, _sub_seed, checked_positions
+
+if TYPE_CHECKING:
+    from shufflepoint._shards.packed import Packed
+
+NAME = "packed"
+VERSION = 1
+_DOCUMENTS_TAG = 0x5041434B
+_CHUNKS_PER_BLOCK = 8  # a dataset without shards is cut in chunks of shuffle_block / 8 documents
+_CACHED_BLOCKS = 8
+
+
+def _cut(pieces: list[tuple[int, int, int]], seq_len: int) -> list[list[tuple[int, int, int]]]:
+    """The (document, start, stop) pieces of consecutive rows, cut into rows of ``seq_len`` tokens."""
+    rows: list[list[tuple[int, int, int]]] = [[]]
+    room = seq_len
+    for document, start, stop in pieces:
+        while stop - start > room:
+            rows[-1].append((document, start, start + room))
+            start, room = start + room, seq_len
+            rows.append([])
+        if stop > start:
+            rows[-1].append((document, start, stop))
+            room -= stop - start
+        if room == 0:
+            rows.append([])
+            room = seq_len
+    return rows[:-1] if not rows[-1] else rows
+
+
+class PackedBatch(Rows):
+    """Rows of a ``Packed`` read as one batch: ``input_ids``, ``position_ids`` and ``labels`` as
+    (rows, seq_len) int64 arrays. Item i is the per-row read's dict (tensors that view the arrays);
+    ``collate()`` is ``default_collate`` of those dicts, built without a tensor per row."""
+
+    KEYS = ("input_ids", "position_ids", "labels")
+
+    def __init__(self, input_ids: np.ndarray, position_ids: np.ndarray, labels: np.ndarray) -> None:
+        self._arrays = (input_ids, position_ids, labels)
+        super().__init__([])
+
+    def __len__(self) -> int:
+        return int(self._arrays[0].shape[0])
+
+    def __getitem__(self, i: Any) -> Any:
+        return {key: torch.from_numpy(array[i]) for key, array in zip(self.KEYS, self._arrays, strict=True)}
+
+    def samples(self) -> list[dict[str, torch.Tensor]]:
+        tensors = [torch.from_numpy(array) for array in self._arrays]
+        return [dict(zip(self.KEYS, row, strict=True)) for row in zip(*tensors, strict=True)]
+
+    def take(self, order: np.ndarray) -> PackedBatch:
+        return PackedBatch(*(array[order] for array in self._arrays))
+
+    def collate(self) -> dict[str, torch.Tensor]:
+        if not len(self):
+            empty: dict[str, torch.Tensor] = default_collate([])  # torch's error for an empty batch
+            return empty
+        return {key: torch.from_numpy(array) for key, array in zip(self.KEYS, self._arrays, strict=True)}
+
+
+class PackedOrder:
+    """The ``packed`` order of one epoch: position p -> index ``epoch * rows + p``."""
+
+    name = NAME
+    version = VERSION
+
+    def __init__(self, rows: int, epoch: int) -> None:
+        self.n, self.epoch = rows, epoch
+
+    def index(self, position: int) -> int:
+        return int(self.take(np.array([position], dtype=np.int64))[0])
+
+    def take(self, positions: np.ndarray) -> np.ndarray:
+        positions, flat = checked_positions(positions, self.n)
+        found: np.ndarray = (flat + self.epoch * self.n).reshape(positions.shape)
+        return found
+
+
+class EpochTable:
+    """One epoch's token stream: documents in the ``blocks`` order, O(blocks) table plus cached blocks."""
+
+    def __init__(self, packed: Packed, seed: int, shuffle_block: int, epoch: int) -> None:
+        rows = getattr(packed.dataset, "shard_rows", None)
+        if rows is None:  # chunks of consecutive documents stand in for shards
+            documents, chunk = len(packed.lengths), max(1, shuffle_block // _CHUNKS_PER_BLOCK)
+            rows = [chunk] * (documents // chunk) + ([documents % chunk] if documents % chunk else [])
+        self._order = BlockOrder(rows, _sub_seed(seed, _DOCUMENTS_TAG), epoch, shuffle_block)
+        self._cumulative = packed._cumulative
+        order = self._order  # pieces: runs of one shard's documents, in stream order
+        piece_documents = np.diff(np.append(order._stream_start, order.n))
+        first = order._dataset_start
+        piece_tokens = self._cumulative[first + piece_documents] - self._cumulative[first]
+        piece_token_start = np.concatenate(([0], np.cumsum(piece_tokens))).astype(np.int64)
+        opens = np.searchsorted(order._stream_start, order._block_start)
+        self.block_token_start = piece_token_start[opens]
+        self._blocks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def block(self, block: int) -> tuple[np.ndarray, np.ndarray]:
+        """(documents of the block in epoch order, their token starts from the block's start)."""
+        found = self._blocks.get(block)
+        if found is None:
+            if len(self._blocks) >= _CACHED_BLOCKS:
+                self._blocks.pop(next(iter(self._blocks)))
+            start, stop = self._order.block_bounds(block)
+            documents = self._order.take(np.arange(start, stop, dtype=np.int64))
+            sizes = self._cumulative[documents + 1] - self._cumulative[documents]
+            found = self._blocks[block] = (documents, np.concatenate(([0], np.cumsum(sizes))).astype(np.int64))
+        return found
+
+    def pieces(self, begin: int, end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``segments(begin, end)`` as three int64 arrays (documents, starts, stops): a few numpy calls
+        per block instead of a step per document."""
+        found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        block = int(np.searchsorted(self.block_token_start, begin, side="right")) - 1
+        while begin < end:
+            documents, starts = self.block(block)
+            base = int(self.block_token_start[block])
+            local, stop = begin - base, min(end - base, int(starts[-1]))
+            first = int(np.searchsorted(starts, local, side="right")) - 1
+            last = int(np.searchsorted(starts, stop, side="left"))  # documents first..last-1 overlap
+            opens, closes = starts[first:last], starts[first + 1:last + 1]
+            piece_starts = np.maximum(local - opens, 0)
+            piece_stops = np.minimum(stop, closes) - opens
+            kept = piece_stops > piece_starts  # empty documents hold no piece
+            found.append((documents[first:last][kept], piece_starts[kept], piece_stops[kept]))
+            begin, block = base + stop, block + 1
+        if not found:
+            empty = np.empty(0, np.int64)
+            return empty, empty, empty
+        return (np.concatenate([f[0] for f in found]).astype(np.int64, copy=False),
+                np.concatenate([f[1] for f in found]).astype(np.int64, copy=False),
+                np.concatenate([f[2] for f in found]).astype(np.int64, copy=False))
+
+    def segments(self, begin: int, end: int) -> list[tuple[int, int, int]]:
+        """(document, start, stop) pieces covering epoch tokens [begin, end)."""
+        found: list[tuple[int, int, int]] = []
+        block = int(np.searchsorted(self.block_token_start, begin, side="right")) - 1
+        while begin < end:
+            documents, starts = self.block(block)
+            base = int(self.block_token_start[block])
+            local, stop = begin - base, min(end - base, int(starts[-1]))
+            i = int(np.searchsorted(starts, local, side="right")) - 1
+            while local < stop:
+                piece_stop = min(stop, int(starts[i + 1]))
+                if piece_stop > local:
+                    found.append((int(documents[i]), local - int(starts[i]), piece_stop - int(starts[i])))
+                local, i = piece_stop, i + 1
+            begin, block = base + stop, block + 1
+        return found
+
+
+class TokenWindow:
+    """A stretch ``[begin, end)`` of epoch ``epoch``'s token stream, flat: ``tokens`` (int64),
+    ``offsets`` (each token's offset in its framed document; int32 where documents allow) and
+    ``opens`` (where documents start, from ``begin``, ascending). Built by ``build_window``."""
+
+    def __init__(self, epoch: int, begin: int, tokens: np.ndarray, offsets: np.ndarray, opens: np.ndarray) -> None:
+        self.epoch, self.begin, self.end = epoch, begin, begin + int(tokens.size)
+        self.tokens, self.offsets, self.opens = tokens, offsets, opens
+        self._in_row = np.empty(0, np.int64)
+
+    def covers(self, epoch: int, begin: int, end: int) -> bool:
+        return epoch == self.epoch and self.begin <= begin and end <= self.end
+
+    def rows(self, begin: int, count: int, seq_len: int, ignore: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``count`` consecutive rows from token ``begin``: input_ids, position_ids, labels (own copies)."""
+        first = begin - self.begin
+        stop = first + count * seq_len
+        input_ids = self.tokens[first:stop].reshape(count, seq_len).copy()
+        if self._in_row.size != seq_len:
+            self._in_row = np.arange(seq_len, dtype=np.int64)
+        # 0 at a document start and at the row start: the offset in the document, capped by the one in the row
+        position_ids = np.minimum(self.offsets[first:stop].reshape(count, seq_len), self._in_row)
+        labels = input_ids.copy()  # -100 where position_ids is 0: at the row starts and the documents' starts
+        labels[:, 0] = ignore
+        opens = self.opens[np.searchsorted(self.opens, first):np.searchsorted(self.opens, stop)]
+        labels.reshape(-1)[opens - first] = ignore
+        return input_ids, position_ids, labels
+
+
+Window = tuple[TokenWindow, np.ndarray, list[np.ndarray]]
+_COUNTING: dict[Any, np.ndarray] = {}
+
+
+def _counting(size: int, dtype: Any) -> np.ndarray:
+    """``np.arange(size, dtype=dtype)``, kept (read-only) for the next window of at most that size."""
+    kept = _COUNTING.get(dtype)
+    if kept is None or kept.size < size:
+        kept = _COUNTING[dtype] = np.arange(size, dtype=dtype)
+        kept.flags.writeable = False
+    return kept[:size]
+
+
+def build_window(table: EpochTable, epoch: int, begin: int, end: int, framing: tuple[int | None, int | None],
+                 read: Any) -> Window | None:
+    """The window of tokens ``[begin, end)``: its pieces (``table.pieces``), its documents' tokens read
+    at once (``read(ascending documents) -> [ids, ...]``, None where it cannot), and laid end to end
+    by one concatenation (a slice per piece, bos/eos where the framing puts them). Also returns the
+    documents and their tokens as read, in window order, for the caller's checks."""
+    documents, starts, stops = table.pieces(begin, end)
+    ascending = np.argsort(documents, kind="stable")
+    found = read(documents[ascending])
+    if found is None:
+        return None
+    read_as = np.empty_like(ascending)
+    read_as[ascending] = np.arange(ascending.size)
+    held: list[np.ndarray] = [found[k] for k in read_as.tolist()]
+    bos, eos = framing
+    head = int(bos is not None)
+    parts: list[np.ndarray] = []
+    if bos is None and eos is None:
+        parts = [ids[start:stop] for ids, start, stop in zip(held, starts.tolist(), stops.tolist(), strict=True)]
+    else:
+        opening, closing = np.array([bos if bos is not None else 0]), np.array([eos if eos is not None else 0])
+        for ids, start, stop in zip(held, starts.tolist(), stops.tolist(), strict=True):
+            if head and start == 0:
+                parts.append(opening)
+            parts.append(ids[max(start - head, 0):max(stop - head, 0)])
+            if eos is not None and stop == ids.size + head + 1:
+                parts.append(closing)
+    tokens = np.concatenate(parts, dtype=np.int64, casting="same_kind")
+    sizes = stops - starts
+    first_token = np.cumsum(sizes) - sizes
+    narrow = np.int32 if int(stops.max(initial=0)) < 2**31 else np.int64  # offsets < stops: half the bytes
+    offsets = np.repeat((first_token - starts).astype(narrow), sizes)
+    np.subtract(_counting(end - begin, narrow), offsets, out=offsets)
+    opens = first_token[starts == 0]
+    return TokenWindow(epoch, begin, tokens, offsets, opens), documents, held
