@@ -278,3 +278,28 @@ def test_set_batch_size_after_an_exclusion_keeps_the_rest_of_the_space(run, new_
     assert set(served) | set(rest) >= set(range(n)) - set(dropped)
     both = served + rest
     assert len(both) - len(set(both)) < world  # the tail padding only
+
+
+@pytest.mark.parametrize(("first", "second"), [((4, 3), (2, 6)), ((4, 3), (3, 4)), ((2, 6), (4, 3))])
+def test_an_exclusion_after_a_resize_at_a_fixed_global_batch(first, second):
+    """4 x 3 -> 2 x 6 reads the 4 x 3 run's global batches (``_core/global_batch.py``); an exclusion there
+    re-deals what the parts have left: none excluded served after it, every other sample once."""
+    n = 40
+    ranks = loaders(n, first[0], first[1], seed=5)
+    its = [iter(loader) for loader in ranks]
+    served = [i for it in its for i in next(it).tolist()]
+    state = ranks[0].state_dict()
+    ranks = loaders(n, second[0], second[1], seed=5)
+    for loader in ranks:
+        loader.load_state_dict(state)
+    assert type(ranks[0]._start).__name__ == "GlobalBatchCut"  # the fixed global batch is what is excluded from
+    its = [iter(loader) for loader in ranks]
+    served += [i for it in its for i in next(it).tolist()]
+    dropped = [i for i in range(0, n, 3) if i not in served][:6] + served[:2]
+    for loader in ranks:
+        loader.exclude(dropped)
+    rest = [i for it in its for b in it for i in b.tolist()]
+    assert not set(rest) & set(dropped)
+    assert sorted(set(served) | set(rest)) == sorted(set(range(n)) - (set(dropped) - set(served)))
+    both = served + rest
+    assert len(both) - len(set(both)) < second[0]
