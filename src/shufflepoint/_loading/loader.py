@@ -27,7 +27,7 @@ from shufflepoint._loading.sampler import (
     resolve_fingerprint,
     warn_if_blocks_exceed_the_share,
 )
-from shufflepoint._loading.serving import announced, check_keyed, served
+from shufflepoint._loading.serving import announced, check_arguments, check_keyed, served
 from shufflepoint._loading.steps import Lookup, Pass
 from shufflepoint._order import check_int
 
@@ -133,15 +133,7 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         mesh_dims: str | tuple[str, ...] | None = None,
         **torch_dataloader_kwargs: Any,
     ) -> None:
-        taken = sorted({"sampler", "batch_sampler"} & torch_dataloader_kwargs.keys())
-        if taken:
-            raise TypeError(
-                f"shufflepoint.DataLoader got {', '.join(taken)}: it builds its own order and "
-                "sharding; use seed=, shuffle=, order= instead, or shufflepoint.ResumableSampler "
-                "with a plain torch DataLoader"
-            )
-        if not isinstance(shuffle, bool):
-            raise TypeError(f"shuffle: found {shuffle!r}, expected a bool")
+        check_arguments(shuffle, torch_dataloader_kwargs)
         world_size, rank, self._groups = resolve_data_parallel(world_size, rank, mesh=mesh, process_group=process_group,
                                                                mesh_dims=mesh_dims)
         self._layout = Layout(dataset_length(dataset), world_size, batch_size, drop_last)

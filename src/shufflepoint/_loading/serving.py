@@ -29,6 +29,19 @@ def announced(chunks: Iterator[Chunk], prefetch: Callable[[np.ndarray], None]) -
         current = upcoming
 
 
+def check_arguments(shuffle: bool, torch_kwargs: dict[str, Any]) -> None:
+    """``shuffle`` is a bool, and torch's own ``sampler``/``batch_sampler`` are not passed: the order is ours."""
+    taken = sorted({"sampler", "batch_sampler"} & torch_kwargs.keys())
+    if taken:
+        raise TypeError(
+            f"shufflepoint.DataLoader got {', '.join(taken)}: it builds its own order and "
+            "sharding; use seed=, shuffle=, order= instead, or shufflepoint.ResumableSampler "
+            "with a plain torch DataLoader"
+        )
+    if not isinstance(shuffle, bool):
+        raise TypeError(f"shuffle: found {shuffle!r}, expected a bool")
+
+
 def check_keyed(transform: Transform | None, seed_per_sample: bool) -> bool:
     """Whether samples draw keyed randomness (the loader then wraps the dataset, see ``keyed``)."""
     if transform is not None and not callable(transform):
