@@ -33,10 +33,8 @@ history                list         the run's legs, one per change of layout or 
 excluded               list         dataset indices never served again (``loader.exclude``), as
                                     sorted ranges written ``[gap, length, gap, length, ...]``
                                     (``_core/exclusion.py``); at most 131,072 ranges; ``[]`` for none
-handed                 list         ``spans`` with samples excluded only: the epoch positions handed out
-                                    before the epoch's latest exclusion, ``[first_world_size, gap,
-                                    length, ...]`` (``_core/spanskips.py``); ``[]`` otherwise (a version 3
-                                    state without it loads as ``[]``)
+handed                 list         ``spans``, samples excluded: ``[first_world_size, gap, length, ...]``, handed
+                                    out before the epoch's latest exclusion (``_core/spanskips.py``); else ``[]``
 =====================  ===========  ==========================================================
 
 The key set never depends on progress (torch.distributed.checkpoint asks a fresh object for its
