@@ -303,3 +303,19 @@ def test_an_exclusion_after_a_resize_at_a_fixed_global_batch(first, second):
     assert sorted(set(served) | set(rest)) == sorted(set(range(n)) - (set(dropped) - set(served)))
     both = served + rest
     assert len(both) - len(set(both)) < second[0]
+
+
+def test_exclusion_takes_effect_at_the_next_batch_with_workers_prefetching():
+    n = 64
+    loader = shufflepoint.DataLoader(list(range(n)), 4, seed=3, deal="spans", num_workers=2, prefetch_factor=4)
+    plain = shufflepoint.DataLoader(list(range(n)), 4, seed=3, deal="spans")
+    it = iter(loader)
+    first = [next(it).tolist() for _ in range(2)]
+    upcoming = [b.tolist() for b in plain][2:]
+    dropped = upcoming[0] + upcoming[1][:2]  # the next batch and a half, already prefetched by the workers
+    loader.exclude(dropped)
+    rest = [i for b in it for i in b.tolist()]
+    assert not set(rest) & set(dropped)
+    assert sorted(rest) == sorted(set(range(n)) - set(dropped) - {i for b in first for i in b})
+    assert loader.epoch == 1 and loader.state_dict()["handed"] == []
+    assert sorted(i for b in loader for i in b.tolist()) == sorted(set(range(n)) - set(dropped))
