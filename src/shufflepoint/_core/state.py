@@ -2,7 +2,7 @@
 
 Fields (format version 3; version 2, written by 0.3, had neither ``steps`` nor ``history``, and
 version 1, written by 0.1 and 0.2, had neither ``deal`` nor ``segments``: both still load, see
-``_legacy_history``):
+``legacy_history``):
 
 =====================  ===========  ==========================================================
 field                  type         meaning
@@ -48,19 +48,26 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shufflepoint._core import spans as _spans
 from shufflepoint._core.errors import ResumeWarning, StateError
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.history import MAX_EPOCH, History, Place
-from shufflepoint._core.plan import STRIDED, Layout, cut
-from shufflepoint._core.spans import NAME as SPANS
+from shufflepoint._core.plan import STRIDED, Layout
 from shufflepoint._core.spanskips import Handed
+from shufflepoint._core.state_fields import DEALS as DEALS  # re-exported: the deals a state may name
+from shufflepoint._core.state_fields import (
+    MAX_INT,
+    check_deal,
+    check_excluded,
+    check_handed,
+    check_history,
+    check_segments_shape,
+    fail,
+)
 
 FORMAT = "shufflepoint"
 VERSION = 3
 OLDEST_VERSION = 1  # version 1: without deal and segments (always strided); version 2: without steps and history
 KINDS = ("loader", "sampler")
-MAX_INT = 2**63 - 1
 MAX_SEED = 2**64 - 1  # seeds span torch's full range; every other int fits an int64
 
 _INT = "an int (not a bool)"
@@ -91,7 +98,6 @@ FIELDS: tuple[str, ...] = tuple(_SCHEMA)
 _ADDED_IN = {"deal": 2, "segments": 2, "steps": 3, "history": 3, "excluded": 3, "handed": 3}  # the version adding it
 _FIELDS_OF = {version: tuple(f for f in FIELDS if _ADDED_IN.get(f, 1) <= version) for version in range(1, VERSION + 1)}
 _OPTIONAL = {"handed"}  # added within version 3: a state without it handed nothing out before an exclusion
-DEALS = (STRIDED, SPANS)
 
 # Keys that identify states written by other libraries, to say so instead of "missing keys".
 _FOREIGN = {
@@ -141,13 +147,6 @@ class Position:
     handed: Handed | None = None  # spans with exclusions: what the epoch handed out before its latest one
 
 
-def _fail(field: str, found: object, expected: str, fix: str) -> StateError:
-    shown = repr(found)
-    if len(shown) > 80:
-        shown = shown[:77] + "..."
-    return StateError(f"state field {field!r}: found {shown}, expected {expected}. {fix}")
-
-
 def _check_shape(state: object) -> Mapping[str, Any]:
     if not isinstance(state, Mapping):
         hint = " To read a JSON file, json.load it first." if isinstance(state, (str, bytes)) else ""
@@ -159,17 +158,17 @@ def _check_shape(state: object) -> Mapping[str, Any]:
         foreign = sorted({who for key, who in _FOREIGN.items() if key in keys})
         origin = f" It looks like a state of {foreign[0]}." if foreign else ""
         found = state["format"] if "format" in keys else f"no 'format' key (keys: {sorted(map(str, keys))[:8]})"
-        raise _fail(
+        raise fail(
             "format", found, repr(FORMAT),
             f"This is not a shufflepoint state.{origin} Load it into the object that wrote it, or "
             "start this loader fresh.",
         )
     version = state.get("version")
     if isinstance(version, bool) or not isinstance(version, int):
-        raise _fail("version", version, _INT, "The state is damaged; use another checkpoint.")
+        raise fail("version", version, _INT, "The state is damaged; use another checkpoint.")
     if not OLDEST_VERSION <= version <= VERSION:
         newer = isinstance(version, int) and version > VERSION
-        raise _fail(
+        raise fail(
             "version", version, f"{OLDEST_VERSION}..{VERSION}",
             "It was written by a newer shufflepoint; upgrade shufflepoint to load it."
             if newer else "This format version is not known; the state is damaged or foreign.",
@@ -178,11 +177,11 @@ def _check_shape(state: object) -> Mapping[str, Any]:
     missing = [f for f in fields if f not in keys and f not in _OPTIONAL]
     extra = sorted(str(k) for k in keys - set(fields))
     if missing:
-        raise _fail("(keys)", f"missing {missing}", f"all of {list(fields)} (version {version})",
-                    "The state is truncated or was edited; use another checkpoint.")
+        raise fail("(keys)", f"missing {missing}", f"all of {list(fields)} (version {version})",
+                   "The state is truncated or was edited; use another checkpoint.")
     if extra:
-        raise _fail("(keys)", f"unknown {extra}", f"exactly {list(fields)} (version {version})",
-                    "The state was edited or comes from another program; use another checkpoint.")
+        raise fail("(keys)", f"unknown {extra}", f"exactly {list(fields)} (version {version})",
+                   "The state was edited or comes from another program; use another checkpoint.")
     if version == 1:  # version 1 was always strided
         state = {**state, "deal": STRIDED, "segments": []}
     if version < 3:  # versions 1 and 2 excluded nothing
@@ -190,130 +189,20 @@ def _check_shape(state: object) -> Mapping[str, Any]:
     if "handed" not in state:
         state = {**state, "handed": []}
     for field, (types, text) in _SCHEMA.items():
-        if field not in state:  # steps and history before version 3: see _legacy_history
+        if field not in state:  # steps and history before version 3: see legacy_history
             continue
         value = state[field]
         is_bool = isinstance(value, bool)
         if not isinstance(value, types) or (is_bool and bool not in types):
-            raise _fail(field, value, text, "The state is damaged; use another checkpoint.")
+            raise fail(field, value, text, "The state is damaged; use another checkpoint.")
         highest = MAX_SEED if field == "seed" else MAX_INT
         if isinstance(value, int) and not is_bool and not 0 <= value <= highest:
-            raise _fail(field, value, f"an int in [0, {highest}]", "The state is damaged; use another checkpoint.")
+            raise fail(field, value, f"an int in [0, {highest}]", "The state is damaged; use another checkpoint.")
     if state["epoch"] > MAX_EPOCH:
-        raise _fail("epoch", state["epoch"], f"an int in [0, {MAX_EPOCH}] (the last epoch the orders support)",
-                    "The state is damaged or was edited; use another checkpoint.")
-    _check_segments_shape(state["segments"])
+        raise fail("epoch", state["epoch"], f"an int in [0, {MAX_EPOCH}] (the last epoch the orders support)",
+                   "The state is damaged or was edited; use another checkpoint.")
+    check_segments_shape(state["segments"])
     return state
-
-
-def _check_segments_shape(segments: list[Any]) -> None:
-    if len(segments) > _spans.MAX_SEGMENTS:
-        raise _fail("segments", f"{len(segments)} segments", f"at most {_spans.MAX_SEGMENTS} world sizes in one epoch",
-                    "The state is damaged; use another checkpoint.")
-    for number, pair in enumerate(segments):
-        if not (isinstance(pair, list) and len(pair) == 2
-                and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_INT for v in pair)):
-            raise _fail(f"segments[{number}]", pair, "a [world_size, taken] pair of ints >= 0",
-                        "The state is damaged; use another checkpoint.")
-
-
-def _check_deal(state: Mapping[str, Any], expected: Expected) -> None:
-    """The layout is sane, the deal is the one this object reads with, and its history replays to
-    the state's cursor."""
-    for field in ("world_size", "batch_size"):
-        if not 1 <= state[field] <= 2**31:
-            raise _fail(field, state[field], "an int in [1, 2**31]", "The state is damaged.")
-    deal, segments = state["deal"], state["segments"]
-    if deal not in DEALS:
-        raise _fail("deal", deal, " or ".join(map(repr, DEALS)), "The state is damaged or from a newer shufflepoint.")
-    if deal != expected.deal:
-        raise _fail("deal", deal, f"{expected.deal!r} (what this {expected.kind} was built with)",
-                    f"The constructor's value is not silently overridden: build the {expected.kind} with "
-                    f"deal={deal!r} to resume this run, or start fresh.")
-    if deal == STRIDED:
-        if segments:
-            raise _fail("segments", segments, "[] under the strided deal", "The state is damaged or was edited.")
-        return
-    try:
-        history = _spans.check_segments(state["n"], segments)
-    except ValueError as error:
-        raise _fail("segments", segments, "the epoch's history of world sizes", f"{error}. The state is "
-                    "damaged or was edited; use another checkpoint.") from None
-    cursor = state["n"] - (history[-1].remaining() if history else state["n"])
-    if state["cursor"] != cursor and not state["excluded"]:  # with exclusions: checked by the loader (the order)
-        raise _fail("cursor", state["cursor"], f"{cursor} (what segments={segments} leave of n={state['n']})",
-                    "The state is damaged or was edited; use another checkpoint.")
-    _check_recordable(state, expected.layout)
-
-
-def _check_recordable(state: Mapping[str, Any], layout: Layout | None) -> None:
-    """A resize to ``layout`` that would open a segment past ``MAX_SEGMENTS`` in this epoch is refused
-    here, at the load, rather than written as a state that no load accepts."""
-    segments = state["segments"]
-    if layout is None or len(segments) < _spans.MAX_SEGMENTS or segments[-1][0] == layout.world_size:
-        return
-    if cut(layout, SPANS, state["cursor"], segments).samples_per_rank() == 0:
-        return  # nothing left to read on the new world: no segment is opened
-    last = segments[-1][0]
-    raise _fail("segments", f"{len(segments)} world sizes in epoch {state['epoch']}",
-                f"at most {_spans.MAX_SEGMENTS} in one epoch: world size {layout.world_size} would be the "
-                f"{len(segments) + 1}th", f"Finish epoch {state['epoch']} on world size {last} (the last one) "
-                f"and resize after it; or load this state into a loader of world size {last}, call "
-                f"set_epoch({state['epoch'] + 1}), save, and resize from that state.")
-
-
-def _legacy_history(state: Mapping[str, Any], layout: Layout, start: Place) -> tuple[int, History]:
-    """(steps, history) for a state written before version 3, which recorded neither: the steps are
-    counted as if the saved layout had read the whole run, and the history starts there (earlier
-    steps are not placed)."""
-    deal, n = state["deal"], state["n"]
-    per_epoch = -(-cut(layout, deal, 0, []).samples_per_rank() // layout.batch_size)
-    left = -(-start.cut(layout, deal).samples_per_rank() // layout.batch_size)
-    steps = state["epoch"] * per_epoch + max(per_epoch - left, 0)
-    return steps, History.begin(n, deal, layout, start, steps)
-
-
-def _check_history(state: Mapping[str, Any], excluding: bool = False) -> tuple[int, History]:
-    """The run's history is well formed, ends with the saved layout, and arrives at the saved place
-    after ``steps`` batches. The history does not know exclusions yet (docs/exclusion.md, 'Limits'):
-    with samples ``excluding``, where it arrives is not checked."""
-    layout = Layout(state["n"], state["world_size"], state["batch_size"], state["drop_last"])
-    deal, n = state["deal"], state["n"]
-    start = Place(state["epoch"], state["cursor"], tuple((w, t) for w, t in state["segments"]))
-    if "history" not in state:
-        return _legacy_history(state, layout, start)
-    try:
-        history = History.from_entries(n, deal, state["history"])
-    except ValueError as error:
-        raise _fail("history", state["history"], "the run's layout history (docs/state-format.md)",
-                    f"{error}. The state is damaged or was edited; use another checkpoint.") from None
-    steps, last = state["steps"], history.legs[-1]
-    if last.layout != layout:
-        saved = [layout.world_size, layout.batch_size, int(layout.drop_last)]
-        raise _fail("history", state["history"], f"a last entry with the saved layout [W, B, D] = {saved}",
-                    "The state is damaged or was edited; use another checkpoint.")
-    if steps < last.step:
-        raise _fail("steps", steps, f"at least {last.step} (the history's last entry)", "The state is damaged.")
-    arrived, target = history.position(steps), start.normal(layout, deal)
-    if arrived != target and not excluding:
-        there = f"epoch {arrived.epoch}, cursor {arrived.cursor}" if arrived else "no batch"
-        raise _fail("steps", steps, f"a step at which the history arrives at epoch {start.epoch}, cursor "
-                    f"{start.cursor} (it arrives at {there})", "The state is damaged or was edited.")
-    return steps, history
-
-
-def _check_handed(state: Mapping[str, Any]) -> Handed | None:
-    try:
-        return Handed.from_state_field(state["handed"], state["n"], state["deal"] == SPANS and bool(state["excluded"]))
-    except ValueError as error:
-        raise _fail("handed", state["handed"], *error.args) from None
-
-
-def _check_excluded(state: Mapping[str, Any], expected: Expected) -> Exclusion | None:
-    try:
-        return Exclusion.from_state_field(state["excluded"], state["n"], expected.kind, state["deal"])
-    except ValueError as error:
-        raise _fail("excluded", state["excluded"] if len(error.args) < 3 else error.args[2], *error.args[:2]) from None
 
 
 def _current(state: object, expected: Expected) -> Mapping[str, Any]:
@@ -336,6 +225,21 @@ def _fingerprint_changed(state: Mapping[str, Any], expected: Expected) -> bool:
     return compatible is None or not compatible(found, current, state["epoch"], state["cursor"])
 
 
+def _warn_if_torch_changed(state: Mapping[str, Any]) -> None:
+    """The ``torch`` order is torch.randperm's: another torch version may give another order."""
+    if state["order"] != "torch":
+        return
+    import torch
+
+    if state["torch_version"] != torch.__version__:
+        warnings.warn(
+            f"the 'torch' order was saved under torch {state['torch_version']} and is resumed under "
+            f"torch {torch.__version__}: torch.randperm may differ between versions, so the order "
+            "may not be the same. The default order (radix-feistel) does not depend on torch.",
+            ResumeWarning, stacklevel=4,
+        )
+
+
 def validate(state: object, expected: Expected, *, strict: bool = True) -> Position:
     """Check a state against the loading object; return its position. Raises StateError.
 
@@ -344,59 +248,50 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> Posit
     """
     state = _current(state, expected)
     if state["kind"] != expected.kind:
-        raise _fail("kind", state["kind"], repr(expected.kind),
-                    f"A {state['kind']} state cannot restore a {expected.kind}; load it into a {state['kind']}.")
+        raise fail("kind", state["kind"], repr(expected.kind),
+                   f"A {state['kind']} state cannot restore a {expected.kind}; load it into a {state['kind']}.")
     if state["n"] != expected.n:
         print_found = state["dataset_fingerprint"]
         why = (expected.explain_fingerprint(print_found)
                if expected.explain_fingerprint and isinstance(print_found, str) else "")
-        raise _fail("n", state["n"], f"{expected.n} (len(dataset) now)",
-                    f"The dataset changed length since the checkpoint: {why}." if why else
-                    "The dataset changed length since the checkpoint; resume with the same dataset.")
+        raise fail("n", state["n"], f"{expected.n} (len(dataset) now)",
+                   f"The dataset changed length since the checkpoint: {why}." if why else
+                   "The dataset changed length since the checkpoint; resume with the same dataset.")
     if state["shuffle"] != expected.shuffle:
-        raise _fail("shuffle", state["shuffle"], f"{expected.shuffle!r} (what this {expected.kind} was built with)",
-                    f"The constructor's value is not silently overridden: build the {expected.kind} with "
-                    f"shuffle={state['shuffle']!r} to resume this run, or start fresh.")
+        raise fail("shuffle", state["shuffle"], f"{expected.shuffle!r} (what this {expected.kind} was built with)",
+                   f"The constructor's value is not silently overridden: build the {expected.kind} with "
+                   f"shuffle={state['shuffle']!r} to resume this run, or start fresh.")
     if state["order"] != expected.order:
-        raise _fail("order", state["order"], f"{expected.order!r} (what this {expected.kind} was built with)",
-                    f"Build the {expected.kind} with order={state['order']!r} to resume this run, or start fresh.")
+        raise fail("order", state["order"], f"{expected.order!r} (what this {expected.kind} was built with)",
+                   f"Build the {expected.kind} with order={state['order']!r} to resume this run, or start fresh.")
     if state["order_version"] != expected.order_version:
-        raise _fail("order_version", state["order_version"], f"{expected.order_version} (this shufflepoint's "
-                    f"{expected.order!r} order)", "The state was written by a shufflepoint whose order "
-                    "algorithm differs; resume with that shufflepoint version.")
+        raise fail("order_version", state["order_version"], f"{expected.order_version} (this shufflepoint's "
+                   f"{expected.order!r} order)", "The state was written by a shufflepoint whose order "
+                   "algorithm differs; resume with that shufflepoint version.")
     if state["seed"] != expected.seed:
-        raise _fail("seed", state["seed"], f"{expected.seed!r} (what this {expected.kind} was built with)",
-                    f"The constructor's value is not silently overridden: build the {expected.kind} with "
-                    f"seed={state['seed']!r} to resume this run, or start fresh.")
+        raise fail("seed", state["seed"], f"{expected.seed!r} (what this {expected.kind} was built with)",
+                   f"The constructor's value is not silently overridden: build the {expected.kind} with "
+                   f"seed={state['seed']!r} to resume this run, or start fresh.")
     if state["cursor"] > state["n"]:
-        raise _fail("cursor", state["cursor"], f"an int in [0, n={state['n']}]", "The state is damaged.")
-    _check_deal(state, expected)
-    steps, history = _check_history(state, bool(state["excluded"]))
+        raise fail("cursor", state["cursor"], f"an int in [0, n={state['n']}]", "The state is damaged.")
+    check_deal(state, expected)
+    steps, history = check_history(state, bool(state["excluded"]))
     found_print, expected_print = state["dataset_fingerprint"], expected.dataset_fingerprint
     fingerprint_changed = _fingerprint_changed(state, expected)
     if fingerprint_changed and strict:
         why = expected.explain_fingerprint(found_print) + ". " if expected.explain_fingerprint else ""
-        raise _fail("dataset_fingerprint", found_print, repr(expected_print),
-                    f"{why}The dataset is not the one the checkpoint was written with; resume with that "
-                    "dataset, or load with strict=False to accept the change.")
+        raise fail("dataset_fingerprint", found_print, repr(expected_print),
+                   f"{why}The dataset is not the one the checkpoint was written with; resume with that "
+                   "dataset, or load with strict=False to accept the change.")
     if fingerprint_changed:
         warnings.warn(
             f"the dataset changed since the checkpoint (fingerprint {found_print!r} -> {expected_print!r}); "
             "loaded anyway (strict=False): the positions now point at other samples than before.",
             ResumeWarning, stacklevel=3,
         )
-    if state["order"] == "torch":
-        import torch
-
-        if state["torch_version"] != torch.__version__:
-            warnings.warn(
-                f"the 'torch' order was saved under torch {state['torch_version']} and is resumed under "
-                f"torch {torch.__version__}: torch.randperm may differ between versions, so the order "
-                "may not be the same. The default order (radix-feistel) does not depend on torch.",
-                ResumeWarning, stacklevel=3,
-            )
+    _warn_if_torch_changed(state)
     return Position(state["epoch"], state["cursor"], state["deal"], [list(p) for p in state["segments"]],
-                    steps, history, _check_excluded(state, expected), _check_handed(state))
+                    steps, history, check_excluded(state, expected), check_handed(state))
 
 
 def build(

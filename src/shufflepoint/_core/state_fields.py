@@ -1,0 +1,139 @@
+"""The fields that place a state in the run, checked against each other: the deal and this epoch's
+``segments``, the run's ``history`` and ``steps``, the ``excluded`` set and what was ``handed`` out
+before an exclusion. ``state.validate`` calls these once the shape and the types are checked."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from shufflepoint._core import spans as _spans
+from shufflepoint._core.errors import StateError
+from shufflepoint._core.exclusion import Exclusion
+from shufflepoint._core.history import History, Place
+from shufflepoint._core.plan import STRIDED, Layout, cut
+from shufflepoint._core.spans import NAME as SPANS
+from shufflepoint._core.spanskips import Handed
+
+if TYPE_CHECKING:
+    from shufflepoint._core.state import Expected
+
+MAX_INT = 2**63 - 1
+DEALS = (STRIDED, SPANS)
+
+
+def fail(field: str, found: object, expected: str, fix: str) -> StateError:
+    shown = repr(found)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return StateError(f"state field {field!r}: found {shown}, expected {expected}. {fix}")
+
+
+def check_segments_shape(segments: list[Any]) -> None:
+    if len(segments) > _spans.MAX_SEGMENTS:
+        raise fail("segments", f"{len(segments)} segments", f"at most {_spans.MAX_SEGMENTS} world sizes in one epoch",
+                   "The state is damaged; use another checkpoint.")
+    for number, pair in enumerate(segments):
+        if not (isinstance(pair, list) and len(pair) == 2
+                and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_INT for v in pair)):
+            raise fail(f"segments[{number}]", pair, "a [world_size, taken] pair of ints >= 0",
+                       "The state is damaged; use another checkpoint.")
+
+
+def check_deal(state: Mapping[str, Any], expected: Expected) -> None:
+    """The layout is sane, the deal is the one this object reads with, and its history replays to
+    the state's cursor."""
+    for field in ("world_size", "batch_size"):
+        if not 1 <= state[field] <= 2**31:
+            raise fail(field, state[field], "an int in [1, 2**31]", "The state is damaged.")
+    deal, segments = state["deal"], state["segments"]
+    if deal not in DEALS:
+        raise fail("deal", deal, " or ".join(map(repr, DEALS)), "The state is damaged or from a newer shufflepoint.")
+    if deal != expected.deal:
+        raise fail("deal", deal, f"{expected.deal!r} (what this {expected.kind} was built with)",
+                   f"The constructor's value is not silently overridden: build the {expected.kind} with "
+                   f"deal={deal!r} to resume this run, or start fresh.")
+    if deal == STRIDED:
+        if segments:
+            raise fail("segments", segments, "[] under the strided deal", "The state is damaged or was edited.")
+        return
+    try:
+        history = _spans.check_segments(state["n"], segments)
+    except ValueError as error:
+        raise fail("segments", segments, "the epoch's history of world sizes", f"{error}. The state is "
+                   "damaged or was edited; use another checkpoint.") from None
+    cursor = state["n"] - (history[-1].remaining() if history else state["n"])
+    if state["cursor"] != cursor and not state["excluded"]:  # with exclusions: checked by the loader (the order)
+        raise fail("cursor", state["cursor"], f"{cursor} (what segments={segments} leave of n={state['n']})",
+                   "The state is damaged or was edited; use another checkpoint.")
+    check_recordable(state, expected.layout)
+
+
+def check_recordable(state: Mapping[str, Any], layout: Layout | None) -> None:
+    """A resize to ``layout`` that would open a segment past ``MAX_SEGMENTS`` in this epoch is refused
+    here, at the load, rather than written as a state that no load accepts."""
+    segments = state["segments"]
+    if layout is None or len(segments) < _spans.MAX_SEGMENTS or segments[-1][0] == layout.world_size:
+        return
+    if cut(layout, SPANS, state["cursor"], segments).samples_per_rank() == 0:
+        return  # nothing left to read on the new world: no segment is opened
+    last = segments[-1][0]
+    raise fail("segments", f"{len(segments)} world sizes in epoch {state['epoch']}",
+               f"at most {_spans.MAX_SEGMENTS} in one epoch: world size {layout.world_size} would be the "
+               f"{len(segments) + 1}th", f"Finish epoch {state['epoch']} on world size {last} (the last one) "
+               f"and resize after it; or load this state into a loader of world size {last}, call "
+               f"set_epoch({state['epoch'] + 1}), save, and resize from that state.")
+
+
+def legacy_history(state: Mapping[str, Any], layout: Layout, start: Place) -> tuple[int, History]:
+    """(steps, history) for a state written before version 3, which recorded neither: the steps are
+    counted as if the saved layout had read the whole run, and the history starts there (earlier
+    steps are not placed)."""
+    deal, n = state["deal"], state["n"]
+    per_epoch = -(-cut(layout, deal, 0, []).samples_per_rank() // layout.batch_size)
+    left = -(-start.cut(layout, deal).samples_per_rank() // layout.batch_size)
+    steps = state["epoch"] * per_epoch + max(per_epoch - left, 0)
+    return steps, History.begin(n, deal, layout, start, steps)
+
+
+def check_history(state: Mapping[str, Any], excluding: bool = False) -> tuple[int, History]:
+    """The run's history is well formed, ends with the saved layout, and arrives at the saved place
+    after ``steps`` batches. The history does not know exclusions yet (docs/exclusion.md, 'Limits'):
+    with samples ``excluding``, where it arrives is not checked."""
+    layout = Layout(state["n"], state["world_size"], state["batch_size"], state["drop_last"])
+    deal, n = state["deal"], state["n"]
+    start = Place(state["epoch"], state["cursor"], tuple((w, t) for w, t in state["segments"]))
+    if "history" not in state:
+        return legacy_history(state, layout, start)
+    try:
+        history = History.from_entries(n, deal, state["history"])
+    except ValueError as error:
+        raise fail("history", state["history"], "the run's layout history (docs/state-format.md)",
+                   f"{error}. The state is damaged or was edited; use another checkpoint.") from None
+    steps, last = state["steps"], history.legs[-1]
+    if last.layout != layout:
+        saved = [layout.world_size, layout.batch_size, int(layout.drop_last)]
+        raise fail("history", state["history"], f"a last entry with the saved layout [W, B, D] = {saved}",
+                   "The state is damaged or was edited; use another checkpoint.")
+    if steps < last.step:
+        raise fail("steps", steps, f"at least {last.step} (the history's last entry)", "The state is damaged.")
+    arrived, target = history.position(steps), start.normal(layout, deal)
+    if arrived != target and not excluding:
+        there = f"epoch {arrived.epoch}, cursor {arrived.cursor}" if arrived else "no batch"
+        raise fail("steps", steps, f"a step at which the history arrives at epoch {start.epoch}, cursor "
+                   f"{start.cursor} (it arrives at {there})", "The state is damaged or was edited.")
+    return steps, history
+
+
+def check_handed(state: Mapping[str, Any]) -> Handed | None:
+    try:
+        return Handed.from_state_field(state["handed"], state["n"], state["deal"] == SPANS and bool(state["excluded"]))
+    except ValueError as error:
+        raise fail("handed", state["handed"], *error.args) from None
+
+
+def check_excluded(state: Mapping[str, Any], expected: Expected) -> Exclusion | None:
+    try:
+        return Exclusion.from_state_field(state["excluded"], state["n"], expected.kind, state["deal"])
+    except ValueError as error:
+        raise fail("excluded", state["excluded"] if len(error.args) < 3 else error.args[2], *error.args[:2]) from None
