@@ -61,9 +61,14 @@ if MODE == "save":
     attempt("not_a_member", lambda: shufflepoint.DataLoader(dataset, BATCH, process_group=other))
     attempt("mesh_and_world_size", lambda: shufflepoint.DataLoader(dataset, BATCH, mesh=mesh["dp"], world_size=2))
     # a state that differs on one dp rank is refused along the dp group, naming the field
+    # (one batch further: a state a run really writes, since v3 checks that its history arrives at its cursor)
+    ahead = shufflepoint.DataLoader(dataset, BATCH, seed=SEED, world_size=DP, rank=0, verify_ranks=False)
+    batches(ahead, SAVE_AFTER + 1)
+    ahead_state = ahead.state_dict()
+
     def disagree(name, differs_on, **kwargs):
         checked = shufflepoint.DataLoader(dataset, BATCH, seed=SEED, **kwargs)
-        state = dict(record["state"], cursor=record["state"]["cursor"] + (BATCH * DP if RANK == differs_on else 0))
+        state = ahead_state if RANK == differs_on else record["state"]
         try:
             checked.load_state_dict(state)
             record[name] = "accepted"
@@ -88,8 +93,10 @@ if MODE == "save":  # two data-parallel dimensions (torchtitan's dp_replicate x 
     record["flattened"] = {"rank": flattened.rank, "world_size": flattened.world_size,
                            "coordinate": dp2.get_coordinate()}
     good = flattened.state_dict()
+    later = shufflepoint.DataLoader(dataset, BATCH, seed=SEED, world_size=4, rank=0, verify_ranks=False)
+    later.set_epoch(1)
     try:
-        flattened.load_state_dict(dict(good, epoch=1 if RANK == 3 else 0))
+        flattened.load_state_dict(later.state_dict() if RANK == 3 else good)
         record["flattened_disagreement"] = "accepted"
     except shufflepoint.StateError as error:
         record["flattened_disagreement"] = str(error)

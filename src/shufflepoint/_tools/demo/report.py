@@ -51,8 +51,8 @@ def render(result: dict[str, Any]) -> str:
         f"shufflepoint demo: {setup['processes']} processes, {setup['epochs']} epochs, checkpoint at epoch "
         f"{setup['save_at']['epoch']} step {setup['save_at']['step']}, SIGKILL, resume in new processes",
         "",
-        f"  {'variant':<33} {'data order':<13} {'final weights vs uninterrupted':<40}",
-        f"  {'-' * 33} {'-' * 13} {'-' * 40}",
+        f"  {'variant':<33} {'data order':<19} {'final weights vs uninterrupted':<40}",
+        f"  {'-' * 33} {'-' * 19} {'-' * 40}",
     ]
     for row in result["variants"]:
         if row["weights_identical"]:
@@ -62,7 +62,7 @@ def render(result: dict[str, Any]) -> str:
         else:
             weights = f"DIFFER (max |diff| {row['weights_max_abs_diff']:.1e})"
         flag = "" if row["as_expected"] else "   <- unexpected"
-        lines.append(f"  {row['label']:<33} {row['verdict']:<13} {weights}{flag}")
+        lines.append(f"  {row['label']:<33} {row['verdict']:<19} {weights}{flag}")
     lines.append("")
     for row in result["variants"]:
         lines.append(f"  {row['label']}: {row['summary']}")
