@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import itertools
 
-import numpy as np
 import pytest
-import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +15,7 @@ from shufflepoint._core.global_batch import GlobalBatchCut, keeps_global_batch
 from shufflepoint._core.history import History, Place
 from shufflepoint._core.plan import Layout, StridedCut, cut
 from shufflepoint._core.spans import SpanCut, check_segments
+from simulated import ShardRows
 
 
 def divisors(number: int) -> list[int]:
@@ -185,22 +184,8 @@ def test_a_position_between_global_batches_or_an_uneven_global_batch_is_refused(
 # -- through the loader: simulated ranks, fresh loaders for each layout --------------------------
 
 
-class Corpus(torch.utils.data.Dataset):
-    """What the loader looks for in a sharded corpus: ``shard_rows`` and a ``fingerprint``."""
-
-    def __init__(self, rows):
-        self.shard_rows = np.asarray(rows, dtype=np.int64)
-        self.fingerprint = "shards:test"
-
-    def __len__(self):
-        return int(self.shard_rows.sum())
-
-    def __getitem__(self, index):
-        return index
-
-
 def loaders(rows, world_size, batch_size, state=None, drop_last=False):
-    made = [shufflepoint.DataLoader(Corpus(rows), batch_size, seed=3, rank=r, world_size=world_size,
+    made = [shufflepoint.DataLoader(ShardRows(rows), batch_size, seed=3, rank=r, world_size=world_size,
                                     drop_last=drop_last, shuffle_block=8) for r in range(world_size)]
     for loader in made:
         if state is not None:

@@ -18,6 +18,7 @@ import shufflepoint
 from shufflepoint import StateError
 from shufflepoint._core.spans import SpanCut, check_segments
 from shufflepoint._shards.mixture import Mixture
+from simulated import ShardRows
 
 WORLDS = st.integers(1, 64)
 BATCHES = st.integers(1, 64)
@@ -114,20 +115,6 @@ def test_the_state_stays_under_a_kibibyte_after_32_world_size_changes():
 # -- through the loaders: simulated ranks, a fresh loader per segment --------------------------------
 
 
-class Corpus(torch.utils.data.Dataset):
-    """What the loader looks for in a sharded corpus: ``shard_rows`` and a ``fingerprint``."""
-
-    def __init__(self, rows):
-        self.shard_rows = np.asarray(rows, dtype=np.int64)
-        self.fingerprint = "shards:test"
-
-    def __len__(self):
-        return int(self.shard_rows.sum())
-
-    def __getitem__(self, index):
-        return index
-
-
 def run_epoch_in_segments(make_dataset, plan, drop_last, seed=5):
     """Read one epoch through fresh loaders, one per (world, batch, batches) segment of ``plan``,
     the last read to the end; each segment restores the previous one's state (from rank 0)."""
@@ -158,7 +145,7 @@ PLANS = st.lists(st.tuples(st.integers(1, 8), st.integers(1, 6), st.integers(0, 
 @settings(max_examples=60, deadline=None)
 @given(rows=st.lists(st.integers(0, 30), min_size=1, max_size=12), plan=PLANS, drop_last=st.booleans())
 def test_a_corpus_resized_many_times_in_an_epoch_serves_each_sample_once(rows, plan, drop_last):
-    served, state = run_epoch_in_segments(lambda: Corpus(rows), plan, drop_last)
+    served, state = run_epoch_in_segments(lambda: ShardRows(rows), plan, drop_last)
     n = sum(rows)
     assert len(served) == len(set(served))
     if drop_last:
@@ -195,20 +182,20 @@ def test_a_mixture_resized_many_times_in_an_epoch_serves_each_slot_once(sizes, l
 
 
 def test_corpora_default_to_spans_and_arrays_to_strided():
-    assert shufflepoint.DataLoader(Corpus([4, 4]), 2).deal == "spans"
+    assert shufflepoint.DataLoader(ShardRows([4, 4]), 2).deal == "spans"
     assert shufflepoint.DataLoader(Mixture([(list(range(8)), 1)]), 2).deal == "spans"
     assert shufflepoint.DataLoader(list(range(8)), 2).deal == "strided"
-    assert shufflepoint.DataLoader(Corpus([4, 4]), 2, order="torch").deal == "strided"
-    assert shufflepoint.DataLoader(Corpus([4, 4]), 2, deal="strided").deal == "strided"
+    assert shufflepoint.DataLoader(ShardRows([4, 4]), 2, order="torch").deal == "strided"
+    assert shufflepoint.DataLoader(ShardRows([4, 4]), 2, deal="strided").deal == "strided"
     assert shufflepoint.DataLoader(list(range(8)), 2, deal="spans").deal == "spans"
-    assert shufflepoint.ResumableSampler(Corpus([4, 4]), num_replicas=2, rank=0).deal == "spans"
+    assert shufflepoint.ResumableSampler(ShardRows([4, 4]), num_replicas=2, rank=0).deal == "spans"
     with pytest.raises(ValueError, match="deal: found 'blocks'"):
-        shufflepoint.DataLoader(Corpus([4, 4]), 2, deal="blocks")
+        shufflepoint.DataLoader(ShardRows([4, 4]), 2, deal="blocks")
 
 
 def test_a_version_1_state_resumes_a_corpus_strided_as_it_was_written():
     """0.2 wrote version 1 and dealt strided: a loader left to the default follows it, exactly."""
-    old = shufflepoint.DataLoader(Corpus([5, 7, 3, 9]), 2, seed=3, rank=1, world_size=2, deal="strided",
+    old = shufflepoint.DataLoader(ShardRows([5, 7, 3, 9]), 2, seed=3, rank=1, world_size=2, deal="strided",
                                   shuffle_block=8)
     it = iter(old)
     next(it), next(it)
@@ -216,18 +203,18 @@ def test_a_version_1_state_resumes_a_corpus_strided_as_it_was_written():
     v1 = {key: value for key, value in state.items() if key not in ("deal", "segments", "steps", "history",
                                                                      "excluded", "handed")}
     v1["version"] = 1
-    fresh = shufflepoint.DataLoader(Corpus([5, 7, 3, 9]), 2, seed=3, rank=1, world_size=2, shuffle_block=8)
+    fresh = shufflepoint.DataLoader(ShardRows([5, 7, 3, 9]), 2, seed=3, rank=1, world_size=2, shuffle_block=8)
     fresh.load_state_dict(v1)
     assert fresh.deal == "strided"
     assert [b.tolist() for b in fresh] == [b.tolist() for b in it]
-    chosen = shufflepoint.DataLoader(Corpus([5, 7, 3, 9]), 2, seed=3, rank=1, world_size=2, shuffle_block=8,
+    chosen = shufflepoint.DataLoader(ShardRows([5, 7, 3, 9]), 2, seed=3, rank=1, world_size=2, shuffle_block=8,
                                      deal="spans")
     with pytest.raises(StateError, match="'deal': found 'strided'.*deal='strided'"):
         chosen.load_state_dict(v1)
 
 
 def progressed(world_size=2, batches=2):
-    loader = shufflepoint.DataLoader(Corpus([6, 6, 6, 6]), 2, seed=1, rank=0, world_size=world_size,
+    loader = shufflepoint.DataLoader(ShardRows([6, 6, 6, 6]), 2, seed=1, rank=0, world_size=world_size,
                                      shuffle_block=4)
     it = iter(loader)
     for _ in range(batches):
@@ -264,7 +251,7 @@ def test_a_malformed_history_is_named_and_changes_nothing(edit, match):
 def test_a_state_records_each_world_size_of_the_epoch_and_resets_at_the_next():
     first = progressed(world_size=2, batches=2)
     state = first.state_dict()
-    second = shufflepoint.DataLoader(Corpus([6, 6, 6, 6]), 2, seed=1, rank=0, world_size=3, shuffle_block=4)
+    second = shufflepoint.DataLoader(ShardRows([6, 6, 6, 6]), 2, seed=1, rank=0, world_size=3, shuffle_block=4)
     second.load_state_dict(state)
     it = iter(second)
     next(it)
@@ -278,13 +265,13 @@ def test_a_shuffle_block_larger_than_half_a_nodes_share_is_warned(monkeypatch):
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # torchrun sets it; without it the loader assumes one node
     rows = [100] * 40  # 4,000 rows; 4 ranks on 2 nodes: 2,000 rows a node
     with pytest.warns(UserWarning, match=r"shuffle_block: 1500 rows is more than half of a node's share .*2000"):
-        shufflepoint.DataLoader(Corpus(rows), 2, rank=0, world_size=4, shuffle_block=1500)
+        shufflepoint.DataLoader(ShardRows(rows), 2, rank=0, world_size=4, shuffle_block=1500)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        shufflepoint.DataLoader(Corpus(rows), 2, rank=0, world_size=4, shuffle_block=500)
-        shufflepoint.DataLoader(Corpus(rows), 2, rank=0, world_size=2, shuffle_block=4000)  # one node
-        shufflepoint.DataLoader(Corpus(rows), 2, rank=0, world_size=4, shuffle_block=1500, deal="strided")
+        shufflepoint.DataLoader(ShardRows(rows), 2, rank=0, world_size=4, shuffle_block=500)
+        shufflepoint.DataLoader(ShardRows(rows), 2, rank=0, world_size=2, shuffle_block=4000)  # one node
+        shufflepoint.DataLoader(ShardRows(rows), 2, rank=0, world_size=4, shuffle_block=1500, deal="strided")
     monkeypatch.delenv("LOCAL_WORLD_SIZE")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        shufflepoint.DataLoader(Corpus(rows), 2, rank=0, world_size=4, shuffle_block=1500)
+        shufflepoint.DataLoader(ShardRows(rows), 2, rank=0, world_size=4, shuffle_block=1500)

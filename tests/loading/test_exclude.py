@@ -4,7 +4,6 @@ Ranks are simulated in one process here (the arithmetic); tests/distributed/test
 real processes, each resume in new ones.
 """
 
-from collections import Counter
 
 import numpy as np
 import pytest
@@ -14,54 +13,11 @@ from hypothesis import strategies as st
 
 import shufflepoint
 from shufflepoint import StateError
+from simulated import check_served, lockstep
 
 
 def loaders(n, world, batch, **kwargs):
     return [shufflepoint.DataLoader(list(range(n)), batch, rank=r, world_size=world, **kwargs) for r in range(world)]
-
-
-def simulate(ranks, epochs, exclusions, *, step=0, stop=None, applied=None):
-    """Every rank in lockstep, ``set_epoch`` each epoch; before global step t (batches per rank since
-    the run began), ``exclusions[t]`` is excluded on every rank (and t appended to ``applied``).
-    Returns [(step, epoch, batches per rank)] and the state at ``stop`` (or at the end)."""
-    served, applied = [], applied if applied is not None else []
-    for epoch in range(ranks[0].epoch, epochs):
-        for loader in ranks:
-            loader.set_epoch(epoch)
-        its = [iter(loader) for loader in ranks]
-        while True:
-            if step in exclusions:
-                for loader in ranks:
-                    loader.exclude(exclusions[step])
-                applied.append(step)
-            if step == stop:
-                return served, ranks[0].state_dict()
-            batches = [next(it, None) for it in its]
-            if batches[0] is None:
-                assert all(b is None for b in batches)
-                break
-            served.append((step, epoch, [b.tolist() for b in batches]))
-            step += 1
-    return served, ranks[0].state_dict()
-
-
-def check_served(served, n, world, exclusions, epochs):
-    """No sample served once excluded; per epoch every sample not excluded by its end served, each once
-    (apart from the tail padding, fewer than ``world`` repeats)."""
-    excluded_at = {}
-    for t in sorted(exclusions):
-        for i in exclusions[t]:
-            excluded_at.setdefault(i, t)
-    for epoch in range(epochs):
-        steps = [(t, b) for t, e, b in served if e == epoch]
-        counts = Counter(i for _, batches in steps for batch in batches for i in batch)
-        for t, batches in steps:
-            for i in (i for batch in batches for i in batch):
-                assert excluded_at.get(i, t + 1) > t, f"index {i} served at step {t}, excluded at {excluded_at[i]}"
-        end = sum(1 for _, e, _ in served if e <= epoch)  # the step the next epoch starts at
-        kept = {i for i in range(n) if excluded_at.get(i, end + 1) > end}
-        assert kept <= set(counts), f"epoch {epoch}: never served {sorted(kept - set(counts))}"
-        assert sum(counts.values()) - len(counts) < world  # repeats: the tail padding only
 
 
 ORDERS = ("radix-feistel", "feistel", "torch", "identity")
@@ -81,14 +37,14 @@ def test_excluded_never_served_the_rest_once_and_a_resume_is_exact(run, data):
     steps_per_epoch = -(-n // (world * batch))
     exclusions = data.draw(st.dictionaries(st.integers(0, 2 * steps_per_epoch),
                                            st.lists(st.integers(0, n - 1), max_size=max(n // 3, 1)), max_size=3))
-    whole, _ = simulate(loaders(n, world, batch, **kwargs), 2, exclusions)
+    whole, _ = lockstep(loaders(n, world, batch, **kwargs), 2, exclusions)
     check_served(whole, n, world, exclusions, 2)
     stop = data.draw(st.integers(0, len(whole)))
-    before, state = simulate(loaders(n, world, batch, **kwargs), 2, exclusions, stop=stop)
+    before, state = lockstep(loaders(n, world, batch, **kwargs), 2, exclusions, stop=stop)
     fresh = loaders(n, world, batch, **kwargs)
     for loader in fresh:
         loader.load_state_dict(state)
-    after, _ = simulate(fresh, 2, {t: v for t, v in exclusions.items() if t > stop}, step=stop)
+    after, _ = lockstep(fresh, 2, {t: v for t, v in exclusions.items() if t > stop}, step=stop)
     assert before + after == whole
 
 
@@ -102,13 +58,13 @@ def test_a_resize_serves_every_remaining_sample_once(run, new_world, new_batch, 
     exclusions = data.draw(st.dictionaries(st.integers(0, stop), st.lists(st.integers(0, n - 1), max_size=n),
                                            max_size=2))
     applied = []
-    before, state = simulate(loaders(n, world, batch, **kwargs), 1, exclusions, stop=stop, applied=applied)
+    before, state = lockstep(loaders(n, world, batch, **kwargs), 1, exclusions, stop=stop, applied=applied)
     fresh = loaders(n, new_world, new_batch, **kwargs)
     for loader in fresh:
         loader.load_state_dict(state)
     excluded = {i for t in applied for i in exclusions[t]}
     assert fresh[0].excluded.count == len(excluded)
-    after, _ = simulate(fresh, 1, {}, step=stop)
+    after, _ = lockstep(fresh, 1, {}, step=stop)
     served_before = [i for _, _, b in before for batch_ in b for i in batch_]
     served_after = [i for _, _, b in after for batch_ in b for i in batch_]
     assert not excluded & set(served_after)

@@ -14,54 +14,12 @@ from corpus_files import jsonl_corpus
 from shufflepoint import StateError
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.spanskips import FilteredSpanCut, Handed
+from simulated import check_served, lockstep
 
 
 def loaders(n, world, batch, **kwargs):
     return [shufflepoint.DataLoader(list(range(n)), batch, rank=r, world_size=world, deal="spans", **kwargs)
             for r in range(world)]
-
-
-def run_epochs(ranks, epochs, exclusions, *, step=0, stop=None, applied=None):
-    """Every rank in lockstep; before global step t, ``exclusions[t]`` is excluded on every rank.
-    Returns [(step, epoch, batches per rank)] and the state at ``stop`` (or at the end)."""
-    served, applied = [], applied if applied is not None else []
-    for epoch in range(ranks[0].epoch, epochs):
-        for loader in ranks:
-            loader.set_epoch(epoch)
-        its = [iter(loader) for loader in ranks]
-        while True:
-            if step in exclusions:
-                for loader in ranks:
-                    loader.exclude(exclusions[step])
-                applied.append(step)
-            if step == stop:
-                return served, ranks[0].state_dict()
-            batches = [next(it, None) for it in its]
-            if batches[0] is None:
-                assert all(b is None for b in batches)
-                break
-            served.append((step, epoch, [b.tolist() for b in batches]))
-            step += 1
-    return served, ranks[0].state_dict()
-
-
-def check_served(served, n, world, exclusions, epochs):
-    """No sample served once excluded; per epoch every sample not excluded by its end served, each once
-    apart from the tail padding (fewer than ``world`` repeats)."""
-    excluded_at = {}
-    for t in sorted(exclusions):
-        for i in exclusions[t]:
-            excluded_at.setdefault(i, t)
-    for epoch in range(epochs):
-        steps = [(t, b) for t, e, b in served if e == epoch]
-        counts = Counter(i for _, batches in steps for batch in batches for i in batch)
-        for t, batches in steps:
-            for i in (i for batch in batches for i in batch):
-                assert excluded_at.get(i, t + 1) > t, f"index {i} served at step {t}, excluded at {excluded_at[i]}"
-        end = sum(1 for _, e, _ in served if e <= epoch)
-        kept = {i for i in range(n) if excluded_at.get(i, end + 1) > end}
-        assert kept <= set(counts), f"epoch {epoch}: never served {sorted(kept - set(counts))}"
-        assert sum(counts.values()) - len(counts) < world
 
 
 runs = st.fixed_dictionaries({
@@ -94,14 +52,14 @@ def test_excluded_never_served_the_rest_once_and_a_resume_is_exact(run, data):
     steps_per_epoch = -(-n // (world * batch))
     exclusions = data.draw(st.dictionaries(st.integers(0, 2 * steps_per_epoch),
                                            st.lists(st.integers(0, n - 1), max_size=max(n // 3, 1)), max_size=3))
-    whole, _ = run_epochs(loaders(n, world, batch, **kwargs), 2, exclusions)
+    whole, _ = lockstep(loaders(n, world, batch, **kwargs), 2, exclusions)
     check_served(whole, n, world, exclusions, 2)
     stop = data.draw(st.integers(0, len(whole)))
-    before, state = run_epochs(loaders(n, world, batch, **kwargs), 2, exclusions, stop=stop)
+    before, state = lockstep(loaders(n, world, batch, **kwargs), 2, exclusions, stop=stop)
     fresh = loaders(n, world, batch, **kwargs)
     for loader in fresh:
         loader.load_state_dict(state)
-    after, _ = run_epochs(fresh, 2, {t: v for t, v in exclusions.items() if t > stop}, step=stop)
+    after, _ = lockstep(fresh, 2, {t: v for t, v in exclusions.items() if t > stop}, step=stop)
     assert before + after == whole
 
 
@@ -241,7 +199,7 @@ def test_with_drop_last_a_resume_is_exact_and_nothing_excluded_is_served(run, da
     kwargs = dict(seed=run["seed"], shuffle=run["shuffle"], drop_last=True)
     exclusions = data.draw(st.dictionaries(st.integers(0, 6), st.lists(st.integers(0, n - 1), max_size=n // 2 + 1),
                                            max_size=3))
-    whole, _ = run_epochs(loaders(n, world, batch, **kwargs), 2, exclusions)
+    whole, _ = lockstep(loaders(n, world, batch, **kwargs), 2, exclusions)
     excluded_at = {}
     for t in sorted(exclusions):
         for i in exclusions[t]:
@@ -250,11 +208,11 @@ def test_with_drop_last_a_resume_is_exact_and_nothing_excluded_is_served(run, da
         assert all(len(b) == batch for b in batches)
         assert all(excluded_at.get(i, t + 1) > t for b in batches for i in b)
     stop = data.draw(st.integers(0, len(whole)))
-    before, state = run_epochs(loaders(n, world, batch, **kwargs), 2, exclusions, stop=stop)
+    before, state = lockstep(loaders(n, world, batch, **kwargs), 2, exclusions, stop=stop)
     fresh = loaders(n, world, batch, **kwargs)
     for loader in fresh:
         loader.load_state_dict(state)
-    after, _ = run_epochs(fresh, 2, {t: v for t, v in exclusions.items() if t > stop}, step=stop)
+    after, _ = lockstep(fresh, 2, {t: v for t, v in exclusions.items() if t > stop}, step=stop)
     assert before + after == whole
 
 

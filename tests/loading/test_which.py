@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -15,29 +14,15 @@ from hypothesis import strategies as st
 
 import shufflepoint
 from shufflepoint import StateError
+from simulated import ShardRows
 
 SEED = 11
-
-
-class Corpus(torch.utils.data.Dataset):
-    """What the loader looks for in a sharded corpus (``shard_rows``): the ``blocks`` order, whose epoch
-    order under ``spans`` depends on the epoch's first world size."""
-
-    def __init__(self, rows):
-        self.shard_rows = np.asarray(rows, dtype=np.int64)
-        self.fingerprint = "shards:test"
-
-    def __len__(self):
-        return int(self.shard_rows.sum())
-
-    def __getitem__(self, index):
-        return index
 
 
 def make(n: int, batch_size: int, **options):
     """A loader over a list of n samples, or, n being a tuple of shard rows, over a corpus of those shards."""
     if isinstance(n, tuple):
-        return shufflepoint.DataLoader(Corpus(n), batch_size, seed=SEED, shuffle_block=3, **options)
+        return shufflepoint.DataLoader(ShardRows(n), batch_size, seed=SEED, shuffle_block=3, **options)
     return shufflepoint.DataLoader(list(range(n)), batch_size, seed=SEED, **options)
 
 
