@@ -189,7 +189,8 @@ def test_a_travelled_history_round_trips():
     (lambda s: s["history"][1].__setitem__(0, 0), r"'history'.*history\[1\]: step 0, expected a step after 0"),
     (lambda s: s["history"][1].__setitem__(1, 2**40), r"'history'.*history\[1\]: found"),
     (lambda s: s["history"][-1].__setitem__(4, 1), "'steps'.*arrives at epoch 2"),
-    (lambda s: s.update(version=2), r"'\(keys\)': found \"unknown \['excluded', 'handed', 'history', 'steps'\]\""),
+    (lambda s: s.update(version=2),
+     r"'\(keys\)': found \"unknown \['excluded', 'excluded_at', 'handed', 'history', 'steps'\]\""),
 ])
 def test_each_bad_history_is_named(edit, match):
     loader = travelled("strided")

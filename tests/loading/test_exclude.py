@@ -99,7 +99,7 @@ def test_the_state_holds_sorted_ranges_and_an_older_state_loads_with_nothing_exc
     assert state["version"] == 3 and state["excluded"] == [7, 4, 39, 1, 48, 1]  # [7, 11), [50, 51), [99, 100)
     assert loader.excluded.ranges() == [(7, 11), (50, 51), (99, 100)]
     v2 = {k: v for k, v in shufflepoint.DataLoader(list(range(100)), 4, seed=1).state_dict().items()
-          if k not in ("excluded", "handed", "steps", "history")}
+          if k not in ("excluded", "handed", "excluded_at", "steps", "history")}
     v2["version"] = 2
     loader.load_state_dict(v2)
     assert loader.excluded.count == 0 and loader.state_dict()["excluded"] == []
@@ -203,21 +203,30 @@ class _Corpus(torch.utils.data.Dataset):
         return i
 
 
-def test_which_is_refused_once_samples_are_excluded_and_a_batch_size_change_keeps_excluding():
+def test_which_places_steps_around_an_exclusion_and_a_batch_size_change_keeps_excluding():
     loader = shufflepoint.DataLoader(list(range(30)), 2, seed=1)
     it = iter(loader)
     first = next(it).tolist()
     assert loader.which(0) == {0: first}
     loader.exclude([5, 6, 7])
-    with pytest.raises(ValueError, match=r"which: this run excludes samples"):
-        loader.which(0)
+    assert loader.which(0) == {0: first}  # before the exclusion: what was served
     second = next(it).tolist()
+    assert loader.which(1) == {0: second} and not {5, 6, 7} & set(second)
     loader.set_batch_size(3)
-    rest = [i for b in it for i in b.tolist()]
+    rest = [b.tolist() for b in it]
+    assert [loader.which(2 + k)[0] for k in range(len(rest))] == rest
+    rest = [i for b in rest for i in b]
     assert loader.step == 2 + -(-(30 - 4 - len({5, 6, 7} - set(first))) // 3)
     assert sorted(second + rest) == sorted(set(range(30)) - {5, 6, 7} - set(first))
     state = loader.state_dict()
+    assert state["excluded_at"] == [1]
     fresh = shufflepoint.DataLoader(list(range(30)), 3, seed=1)
-    fresh.load_state_dict(state)  # the history's arrival is not checked while excluding; the rest is
+    fresh.load_state_dict(state)  # the history's arrival is checked with the excluded samples skipped
     assert fresh.step == loader.step and fresh.excluded == loader.excluded
+    assert [fresh.which(s) for s in range(loader.step)] == [loader.which(s) for s in range(loader.step)]
+    with pytest.raises(StateError, match=r"state field 'steps'"):
+        shufflepoint.DataLoader(list(range(30)), 3, seed=1).load_state_dict({**state, "steps": state["steps"] - 1})
+    for damaged in ([2, 1], [0, 99], ["1"], list(range(33))):
+        with pytest.raises(StateError, match=r"state field 'excluded_at'"):
+            shufflepoint.DataLoader(list(range(30)), 3, seed=1).load_state_dict({**state, "excluded_at": damaged})
     assert [b.tolist() for b in fresh] == [b.tolist() for b in loader]

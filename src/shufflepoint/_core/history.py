@@ -43,7 +43,7 @@ before it are no longer placed (``first_step``).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -51,8 +51,11 @@ from shufflepoint._core import spans as _spans
 from shufflepoint._core.exclusion import FilteredStridedCut
 from shufflepoint._core.plan import MAX_N, STRIDED, Layout, StridedCut, cut
 from shufflepoint._core.spans import SpanCut
-from shufflepoint._core.spanskips import FilteredSpanCut
+from shufflepoint._core.spanskips import Cut, FilteredSpanCut
 
+# The cut a layout reads from a place, the excluded samples skipped (``loader._cut``): a history places the steps
+# after an exclusion with it (the legs from the exclusion's step on, each stored with its start).
+Cuts = Callable[["Place", Layout, int], Cut]
 MAX_ENTRIES = 33  # the leg the history starts with and the 32 latest changes
 MAX_EPOCH = 2**62  # the orders' bound (``_order.MAX_EPOCH``): the last epoch a run can read
 _MAX_INT = 2**63 - 1
@@ -105,7 +108,7 @@ class Leg:
         return [*head, self.start.epoch, start]
 
 
-def _batches(deal_cut: StridedCut | SpanCut, batch_size: int) -> int:
+def _batches(deal_cut: Cut, batch_size: int) -> int:
     return -(-deal_cut.samples_per_rank() // batch_size)
 
 
@@ -114,7 +117,7 @@ class Placed:
     """A step placed: its epoch, the cut it is read from, and its batch within that cut."""
 
     epoch: int
-    cut: StridedCut | SpanCut
+    cut: Cut
     batch: int
     layout: Layout
 
@@ -163,33 +166,44 @@ class History:
             index -= 1
         return self.legs[index].layout.world_size
 
-    def position(self, step: int) -> Place | None:
+    def _cut(self, leg: Leg, start: Place, cuts: Cuts | None) -> Cut:
+        """``leg``'s cut from ``start``: the deal's own, or the caller's (excluded samples skipped)."""
+        if cuts is None:
+            return start.cut(leg.layout, self.deal, self.parts(leg))
+        return cuts(start, leg.layout, self.parts(leg))
+
+    def position(self, step: int, cuts: Cuts | None = None) -> Place | None:
         """Where the run stands once every rank has received ``step`` batches (normal form), or None
-        where no batch reaches it (epochs with no batch under the layout)."""
+        where no batch reaches it (epochs with no batch under the layout). ``cuts``: for steps read
+        with samples excluded."""
         leg = self._leg(step)
         layout, offset = leg.layout, step - leg.step
-        first = leg.start.cut(layout, self.deal, self.parts(leg))
+        first = self._cut(leg, leg.start, cuts)
         left = _batches(first, layout.batch_size)
         if offset < left:
             return place_after(leg.start.epoch, first, offset * layout.batch_size)
-        if offset == left:
-            return leg.start.normal(layout, self.deal) if left == 0 else Place(leg.start.epoch + 1, 0)
-        fresh = cut(layout, self.deal, 0, [], self.parts(leg))
-        per_epoch = _batches(fresh, layout.batch_size)
+        if offset == left and left == 0:
+            return leg.start.normal(layout, self.deal)
+        if offset == left:  # the next epoch's start (under spans with samples excluded, its cursor counts them)
+            following = Place(leg.start.epoch + 1, 0)
+            return following if cuts is None else place_after(following.epoch, self._cut(leg, following, cuts), 0)
+        per_epoch = _batches(self._cut(leg, Place(leg.start.epoch + 1, 0), cuts), layout.batch_size)
         if per_epoch == 0:
             return None
         epochs, batch = divmod(offset - left, per_epoch)
-        return place_after(leg.start.epoch + 1 + epochs, fresh, batch * layout.batch_size)
+        epoch = leg.start.epoch + 1 + epochs
+        return place_after(epoch, self._cut(leg, Place(epoch, 0), cuts), batch * layout.batch_size)
 
-    def place(self, step: int) -> Placed:
-        """The epoch, cut and batch of ``step``; ValueError naming ``step`` where none exists."""
+    def place(self, step: int, cuts: Cuts | None = None) -> Placed:
+        """The epoch, cut and batch of ``step``; ValueError naming ``step`` where none exists. ``cuts``: for
+        steps read with samples excluded (every rank's batch in an epoch is the same size whatever it skips)."""
         leg = self._leg(step)
         layout, offset = leg.layout, step - leg.step
-        first = leg.start.cut(layout, self.deal, self.parts(leg))
+        first = self._cut(leg, leg.start, cuts)
         left = _batches(first, layout.batch_size)
         if offset < left:
             return Placed(leg.start.epoch, first, offset, layout)
-        fresh = cut(layout, self.deal, 0, [], self.parts(leg))
+        fresh = self._cut(leg, Place(leg.start.epoch + 1, 0), cuts)
         per_epoch = _batches(fresh, layout.batch_size)
         if per_epoch == 0:
             raise ValueError(f"step: found {step}, but from step {leg.step + left} on the layout "
@@ -200,29 +214,38 @@ class History:
         if epoch > MAX_EPOCH:
             raise ValueError(f"step: found {step}, in epoch {epoch}, past the last epoch the orders support "
                              f"({MAX_EPOCH})")
-        return Placed(epoch, fresh, batch, layout)
+        return Placed(epoch, fresh if cuts is None else self._cut(leg, Place(epoch, 0), cuts), batch, layout)
 
-    def record(self, step: int, layout: Layout, start: Place) -> History:
+    def record(self, step: int, layout: Layout, start: Place, cuts: Cuts | None = None, *,
+               split: bool = False) -> History:
         """The history once the run reads with ``layout`` from ``start`` at ``step``.
 
-        Nothing is added when that is where the last leg would have arrived with the same layout; a
-        leg that began at ``step`` read nothing and is replaced; past ``MAX_ENTRIES`` the oldest
-        legs are dropped and the first kept one is stored with its start.
+        Nothing is added when that is where the last leg would have arrived with the same layout
+        (unless ``split``: an exclusion begins a leg of its own); a leg that began at ``step`` read
+        nothing and is replaced; past ``MAX_ENTRIES`` the oldest legs are dropped and the first kept
+        one is stored with its start. With ``cuts`` (samples excluded) the leg is stored with its
+        start: a stored history resolves the others with the deal's own cuts.
         """
         legs = list(self.legs)
         if step < legs[-1].step:
             raise ValueError(f"step: found {step}, before the last leg's first step {legs[-1].step}")
         target = start.normal(layout, self.deal)
-        if legs[-1].layout == layout and self.position(step) == target:
+        if not split and legs[-1].layout == layout and self._arrives(step, target, cuts):
             return self
         while legs and legs[-1].step == step:
             legs.pop()
-        arrived = History(self.n, self.deal, legs).position(step) if legs else None
-        legs.append(Leg(step, layout, target, explicit=arrived != target))
+        arrived = History(self.n, self.deal, legs).position(step) if legs and cuts is None else None
+        legs.append(Leg(step, layout, target, explicit=arrived != target or cuts is not None))
         if len(legs) > MAX_ENTRIES:
             legs = legs[-MAX_ENTRIES:]
             legs[0] = replace(legs[0], explicit=True)
         return History(self.n, self.deal, legs)
+
+    def _arrives(self, step: int, target: Place, cuts: Cuts | None) -> bool:
+        try:
+            return self.position(step, cuts) == target
+        except ValueError:  # a step the cuts cannot place (``spans``: an exclusion's epoch left): a leg of its own
+            return False
 
     @classmethod
     def from_entries(cls, n: int, deal: str, entries: object) -> History:

@@ -35,6 +35,9 @@ excluded               list         dataset indices never served again (``loader
                                     (``_core/exclusion.py``); at most 131,072 ranges; ``[]`` for none
 handed                 list         ``spans``, samples excluded: ``[first_world_size, gap, length, ...]``, handed
                                     out before the epoch's latest exclusion (``_core/spanskips.py``); else ``[]``
+excluded_at            list         the steps at which ``exclude()`` calls took effect, ascending: the first
+                                    and the latest 31 (``which`` places steps before the first and from the
+                                    latest on); ``[]`` when nothing is excluded or for a state written before it
 =====================  ===========  ==========================================================
 
 The key set never depends on progress (torch.distributed.checkpoint asks a fresh object for its
@@ -58,6 +61,7 @@ from shufflepoint._core.state_fields import (
     MAX_INT,
     check_deal,
     check_excluded,
+    check_excluded_at,
     check_handed,
     check_history,
     check_segments_shape,
@@ -93,11 +97,14 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "history": ((list,), "a list of [step, W, B, D] or [step, W, B, D, epoch, start] entries"),
     "excluded": ((list,), "a list [gap, length, ...] of excluded ranges"),
     "handed": ((list,), "a list [first_world_size, gap, length, ...] of handed-out ranges, or []"),
+    "excluded_at": ((list,), "a list of the steps at which exclusions took effect, or []"),
 }
 FIELDS: tuple[str, ...] = tuple(_SCHEMA)
-_ADDED_IN = {"deal": 2, "segments": 2, "steps": 3, "history": 3, "excluded": 3, "handed": 3}  # the version adding it
+_ADDED_IN = {"deal": 2, "segments": 2, "steps": 3, "history": 3, "excluded": 3, "handed": 3,
+             "excluded_at": 3}  # the version adding it
 _FIELDS_OF = {version: tuple(f for f in FIELDS if _ADDED_IN.get(f, 1) <= version) for version in range(1, VERSION + 1)}
-_OPTIONAL = {"handed"}  # added within version 3: a state without it handed nothing out before an exclusion
+_OPTIONAL = {"handed", "excluded_at"}  # added within version 3: a state without handed handed nothing out before
+# an exclusion; one without excluded_at does not say when its exclusions took effect (``which`` then refuses them)
 
 # Keys that identify states written by other libraries, to say so instead of "missing keys".
 _FOREIGN = {
@@ -145,6 +152,7 @@ class Position:
     history: History
     excluded: Exclusion | None = None  # None: nothing excluded
     handed: Handed | None = None  # spans with exclusions: what the epoch handed out before its latest one
+    excluded_at: tuple[int, ...] = ()  # the steps the exclusions took effect at (the first and the latest 31)
 
 
 def _check_shape(state: object) -> Mapping[str, Any]:
@@ -188,6 +196,8 @@ def _check_shape(state: object) -> Mapping[str, Any]:
         state = {**state, "excluded": []}
     if "handed" not in state:
         state = {**state, "handed": []}
+    if "excluded_at" not in state:
+        state = {**state, "excluded_at": []}
     for field, (types, text) in _SCHEMA.items():
         if field not in state:  # steps and history before version 3: see legacy_history
             continue
@@ -291,7 +301,8 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> Posit
         )
     _warn_if_torch_changed(state)
     return Position(state["epoch"], state["cursor"], state["deal"], [list(p) for p in state["segments"]],
-                    steps, history, check_excluded(state, expected), check_handed(state))
+                    steps, history, check_excluded(state, expected), check_handed(state),
+                    check_excluded_at(state, steps))
 
 
 def build(
@@ -299,7 +310,7 @@ def build(
     order_version: int, world_size: int, batch_size: int, drop_last: bool,
     dataset_fingerprint: str | None, deal: str = STRIDED, segments: list[list[int]] | None = None,
     steps: int = 0, history: History | None = None, excluded: list[int] | None = None,
-    handed: list[int] | None = None,
+    handed: list[int] | None = None, excluded_at: list[int] | None = None,
 ) -> dict[str, Any]:
     """The state dict, every field in schema order. Without a ``history``, the run's history starts at
     ``steps`` from the state's own place (what is known of a state built by hand)."""
@@ -319,5 +330,5 @@ def build(
         "torch_version": torch_version, "dataset_fingerprint": dataset_fingerprint,
         "deal": deal, "segments": [list(pair) for pair in segments or []],
         "steps": steps, "history": history.entries(), "excluded": list(excluded or []),
-        "handed": list(handed or []),
+        "handed": list(handed or []), "excluded_at": list(excluded_at or []),
     }

@@ -137,3 +137,19 @@ def check_excluded(state: Mapping[str, Any], expected: Expected) -> Exclusion | 
         return Exclusion.from_state_field(state["excluded"], state["n"], expected.kind, state["deal"])
     except ValueError as error:
         raise fail("excluded", state["excluded"] if len(error.args) < 3 else error.args[2], *error.args[:2]) from None
+
+
+MAX_EXCLUDED_AT = 32  # the first exclusion's step and the latest 31
+
+
+def check_excluded_at(state: Mapping[str, Any], steps: int) -> tuple[int, ...]:
+    """The steps the exclusions took effect at: ascending ints in [0, steps], at most ``MAX_EXCLUDED_AT``,
+    ``[]`` when nothing is excluded (a state written before the field may carry ``[]`` with exclusions)."""
+    value = state["excluded_at"]
+    expected = (f"at most {MAX_EXCLUDED_AT} ascending steps in [0, steps={steps}], [] when nothing is excluded")
+    well_formed = (len(value) <= MAX_EXCLUDED_AT and all(isinstance(s, int) and not isinstance(s, bool)
+                                                        and 0 <= s <= steps for s in value)
+                   and all(a < b for a, b in zip(value, value[1:], strict=False)))
+    if not well_formed or (value and not state["excluded"]):
+        raise fail("excluded_at", value, expected, "The state is damaged or was edited; use another checkpoint.")
+    return tuple(value)

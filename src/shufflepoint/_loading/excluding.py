@@ -10,19 +10,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from shufflepoint._core.errors import StateError
 from shufflepoint._core.exclusion import MAX_RANGES, Exclusion, FilteredStridedCut, Skips
+from shufflepoint._core.history import place_after
 from shufflepoint._core.plan import STRIDED, Layout, StridedCut
 from shufflepoint._core.spans import SpanCut
 from shufflepoint._core.spanskips import Cut, FilteredSpanCut, Handed
 from shufflepoint._loading.agreement import group_matches, state_digest
+from shufflepoint._loading.excluded_steps import handed_from, history_cuts, kept_steps, placeable
 from shufflepoint._loading.sampler import Deal, OrderCache
-from shufflepoint._loading.steps import Pass
+from shufflepoint._loading.steps import Lookup, Pass
+from shufflepoint._order import check_int
 
 if TYPE_CHECKING:
-    from shufflepoint._core.history import History, Place
+    from shufflepoint._core.history import Cuts, History, Place
     from shufflepoint._core.state import Position
 
 
@@ -173,7 +174,13 @@ class ExclusionMixin:
         _epoch: int
         _start: Any
         _steps: int
+        _excluded_at: tuple[int, ...]
+        _which_excluded: Excluded
+        _lookup: Lookup
         dataset: Any
+
+        @property
+        def epoch(self) -> int: ...
 
         def _here(self) -> tuple[int, Place]: ...
 
@@ -216,13 +223,38 @@ class ExclusionMixin:
             live = self._pass
             current, done = (live.cut, self._layout.batch_size * live.received) if live else (self._start, 0)
             if not isinstance(current, FilteredSpanCut):  # nothing excluded yet: what it read, as segments
-                _, read = current.after(done)  # (a fixed global batch's position is one segment of its parts)
-                current, done = FilteredSpanCut(self._layout.n, Handed(current.first_world_size, Exclusion.empty(
-                    self._layout.n)), np.zeros(0, np.int64), read, self._layout.world_size,
-                    self._layout.batch_size, self._layout.drop_last), 0
+                current, done = handed_from(current, done, self._layout), 0
             handed, segments = current.handed_after(done), []
         self._excluded.replace(merged, self._layout.n)
         start = self._cut(place.epoch, place.cursor, segments, parts=self._history.parts(), handed=handed)
         live = self._pass
         self._pass = Pass(place.epoch, start, steps, follows=live) if live is not None else None
         self._epoch, self._start, self._steps = place.epoch, start, steps
+        self._excluded_at = kept_steps(self._excluded_at, steps)  # a leg of its own: which() places what follows
+        self._history = self._history.record(steps, self._layout, place_after(place.epoch, start, 0),
+                                             self._history_cuts(), split=True)
+
+    def _history_cuts(self, excluded: Excluded | None = None, orders: OrderCache | None = None) -> Cuts | None:
+        """The cuts that place this run's steps from its latest exclusion on (None: nothing excluded)."""
+        if not self._excluded.exclusion:
+            return None
+        return history_cuts(self._history, self._deal, orders or self._orders, excluded or self._excluded,
+                            self._excluded_at, (self.epoch, self._handed()))
+
+    def _leaving_exclusion(self) -> bool:
+        """Whether a jump leaves the epoch of the latest exclusion under ``spans`` (which re-dealt it from what
+        it had handed out): the next epoch then begins a leg of its own, placed without that."""
+        if self._deal.name == STRIDED or not self._excluded_at:
+            return False
+        at = self._excluded_at[-1]
+        return any(leg.step == at and leg.start.epoch == self.epoch for leg in self._history.legs)
+
+    def _which(self, step: int) -> dict[int, list[int]]:
+        """``which``, placing the steps read with samples excluded (``_loading/excluded_steps.py``)."""
+        if not self._excluded.exclusion or not placeable(check_int("step", step, 0, 2**63 - 1), self._excluded_at):
+            return self._lookup.which(self._history, self._orders, step)
+        if self._which_excluded.exclusion is not self._excluded.exclusion:  # its own skips: the live ones stay
+            self._which_excluded = Excluded(self._orders.n)
+            self._which_excluded.replace(self._excluded.exclusion, self._orders.n)
+        cuts = self._history_cuts(self._which_excluded, self._lookup.orders(self._orders))
+        return self._lookup.which(self._history, self._orders, step, cuts)

@@ -15,6 +15,7 @@ from shufflepoint._core.spanskips import Cut
 from shufflepoint._loading.agreement import validate_everywhere
 from shufflepoint._loading.block_choice import adopt_recorded_block
 from shufflepoint._loading.capabilities import schedule_hooks
+from shufflepoint._loading.excluded_steps import arrived
 from shufflepoint._loading.excluding import Excluded, ExclusionMixin
 from shufflepoint._loading.keyed import Transform, keyed_chunks
 from shufflepoint._loading.mesh import resolve_data_parallel
@@ -152,7 +153,8 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         self._fingerprint_arg = dataset_fingerprint
         self._compatible = schedule_hooks(dataset, self._orders.shuffle_block, world_size * batch_size)
         self._epoch, self._steps = 0, 0
-        self._excluded = Excluded(self._layout.n)
+        self._excluded, self._which_excluded = Excluded(self._layout.n), Excluded(self._layout.n)
+        self._excluded_at: tuple[int, ...] = ()  # the steps exclude() took effect at (_loading/excluded_steps.py)
         self._start: Cut = self._cut(0, 0, [])  # where the next pass starts
         self._pass: Pass | None = None
         self._history = History.begin(self._layout.n, self._deal.name, self._layout, Place(0, 0))
@@ -189,8 +191,9 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
 
     def _jump(self, epoch: int, start: Cut) -> None:
         """Read from ``start`` of ``epoch`` next (no live pass), recorded in the run's history."""
-        steps = self.step
-        self._history = self._history.record(steps, self._layout, place_after(epoch, start, 0))
+        steps = self.step  # leaving an epoch whose exclusion re-dealt it (spans): a leg of its own, so later epochs
+        self._history = self._history.record(steps, self._layout, place_after(epoch, start, 0),  # place without it
+                                             self._history_cuts(), split=self._leaving_exclusion())
         self._pass, self._epoch, self._start, self._steps = None, int(epoch), start, steps
 
     @property
@@ -314,6 +317,7 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
             drop_last=self._layout.drop_last, dataset_fingerprint=self._fingerprint,
             deal=self._deal.name, segments=segments, steps=self.step, history=self._history,
             excluded=self._excluded.exclusion.to_state(), handed=handed.to_state() if handed else [],
+            excluded_at=list(self._excluded_at),
         )
 
     def load_state_dict(
@@ -338,22 +342,21 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         )
         excluded = Excluded.for_state(position.excluded, deal, orders, self.dataset)
         start = excluded.start(deal, orders, self._layout, position)
-        history = position.history.record(position.steps, self._layout, place_after(position.epoch, start, 0))
+        history = arrived(position, excluded, deal, orders, start, self._layout)
         start = excluded.cut(deal, orders, self._layout, position.epoch, position.cursor, position.segments,
                              history.parts(), position.handed)
         if orders.shuffle_block != self._orders.shuffle_block:  # a state's block adopted: its fingerprint too
             self._fingerprint, self._legacy_fingerprint = self._fingerprint_of(orders)
         self._orders, self._deal, self._pass, self._epoch, self._start = orders, deal, None, position.epoch, start
         self._steps, self._history, self._excluded = position.steps, history, excluded
+        self._excluded_at, self._which_excluded = position.excluded_at, Excluded(self._layout.n)
 
     def which(self, step: int) -> dict[int, list[int]]:
         """For each rank of the world that read ``step`` (see ``step``), the dataset indices of its batch,
         by arithmetic from the run's layout history in the state (``docs/state-format.md#which``): load
-        any state saved at or after ``step``, on any rank and world size. Later steps: this loader's layout."""
-        if self._excluded.exclusion:
-            raise ValueError("which: this run excludes samples (loader.exclude), which the run's history does not "
-                             "place yet (docs/exclusion.md, 'Limits')")
-        return self._lookup.which(self._history, self._orders, step)
+        any state saved at or after ``step``, on any rank and world size. Later steps: this loader's layout.
+        With samples excluded: the steps before the first ``exclude()`` and from the latest on (docs/exclusion.md)."""
+        return self._which(step)
 
     def set_batch_size(self, batch_size: int) -> None:
         """Read on in batches of ``batch_size`` per rank from the next batch, recorded in the run's history.
@@ -364,7 +367,7 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         batch_size = check_int("batch_size", batch_size, 1, 2**31)
         steps, place = self._here()
         layout = Layout(self._layout.n, self._layout.world_size, batch_size, self._layout.drop_last)
-        history = self._history.record(steps, layout, place)
+        history = self._history.record(steps, layout, place, self._history_cuts())
         start = self._cut(place.epoch, place.cursor, [list(pair) for pair in place.segments], layout,
                           parts=history.parts(), handed=self._handed())
         live = self._pass

@@ -17,7 +17,7 @@ import copy
 
 import numpy as np
 
-from shufflepoint._core.history import History
+from shufflepoint._core.history import Cuts, History
 from shufflepoint._core.spanskips import Cut
 from shufflepoint._loading.sampler import OrderCache
 from shufflepoint._order import check_int
@@ -41,13 +41,18 @@ class Lookup:
         self._source: OrderCache | None = None
         self._orders: OrderCache | None = None
 
-    def which(self, history: History, orders: OrderCache, step: int) -> dict[int, list[int]]:
-        """For each rank of the world that read ``step``, the dataset indices of its batch."""
-        check_int("step", step, 0, 2**63 - 1)
+    def orders(self, orders: OrderCache) -> OrderCache:
+        """This lookup's copy of the loader's ``orders`` (the cuts of an exclusion read it too)."""
         if self._source is not orders or self._orders is None:
             self._source, self._orders = orders, copy.copy(orders)
-        placed = history.place(int(step))
-        order = self._orders.get(placed.epoch, placed.cut)
+        return self._orders
+
+    def which(self, history: History, orders: OrderCache, step: int, cuts: Cuts | None = None) -> dict[int, list[int]]:
+        """For each rank of the world that read ``step``, the dataset indices of its batch; ``cuts``: the
+        loader's, for a step read with samples excluded (built over ``self.orders(orders)``)."""
+        check_int("step", step, 0, 2**63 - 1)
+        placed = history.place(int(step), cuts)
+        order = self.orders(orders).get(placed.epoch, placed.cut)
         positions = [placed.rank_positions(rank) for rank in range(placed.layout.world_size)]
         indices = order.take(np.concatenate(positions)).tolist()  # one call for the world, not one per rank
         bounds = np.cumsum([0] + [len(p) for p in positions]).tolist()
