@@ -98,8 +98,8 @@ def legacy_history(state: Mapping[str, Any], layout: Layout, start: Place) -> tu
 
 def check_history(state: Mapping[str, Any], excluding: bool = False) -> tuple[int, History]:
     """The run's history is well formed, ends with the saved layout, and arrives at the saved place
-    after ``steps`` batches. The history does not know exclusions yet (docs/exclusion.md, 'Limits'):
-    with samples ``excluding``, where it arrives is not checked."""
+    after ``steps`` batches. With samples ``excluding`` where it arrives needs the order's inverse, so the
+    loader checks it (``_loading/excluded_steps.arrived``), not this."""
     layout = Layout(state["n"], state["world_size"], state["batch_size"], state["drop_last"])
     deal, n = state["deal"], state["n"]
     start = Place(state["epoch"], state["cursor"], tuple((w, t) for w, t in state["segments"]))
