@@ -64,6 +64,18 @@ def gc_timer() -> list[float]:
     return spent
 
 
+def timed_resume(loader: Any, state: Any, spent: list[float], imports: float, construct: float) -> dict[str, float]:
+    """The resume as a restarted job meets it: load the state, then the first batch (wall and CPU time)."""
+    start, cpu = time.perf_counter(), time.process_time()
+    loader.load_state_dict(state)
+    loaded = time.perf_counter()
+    batch = next(iter(loader))
+    first, cpu = time.perf_counter(), time.process_time() - cpu
+    assert tuple(batch.shape) == (BATCH, SEQ_LEN + 1)
+    return {"import": imports, "construct": construct, "load": loaded - start, "first": first - loaded,
+            "gc": spent[0], "cpu": cpu}
+
+
 def child_shufflepoint(args: argparse.Namespace) -> dict[str, float]:
     begin = time.perf_counter()
     import shufflepoint
@@ -78,14 +90,7 @@ def child_shufflepoint(args: argparse.Namespace) -> dict[str, float]:
     with open(args.state) as f:
         state = json.load(f)
     spent[0] = 0.0
-    start, cpu = time.perf_counter(), time.process_time()
-    loader.load_state_dict(state)
-    loaded = time.perf_counter()
-    batch = next(iter(loader))
-    first, cpu = time.perf_counter(), time.process_time() - cpu
-    assert tuple(batch.shape) == (BATCH, SEQ_LEN + 1)
-    return {"import": imported - begin, "construct": built - imported, "load": loaded - start,
-            "first": first - loaded, "gc": spent[0], "cpu": cpu}
+    return timed_resume(loader, state, spent, imported - begin, built - imported)
 
 
 def child_litdata(args: argparse.Namespace) -> dict[str, float]:
@@ -110,14 +115,7 @@ def child_litdata(args: argparse.Namespace) -> dict[str, float]:
     with open(args.state) as f:
         state = json.load(f)
     spent = gc_timer()
-    start, cpu = time.perf_counter(), time.process_time()
-    loader.load_state_dict(state)
-    loaded = time.perf_counter()
-    batch = next(iter(loader))
-    first, cpu = time.perf_counter(), time.process_time() - cpu
-    assert tuple(batch.shape) == (BATCH, SEQ_LEN + 1)
-    return {"import": imported - begin, "construct": built - imported, "load": loaded - start,
-            "first": first - loaded, "gc": spent[0], "cpu": cpu}
+    return timed_resume(loader, state, spent, imported - begin, built - imported)
 
 
 def convert_litdata(args: argparse.Namespace) -> dict[str, float]:
