@@ -124,7 +124,11 @@ def test_a_loader_over_a_scheduled_mixture_honours_the_resume_contract(world_siz
 @SPLIT_BATCH
 @pytest.mark.parametrize("first,then", [((2, 3), (3, 1)), ((3, 1), (2, 2)), ((1, 4), (4, 1))])
 def test_a_resize_serves_every_slot_of_the_epoch_once(first, then):
-    reference = scheduled_component(0, 1).make()
+    # the run's first global batch places the phases (its grid): one process reading it whole is the reference
+    reference = shufflepoint.DataLoader(
+        Mixture([tagged("a", 17), tagged("b", 5)], samples_per_epoch=24,
+                schedule=[(0, [3, 1]), (30, [1, 3]), (55, [0, 1])]),
+        first[0] * first[1], seed=4, collate_fn=list, shuffle_block=6)
     reference.set_epoch(1)  # epoch 1: run positions 24..47, phases 0 and 1
     expected = Counter(x for batch in reference for x in batch)
     seen = served_across_a_resize(lambda r, w, b: shufflepoint.DataLoader(
@@ -169,7 +173,6 @@ def test_a_resume_may_append_phases_after_the_position_reached():
 @SPLIT_BATCH
 @pytest.mark.parametrize("changed, phase", [
     ([(0, [1, 2])], 0),  # the weights of the phase the run is in
-    ([(0, [1, 1]), (12, [1, 0])], 1),  # a phase appended inside the window already reached
     ([(0, [1, 1]), (4, [1, 0])], 1),  # a phase inserted in the past
 ])
 def test_a_resume_that_changes_a_started_phase_is_refused_naming_it(changed, phase):
@@ -234,16 +237,50 @@ def test_weighted_pairs_with_a_schedule_and_the_spans_deal_are_refused():
         shufflepoint.DataLoader(mixture, 2, deal="spans")
 
 
-def test_a_phase_that_starts_inside_a_global_batch_is_warned_about_naming_it():
-    mixture = Mixture([tagged("a", 50), tagged("b", 50)], samples_per_epoch=60,
-                      schedule=[(0, [1, 1]), (36, [0, 1]), (72, [1, 0])])
+def test_a_global_batch_that_does_not_fit_the_run_s_grid_is_warned_about():
+    """The schedule follows the run's first global batch (2 x 3 = 6): a resume or set_batch_size on a global
+    batch that is a multiple of it keeps every guarantee, another one is warned about, naming both."""
+    def loader(world, batch):
+        mixture = Mixture([tagged("a", 50), tagged("b", 50)], samples_per_epoch=60,
+                          schedule=[(0, [1, 1]), (35, [0, 1])])
+        return shufflepoint.DataLoader(mixture, batch, world_size=world, rank=0, collate_fn=list)
+
+    state = loader(2, 3).state_dict()
+    assert state["dataset_fingerprint"].endswith(":grid=6")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        shufflepoint.DataLoader(mixture, 3, world_size=2, rank=0)  # 36, and 72 = epoch 1's 12: both batch edges
-    split = r"schedule\[1\] \(row 36\), schedule\[2\] \(row 72\) start\(s\) inside a global batch of 8"
-    with pytest.warns(UserWarning, match=split) as caught:
-        shufflepoint.DataLoader(mixture, 4, world_size=2, rank=0)
+        for world, batch in ((3, 2), (1, 6), (4, 3)):  # 6, 6, 12
+            resumed = loader(world, batch)
+            resumed.load_state_dict(state)
+            assert resumed.state_dict()["dataset_fingerprint"] == state["dataset_fingerprint"]
+        resumed.set_batch_size(6)  # 4 x 6 = 24
+    resumed = loader(2, 2)
+    with pytest.warns(UserWarning, match=r"global batch: found 4 rows .* its global batch of 6") as caught:
+        resumed.load_state_dict(state)
     assert caught[0].filename == __file__  # said at the user's line
+    with pytest.warns(UserWarning, match=r"global batch: found 10 rows .* its global batch of 6"):
+        resumed.set_batch_size(5)
+
+
+def test_a_phase_appended_inside_the_global_batch_reached_is_refused():
+    """A resume on another global batch can stop inside one of the grid's (4 rows): a phase may then be
+    appended from the end of that global batch on, not inside it."""
+    first = appended_loader([(0, [1, 1])])  # 1 x 4: the grid is 4
+    iterator = iter(first)
+    for _ in range(3):
+        next(iterator)
+    narrower = appended_loader([(0, [1, 1])])
+    narrower.load_state_dict(first.state_dict())
+    with pytest.warns(UserWarning, match=r"global batch: found 3 rows .* its global batch of 4"):
+        narrower.set_batch_size(3)
+    next(iter(narrower))  # positions 12..14: the state stops at 15, inside the grid's global batch 12..15
+    state = narrower.state_dict()
+    with pytest.raises(shufflepoint.StateError, match=r"schedule\[1\]"):
+        appended_loader([(0, [1, 1]), (14, [1, 0])]).load_state_dict(state)
+    resumed = appended_loader([(0, [1, 1]), (16, [1, 0])])
+    resumed.load_state_dict(state)
+    rest = [x for batch in resumed for x in batch]
+    assert len(rest) == 25 and {x[0] for x in rest[1:]} == {"a"}  # position 15 in phase 0, then phase 1
 
 
 @SPLIT_BATCH
@@ -260,7 +297,7 @@ def test_any_schedule_resumed_on_any_world_serves_each_slot_once_and_the_same_wo
         return shufflepoint.DataLoader(make(lengths, schedule, length), batch_size, seed=seed, rank=rank,
                                        world_size=world_size, collate_fn=list, shuffle_block=block)
 
-    whole = make_loader(0, 1, 1)
+    whole = make_loader(0, 1, first[0] * first[1])  # one process on the first run's global batch (its grid)
     whole.set_epoch(epoch)
     expected = Counter(x for batch in whole for x in batch)
     steps = min(steps, length // (first[0] * first[1]))
@@ -343,29 +380,74 @@ def test_bad_ramps_are_refused_naming_the_phase(schedule, words):
         Schedule(schedule, sources=2)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(world=st.integers(1, 3), batch=st.integers(1, 6), sources=st.integers(2, 3), data=st.data(),
-       seed=st.integers(0, 2**32), epochs=st.integers(1, 2))
+       seed=st.integers(0, 2**32), epochs=st.integers(1, 2), block=st.integers(1, 50))
 def test_every_global_batch_follows_the_phase_of_its_first_sample_and_holds_its_share(
-        world, batch, sources, data, seed, epochs):
-    """Phase starts at global-batch edges and shuffle_block = the global batch: each global batch of every
-    rank together holds its phase's share, within one sample for two sources (S - 1 for S)."""
+        world, batch, sources, data, seed, epochs, block):
+    """Phases start anywhere (ramps too), any shuffle_block, an epoch that is no multiple of the global batch:
+    each global batch of all ranks together follows the phase of its first sample and holds that phase's
+    share, within one sample for two sources (S - 1 for S), and so does any run of global batches of one phase
+    in one epoch (drop_last leaves the epoch's tail out of every global batch)."""
     global_batch = world * batch
-    batches_per_epoch = data.draw(st.integers(1, 8))
-    length = batches_per_epoch * global_batch
-    phases = data.draw(st.lists(st.integers(1, 2 * batches_per_epoch), min_size=0, max_size=4, unique=True))
-    weights = [data.draw(st.lists(st.integers(0, 7), min_size=sources, max_size=sources).filter(any))
-               for _ in range(len(phases) + 1)]
-    schedule = [(0, weights[0])] + [(k * global_batch, w) for k, w in zip(sorted(phases), weights[1:], strict=True)]
+    length = data.draw(st.integers(global_batch, 10 * global_batch))
+    schedule = data.draw(schedules(sources))
     mixture = Mixture([tagged(chr(97 + s), 30) for s in range(sources)], samples_per_epoch=length, schedule=schedule)
     loaders = [shufflepoint.DataLoader(mixture, batch, seed=seed, rank=r, world_size=world, collate_fn=list,
-                                       shuffle_block=global_batch) for r in range(world)]
-    step = 0
-    for _ in range(epochs):
-        for together in zip(*[list(loader) for loader in loaders], strict=True):
-            shares = mixture.schedule.shares[mixture.schedule.phase(step * global_batch)]
+                                       drop_last=True, shuffle_block=block) for r in range(world)]
+    bound = 1 if sources == 2 else sources - 1
+    steps = []  # (phase of the first sample, counts per source) of every global batch
+    for epoch in range(epochs):
+        for loader in loaders:
+            loader.set_epoch(epoch)
+        for k, together in enumerate(zip(*[list(loader) for loader in loaders], strict=True)):
             counts = Counter(x[0] for batch_of_rank in together for x in batch_of_rank)
+            steps.append(((epoch, mixture.schedule.phase(epoch * length + k * global_batch)),
+                          [counts[chr(97 + s)] for s in range(sources)]))
+    assert len(steps) == epochs * (length // global_batch)
+    for first in range(len(steps)):
+        for last in range(first, min(len(steps), first + 6)):
+            if steps[last][0] != steps[first][0]:
+                break
+            shares = mixture.schedule.shares[steps[first][0][1]]
             for s, share in enumerate(shares):
-                assert abs(counts[chr(97 + s)] - global_batch * share) < (1 if sources == 2 else sources - 1)
-            step += 1
-    assert step == epochs * batches_per_epoch
+                held = sum(counts[s] for _, counts in steps[first:last + 1])
+                assert abs(held - (last + 1 - first) * global_batch * share) < bound, (first, last, s, steps)
+                if share == 0:
+                    assert held == 0  # a paused source reads nothing in its phase
+
+
+def test_a_fixed_global_batch_gives_the_same_global_batches_of_a_schedule_on_any_world():
+    """2 x 6, 3 x 4, 4 x 3 and 12 x 1: the same samples in every global batch, phases starting at 40 and
+    100 (inside global batches 3 and 8) placed on the same edges, stopped and resumed on another world."""
+    def loaders(world, batch, epoch=0):
+        mixture = Mixture([tagged("a", 70), tagged("b", 40), tagged("c", 25)], samples_per_epoch=96,
+                          schedule=[(0, [6, 3, 1]), (40, [1, 1, 1], 3), (100, [0, 1, 3])])
+        group = [shufflepoint.DataLoader(mixture, batch, seed=7, rank=r, world_size=world, collate_fn=list)
+                 for r in range(world)]
+        for loader in group:
+            loader.set_epoch(epoch)
+        return group
+
+    def global_batches(group, steps=None):
+        iterators = [iter(loader) for loader in group]
+        found = []
+        while steps is None or len(found) < steps:
+            batches = [next(iterator, None) for iterator in iterators]
+            if batches[0] is None:
+                return found
+            found.append(sorted(x for b in batches for x in b))
+        return found
+
+    reference = global_batches(loaders(2, 6)) + global_batches(loaders(2, 6, epoch=1))
+    assert len(reference) == 16
+    for (w1, b1), (w2, b2) in [((2, 6), (3, 4)), ((4, 3), (12, 1)), ((12, 1), (2, 6))]:
+        first = loaders(w1, b1)
+        head = global_batches(first, steps=5)
+        second = loaders(w2, b2)
+        for loader in second:
+            loader.load_state_dict(first[0].state_dict())
+        rest = global_batches(second)
+        for loader in second:
+            loader.set_epoch(1)
+        assert head + rest + global_batches(second) == reference, (w1, b1, w2, b2)

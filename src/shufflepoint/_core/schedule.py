@@ -109,8 +109,11 @@ class Schedule:
             ramps.append(_ramp_steps(ramp, number, len(phases)))
         self._phases = list(zip(starts, shares, ramps, strict=True))  # as the user wrote them (in rows)
         self.starts, self.shares, self._origins = _expand(starts, shares, ramps)
+        self._finish()
+
+    def _finish(self) -> None:
         self._chains = [_chain(shares) for shares in self.shares]
-        self._before = [[0] * sources]  # counts at each phase's start
+        self._before = [[0] * self.sources]  # counts at each phase's start
         for i in range(1, len(self.starts)):
             self._before.append(self._within(i - 1, self.starts[i] - self.starts[i - 1]))
 
@@ -140,6 +143,23 @@ class Schedule:
         """How many of the run's first g positions belong to each source."""
         i = self.phase(g)
         return self._within(i, g - self.starts[i])
+
+    def on_grid(self, grid: int, samples_per_epoch: int) -> Schedule:
+        """This schedule as a loader reads it in global batches of ``grid`` positions: each (ramp step of a)
+        phase starts at the first global batch edge at or after its start (edges: ``e * samples_per_epoch +
+        k * grid``, and every epoch's end), so a global batch follows the phase of its first sample. Steps
+        that round to one edge leave the last of them (the one the batch after the edge is in)."""
+        found = object.__new__(Schedule)
+        found.sources, found._phases = self.sources, self._phases
+        rounded: dict[int, int] = {}
+        for i, start in enumerate(self.starts):
+            rounded[on_edge(start, grid, samples_per_epoch)] = i  # a later step at the same edge wins
+        kept = sorted(rounded.items())
+        found.starts = [start for start, _ in kept]
+        found.shares = [self.shares[i] for _, i in kept]
+        found._origins = [self._origins[i] for _, i in kept]
+        found._finish()
+        return found
 
     def identities(self) -> list[str]:
         """One ``start:hash`` per phase as written (start in positions; the hash of its exact shares, and for
@@ -194,14 +214,43 @@ def unweighted(sources: object) -> list[object]:
     return list(sources)
 
 
-def reached(samples_per_epoch: int, shuffle_block: int, epoch: int, cursor: int) -> int:
+def on_edge(g: int, grid: int, samples_per_epoch: int) -> int:
+    """The first global batch edge at or after run position g: ``e * samples_per_epoch + k * grid``, or
+    the next epoch's start where the epoch's last (short) global batch holds g."""
+    epoch, position = divmod(g, samples_per_epoch)
+    up = -(-position // grid) * grid
+    return epoch * samples_per_epoch + up if up < samples_per_epoch else (epoch + 1) * samples_per_epoch
+
+
+def windows(samples_per_epoch: int, window: int, grid: bool) -> int:
+    """The windows of an epoch: global batches (``grid``: the last one short), or ``shuffle_block`` windows
+    (the last one takes the remainder)."""
+    return -(-samples_per_epoch // window) if grid else max(1, samples_per_epoch // window)
+
+
+def reached(samples_per_epoch: int, window: int, epoch: int, cursor: int, grid: bool = False) -> int:
     """The run position up to which a state at (epoch, cursor) fixed the order: the cursor, or the end of
     the window it is inside (that window's pieces were already dealt). A resume may append phases there."""
-    windows = max(1, samples_per_epoch // shuffle_block)
-    k = min(cursor // shuffle_block, windows - 1)
-    if cursor == k * shuffle_block:
+    count = windows(samples_per_epoch, window, grid)
+    k = min(cursor // window, count - 1)
+    if cursor == k * window:
         return epoch * samples_per_epoch + cursor
-    return epoch * samples_per_epoch + (samples_per_epoch if k == windows - 1 else (k + 1) * shuffle_block)
+    return epoch * samples_per_epoch + (samples_per_epoch if k == count - 1 else (k + 1) * window)
+
+
+GRID = ":grid="  # the loader appends the run's global batch to a scheduled mixture's fingerprint
+
+
+def recorded_grid(fingerprint: object) -> int | None:
+    """The global batch a loader's fingerprint of a scheduled mixture records (its phases follow it), or None.
+
+    >>> recorded_grid("mixture:0f3a|0:9c2e:blocks=4096:grid=512")
+    512
+    """
+    if not isinstance(fingerprint, str) or GRID not in fingerprint:
+        return None
+    digits = fingerprint.rsplit(GRID, 1)[1].split(":", 1)[0]
+    return int(digits) if digits.isdigit() and 0 < int(digits) <= _LIMIT else None
 
 
 
@@ -221,7 +270,9 @@ def resumes(saved: str, expected: str, samples_per_epoch: int, shuffle_block: in
     (base, phases, suffix), (own, current, own_suffix) = _parts(saved), _parts(expected)
     if not phases or (base, suffix) != (own, own_suffix):
         return False
-    return compatible(phases, current, reached(samples_per_epoch, shuffle_block, epoch, cursor)) is None
+    grid = recorded_grid(saved)
+    past = reached(samples_per_epoch, grid or shuffle_block, epoch, cursor, grid is not None)
+    return compatible(phases, current, past) is None
 
 
 def changed_phase(saved: str, current: str) -> int | None:

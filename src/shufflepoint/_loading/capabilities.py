@@ -2,8 +2,8 @@
 schedule needs, as a ``Protocol`` rather than attribute names probed one by one.
 
 A ``Mixture`` declares them: with a schedule it is read under one deal only (``required_deal``), says
-when a global batch would straddle two phases (``check_global_batch``), and a resume whose fingerprint
-changed may still be its own run with phases appended (``fingerprint_compatible``).
+when a global batch no longer fits the grid its phases follow (``check_global_batch``), and a resume
+whose fingerprint changed may still be its own run with phases appended (``fingerprint_compatible``).
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ class Scheduled(Protocol):
     def required_deal(self) -> str | None:
         """The only deal the dataset can be read under, or None for any."""
 
-    def check_global_batch(self, global_batch: int) -> None:
-        """Warn when the global batch (world size x batch size) splits what the schedule means whole."""
+    def check_global_batch(self, global_batch: int, grid: int) -> None:
+        """Warn when global batches of ``global_batch`` rows are not whole windows of the run's ``grid``
+        (the global batch the schedule follows)."""
 
     def fingerprint_compatible(self, saved: str, expected: str, epoch: int, cursor: int, shuffle_block: int) -> bool:
         """Whether a state saved with fingerprint ``saved`` at (epoch, cursor) resumes the loader whose
@@ -49,11 +50,16 @@ def deal_for(name: str | None, default: str, dataset: Any) -> str:
     return str(needed)
 
 
-def schedule_hooks(dataset: Any, shuffle_block: int | None,
-                   global_batch: int) -> Callable[[str, str, int, int], bool] | None:
-    """Check the global batch against a scheduled dataset, and return its fingerprint check for the state
-    (``state.Expected.fingerprint_compatible``); None for any other dataset."""
+def schedule_hooks(dataset: Any, shuffle_block: int | None) -> Callable[[str, str, int, int], bool] | None:
+    """The scheduled dataset's fingerprint check for the state (``state.Expected.fingerprint_compatible``);
+    None for any other dataset."""
     if not isinstance(dataset, Scheduled):
         return None
-    dataset.check_global_batch(global_batch)
     return functools.partial(dataset.fingerprint_compatible, shuffle_block=shuffle_block or 0)
+
+
+def check_grid(dataset: Any, grid: int | None, global_batch: int) -> None:
+    """Warn when a loader's global batch no longer fits the grid its schedule follows (after a resize to
+    another global batch, or ``set_batch_size``)."""
+    if grid is not None and isinstance(dataset, Scheduled):
+        dataset.check_global_batch(global_batch, grid)

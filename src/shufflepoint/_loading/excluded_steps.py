@@ -29,7 +29,8 @@ from shufflepoint._core.state_fields import MAX_EXCLUDED_AT
 if TYPE_CHECKING:
     from shufflepoint._core.state import Position
     from shufflepoint._loading.excluding import Excluded
-    from shufflepoint._loading.sampler import Deal, OrderCache
+    from shufflepoint._loading.orders import OrderCache
+    from shufflepoint._loading.sampler import Deal
 
 
 def kept_steps(steps: tuple[int, ...], step: int) -> tuple[int, ...]:

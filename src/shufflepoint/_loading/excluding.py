@@ -18,7 +18,8 @@ from shufflepoint._core.spans import SpanCut
 from shufflepoint._core.spanskips import Cut, FilteredSpanCut, Handed
 from shufflepoint._loading.agreement import group_matches, state_digest
 from shufflepoint._loading.excluded_steps import handed_from, history_cuts, kept_steps, placeable
-from shufflepoint._loading.sampler import Deal, OrderCache
+from shufflepoint._loading.orders import OrderCache
+from shufflepoint._loading.sampler import Deal
 from shufflepoint._loading.steps import Lookup, Pass
 from shufflepoint._order import check_int
 

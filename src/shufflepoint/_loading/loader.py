@@ -11,23 +11,17 @@ import torch.utils.data
 from shufflepoint._core import state as _state
 from shufflepoint._core.history import MAX_EPOCH, History, Place, place_after
 from shufflepoint._core.plan import Layout
+from shufflepoint._core.schedule import recorded_grid
 from shufflepoint._core.spanskips import Cut
 from shufflepoint._loading.agreement import validate_everywhere
 from shufflepoint._loading.block_choice import adopt_recorded_block
-from shufflepoint._loading.capabilities import schedule_hooks
+from shufflepoint._loading.capabilities import check_grid, schedule_hooks
 from shufflepoint._loading.excluded_steps import arrived
 from shufflepoint._loading.excluding import Excluded, ExclusionMixin
 from shufflepoint._loading.keyed import Transform, keyed_chunks
 from shufflepoint._loading.mesh import resolve_data_parallel
-from shufflepoint._loading.sampler import (
-    Deal,
-    OrderCache,
-    dataset_length,
-    explain_fingerprint,
-    rank_chunks,
-    resolve_fingerprint,
-    warn_if_blocks_exceed_the_share,
-)
+from shufflepoint._loading.orders import OrderCache, explain_fingerprint, resolve_fingerprint
+from shufflepoint._loading.sampler import Deal, dataset_length, rank_chunks, warn_if_blocks_exceed_the_share
 from shufflepoint._loading.serving import announced, check_arguments, check_keyed, served
 from shufflepoint._loading.steps import Lookup, Pass
 from shufflepoint._order import check_int
@@ -143,7 +137,7 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         self._seed = check_int("seed", seed, 0, 2**64 - 1)
         self._shuffle = shuffle
         self._orders = OrderCache(order if shuffle else "identity", self._layout.n, self._seed, dataset=dataset,
-                                  shuffle_block=shuffle_block if shuffle else None)
+                                  shuffle_block=shuffle_block if shuffle else None, grid=world_size * batch_size)
         self._deal = Deal(deal, self._orders)
         warn_if_blocks_exceed_the_share(self._orders, self._deal, self._layout.n, world_size)
         self._fingerprint = resolve_fingerprint(dataset_fingerprint, dataset, self._layout.n, self._orders)
@@ -151,7 +145,7 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
                                                        "legacy_fingerprint")
         self._explain = explain_fingerprint(dataset)
         self._fingerprint_arg = dataset_fingerprint
-        self._compatible = schedule_hooks(dataset, self._orders.shuffle_block, world_size * batch_size)
+        self._compatible = schedule_hooks(dataset, self._orders.shuffle_block)
         self._epoch, self._steps = 0, 0
         self._excluded, self._which_excluded = Excluded(self._layout.n), Excluded(self._layout.n)
         self._excluded_at: tuple[int, ...] = ()  # the steps exclude() took effect at (_loading/excluded_steps.py)
@@ -333,8 +327,9 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         accepts a changed ``dataset_fingerprint`` with a ``ResumeWarning``.
         """
         rebuild = lambda name, block: OrderCache(name, self._layout.n, self._seed, dataset=self.dataset,  # noqa: E731
-                                                 shuffle_block=block)
+                                                 shuffle_block=block, grid=self._orders.grid)
         orders = adopt_recorded_block(self._orders, state, rebuild) or self._orders.for_state(state)
+        orders = orders.on_grid(recorded_grid(state.get("dataset_fingerprint") if isinstance(state, dict) else None))
         deal = self._deal.for_state(state)
         position = validate_everywhere(
             state, self._expected(orders, deal), strict=strict, rank=self._rank, world_size=self._layout.world_size,
@@ -345,8 +340,9 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         history = arrived(position, excluded, deal, orders, start, self._layout)
         start = excluded.cut(deal, orders, self._layout, position.epoch, position.cursor, position.segments,
                              history.parts(), position.handed)
-        if orders.shuffle_block != self._orders.shuffle_block:  # a state's block adopted: its fingerprint too
+        if orders.identity != self._orders.identity:  # a state's block or grid adopted: its fingerprint too
             self._fingerprint, self._legacy_fingerprint = self._fingerprint_of(orders)
+            check_grid(self.dataset, orders.grid, self._layout.world_size * self._layout.batch_size)
         self._orders, self._deal, self._pass, self._epoch, self._start = orders, deal, None, position.epoch, start
         self._steps, self._history, self._excluded = position.steps, history, excluded
         self._excluded_at, self._which_excluded = position.excluded_at, Excluded(self._layout.n)
@@ -367,6 +363,7 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         batch_size = check_int("batch_size", batch_size, 1, 2**31)
         steps, place = self._here()
         layout = Layout(self._layout.n, self._layout.world_size, batch_size, self._layout.drop_last)
+        check_grid(self.dataset, self._orders.grid, layout.world_size * batch_size)
         history = self._history.record(steps, layout, place, self._history_cuts())
         start = self._cut(place.epoch, place.cursor, [list(pair) for pair in place.segments], layout,
                           parts=history.parts(), handed=self._handed())
@@ -385,7 +382,7 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
 
     def _expected(self, orders: OrderCache, deal: Deal) -> _state.Expected:
         fingerprint, legacy = ((self._fingerprint, self._legacy_fingerprint)
-                               if orders.shuffle_block == self._orders.shuffle_block else self._fingerprint_of(orders))
+                               if orders.identity == self._orders.identity else self._fingerprint_of(orders))
         return _state.Expected(
             kind="loader", n=self._layout.n, seed=self._seed, shuffle=self._shuffle,
             order=orders.name, order_version=orders.version,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import warnings
-from collections.abc import Callable, Iterator, Sized
+from collections.abc import Iterator, Sized
 from typing import Any
 
 import numpy as np
@@ -18,22 +18,15 @@ from shufflepoint._core.spans import NAME as SPANS
 from shufflepoint._core.spans import SpanCut
 from shufflepoint._core.spanskips import Cut
 from shufflepoint._loading.agreement import validate_everywhere
-from shufflepoint._loading.block_choice import default_block
 from shufflepoint._loading.capabilities import deal_for, schedule_hooks
 from shufflepoint._loading.mesh import sampler_world  # imports this module's resolve_world lazily
+from shufflepoint._loading.orders import OrderCache, explain_fingerprint, resolve_fingerprint
 from shufflepoint._loading.progress import Progress
 from shufflepoint._order import (
-    DEFAULT_ORDER,
-    DEFAULT_ORDERS,
     Order,
     check_int,
-    check_order_name,
-    make_order,
-    order_version,
 )
 from shufflepoint._shards.blocks import NAME as BLOCKS
-from shufflepoint._shards.blocks import VERSION as BLOCKS_VERSION
-from shufflepoint._shards.blocks import BlockOrder, StretchBlockOrder
 
 # First chunks are small so a resume reaches its first batch fast; later ones amortise numpy calls.
 # The largest bounds the working set: 8192 indices as Python ints plus numpy temporaries stay
@@ -64,114 +57,6 @@ def dataset_length(dataset: object) -> int:
             "(one with __getitem__ and __len__); an IterableDataset has no seekable order"
         )
     return len(dataset)
-
-
-def resolve_fingerprint(value: str | None, dataset: Any, n: int, orders: OrderCache | None = None,
-                        attribute: str = "fingerprint") -> str | None:
-    """None, the user's own string, or ``"auto"``: length plus a hash of a few items.
-
-    A sharded corpus (a dataset with a ``fingerprint`` string, such as ``Shards``) always carries
-    its index's content hash, plus the block size of the ``blocks`` order, which together define
-    the order; the user's own string, if any, is appended. ``attribute="legacy_fingerprint"``: the
-    same as shufflepoint 0.2 wrote it (None when the dataset has no older identity).
-    """
-    if value is not None and not isinstance(value, str):
-        raise TypeError(f"dataset_fingerprint: found {value!r}, expected a str, 'auto' or None")
-    corpus = getattr(dataset, attribute, None)
-    if isinstance(corpus, str):
-        found = corpus + (f":blocks={orders.shuffle_block}" if orders is not None and orders.shuffle_block else "")
-        return found if value in (None, "auto") else f"{found}:{value}"
-    if attribute != "fingerprint":
-        return None
-    if value == "auto":
-        from shufflepoint._core.fingerprint import fingerprint
-
-        return fingerprint(dataset, n)
-    return value
-
-
-def explain_fingerprint(dataset: Any) -> Callable[[str], str] | None:
-    """The dataset's own account of a changed fingerprint (``Shards`` names the changed shards)."""
-    explain = getattr(dataset, "explain_fingerprint", None)
-    return explain if callable(explain) else None
-
-
-class OrderCache:
-    """The order of the current epoch, built once per epoch (the ``torch`` order costs O(n)).
-
-    ``order=None`` picks the default: the dataset's own order when it has one (``Mixture``:
-    ``mixture``), ``blocks`` for a sharded corpus (a dataset with ``shard_rows``), ``radix-feistel``
-    for anything else. ``shuffle_block`` applies to ``blocks`` and ``mixture`` only.
-    """
-
-    def __init__(self, name: str | None, n: int, seed: int, *, dataset: Any = None,
-                 shuffle_block: int | None = None) -> None:
-        rows = getattr(dataset, "shard_rows", None)
-        own = getattr(dataset, "order_name", None) if callable(getattr(dataset, "epoch_order", None)) else None
-        self.chosen, self.block_chosen = name is not None, shuffle_block is not None  # else a state's may be (loader)
-        if name is None:
-            name = own or (BLOCKS if rows is not None else DEFAULT_ORDER)
-        self.n, self.seed, self.shuffle_block = n, seed, None
-        self._dataset = dataset
-        self._rows: np.ndarray | None = None
-        if own is not None and name == "identity":
-            raise ValueError(f"shuffle: found False, but a {type(dataset).__name__} is always read in its own "
-                             f"shuffled order {own!r}")
-        if own is not None and name != own:
-            raise ValueError(f"order: found {name!r}, but a {type(dataset).__name__} is read in its own order "
-                             f"{own!r} (with shuffle=True); leave order unset")
-        if name == BLOCKS and rows is None:
-            raise ValueError(f"order: found 'blocks', which needs a sharded corpus (shufflepoint.Shards); this "
-                             f"dataset is a {type(dataset).__name__}. Use order='feistel'")
-        if name in (BLOCKS, own):
-            block = default_block(dataset, name) if shuffle_block is None else shuffle_block  # block_choice
-            self.shuffle_block = check_int("shuffle_block", block, 1, 2**62)
-            if name == BLOCKS:
-                self._rows = np.asarray(rows, dtype=np.int64)
-                keep_open_for = getattr(dataset, "keep_open_for", None)
-                if callable(keep_open_for):  # Shards: keep the shards of a block open
-                    keep_open_for(self.shuffle_block)
-            self.name = name
-            self.version = BLOCKS_VERSION if name == BLOCKS else int(dataset.order_version)
-        else:
-            if shuffle_block is not None:
-                raise ValueError(f"shuffle_block: found {shuffle_block!r}, but it applies to order='blocks' "
-                                 f"only (order is {name!r})")
-            self.name, self.version = check_order_name(name), order_version(name)
-        self._epoch: tuple[int, int | None] | None = None
-        self._order: Order | None = None
-        if self.shuffle_block is not None and self._rows is None:
-            # the dataset's own order checks shuffle_block against itself: fail here, not mid-loop
-            self.get(0, StridedCut(Layout(n, 1, 1, False), 0))
-
-    def for_state(self, state: object) -> OrderCache:
-        """The orders to validate ``state`` against: these, or, when the caller left the order to
-        the default and the state records another default (0.1's ``feistel``), that one, so an
-        upgrade resumes a run in the order it started with. Adopted only once the state is valid."""
-        found = state.get("order") if isinstance(state, dict) else None
-        if self.chosen or self.shuffle_block is not None or found == self.name or found not in DEFAULT_ORDERS:
-            return self
-        return OrderCache(str(found), self.n, self.seed, dataset=self._dataset)
-
-    @property
-    def is_corpus(self) -> bool:
-        """A corpus order (``blocks`` or a dataset's own): the ``spans`` deal is its default."""
-        return self.shuffle_block is not None
-
-    def get(self, epoch: int, deal: Cut) -> Order:
-        """The epoch's order; under ``spans`` the ``blocks`` order is laid along the epoch's first stretches."""
-        stretches = deal.first_world_size if deal.name == SPANS and self._rows is not None else None
-        if self._order is None or self._epoch != (epoch, stretches):
-            if self.shuffle_block is None:
-                self._order = make_order(self.name, self.n, self.seed, epoch)
-            elif self._rows is not None and stretches is not None:
-                self._order = StretchBlockOrder(self._rows, self.seed, epoch, self.shuffle_block, stretches)
-            elif self._rows is not None:
-                self._order = BlockOrder(self._rows, self.seed, epoch, self.shuffle_block)
-            else:
-                self._order = self._dataset.epoch_order(self.seed, epoch, self.shuffle_block)
-            self._epoch = (epoch, stretches)
-        return self._order
 
 
 class Deal:
@@ -293,7 +178,7 @@ class ResumableSampler(DistributedSampler[int]):
         self._legacy_fingerprint = resolve_fingerprint(dataset_fingerprint, dataset, n, self._orders,
                                                        "legacy_fingerprint")
         self._explain = explain_fingerprint(dataset)
-        self._compatible = schedule_hooks(dataset, self._orders.shuffle_block, 1)  # its batches: unknown
+        self._compatible = schedule_hooks(dataset, self._orders.shuffle_block)
         self._verify_ranks = bool(verify_ranks)
         self._pending: StridedCut | SpanCut | None = None  # from load_state_dict, for the next __iter__
         self._active: Progress | None = None

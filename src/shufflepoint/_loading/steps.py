@@ -19,7 +19,7 @@ import numpy as np
 
 from shufflepoint._core.history import Cuts, History
 from shufflepoint._core.spanskips import Cut
-from shufflepoint._loading.sampler import OrderCache
+from shufflepoint._loading.orders import OrderCache
 from shufflepoint._order import check_int
 
 

@@ -43,6 +43,7 @@ from shufflepoint._order.feistel import FeistelOrder
 from shufflepoint._shards.batch import Batch, Columnar, Rows, checked_indices, gather
 from shufflepoint._shards.blocks import BlockOrder, _sub_seed, checked_positions
 from shufflepoint._shards.locate import mixture_location
+from shufflepoint._shards.mixture_sources import check_sources, is_packed
 
 NAME = "mixture"
 VERSION = 1
@@ -50,7 +51,6 @@ FINGERPRINT_PREFIX = "mixture:"
 _SOURCE_TAG, _WINDOW_TAG = 0x4D495853, 0x57494E44
 _MAX_STREAM = 2**62  # source stream positions stay int64
 SCHEDULED = 2  # the order's version with a schedule (scheduled_mixture.py)
-PACKED = "packed"  # the order of a Packed source: pass p, row r is its index p * len + r
 
 
 def _apportion(weights: list[float], total: int) -> list[int]:
@@ -62,57 +62,6 @@ def _apportion(weights: list[float], total: int) -> list[int]:
     for s in by_remainder[: total - sum(counts)]:
         counts[s] += 1
     return counts
-
-
-def _check_sources(sources: object) -> list[tuple[Any, float]]:
-    if not isinstance(sources, Sequence) or isinstance(sources, (str, bytes)) or not sources:
-        raise TypeError(f"sources: found {sources!r}, expected a non-empty list of (dataset, weight) pairs")
-    checked = []
-    for number, pair in enumerate(sources):
-        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-            raise TypeError(f"sources[{number}]: found {pair!r}, expected a (dataset, weight) pair")
-        dataset, weight = pair
-        if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
-            raise TypeError(f"sources[{number}]: found a {type(dataset).__name__}, expected a map-style dataset")
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) \
-                or weight <= 0:
-            raise ValueError(f"sources[{number}] weight: found {weight!r}, expected a finite number > 0")
-        if len(dataset) == 0:
-            raise ValueError(f"sources[{number}]: the dataset is empty")
-        own = getattr(dataset, "order_name", None) if callable(getattr(dataset, "epoch_order", None)) else None
-        if own not in (None, PACKED):
-            raise TypeError(f"sources[{number}]: a {type(dataset).__name__} has its own {own!r} order; mixing it "
-                            "is not built (list its sources in this Mixture instead)")
-        checked.append((dataset, float(weight)))
-    _check_packed([dataset for dataset, _ in checked])
-    return checked
-
-
-def _check_packed(sources: list[Any]) -> None:
-    """Packed sources mix only with Packed sources of the same ``seq_len``: every row then holds the
-    same number of tokens, so weights in rows are weights in tokens."""
-    packed = [s for s, dataset in enumerate(sources) if _is_packed(dataset)]
-    if not packed:
-        return
-    if len(packed) != len(sources):
-        plain = [s for s in range(len(sources)) if s not in packed]
-        raise TypeError(f"sources: {packed} are Packed, {plain} are not; a Mixture mixes Packed rows only with "
-                        "other Packed rows (pack every source, with the same seq_len)")
-    first: dict[int, int] = {}
-    for s, dataset in enumerate(sources):
-        if id(dataset) in first:
-            raise ValueError(f"sources[{s}]: the same Packed as sources[{first[id(dataset)]}]; a Packed serves one "
-                             "order, so build one Packed per source (they may share the corpus)")
-        first[id(dataset)] = s
-    lengths = {s: dataset.seq_len for s, dataset in enumerate(sources)}
-    if len(set(lengths.values())) > 1:
-        shown = ", ".join(f"sources[{s}] {n}" for s, n in lengths.items())
-        raise ValueError(f"seq_len: found {shown}; every Packed source of a Mixture needs the same seq_len, so "
-                         "that a row is the same number of tokens whichever source it comes from")
-
-
-def _is_packed(dataset: Any) -> bool:
-    return getattr(dataset, "order_name", None) == PACKED and callable(getattr(dataset, "epoch_order", None))
 
 
 def _read_source(dataset: Any, rows: np.ndarray) -> Batch:
@@ -161,7 +110,7 @@ class Mixture(torch.utils.data.Dataset[Any]):
     def __init__(self, sources: Sequence[Any], *, samples_per_epoch: int | None = None,
                  schedule: Sequence[tuple[int, Sequence[float]] | tuple[int, Sequence[float], int]] | None = None,
                  ) -> None:
-        pairs = _check_sources(sources if schedule is None else [(dataset, 1.0) for dataset in unweighted(sources)])
+        pairs = check_sources(sources if schedule is None else [(dataset, 1.0) for dataset in unweighted(sources)])
         self.sources = [dataset for dataset, _ in pairs]
         self.weights = [weight for _, weight in pairs]
         self.lengths = [len(dataset) for dataset in self.sources]
@@ -170,7 +119,7 @@ class Mixture(torch.utils.data.Dataset[Any]):
         length = total if samples_per_epoch is None else check_int("samples_per_epoch", samples_per_epoch,
                                                                      1, _MAX_STREAM)
         self.samples_per_epoch = length
-        self._packed = _is_packed(self.sources[0])
+        self._packed = is_packed(self.sources[0])
         self.schedule = None if schedule is None else Schedule(
             schedule, len(self.sources), unit=self.sources[0].seq_len if self._packed else 1)
         if self.schedule is not None:
@@ -275,12 +224,21 @@ class Mixture(torch.utils.data.Dataset[Any]):
         return self.schedule is not None and resumes(saved, expected, self.samples_per_epoch, shuffle_block,
                                                      epoch, cursor)
 
-    def check_global_batch(self, global_batch: int) -> None:
-        """Warn when a phase of the schedule starts inside a global batch (world size x batch size)."""
+    def check_global_batch(self, global_batch: int, grid: int) -> None:
+        """Warn when global batches of ``global_batch`` rows are not whole windows of the run's ``grid``."""
         if self.schedule is not None:
             from shufflepoint._shards.scheduled_mixture import check_global_batch
 
-            check_global_batch(self.schedule, self.samples_per_epoch, global_batch)
+            check_global_batch(grid, global_batch)
+
+    def schedule_on_grid(self, grid: int) -> Schedule:
+        """The schedule with its phases on the edges of global batches of ``grid`` rows (kept per grid)."""
+        assert self.schedule is not None
+        kept = self.__dict__.setdefault("_on_grid", {})
+        if grid not in kept:
+            kept[grid] = self.schedule.on_grid(grid, self.samples_per_epoch)
+        found: Schedule = kept[grid]
+        return found
 
     @property
     def required_deal(self) -> str | None:
@@ -288,11 +246,13 @@ class Mixture(torch.utils.data.Dataset[Any]):
         samples consumed; ``spans`` reads a stretch of the epoch per rank)."""
         return "strided" if self.schedule is not None else None
 
-    def epoch_order(self, seed: int, epoch: int, shuffle_block: int) -> MixtureOrder:
+    def epoch_order(self, seed: int, epoch: int, shuffle_block: int, grid: int | None = None) -> MixtureOrder:
+        """The order of one epoch; ``grid`` (a loader's global batch) places a schedule's phases and shares on
+        its global batches (``scheduled_mixture.py``); without a schedule it changes nothing."""
         if self.schedule is not None:
             from shufflepoint._shards.scheduled_mixture import ScheduledMixtureOrder  # it subclasses MixtureOrder
 
-            return ScheduledMixtureOrder(self, seed, epoch, shuffle_block)
+            return ScheduledMixtureOrder(self, seed, epoch, shuffle_block, grid)
         return MixtureOrder(self, seed, epoch, shuffle_block)
 
     def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:

@@ -9,11 +9,19 @@ positions are also cut where a phase starts, so no window mixes two phases::
     piece (window k, phase i) holds counts(end) - counts(start) slots of each source, shuffled by a keyed
     Feistel permutation of (seed, k, i, epoch); source s's slots read its stream rows counts_s(start) on.
 
+A ``DataLoader`` reads it on a grid: its global batch G (world size x batch size when the run began,
+kept in the fingerprint as ``:grid=G`` and adopted by every resume). The windows are then the global
+batches (positions ``kG .. kG + G - 1`` of an epoch, the last one short), and each phase starts at the
+first edge at or after the start it names (``Schedule.on_grid``), so every global batch follows the
+phase of its first sample and holds counts(end) - counts(start) of each source: within one row of
+weight x G for two sources, over any run of global batches of one phase. A ``ResumableSampler`` (its
+batches unknown) reads the ``shuffle_block`` windows above, phases starting at the row they name.
+
 Position -> (source, row of its stream) is then one binary search over the phase starts and one per
-window, whatever the epoch. Under the ``strided`` deal ``g`` is what training consumed, so a phase
-begins at the sample it names; a phase appended by a resume after the window it reached changes nothing
-before it. The ``spans`` deal would read the epoch's later positions first on other ranks, so a
-scheduled mixture requires ``strided`` (``Mixture.required_deal``).
+window, whatever the epoch. Under the ``strided`` deal ``g`` is what training consumed; a phase
+appended by a resume after the window it reached changes nothing before it. The ``spans`` deal would
+read the epoch's later positions first on other ranks, so a scheduled mixture requires ``strided``
+(``Mixture.required_deal``).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from shufflepoint._core.schedule import windows
 from shufflepoint._order import check_int
 from shufflepoint._order.feistel import FeistelOrder
 from shufflepoint._shards.blocks import _sub_seed, checked_positions
@@ -41,14 +50,18 @@ class ScheduledMixtureOrder(MixtureOrder):
 
     version = VERSION
 
-    def __init__(self, mixture: Mixture, seed: int, epoch: int, shuffle_block: int) -> None:
+    def __init__(self, mixture: Mixture, seed: int, epoch: int, shuffle_block: int, grid: int | None = None) -> None:
         self.n = mixture.samples_per_epoch
         self._mixture, self.seed, self.epoch = mixture, seed, epoch
-        self._block = check_int("shuffle_block", shuffle_block, 1, _MAX_STREAM)
-        self._windows = max(1, self.n // self._block)  # the last window takes the remainder
+        self._block = check_int("shuffle_block", shuffle_block, 1, _MAX_STREAM)  # the sources' blocks
         if mixture.schedule is None:
             raise ValueError("mixture: found one without a schedule; its order is MixtureOrder")
         self._schedule: Schedule = mixture.schedule
+        self._window = self._block
+        if grid is not None:  # a loader's: windows are its global batches, phases start on their edges
+            self._window = check_int("grid", grid, 1, _MAX_STREAM)
+            self._schedule = mixture.schedule_on_grid(self._window)
+        self._windows = windows(self.n, self._window, grid is not None)
         far = (epoch + 1) * self.n >= _MAX_STREAM
         if not far and mixture._packed:  # a Packed source's index is pass * rows + row
             ends = self._schedule.counts((epoch + 1) * self.n)
@@ -65,7 +78,7 @@ class ScheduledMixtureOrder(MixtureOrder):
     def take(self, positions: np.ndarray) -> np.ndarray:
         """Indices into the concatenated sources at these epoch positions (int64)."""
         positions, flat = checked_positions(positions, self.n)
-        window = np.minimum(flat // self._block, self._windows - 1)
+        window = np.minimum(flat // self._window, self._windows - 1)
         phase = np.searchsorted(self._starts, self._origin + flat, side="right") - 1
         piece = window * len(self._starts) + phase
         source, stream = np.empty_like(flat), np.empty_like(flat)
@@ -81,8 +94,8 @@ class ScheduledMixtureOrder(MixtureOrder):
 
     def _fill_piece(self, k: int, i: int, positions: np.ndarray, source: np.ndarray, stream: np.ndarray,
                     where: np.ndarray) -> None:
-        start = k * self._block
-        stop = self.n if k == self._windows - 1 else start + self._block
+        start = k * self._window
+        stop = self.n if k == self._windows - 1 else start + self._window
         a = max(self._origin + start, int(self._starts[i]))
         b = self._origin + stop if i + 1 == len(self._starts) else min(self._origin + stop, int(self._starts[i + 1]))
         before = np.asarray(self._schedule.counts(a), dtype=np.int64)
@@ -95,14 +108,13 @@ class ScheduledMixtureOrder(MixtureOrder):
         stream[where] = before[owner] + shuffled - (ends[owner] - sizes[owner])
 
 
-def check_global_batch(schedule: Schedule, samples_per_epoch: int, global_batch: int) -> None:
-    """Warn about phases that start inside a global batch (under ``strided`` the global batches of an
-    epoch start at its positions 0, G, 2G, ...)."""
-    split = [f"{schedule.name(i)} (row {start})" for i, start in enumerate(schedule.starts)
-             if start % samples_per_epoch % global_batch]
-    if split:
+def check_global_batch(grid: int, global_batch: int) -> None:
+    """Warn when a loader reads on in global batches that are not whole windows of the run's grid (its first
+    global batch, which the schedule's phases and shares follow): after a resize to another global batch,
+    or a ``set_batch_size`` that is not a multiple of it."""
+    if global_batch % grid:
         warnings.warn(
-            f"{', '.join(split)} start(s) inside a global batch of {global_batch} rows (world size x batch "
-            "size): that batch is split between two phases. To have every global batch follow one phase, "
-            "start phases at multiples of the global batch (in tokens for Packed sources: of its tokens), "
-            "counted from the start of an epoch", UserWarning, stacklevel=5)
+            f"global batch: found {global_batch} rows (world size x batch size), but this run's schedule follows "
+            f"its global batch of {grid} (its phases start on those edges, its shares hold per {grid} rows): a "
+            f"global batch of {global_batch} may straddle two phases and holds its shares only to within a few "
+            f"rows. Every row is still served once. Use a multiple of {grid} to keep both", UserWarning, stacklevel=5)

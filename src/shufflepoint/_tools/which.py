@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from shufflepoint._core.schedule import GRID
 from shufflepoint._tools.which_checkpoint import Found
 
 SCHEMA_VERSION = 1
@@ -51,8 +52,9 @@ def _user_fingerprint(saved: str | None, dataset: Any) -> str | None:
     own = getattr(dataset, "fingerprint", None)
     if isinstance(own, str) and saved.startswith(own):
         rest = saved[len(own):]
-        if rest.startswith(_BLOCKS):
-            rest = rest[len(_BLOCKS):].lstrip("0123456789")
+        for recorded in (_BLOCKS, GRID):  # the loader's own (shuffle_block, a schedule's global batch)
+            if rest.startswith(recorded):
+                rest = rest[len(recorded):].lstrip("0123456789")
         return rest[1:] if rest.startswith(":") else None
     return "auto" if saved.startswith("auto:") else saved
 

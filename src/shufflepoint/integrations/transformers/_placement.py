@@ -41,7 +41,7 @@ class Placement:
     @property
     def aligned(self) -> bool:
         """Whether ``batches_done`` is a whole number of optimizer steps (always, with GA 1)."""
-        return self.batches_done == (self.global_step % self.updates_per_epoch) * self.accumulation
+        return self.batches_done % self.accumulation == 0
 
     accumulation: int = 1
 

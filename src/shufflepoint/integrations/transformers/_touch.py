@@ -34,7 +34,12 @@ TOUCH_POINTS = (
     "transformers.Trainer._init_training_state (>= 5.0): its returned batch count is replaced when "
     "the resumed position is not a whole optimizer step",
     "transformers.Trainer.get_batch_samples: the first pull after a resume between two optimizer "
-    "steps stops at the next whole step",
+    "steps stops at the next whole step; a batch size changed by set_batch_size moves TrainerState.max_steps "
+    "and the LambdaLR's num_training_steps (epoch-based runs)",
+    "transformers.Trainer._run_epoch (>= 5.0, called with keywords): an epoch is counted at the loader's "
+    "current batch size, and the rest of an epoch a set_batch_size fell in is run as one more pass",
+    "transformers.TrainerState.train_batch_size: the saved run's per-device batch size; with the same world "
+    "size, a resume after a set_batch_size keeps the saved global_step",
     "transformers.Trainer._save_checkpoint / _get_output_dir: the checkpoint folder the loader's state "
     "joins, written before any on_save callback runs",
     "transformers.Trainer._remove_unused_columns / _get_collator_with_removed_columns: the columns "

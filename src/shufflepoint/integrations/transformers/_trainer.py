@@ -4,6 +4,7 @@ checkpoint, and a resume that places the data from that state instead of replayi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -18,6 +19,7 @@ from shufflepoint._loading.loader import DataLoader
 from shufflepoint.integrations.transformers import _touch
 from shufflepoint.integrations.transformers._budget import Budget, Reach, end_of, step_size, steps_to
 from shufflepoint.integrations.transformers._placement import Placement, place, updates_per_epoch
+from shufflepoint.integrations.transformers._ramp import follow_batch_size
 from shufflepoint.integrations.transformers._schedule import ContinueSchedule, continue_schedule
 
 if TYPE_CHECKING:
@@ -56,8 +58,10 @@ class ResumableTrainerMixin(_TrainerBase):
         self._shufflepoint_checkpoint: str | None = None
         self._shufflepoint_placement: Placement | None = None
         self._shufflepoint_saved_step: int | None = None
+        self._shufflepoint_step: int | None = None  # global_step as the position in the epoch places it
         self._shufflepoint_first_chunk: int | None = None
         self._shufflepoint_budget: Budget | None = None
+        self._shufflepoint_batch_size: int | None = None  # the loader's, as the Trainer last counted steps with
         super().__init__(*args, **kwargs)
         self.add_callback(ContinueSchedule(self))
 
@@ -94,7 +98,7 @@ class ResumableTrainerMixin(_TrainerBase):
             prefetch_factor=args.dataloader_prefetch_factor if workers > 0 else None,
             worker_init_fn=_touch.worker_init(args), **options, **self._shufflepoint_options,
         )
-        self._shufflepoint_loader = loader
+        self._shufflepoint_loader, self._shufflepoint_batch_size = loader, loader.batch_size
         return loader
 
     # -- resume --------------------------------------------------------------------------------
@@ -197,6 +201,8 @@ class ResumableTrainerMixin(_TrainerBase):
         # a position between two optimizer steps is given as its exact batch count.
         epochs, batches = super()._init_training_state(*args, **kwargs)
         placement = self._shufflepoint_placement
+        if placement is not None and placement.global_step == self._shufflepoint_saved_step != self._shufflepoint_step:
+            epochs, batches = placement.epoch, placement.batches_done  # a ramped run's own steps (_place_data)
         if placement is not None and placement.epoch == epochs and not placement.aligned:
             batches = placement.batches_done
             self._shufflepoint_first_chunk = placement.accumulation - batches % placement.accumulation
@@ -209,7 +215,34 @@ class ResumableTrainerMixin(_TrainerBase):
         short, self._shufflepoint_first_chunk = self._shufflepoint_first_chunk, None
         if short is not None:
             num_batches = min(num_batches, short)
+        loader = self._shufflepoint_loader
+        if loader is not None and loader.batch_size != self._shufflepoint_batch_size:  # set_batch_size: a ramp
+            self._shufflepoint_batch_size = loader.batch_size
+            follow_batch_size(self, loader)
         return super().get_batch_samples(epoch_iterator, num_batches, *args, **kwargs)
+
+    def _run_epoch(self, *args: Any, **kwargs: Any) -> Any:
+        # TOUCH POINT (5.x): Trainer._run_epoch(model=, epoch=, train_dataloader=, steps_in_epoch=,
+        # num_update_steps_per_epoch=, ...) runs the optimizer steps the Trainer counted from len(loader) at the
+        # first batch size. After a set_batch_size (a ramp, from a callback's train_dataloader), an epoch that
+        # begins is counted at the current size, and the rest of an epoch the change fell in is run as one more
+        # pass: no sample of it is dropped (a smaller batch), no empty step is counted (a larger one).
+        loader, epoch = kwargs.get("train_dataloader"), kwargs.get("epoch")
+        accumulation = self.args.gradient_accumulation_steps
+        if not self._is_ours(loader):
+            return super()._run_epoch(*args, **kwargs)
+        resumed = epoch == kwargs.get("epochs_trained") and kwargs.get("resume_from_checkpoint") is not None
+        if not resumed and kwargs.get("steps_in_epoch") != len(loader):
+            kwargs |= {"steps_in_epoch": len(loader), "num_update_steps_per_epoch": updates_per_epoch(len(loader),
+                                                                                                      accumulation)}
+        found = super()._run_epoch(*args, **kwargs)
+        while (loader.epoch == epoch and loader.batches_left() > 0 and not self.control.should_training_stop
+               and not self.control.should_epoch_stop):
+            left = loader.batches_left()
+            found = super()._run_epoch(*args, **kwargs | {
+                "steps_in_epoch": left, "num_update_steps_per_epoch": updates_per_epoch(left, accumulation),
+                "resume_from_checkpoint": None, "epochs_trained": -1, "steps_trained_in_current_epoch": 0})
+        return found
 
     def get_resumed_dataloader(self, dataloader: Any, num_batches: int) -> Any:
         """The loader was placed when the checkpoint was read: return it as it is (O(1))."""
@@ -256,9 +289,20 @@ class ResumableTrainerMixin(_TrainerBase):
                 "the Trainer numbers the batches from the last whole step, so the epoch's last accumulation "
                 "may be short or carried into the next epoch (every sample is still trained once). "
                 "transformers >= 5.25 makes the first step short instead", ResumeWarning, stacklevel=2)
-        self._shufflepoint_saved_step = self.state.global_step
+        self._shufflepoint_saved_step, self._shufflepoint_step = self.state.global_step, placement.global_step
+        if self._ramped(loader, folder):  # the same run, its batch size ramped: its steps are the saved run's
+            placement = dataclasses.replace(placement, global_step=self.state.global_step)
         self.state.global_step = placement.global_step
         self._shufflepoint_placement = placement
+
+    def _ramped(self, loader: DataLoader, folder: str) -> bool:
+        """Whether this resume continues the saved run with its own settings (world size, initial per-device
+        batch size) after a ``set_batch_size``: the saved ``global_step`` then counts this run's steps, which
+        placing by the position in the epoch at the initial batch size would not (5.x, which skips by batches)."""
+        saved = _read_json(os.path.join(folder, LOADER_STATE_FILE))
+        return (saved is not None and _touch.has_resume_hook(self._shufflepoint_version)
+                and saved.get("world_size") == loader.world_size and saved.get("batch_size") != loader.batch_size
+                and self.state.train_batch_size == self._train_batch_size)
 
     def _place_loader(self, loader: DataLoader, folder: str, accumulation: int) -> Placement | None:
         """Load the checkpoint's loader state (None without one) and move a finished epoch to the next.

@@ -1,0 +1,154 @@
+"""The order a loader or sampler reads an epoch in, built once per epoch, and the dataset identity
+(fingerprint) that joins the state: the two things a resume checks before it trusts a position."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from shufflepoint._core.plan import Layout, StridedCut
+from shufflepoint._core.schedule import GRID
+from shufflepoint._core.spans import NAME as SPANS
+from shufflepoint._core.spanskips import Cut
+from shufflepoint._loading.block_choice import default_block
+from shufflepoint._order import (
+    DEFAULT_ORDER,
+    DEFAULT_ORDERS,
+    Order,
+    check_int,
+    check_order_name,
+    make_order,
+    order_version,
+)
+from shufflepoint._shards.blocks import NAME as BLOCKS
+from shufflepoint._shards.blocks import VERSION as BLOCKS_VERSION
+from shufflepoint._shards.blocks import BlockOrder, StretchBlockOrder
+
+
+def resolve_fingerprint(value: str | None, dataset: Any, n: int, orders: OrderCache | None = None,
+                        attribute: str = "fingerprint") -> str | None:
+    """None, the user's own string, or ``"auto"``: length plus a hash of a few items.
+
+    A sharded corpus (a dataset with a ``fingerprint`` string, such as ``Shards``) always carries
+    its index's content hash, plus the block size of the ``blocks`` order, which together define
+    the order; the user's own string, if any, is appended. ``attribute="legacy_fingerprint"``: the
+    same as shufflepoint 0.2 wrote it (None when the dataset has no older identity).
+    """
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"dataset_fingerprint: found {value!r}, expected a str, 'auto' or None")
+    corpus = getattr(dataset, attribute, None)
+    if isinstance(corpus, str):
+        found = corpus + (f":blocks={orders.shuffle_block}" if orders is not None and orders.shuffle_block else "")
+        found += f"{GRID}{orders.grid}" if orders is not None and orders.grid is not None else ""
+        return found if value in (None, "auto") else f"{found}:{value}"
+    if attribute != "fingerprint":
+        return None
+    if value == "auto":
+        from shufflepoint._core.fingerprint import fingerprint
+
+        return fingerprint(dataset, n)
+    return value
+
+
+def explain_fingerprint(dataset: Any) -> Callable[[str], str] | None:
+    """The dataset's own account of a changed fingerprint (``Shards`` names the changed shards)."""
+    explain = getattr(dataset, "explain_fingerprint", None)
+    return explain if callable(explain) else None
+
+
+class OrderCache:
+    """The order of the current epoch, built once per epoch (the ``torch`` order costs O(n)).
+
+    ``order=None`` picks the default: the dataset's own order when it has one (``Mixture``:
+    ``mixture``), ``blocks`` for a sharded corpus (a dataset with ``shard_rows``), ``radix-feistel``
+    for anything else. ``shuffle_block`` applies to ``blocks`` and ``mixture`` only.
+    """
+
+    def __init__(self, name: str | None, n: int, seed: int, *, dataset: Any = None,
+                 shuffle_block: int | None = None, grid: int | None = None) -> None:
+        rows = getattr(dataset, "shard_rows", None)
+        own = getattr(dataset, "order_name", None) if callable(getattr(dataset, "epoch_order", None)) else None
+        self.chosen, self.block_chosen = name is not None, shuffle_block is not None  # else a state's may be (loader)
+        if name is None:
+            name = own or (BLOCKS if rows is not None else DEFAULT_ORDER)
+        self.n, self.seed, self.shuffle_block = n, seed, None
+        self._dataset = dataset
+        self._rows: np.ndarray | None = None
+        if own is not None and name == "identity":
+            raise ValueError(f"shuffle: found False, but a {type(dataset).__name__} is always read in its own "
+                             f"shuffled order {own!r}")
+        if own is not None and name != own:
+            raise ValueError(f"order: found {name!r}, but a {type(dataset).__name__} is read in its own order "
+                             f"{own!r} (with shuffle=True); leave order unset")
+        if name == BLOCKS and rows is None:
+            raise ValueError(f"order: found 'blocks', which needs a sharded corpus (shufflepoint.Shards); this "
+                             f"dataset is a {type(dataset).__name__}. Use order='feistel'")
+        if name in (BLOCKS, own):
+            block = default_block(dataset, name) if shuffle_block is None else shuffle_block  # block_choice
+            self.shuffle_block = check_int("shuffle_block", block, 1, 2**62)
+            if name == BLOCKS:
+                self._rows = np.asarray(rows, dtype=np.int64)
+                keep_open_for = getattr(dataset, "keep_open_for", None)
+                if callable(keep_open_for):  # Shards: keep the shards of a block open
+                    keep_open_for(self.shuffle_block)
+            self.name = name
+            self.version = BLOCKS_VERSION if name == BLOCKS else int(dataset.order_version)
+        else:
+            if shuffle_block is not None:
+                raise ValueError(f"shuffle_block: found {shuffle_block!r}, but it applies to order='blocks' "
+                                 f"only (order is {name!r})")
+            self.name, self.version = check_order_name(name), order_version(name)
+        # a loader's global batch, for a dataset whose schedule follows it (Mixture(schedule=...)); in the fingerprint
+        self.grid = grid if self.shuffle_block is not None and getattr(dataset, "schedule", None) is not None else None
+        self._epoch: tuple[int, int | None] | None = None
+        self._order: Order | None = None
+        if self.shuffle_block is not None and self._rows is None:
+            # the dataset's own order checks shuffle_block against itself: fail here, not mid-loop
+            self.get(0, StridedCut(Layout(n, 1, 1, False), 0))
+
+    def for_state(self, state: object) -> OrderCache:
+        """The orders to validate ``state`` against: these, or, when the caller left the order to
+        the default and the state records another default (0.1's ``feistel``), that one, so an
+        upgrade resumes a run in the order it started with. Adopted only once the state is valid."""
+        found = state.get("order") if isinstance(state, dict) else None
+        if self.chosen or self.shuffle_block is not None or found == self.name or found not in DEFAULT_ORDERS:
+            return self
+        return OrderCache(str(found), self.n, self.seed, dataset=self._dataset)
+
+    @property
+    def identity(self) -> tuple[int | None, int | None]:
+        """What of these orders joins the dataset's fingerprint: (shuffle_block, grid)."""
+        return self.shuffle_block, self.grid
+
+    def on_grid(self, grid: int | None) -> OrderCache:
+        """These orders on another grid (a state's, adopted on a resume), or these when it is the same."""
+        if grid is None or self.grid in (None, grid):
+            return self
+        adopted = copy.copy(self)
+        adopted.grid, adopted._epoch, adopted._order = grid, None, None
+        return adopted
+
+    @property
+    def is_corpus(self) -> bool:
+        """A corpus order (``blocks`` or a dataset's own): the ``spans`` deal is its default."""
+        return self.shuffle_block is not None
+
+    def get(self, epoch: int, deal: Cut) -> Order:
+        """The epoch's order; under ``spans`` the ``blocks`` order is laid along the epoch's first stretches."""
+        stretches = deal.first_world_size if deal.name == SPANS and self._rows is not None else None
+        if self._order is None or self._epoch != (epoch, stretches):
+            if self.shuffle_block is None:
+                self._order = make_order(self.name, self.n, self.seed, epoch)
+            elif self._rows is not None and stretches is not None:
+                self._order = StretchBlockOrder(self._rows, self.seed, epoch, self.shuffle_block, stretches)
+            elif self._rows is not None:
+                self._order = BlockOrder(self._rows, self.seed, epoch, self.shuffle_block)
+            elif self.grid is not None:
+                self._order = self._dataset.epoch_order(self.seed, epoch, self.shuffle_block, grid=self.grid)
+            else:
+                self._order = self._dataset.epoch_order(self.seed, epoch, self.shuffle_block)
+            self._epoch = (epoch, stretches)
+        return self._order
