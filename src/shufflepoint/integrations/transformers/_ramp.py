@@ -37,7 +37,7 @@ def stretch_schedule(scheduler: Any, total_steps: int) -> bool:
     inner = getattr(scheduler, "scheduler", scheduler)  # accelerate's AcceleratedScheduler wraps it
     if not isinstance(inner, torch.optim.lr_scheduler.LambdaLR):
         return False
-    lambdas = inner.lr_lambdas
+    lambdas: list[Any] = list(inner.lr_lambdas)
     if not all(isinstance(f, functools.partial) and "num_training_steps" in f.keywords for f in lambdas):
         return False
     inner.lr_lambdas = [functools.partial(f.func, *f.args, **(f.keywords | {"num_training_steps": total_steps}))

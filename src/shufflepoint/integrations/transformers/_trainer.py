@@ -227,19 +227,20 @@ class ResumableTrainerMixin(_TrainerBase):
         # first batch size. After a set_batch_size (a ramp, from a callback's train_dataloader), an epoch that
         # begins is counted at the current size, and the rest of an epoch the change fell in is run as one more
         # pass: no sample of it is dropped (a smaller batch), no empty step is counted (a larger one).
-        loader, epoch = kwargs.get("train_dataloader"), kwargs.get("epoch")
-        accumulation = self.args.gradient_accumulation_steps
+        run_epoch: Any = super()._run_epoch
+        loader: Any = kwargs.get("train_dataloader")
+        epoch, accumulation = kwargs.get("epoch"), self.args.gradient_accumulation_steps
         if not self._is_ours(loader):
-            return super()._run_epoch(*args, **kwargs)
+            return run_epoch(*args, **kwargs)
         resumed = epoch == kwargs.get("epochs_trained") and kwargs.get("resume_from_checkpoint") is not None
         if not resumed and kwargs.get("steps_in_epoch") != len(loader):
             kwargs |= {"steps_in_epoch": len(loader), "num_update_steps_per_epoch": updates_per_epoch(len(loader),
                                                                                                       accumulation)}
-        found = super()._run_epoch(*args, **kwargs)
+        found = run_epoch(*args, **kwargs)
         while (loader.epoch == epoch and loader.batches_left() > 0 and not self.control.should_training_stop
                and not self.control.should_epoch_stop):
             left = loader.batches_left()
-            found = super()._run_epoch(*args, **kwargs | {
+            found = run_epoch(*args, **kwargs | {
                 "steps_in_epoch": left, "num_update_steps_per_epoch": updates_per_epoch(left, accumulation),
                 "resume_from_checkpoint": None, "epochs_trained": -1, "steps_trained_in_current_epoch": 0})
         return found
