@@ -8,8 +8,8 @@
   such a run writes at step 1.2e7 (built from the layout history's own arithmetic and checked, at a
   small size, equal to the state a real run writes), and ``which(1e7)`` is asked of it.
 - Packed corpus: 1e12 tokens in 1e7 documents (lognormal, mean 1e5 tokens: long documents keep the
-  per-document counts at 80 MB on this 23 GB machine; the counts are read back from an ``.npy`` file as
-  a ``Shards`` corpus reads its kept counts, which every training process also reads at start).
+  per-document counts at 40 MB on this 23 GB machine; they are kept as a ``Shards`` corpus keeps them,
+  with their prefix sums and digest, and memory-mapped back as every training process does at start).
   seq_len 4096, 8 ranks x batch 128 rows. ``which(1e7)`` (epoch 41 of ~244M rows) and ``locate`` of
   rank 0's 128 rows (their documents and token spans).
 - Each is timed in fresh processes (``--child``), median of ``--repeats``: the loader built, the state
@@ -122,7 +122,7 @@ def child(kind: str, state_path: str, counts_path: str | None) -> dict[str, Any]
         dataset: Any = range(ARRAY_N)
     else:
         assert counts_path is not None
-        token_counts.load_or_count = lambda *args, **kwargs: np.load(counts_path)  # a Shards corpus's kept counts
+        token_counts.load_or_count = lambda *args, **kwargs: token_counts.load(counts_path, DOCUMENTS)  # kept
         dataset = shufflepoint.Packed(LongDocuments(DOCUMENTS), SEQ_LEN, progress=False)
     dataset_s = time.perf_counter() - start
     built = time.perf_counter()
@@ -211,11 +211,11 @@ def main() -> None:
         lengths = np.maximum(1, rng.lognormal(np.log(TOKENS / DOCUMENTS) - 0.5, 1.0, DOCUMENTS)).astype(np.int64)
         lengths = (lengths * (TOKENS / lengths.sum())).astype(np.int64) + 1  # 1e12 tokens, give or take rounding
         counts = os.path.join(folder, "tokens.npy")
-        np.save(counts, lengths)
         from shufflepoint._shards import token_counts
 
+        token_counts.save(counts, lengths)  # as a Shards corpus keeps them: counts, prefix sums, digest
         keep = token_counts.load_or_count
-        token_counts.load_or_count = lambda *a, **k: np.load(counts)
+        token_counts.load_or_count = lambda *a, **k: token_counts.load(counts, DOCUMENTS)
         try:
             packed = shufflepoint.Packed(LongDocuments(DOCUMENTS), SEQ_LEN, progress=False)
             packed_state = state_at(shufflepoint.DataLoader(packed, BATCH, seed=7, world_size=WORLD, rank=0),
@@ -256,15 +256,15 @@ def render(r: dict[str, Any]) -> str:
         f"{_ms(a['build_and_load_s'])} | {_ms(a['which_s'])} | **{_ms(a['build_and_load_s'] + a['which_s'])}** | - | "
         f"{_ms(a['import_s'])} | {a['process_s']:.2f} s |",
         f"| Packed, {p['tokens']:.3g} tokens, {p['documents']:.0e} documents, seq_len {SEQ_LEN}, 8 x 128 | "
-        f"{_ms(p['dataset_s'])} (reads {p['counts_bytes'] / 1e6:.0f} MB of kept counts) | "
+        f"{_ms(p['dataset_s'])} (maps {p['counts_bytes'] / 1e6:.0f} MB of kept counts) | "
         f"{_ms(p['build_and_load_s'])} | {_ms(p['which_s'])} | **{_ms(p['build_and_load_s'] + p['which_s'])}** | "
         f"{_ms(p['locate_s'])} (step 1e7 + 1: {_ms(p['locate_warm_s'])}) | {_ms(p['import_s'])} | "
         f"{p['process_s']:.2f} s |",
         "",
         f"`which` alone, asked again in the same process: {_ms(a['which_warm_s'])} (array), "
-        f"{_ms(p['which_warm_s'])} (Packed). The Packed loader's construction hashes the corpus's token counts "
-        "(its fingerprint, as every training process does at start: O(documents)), and the first `locate` builds "
-        "the epoch's O(blocks) table and one block of documents (the table is then kept).",
+        f"{_ms(p['which_warm_s'])} (Packed). The Packed loader's construction memory-maps the corpus's kept token "
+        "counts and their prefix sums and reads their digest (no pass over the documents), and the first "
+        "`locate` builds the epoch's O(blocks) table and one block of documents (the table is then kept).",
         "",
         f"Bytes written for this during training: **{r['bytes_written_1000_steps']} B** over 1,000 steps "
         f"(`/proc/self/io` wchar); the state it answers from is {r['state_bytes']} B, written at each checkpoint "

@@ -25,7 +25,7 @@ def corpus(tmp_path, **kwargs):
 
 
 def counts_files(tmp_path):
-    return sorted(glob.glob(str(tmp_path / "cache" / "tokens-*.npy")))
+    return sorted(f for f in glob.glob(str(tmp_path / "cache" / "tokens-*.npy")) if not f.endswith(".cumulative.npy"))
 
 
 def refuse_reads(monkeypatch):
@@ -230,3 +230,46 @@ def test_a_bad_document_counted_in_a_worker_process_is_named(tmp_path):
     with pytest.raises(TypeError, match=f"field 'input_ids' of document {documents - 1} holds float64"):
         Packed(corpus(tmp_path), 2, count_workers=2, progress=False)
     assert counts_files(tmp_path) == []  # nothing half-written
+
+
+def test_kept_counts_open_in_constant_time_with_their_prefix_sums_and_digest(tmp_path, monkeypatch):
+    """Beside the counts: their prefix sums (memory-mapped) and their digest, so that a Packed over a corpus
+    whose counts are kept makes no pass over its documents; the fingerprint and the rows are the same."""
+    jsonl_documents(str(tmp_path / "data"), 4, rows=(1, 20))
+    first = Packed(corpus(tmp_path), 8, progress=False)
+    framed = Packed(corpus(tmp_path), 8, bos=0, eos=1, progress=False)
+    (kept,) = counts_files(tmp_path)
+    assert os.path.exists(kept[:-4] + ".cumulative.npy") and os.path.exists(kept[:-4] + ".sha256")
+    fingerprints = first.fingerprint, framed.fingerprint
+    monkeypatch.setattr(token_counts, "digest", lambda counts: pytest.fail("the counts were hashed again"))
+    again = Packed(corpus(tmp_path), 8, progress=False)
+    assert isinstance(again._cumulative, np.memmap) and isinstance(again.lengths, np.memmap)
+    assert again.fingerprint == fingerprints[0] and again._cumulative.tolist() == first._cumulative.tolist()
+    rows = [[batch.tolist() for batch in shufflepoint.DataLoader(packed, 2, seed=3, collate_fn=lambda b: b[0]["input_ids"])]
+            for packed in (again, first)]
+    assert rows[0] == rows[1] and len(rows[0]) == -(-len(first) // 2)
+    framed_again = Packed(corpus(tmp_path), 8, bos=0, eos=1, progress=False)
+    expected = np.concatenate(([0], np.cumsum(np.asarray(first.lengths) + 2)))
+    assert framed_again._cumulative.tolist() == framed._cumulative.tolist() == expected.tolist()
+    assert framed_again.fingerprint == fingerprints[1]
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated", "garbled digest"])
+def test_counts_kept_without_their_prefix_sums_are_read_whole_and_completed(tmp_path, damage):
+    """Counts kept by 0.3 (no prefix sums, no digest) or beside a damaged one: read and checked whole, the
+    same fingerprint, and what is kept beside them written again."""
+    jsonl_documents(str(tmp_path / "data"), 3, rows=(1, 9))
+    first = Packed(corpus(tmp_path), 4, progress=False)
+    (kept,) = counts_files(tmp_path)
+    sums, digest = kept[:-4] + ".cumulative.npy", kept[:-4] + ".sha256"
+    if damage == "missing":
+        os.remove(sums), os.remove(digest)
+    elif damage == "truncated":
+        np.save(sums, np.load(sums)[:-1])
+    else:
+        with open(digest, "w") as f:
+            f.write("not a digest")
+    again = Packed(corpus(tmp_path), 4, progress=False)
+    assert again.fingerprint == first.fingerprint and again.lengths.tolist() == first.lengths.tolist()
+    assert np.load(sums).tolist() == first._cumulative.tolist() and len(open(digest).read()) == 64
+    assert isinstance(Packed(corpus(tmp_path), 4, progress=False)._cumulative, np.memmap)  # kept again

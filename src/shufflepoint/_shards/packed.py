@@ -111,10 +111,11 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         if count_workers is not None:
             check_int("count_workers", count_workers, 1, 4096)
         self.dataset, self.bos, self.eos = dataset, bos, eos
-        self.lengths = token_counts.load_or_count(dataset, self.source.count, self.source.identity,
-                                                  workers=count_workers, progress=progress)
+        counted = token_counts.load_or_count(dataset, self.source.count, self.source.identity,
+                                             workers=count_workers, progress=progress)
+        self.lengths, self._counted = counted.lengths, counted
         extra = (bos is not None) + (eos is not None)
-        self._cumulative = np.concatenate(([0], np.cumsum(self.lengths + extra))).astype(np.int64)
+        self._cumulative = counted.token_starts(extra)
         self.tokens_per_epoch = int(self._cumulative[-1])
         self.rows_per_epoch = self.tokens_per_epoch // self.seq_len
         if self.rows_per_epoch == 0:
@@ -135,7 +136,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         own fingerprint, else its length), what a token is (field or tokenizer), every document's
         token count, and the packing."""
         return {"documents": getattr(self.dataset, "fingerprint", None) or f"len={len(self.lengths)}",
-                "tokens": self.source.identity, "counts": hashlib.sha256(self.lengths.tobytes()).hexdigest(),
+                "tokens": self.source.identity, "counts": self._counted.counts_digest(),
                 "packing": json.dumps({"seq_len": self.seq_len, "bos": self.bos, "eos": self.eos})}
 
     @property

@@ -176,33 +176,103 @@ def counts_path(dataset: Any, identity: str) -> str:
     return os.path.join(cache_dir, f"tokens-{key}.npy")
 
 
-def load(path: str, documents: int) -> np.ndarray | None:
-    """The counts kept at ``path``, or None when there are none; an error naming a damaged file."""
+@dataclass(frozen=True)
+class Counted:
+    """Every document's token count, and what a ``Packed`` derives from them, kept so that a corpus whose
+    counts are on disk is opened in O(1): the counts and their prefix sums memory-mapped, their digest read
+    (a cold ``which`` at 1e7 documents: no O(documents) pass, benchmarks/which.py)."""
+
+    lengths: np.ndarray  # int64, or the kept file memory-mapped (int32 where every count fits)
+    cumulative: np.ndarray | None = None  # [0, l0, l0 + l1, ...]: documents + 1 int64s, or None
+    digest: str | None = None  # sha256 of the counts as int64 bytes (part of Packed's fingerprint), or None
+
+    def counts_digest(self) -> str:
+        return self.digest or digest(self.lengths)
+
+    def token_starts(self, extra: int) -> np.ndarray:
+        """Where each document starts in the token stream, and its end: ``documents + 1`` int64s, each document
+        with ``extra`` framing tokens (bos/eos). Kept prefix sums without framing are used as they are (O(1))."""
+        if self.cumulative is not None and not extra:
+            return self.cumulative
+        if self.cumulative is not None:  # + extra tokens for every document before
+            found: np.ndarray = self.cumulative + extra * np.arange(len(self.lengths) + 1, dtype=np.int64)
+            return found
+        return np.concatenate(([0], np.cumsum(np.asarray(self.lengths, dtype=np.int64) + extra))).astype(np.int64)
+
+
+def digest(counts: np.ndarray) -> str:
+    """The sha256 of the counts as int64 bytes: what ``Packed``'s fingerprint holds of them."""
+    return hashlib.sha256(np.ascontiguousarray(counts, dtype=np.int64).tobytes()).hexdigest()
+
+
+def _kept(path: str) -> tuple[str, str]:
+    """The files kept beside a counts file: its prefix sums and its digest."""
+    return path[:-4] + ".cumulative.npy", path[:-4] + ".sha256"
+
+
+def load(path: str, documents: int) -> Counted | None:
+    """The counts kept at ``path``, or None when there are none; an error naming a damaged file. With their
+    prefix sums and digest beside them, all memory-mapped or read in O(1); else checked whole and the two
+    written (counts kept by shufflepoint 0.3)."""
     try:
-        found = np.load(path, allow_pickle=False)
+        found = np.load(path, allow_pickle=False, mmap_mode="r")
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as error:
         raise ValueError(f"{path}: unreadable token counts ({error}); delete it to count again") from error
-    if found.shape != (documents,) or found.dtype.kind not in "iu" or (found.size and found.min() < 0):
+    if found.shape != (documents,) or found.dtype.kind not in "iu":
         raise ValueError(f"{path}: token counts of shape {found.shape} and dtype {found.dtype}, expected "
                          f"({documents},) non-negative integers (damaged); delete it to count again")
-    counts: np.ndarray = found.astype(np.int64)
-    return counts
+    kept = _load_kept(path, documents)
+    if kept is not None:
+        return Counted(found, *kept)
+    counts: np.ndarray = np.asarray(found, dtype=np.int64)
+    if counts.size and counts.min() < 0:
+        raise ValueError(f"{path}: negative token counts (damaged); delete it to count again")
+    return _save_kept(path, counts)
 
 
-def save(path: str, counts: np.ndarray) -> None:
-    """Write whole or not at all (int32 where every count fits, else int64)."""
+def _load_kept(path: str, documents: int) -> tuple[np.ndarray, str] | None:
+    cumulative_path, digest_path = _kept(path)
+    try:
+        cumulative = np.load(cumulative_path, allow_pickle=False, mmap_mode="r")
+        with open(digest_path) as f:
+            text = f.read().strip()
+    except (OSError, ValueError):
+        return None  # not kept (yet), or half written: derived from the counts again
+    if cumulative.shape != (documents + 1,) or cumulative.dtype != np.int64 or int(cumulative[0]) != 0 \
+            or len(text) != 64 or text.strip("0123456789abcdef"):
+        return None
+    return cumulative, text
+
+
+def _save_kept(path: str, counts: np.ndarray) -> Counted:
+    """Write the prefix sums and the digest beside the counts (each whole or not at all; best effort: a
+    read-only cache folder only costs the O(documents) pass at every construction)."""
+    cumulative_path, digest_path = _kept(path)
+    found = Counted(counts, np.concatenate(([0], np.cumsum(counts, dtype=np.int64))).astype(np.int64), digest(counts))
+    try:
+        sidecar.write_whole(cumulative_path, lambda f: np.save(f, found.cumulative, allow_pickle=False))
+        sidecar.write_whole(digest_path, lambda f: f.write(found.counts_digest().encode()))
+    except OSError:
+        pass
+    return found
+
+
+def save(path: str, counts: np.ndarray) -> Counted:
+    """Write whole or not at all (int32 where every count fits, else int64), then what is kept beside."""
     small = counts.size == 0 or int(counts.max()) < 2**31
     sidecar.write_whole(path, lambda f: np.save(f, counts.astype(np.int32 if small else np.int64), allow_pickle=False))
+    return _save_kept(path, counts)
 
 
 def load_or_count(dataset: Any, count: Count, identity: str, *, workers: int | None = None,
-                  progress: bool = True) -> np.ndarray:
+                  progress: bool = True) -> Counted:
     """Every document's token count: read from the corpus's counts file, else counted (and kept)."""
     if not cacheable(dataset):
         sharded = getattr(dataset, "shard_rows", None) is not None
-        return count_shards(dataset, count, workers, progress) if sharded else count_all(dataset, count, progress)
+        return Counted(count_shards(dataset, count, workers, progress) if sharded
+                       else count_all(dataset, count, progress))
     path = counts_path(dataset, identity)
     found = load(path, len(dataset))
     if found is not None:
@@ -210,8 +280,7 @@ def load_or_count(dataset: Any, count: Count, identity: str, *, workers: int | N
     with sidecar.building(os.path.dirname(path), os.path.basename(path)[:-4]):
         found = load(path, len(dataset))  # another process may have counted while this one waited
         if found is None:
-            found = count_shards(dataset, count, workers, progress)
-            save(path, found)
+            found = save(path, count_shards(dataset, count, workers, progress))
     return found
 
 
