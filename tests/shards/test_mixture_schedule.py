@@ -451,3 +451,30 @@ def test_a_fixed_global_batch_gives_the_same_global_batches_of_a_schedule_on_any
         for loader in second:
             loader.set_epoch(1)
         assert head + rest + global_batches(second) == reference, (w1, b1, w2, b2)
+
+
+@settings(max_examples=150, deadline=None)
+@given(weights=st.lists(st.integers(1, 9), min_size=3, max_size=5), grid=st.integers(1, 64), data=st.data())
+def test_three_or_more_sources_stay_within_one_row_of_their_share_since_the_phase_began(weights, grid, data):
+    """On a loader's grid, a phase whose every source holds a row of each global batch counts by largest
+    remainders: at every edge, each source is within one row of share x rows since the phase began (the
+    chain of floors leaves up to S - 1 to the last source), so any run of global batches is within two."""
+    length = data.draw(st.integers(grid, 10 * grid))
+    second = data.draw(st.integers(0, 3 * length))
+    schedule = Schedule([(0, weights)] + ([(second, weights[::-1])] if second else []), sources=len(weights))
+    on_grid = schedule.on_grid(grid, length)
+    edges = sorted({e * length + k * grid for e in range(3) for k in range(-(-length // grid))} | {3 * length})
+    for i, start in enumerate(on_grid.starts):
+        steady = all(share * size >= 1 for share in on_grid.shares[i]
+                     for size in {grid, length % grid or grid})
+        stop = on_grid.starts[i + 1] if i + 1 < len(on_grid.starts) else edges[-1]
+        before = on_grid.counts(start)
+        previous = before
+        for edge in (e for e in edges if start < e <= stop):
+            counts = on_grid.counts(edge)
+            assert all(b >= a for a, b in zip(previous, counts, strict=True))  # each source's stream only grows
+            assert sum(counts) == edge
+            error = max(abs(c - b - share * (edge - start))
+                        for c, b, share in zip(counts, before, on_grid.shares[i], strict=True))
+            assert error < (1 if steady else len(weights) - 1), (i, edge, counts)
+            previous = counts

@@ -245,8 +245,10 @@ def test_kept_counts_open_in_constant_time_with_their_prefix_sums_and_digest(tmp
     again = Packed(corpus(tmp_path), 8, progress=False)
     assert isinstance(again._cumulative, np.memmap) and isinstance(again.lengths, np.memmap)
     assert again.fingerprint == fingerprints[0] and again._cumulative.tolist() == first._cumulative.tolist()
-    rows = [[batch.tolist() for batch in shufflepoint.DataLoader(packed, 2, seed=3, collate_fn=lambda b: b[0]["input_ids"])]
-            for packed in (again, first)]
+    def first_rows(packed):
+        return [b.tolist() for b in shufflepoint.DataLoader(packed, 2, seed=3, collate_fn=lambda b: b[0]["input_ids"])]
+
+    rows = [first_rows(packed) for packed in (again, first)]
     assert rows[0] == rows[1] and len(rows[0]) == -(-len(first) // 2)
     framed_again = Packed(corpus(tmp_path), 8, bos=0, eos=1, progress=False)
     expected = np.concatenate(([0], np.cumsum(np.asarray(first.lengths) + 2)))

@@ -125,7 +125,11 @@ class Schedule:
 
     def _within(self, phase: int, x: int) -> list[int]:
         """counts at the phase's start plus the phase's own first x positions, source by source."""
-        counts = list(self._before[phase])
+        return [a + b for a, b in zip(self._before[phase], self._chained(phase, x), strict=True)]
+
+    def _chained(self, phase: int, x: int) -> list[int]:
+        """The phase's first x positions, source by source, by its chain of floors."""
+        counts = [0] * self.sources
         links, last = self._chains[phase]
         rest = x
         for s, numerator, denominator in links:
@@ -149,8 +153,11 @@ class Schedule:
         phase starts at the first global batch edge at or after its start (edges: ``e * samples_per_epoch +
         k * grid``, and every epoch's end), so a global batch follows the phase of its first sample. Steps
         that round to one edge leave the last of them (the one the batch after the edge is in)."""
-        found = object.__new__(Schedule)
+        from shufflepoint._core.schedule_grid import GridSchedule  # it subclasses this class
+
+        found = object.__new__(GridSchedule)
         found.sources, found._phases = self.sources, self._phases
+        found.grid, found.samples_per_epoch = grid, samples_per_epoch
         rounded: dict[int, int] = {}
         for i, start in enumerate(self.starts):
             rounded[on_edge(start, grid, samples_per_epoch)] = i  # a later step at the same edge wins

@@ -14,7 +14,8 @@ kept in the fingerprint as ``:grid=G`` and adopted by every resume). The windows
 batches (positions ``kG .. kG + G - 1`` of an epoch, the last one short), and each phase starts at the
 first edge at or after the start it names (``Schedule.on_grid``), so every global batch follows the
 phase of its first sample and holds counts(end) - counts(start) of each source: within one row of
-weight x G for two sources, over any run of global batches of one phase. A ``ResumableSampler`` (its
+weight x G for two sources, over any run of global batches of one phase, within two for more
+(``_core/schedule_grid.py``). A ``ResumableSampler`` (its
 batches unknown) reads the ``shuffle_block`` windows above, phases starting at the row they name.
 
 Position -> (source, row of its stream) is then one binary search over the phase starts and one per

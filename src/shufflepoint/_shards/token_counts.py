@@ -250,9 +250,10 @@ def _save_kept(path: str, counts: np.ndarray) -> Counted:
     """Write the prefix sums and the digest beside the counts (each whole or not at all; best effort: a
     read-only cache folder only costs the O(documents) pass at every construction)."""
     cumulative_path, digest_path = _kept(path)
-    found = Counted(counts, np.concatenate(([0], np.cumsum(counts, dtype=np.int64))).astype(np.int64), digest(counts))
+    sums = np.concatenate(([0], np.cumsum(counts, dtype=np.int64))).astype(np.int64)
+    found = Counted(counts, sums, digest(counts))
     try:
-        sidecar.write_whole(cumulative_path, lambda f: np.save(f, found.cumulative, allow_pickle=False))
+        sidecar.write_whole(cumulative_path, lambda f: np.save(f, sums, allow_pickle=False))
         sidecar.write_whole(digest_path, lambda f: f.write(found.counts_digest().encode()))
     except OSError:
         pass
