@@ -116,6 +116,38 @@ def test_the_run_options_come_back_from_the_fingerprint():
     assert _user_fingerprint("shards:abc:blocks=512", Corpus()) is None
     assert _user_fingerprint("auto:n=3:ff", [1, 2, 3]) == "auto"
     assert _user_fingerprint("v7", [1, 2, 3]) == "v7" and _user_fingerprint(None, []) is None
+    assert _user_fingerprint("shards:abc:blocks=512:grid=24:mine", Corpus()) == "mine"  # a schedule's global batch
+
+
+def test_which_answers_a_scheduled_mixture_resized_to_another_global_batch():
+    """The run's global batch (its schedule's grid) comes back from the fingerprint: the answers of a state
+    saved after a resize from 2 x 3 to 4 x 2 (with a user fingerprint) are what each rank received."""
+    from shufflepoint._shards.mixture import Mixture
+
+    def mixture():
+        return Mixture([list(range(100)), list(range(1000, 1040))], samples_per_epoch=60,
+                       schedule=[(0, [3, 1]), (25, [0, 1])])
+
+    def loaders(world, batch):
+        return [shufflepoint.DataLoader(mixture(), batch, seed=5, rank=r, world_size=world, collate_fn=list,
+                                        dataset_fingerprint="mine") for r in range(world)]
+
+    first = loaders(2, 3)
+    iterators = [iter(loader) for loader in first]
+    received = [{r: next(i) for r, i in enumerate(iterators)} for _ in range(4)]
+    second = loaders(4, 2)
+    with pytest.warns(UserWarning, match="global batch: found 8 rows"):
+        for loader in second:
+            loader.load_state_dict(first[0].state_dict())
+    iterators = [iter(loader) for loader in second]
+    received += [{r: next(i) for r, i in enumerate(iterators)} for _ in range(3)]
+    state = second[0].state_dict()
+    assert state["dataset_fingerprint"].endswith(":grid=6:mine")
+    data = mixture()
+    for step, batches in enumerate(received):
+        found = answer(Found(state, "file", "ckpt"), data, step, locate=False)
+        indices = {int(r): [e["index"] for e in v] for r, v in found["ranks"].items()}
+        assert {r: [data[i] for i in ids] for r, ids in indices.items()} == batches, step
 
 
 def test_read_checkpoint_then_answer_from_a_json_file(tmp_path):
