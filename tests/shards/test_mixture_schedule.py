@@ -478,3 +478,42 @@ def test_three_or_more_sources_stay_within_one_row_of_their_share_since_the_phas
                         for c, b, share in zip(counts, before, on_grid.shares[i], strict=True))
             assert error < (1 if steady else len(weights) - 1), (i, edge, counts)
             previous = counts
+
+
+def _piece_by_piece(order, mixture, flat):
+    """The order's definition, one piece (window, phase) at a time: its slots shuffled by a keyed Feistel
+    order of the piece, source s owning counts(b) - counts(a) of them (``take`` computes all pieces at once)."""
+    from shufflepoint._order.feistel import FeistelOrder
+    from shufflepoint._shards.blocks import _sub_seed
+    from shufflepoint._shards.scheduled_mixture import _PHASE_TAG, _PIECE_TAG
+
+    schedule, n, window = order._schedule, order.n, order._window
+    found = []
+    for p in flat.tolist():
+        k = min(p // window, order._windows - 1)
+        g = order._origin + p
+        i = schedule.phase(g)
+        start, stop = k * window, n if k == order._windows - 1 else (k + 1) * window
+        a = max(order._origin + start, schedule.starts[i])
+        b = min(order._origin + stop, schedule.starts[i + 1] if i + 1 < len(schedule.starts) else 2**62)
+        before, after = schedule.counts(a), schedule.counts(b)
+        slot = FeistelOrder(b - a, _sub_seed(_sub_seed(order.seed, _PIECE_TAG, k), _PHASE_TAG, i),
+                            order.epoch).index(g - a)
+        s, first = 0, 0
+        while slot >= first + after[s] - before[s]:
+            first += after[s] - before[s]
+            s += 1
+        stream = before[s] + slot - first
+        found.append(int(order._from_source(s, np.array([stream], dtype=np.int64))[0]))
+    return found
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=scheduled_mixtures(), seed=st.integers(0, 2**64 - 1), epoch=st.integers(0, 3),
+       grid=st.one_of(st.none(), st.integers(1, 40)), data=st.data())
+def test_the_order_computed_in_arrays_is_its_piece_by_piece_definition(case, seed, epoch, grid, data):
+    lengths, schedule, length, block = case
+    mixture = make(lengths, schedule, length)
+    order = mixture.epoch_order(seed, epoch, block, grid=grid)
+    flat = np.asarray(data.draw(st.lists(st.integers(0, length - 1), min_size=1, max_size=40)), dtype=np.int64)
+    assert order.take(flat).tolist() == _piece_by_piece(order, mixture, flat)

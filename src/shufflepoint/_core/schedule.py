@@ -34,6 +34,9 @@ import numbers
 from bisect import bisect_right
 from collections.abc import Sequence
 from fractions import Fraction
+from typing import Any
+
+import numpy as np
 
 _LIMIT = 2**62  # run positions stay int64
 _DENOMINATOR = 1 << 32  # weights are read as the nearest fraction with a denominator up to 2**32 (0.7 -> 7/10)
@@ -127,17 +130,35 @@ class Schedule:
         """counts at the phase's start plus the phase's own first x positions, source by source."""
         return [a + b for a, b in zip(self._before[phase], self._chained(phase, x), strict=True)]
 
-    def _chained(self, phase: int, x: int) -> list[int]:
-        """The phase's first x positions, source by source, by its chain of floors."""
-        counts = [0] * self.sources
+    def _chained(self, phase: int, x: Any) -> list[Any]:
+        """The phase's first x positions, source by source, by its chain of floors (x an int, or a numpy
+        array of Python ints: the same exact arithmetic, element by element)."""
+        counts: list[Any] = [0] * self.sources
         links, last = self._chains[phase]
         rest = x
         for s, numerator, denominator in links:
             taken = rest * numerator // denominator
-            counts[s] += taken
-            rest -= taken
-        counts[last] += rest
+            counts[s] = counts[s] + taken
+            rest = rest - taken
+        counts[last] = counts[last] + rest
         return counts
+
+    def _increments(self, phase: int, x: np.ndarray) -> list[Any]:
+        """``_within`` less the phase's start, for an array of x (Python ints): one array per source."""
+        return self._chained(phase, x)
+
+    def counts_many(self, g: np.ndarray) -> np.ndarray:
+        """``counts(g)`` for an array of run positions: an int64 array (positions x sources), exact."""
+        g = np.asarray(g, dtype=np.int64).reshape(-1)
+        found = np.empty((g.size, self.sources), dtype=np.int64)
+        phases = np.searchsorted(np.asarray(self.starts, dtype=np.int64), g, side="right") - 1
+        for i in np.unique(phases).tolist():
+            where = phases == i
+            x = (g[where] - self.starts[i]).astype(object)
+            found[where] = np.asarray(self._before[i], dtype=np.int64) + np.stack(
+                [np.asarray(column, dtype=object) * np.ones(x.size, dtype=object) for column in
+                 self._increments(i, x)], axis=1).astype(np.int64)
+        return found
 
     def phase(self, g: int) -> int:
         """The phase position g of the run belongs to (O(log phases))."""

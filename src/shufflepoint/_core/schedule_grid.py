@@ -15,24 +15,37 @@ rows, so every row of each source's stream is read once, in order.
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
+from typing import Any
+
+import numpy as np
 
 from shufflepoint._core.schedule import Schedule
 
 
-def largest_remainder(shares: tuple[Fraction, ...], total: int) -> list[int]:
+def largest_remainder(shares: tuple[Fraction, ...], total: Any) -> list[Any]:
     """Integers near ``share * total`` that sum to ``total``: the floors, then one more for the largest
-    remainders (ties by source). Each is the floor or the ceiling of its exact share.
+    remainders (ties by source). Each is the floor or the ceiling of its exact share. ``total`` an int,
+    or a numpy array of Python ints (one array per source comes back).
 
     >>> largest_remainder((Fraction(6, 10), Fraction(3, 10), Fraction(1, 10)), 8)
     [5, 2, 1]
     """
-    exact = [share * total for share in shares]
-    counts = [int(e.numerator // e.denominator) for e in exact]
-    by_remainder = sorted(range(len(shares)), key=lambda s: (-(exact[s] - counts[s]), s))
-    for s in by_remainder[: total - sum(counts)]:
-        counts[s] += 1
-    return counts
+    common = math.lcm(*(share.denominator for share in shares))
+    parts = [share.numerator * (common // share.denominator) for share in shares]  # share = part / common
+    floors = [total * part // common for part in parts]
+    remainders = [total * part % common for part in parts]
+    if not isinstance(total, np.ndarray):
+        by_remainder = sorted(range(len(shares)), key=lambda s: (-remainders[s], s))
+        for s in by_remainder[: total - sum(floors)]:
+            floors[s] += 1
+        return floors
+    left = (total - sum(floors)).astype(np.int64)  # < sources
+    order = np.argsort(-np.stack(remainders, axis=1).astype(object), axis=1, kind="stable")
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.arange(len(shares))[None, :].repeat(len(total), axis=0), axis=1)
+    return [floors[s] + (rank[:, s] < left) for s in range(len(shares))]
 
 
 class GridSchedule(Schedule):
@@ -51,6 +64,7 @@ class GridSchedule(Schedule):
             share == 0 or share * size >= 1 for share in shares for size in sizes)
 
     def _within(self, phase: int, x: int) -> list[int]:
-        if not self._steady(phase):
-            return super()._within(phase, x)
-        return [b + c for b, c in zip(self._before[phase], largest_remainder(self.shares[phase], x), strict=True)]
+        return [b + c for b, c in zip(self._before[phase], self._increments(phase, x), strict=True)]
+
+    def _increments(self, phase: int, x: Any) -> list[Any]:
+        return largest_remainder(self.shares[phase], x) if self._steady(phase) else self._chained(phase, x)

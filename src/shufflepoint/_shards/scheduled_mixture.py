@@ -34,8 +34,8 @@ import numpy as np
 
 from shufflepoint._core.schedule import windows
 from shufflepoint._order import check_int
-from shufflepoint._order.feistel import FeistelOrder
-from shufflepoint._shards.blocks import _sub_seed, checked_positions
+from shufflepoint._order.feistel_many import sub_seeds, take_many
+from shufflepoint._shards.blocks import _M64, checked_positions
 from shufflepoint._shards.mixture import _MAX_STREAM, MixtureOrder
 
 if TYPE_CHECKING:
@@ -77,36 +77,32 @@ class ScheduledMixtureOrder(MixtureOrder):
                 self._source_order(s, 0)
 
     def take(self, positions: np.ndarray) -> np.ndarray:
-        """Indices into the concatenated sources at these epoch positions (int64)."""
+        """Indices into the concatenated sources at these epoch positions (int64). Every piece (window,
+        phase) the positions fall in is computed at once, in arrays (``feistel_many``): a chunk may span
+        thousands of small global batches."""
         positions, flat = checked_positions(positions, self.n)
         window = np.minimum(flat // self._window, self._windows - 1)
         phase = np.searchsorted(self._starts, self._origin + flat, side="right") - 1
-        piece = window * len(self._starts) + phase
-        source, stream = np.empty_like(flat), np.empty_like(flat)
-        for key in np.unique(piece).tolist():
-            where = piece == key
-            k, i = divmod(key, len(self._starts))
-            self._fill_piece(k, i, flat[where], source, stream, where)
+        pieces, at = np.unique(window * len(self._starts) + phase, return_inverse=True)
+        k, i = np.divmod(pieces, len(self._starts))
+        start = k * self._window
+        stop = np.where(k == self._windows - 1, self.n, start + self._window)
+        following = np.append(self._starts[1:], np.int64(_MAX_STREAM))
+        a = np.maximum(self._origin + start, self._starts[i])
+        b = np.minimum(self._origin + stop, following[i])
+        before = self._schedule.counts_many(a)
+        sizes = self._schedule.counts_many(b) - before
+        ends = np.cumsum(sizes, axis=1)
+        keys = sub_seeds(sub_seeds(np.full(k.size, self.seed & _M64, dtype=np.uint64), _PIECE_TAG,
+                                   k.astype(np.uint64)), _PHASE_TAG, i.astype(np.uint64))
+        shuffled = take_many(self._origin + flat - a[at], (b - a)[at], keys[at], self.epoch)
+        source = (shuffled[:, None] >= ends[at]).sum(axis=1)
+        stream = before[at, source] + shuffled - (ends[at, source] - sizes[at, source])
         found = np.empty_like(flat)
         for s in np.unique(source).tolist():
             where = source == s
             found[where] = self._from_source(s, stream[where])
         return found.reshape(positions.shape)
-
-    def _fill_piece(self, k: int, i: int, positions: np.ndarray, source: np.ndarray, stream: np.ndarray,
-                    where: np.ndarray) -> None:
-        start = k * self._window
-        stop = self.n if k == self._windows - 1 else start + self._window
-        a = max(self._origin + start, int(self._starts[i]))
-        b = self._origin + stop if i + 1 == len(self._starts) else min(self._origin + stop, int(self._starts[i + 1]))
-        before = np.asarray(self._schedule.counts(a), dtype=np.int64)
-        sizes = np.asarray(self._schedule.counts(b), dtype=np.int64) - before
-        ends = np.cumsum(sizes)
-        key = _sub_seed(_sub_seed(self.seed, _PIECE_TAG, k), _PHASE_TAG, i)
-        shuffled = FeistelOrder(b - a, key, self.epoch).take(self._origin + positions - a)
-        owner = np.searchsorted(ends, shuffled, side="right")
-        source[where] = owner
-        stream[where] = before[owner] + shuffled - (ends[owner] - sizes[owner])
 
 
 def check_global_batch(grid: int, global_batch: int) -> None:
