@@ -182,7 +182,7 @@ test-accelerate-matrix:
 # share the dev venv).
 TRANSFORMERS_VERSIONS := 4.57.1
 TRANSFORMERS_TESTS := -m 'examples or not examples' tests/integrations/test_transformers_placement.py tests/integrations/test_transformers_trainer.py \
-	tests/distributed/test_integration_transformers.py tests/distributed/test_audit_trainer.py
+	tests/integrations/test_transformers_ramp.py tests/distributed/test_integration_transformers.py tests/distributed/test_audit_trainer.py
 
 test-transformers-matrix: $(STAMP)
 	@echo "== transformers $$($(PY) -c 'import transformers; print(transformers.__version__)') (dev stack)"; \

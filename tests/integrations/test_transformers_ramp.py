@@ -14,6 +14,10 @@ import torch  # noqa: E402
 from shufflepoint.integrations.transformers import Trainer  # noqa: E402
 
 N = 24
+# 4.57's loop counts an epoch's steps once, before a callback can change the batch size (no _run_epoch to
+# hook): a smaller batch there drops the epoch's tail (docs/integrations.md says so).
+pytestmark = pytest.mark.skipif(int(transformers.__version__.split(".")[0]) < 5,
+                                reason="a batch-size ramp needs transformers >= 5 (Trainer._run_epoch)")
 
 
 class Tokens(torch.utils.data.Dataset):
