@@ -107,3 +107,17 @@ def test_a_run_resumed_after_a_ramp_trains_the_saved_run_s_samples_at_its_steps(
     trainer.train(resume_from_checkpoint=str(tmp_path / "first" / f"checkpoint-{checkpoint}"))
     assert resumed.batches == whole.batches[checkpoint:]  # batches of 2, the same samples
     assert trainer.state.global_step == trainer.state.max_steps == reference.state.global_step  # the same steps
+
+
+def test_a_max_steps_run_keeps_its_steps_across_a_ramp_and_a_resume(tmp_path):
+    """With max_steps the run keeps its number of steps (they then cover less data after a smaller batch);
+    resumed after the ramp, it ends at the same step with the same batches."""
+    whole = Recorder()
+    reference = _trainer(tmp_path / "whole", whole, Ramp(2, 2), max_steps=10)
+    reference.train()
+    assert reference.state.global_step == 10 and [len(b) for b in whole.batches] == [4, 4] + [2] * 8
+    _trainer(tmp_path / "first", Recorder(), Ramp(2, 2), save_strategy="steps", save_steps=5, max_steps=10).train()
+    resumed = Recorder()
+    trainer = _trainer(tmp_path / "first", resumed, Ramp(2, 2), max_steps=10)
+    trainer.train(resume_from_checkpoint=str(tmp_path / "first" / "checkpoint-5"))
+    assert resumed.batches == whole.batches[5:] and trainer.state.global_step == 10
