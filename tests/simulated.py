@@ -47,6 +47,18 @@ def lockstep(ranks, epochs, exclusions, *, step=0, stop=None, applied=None):
     return served, ranks[0].state_dict()
 
 
+def stopped_and_resumed(make, epochs, exclusions, stop):
+    """The same run stopped before global step ``stop`` and resumed from its state by new loaders
+    (``make()`` builds every rank's), the exclusions after the stop applied by the resumed ones: what
+    every rank received, to compare with the run read whole."""
+    before, state = lockstep(make(), epochs, exclusions, stop=stop)
+    fresh = make()
+    for loader in fresh:
+        loader.load_state_dict(state)
+    after, _ = lockstep(fresh, epochs, {t: v for t, v in exclusions.items() if t > stop}, step=stop)
+    return before + after
+
+
 def check_served(served, n, world, exclusions, epochs):
     """No sample served once excluded; per epoch every sample not excluded by its end served, each once
     (apart from the tail padding, fewer than ``world`` repeats)."""

@@ -1,5 +1,6 @@
-"""Shared checks for the framework examples: what an uninterrupted run gives each rank, and the
-exactly-once reading of an epoch that was split between runs of different world sizes.
+"""Shared checks for the framework examples: what an uninterrupted run gives each rank, the
+exactly-once reading of an epoch that was split between runs of different world sizes, and one
+``shufflepoint audit`` run with its JSON report.
 
 The uninterrupted reference is the loader itself, one per simulated rank: the data order is a pure
 function of (seed, epoch, position), so no processes are needed to know what each rank must get.
@@ -75,3 +76,16 @@ def assert_epoch_exactly_once(n, seed, epoch, parts):
     for sample in stream[:n]:
         counts[sample] += 1
     assert sorted(counts) == list(range(n)) and set(counts.values()) == {1}
+
+
+def run_audit(tmp_path, capsys, targets, target, *flags):
+    """``shufflepoint audit TARGETS:TARGET FLAGS`` in this process (it launches its own workers):
+    (exit code, stdout, stderr, the JSON report), the report's exit code checked against the return."""
+    from shufflepoint._tools.cli import main
+
+    report_path = tmp_path / "report.json"
+    code = main(["audit", f"{targets}:{target}", *flags, "--json", str(report_path)])
+    out, err = capsys.readouterr()
+    report = json.loads(report_path.read_text())
+    assert report["exit_code"] == code
+    return code, out, err, report

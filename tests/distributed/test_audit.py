@@ -8,12 +8,10 @@ without launches in tests/tools/test_cli.py.
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
-
-from shufflepoint._tools.cli import main
+from integration_checks import run_audit
 
 TARGETS = os.path.join(os.path.dirname(__file__), "targets", "loaders.py")
 needs_accelerate = pytest.mark.skipif(
@@ -23,12 +21,7 @@ needs_torchdata = pytest.mark.skipif(not __import__("importlib").util.find_spec(
 
 
 def audit(tmp_path, capsys, target, *flags):
-    report_path = tmp_path / "report.json"
-    code = main(["audit", f"{TARGETS}:{target}", *flags, "--json", str(report_path)])
-    out, err = capsys.readouterr()
-    report = json.loads(report_path.read_text())
-    assert report["exit_code"] == code
-    return code, out, err, report
+    return run_audit(tmp_path, capsys, TARGETS, target, *flags)
 
 
 @needs_accelerate

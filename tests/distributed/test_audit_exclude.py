@@ -8,20 +8,15 @@ tests/tools/test_audit_exclusion.py, on the records of such a loader.
 
 from __future__ import annotations
 
-import json
 import os
 
-from shufflepoint._tools.cli import main
+from integration_checks import run_audit
 
 TARGETS = os.path.join(os.path.dirname(__file__), "targets", "loaders.py")
 
 
 def audit(tmp_path, capsys, target, *flags):
-    report_path = tmp_path / "report.json"
-    code = main(["audit", f"{TARGETS}:{target}", *flags, "--json", str(report_path)])
-    out, _ = capsys.readouterr()
-    report = json.loads(report_path.read_text())
-    assert report["exit_code"] == code
+    code, out, _, report = run_audit(tmp_path, capsys, TARGETS, target, *flags)
     return code, out, report
 
 

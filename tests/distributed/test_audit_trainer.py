@@ -9,14 +9,13 @@ shufflepoint Trainer must pass (every sample of epoch 1 once).
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
 
 pytest.importorskip("transformers", reason="the transformers extra is not installed")
 
-from shufflepoint._tools.cli import main  # noqa: E402
+from integration_checks import run_audit  # noqa: E402
 
 pytestmark = pytest.mark.examples  # make test-examples; test_audit.py and the Trainer tests cover its parts
 
@@ -24,11 +23,7 @@ TARGETS = os.path.join(os.path.dirname(__file__), "targets", "trainers.py")
 
 
 def audit(tmp_path, capsys, target, *flags):
-    report_path = tmp_path / "report.json"
-    code = main(["audit", f"{TARGETS}:{target}", *flags, "--json", str(report_path)])
-    out, _ = capsys.readouterr()
-    report = json.loads(report_path.read_text())
-    assert report["exit_code"] == code
+    code, out, _, report = run_audit(tmp_path, capsys, TARGETS, target, *flags)
     return code, out, report
 
 

@@ -122,3 +122,14 @@ def test_given_the_whole_mesh_the_agreement_compares_tensor_parallel_peers_too(r
             assert record["tp_peer_dp_only"] == "accepted"
         assert "ranks loaded different states" in record["tp_peer_whole_mesh"], record["tp_peer_whole_mesh"]
         assert "'cursor'" in record["tp_peer_whole_mesh"]
+
+
+def test_exclude_checks_its_indices_along_the_dp_group(runs):
+    """Process 2 (dp rank 1) passes other indices: its dp group (processes 0 and 2) refuses, naming the
+    ranks; the other dp group agrees. The same indices everywhere: accepted on every process."""
+    saved, _ = runs
+    assert [r["exclude_same"] for r in saved] == ["accepted"] * 4
+    refused = [r["exclude_disagreement"] for r in saved]
+    assert refused[1] == refused[3] == "accepted"
+    for words in (refused[0], refused[2]):
+        assert "ValueError: exclude: ranks passed different indices" in words and "rank 1: 2 indices" in words

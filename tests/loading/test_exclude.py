@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import shufflepoint
 from shufflepoint import StateError
-from simulated import check_served, lockstep
+from simulated import check_served, lockstep, stopped_and_resumed
 
 
 def loaders(n, world, batch, **kwargs):
@@ -40,12 +40,7 @@ def test_excluded_never_served_the_rest_once_and_a_resume_is_exact(run, data):
     whole, _ = lockstep(loaders(n, world, batch, **kwargs), 2, exclusions)
     check_served(whole, n, world, exclusions, 2)
     stop = data.draw(st.integers(0, len(whole)))
-    before, state = lockstep(loaders(n, world, batch, **kwargs), 2, exclusions, stop=stop)
-    fresh = loaders(n, world, batch, **kwargs)
-    for loader in fresh:
-        loader.load_state_dict(state)
-    after, _ = lockstep(fresh, 2, {t: v for t, v in exclusions.items() if t > stop}, step=stop)
-    assert before + after == whole
+    assert stopped_and_resumed(lambda: loaders(n, world, batch, **kwargs), 2, exclusions, stop) == whole
 
 
 @settings(max_examples=60, deadline=None)

@@ -14,7 +14,7 @@ from corpus_files import jsonl_corpus
 from shufflepoint import StateError
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.spanskips import FilteredSpanCut, Handed
-from simulated import check_served, lockstep
+from simulated import check_served, lockstep, stopped_and_resumed
 
 
 def loaders(n, world, batch, **kwargs):
@@ -55,12 +55,7 @@ def test_excluded_never_served_the_rest_once_and_a_resume_is_exact(run, data):
     whole, _ = lockstep(loaders(n, world, batch, **kwargs), 2, exclusions)
     check_served(whole, n, world, exclusions, 2)
     stop = data.draw(st.integers(0, len(whole)))
-    before, state = lockstep(loaders(n, world, batch, **kwargs), 2, exclusions, stop=stop)
-    fresh = loaders(n, world, batch, **kwargs)
-    for loader in fresh:
-        loader.load_state_dict(state)
-    after, _ = lockstep(fresh, 2, {t: v for t, v in exclusions.items() if t > stop}, step=stop)
-    assert before + after == whole
+    assert stopped_and_resumed(lambda: loaders(n, world, batch, **kwargs), 2, exclusions, stop) == whole
 
 
 @settings(max_examples=80, deadline=None)
@@ -208,12 +203,7 @@ def test_with_drop_last_a_resume_is_exact_and_nothing_excluded_is_served(run, da
         assert all(len(b) == batch for b in batches)
         assert all(excluded_at.get(i, t + 1) > t for b in batches for i in b)
     stop = data.draw(st.integers(0, len(whole)))
-    before, state = lockstep(loaders(n, world, batch, **kwargs), 2, exclusions, stop=stop)
-    fresh = loaders(n, world, batch, **kwargs)
-    for loader in fresh:
-        loader.load_state_dict(state)
-    after, _ = lockstep(fresh, 2, {t: v for t, v in exclusions.items() if t > stop}, step=stop)
-    assert before + after == whole
+    assert stopped_and_resumed(lambda: loaders(n, world, batch, **kwargs), 2, exclusions, stop) == whole
 
 
 @settings(max_examples=40, deadline=None)

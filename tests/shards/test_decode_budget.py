@@ -81,13 +81,18 @@ def test_the_default_block_fits_the_budget_and_reads_each_group_once(tmp_path, b
         warnings.simplefilter("error")  # the default block fits: no warning
         loader = shufflepoint.DataLoader(corpus, batch_size=8, seed=3)
     assert loader._orders.shuffle_block == 64 < DEFAULT_SHUFFLE_BLOCK  # 1.75 shards of rows -> 64
+    ids, decoded = _epoch_decodes(loader, monkeypatch)
+    assert sorted(ids) == list(range(SHARDS * ROWS))
+    assert len(decoded) == len(set(decoded)) == SHARDS * ROWS // GROUP  # every row group decoded once
+
+
+def _epoch_decodes(loader, monkeypatch):
+    """One epoch of ``loader``: the ids served, and every (shard, unit) decoded, in order."""
     decoded = []
     real = parquet_reader.OpenParquet._decode
     monkeypatch.setattr(parquet_reader.OpenParquet, "_decode",
                         lambda self, unit: decoded.append((self._shard, unit)) or real(self, unit))
-    ids = [int(i) for batch in loader for i in batch["id"]]
-    assert sorted(ids) == list(range(SHARDS * ROWS))
-    assert len(decoded) == len(set(decoded)) == SHARDS * ROWS // GROUP  # every row group decoded once
+    return [int(i) for batch in loader for i in batch["id"]], decoded
 
 
 def test_a_block_that_does_not_fit_is_said_with_the_numbers(tmp_path, budget):
@@ -168,10 +173,6 @@ def test_a_batch_across_two_blocks_keeps_the_groups_it_still_needs(tmp_path, bud
     corpus = shufflepoint.Shards(_corpus(str(tmp_path)), cache_dir=str(tmp_path / "c"), progress=False)
     budget(int(1.6 * ROWS * corpus.decoded_row_bytes()))
     loader = shufflepoint.DataLoader(corpus, batch_size=12, seed=5, shuffle_block=ROWS)  # a shard a block
-    decoded = []
-    real = parquet_reader.OpenParquet._decode
-    monkeypatch.setattr(parquet_reader.OpenParquet, "_decode",
-                        lambda self, unit: decoded.append((self._shard, unit)) or real(self, unit))
-    ids = [int(i) for batch in loader for i in batch["id"]]
+    ids, decoded = _epoch_decodes(loader, monkeypatch)
     assert sorted(ids) == list(range(SHARDS * ROWS))
     assert len(decoded) == len(set(decoded)) == SHARDS * ROWS // GROUP

@@ -43,7 +43,7 @@ def state_digest(state: dict[str, Any] | None) -> int:
 Groups = tuple[Any, ...]  # process groups to reduce along in turn; (None,) is the default group
 
 
-def _everyone_agrees(local: dict[str, Any] | None, local_error: str | None, groups: Groups) -> bool:
+def everyone_agrees(local: dict[str, Any] | None, local_error: str | None, groups: Groups) -> bool:
     """One all_reduce(MAX) of [digest, -digest, refused] per group: the same answer on every rank."""
     import torch
     import torch.distributed as dist
@@ -65,12 +65,12 @@ def agree_across_ranks(local: dict[str, Any] | None, local_error: str | None, gr
     Every rank must call this, including one whose local validation failed, or the others would
     wait forever in the collective.
     """
-    if _everyone_agrees(local, local_error, groups):
+    if everyone_agrees(local, local_error, groups):
         return
     _explain_disagreement(local, local_error, groups)
 
 
-def _gather(local: Any, groups: Groups) -> list[Any]:
+def gather_from_all(local: Any, groups: Groups) -> list[Any]:
     """Every rank's ``local``, in (data-parallel) rank order: gathered along the last group first, so
     that the nested lists flatten row-major, as ``mesh.py`` numbers the ranks."""
     import torch.distributed as dist
@@ -87,7 +87,7 @@ def _gather(local: Any, groups: Groups) -> list[Any]:
 
 def _explain_disagreement(local: dict[str, Any] | None, local_error: str | None, groups: Groups) -> None:
     """The rare path (always an error): gather every rank's state or refusal and name them."""
-    gathered = _gather((local, local_error), groups)
+    gathered = gather_from_all((local, local_error), groups)
     refused = [(rank, error) for rank, (_, error) in enumerate(gathered) if error is not None]
     if refused:
         lines = "; ".join(f"rank {rank}: {error}" for rank, error in refused)
@@ -108,6 +108,16 @@ def _explain_disagreement(local: dict[str, Any] | None, local_error: str | None,
                      "values alike on every rank (e.g. 1 and 1.0); load the same checkpoint on every rank")
 
 
+def checked_along(verify_ranks: bool, rank: int, world_size: int, groups: Groups | None) -> Groups | None:
+    """The process groups a rank check reduces along: a data-parallel mesh's (``groups``), else the default
+    group when it is the one the loader shards over; None when there is no check to make."""
+    if not verify_ranks:
+        return None
+    if groups is not None:
+        return groups
+    return (None,) if group_matches(rank, world_size) else None
+
+
 def validate_everywhere(
     state: object, expected: Any, *, strict: bool, rank: int, world_size: int, verify_ranks: bool,
     groups: Groups | None = None,
@@ -116,8 +126,8 @@ def validate_everywhere(
     ``groups`` (a data-parallel mesh's, see ``mesh.py``); its ``state.Position``."""
     from shufflepoint._core import state as _state
 
-    collective = verify_ranks and (groups is not None or group_matches(rank, world_size))
-    groups = groups if groups is not None else (None,)
+    along = checked_along(verify_ranks, rank, world_size, groups)
+    collective, groups = along is not None, along or (None,)
     try:
         position = _state.validate(state, expected, strict=strict)
     except StateError as error:

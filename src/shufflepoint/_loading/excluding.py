@@ -16,7 +16,7 @@ from shufflepoint._core.history import place_after
 from shufflepoint._core.plan import STRIDED, Layout, StridedCut
 from shufflepoint._core.spans import SpanCut
 from shufflepoint._core.spanskips import Cut, FilteredSpanCut, Handed
-from shufflepoint._loading.agreement import group_matches, state_digest
+from shufflepoint._loading.agreement import Groups, checked_along, everyone_agrees, gather_from_all
 from shufflepoint._loading.excluded_steps import handed_from, history_cuts, kept_steps, placeable
 from shufflepoint._loading.orders import OrderCache
 from shufflepoint._loading.sampler import Deal
@@ -61,7 +61,7 @@ class Excluded:
         return found
 
     def merged(self, indices: Any, deal: Deal, orders: OrderCache, dataset: Any, rank: int, world_size: int,
-               verify_ranks: bool) -> Exclusion:
+               verify_ranks: bool, groups: Groups | None) -> Exclusion:
         """This set plus ``indices``, every check passed (nothing is changed here)."""
         added = Exclusion.from_indices(indices, orders.n)
         check_can_exclude(deal, orders, dataset)
@@ -70,7 +70,7 @@ class Excluded:
             raise ValueError(f"indices: the excluded set would be {len(merged)} ranges, expected at most {MAX_RANGES} "
                              "(the state's documented bound). Exclude fewer or contiguous indices; nothing was "
                              "excluded.")
-        agree_on_exclusion(added, rank, world_size, verify_ranks)
+        agree_on_exclusion(added, rank, world_size, verify_ranks, groups)
         return merged
 
     def replace(self, exclusion: Exclusion | None, n: int) -> None:
@@ -133,31 +133,21 @@ class Excluded:
         return Layout(layout.n - self.exclusion.count, layout.world_size, layout.batch_size, layout.drop_last)
 
 
-def agree_on_exclusion(added: Exclusion, rank: int, world_size: int, verify_ranks: bool) -> None:
-    """In a process group that matches the loader's ranks, check that every rank passed the same indices
-    (one ``all_reduce`` of two int64); ValueError on every rank, naming the ranks' counts, when not."""
-    if not (verify_ranks and group_matches(rank, world_size)):
+def agree_on_exclusion(added: Exclusion, rank: int, world_size: int, verify_ranks: bool,
+                       groups: Groups | None) -> None:
+    """Along the loader's ranks (its mesh's groups, or a matching default group), check that every rank passed
+    the same indices (one ``all_reduce`` per group, as a state load checks); ValueError on every rank, naming
+    the ranks' counts, when not."""
+    along = checked_along(verify_ranks, rank, world_size, groups)
+    if along is None or everyone_agrees({"excluded": added.to_state()}, None, along):
         return
-    import torch
-    import torch.distributed as dist
-
-    digest = state_digest({"excluded": added.to_state()})
-    on_gpu = dist.get_backend() == "nccl"
-    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
-    flags = torch.tensor([digest, -digest], dtype=torch.int64, device=device)
-    dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-    highest, lowest_negated = flags.tolist()
-    if highest == -lowest_negated:
-        return
-    counts: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(counts, (added.count, added.ranges()[:3]))
+    counts = gather_from_all((added.count, added.ranges()[:3]), along)
     shown = "; ".join(f"rank {r}: {count} indices, first ranges {first}" for r, (count, first) in enumerate(counts))
     raise ValueError(
         f"exclude: ranks passed different indices ({shown}), expected the same on every rank (the state is the "
         "same on every rank, and so is what it excludes). Compute the indices identically everywhere, or "
         "broadcast them from rank 0, then call loader.exclude on every rank. Nothing was excluded."
     )
-
 
 
 class ExclusionMixin:
@@ -170,6 +160,7 @@ class ExclusionMixin:
         _layout: Layout
         _rank: int
         _verify_ranks: bool
+        _groups: Groups | None
         _pass: Pass | None
         _history: History
         _epoch: int
@@ -215,7 +206,7 @@ class ExclusionMixin:
         See docs/exclusion.md.
         """
         merged = self._excluded.merged(indices, self._deal, self._orders, self.dataset, self._rank,
-                                       self._layout.world_size, self._verify_ranks)
+                                       self._layout.world_size, self._verify_ranks, self._groups)
         if merged == self._excluded.exclusion:  # nothing new: the deal goes on as it is
             return
         steps, place = self._here()

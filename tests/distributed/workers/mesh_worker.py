@@ -80,6 +80,14 @@ if MODE == "save":
     disagree("tp_peer_dp_only", 1, mesh=mesh["dp"])
     # given the whole mesh, the agreement runs along tp too: every process refuses
     disagree("tp_peer_whole_mesh", 1, mesh=mesh, mesh_dims="dp")
+
+    def exclude(name, differs_on):  # exclude() checks its indices along the same groups
+        checked = shufflepoint.DataLoader(dataset, BATCH, seed=SEED, mesh=mesh["dp"])
+        attempt(name, lambda: checked.exclude([5, 6] if RANK == differs_on else [5]))
+        record[name + "_excluded"] = checked.excluded.count
+
+    exclude("exclude_same", None)
+    exclude("exclude_disagreement", 2)
 else:
     with open(os.path.join(OUT, "save.r0.json")) as f:  # dp rank 0, tp rank 0: any rank's state restores all
         saved = json.load(f)["state"]
