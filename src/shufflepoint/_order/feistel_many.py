@@ -29,27 +29,32 @@ def splitmix64(x: np.ndarray) -> np.ndarray:
     return found
 
 
-def sub_seeds(seed: np.ndarray, tag: int, index: np.ndarray) -> np.ndarray:
-    """``blocks._sub_seed(seed, tag, index)`` element by element (uint64 arrays)."""
-    return splitmix64(splitmix64(seed) ^ _U64(tag) ^ splitmix64(index))
+def sub_seeds(seed: np.ndarray | int, tag: int, index: np.ndarray) -> np.ndarray:
+    """``blocks._sub_seed(seed, tag, index)`` element by element (uint64 arrays; ``seed`` may be one int)."""
+    mixed = splitmix64(np.asarray(seed, dtype=np.uint64))
+    return splitmix64(mixed ^ _U64(tag) ^ splitmix64(index))
 
 
-def take_many(offsets: np.ndarray, sizes: np.ndarray, keys: np.ndarray, epoch: int) -> np.ndarray:
-    """``FeistelOrder(sizes[i], keys[i], epoch).take(offsets[i])`` for every i (int64 out; each size <= 2**32)."""
-    offsets, sizes = np.asarray(offsets, dtype=np.int64), np.asarray(sizes, dtype=np.int64)
-    keys = np.asarray(keys, dtype=np.uint64)
+def take_many(offsets: np.ndarray, pieces: np.ndarray, sizes: np.ndarray, keys: np.ndarray, epoch: int) -> np.ndarray:
+    """``FeistelOrder(sizes[p], keys[p], epoch).take(offsets[i])`` with ``p = pieces[i]``, for every i (int64
+    out). ``sizes`` and ``keys`` are per piece (each size <= 2**32): the round keys are derived once a piece."""
+    offsets, pieces = np.asarray(offsets, dtype=np.int64), np.asarray(pieces, dtype=np.int64)
+    sizes, keys = np.asarray(sizes, dtype=np.int64), np.asarray(keys, dtype=np.uint64)
     out = np.empty(offsets.shape, dtype=np.int64)
+    per_element = sizes[pieces]
     for size in np.unique(sizes).tolist():
-        where = sizes == size
-        out[where] = _take_one_size(offsets[where], int(size), keys[where], epoch)
+        where = per_element == size
+        same = np.flatnonzero(sizes == size)  # the pieces of this size, renumbered 0..
+        local = np.searchsorted(same, pieces[where])
+        out[where] = _take_one_size(offsets[where], local, int(size), keys[same], epoch)
     return out
 
 
-def _take_one_size(offsets: np.ndarray, n: int, keys: np.ndarray, epoch: int) -> np.ndarray:
+def _take_one_size(offsets: np.ndarray, pieces: np.ndarray, n: int, keys: np.ndarray, epoch: int) -> np.ndarray:
     width = max(MIN_WIDTH, (n - 1).bit_length())
     first_high, first_low = width - width // 2, width // 2
     splits = [(first_high, first_low) if i % 2 == 0 else (first_low, first_high) for i in range(ROUNDS)]
-    base = splitmix64(splitmix64(keys) ^ _U64(epoch & ((1 << 64) - 1)))
+    base = splitmix64(splitmix64(keys) ^ _U64(epoch & ((1 << 64) - 1)))  # one per piece
     with np.errstate(over="ignore"):
         round_keys = [(splitmix64(base + _U64(i)) & _M32).astype(np.uint32) for i in range(ROUNDS + 1)]
     pivots = (splitmix64(base ^ _U64(0x5EED)) % _U64(n)).astype(np.int64)
@@ -68,18 +73,17 @@ def _take_one_size(offsets: np.ndarray, n: int, keys: np.ndarray, epoch: int) ->
         found: np.ndarray = (left.astype(np.uint64) << _U64(splits[-1][0])) | right
         return found
 
-    everyone = np.arange(offsets.size)
-    values = encrypt(offsets.astype(np.uint64), everyone)
+    values = encrypt(offsets.astype(np.uint64), pieces)
     outside = np.flatnonzero(values >= _U64(n))
-    while outside.size:  # cycle walking, each element with its own keys
-        values[outside] = encrypt(values[outside], outside)
+    while outside.size:  # cycle walking, each element with its piece's keys
+        values[outside] = encrypt(values[outside], pieces[outside])
         outside = outside[values[outside] >= _U64(n)]
     x = values.astype(np.int64)
-    partner = pivots - x
+    partner = pivots[pieces] - x
     partner[partner < 0] += n
     m = np.maximum(x, partner).astype(np.uint32)  # n <= 2**32: the high half is 0
     with np.errstate(over="ignore"):
-        h = m ^ round_keys[ROUNDS]
+        h = m ^ round_keys[ROUNDS][pieces]
         h = h * np.uint32(_C1)
         h ^= h >> np.uint32(15)
         h = h * np.uint32(_C2)

@@ -93,9 +93,8 @@ class ScheduledMixtureOrder(MixtureOrder):
         before = self._schedule.counts_many(a)
         sizes = self._schedule.counts_many(b) - before
         ends = np.cumsum(sizes, axis=1)
-        keys = sub_seeds(sub_seeds(np.full(k.size, self.seed & _M64, dtype=np.uint64), _PIECE_TAG,
-                                   k.astype(np.uint64)), _PHASE_TAG, i.astype(np.uint64))
-        shuffled = take_many(self._origin + flat - a[at], (b - a)[at], keys[at], self.epoch)
+        keys = sub_seeds(sub_seeds(self.seed & _M64, _PIECE_TAG, k.astype(np.uint64)), _PHASE_TAG, i.astype(np.uint64))
+        shuffled = take_many(self._origin + flat - a[at], at, b - a, keys, self.epoch)
         source = (shuffled[:, None] >= ends[at]).sum(axis=1)
         stream = before[at, source] + shuffled - (ends[at, source] - sizes[at, source])
         found = np.empty_like(flat)
