@@ -11,8 +11,9 @@ import pytest
 import torch
 
 import shufflepoint
+from shufflepoint._loading.block_choice import recorded_block
 from shufflepoint._tools import cli
-from shufflepoint._tools.which import WhichError, _shuffle_block, _user_fingerprint, answer, render
+from shufflepoint._tools.which import WhichError, _user_fingerprint, answer, render
 from shufflepoint._tools.which_checkpoint import Found, read_checkpoint
 
 
@@ -107,7 +108,8 @@ def test_a_state_of_another_dataset_is_refused_by_name(tmp_path):
 
 
 def test_the_run_options_come_back_from_the_fingerprint():
-    assert _shuffle_block("shards:abc:blocks=512:mine") == 512 and _shuffle_block("auto:n=3:ff") is None
+    assert recorded_block({"dataset_fingerprint": "shards:abc:blocks=512:mine"}) == 512
+    assert recorded_block({"dataset_fingerprint": "auto:n=3:ff"}) is None
 
     class Corpus:
         fingerprint = "shards:abc"

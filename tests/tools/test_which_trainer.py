@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shufflepoint._core.trainer_placement import place
 from shufflepoint._tools.which_trainer import Leg, Ran, loader_steps, trainer_step_at
-from shufflepoint.integrations.transformers._placement import place
 
 
 def replay(legs_plan, accumulation):

@@ -38,6 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from shufflepoint._core.fingerprint import recorded_int
+
 _LIMIT = 2**62  # run positions stay int64
 _DENOMINATOR = 1 << 32  # weights are read as the nearest fraction with a denominator up to 2**32 (0.7 -> 7/10)
 
@@ -275,10 +277,7 @@ def recorded_grid(fingerprint: object) -> int | None:
     >>> recorded_grid("mixture:0f3a|0:9c2e:blocks=4096:grid=512")
     512
     """
-    if not isinstance(fingerprint, str) or GRID not in fingerprint:
-        return None
-    digits = fingerprint.rsplit(GRID, 1)[1].split(":", 1)[0]
-    return int(digits) if digits.isdigit() and 0 < int(digits) <= _LIMIT else None
+    return recorded_int(fingerprint, "grid")
 
 
 

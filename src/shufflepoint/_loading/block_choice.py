@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from shufflepoint._core.fingerprint import recorded_int
 from shufflepoint._shards.blocks import DEFAULT_SHUFFLE_BLOCK
 from shufflepoint._shards.blocks import NAME as BLOCKS
 
@@ -35,11 +36,7 @@ def recorded_block(state: object) -> int | None:
     >>> recorded_block({"dataset_fingerprint": "shards:0f3a:blocks=2048:mine"})
     2048
     """
-    found = state.get("dataset_fingerprint") if isinstance(state, dict) else None
-    if not isinstance(found, str) or ":blocks=" not in found:
-        return None
-    digits = found.split(":blocks=", 1)[1].split(":", 1)[0]
-    return int(digits) if digits.isdigit() and 0 < int(digits) <= 2**62 else None
+    return recorded_int(state.get("dataset_fingerprint") if isinstance(state, dict) else None, "blocks")
 
 
 def adopt_recorded_block(orders: _Orders, state: object, rebuild: Any) -> Any:

@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from shufflepoint._core.schedule import GRID
+from shufflepoint._loading.block_choice import recorded_block
 from shufflepoint._tools.which_checkpoint import Found
 
 SCHEMA_VERSION = 1
@@ -33,14 +34,6 @@ _BLOCKS = ":blocks="
 
 class WhichError(ValueError):
     """The question cannot be answered from this checkpoint and dataset: the CLI exits 2."""
-
-
-def _shuffle_block(fingerprint: str | None) -> int | None:
-    """The ``shuffle_block`` the run used, which the loader writes into a corpus's fingerprint."""
-    if not fingerprint or _BLOCKS not in fingerprint:
-        return None
-    text = fingerprint.split(_BLOCKS, 1)[1].split(":", 1)[0]
-    return int(text) if text.isdigit() else None
 
 
 def _user_fingerprint(saved: str | None, dataset: Any) -> str | None:
@@ -76,7 +69,7 @@ def build_loader(state: dict[str, Any], dataset: Any) -> Any:
         loader = DataLoader(
             dataset, batch_size=state["batch_size"], shuffle=shuffle, seed=state["seed"], drop_last=state["drop_last"],
             rank=0, world_size=state["world_size"], order=order,
-            shuffle_block=_shuffle_block(state.get("dataset_fingerprint")) if shuffle else None, deal=state["deal"],
+            shuffle_block=recorded_block(state) if shuffle else None, deal=state["deal"],
             dataset_fingerprint=_user_fingerprint(state.get("dataset_fingerprint"), dataset), verify_ranks=False)
         loader.load_state_dict(state, verify_ranks=False)
     except StateError as error:
@@ -101,11 +94,10 @@ def answer(found: Found, dataset: Any, step: int, *, rank: int | None = None, ac
         raise WhichError(f"--step: found {step!r}, expected an int >= 0")
     began = time.perf_counter()
     loader = build_loader(found.state, dataset)
-    ask = _which
     steps = _loader_steps(found, loader, step, accumulation)
     ranks: dict[int, list[dict[str, Any]]] = {}
     for loader_step in steps:
-        for r, indices in sorted(ask(loader, loader_step).items()):
+        for r, indices in sorted(_which(loader, loader_step).items()):
             if rank is not None and r != rank:
                 continue
             entries = [_where(dataset, i) if locate else {"index": i} for i in indices]
@@ -113,7 +105,7 @@ def answer(found: Found, dataset: Any, step: int, *, rank: int | None = None, ac
                 entry["step"] = loader_step
             ranks.setdefault(int(r), []).extend(entries)
     if rank is not None and rank not in ranks:
-        raise WhichError(f"--rank: found {rank}, but step {step} was read by ranks {sorted(ask(loader, steps[0]))}")
+        raise WhichError(f"--rank: found {rank}, but step {step} was read by ranks {sorted(_which(loader, steps[0]))}")
     return {"schema_version": SCHEMA_VERSION, "checkpoint": found.where, "kind": found.kind, "step": step,
             "loader_steps": steps, "trainer_step": found.trainer_step, "seed": found.state["seed"],
             "ranks": {str(r): entries for r, entries in sorted(ranks.items())},

@@ -2,7 +2,7 @@
 
 ``loader.which(step)`` counts the batches each rank received since the run began. The Trainer counts
 optimizer steps, each ``GA`` batches (gradient accumulation), numbered inside each epoch's cut
-(``integrations/transformers/_placement.py``)::
+(``_core/trainer_placement.py``)::
 
     nupe          = ceil(L / GA)                      updates per epoch, L batches per rank per epoch
     update u      = the u-th optimizer step (global_step is u after it)
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shufflepoint.integrations.transformers._placement import place
+from shufflepoint._core.trainer_placement import place
 
 
 @dataclass(frozen=True)

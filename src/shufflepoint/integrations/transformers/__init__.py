@@ -32,8 +32,8 @@ Every touch point on transformers' internals is in ``_touch`` (``TOUCH_POINTS``)
 
 import transformers
 
+from shufflepoint._core.trainer_placement import Placement, place
 from shufflepoint.integrations.transformers._exclude import ExcludeSamples
-from shufflepoint.integrations.transformers._placement import Placement, place
 from shufflepoint.integrations.transformers._touch import TESTED_TRANSFORMERS, TOUCH_POINTS, version_in_range
 from shufflepoint.integrations.transformers._trainer import BUDGET_FILE, LOADER_STATE_FILE, ResumableTrainerMixin
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shufflepoint._core.errors import StateError
-from shufflepoint.integrations.transformers._placement import Placement
+from shufflepoint._core.trainer_placement import Placement
 
 Cursor = Callable[[int], int]  # batches per rank -> the epoch's cursor after them
 
@@ -118,7 +118,7 @@ def _first_reaching(cursor_after: Cursor, target: int, most: int) -> int:
 def end_of(max_steps: int, placement: Placement, now: Cursor, fresh: Cursor) -> End:
     """Where ``max_steps`` of this run's steps end in the data, counted from its ``placement``.
 
-    >>> from shufflepoint.integrations.transformers._placement import place
+    >>> from shufflepoint._core.trainer_placement import place
     >>> start = place(0, batches_per_epoch=5, batches_left=5, accumulation=1)   # 2 ranks x 4, 40 samples
     >>> strided = lambda batches: min(8 * batches, 40)
     >>> end_of(12, start, now=strided, fresh=strided)
@@ -135,7 +135,7 @@ def end_of(max_steps: int, placement: Placement, now: Cursor, fresh: Cursor) -> 
 def steps_to(end: End, placement: Placement, batches_per_epoch: int, now: Cursor, fresh: Cursor) -> Reach:
     """This run's ``max_steps``: the steps from its ``placement`` until the data reaches ``end``.
 
-    >>> from shufflepoint.integrations.transformers._placement import place
+    >>> from shufflepoint._core.trainer_placement import place
     >>> resumed = place(1, batches_per_epoch=10, batches_left=10, accumulation=1)  # 1 rank x 4, at epoch 1
     >>> strided = lambda batches: min(4 * batches, 40)
     >>> steps_to(End(2, 16), resumed, 10, now=strided, fresh=strided)

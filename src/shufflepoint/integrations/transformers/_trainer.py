@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 import torch.utils.data
 
 from shufflepoint._core.errors import ResumeWarning
+from shufflepoint._core.trainer_placement import Placement, place, updates_per_epoch
 from shufflepoint._loading.keyed import Transform
 from shufflepoint._loading.loader import DataLoader
 from shufflepoint.integrations.transformers import _touch
 from shufflepoint.integrations.transformers._budget import Budget, Reach, end_of, step_size, steps_to
-from shufflepoint.integrations.transformers._placement import Placement, place, updates_per_epoch
 from shufflepoint.integrations.transformers._ramp import follow_batch_size
 from shufflepoint.integrations.transformers._schedule import ContinueSchedule, continue_schedule
 
@@ -58,7 +58,7 @@ class ResumableTrainerMixin(_TrainerBase):
         self._shufflepoint_checkpoint: str | None = None
         self._shufflepoint_placement: Placement | None = None
         self._shufflepoint_saved_step: int | None = None
-        self._shufflepoint_step: int | None = None  # global_step as the position in the epoch places it
+        self._shufflepoint_kept_step = False  # a ramped run resumed: its saved global_step kept (_place_data)
         self._shufflepoint_first_chunk: int | None = None
         self._shufflepoint_budget: Budget | None = None
         self._shufflepoint_batch_size: int | None = None  # the loader's, as the Trainer last counted steps with
@@ -109,7 +109,7 @@ class ResumableTrainerMixin(_TrainerBase):
                 raise ValueError(f"No valid checkpoint found in output directory ({self.args.output_dir})")
         self._shufflepoint_checkpoint = resume_from_checkpoint or None
         self._shufflepoint_placement = None
-        self._shufflepoint_saved_step = None
+        self._shufflepoint_saved_step, self._shufflepoint_kept_step = None, False
         self._shufflepoint_first_chunk = None
         self._shufflepoint_budget = None
         skip = (contextlib.nullcontext() if _touch.has_resume_hook(self._shufflepoint_version)
@@ -201,7 +201,7 @@ class ResumableTrainerMixin(_TrainerBase):
         # a position between two optimizer steps is given as its exact batch count.
         epochs, batches = super()._init_training_state(*args, **kwargs)
         placement = self._shufflepoint_placement
-        if placement is not None and placement.global_step == self._shufflepoint_saved_step != self._shufflepoint_step:
+        if placement is not None and self._shufflepoint_kept_step:
             epochs, batches = placement.epoch, placement.batches_done  # a ramped run's own steps (_place_data)
         if placement is not None and placement.epoch == epochs and not placement.aligned:
             batches = placement.batches_done
@@ -290,8 +290,9 @@ class ResumableTrainerMixin(_TrainerBase):
                 "the Trainer numbers the batches from the last whole step, so the epoch's last accumulation "
                 "may be short or carried into the next epoch (every sample is still trained once). "
                 "transformers >= 5.25 makes the first step short instead", ResumeWarning, stacklevel=2)
-        self._shufflepoint_saved_step, self._shufflepoint_step = self.state.global_step, placement.global_step
-        if self._ramped(loader, folder):  # the same run, its batch size ramped: its steps are the saved run's
+        self._shufflepoint_saved_step = self.state.global_step
+        self._shufflepoint_kept_step = placement.global_step != self.state.global_step and self._ramped(loader, folder)
+        if self._shufflepoint_kept_step:  # the same run, its batch size ramped: its steps are the saved run's
             placement = dataclasses.replace(placement, global_step=self.state.global_step)
         self.state.global_step = placement.global_step
         self._shufflepoint_placement = placement

@@ -1,4 +1,5 @@
-"""From a loader's restored position to the numbers the Trainer's loop counts with. Pure arithmetic.
+"""From a loader's restored position to the numbers the Hugging Face Trainer's loop counts with. Pure
+arithmetic, kept in _core so that `shufflepoint which` places Trainer checkpoints without importing transformers.
 
 The Trainer resumes from ``global_step`` alone::
 
