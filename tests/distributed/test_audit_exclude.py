@@ -37,3 +37,5 @@ def test_a_sharded_corpus_excludes_under_spans_across_a_resume_on_three_processe
                               "--save-at", "0:3", "--exclude", "9")
     assert (code, report["verdict"]) == (0, "EXACTLY_ONCE"), out
     assert "9 samples excluded at the save point; none was served after it" in report["notes"]
+    for epoch in report["epoch_checks"]:  # the corpus's 383 rows but the 9 excluded, each once, none missing
+        assert (epoch["distinct"], epoch["missing"]) == (383 - 9, 0), epoch

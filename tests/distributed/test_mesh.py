@@ -10,10 +10,11 @@ from collections import Counter
 
 import pytest
 
+import shufflepoint
 from shufflepoint._tools.launch import launch
 
 WORKER = os.path.join(os.path.dirname(__file__), "workers", "mesh_worker.py")
-N, BATCH = 61, 3
+N, BATCH, SEED = 61, 3, 17
 
 
 @pytest.fixture(scope="module")
@@ -68,17 +69,22 @@ def test_the_epoch_is_served_once_across_the_save_and_the_resume_on_one_dp_rank(
     served_before = Counter(flat(dp_ranks[0]["before"]) + flat(dp_ranks[1]["before"]))
     served_after = Counter(flat(resumed[0]["after"]))
     together = served_before + served_after
-    assert set(together) == set(range(N))  # every sample ...
-    assert sum(together.values()) - N < 2 * BATCH  # ... once, but for the tail padding of the last batches
+    assert set(together) == set(range(N)) and set(together.values()) == {1}  # every sample once (no padding:
+    # the one dp rank left reads the 37 samples left in batches of 3, the last one short)
     assert sum(served_before.values()) == 2 * 4 * BATCH
     uninterrupted = Counter(flat(dp_ranks[0]["after"]) + flat(dp_ranks[1]["after"]))
     assert set(served_after) - set(served_before) == set(uninterrupted) - set(served_before)
 
 
-def test_the_resume_on_the_same_processes_continues_the_saved_cursor(runs):
+def test_the_resume_in_fresh_processes_continues_the_saved_cursor_on_one_dp_rank(runs):
+    """The resumed processes (1 dp x 2 tp) read on from the saved cursor: the rest of the epoch's global order,
+    which is the uninterrupted 2-dp-rank run's rest, dealt to one rank."""
     saved, resumed = runs
     assert resumed[0]["state_loaded"]["cursor"] == saved[0]["state"]["cursor"]
     assert resumed[0]["state_loaded"]["world_size"] == 1
+    assert resumed[0]["after"] == resumed[1]["after"]  # the tp peers, identical
+    order = shufflepoint.permutation(N, SEED)[:].tolist()
+    assert flat(resumed[0]["after"]) == order[saved[0]["state"]["cursor"]:]
 
 
 @pytest.mark.parametrize("case, words", [

@@ -1,7 +1,8 @@
 """``loader.exclude``: excluded samples never served again, every other once, exact on a resume, once on a resize.
 
-Ranks are simulated in one process here (the arithmetic); tests/distributed/test_exclude_resume.py runs
-real processes, each resume in new ones.
+Ranks are simulated in one process here (the arithmetic); real processes, the resume in new ones on
+another world size: tests/distributed/test_audit_exclude.py (``shufflepoint audit --exclude``), and the
+cross-rank check of the indices: tests/distributed/test_exclude_agreement.py and test_mesh.py.
 """
 
 
