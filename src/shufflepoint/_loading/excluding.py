@@ -8,7 +8,7 @@ the same indices (one ``all_reduce``, as a state load is checked).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from shufflepoint._core.errors import StateError
 from shufflepoint._core.exclusion import MAX_RANGES, Exclusion, FilteredStridedCut, Skips
@@ -21,7 +21,7 @@ from shufflepoint._loading.excluded_steps import handed_from, history_cuts, kept
 from shufflepoint._loading.orders import OrderCache
 from shufflepoint._loading.sampler import Deal
 from shufflepoint._loading.steps import Lookup, Pass
-from shufflepoint._order import check_int
+from shufflepoint._order import InvertibleOrder, check_int
 
 if TYPE_CHECKING:
     from shufflepoint._core.history import Cuts, History, Place
@@ -30,8 +30,7 @@ if TYPE_CHECKING:
 
 def check_can_exclude(deal: Deal, orders: OrderCache, dataset: Any) -> None:
     """ValueError naming what stands in the way: an order without an inverse."""
-    order = orders.get(0, StridedCut(Layout(orders.n, 1, 1, False), 0))
-    if not callable(getattr(order, "positions_of", None)):
+    if not isinstance(orders.get(0, StridedCut(Layout(orders.n, 1, 1, False), 0)), InvertibleOrder):
         raise ValueError(
             f"exclude: the {orders.name!r} order of a {type(dataset).__name__} has no inverse (index -> position) "
             "yet, which exclusion needs. Exclude from the sources' own loaders, or filter the dataset and start "
@@ -79,8 +78,8 @@ class Excluded:
 
     def skips(self, orders: OrderCache, epoch: int) -> Skips:
         if self._skips is None or self._skips[0] != epoch:
-            order = orders.get(epoch, StridedCut(Layout(orders.n, 1, 1, False), 0))
-            positions = order.positions_of(self.exclusion.indices())  # type: ignore[attr-defined]
+            order = cast(InvertibleOrder, orders.get(epoch, StridedCut(Layout(orders.n, 1, 1, False), 0)))
+            positions = order.positions_of(self.exclusion.indices())
             self._skips = (epoch, Skips(positions, orders.n))
         return self._skips[1]
 
@@ -106,7 +105,7 @@ class Excluded:
         key = (epoch, first_world_size)
         if self._span_positions is None or self._span_positions[0] != key:
             probe = SpanCut(orders.n, [], first_world_size, 1, False)
-            positions = orders.get(epoch, probe).positions_of(self.exclusion.indices())  # type: ignore[attr-defined]
+            positions = cast(InvertibleOrder, orders.get(epoch, probe)).positions_of(self.exclusion.indices())
             self._span_positions = (key, Exclusion.from_indices(positions, orders.n, name="positions"))
         return self._span_positions[1]
 

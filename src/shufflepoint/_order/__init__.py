@@ -8,7 +8,7 @@ records. ``ORDERS`` is the registry, ``make_order`` the one way in.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Protocol, overload
+from typing import Protocol, overload, runtime_checkable
 
 import numpy as np
 
@@ -40,6 +40,7 @@ class Order(Protocol):
     def take(self, positions: np.ndarray) -> np.ndarray: ...
 
 
+@runtime_checkable
 class InvertibleOrder(Order, Protocol):
     """An order that also answers index -> position, which exclusion needs (``_core/exclusion.py``).
     Every order of the registry and ``blocks`` are; a dataset's own order (``Mixture``, ``Packed``)

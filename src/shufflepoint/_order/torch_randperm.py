@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from shufflepoint._order.walking import table_inverse
+
 NAME = "torch"
 VERSION = 1
 MAX_N = 2**40  # materialised: far beyond this, memory runs out first
@@ -34,9 +36,9 @@ class TorchRandpermOrder:
         return self._perm[np.asarray(positions, dtype=np.int64)]
 
     def positions_of(self, indices: np.ndarray) -> np.ndarray:
-        """The inverse of ``take``: each index's position (int64), by an argsort built once (O(n), as
-        the order itself)."""
+        """The inverse of ``take``: each index's position (int64), from a table built once (O(n), as the
+        order itself)."""
         if self._inverse is None:
-            self._inverse = np.argsort(self._perm).astype(np.int64)
+            self._inverse = table_inverse(np.asarray(self._perm, dtype=np.int64))
         found: np.ndarray = self._inverse[np.asarray(indices, dtype=np.int64)]
         return found

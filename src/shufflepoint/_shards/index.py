@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from shufflepoint._shards.storage import is_remote
+
 FORMAT = "shufflepoint-index"
 VERSION = 2
 READS = (1, 2)  # index formats this shufflepoint reads
@@ -166,7 +168,7 @@ def build(urls: Sequence[str], *, reader: str, options: dict[str, Any],
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
         # A local stat takes microseconds: a thread per call would cost more than the call (1,000
         # local shards: 30 ms through the pool, 3 ms here). Remote lookups wait on the network.
-        remote = any("://" in url and not url.startswith("file://") for url in urls)
+        remote = any(is_remote(url) for url in urls)
         found = list(pool.map(info, urls)) if remote else [info(url) for url in urls]
         records: list[ShardRecord | None] = [None] * len(urls)
         for source in (lambda: known, more_known):
