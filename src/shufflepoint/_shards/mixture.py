@@ -284,9 +284,14 @@ class MixtureOrder:
         passes = max((epoch + 1) * c // n + 1 for c, n in zip(mixture.counts, mixture.lengths, strict=True))
         if (epoch + 1) * max(mixture.counts) >= _MAX_STREAM or mixture._packed and passes * mixture.rows >= _MAX_STREAM:
             raise ValueError(f"epoch: found {epoch}, too far for this mixture (stream positions pass 2**62)")
+        self._bind_sources()
+
+    def _bind_sources(self) -> None:
+        """Start the cache of the sources' own orders; each Packed source is bound to its (seed,
+        shuffle_block) now, before workers copy it."""
         self._source_orders: dict[tuple[int, int], Order] = {}
-        if mixture._packed:  # bind each Packed source to its (seed, shuffle_block) now, before workers copy it
-            for s in range(sources):
+        if self._mixture._packed:
+            for s in range(len(self._mixture.sources)):
                 self._source_order(s, 0)
 
     def _quotas(self, x: int) -> list[int]:
@@ -326,11 +331,15 @@ class MixtureOrder:
         for k in np.unique(window).tolist():
             where = window == k
             self._fill_window(k, flat[where], source, stream, where)
-        found = np.empty_like(flat)
+        return self._from_sources(source, stream).reshape(positions.shape)
+
+    def _from_sources(self, source: np.ndarray, stream: np.ndarray) -> np.ndarray:
+        """Mixture indices of (source, position in its stream) pairs, read source by source."""
+        found = np.empty_like(stream)
         for s in np.unique(source).tolist():
             where = source == s
             found[where] = self._from_source(s, stream[where])
-        return found.reshape(positions.shape)
+        return found
 
     def _fill_window(self, k: int, positions: np.ndarray, source: np.ndarray, stream: np.ndarray,
                      where: np.ndarray) -> None:

@@ -324,9 +324,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
             sizes = np.fromiter((ids.size for ids in held), np.int64, len(held))
             wrong = np.flatnonzero(sizes != self.lengths[documents])
             if wrong.size:
-                document = int(documents[wrong[0]])
-                raise ValueError(f"tokens: document {document} now holds {int(sizes[wrong[0]])} tokens, "
-                                 f"{self.lengths[document]} when counted; the corpus changed, build the Packed again")
+                raise self._changed(int(documents[wrong[0]]), int(sizes[wrong[0]]))
             if not self._framing_checked:
                 self._check_framing(documents[:_FRAMING_CHECKED].tolist(), held[:_FRAMING_CHECKED])
             self._window = window
@@ -345,13 +343,16 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         for document, sample in zip(documents, samples, strict=True):
             ids = sample if arrays is not None else self.source.ids(sample, document)  # cast once, in _rows
             if ids.size != self.lengths[document]:
-                what = "tokens" if self.source.tokenize is None else f"tokenize (tokenizer {self.source.tokenizer!r})"
-                raise ValueError(f"{what}: document {document} now holds {ids.size} tokens, {self.lengths[document]} "
-                                 "when counted; the corpus or the tokenizer changed, build the Packed again")
+                raise self._changed(document, ids.size)
             found.append(ids)
         if not self._framing_checked:
             self._check_framing(documents, found)
         return [self._framed(ids) for ids in found]
+
+    def _changed(self, document: int, size: int) -> ValueError:
+        what = "tokens" if self.source.tokenize is None else f"tokenize (tokenizer {self.source.tokenizer!r})"
+        return ValueError(f"{what}: document {document} now holds {size} tokens, {self.lengths[document]} when "
+                          "counted; the corpus or the tokenizer changed, build the Packed again")
 
     def _check_framing(self, documents: list[int], found: list[np.ndarray]) -> None:
         """Refuse a doubled bos (eos): the first documents read already start with bos (end with eos),

@@ -136,8 +136,8 @@ class EpochTable:
         return found
 
     def pieces(self, begin: int, end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``segments(begin, end)`` as three int64 arrays (documents, starts, stops): a few numpy calls
-        per block instead of a step per document."""
+        """The (document, start, stop) pieces covering epoch tokens [begin, end), as three int64 arrays: a
+        few numpy calls per block instead of a step per document."""
         found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         block = int(np.searchsorted(self.block_token_start, begin, side="right")) - 1
         while begin < end:
@@ -160,21 +160,9 @@ class EpochTable:
                 np.concatenate([f[2] for f in found]).astype(np.int64, copy=False))
 
     def segments(self, begin: int, end: int) -> list[tuple[int, int, int]]:
-        """(document, start, stop) pieces covering epoch tokens [begin, end)."""
-        found: list[tuple[int, int, int]] = []
-        block = int(np.searchsorted(self.block_token_start, begin, side="right")) - 1
-        while begin < end:
-            documents, starts = self.block(block)
-            base = int(self.block_token_start[block])
-            local, stop = begin - base, min(end - base, int(starts[-1]))
-            i = int(np.searchsorted(starts, local, side="right")) - 1
-            while local < stop:
-                piece_stop = min(stop, int(starts[i + 1]))
-                if piece_stop > local:
-                    found.append((int(documents[i]), local - int(starts[i]), piece_stop - int(starts[i])))
-                local, i = piece_stop, i + 1
-            begin, block = base + stop, block + 1
-        return found
+        """(document, start, stop) pieces covering epoch tokens [begin, end): ``pieces`` as tuples."""
+        documents, starts, stops = self.pieces(begin, end)
+        return list(zip(documents.tolist(), starts.tolist(), stops.tolist(), strict=True))
 
 
 class TokenWindow:

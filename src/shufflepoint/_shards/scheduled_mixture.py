@@ -71,10 +71,7 @@ class ScheduledMixtureOrder(MixtureOrder):
             raise ValueError(f"epoch: found {epoch}, too far for this mixture (stream positions pass 2**62)")
         self._origin = epoch * self.n
         self._starts = np.asarray(self._schedule.starts, dtype=np.int64)
-        self._source_orders = {}
-        if mixture._packed:  # bind each Packed source to its (seed, shuffle_block) now, before workers copy it
-            for s in range(len(mixture.sources)):
-                self._source_order(s, 0)
+        self._bind_sources()
 
     def take(self, positions: np.ndarray) -> np.ndarray:
         """Indices into the concatenated sources at these epoch positions (int64). Every piece (window,
@@ -97,11 +94,7 @@ class ScheduledMixtureOrder(MixtureOrder):
         shuffled = take_many(self._origin + flat - a[at], at, b - a, keys, self.epoch)
         source = (shuffled[:, None] >= ends[at]).sum(axis=1)
         stream = before[at, source] + shuffled - (ends[at, source] - sizes[at, source])
-        found = np.empty_like(flat)
-        for s in np.unique(source).tolist():
-            where = source == s
-            found[where] = self._from_source(s, stream[where])
-        return found.reshape(positions.shape)
+        return self._from_sources(source, stream).reshape(positions.shape)
 
 
 def check_global_batch(grid: int, global_batch: int) -> None:
