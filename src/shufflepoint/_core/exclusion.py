@@ -89,12 +89,18 @@ class Exclusion:
         starts = np.concatenate((self.starts, other.starts))
         stops = np.concatenate((self.stops, other.stops))
         order = np.argsort(starts, kind="stable")
-        starts, stops = starts[order], stops[order]
+        return Exclusion.from_sorted(starts[order], stops[order], self.n)
+
+    @classmethod
+    def from_sorted(cls, starts: np.ndarray, stops: np.ndarray, n: int) -> Exclusion:
+        """Ranges sorted by start, possibly overlapping or touching, as one set (merged)."""
+        if not starts.size:
+            return cls.empty(n)
         reach = np.maximum.accumulate(stops)
         opens = np.concatenate(([True], starts[1:] > reach[:-1]))
         first = np.flatnonzero(opens)
         last = np.concatenate((first[1:], [starts.size])) - 1
-        return Exclusion(self.n, starts[first], reach[last])
+        return cls(n, starts[first], reach[last])
 
     @property
     def count(self) -> int:
@@ -171,7 +177,7 @@ class Exclusion:
         return cls(n, stops - lengths, stops)
 
     @classmethod
-    def from_state_field(cls, value: list[Any], n: int, kind: str, deal: str) -> Exclusion | None:
+    def from_state_field(cls, value: list[Any], n: int, kind: str) -> Exclusion | None:
         """A state's ``excluded`` checked (None for nothing excluded); ValueError(expected, fix[, found])."""
         if not value:
             return None

@@ -171,7 +171,7 @@ class FilteredSpanCut:
         lasts_a = np.array([b - 1 for _, b in found], dtype=np.int64)
         epoch_starts, epoch_stops = self.to_epoch(starts_a), self.to_epoch(lasts_a) + 1
         order = np.argsort(epoch_starts, kind="stable")
-        ranges_now = _merged(epoch_starts[order], epoch_stops[order], self.n)
+        ranges_now = Exclusion.from_sorted(epoch_starts[order], epoch_stops[order], self.n)
         if self.handed is not None:
             ranges_now = ranges_now.union(self.handed.ranges)
         if not ranges_now:
@@ -181,17 +181,6 @@ class FilteredSpanCut:
                              f"at most {MAX_RANGES}. Exclude at the start of the next epoch instead; nothing was "
                              "excluded.")
         return Handed(self.first_world_size, ranges_now)
-
-
-def _merged(starts: np.ndarray, stops: np.ndarray, n: int) -> Exclusion:
-    """Sorted (possibly overlapping or touching) ranges as one ``Exclusion``."""
-    if not starts.size:
-        return Exclusion.empty(n)
-    reach = np.maximum.accumulate(stops)
-    opens = np.concatenate(([True], starts[1:] > reach[:-1]))
-    first = np.flatnonzero(opens)
-    last = np.concatenate((first[1:], [starts.size])) - 1
-    return Exclusion(n, starts[first], reach[last])
 
 
 def _back_ranges(segment: object, ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:

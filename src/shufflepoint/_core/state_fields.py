@@ -134,7 +134,7 @@ def check_handed(state: Mapping[str, Any]) -> Handed | None:
 
 def check_excluded(state: Mapping[str, Any], expected: Expected) -> Exclusion | None:
     try:
-        return Exclusion.from_state_field(state["excluded"], state["n"], expected.kind, state["deal"])
+        return Exclusion.from_state_field(state["excluded"], state["n"], expected.kind)
     except ValueError as error:
         raise fail("excluded", state["excluded"] if len(error.args) < 3 else error.args[2], *error.args[:2]) from None
 
