@@ -141,16 +141,12 @@ def steps_to(end: End, placement: Placement, batches_per_epoch: int, now: Cursor
     >>> steps_to(End(2, 16), resumed, 10, now=strided, fresh=strided)
     Reach(max_steps=24, overshoot=0)
     """
-    nupe, accumulation, done = placement.updates_per_epoch, placement.accumulation, placement.batches_done
     if end <= End(placement.epoch, now(0)):
         return Reach(placement.global_step, 0)
-    if end.epoch == placement.epoch:
-        left = batches_per_epoch - done
-        batches = _first_reaching(now, end.cursor, left)
-        steps = -(-(done + batches) // accumulation)  # the first step may be short: it ends on a multiple of GA
-        trained = min(steps * accumulation, batches_per_epoch) - done
-        return Reach(end.epoch * nupe + steps, max(now(trained) - end.cursor, 0))
-    batches = _first_reaching(fresh, end.cursor, batches_per_epoch)
-    steps = -(-batches // accumulation)
-    trained = min(steps * accumulation, batches_per_epoch)
-    return Reach(end.epoch * nupe + steps, max(fresh(trained) - end.cursor, 0))
+    # in the placed epoch, from the batches done (the first step may be short: it ends on a multiple of GA);
+    # in a later one, from its start
+    cursor, done = (now, placement.batches_done) if end.epoch == placement.epoch else (fresh, 0)
+    batches = _first_reaching(cursor, end.cursor, batches_per_epoch - done)
+    steps = -(-(done + batches) // placement.accumulation)
+    trained = min(steps * placement.accumulation, batches_per_epoch) - done
+    return Reach(end.epoch * placement.updates_per_epoch + steps, max(cursor(trained) - end.cursor, 0))
