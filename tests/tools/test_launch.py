@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from shufflepoint._tools.launch import launch
+from shufflepoint._tools.launch import LaunchResult, launch
 
 ENDS_WITH_A_CHILD = textwrap.dedent("""
     import atexit, multiprocessing, os, sys, time
@@ -93,3 +93,19 @@ def test_check_tells_an_abort_in_teardown_from_one_in_the_program(tmp_path, when
         assert not result.aborted_after_its_program
         with pytest.raises(RuntimeError, match="worker launch failed"):
             result.check()
+
+
+GLOO = "terminate called without an active exception"
+INTERLEAVED = (  # two ranks' dumps as they reached one pipe (captured from the bus_in_teardown launch)
+    f"{GLOO}{GLOO}\nFatal Python error: Bus error\n\nCurrent thread 0x00007f55a4e08b80 (most recent call first):\n"
+    "  <no Python frame>\n\nFatal Python error: Aborted\n\nCurrent thread 0x00007f783586fb80\n"
+    "Extension modules:  (most recent call first):\nnumpy._core._multiarray_umath  <no Python frame>\n, torch._C\n")
+WITH_A_FRAME = INTERLEAVED.replace(
+    "  <no Python frame>\n\nFatal", '  File "/job/train.py", line 12 in step\n\nFatal')
+
+
+@pytest.mark.parametrize(("stderr", "after_its_program"), [
+    (INTERLEAVED, True), (WITH_A_FRAME, False), (INTERLEAVED.replace(GLOO, ""), False),
+    (f"{GLOO}\nFatal Python error: Aborted\n", False)])
+def test_interleaved_dumps_are_read_marker_by_marker(stderr, after_its_program):
+    assert LaunchResult(-6, "", stderr, killed=False).aborted_after_its_program is after_its_program
