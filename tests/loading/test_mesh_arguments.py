@@ -21,7 +21,15 @@ def test_mesh_dims_without_a_mesh_is_refused():
         shufflepoint.DataLoader(list(range(8)), 2, mesh_dims="dp")
 
 
-def test_a_process_group_without_torch_distributed_is_refused():
+def test_a_process_group_that_is_not_one_is_refused_by_name():
+    with pytest.raises(TypeError, match=r"process_group: found int, expected a torch.distributed ProcessGroup"):
+        shufflepoint.DataLoader(list(range(8)), 2, process_group=3)
+
+
+def test_a_process_group_without_torch_distributed_is_refused(monkeypatch):
+    import torch.distributed
+
+    monkeypatch.setattr(torch.distributed, "ProcessGroup", object)  # a group left from a torn-down job
     with pytest.raises(RuntimeError, match=r"process_group: .*init_process_group"):
         shufflepoint.ResumableSampler(list(range(8)), process_group=object())
 

@@ -100,6 +100,9 @@ def from_process_group(group: Any) -> DataParallel:
     """The rank and world size of this process in ``group``; refused when it is not a member."""
     import torch.distributed as dist
 
+    if dist.is_available() and not isinstance(group, dist.ProcessGroup):
+        raise TypeError(f"process_group: found {type(group).__name__}, expected a torch.distributed ProcessGroup "
+                        "(e.g. torch.distributed.new_group(ranks)) or None")
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError("process_group: found a group, but torch.distributed is not initialised; call "
                            "torch.distributed.init_process_group(...) first")
