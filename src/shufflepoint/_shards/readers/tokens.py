@@ -148,10 +148,14 @@ class OpenTokens:
             self._fd = -1
         return self._tokens
 
+    # Bound at class creation: at interpreter exit ``__del__`` may run after this module's globals
+    # (``os``) were cleared, and each shard still open printed an ignored AttributeError.
+    _close_fd = staticmethod(os.close)
+
     def close(self) -> None:
         self._tokens = None  # the last reference to the memmap: dropping it unmaps the file
         if self._fd is not None and self._fd >= 0:
-            os.close(self._fd)
+            self._close_fd(self._fd)
         self._fd = None
 
     def __del__(self) -> None:
