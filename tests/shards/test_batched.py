@@ -250,3 +250,22 @@ def test_read_ids_gives_arrays_only_where_the_column_is_a_list_of_integers(corpo
     assert corpus.read_ids([1, 2], "text") is None  # str, not a list of integers
     assert corpus.read_ids([1, 2], "absent") is None
     assert corpora["jsonl"].read_ids([0], "id") is None  # a reader without take_ids
+
+
+@settings(max_examples=300, deadline=None)
+@given(dtype=st.sampled_from(["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]),
+       length=st.integers(1, 2**40), data=st.data())
+def test_index_bounds_are_checked_in_every_integer_dtype(dtype, length, data):
+    from shufflepoint._shards.batch import checked_indices
+    from shufflepoint._shards.readers._common import check_rows
+
+    info = np.iinfo(dtype)
+    values = data.draw(st.lists(st.integers(int(info.min), int(info.max)), min_size=1, max_size=8))
+    found = np.array(values, dtype=dtype)
+    inside = all(0 <= v < length for v in values)
+    for check in (lambda: check_rows(found, length), lambda: checked_indices("Shards", found, length)):
+        if inside:
+            assert check().tolist() == values and check().dtype == np.int64
+        else:
+            with pytest.raises(IndexError, match=str(next(v for v in values if not 0 <= v < length))):
+                check()

@@ -182,10 +182,11 @@ def checked_indices(what: str, indices: Any, length: int) -> np.ndarray:
         return np.empty(0, np.int64)
     if found.ndim != 1 or found.dtype.kind not in "iu":
         raise TypeError(f"{what} indices: found {found.dtype} of shape {found.shape}, expected a list of ints")
-    if found.min() < 0 or found.max() >= length:  # two reductions, no temporary arrays
+    indices = found.astype(np.int64, copy=False)
+    if int(indices.view(np.uint64).max()) >= length:  # one reduction: a negative index is 2**63 or more unsigned
         bad = found[(found < 0) | (found >= length)][0]
         raise IndexError(f"{what} index {bad} out of range for {length} rows")
-    return found.astype(np.int64, copy=False)
+    return indices
 
 
 def gather(groups: np.ndarray, read: Callable[[int, np.ndarray], Batch]) -> Batch:

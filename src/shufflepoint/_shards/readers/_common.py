@@ -58,10 +58,11 @@ def check_rows(rows: Any, length: int) -> np.ndarray:
         return np.empty(0, np.int64)
     if found.ndim != 1 or found.dtype.kind not in "iu":
         raise TypeError(f"rows: found {found.dtype} of shape {found.shape}, expected a list of ints")
-    if found.min() < 0 or found.max() >= length:
+    rows = found.astype(np.int64, copy=False)
+    if int(rows.view(np.uint64).max()) >= length:  # one reduction: a negative row is 2**63 or more unsigned
         bad = found[(found < 0) | (found >= length)][0]
         raise IndexError(f"row {bad} out of range for a shard of {length} rows")
-    return found.astype(np.int64, copy=False)
+    return rows
 
 
 def in_sorted_order(rows: np.ndarray, read: Callable[[int], Any]) -> list[Any]:
