@@ -175,18 +175,22 @@ def _concat_column(pieces: list[Column]) -> Column:
     return joined
 
 
-def checked_indices(what: str, indices: Any, length: int) -> np.ndarray:
-    """Dataset indices as an int64 array, each in ``[0, length)``; the errors of ``dataset[i]``."""
+def checked_indices(what: str, indices: Any, length: int, *, many: str | None = None, one: str | None = None,
+                    within: str | None = None) -> np.ndarray:
+    """Indices as an int64 array, each in ``[0, length)``; the errors of ``dataset[i]``, naming the
+    array (``many``: "<what> indices"), an element (``one``: "<what> index") and the range
+    (``within``: "<length> rows")."""
     found = np.asarray(indices)
     if found.size == 0:
         return np.empty(0, np.int64)
     if found.ndim != 1 or found.dtype.kind not in "iu":
-        raise TypeError(f"{what} indices: found {found.dtype} of shape {found.shape}, expected a list of ints")
-    indices = found.astype(np.int64, copy=False)
-    if int(indices.view(np.uint64).max()) >= length:  # one reduction: a negative index is 2**63 or more unsigned
+        raise TypeError(f"{many or what + ' indices'}: found {found.dtype} of shape {found.shape}, "
+                        "expected a list of ints")
+    checked = found.astype(np.int64, copy=False)
+    if int(checked.view(np.uint64).max()) >= length:  # one reduction: a negative index is 2**63 or more unsigned
         bad = found[(found < 0) | (found >= length)][0]
-        raise IndexError(f"{what} index {bad} out of range for {length} rows")
-    return indices
+        raise IndexError(f"{one or what + ' index'} {bad} out of range for {within or f'{length} rows'}")
+    return checked
 
 
 def gather(groups: np.ndarray, read: Callable[[int, np.ndarray], Batch]) -> Batch:

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from shufflepoint._shards.batch import checked_indices
+
 
 def extra(module: str, extra_name: str) -> Any:
     """``import module``, or an ImportError that names the pip extra to install."""
@@ -53,16 +55,7 @@ def check_row(row: int, rows: int) -> int:
 
 def check_rows(rows: Any, length: int) -> np.ndarray:
     """``rows`` as an int64 array, each in ``[0, length)``: the batched ``check_row``."""
-    found = np.asarray(rows)
-    if found.size == 0:
-        return np.empty(0, np.int64)
-    if found.ndim != 1 or found.dtype.kind not in "iu":
-        raise TypeError(f"rows: found {found.dtype} of shape {found.shape}, expected a list of ints")
-    rows = found.astype(np.int64, copy=False)
-    if int(rows.view(np.uint64).max()) >= length:  # one reduction: a negative row is 2**63 or more unsigned
-        bad = found[(found < 0) | (found >= length)][0]
-        raise IndexError(f"row {bad} out of range for a shard of {length} rows")
-    return rows
+    return checked_indices("rows", rows, length, many="rows", one="row", within=f"a shard of {length} rows")
 
 
 def in_sorted_order(rows: np.ndarray, read: Callable[[int], Any]) -> list[Any]:
