@@ -183,6 +183,13 @@ class ExclusionMixin:
         return self._excluded.cut(self._deal, self._orders, layout or self._layout, epoch, cursor, segments, parts,
                                   handed)
 
+    def _read_on(self, epoch: int, start: Cut, steps: int) -> None:
+        """Read on from ``start`` at step ``steps`` (``set_batch_size``, ``exclude``): a live iterator
+        takes the new pass over, dropping what its workers prefetched under the old one (``_count``)."""
+        live = self._pass
+        self._pass = Pass(epoch, start, steps, follows=live) if live is not None else None
+        self._epoch, self._start, self._steps = epoch, start, steps
+
     def _handed(self) -> Handed | None:
         """What the current epoch handed out before its latest exclusion (``spans``; None otherwise)."""
         current = self._pass.cut if self._pass is not None else self._start
@@ -218,9 +225,7 @@ class ExclusionMixin:
             handed, segments = current.handed_after(done), []
         self._excluded.replace(merged, self._layout.n)
         start = self._cut(place.epoch, place.cursor, segments, parts=self._history.parts(), handed=handed)
-        live = self._pass
-        self._pass = Pass(place.epoch, start, steps, follows=live) if live is not None else None
-        self._epoch, self._start, self._steps = place.epoch, start, steps
+        self._read_on(place.epoch, start, steps)
         self._excluded_at = kept_steps(self._excluded_at, steps)  # a leg of its own: which() places what follows
         self._history = self._history.record(steps, self._layout, place_after(place.epoch, start, 0),
                                              self._history_cuts(), split=True)

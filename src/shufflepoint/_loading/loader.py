@@ -367,9 +367,8 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         history = self._history.record(steps, layout, place, self._history_cuts())
         start = self._cut(place.epoch, place.cursor, [list(pair) for pair in place.segments], layout,
                           parts=history.parts(), handed=self._handed())
-        live = self._pass
-        self._pass = Pass(place.epoch, start, steps, follows=live) if live is not None else None
-        self._layout, self._history, self._epoch, self._start, self._steps = layout, history, place.epoch, start, steps
+        self._read_on(place.epoch, start, steps)
+        self._layout, self._history = layout, history
         object.__setattr__(self, "batch_size", batch_size)  # torch refuses a plain assignment after __init__
         self.batch_sampler.batch_size = batch_size  # type: ignore[union-attr]
 
