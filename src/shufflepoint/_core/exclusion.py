@@ -39,6 +39,7 @@ import numpy as np
 
 from shufflepoint._core.plan import STRIDED, Layout, StridedCut
 from shufflepoint._core.spans import SpanCut
+from shufflepoint._order.distinct import distinct
 
 MAX_RANGES = 1 << 17  # 131,072 ranges: 2 MiB as int64 pairs, under ~1 MiB in a pickled state
 NAME = "excluded"
@@ -74,7 +75,7 @@ class Exclusion:
                 bad = low if low < 0 else high
                 raise ValueError(f"{name}: found {bad}, expected dataset indices in [0, {n}) (len(dataset) = {n}). "
                                  "Pass indices of the dataset the loader reads.")
-        unique = np.unique(values)
+        unique = distinct(values)
         opens = np.concatenate(([True], np.diff(unique) != 1)) if unique.size else np.zeros(0, bool)
         starts = unique[opens]
         stops = np.concatenate((unique[np.flatnonzero(opens)[1:] - 1], unique[-1:])) + 1 if unique.size else starts

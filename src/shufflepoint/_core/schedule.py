@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from shufflepoint._core.fingerprint import recorded_int
+from shufflepoint._order.distinct import distinct
 
 _LIMIT = 2**62  # run positions stay int64
 _DENOMINATOR = 1 << 32  # weights are read as the nearest fraction with a denominator up to 2**32 (0.7 -> 7/10)
@@ -154,7 +155,7 @@ class Schedule:
         g = np.asarray(g, dtype=np.int64).reshape(-1)
         found = np.empty((g.size, self.sources), dtype=np.int64)
         phases = np.searchsorted(np.asarray(self.starts, dtype=np.int64), g, side="right") - 1
-        for i in np.unique(phases).tolist():
+        for i in distinct(phases).tolist():
             where = phases == i
             x = (g[where] - self.starts[i]).astype(object)
             found[where] = np.asarray(self._before[i], dtype=np.int64) + np.stack(

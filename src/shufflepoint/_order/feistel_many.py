@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from shufflepoint._order.distinct import distinct
 from shufflepoint._order.feistel import _C1, _C2, MIN_WIDTH, ROUNDS
 
 _U64 = np.uint64
@@ -42,7 +43,7 @@ def take_many(offsets: np.ndarray, pieces: np.ndarray, sizes: np.ndarray, keys: 
     sizes, keys = np.asarray(sizes, dtype=np.int64), np.asarray(keys, dtype=np.uint64)
     out = np.empty(offsets.shape, dtype=np.int64)
     per_element = sizes[pieces]
-    for size in np.unique(sizes).tolist():
+    for size in distinct(sizes).tolist():
         where = per_element == size
         same = np.flatnonzero(sizes == size)  # the pieces of this size, renumbered 0..
         local = np.searchsorted(same, pieces[where])

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from shufflepoint._order.distinct import distinct
 from shufflepoint._order.feistel import FeistelOrder, _splitmix64
 
 NAME = "blocks"
@@ -115,19 +116,12 @@ class _BlockTable:
         stream = self._stream_start[piece] + (flat - self._dataset_start[piece])
         block = np.searchsorted(self._block_start, stream, side="right") - 1
         found = np.empty_like(flat)
-        for b in np.unique(block).tolist():
+        for b in distinct(block).tolist():
             where = block == b
             start = self._block_start[b]
             inside = FeistelOrder(int(self._block_length[b]), _sub_seed(self.seed, self._block_tag, b), self.epoch)
             found[where] = start + inside.positions_of(stream[where] - start)
         return found.reshape(indices.shape)
-
-
-def _distinct(values: np.ndarray) -> np.ndarray:
-    """``np.unique(values)`` (sorted, each value once) without importing ``numpy.ma`` (see ``_runs``)."""
-    ordered = np.sort(values)
-    keep: np.ndarray = ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))] if ordered.size else ordered
-    return keep
 
 
 def _runs(block: np.ndarray) -> list[tuple[int, slice | np.ndarray]]:
@@ -224,8 +218,8 @@ class StretchBlockOrder(_BlockTable):
         # Stretch edges (spans.py's formula) split the shards they fall inside into two pieces.
         base, extra = divmod(n, stretches)
         ranks = np.arange(stretches + 1, dtype=np.int64)
-        edges = _distinct(ranks * base + np.minimum(ranks, extra))
-        cuts = _distinct(np.concatenate((base_start, edges)))
+        edges = distinct(ranks * base + np.minimum(ranks, extra))
+        cuts = distinct(np.concatenate((base_start, edges)))
         cuts = cuts[cuts < n] if n else cuts[:0]
         shard_at = np.searchsorted(base_start, cuts, side="right") - 1
         piece_dataset = dataset_start[laid[shard_at]] + (cuts - base_start[shard_at]) if cuts.size else cuts

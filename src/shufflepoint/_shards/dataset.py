@@ -18,6 +18,7 @@ import numpy as np
 import torch.utils.data
 
 from shufflepoint._core.errors import ShardError
+from shufflepoint._order.distinct import in_first_seen_order
 from shufflepoint._shards import index as _index
 from shufflepoint._shards import sidecar
 from shufflepoint._shards.batch import Batch, Columnar, Rows, checked_indices, gather
@@ -329,8 +330,7 @@ class Shards(torch.utils.data.Dataset[Any]):
         if not self._remote or self._prefetch_depth <= 0 or len(indices) == 0:
             return
         shards = np.searchsorted(self._ends, np.asarray(indices, dtype=np.int64), side="right")
-        _, first_seen = np.unique(shards, return_index=True)
-        upcoming = shards[np.sort(first_seen)].tolist()  # in the order they will be read
+        upcoming = in_first_seen_order(shards).tolist()  # in the order they will be read
         urls = [self.index.url(s) for s in upcoming[: self._prefetch_depth]]
         if self._prefetcher is None:
             self._prefetcher = Prefetcher(self._prefetch_lookup, max_ahead=self._prefetch_depth)

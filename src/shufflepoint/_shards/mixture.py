@@ -39,6 +39,7 @@ import torch.utils.data
 
 from shufflepoint._core.schedule import Schedule, changed_phase, resumes, unweighted
 from shufflepoint._order import Order, check_int
+from shufflepoint._order.distinct import distinct
 from shufflepoint._order.feistel import FeistelOrder
 from shufflepoint._shards.batch import Batch, Columnar, Rows, checked_indices, gather
 from shufflepoint._shards.blocks import BlockOrder, _sub_seed, checked_positions
@@ -258,7 +259,7 @@ class Mixture(torch.utils.data.Dataset[Any]):
     def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
         """Pass upcoming indices on to the sources that read ahead (``Shards``)."""
         source, within = self._decode(np.asarray(indices, dtype=np.int64))
-        for s in np.unique(source).tolist():
+        for s in distinct(source).tolist():
             hook = getattr(self.sources[s], "prefetch", None)
             if callable(hook):
                 hook(within[source == s])
@@ -328,7 +329,7 @@ class MixtureOrder:
         source = np.empty_like(flat)
         stream = np.empty_like(flat)
         window = np.minimum(flat // self._block, self._windows - 1)
-        for k in np.unique(window).tolist():
+        for k in distinct(window).tolist():
             where = window == k
             self._fill_window(k, flat[where], source, stream, where)
         return self._from_sources(source, stream).reshape(positions.shape)
@@ -336,7 +337,7 @@ class MixtureOrder:
     def _from_sources(self, source: np.ndarray, stream: np.ndarray) -> np.ndarray:
         """Mixture indices of (source, position in its stream) pairs, read source by source."""
         found = np.empty_like(stream)
-        for s in np.unique(source).tolist():
+        for s in distinct(source).tolist():
             where = source == s
             found[where] = self._from_source(s, stream[where])
         return found
@@ -359,7 +360,7 @@ class MixtureOrder:
         length = self._mixture.lengths[s]
         passes, rows = np.divmod(stream, length)
         found = np.empty_like(stream)
-        for p in np.unique(passes).tolist():
+        for p in distinct(passes).tolist():
             where = passes == p
             found[where] = self._source_order(s, p).take(rows[where])
         return self._mixture._encode(s, found)

@@ -34,6 +34,7 @@ import numpy as np
 
 from shufflepoint._core.schedule import windows
 from shufflepoint._order import check_int
+from shufflepoint._order.distinct import distinct_inverse
 from shufflepoint._order.feistel_many import sub_seeds, take_many
 from shufflepoint._shards.blocks import _M64, checked_positions
 from shufflepoint._shards.mixture import _MAX_STREAM, MixtureOrder
@@ -80,7 +81,7 @@ class ScheduledMixtureOrder(MixtureOrder):
         positions, flat = checked_positions(positions, self.n)
         window = np.minimum(flat // self._window, self._windows - 1)
         phase = np.searchsorted(self._starts, self._origin + flat, side="right") - 1
-        pieces, at = np.unique(window * len(self._starts) + phase, return_inverse=True)
+        pieces, at = distinct_inverse(window * len(self._starts) + phase)
         k, i = np.divmod(pieces, len(self._starts))
         start = k * self._window
         stop = np.where(k == self._windows - 1, self.n, start + self._window)
