@@ -172,6 +172,14 @@ class History:
             return start.cut(leg.layout, self.deal, self.parts(leg))
         return cuts(start, leg.layout, self.parts(leg))
 
+    def begins_its_epoch(self, leg: Leg, cuts: Cuts | None = None) -> bool:
+        """Whether ``leg`` starts at its epoch's first batch (with samples excluded under ``spans``, the
+        start's cursor counts the excluded positions before it)."""
+        start = leg.start
+        if start.cursor == 0 and not start.segments:
+            return True
+        return cuts is not None and place_after(start.epoch, self._cut(leg, Place(start.epoch, 0), cuts), 0) == start
+
     def position(self, step: int, cuts: Cuts | None = None) -> Place | None:
         """Where the run stands once every rank has received ``step`` batches (normal form), or None
         where no batch reaches it (epochs with no batch under the layout). ``cuts``: for steps read

@@ -173,6 +173,9 @@ class ExclusionMixin:
         @property
         def epoch(self) -> int: ...
 
+        @property
+        def step(self) -> int: ...
+
         def _here(self) -> tuple[int, Place]: ...
 
     def _cut(self, epoch: int, cursor: int, segments: list[list[int]],
@@ -247,10 +250,36 @@ class ExclusionMixin:
 
     def _which(self, step: int) -> dict[int, list[int]]:
         """``which``, placing the steps read with samples excluded (``_loading/excluded_steps.py``)."""
+        return self._lookup.which(self._history, self._orders, step, self._cuts_of(step))
+
+    def _cuts_of(self, step: int) -> Cuts | None:
+        """The cuts that place ``step``: None before the first exclusion (or with none), the loader's own
+        from the latest one on; ValueError naming the steps between two exclusions (``placeable``)."""
         if not self._excluded.exclusion or not placeable(check_int("step", step, 0, 2**63 - 1), self._excluded_at):
-            return self._lookup.which(self._history, self._orders, step)
+            return None
         if self._which_excluded.exclusion is not self._excluded.exclusion:  # its own skips: the live ones stay
             self._which_excluded = Excluded(self._orders.n)
             self._which_excluded.replace(self._excluded.exclusion, self._orders.n)
-        cuts = self._history_cuts(self._which_excluded, self._lookup.orders(self._orders))
-        return self._lookup.which(self._history, self._orders, step, cuts)
+        return self._history_cuts(self._which_excluded, self._lookup.orders(self._orders))
+
+    def batches_this_epoch(self) -> int | None:
+        """Batches each rank has received of the current epoch, whatever changed inside it (an ``exclude``,
+        a ``set_batch_size``): the steps since the one the epoch began at, found in the run's history (binary
+        search; O(log steps) placements). None where the history cannot tell (its first legs were dropped, or
+        steps between two exclusions lie in this epoch)."""
+        legs, step, epoch = self._history.legs, self.step, self.epoch
+        back = max((i for i in range(1, len(legs)) if legs[i].start.epoch < legs[i - 1].start.epoch), default=0)
+        first = legs[back].step  # epochs only grow from there (set_epoch goes back)
+        try:
+            if legs[back].start.epoch == epoch:  # the history begins in this epoch: known if it begins at its start
+                return step - first if self._history.begins_its_epoch(legs[back], self._cuts_of(first)) else None
+            low, high = first, step  # epoch_of(low) < epoch; the first step of the epoch is in (low, step]
+            while high - low > 1:
+                middle = (low + high) // 2
+                if self._history.place(middle, self._cuts_of(middle)).epoch < epoch:
+                    low = middle
+                else:
+                    high = middle
+            return step - high
+        except ValueError:
+            return None
