@@ -79,3 +79,39 @@ def test_it_needs_a_shufflepoint_trainer_and_int_indices(tmp_path):
     stock_loader = torch.utils.data.DataLoader(Tokens(), batch_size=4)  # what a stock Trainer trains from
     with pytest.raises(TypeError, match=r"train loader is a DataLoader, expected a shufflepoint.DataLoader"):
         ExcludeSamples([1]).on_train_begin(args, transformers.TrainerState(), None, train_dataloader=stock_loader)
+
+
+class Rates(transformers.TrainerCallback):
+    def __init__(self):
+        self.rates = []
+
+    def on_step_end(self, args, state, control, lr_scheduler=None, **kwargs):
+        self.rates.append((state.global_step, lr_scheduler.get_last_lr()[0]))
+
+
+def _run(tmp_path, callbacks, resume=None, **overrides):
+    rates = Rates()
+    trainer, seen = _trainer(tmp_path, [*callbacks, rates], save_steps=1, lr_scheduler_type="linear", **overrides)
+    trainer.train(resume_from_checkpoint=resume)
+    return trainer, seen.steps, rates.rates
+
+
+@pytest.mark.parametrize(("from_step", "accumulation", "max_steps"), [(2, 1, -1), (0, 1, -1), (3, 2, -1), (2, 1, 9)])
+def test_a_run_with_an_exclusion_resumes_with_its_own_steps_batches_and_learning_rates(
+        tmp_path, from_step, accumulation, max_steps):
+    # Excluding samples shortens the epochs after the Trainer counted them: the resume is placed by what
+    # the loader received in its epoch (batches_this_epoch) and keeps the saved run's global_step.
+    settings = dict(gradient_accumulation_steps=accumulation, max_steps=max_steps)
+    trainer, steps, rates = _run(tmp_path / "full", [ExcludeSamples(BAD, from_step=from_step)], **settings)
+    last = trainer.state.global_step
+    if max_steps < 0:  # the last epoch: every sample left, once
+        assert sorted([i for _, indices in steps for i in indices][-20:]) == sorted(set(range(24)) - set(BAD))
+    if max_steps < 0:
+        assert trainer.state.max_steps == last and rates[-1][1] == 0.0  # the schedule ends with the data
+    for checkpoint in range(1, last):
+        saved = os.path.join(tmp_path / "full", f"checkpoint-{checkpoint}")  # the callback again: harmless
+        resumed, steps_after, rates_after = _run(tmp_path / f"resumed-{checkpoint}",
+                                                 [ExcludeSamples(BAD, from_step=from_step)], saved, **settings)
+        assert steps_after == [(step, indices) for step, indices in steps if step > checkpoint], checkpoint
+        assert rates_after == [(step, rate) for step, rate in rates if step > checkpoint], checkpoint
+        assert resumed.state.global_step == last

@@ -1,6 +1,7 @@
 """A batch size changed inside a Trainer run (``train_dataloader.set_batch_size(b)`` from a callback: a
-ramp-up): the Trainer counted its steps from the first batch size, so the run's step budget and the
-learning-rate schedule's horizon are moved to what the data now takes.
+ramp-up), or samples excluded (``ExcludeSamples``): the Trainer counted its steps from the first batch
+size and the whole epochs, so the run's step budget and the learning-rate schedule's horizon are moved to
+what the data now takes.
 
 With ``num_train_epochs`` (no ``max_steps``) the run still ends where those epochs of data end:
 ``TrainerState.max_steps`` becomes the steps done plus the optimizer steps left at the new size, and
@@ -45,8 +46,9 @@ def stretch_schedule(scheduler: Any, total_steps: int) -> bool:
     return True
 
 
-def follow_batch_size(trainer: Any, loader: Any) -> None:
-    """After a batch-size change: the epoch-based run's step budget and LR horizon (see the module)."""
+def follow_data(trainer: Any, loader: Any) -> None:
+    """After a batch-size change or an exclusion: the epoch-based run's step budget and LR horizon (see the
+    module)."""
     args, state = trainer.args, trainer.state
     if args.max_steps > 0:
         return
@@ -56,6 +58,7 @@ def follow_batch_size(trainer: Any, loader: Any) -> None:
         return
     before, state.max_steps = state.max_steps, total
     if trainer.lr_scheduler is not None and not stretch_schedule(trainer.lr_scheduler, total):
-        warnings.warn(f"batch size {loader.batch_size}: the run now ends at step {total} (was {before}), but its "
+        warnings.warn(f"batch size {loader.batch_size}, {len(loader)} batches an epoch: the run now ends at step "
+                      f"{total} (was {before}), but its "
                       f"{type(getattr(trainer.lr_scheduler, 'scheduler', trainer.lr_scheduler)).__name__} has no "
                       "num_training_steps to move: its learning rate keeps the old horizon", UserWarning, stacklevel=3)

@@ -19,7 +19,7 @@ from shufflepoint._loading.keyed import Transform
 from shufflepoint._loading.loader import DataLoader
 from shufflepoint.integrations.transformers import _touch
 from shufflepoint.integrations.transformers._budget import Budget, Reach, end_of, step_size, steps_to
-from shufflepoint.integrations.transformers._ramp import follow_batch_size
+from shufflepoint.integrations.transformers._ramp import follow_data
 from shufflepoint.integrations.transformers._schedule import ContinueSchedule, continue_schedule
 
 if TYPE_CHECKING:
@@ -62,6 +62,7 @@ class ResumableTrainerMixin(_TrainerBase):
         self._shufflepoint_first_chunk: int | None = None
         self._shufflepoint_budget: Budget | None = None
         self._shufflepoint_batch_size: int | None = None  # the loader's, as the Trainer last counted steps with
+        self._shufflepoint_excluded: Any = None  # the loader's excluded set, likewise
         super().__init__(*args, **kwargs)
         self.add_callback(ContinueSchedule(self))
 
@@ -99,6 +100,7 @@ class ResumableTrainerMixin(_TrainerBase):
             worker_init_fn=_touch.worker_init(args), **options, **self._shufflepoint_options,
         )
         self._shufflepoint_loader, self._shufflepoint_batch_size = loader, loader.batch_size
+        self._shufflepoint_excluded = loader.excluded
         return loader
 
     # -- resume --------------------------------------------------------------------------------
@@ -144,6 +146,10 @@ class ResumableTrainerMixin(_TrainerBase):
         if placement is None:  # not written by a shufflepoint Trainer: placed by global_step later
             return max_steps
         saved = self._saved_budget(folder)
+        if folder is not None and saved is not None and saved.max_steps == self.args.max_steps \
+                and self._continues_saved_run(loader, folder):  # its own steps: the budget is its max_steps
+            self._shufflepoint_budget = saved
+            return max_steps
         reach = steps_to(saved.end, placement, len(loader), now, fresh) if saved is not None else None
         if saved is not None and reach is not None and saved.max_steps == self.args.max_steps:
             if reach.overshoot:
@@ -201,12 +207,13 @@ class ResumableTrainerMixin(_TrainerBase):
         # a position between two optimizer steps is given as its exact batch count.
         epochs, batches = super()._init_training_state(*args, **kwargs)
         placement = self._shufflepoint_placement
-        if placement is not None and self._shufflepoint_kept_step:
-            epochs, batches = placement.epoch, placement.batches_done  # a ramped run's own steps (_place_data)
-        if placement is not None and placement.epoch == epochs and not placement.aligned:
-            batches = placement.batches_done
-            self._shufflepoint_first_chunk = placement.accumulation - batches % placement.accumulation
-        return epochs, batches
+        if placement is None:
+            return epochs, batches
+        # the loader's place, not global_step // num_update_steps_per_epoch: the Trainer counted that from
+        # len(loader) before the state was loaded (an exclusion, a ramp or a resize changes it since)
+        if not placement.aligned:
+            self._shufflepoint_first_chunk = placement.accumulation - placement.batches_done % placement.accumulation
+        return placement.epoch, placement.batches_done
 
     def get_batch_samples(self, epoch_iterator: Any, num_batches: int, *args: Any, **kwargs: Any) -> Any:
         # TOUCH POINT: Trainer.get_batch_samples pulls one optimizer step's batches. After a resume
@@ -216,9 +223,10 @@ class ResumableTrainerMixin(_TrainerBase):
         if short is not None:
             num_batches = min(num_batches, short)
         loader = self._shufflepoint_loader
-        if loader is not None and loader.batch_size != self._shufflepoint_batch_size:  # set_batch_size: a ramp
-            self._shufflepoint_batch_size = loader.batch_size
-            follow_batch_size(self, loader)
+        if loader is not None and (loader.batch_size != self._shufflepoint_batch_size  # set_batch_size: a ramp
+                                   or loader.excluded != self._shufflepoint_excluded):  # exclude(): fewer steps
+            self._shufflepoint_batch_size, self._shufflepoint_excluded = loader.batch_size, loader.excluded
+            follow_data(self, loader)
         return super().get_batch_samples(epoch_iterator, num_batches, *args, **kwargs)
 
     def _run_epoch(self, *args: Any, **kwargs: Any) -> Any:
@@ -233,9 +241,11 @@ class ResumableTrainerMixin(_TrainerBase):
         if not self._is_ours(loader):
             return run_epoch(*args, **kwargs)
         resumed = epoch == kwargs.get("epochs_trained") and kwargs.get("resume_from_checkpoint") is not None
-        if not resumed and kwargs.get("steps_in_epoch") != len(loader):
-            kwargs |= {"steps_in_epoch": len(loader), "num_update_steps_per_epoch": updates_per_epoch(len(loader),
-                                                                                                      accumulation)}
+        placement = self._shufflepoint_placement
+        steps = (placement.batches_done + loader.batches_left() if resumed and placement is not None
+                 else len(loader))  # a resumed epoch: what it read before the checkpoint and what is left
+        if kwargs.get("steps_in_epoch") != steps:
+            kwargs |= {"steps_in_epoch": steps, "num_update_steps_per_epoch": updates_per_epoch(steps, accumulation)}
         found = run_epoch(*args, **kwargs)
         while (loader.epoch == epoch and loader.batches_left() > 0 and not self.control.should_training_stop
                and not self.control.should_epoch_stop):
@@ -291,20 +301,31 @@ class ResumableTrainerMixin(_TrainerBase):
                 "may be short or carried into the next epoch (every sample is still trained once). "
                 "transformers >= 5.25 makes the first step short instead", ResumeWarning, stacklevel=2)
         self._shufflepoint_saved_step = self.state.global_step
-        self._shufflepoint_kept_step = placement.global_step != self.state.global_step and self._ramped(loader, folder)
-        if self._shufflepoint_kept_step:  # the same run, its batch size ramped: its steps are the saved run's
-            placement = dataclasses.replace(placement, global_step=self.state.global_step)
+        self._shufflepoint_kept_step = self._continues_saved_run(loader, folder)
+        if self._shufflepoint_kept_step:  # the saved run goes on as it was: its own steps
+            placement = self._own_steps(loader, placement, self.state.global_step)
         self.state.global_step = placement.global_step
         self._shufflepoint_placement = placement
 
-    def _ramped(self, loader: DataLoader, folder: str) -> bool:
+    def _continues_saved_run(self, loader: DataLoader, folder: str) -> bool:
         """Whether this resume continues the saved run with its own settings (world size, initial per-device
-        batch size) after a ``set_batch_size``: the saved ``global_step`` then counts this run's steps, which
-        placing by the position in the epoch at the initial batch size would not (5.x, which skips by batches)."""
+        batch size, and gradient accumulation where a budget recorded it): the saved ``global_step`` then
+        counts this run's steps, which placing by the position in the epoch at this run's batch size would not
+        after a ``set_batch_size`` or an ``exclude`` (epochs of other lengths; 5.x, which skips by batches)."""
         saved = _read_json(os.path.join(folder, LOADER_STATE_FILE))
-        return (saved is not None and _touch.has_resume_hook(self._shufflepoint_version)
-                and saved.get("world_size") == loader.world_size and saved.get("batch_size") != loader.batch_size
-                and self.state.train_batch_size == self._train_batch_size)
+        budget = self._saved_budget(folder)
+        trainer_state = _read_json(os.path.join(folder, _touch.TRAINER_STATE_FILE))
+        return (saved is not None and trainer_state is not None and _touch.has_resume_hook(self._shufflepoint_version)
+                and saved.get("world_size") == loader.world_size
+                and trainer_state.get("train_batch_size") == self._train_batch_size
+                and (budget is None or budget.accumulation == self.args.gradient_accumulation_steps))
+
+    def _own_steps(self, loader: DataLoader, placement: Placement, saved_step: int) -> Placement:
+        """``placement`` with the saved run's own step count, and the batches the loader received of its epoch
+        (``batches_this_epoch``; the placement's where the loader's history cannot tell)."""
+        done = loader.batches_this_epoch()
+        return dataclasses.replace(placement, global_step=saved_step,
+                                   batches_done=placement.batches_done if done is None else done)
 
     def _place_loader(self, loader: DataLoader, folder: str, accumulation: int) -> Placement | None:
         """Load the checkpoint's loader state (None without one) and move a finished epoch to the next.
