@@ -19,6 +19,10 @@ from shufflepoint._loading.keyed import Transform
 from shufflepoint._loading.loader import DataLoader
 from shufflepoint.integrations.transformers import _touch
 from shufflepoint.integrations.transformers._budget import Budget, Reach, end_of, step_size, steps_to
+from shufflepoint.integrations.transformers._mixin_order import (
+    refuse_a_mixin_without_a_trainer,
+    refuse_a_trainer_before_the_mixin,
+)
 from shufflepoint.integrations.transformers._ramp import follow_data
 from shufflepoint.integrations.transformers._schedule import ContinueSchedule, continue_schedule
 
@@ -46,11 +50,11 @@ class ResumableTrainerMixin(_TrainerBase):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        _refuse_a_trainer_before_the_mixin(cls)
+        refuse_a_trainer_before_the_mixin(cls, ResumableTrainerMixin)
 
     def __init__(self, *args: Any, seed_per_sample: bool = False, transform: Transform | None = None,
                  order: str | None = None, force_version: bool = False, **kwargs: Any) -> None:
-        _refuse_a_mixin_without_a_trainer(type(self))
+        refuse_a_mixin_without_a_trainer(type(self))
         self._shufflepoint_version = _touch.check_version(force_version)
         self._shufflepoint_options: dict[str, Any] = {"seed_per_sample": seed_per_sample, "transform": transform,
                                                       "order": order}
@@ -378,39 +382,3 @@ def _write_json(path: str, value: Any) -> None:
     with open(f"{path}.tmp{os.getpid()}", "w") as f:
         json.dump(value, f)
     os.replace(f"{path}.tmp{os.getpid()}", path)
-
-
-def _refuse_a_trainer_before_the_mixin(cls: type) -> None:
-    """``TypeError`` when a ``transformers.Trainer`` comes before ``ResumableTrainerMixin`` in ``cls``'s
-    method resolution order: its methods (``get_train_dataloader``, ``train``, ``_save_checkpoint``)
-    would then shadow the mixin's, and the class would silently be the stock Trainer (the stock order,
-    no loader state in the checkpoints).
-
-    ``class X(trl.SFTTrainer, ResumableTrainerMixin)`` has the order X, SFTTrainer, Trainer, mixin: refused.
-    ``class X(ResumableTrainerMixin, trl.SFTTrainer)`` has X, mixin, SFTTrainer, Trainer: right.
-    """
-    import transformers
-
-    order = cls.__mro__
-    mixin_at = order.index(ResumableTrainerMixin)
-    shadowing = [c for c in order[:mixin_at]
-                 if issubclass(c, transformers.Trainer) and not issubclass(c, ResumableTrainerMixin)]
-    if shadowing:
-        bases = ", ".join(base.__name__ for base in cls.__bases__)
-        raise TypeError(
-            f"class {cls.__name__}({bases}): {shadowing[0].__name__} comes before ResumableTrainerMixin in "
-            f"its method resolution order ({' -> '.join(c.__name__ for c in order[:mixin_at + 1])}), so the "
-            "Trainer's own methods shadow the mixin's and the class would silently train the stock order, "
-            "with no loader state in its checkpoints.\n"
-            f"Fix: list the mixin first, class {cls.__name__}(ResumableTrainerMixin, {shadowing[0].__name__}) "
-            "(or subclass shufflepoint.integrations.transformers.Trainer).")
-
-
-def _refuse_a_mixin_without_a_trainer(cls: type) -> None:
-    import transformers
-
-    if not issubclass(cls, transformers.Trainer):
-        raise TypeError(
-            f"{cls.__name__}: ResumableTrainerMixin found no transformers.Trainer among its bases; it changes a "
-            f"Trainer's loader and checkpoints. Fix: class {cls.__name__}(ResumableTrainerMixin, transformers.Trainer) "
-            "(or TRL's SFTTrainer, or any other Trainer subclass), mixin first.")
