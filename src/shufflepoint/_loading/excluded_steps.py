@@ -124,9 +124,11 @@ def arrived(position: Position, excluded: Excluded, deal: Deal, orders: OrderCac
     cuts = history_cuts(history, deal, orders, excluded, position.excluded_at, (position.epoch, position.handed))
     try:
         found = history.position(position.steps, cuts)
-        if not _same(found, place, deal) and start.samples_per_rank() == 0:  # an epoch's end: the next one's start
-            following = Place(position.epoch + 1, 0)
-            place = place_after(following.epoch, cuts(following, layout, history.parts()), 0)
+        saved = history.legs[-1].layout  # the saved run's: a smaller global batch may read on where it dropped
+        here = Place(position.epoch, position.cursor, tuple((int(a), int(b)) for a, b in position.segments))
+        if not _same(found, place, deal) and cuts(here, saved, history.parts()).samples_per_rank() == 0:
+            following = Place(position.epoch + 1, 0)  # the saved run's epoch ended there: the next one's start
+            place = place_after(following.epoch, cuts(following, saved, history.parts()), 0)
     except ValueError:  # spans: the exclusion's epoch left, what it handed out unknown: not checked (docs)
         return history.record(position.steps, layout, place_after(position.epoch, start, 0), cuts)
     if not _same(found, place, deal):
