@@ -235,3 +235,16 @@ def test_seek_equals_the_uninterrupted_continuation():
                 fresh.seek(epoch, batches)
                 rest = [ids(b) for _ in range(2) for b in fresh if fresh.epoch < 2]
                 assert rest[: len(reference[rank]) - global_step] == reference[rank][global_step:]
+
+
+def test_a_new_iter_after_every_batch_of_the_epoch_was_received_reads_the_next_epoch():
+    # zip(range(len(loader)), loader) takes every batch without running the pass out; torch's loader then
+    # starts anew, and so does this one: the next epoch, not an empty rest of this one.
+    loader = shufflepoint.DataLoader(list(range(12)), 4, seed=1, collate_fn=list)
+    epochs = [[b for _, b in zip(range(len(loader)), loader, strict=False)] for _ in range(3)]
+    assert [sorted(i for b in epoch for i in b) for epoch in epochs] == [list(range(12))] * 3
+    assert epochs[0] != epochs[1] and loader.epoch == 2
+    state = loader.state_dict()  # saved after the last batch: a resumed loader reads the (empty) rest first
+    resumed = shufflepoint.DataLoader(list(range(12)), 4, seed=1, collate_fn=list)
+    resumed.load_state_dict(state)
+    assert list(resumed) == [] and resumed.epoch == 3 and len(list(resumed)) == 3

@@ -260,6 +260,9 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         self._jump(epoch, self._cut(epoch, cursor, segments, parts=parts))
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        live = self._pass
+        if live is not None and live.received and self.batches_left() == 0:  # every batch received, the pass
+            self._end_pass(live)  # not run out (zip(range(len(loader)), loader)): a new iter() reads the next epoch
         (steps, place), epoch = self._here(), self.epoch
         start = self._cut(epoch, place.cursor, [list(pair) for pair in place.segments], parts=self._history.parts(),
                           handed=self._handed())
@@ -289,11 +292,15 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
                 break
             live.received += 1
             yield batch
-        if self._pass is live:  # the pass is exhausted: the epoch is over (the last epoch stays at its end)
-            ended = live.epoch == MAX_EPOCH
-            following = live.epoch if ended else live.epoch + 1
-            where = live.cut.after(live.cut.samples_per_rank()) if ended else (0, [])
-            self._jump(following, self._cut(following, *where, parts=self._history.parts()))
+        if self._pass is live:  # the pass is exhausted: the epoch is over
+            self._end_pass(live)
+
+    def _end_pass(self, live: Pass) -> None:
+        """The epoch of ``live`` is over: read the next one from its start (the last epoch stays at its end)."""
+        ended = live.epoch == MAX_EPOCH
+        following = live.epoch if ended else live.epoch + 1
+        where = live.cut.after(live.cut.samples_per_rank()) if ended else (0, [])
+        self._jump(following, self._cut(following, *where, parts=self._history.parts()))
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (a whole epoch, whatever the cursor; excluded samples taken out)."""
