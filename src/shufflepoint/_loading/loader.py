@@ -20,7 +20,7 @@ from shufflepoint._loading.excluded_steps import arrived
 from shufflepoint._loading.excluding import Excluded, ExclusionMixin
 from shufflepoint._loading.keyed import Transform, keyed_chunks
 from shufflepoint._loading.mesh import resolve_data_parallel
-from shufflepoint._loading.orders import OrderCache, explain_fingerprint, resolve_fingerprint
+from shufflepoint._loading.orders import OrderCache, explain_fingerprint, resolve_fingerprint, within_bounds
 from shufflepoint._loading.sampler import Deal, dataset_length, rank_chunks, warn_if_blocks_exceed_the_share
 from shufflepoint._loading.serving import announced, check_arguments, check_keyed, served
 from shufflepoint._loading.steps import Lookup, Pass
@@ -241,9 +241,8 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
 
     def set_epoch(self, epoch: int) -> None:
         """Jump to the first batch of ``epoch``. The current epoch again changes nothing."""
-        check_int("epoch", epoch, 0, MAX_EPOCH)
-        if epoch != self.epoch:
-            self._jump(epoch, self._cut(epoch, 0, [], parts=self._history.parts()))
+        if check_int("epoch", epoch, 0, MAX_EPOCH) != self.epoch:
+            self.seek(epoch)
 
     def seek(self, epoch: int, batches: int = 0) -> None:
         """Go to ``epoch`` after its first ``batches`` batches per rank: O(1), no sample is read.
@@ -257,6 +256,7 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         parts = self._history.parts()
         fresh = self._cut(epoch, 0, [], parts=parts)
         cursor, segments = fresh.after(int(batches) * self._layout.batch_size)
+        within_bounds(self._orders, epoch, fresh)
         self._jump(epoch, self._cut(epoch, cursor, segments, parts=parts))
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
@@ -344,6 +344,7 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         )
         excluded = Excluded.for_state(position.excluded, deal, orders, self.dataset)
         start = excluded.start(deal, orders, self._layout, position)
+        within_bounds(orders, position.epoch, start, field="state field 'epoch'")
         history = arrived(position, excluded, deal, orders, start, self._layout)
         start = excluded.cut(deal, orders, self._layout, position.epoch, position.cursor, position.segments,
                              history.parts(), position.handed)

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from shufflepoint._core.errors import StateError
 from shufflepoint._core.plan import Layout, StridedCut
 from shufflepoint._core.schedule import GRID
 from shufflepoint._core.spans import NAME as SPANS
@@ -152,3 +153,16 @@ class OrderCache:
                 self._order = self._dataset.epoch_order(self.seed, epoch, self.shuffle_block)
             self._epoch = (epoch, stretches)
         return self._order
+
+
+def within_bounds(orders: OrderCache, epoch: int, start: Cut, *, field: str | None = None) -> None:
+    """Build ``epoch``'s order now (it is kept for the reads): a dataset's own bound on epochs (``Packed``,
+    ``Mixture``: their indices stay below 2**62), lower than the orders' own, is refused before anything
+    changes, as a ``StateError`` naming ``field`` for a state."""
+    try:
+        orders.get(epoch, start)
+    except ValueError as e:
+        if field is None or not str(e).startswith("epoch"):
+            raise
+        raise StateError(f"{field}: {e}. The state is damaged or was written for another dataset; use another "
+                         "checkpoint.") from e
