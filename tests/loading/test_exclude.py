@@ -253,3 +253,16 @@ def test_a_state_saved_after_an_epochs_last_batch_with_drop_last_loads_on_any_la
     assert not set(rest) & (excluded | set(served)) and len(rest) == len(set(rest))
     following = [i for loader in resumed for got in loader for i in got.tolist()]
     assert len(following) == len(set(following)) and not set(following) & excluded
+
+
+def test_a_mixture_or_packed_refusal_names_the_users_dataset_and_a_uint64_index_its_own_value():
+    mixture = shufflepoint.Mixture([(list(range(10)), 1.0), (list(range(10, 16)), 1.0)])
+    with pytest.raises(ValueError, match=r"the 'mixture' order of a Mixture has no inverse.*filter the dataset"):
+        shufflepoint.DataLoader(mixture, 2, collate_fn=list).exclude([1])
+    packed = shufflepoint.Packed([{"input_ids": [1, 2, 3]}] * 8, 4)
+    with pytest.raises(ValueError, match=r"the 'packed' order of a Packed has no inverse.*corpus the Packed reads"):
+        shufflepoint.DataLoader(packed, 2).exclude([1])
+    loader = shufflepoint.DataLoader(list(range(10)), 2)
+    with pytest.raises(ValueError, match=r"found 18446744073709551615, expected dataset indices that fit an int64"):
+        loader.exclude(np.array([2**64 - 1], dtype=np.uint64))
+    assert not loader.excluded

@@ -517,3 +517,16 @@ def test_the_order_computed_in_arrays_is_its_piece_by_piece_definition(case, see
     order = mixture.epoch_order(seed, epoch, block, grid=grid)
     flat = np.asarray(data.draw(st.lists(st.integers(0, length - 1), min_size=1, max_size=40)), dtype=np.int64)
     assert order.take(flat).tolist() == _piece_by_piece(order, mixture, flat)
+
+
+def test_a_schedule_added_or_removed_on_resume_is_refused_naming_it():
+    a, b = list(range(20)), list(range(100, 110))
+    plain = shufflepoint.DataLoader(shufflepoint.Mixture([(a, 1.0), (b, 1.0)]), 2, seed=1, collate_fn=list)
+    scheduled = shufflepoint.DataLoader(shufflepoint.Mixture([a, b], schedule=[(0, [1, 1]), (10, [0, 1])]), 2,
+                                        seed=1, collate_fn=list)
+    with pytest.raises(shufflepoint.StateError, match=r"written by a Mixture without a schedule, and this one is "
+                                                      r"built with"):
+        scheduled.load_state_dict(plain.state_dict())
+    with pytest.raises(shufflepoint.StateError, match=r"written by a Mixture with a schedule, and this one is built "
+                                                      r"without"):
+        plain.load_state_dict(scheduled.state_dict())

@@ -239,3 +239,14 @@ def test_the_cli_on_a_dcp_folder_without_locating(tmp_path, capsys):
         out = json.loads(capsys.readouterr().out)
         assert out["kind"] == "dcp"
         assert {int(r): [e["index"] for e in v] for r, v in out["ranks"].items()} == received[step]
+
+
+def test_the_text_shows_the_documents_of_a_mixtures_packed_source():
+    from shufflepoint._tools.which import _lines
+
+    entry = {"index": 21, "source": 1, "source_index": 1, "where": {
+        "index": 1, "epoch": 0, "row": 1, "documents": [{"document": 13, "tokens": [8, 10]},
+                                                       {"document": 36, "tokens": [0, 8], "where": {"index": 36,
+                                                                                                 "shard": 2}}]}}
+    assert _lines(entry, "") == ["21 source=1 source_index=1 -> 1 epoch=0 row=1", "  document 13 tokens [8, 10)",
+                                 "  document 36 tokens [0, 8) -> 36 shard=2"]

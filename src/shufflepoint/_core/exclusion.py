@@ -200,6 +200,8 @@ def _as_index_array(indices: Any, name: str) -> np.ndarray:
     if isinstance(indices, np.ndarray):
         if indices.dtype == np.bool_ or not np.issubdtype(indices.dtype, np.integer):
             raise TypeError(f"{name}: found an array of {indices.dtype}, expected integer dataset indices")
+        if indices.dtype.kind == "u" and indices.size and int(indices.max()) >= 2**63:
+            raise ValueError(f"{name}: found {int(indices.max())}, expected dataset indices that fit an int64")
         return indices.astype(np.int64).reshape(-1)
     if isinstance(indices, (int, str, bytes)) or not isinstance(indices, Iterable):
         raise TypeError(f"{name}: found {type(indices).__name__}, expected an iterable of int dataset indices "

@@ -138,6 +138,8 @@ class Expected:
     # Whether a saved fingerprint (found, expected, epoch, cursor) still resumes though it changed (a Mixture
     # whose resume appended schedule phases after the position reached); explain_fingerprint says why not.
     fingerprint_compatible: Callable[[str, str, int, int], bool] | None = None
+    # The dataset's account of another order_version of its own order (a Mixture built with or without a schedule).
+    explain_order_version: Callable[[int], str | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -275,8 +277,9 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> Posit
         raise fail("order", state["order"], f"{expected.order!r} (what this {expected.kind} was built with)",
                    f"Build the {expected.kind} with order={state['order']!r} to resume this run, or start fresh.")
     if state["order_version"] != expected.order_version:
+        own = expected.explain_order_version(state["order_version"]) if expected.explain_order_version else None
         raise fail("order_version", state["order_version"], f"{expected.order_version} (this shufflepoint's "
-                   f"{expected.order!r} order)", "The state was written by a shufflepoint whose order "
+                   f"{expected.order!r} order)", own or "The state was written by a shufflepoint whose order "
                    "algorithm differs; resume with that shufflepoint version.")
     if state["seed"] != expected.seed:
         raise fail("seed", state["seed"], f"{expected.seed!r} (what this {expected.kind} was built with)",

@@ -31,10 +31,12 @@ if TYPE_CHECKING:
 def check_can_exclude(deal: Deal, orders: OrderCache, dataset: Any) -> None:
     """ValueError naming what stands in the way: an order without an inverse."""
     if not isinstance(orders.get(0, StridedCut(Layout(orders.n, 1, 1, False), 0)), InvertibleOrder):
+        own = getattr(dataset, "dataset", dataset) if type(dataset).__name__ == "Columnar" else dataset
+        way = ("exclude documents by filtering the corpus the Packed reads, and start a new run"
+               if orders.name == "packed" else "filter the dataset and start a new run")
         raise ValueError(
-            f"exclude: the {orders.name!r} order of a {type(dataset).__name__} has no inverse (index -> position) "
-            "yet, which exclusion needs. Exclude from the sources' own loaders, or filter the dataset and start "
-            "a new run (docs/exclusion.md, 'Limits')."
+            f"exclude: the {orders.name!r} order of a {type(own).__name__} has no inverse (index -> position) "
+            f"yet, which exclusion needs: {way} (docs/exclusion.md, 'Limits')."
         )
 
 

@@ -394,6 +394,6 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
             kind="loader", n=self._layout.n, seed=self._seed, shuffle=self._shuffle,
             order=orders.name, order_version=orders.version,
             dataset_fingerprint=fingerprint, explain_fingerprint=self._explain, deal=deal.name,
-            legacy_fingerprint=legacy, layout=self._layout,
-            fingerprint_compatible=self._compatible,
+            legacy_fingerprint=legacy, layout=self._layout, fingerprint_compatible=self._compatible,
+            explain_order_version=getattr(self.dataset, "explain_order_version", None),
         )

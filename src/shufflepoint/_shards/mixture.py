@@ -214,10 +214,19 @@ class Mixture(torch.utils.data.Dataset[Any]):
     def explain_fingerprint(self, saved: str) -> str:
         phase = changed_phase(saved, self.fingerprint) if self.schedule is not None else None
         if self.schedule is not None and phase is not None:
-            return (f"the schedule changed at schedule[{phase}], a phase the run had started (or one "
-                    "starting in the shuffle_block window it had reached); a resume may only append phases after it")
+            return (f"the schedule changed at schedule[{phase}], a phase the run had started (or one starting "
+                    "inside the window it had reached: the global batch under a shufflepoint.DataLoader, the "
+                    "shuffle_block window otherwise); a resume may only append phases after it")
         return ("the mixture changed (a source, its weight, its schedule or samples_per_epoch); each source's "
                 "own fingerprint is part of the mixture's")
+
+    def explain_order_version(self, saved: int) -> str | None:
+        """Why a state of another order version is refused, where it is this mixture's other kind."""
+        if {saved, self.order_version} != {VERSION, SCHEDULED}:
+            return None
+        was, now = ("with", "without") if saved == SCHEDULED else ("without", "with")
+        return (f"The state was written by a Mixture {was} a schedule, and this one is built {now}: build the "
+                "Mixture as the run did (its sources and their weights or schedule) to resume it, or start fresh.")
 
     def fingerprint_compatible(self, saved: str, expected: str, epoch: int, cursor: int, shuffle_block: int) -> bool:
         """Whether a state saved with fingerprint ``saved`` at (epoch, cursor) resumes the loader whose is

@@ -170,7 +170,10 @@ def _fields(entry: dict[str, Any]) -> str:
 
 def _lines(entry: dict[str, Any], indent: str) -> list[str]:
     found = [indent + _fields(entry)]
-    for document in entry.get("documents", []):
+    below = entry
+    while "documents" not in below and isinstance(below.get("where"), dict):  # a Mixture's Packed source
+        below = below["where"]
+    for document in below.get("documents", []):
         text = f"document {document['document']} tokens [{document['tokens'][0]}, {document['tokens'][1]})"
         found.append(f"{indent}  {text}" + (f" -> {_fields(document['where'])}" if "where" in document else ""))
     return found
