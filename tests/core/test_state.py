@@ -232,3 +232,13 @@ def test_fuzz_edited_histories_raise_state_error_or_load_consistently(deal, edit
     else:  # accepted: then it places the run the way the loader says, and what it writes loads again
         written = json.loads(json.dumps(loader.state_dict()))
         shufflepoint.DataLoader(list(range(N)), 2, seed=3, rank=0, world_size=3, deal=deal).load_state_dict(written)
+
+
+def test_a_step_count_without_room_to_count_on_is_refused_by_name():
+    loader = shufflepoint.DataLoader(list(range(10)), 2, collate_fn=list)
+    state = loader.state_dict()
+    for steps in (2**62 + 1, 2**63 - 1):
+        edited = {**state, "steps": steps, "history": [[steps, *state["history"][0][1:]]]}
+        with pytest.raises(StateError, match=r"state field 'steps': found \d+, expected an int in \[0, 46116860"):
+            loader.load_state_dict(edited)
+    assert loader.state_dict() == state

@@ -213,6 +213,9 @@ def _check_shape(state: object) -> Mapping[str, Any]:
     if state["epoch"] > MAX_EPOCH:
         raise fail("epoch", state["epoch"], f"an int in [0, {MAX_EPOCH}] (the last epoch the orders support)",
                    "The state is damaged or was edited; use another checkpoint.")
+    if state.get("steps", 0) > MAX_EPOCH:  # room to count on: the state written after the next batch loads too
+        raise fail("steps", state["steps"], f"an int in [0, {MAX_EPOCH}]",
+                   "The state is damaged or was edited; use another checkpoint.")
     check_segments_shape(state["segments"])
     return state
 
