@@ -120,3 +120,31 @@ def test_a_state_without_excluded_at_loads_and_which_says_why_it_cannot_place_it
         fresh.which(0)
     with pytest.raises(StateError, match=r"state field 'excluded_at'"):
         fresh.load_state_dict({**loader.state_dict(), "excluded_at": [0], "excluded": []})
+
+
+@pytest.mark.parametrize("seed", [43, 1020, 1055, 7])
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_an_exclusion_and_a_batch_size_change_at_an_epochs_end_are_placed_after_the_epoch_is_left(seed, drop_last):
+    # spans, drop_last: at step 8 the first layout (2 x 4) has read all it can of epoch 3 (7 samples left, dropped);
+    # the new one (2 x 2) reads on into that tail. which() rebuilt the epoch's exclusion from the first layout's
+    # position, normalized to epoch 4's start, and named samples no rank received (found by review).
+    ranks = [shufflepoint.DataLoader(list(range(23)), 4, rank=r, world_size=2, seed=seed, drop_last=drop_last,
+                                     deal="spans", collate_fn=list) for r in range(2)]
+    log, iterators = {}, None
+    for step in range(12):
+        if step == 8:
+            for loader in ranks:
+                loader.exclude([0, 13, 16, 19])
+                loader.set_batch_size(2)
+        while True:
+            iterators = iterators or [iter(loader) for loader in ranks]
+            at, batches = ranks[0].step, [next(it, None) for it in iterators]
+            if batches[0] is not None:
+                log[at] = dict(enumerate(batches))
+                break
+            iterators = None  # the epoch ended: the next one
+    fresh = shufflepoint.DataLoader(list(range(23)), 3, rank=0, world_size=3, seed=seed, drop_last=drop_last,
+                                    deal="spans", collate_fn=list)
+    fresh.load_state_dict(ranks[0].state_dict())
+    for step, batches in log.items():
+        assert ranks[0].which(step) == batches == fresh.which(step), step

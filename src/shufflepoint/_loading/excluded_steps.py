@@ -71,13 +71,19 @@ def handed_from(current: Cut, done: int, layout: Layout) -> FilteredSpanCut:
                            layout.drop_last)
 
 
-def _rebuilt_handed(history: History, step: int) -> tuple[int, Handed | None] | None:
-    """(epoch, handed) at a run's single exclusion, from the legs before it; None when they were dropped."""
+def _rebuilt_handed(history: History, step: int, epoch: int | None) -> tuple[int, Handed | None] | None:
+    """(epoch, handed) at a run's single exclusion, from the legs before it; None when they were dropped.
+    ``epoch``: the exclusion's own, where the legs before it had read all they could of it (drop_last: the
+    next layout reads on into the tail they dropped), so that their position is the next epoch's start."""
     legs = [leg for leg in history.legs if leg.step < step]
     if not legs:
         return None
     before = History(history.n, history.deal, legs)
     place = before.position(step)
+    if place is not None and place.epoch != epoch and step > before.first_step:
+        last = before.place(step - 1)  # the end of what they read of the exclusion's epoch, not normalized
+        if last.epoch == epoch:
+            place = place_after(last.epoch, last.cut, (last.batch + 1) * last.layout.batch_size)
     if place is None:
         return None
     current = place.cut(legs[-1].layout, history.deal, before.parts(legs[-1]))
@@ -98,7 +104,7 @@ def history_cuts(history: History, deal: Deal, orders: OrderCache, excluded: Exc
         if excluded_epoch is not None and epoch != excluded_epoch:
             return None  # an epoch after the exclusion's own: dealt afresh, without the excluded samples
         if len(excluded_at) == 1 and not rebuilt:
-            rebuilt.append(_rebuilt_handed(history, at))
+            rebuilt.append(_rebuilt_handed(history, at, excluded_epoch))
         if len(excluded_at) == 1 and rebuilt[0] is not None:
             return rebuilt[0][1] if rebuilt[0][0] == epoch else None
         raise ValueError(f"which: under the 'spans' deal, epoch {epoch} had samples excluded at step {at}, and "
