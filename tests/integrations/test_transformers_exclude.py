@@ -96,6 +96,8 @@ def _run(tmp_path, callbacks, resume=None, **overrides):
     return trainer, seen.steps, rates.rates
 
 
+@pytest.mark.skipif(int(transformers.__version__.split(".")[0]) < 5,
+                    reason="a resume keeps its own steps by _init_training_state and _run_epoch (transformers 5)")
 @pytest.mark.parametrize(("from_step", "accumulation", "max_steps"), [(2, 1, -1), (0, 1, -1), (3, 2, -1), (2, 1, 9)])
 def test_a_run_with_an_exclusion_resumes_with_its_own_steps_batches_and_learning_rates(
         tmp_path, from_step, accumulation, max_steps):

@@ -210,12 +210,10 @@ def _check_shape(state: object) -> Mapping[str, Any]:
         highest = MAX_SEED if field == "seed" else MAX_INT
         if isinstance(value, int) and not is_bool and not 0 <= value <= highest:
             raise fail(field, value, f"an int in [0, {highest}]", "The state is damaged; use another checkpoint.")
-    if state["epoch"] > MAX_EPOCH:
-        raise fail("epoch", state["epoch"], f"an int in [0, {MAX_EPOCH}] (the last epoch the orders support)",
-                   "The state is damaged or was edited; use another checkpoint.")
-    if state.get("steps", 0) > MAX_EPOCH:  # room to count on: the state written after the next batch loads too
-        raise fail("steps", state["steps"], f"an int in [0, {MAX_EPOCH}]",
-                   "The state is damaged or was edited; use another checkpoint.")
+    for field, why in (("epoch", " (the last epoch the orders support)"), ("steps", " (room to count on)")):
+        if state.get(field, 0) > MAX_EPOCH:  # steps: the state written after the next batch must load too
+            raise fail(field, state[field], f"an int in [0, {MAX_EPOCH}]{why}",
+                       "The state is damaged or was edited; use another checkpoint.")
     check_segments_shape(state["segments"])
     return state
 

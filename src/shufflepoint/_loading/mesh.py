@@ -100,7 +100,8 @@ def from_process_group(group: Any) -> DataParallel:
     """The rank and world size of this process in ``group``; refused when it is not a member."""
     import torch.distributed as dist
 
-    if dist.is_available() and not isinstance(group, dist.ProcessGroup):
+    outside = getattr(getattr(dist, "GroupMember", None), "NON_GROUP_MEMBER", None)  # new_group's answer to others
+    if dist.is_available() and not isinstance(group, dist.ProcessGroup) and (outside is None or group != outside):
         raise TypeError(f"process_group: found {type(group).__name__}, expected a torch.distributed ProcessGroup "
                         "(e.g. torch.distributed.new_group(ranks)) or None")
     if not (dist.is_available() and dist.is_initialized()):
