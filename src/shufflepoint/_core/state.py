@@ -296,7 +296,8 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> Posit
         why = expected.explain_fingerprint(found_print) + ". " if expected.explain_fingerprint else ""
         raise fail("dataset_fingerprint", found_print, repr(expected_print),
                    f"{why}The dataset is not the one the checkpoint was written with; resume with that "
-                   "dataset, or load with strict=False to accept the change.")
+                   "dataset, or load with strict=False to accept a dataset changed on purpose (with a "
+                   "ResumeWarning: the saved positions then point at other samples, in another order).")
     if fingerprint_changed:
         warnings.warn(
             f"the dataset changed since the checkpoint (fingerprint {found_print!r} -> {expected_print!r}); "
