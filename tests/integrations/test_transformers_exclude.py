@@ -11,6 +11,7 @@ transformers = pytest.importorskip("transformers", reason="the transformers extr
 import torch  # noqa: E402
 
 from shufflepoint.integrations.transformers import LOADER_STATE_FILE, ExcludeSamples, Trainer  # noqa: E402
+from shufflepoint.integrations.transformers._trainer import RUN_FILE  # noqa: E402
 
 BAD = [3, 4, 17, 20]
 
@@ -117,3 +118,17 @@ def test_a_run_with_an_exclusion_resumes_with_its_own_steps_batches_and_learning
         assert steps_after == [(step, indices) for step, indices in steps if step > checkpoint], checkpoint
         assert rates_after == [(step, rate) for step, rate in rates if step > checkpoint], checkpoint
         assert resumed.state.global_step == last
+
+
+@pytest.mark.skipif(int(transformers.__version__.split(".")[0]) < 5,
+                    reason="a resume keeps its own steps by _init_training_state and _run_epoch (transformers 5)")
+def test_a_resume_with_another_accumulation_is_placed_by_the_data_not_the_saved_steps(tmp_path):
+    # The saved run's accumulation is recorded beside its loader state (TrainerState does not keep it): with
+    # another one, its global_step counts other steps, so the resume is placed by the loader's position.
+    trainer, steps, _ = _run(tmp_path / "full", [ExcludeSamples(BAD)])
+    assert json.load(open(tmp_path / "full" / "checkpoint-7" / RUN_FILE)) == {"gradient_accumulation_steps": 1}
+    resumed, steps_after, _ = _run(tmp_path / "resumed", [ExcludeSamples(BAD)],
+                                   os.path.join(tmp_path / "full", "checkpoint-7"), gradient_accumulation_steps=2)
+    left = [i for step, indices in steps if step > 7 for i in indices]
+    assert sorted(i for _, indices in steps_after for i in indices) == sorted(left)
+    assert resumed.state.global_step == 2 * 3  # in this run's steps: 20 samples an epoch, 5 batches, 3 steps of 2

@@ -36,6 +36,9 @@ else:
 LOADER_STATE_FILE = "shufflepoint_loader.json"
 # Where max_steps ends in the data (set by the run that set max_steps; see _budget), with that run's numbers.
 BUDGET_FILE = "shufflepoint_budget.json"
+# The saved run's gradient accumulation (TrainerState does not keep it): a resume continues that run's own steps
+# only with the same.
+RUN_FILE = "shufflepoint_run.json"
 
 
 class ResumableTrainerMixin(_TrainerBase):
@@ -317,12 +320,14 @@ class ResumableTrainerMixin(_TrainerBase):
         counts this run's steps, which placing by the position in the epoch at this run's batch size would not
         after a ``set_batch_size`` or an ``exclude`` (epochs of other lengths; 5.x, which skips by batches)."""
         saved = _read_json(os.path.join(folder, LOADER_STATE_FILE))
-        budget = self._saved_budget(folder)
+        budget, run = self._saved_budget(folder), _read_json(os.path.join(folder, RUN_FILE))
         trainer_state = _read_json(os.path.join(folder, _touch.TRAINER_STATE_FILE))
+        accumulation = (run or {}).get("gradient_accumulation_steps", budget.accumulation if budget else None)
         return (saved is not None and trainer_state is not None and _touch.has_resume_hook(self._shufflepoint_version)
                 and saved.get("world_size") == loader.world_size
                 and trainer_state.get("train_batch_size") == self._train_batch_size
-                and (budget is None or budget.accumulation == self.args.gradient_accumulation_steps))
+                and accumulation in (None, self.args.gradient_accumulation_steps)
+                and (saved.get("batch_size") != loader.batch_size or bool(saved.get("excluded"))))  # else: the same
 
     def _own_steps(self, loader: DataLoader, placement: Placement, saved_step: int) -> Placement:
         """``placement`` with the saved run's own step count, and the batches the loader received of its epoch
@@ -369,6 +374,8 @@ class ResumableTrainerMixin(_TrainerBase):
         _write_json(os.path.join(folder, LOADER_STATE_FILE), loader.state_dict())
         if self._shufflepoint_budget is not None:
             _write_json(os.path.join(folder, BUDGET_FILE), self._shufflepoint_budget.to_json())
+        _write_json(os.path.join(folder, RUN_FILE),
+                    {"gradient_accumulation_steps": self.args.gradient_accumulation_steps})
 
 
 def _read_json(path: str) -> Any:
