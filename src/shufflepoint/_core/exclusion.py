@@ -115,8 +115,9 @@ class Exclusion:
         return bool(self.starts.size)
 
     def __eq__(self, other: object) -> bool:
-        return (isinstance(other, Exclusion) and self.n == other.n and np.array_equal(self.starts, other.starts)
-                and np.array_equal(self.stops, other.stops))
+        return other is self or (isinstance(other, Exclusion) and self.n == other.n
+                                 and np.array_equal(self.starts, other.starts)
+                                 and np.array_equal(self.stops, other.stops))
 
     __hash__ = None  # type: ignore[assignment]
 
