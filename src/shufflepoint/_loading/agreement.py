@@ -15,6 +15,8 @@ group in turn: MAX is associative, so every rank still learns the extremes over 
 
 from __future__ import annotations
 
+import atexit
+import functools
 import hashlib
 import json
 from typing import Any
@@ -54,6 +56,8 @@ def everyone_agrees(local: dict[str, Any] | None, local_error: str | None, group
     flags = torch.tensor([digest, -digest, int(local_error is not None)], dtype=torch.int64, device=device)
     for group in groups:
         dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=group)
+    if not on_gpu:
+        _release_gloo_at_exit()
     highest, lowest_negated, refused = flags.tolist()
     return bool(refused == 0 and highest == -lowest_negated)
 
@@ -68,6 +72,23 @@ def agree_across_ranks(local: dict[str, Any] | None, local_error: str | None, gr
     if everyone_agrees(local, local_error, groups):
         return
     _explain_disagreement(local, local_error, groups)
+
+
+@functools.cache
+def _release_gloo_at_exit() -> None:
+    """Destroy a Gloo default process group still alive at interpreter exit (once registered, at our first
+    collective). A Gloo group torn down with the interpreter after a collective aborts its process now and then
+    ("terminate called without an active exception", SIGABRT after the program ended): measured on the seed's
+    check, 2 ranks that load a state and never destroy their group, 3 of 12 resumes; 0 of 15 with this, and 0 of
+    12 without our collective. NCCL groups are left alone (their destruction may wait on peers)."""
+
+    def release() -> None:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized() and dist.get_backend() == "gloo":
+            dist.destroy_process_group()
+
+    atexit.register(release)
 
 
 def gather_from_all(local: Any, groups: Groups) -> list[Any]:
