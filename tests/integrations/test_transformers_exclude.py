@@ -12,17 +12,9 @@ import torch  # noqa: E402
 
 from shufflepoint.integrations.transformers import LOADER_STATE_FILE, ExcludeSamples, Trainer  # noqa: E402
 from shufflepoint.integrations.transformers._trainer import RUN_FILE  # noqa: E402
+from trainer_parts import Tokens, tiny_llama  # noqa: E402
 
 BAD = [3, 4, 17, 20]
-
-
-class Tokens(torch.utils.data.Dataset):
-    def __len__(self):
-        return 24
-
-    def __getitem__(self, index):
-        ids = torch.tensor([index, index + 1, index + 2])
-        return {"input_ids": ids, "labels": ids}
 
 
 class Seen(transformers.TrainerCallback):
@@ -37,9 +29,6 @@ class Seen(transformers.TrainerCallback):
 
 
 def _trainer(tmp_path, callbacks, **overrides):
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=64, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
-                                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=4)
     settings = dict(output_dir=str(tmp_path), per_device_train_batch_size=4, num_train_epochs=2, report_to=[],
                     use_cpu=True, seed=7, save_strategy="steps", save_steps=3, logging_strategy="no",
                     disable_tqdm=True)
@@ -50,8 +39,8 @@ def _trainer(tmp_path, callbacks, **overrides):
         return {key: torch.stack([s[key] for s in samples]) for key in ("input_ids", "labels")}
 
     seen = Seen(log)
-    trainer = Trainer(model=transformers.LlamaForCausalLM(config), args=transformers.TrainingArguments(
-        **(settings | overrides)), train_dataset=Tokens(), data_collator=collate, callbacks=[*callbacks, seen])
+    trainer = Trainer(model=tiny_llama(), args=transformers.TrainingArguments(
+        **(settings | overrides)), train_dataset=Tokens(24), data_collator=collate, callbacks=[*callbacks, seen])
     return trainer, seen
 
 
@@ -77,7 +66,7 @@ def test_it_needs_a_shufflepoint_trainer_and_int_indices(tmp_path):
     with pytest.raises(ValueError, match=r"from_step: found -1"):
         ExcludeSamples([1], from_step=-1)
     args = transformers.TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True)
-    stock_loader = torch.utils.data.DataLoader(Tokens(), batch_size=4)  # what a stock Trainer trains from
+    stock_loader = torch.utils.data.DataLoader(Tokens(24), batch_size=4)  # what a stock Trainer trains from
     with pytest.raises(TypeError, match=r"train loader is a DataLoader, expected a shufflepoint.DataLoader"):
         ExcludeSamples([1]).on_train_begin(args, transformers.TrainerState(), None, train_dataloader=stock_loader)
 

@@ -12,21 +12,13 @@ transformers = pytest.importorskip("transformers", reason="the transformers extr
 import torch  # noqa: E402
 
 from shufflepoint.integrations.transformers import Trainer  # noqa: E402
+from trainer_parts import Tokens, tiny_llama  # noqa: E402
 
 N = 24
 # 4.57's loop counts an epoch's steps once, before a callback can change the batch size (no _run_epoch to
 # hook): a smaller batch there drops the epoch's tail (docs/integrations.md says so).
 pytestmark = pytest.mark.skipif(int(transformers.__version__.split(".")[0]) < 5,
                                 reason="a batch-size ramp needs transformers >= 5 (Trainer._run_epoch)")
-
-
-class Tokens(torch.utils.data.Dataset):
-    def __len__(self):
-        return N
-
-    def __getitem__(self, index):
-        ids = torch.tensor([index, index + 1, index + 2])
-        return {"input_ids": ids, "labels": ids}
 
 
 class Recorder:
@@ -57,19 +49,12 @@ class Ramp(transformers.TrainerCallback):
         self._apply(state, train_dataloader)
 
 
-def _model():
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=64, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
-                                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=4)
-    return transformers.LlamaForCausalLM(config)
-
-
 def _trainer(tmp_path, recorder, ramp, **overrides):
     settings = dict(output_dir=str(tmp_path), per_device_train_batch_size=4, num_train_epochs=2, report_to=[],
                     use_cpu=True, seed=7, save_strategy="no", logging_strategy="no", disable_tqdm=True,
                     lr_scheduler_type="linear")
     args = transformers.TrainingArguments(**(settings | overrides))
-    return Trainer(model=_model(), args=args, train_dataset=Tokens(), data_collator=recorder, callbacks=[ramp])
+    return Trainer(model=tiny_llama(), args=args, train_dataset=Tokens(N), data_collator=recorder, callbacks=[ramp])
 
 
 @pytest.mark.parametrize("at, size, accumulation", [

@@ -14,21 +14,13 @@ import torch  # noqa: E402
 
 from shufflepoint._tools import cli  # noqa: E402
 from shufflepoint.integrations.transformers import Trainer  # noqa: E402
+from trainer_parts import Tokens, tiny_llama  # noqa: E402
 
 SAMPLES = 20  # batch 4: 5 batches an epoch, 3 optimizer steps of GA 2 (the last one short)
 
 
-class Tokens(torch.utils.data.Dataset):
-    def __len__(self):
-        return SAMPLES
-
-    def __getitem__(self, index):
-        ids = torch.tensor([index, index + 1, index + 2])
-        return {"input_ids": ids, "labels": ids}
-
-
 def tokens():
-    return Tokens()
+    return Tokens(SAMPLES)
 
 
 def test_optimizer_steps_of_a_trainer_checkpoint(tmp_path, capsys):
@@ -38,14 +30,11 @@ def test_optimizer_steps_of_a_trainer_checkpoint(tmp_path, capsys):
         seen.append([int(s["input_ids"][0]) for s in samples])
         return {key: torch.stack([s[key] for s in samples]) for key in ("input_ids", "labels")}
 
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=64, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
-                                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=4)
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path), per_device_train_batch_size=4, gradient_accumulation_steps=2, max_steps=5,
         save_strategy="steps", save_steps=5, report_to=[], use_cpu=True, seed=7, logging_strategy="no",
         disable_tqdm=True)
-    Trainer(model=transformers.LlamaForCausalLM(config), args=args, train_dataset=Tokens(),
+    Trainer(model=tiny_llama(), args=args, train_dataset=Tokens(SAMPLES),
             data_collator=collate).train()
     capsys.readouterr()  # the Trainer's own printout
     # the Trainer's steps: 1 = batches 0-1, 2 = 2-3, 3 = 4 (the epoch's short last step), 4 = 5-6, 5 = 7-8
