@@ -22,6 +22,7 @@ from shufflepoint._loading.orders import OrderCache
 from shufflepoint._loading.sampler import Deal
 from shufflepoint._loading.steps import Lookup, Pass
 from shufflepoint._order import InvertibleOrder, check_int
+from shufflepoint._shards.batch import Columnar
 
 if TYPE_CHECKING:
     from shufflepoint._core.history import Cuts, History, Place
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 def check_can_exclude(deal: Deal, orders: OrderCache, dataset: Any) -> None:
     """ValueError naming what stands in the way: an order without an inverse."""
     if not isinstance(orders.get(0, StridedCut(Layout(orders.n, 1, 1, False), 0)), InvertibleOrder):
-        own = getattr(dataset, "dataset", dataset) if type(dataset).__name__ == "Columnar" else dataset
+        own = dataset.dataset if isinstance(dataset, Columnar) else dataset  # the loader's wrapper: name the user's
         way = ("exclude documents by filtering the corpus the Packed reads, and start a new run"
                if orders.name == "packed" else "filter the dataset and start a new run")
         raise ValueError(
