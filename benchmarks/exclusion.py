@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 import shufflepoint
-from shufflepoint._loading.sampler import rank_chunks
+from shufflepoint._loading.deal import rank_chunks
 
 RESULTS = Path(__file__).resolve().parent / "results"
 EXCLUDED = 10_000

@@ -130,7 +130,7 @@ INDEXGEN_SIZES = (10**6, 2**24 + 1, 10**8, 2**30 + 1, 10**9, 10**12, 2**62)
 
 def indexgen(sink: Sink, quick: bool) -> None:
     from shufflepoint._core.plan import Layout
-    from shufflepoint._loading.sampler import rank_index_chunks
+    from shufflepoint._loading.deal import rank_index_chunks
     from shufflepoint._order import make_order
 
     count = 1 << 21

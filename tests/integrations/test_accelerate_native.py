@@ -144,7 +144,7 @@ def _positioned(n: int, world_size: int, batch_size: int, deal: str, taken: int,
 
 def _brute_force_keep(loader, world_size: int, batch_size: int) -> list[int]:
     """Positions of real samples in the rank-major gather of the last step, from the deal itself."""
-    start = loader._start
+    start = loader._position.rest()[0]
     per_rank = start.samples_per_rank()
     last = per_rank - (per_rank - 1) % batch_size - 1  # first sample of the last batch
     keep, offset = [], 0

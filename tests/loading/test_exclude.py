@@ -127,7 +127,7 @@ def _loaded(state):
 
 
 def test_too_many_ranges_are_refused_naming_the_bound(monkeypatch):
-    from shufflepoint._loading import excluding
+    from shufflepoint._loading import excluded as excluding
 
     monkeypatch.setattr(excluding, "MAX_RANGES", 3)
     loader = shufflepoint.DataLoader(list(range(100)), 2)

@@ -240,7 +240,7 @@ def test_an_exclusion_after_a_resize_at_a_fixed_global_batch(first, second):
     ranks = loaders(n, second[0], second[1], seed=5)
     for loader in ranks:
         loader.load_state_dict(state)
-    assert type(ranks[0]._start).__name__ == "GlobalBatchCut"  # the fixed global batch is what is excluded from
+    assert type(ranks[0]._position.rest()[0]).__name__ == "GlobalBatchCut"  # excluded from the fixed global batch
     its = [iter(loader) for loader in ranks]
     served += [i for it in its for i in next(it).tolist()]
     dropped = [i for i in range(0, n, 3) if i not in served][:6] + served[:2]

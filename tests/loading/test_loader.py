@@ -137,7 +137,7 @@ def test_elastic_resume_in_process_two_to_three_ranks():
         loader.load_state_dict(state)
     rest = [x for loader in new for b in loader for x in ids(b)]
     counts = np.bincount(seen + rest, minlength=n)
-    padding = 3 * new[0]._layout.samples_per_rank(state["cursor"]) - (n - state["cursor"])
+    padding = 3 * new[0]._position.layout.samples_per_rank(state["cursor"]) - (n - state["cursor"])
     assert (counts >= 1).all() and int((counts - 1).sum()) == padding
 
 

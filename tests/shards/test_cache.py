@@ -313,10 +313,10 @@ def test_a_rank_marks_first_out_the_shards_it_is_done_with_for_the_epoch(s3, s3_
     state = loader.state_dict()
     ahead = shufflepoint.DataLoader(corpus, 256, seed=3, shuffle_block=rows)
     ahead.load_state_dict(state)
-    from shufflepoint._loading.sampler import rank_index_chunks
+    from shufflepoint._loading.deal import rank_index_chunks
 
-    rest = ahead._start  # the rest of the epoch from the state, as the loader deals it
-    still_to_read = {corpus.shard_of(i)[0] for chunk in rank_index_chunks(ahead._orders.get(0, rest), rest, 0)
+    rest = ahead._position.rest()[0]  # the rest of the epoch from the state, as the loader deals it
+    still_to_read = {corpus.shard_of(i)[0] for chunk in rank_index_chunks(ahead._position.orders.get(0, rest), rest, 0)
                      for i in chunk}
     assert still_to_read and len(still_to_read) < 12
     cache = corpus._node_cache()

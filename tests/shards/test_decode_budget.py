@@ -80,7 +80,7 @@ def test_the_default_block_fits_the_budget_and_reads_each_group_once(tmp_path, b
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the default block fits: no warning
         loader = shufflepoint.DataLoader(corpus, batch_size=8, seed=3)
-    assert loader._orders.shuffle_block == 64 < DEFAULT_SHUFFLE_BLOCK  # 1.75 shards of rows -> 64
+    assert loader._position.orders.shuffle_block == 64 < DEFAULT_SHUFFLE_BLOCK  # 1.75 shards of rows -> 64
     ids, decoded = _epoch_decodes(loader, monkeypatch)
     assert sorted(ids) == list(range(SHARDS * ROWS))
     assert len(decoded) == len(set(decoded)) == SHARDS * ROWS // GROUP  # every row group decoded once
@@ -123,7 +123,7 @@ with warnings.catch_warnings(record=True) as seen:
             loader.load_state_dict(json.loads(sys.argv[4]))
         state = None
     rest = [[int(i) for i in batch["id"]] for batch in loader]
-print(json.dumps({"block": loader._orders.shuffle_block, "state": state, "rest": rest,
+print(json.dumps({"block": loader._position.orders.shuffle_block, "state": state, "rest": rest,
                   "warnings": [str(w.message) for w in seen]}))
 """
 

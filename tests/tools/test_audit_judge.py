@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shufflepoint._core.plan import Layout, StridedCut
+from shufflepoint._loading.deal import rank_index_chunks
 from shufflepoint._loading.orders import OrderCache
-from shufflepoint._loading.sampler import rank_index_chunks
 from shufflepoint._tools import audit as _audit
 from shufflepoint._tools.audit import (
     DIVERGED,

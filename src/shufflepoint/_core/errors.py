@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
+
 
 class StateError(ValueError):
     """A state was refused: malformed, from another library or version, or for another setup.
@@ -29,3 +33,15 @@ class ResumeWarning(UserWarning):
 def field_error(field: str, found: object, expected: str, fix: str) -> StateError:
     """Build a StateError in the house format: the rule, found vs expected, the fix."""
     return StateError(f"state field {field!r}: found {found!r}, expected {expected}. {fix}")
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../shufflepoint
+
+
+def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
+    """``warnings.warn`` attributed to the first line outside shufflepoint (the user's call), however deep
+    inside the package it is said: a fixed ``stacklevel`` breaks whenever a layer is added."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE + os.sep):
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    warnings.warn(message, category, stacklevel=level)

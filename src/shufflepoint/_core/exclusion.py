@@ -37,8 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from shufflepoint._core.plan import STRIDED, Layout, StridedCut
-from shufflepoint._core.spans import SpanCut
+from shufflepoint._core.plan import STRIDED, Layout
 from shufflepoint._order.distinct import distinct
 
 MAX_RANGES = 1 << 17  # 131,072 ranges: 2 MiB as int64 pairs, under ~1 MiB in a pickled state
@@ -312,5 +311,3 @@ class FilteredStridedCut:
             return self.layout.n, []
         return int(self.skips.nth(self.cursor, np.array([handed - 1]))[0]) + 1, []
 
-
-Cut = StridedCut | SpanCut | FilteredStridedCut  # the rest of an epoch, as any deal cuts it

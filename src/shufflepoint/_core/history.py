@@ -48,10 +48,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from shufflepoint._core import spans as _spans
-from shufflepoint._core.exclusion import FilteredStridedCut
+from shufflepoint._core.cut import Cut
 from shufflepoint._core.plan import MAX_N, STRIDED, Layout, StridedCut, cut
 from shufflepoint._core.spans import SpanCut
-from shufflepoint._core.spanskips import Cut, FilteredSpanCut
 
 # The cut a layout reads from a place, the excluded samples skipped (``loader._cut``): a history places the steps
 # after an exclusion with it (the legs from the exclusion's step on, each stored with its start).
@@ -83,7 +82,7 @@ class Place:
         return Place(self.epoch + 1, 0)
 
 
-def place_after(epoch: int, start: StridedCut | SpanCut | FilteredStridedCut | FilteredSpanCut,
+def place_after(epoch: int, start: Cut,
                 received: int) -> Place:
     """The place once every rank has received ``received`` more samples from ``start``."""
     cursor, segments = start.after(received)

@@ -34,11 +34,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from shufflepoint._core.exclusion import MAX_RANGES, Exclusion, FilteredStridedCut
-from shufflepoint._core.plan import StridedCut
+from shufflepoint._core.exclusion import MAX_RANGES, Exclusion
 from shufflepoint._core.spans import NAME, SpanCut, check_segments
 
-__all__ = ["Cut", "FilteredSpanCut", "Handed"]
+__all__ = ["FilteredSpanCut", "Handed"]
 
 
 class Handed:
@@ -204,5 +203,3 @@ def _back_ranges(segment: object, ranges: list[tuple[int, int]]) -> list[tuple[i
             low = end
     return out
 
-
-Cut = StridedCut | SpanCut | FilteredStridedCut | FilteredSpanCut  # the rest of an epoch, as any deal cuts it

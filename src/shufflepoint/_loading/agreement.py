@@ -22,6 +22,7 @@ import json
 from typing import Any
 
 from shufflepoint._core.errors import StateError
+from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.state import Position
 
 
@@ -159,3 +160,20 @@ def validate_everywhere(
     if collective:
         agree_across_ranks(dict(state), None, groups)  # type: ignore[call-overload]
     return position
+
+
+def agree_on_exclusion(added: Exclusion, rank: int, world_size: int, verify_ranks: bool,
+                       groups: Groups | None) -> None:
+    """Along the loader's ranks (its mesh's groups, or a matching default group), check that every rank passed
+    the same indices (one ``all_reduce`` per group, as a state load checks); ValueError on every rank, naming
+    the ranks' counts, when not."""
+    along = checked_along(verify_ranks, rank, world_size, groups)
+    if along is None or everyone_agrees({"excluded": added.to_state()}, None, along):
+        return
+    counts = gather_from_all((added.count, added.ranges()[:3]), along)
+    shown = "; ".join(f"rank {r}: {count} indices, first ranges {first}" for r, (count, first) in enumerate(counts))
+    raise ValueError(
+        f"exclude: ranks passed different indices ({shown}), expected the same on every rank (the state is the "
+        "same on every rank, and so is what it excludes). Compute the indices identically everywhere, or "
+        "broadcast them from rank 0, then call loader.exclude on every rank. Nothing was excluded."
+    )

@@ -9,7 +9,7 @@ whose fingerprint changed may still be its own run with phases appended (``finge
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from typing import Any, Protocol, runtime_checkable
 
 from shufflepoint._core.state import DEALS
@@ -63,3 +63,12 @@ def check_grid(dataset: Any, grid: int | None, global_batch: int) -> None:
     another global batch, or ``set_batch_size``)."""
     if grid is not None and isinstance(dataset, Scheduled):
         dataset.check_global_batch(global_batch, grid)
+
+
+def dataset_length(dataset: object) -> int:
+    if not isinstance(dataset, Sized):
+        raise TypeError(
+            f"dataset: found {type(dataset).__name__} without __len__, expected a map-style dataset "
+            "(one with __getitem__ and __len__); an IterableDataset has no seekable order"
+        )
+    return len(dataset)

@@ -1,44 +1,46 @@
-"""``shufflepoint.DataLoader``: a torch DataLoader that shards, shuffles and resumes by arithmetic."""
+"""``shufflepoint.DataLoader``: the torch adapter around the position model (``position.py``).
+
+It hands torch's machinery this rank's indices for the live pass (``_PassSampler``), counts the
+batches the training loop receives, and forwards every question and change of position to its
+``LoaderPosition``; a state load is validated and agreed on across ranks here, and placed there.
+"""
 
 from __future__ import annotations
 
+import functools
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import torch.utils.data
 
 from shufflepoint._core import state as _state
-from shufflepoint._core.history import MAX_EPOCH, History, Place, place_after
+from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.plan import Layout
-from shufflepoint._core.schedule import recorded_grid
-from shufflepoint._core.spanskips import Cut
-from shufflepoint._loading.agreement import validate_everywhere
-from shufflepoint._loading.block_choice import adopt_recorded_block
-from shufflepoint._loading.capabilities import check_grid, schedule_hooks
-from shufflepoint._loading.excluded_steps import arrived
-from shufflepoint._loading.excluding import Excluded, ExclusionMixin
+from shufflepoint._loading.agreement import agree_on_exclusion, validate_everywhere
+from shufflepoint._loading.capabilities import dataset_length
+from shufflepoint._loading.deal import Deal, rank_chunks, warn_if_blocks_exceed_the_share
 from shufflepoint._loading.keyed import Transform, keyed_chunks
 from shufflepoint._loading.mesh import resolve_data_parallel
-from shufflepoint._loading.orders import OrderCache, explain_fingerprint, resolve_fingerprint, within_bounds
-from shufflepoint._loading.sampler import Deal, dataset_length, rank_chunks, warn_if_blocks_exceed_the_share
+from shufflepoint._loading.orders import Identity, OrderCache
+from shufflepoint._loading.position import LoaderPosition, Pass
 from shufflepoint._loading.serving import announced, check_arguments, check_keyed, served
-from shufflepoint._loading.steps import Lookup, Pass
 from shufflepoint._order import check_int
 
 _END = object()  # the end of torch's iterator
 
 
 class _PassSampler(torch.utils.data.Sampler[Any]):
-    """The index sampler torch's machinery drives: this rank's indices for the loader's live pass
+    """The index sampler torch's machinery drives: this rank's indices for the position's live pass
     (keys ``(epoch, position, index)`` instead when samples draw keyed randomness)."""
 
-    def __init__(self, loader: DataLoader) -> None:
-        self._loader = loader
+    def __init__(self, position: LoaderPosition, rank: int, keyed: bool,
+                 prefetch: Callable[[np.ndarray], None] | None) -> None:
+        self._position, self._rank, self._keyed, self._prefetch = position, rank, keyed, prefetch
 
     def __iter__(self) -> Iterator[Any]:
-        loader = self._loader
-        live = loader._pass
+        live = self._position.live
         if live is None:
             raise RuntimeError(
                 "shufflepoint.DataLoader: its sampler is being iterated by another loader (found: "
@@ -48,17 +50,16 @@ class _PassSampler(torch.utils.data.Sampler[Any]):
                 "second time, so each rank would see part of its shard and the position would never "
                 "advance. Fix: call shufflepoint.patch_accelerate() before accelerator.prepare(...)."
             )
-        order = loader._orders.get(live.epoch, live.cut)
-        chunks = rank_chunks(order, live.cut, loader._rank)
-        prefetch = getattr(loader.dataset, "prefetch", None)
-        if callable(prefetch):
-            chunks = announced(chunks, prefetch)
-        if loader._keyed:
+        order = self._position.orders.get(live.epoch, live.cut)
+        chunks = rank_chunks(order, live.cut, self._rank)
+        if self._prefetch is not None:
+            chunks = announced(chunks, self._prefetch)
+        if self._keyed:
             return itertools.chain.from_iterable(keyed_chunks(chunks, live.epoch))
         return itertools.chain.from_iterable(indices.tolist() for _, indices in chunks)
 
     def __len__(self) -> int:
-        return self._loader._excluded.epoch_layout(self._loader._layout).samples_per_rank(0)
+        return self._position.epoch_layout().samples_per_rank(0)
 
     def set_epoch(self, epoch: int) -> None:
         """Frameworks call ``loader.sampler.set_epoch(e)`` each epoch (Lightning, HF Trainer): forward it.
@@ -66,10 +67,10 @@ class _PassSampler(torch.utils.data.Sampler[Any]):
         Lightning ends an epoch by counting ``len(loader)`` batches, never asking for one more, so
         the loader cannot see the end by itself; this call is how it learns the new epoch.
         """
-        self._loader.set_epoch(epoch)
+        self._position.set_epoch(epoch)
 
 
-class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
+class DataLoader(torch.utils.data.DataLoader[Any]):
     """A ``torch.utils.data.DataLoader`` whose data order survives a restart exactly.
 
     It shards the dataset over the ranks itself (like ``DistributedSampler``), shuffles with a
@@ -103,6 +104,48 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
     around ``collate_fn``), then restores them. Any rank, worker or resume draws the same numbers.
     ``loader.dataset`` is then a thin wrapper whose ``.dataset`` is yours (so it is for a ``Shards`` or
     ``Mixture`` without a ``collate_fn`` of yours: its batches are read and collated as columns).
+
+    Args:
+        dataset: a map-style dataset (``__getitem__`` and ``__len__``): a list, a tensor dataset, a
+            ``shufflepoint.Shards`` corpus, a ``Mixture`` or a ``Packed``. An ``IterableDataset`` has no
+            seekable order and is refused.
+        batch_size: samples per rank per batch (the global batch is ``world_size * batch_size``). It may
+            change on a resume or with ``set_batch_size``; the rest of the epoch is re-dealt, each sample once.
+        shuffle: False reads the epoch in index order (``order="identity"``). Default True.
+        seed: an int in [0, 2**64): with the epoch, it fixes the whole order. Default 0.
+        drop_last: drop the epoch's last incomplete global batch instead of padding it (padding wraps to
+            the epoch's first samples, as ``DistributedSampler`` pads). Default False.
+        num_workers: torch's worker processes; any number, also another one on a resume (the state counts
+            what the loop received, not what workers prefetched). Default 0.
+        rank: this process's data-parallel rank. Default: the initialised process group's, else 0.
+        world_size: the number of data-parallel ranks. Default: the process group's, else 1.
+        order: the permutation: ``"radix-feistel"`` (the default for arrays, O(1) memory), ``"feistel"``
+            (0.1's default), ``"torch"`` (``DistributedSampler``'s own order, O(n)), ``"identity"``,
+            ``"blocks"`` (the default for a ``Shards`` corpus). ``None``: the dataset's own order
+            (``Mixture``, ``Packed``) or the default for its kind.
+        shuffle_block: for ``blocks`` and a dataset's own order, the rows shuffled together: shards are
+            read in a shuffled order, in runs of about this many rows shuffled inside. ``None``: a block
+            fitted to the process's decode budget (``Shards``), else 65,536; a resume adopts the run's own.
+        deal: who reads which positions: ``"strided"`` (``DistributedSampler``'s, rank r reads r, r+W, ...)
+            or ``"spans"`` (each rank a contiguous stretch, so a node reads only its shards). ``None``:
+            ``spans`` for a corpus order, ``strided`` otherwise (docs/shards.md).
+        dataset_fingerprint: the dataset's identity, checked on load: your own string, ``"auto"`` (its
+            length and a hash of a few items) or ``None`` (no check; a corpus always carries its index's
+            content hash). A changed one is refused, or warned about with ``load_state_dict(strict=False)``.
+        verify_ranks: check on load and on ``exclude`` that every rank holds the same state (one small
+            collective). False skips it, e.g. when loading on a subset of ranks on purpose. Default True.
+        transform: ``fn(sample, rng)`` applied to each sample with the sample's own
+            ``numpy.random.Generator`` keyed by (seed, epoch, index): augmentations that survive a resume.
+        seed_per_sample: seed torch, numpy and ``random`` from the sample's key around ``dataset[i]`` and
+            from the batch's key around ``collate_fn``, then restore them. Default False.
+        mesh: a ``DeviceMesh`` whose dimensions are all data-parallel (or the whole mesh with
+            ``mesh_dims``): rank and world size come from it; model-parallel peers get identical batches.
+        process_group: the data-parallel ``ProcessGroup``; rank and world size come from it.
+        mesh_dims: the data-parallel dimension name(s) of ``mesh`` (e.g. ``"dp"`` or ``("dp_replicate",
+            "dp_shard")``), flattened if several.
+        **torch_dataloader_kwargs: passed to ``torch.utils.data.DataLoader`` (``collate_fn``,
+            ``pin_memory``, ``prefetch_factor``, ``persistent_workers``, ...), except ``sampler`` and
+            ``batch_sampler``: the order is this loader's.
     """
 
     def __init__(
@@ -131,101 +174,72 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         check_arguments(shuffle, torch_dataloader_kwargs)
         world_size, rank, self._groups = resolve_data_parallel(world_size, rank, mesh=mesh, process_group=process_group,
                                                                mesh_dims=mesh_dims)
-        self._layout = Layout(dataset_length(dataset), world_size, batch_size, drop_last)
+        layout = Layout(dataset_length(dataset), world_size, batch_size, drop_last)
         self._verify_ranks = bool(verify_ranks)
         self._rank = rank
         self._seed = check_int("seed", seed, 0, 2**64 - 1)
         self._shuffle = shuffle
-        self._orders = OrderCache(order if shuffle else "identity", self._layout.n, self._seed, dataset=dataset,
-                                  shuffle_block=shuffle_block if shuffle else None, grid=world_size * batch_size)
-        self._deal = Deal(deal, self._orders)
-        warn_if_blocks_exceed_the_share(self._orders, self._deal, self._layout.n, world_size)
-        self._fingerprint = resolve_fingerprint(dataset_fingerprint, dataset, self._layout.n, self._orders)
-        self._legacy_fingerprint = resolve_fingerprint(dataset_fingerprint, dataset, self._layout.n, self._orders,
-                                                       "legacy_fingerprint")
-        self._explain = explain_fingerprint(dataset)
-        self._fingerprint_arg = dataset_fingerprint
-        self._compatible = schedule_hooks(dataset, self._orders.shuffle_block)
-        self._epoch, self._steps = 0, 0
-        self._excluded, self._which_excluded = Excluded(self._layout.n), Excluded(self._layout.n)
-        self._excluded_at: tuple[int, ...] = ()  # the steps exclude() took effect at (_loading/excluded_steps.py)
-        self._start: Cut = self._cut(0, 0, [])  # where the next pass starts
-        self._pass: Pass | None = None
-        self._history = History.begin(self._layout.n, self._deal.name, self._layout, Place(0, 0))
-        self._lookup = Lookup()
+        orders = OrderCache(order if shuffle else "identity", layout.n, self._seed, dataset=dataset,
+                            shuffle_block=shuffle_block if shuffle else None, grid=world_size * batch_size)
+        dealt = Deal(deal, orders)
+        warn_if_blocks_exceed_the_share(orders, dealt, layout.n, world_size)
+        self._identity = Identity(dataset_fingerprint, dataset, orders)
+        self._position = LoaderPosition(layout, orders, dealt)
         self._keyed = check_keyed(transform, seed_per_sample)
         dataset = served(dataset, self._seed, transform, seed_per_sample, torch_dataloader_kwargs)
+        prefetch = getattr(dataset, "prefetch", None)
+        sampler = _PassSampler(self._position, rank, self._keyed, prefetch if callable(prefetch) else None)
         super().__init__(
-            dataset, batch_size=batch_size, sampler=_PassSampler(self), drop_last=drop_last,
+            dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last,
             num_workers=num_workers, **torch_dataloader_kwargs,
         )
 
-    # -- position ----------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        position = self._position
+        return (f"shufflepoint.DataLoader({type(position.orders.dataset).__name__} of {position.layout.n} samples, "
+                f"epoch={position.epoch}, step={position.step}, cursor={position.cursor}, "
+                f"rank={self._rank}, world_size={position.layout.world_size}, batch_size={position.layout.batch_size}, "
+                f"order={position.orders.name!r}, deal={position.deal.name!r}, seed={self._seed})")
+
+    # -- position: the model answers (position.py) --------------------------------------------
     @property
     def epoch(self) -> int:
         """The epoch the next batch belongs to."""
-        return self._pass.epoch if self._pass is not None else self._epoch
-
-    def _position(self) -> tuple[int, list[list[int]]]:
-        """(cursor, segments): what the training loop has received of this epoch."""
-        place = self._here()[1]
-        return place.cursor, [list(pair) for pair in place.segments]
-
-    def _here(self) -> tuple[int, Place]:
-        """(step, place): batches received since the run began, and where the next one comes from."""
-        live = self._pass
-        if live is None:
-            return self._steps, place_after(self._epoch, self._start, 0)
-        return live.steps + live.received, place_after(live.epoch, live.cut, self._layout.batch_size * live.received)
+        return self._position.epoch
 
     @property
     def step(self) -> int:
         """Batches each rank has received since the run began (epoch 0, batch 0): the step ``which`` takes."""
-        return self._here()[0]
-
-    def _jump(self, epoch: int, start: Cut) -> None:
-        """Read from ``start`` of ``epoch`` next (no live pass), recorded in the run's history."""
-        steps = self.step  # leaving an epoch whose exclusion re-dealt it (spans): a leg of its own, so later epochs
-        self._history = self._history.record(steps, self._layout, place_after(epoch, start, 0),  # place without it
-                                             self._history_cuts(), split=self._leaving_exclusion())
-        self._pass, self._epoch, self._start, self._steps = None, int(epoch), start, steps
+        return self._position.step
 
     @property
     def cursor(self) -> int:
         """Positions of this epoch's global stream that the training loop has received (all ranks)."""
-        return self._position()[0]
+        return self._position.cursor
 
     @property
     def deal(self) -> str:
         """``strided`` or ``spans``: who reads which positions of the epoch (see ``docs/shards.md``)."""
-        return self._deal.name
-
-    def _left(self) -> tuple[Cut, int]:
-        live = self._pass
-        return (live.cut, self._layout.batch_size * live.received) if live is not None else (self._start, 0)
+        return self._position.deal.name
 
     def samples_left(self) -> int:
         """Samples each rank still receives in the current epoch, tail padding included."""
-        start, done = self._left()
-        return max(start.samples_per_rank() - done, 0)
+        return self._position.samples_left()
 
     def batches_left(self) -> int:
         """Batches each rank still receives in the current epoch (the same on every rank)."""
-        return -(-self.samples_left() // self._layout.batch_size)
+        return self._position.batches_left()
 
     def real_samples_left(self, rank: int) -> int:
         """Of ``rank``'s samples still to come in this epoch, how many are not tail padding."""
-        start, done = self._left()
-        return max(start.real_samples(rank) - done, 0)
+        return self._position.real_samples_left(rank)
 
     def cursor_after(self, batches: int, *, from_epoch_start: bool = False) -> int:
         """The epoch's ``cursor`` once each rank has received ``batches`` more batches, from where the
         loader stands (or from an epoch's start). Arithmetic only: the loader does not move. It stops
         growing at the epoch's end. The Trainer integration turns a ``max_steps`` budget into this
         layout's steps with it."""
-        check_int("batches", batches, 0, 2**62)
-        start, done = (self._deal.cut(self._layout, 0, []), 0) if from_epoch_start else self._left()
-        return start.after(done + batches * self._layout.batch_size)[0]
+        return self._position.cursor_after(batches, from_epoch_start=from_epoch_start)
 
     @property
     def rank(self) -> int:
@@ -233,7 +247,7 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
 
     @property
     def world_size(self) -> int:
-        return self._layout.world_size
+        return self._position.layout.world_size
 
     @property
     def seed(self) -> int:
@@ -241,8 +255,7 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
 
     def set_epoch(self, epoch: int) -> None:
         """Jump to the first batch of ``epoch``. The current epoch again changes nothing."""
-        if check_int("epoch", epoch, 0, MAX_EPOCH) != self.epoch:
-            self.seek(epoch)
+        self._position.set_epoch(epoch)
 
     def seek(self, epoch: int, batches: int = 0) -> None:
         """Go to ``epoch`` after its first ``batches`` batches per rank: O(1), no sample is read.
@@ -251,40 +264,25 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         Trainer's ``divmod(global_step, len(loader))`` turned into a position. With the same world
         size and batch size as the run being continued, the next batch is exactly its next batch.
         """
-        check_int("epoch", epoch, 0, MAX_EPOCH)
-        check_int("batches", batches, 0, 2**62)
-        parts = self._history.parts()
-        fresh = self._cut(epoch, 0, [], parts=parts)
-        cursor, segments = fresh.after(int(batches) * self._layout.batch_size)
-        within_bounds(self._orders, epoch, fresh)
-        self._jump(epoch, self._cut(epoch, cursor, segments, parts=parts))
+        self._position.seek(epoch, batches)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        live = self._pass
-        if live is not None and live.received and self.batches_left() == 0:  # every batch received, the pass
-            self._end_pass(live)  # not run out (zip(range(len(loader)), loader)): a new iter() reads the next epoch
-        (steps, place), epoch = self._here(), self.epoch
-        start = self._cut(epoch, place.cursor, [list(pair) for pair in place.segments], parts=self._history.parts(),
-                          handed=self._handed())
-        if epoch == MAX_EPOCH and start.samples_per_rank() == 0:
-            raise ValueError(f"epoch: the loader has read epoch {MAX_EPOCH}, the last one the orders support; "
-                             "call set_epoch(e) with an earlier epoch to read on")
-        live = Pass(epoch, start, steps)
-        self._pass, self._epoch, self._start, self._steps = live, epoch, start, steps
+        live = self._position.begin_pass()  # before torch's iterator, whose workers ask the sampler at once
         return self._count(super().__iter__(), live)
 
     def _count(self, batches: Iterator[Any], live: Pass) -> Iterator[Any]:
         while True:
-            if self._pass is not live:
-                follows = self._pass
+            current = self._position.live
+            if current is not live:
+                follows = current
                 while follows is not None and follows is not live:
                     follows = follows.follows
-                if self._pass is None or follows is None:
+                if current is None or follows is None:
                     raise RuntimeError(
                         "this iterator was superseded by a newer iter(loader), set_epoch() or "
                         "load_state_dict(); iterate the newest one"
                     )
-                live = self._pass  # set_batch_size(), exclude(): batches prefetched under the old cut are dropped
+                live = current  # set_batch_size(), exclude(): batches prefetched under the old cut are dropped
                 del batches
                 batches = super().__iter__()
             batch = next(batches, _END)
@@ -292,34 +290,18 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
                 break
             live.received += 1
             yield batch
-        if self._pass is live:  # the pass is exhausted: the epoch is over
-            self._end_pass(live)
-
-    def _end_pass(self, live: Pass) -> None:
-        """The epoch of ``live`` is over: read the next one from its start (the last epoch stays at its end)."""
-        ended = live.epoch == MAX_EPOCH
-        following = live.epoch if ended else live.epoch + 1
-        where = live.cut.after(live.cut.samples_per_rank()) if ended else (0, [])
-        self._jump(following, self._cut(following, *where, parts=self._history.parts()))
+        if self._position.live is live:  # the pass is exhausted: the epoch is over
+            self._position.end_pass(live)
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (a whole epoch, whatever the cursor; excluded samples taken out)."""
-        return self._excluded.epoch_layout(self._layout).batches_per_rank(0)
+        return self._position.epoch_layout().batches_per_rank(0)
 
     # -- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """What the training loop has received, as a small dict of JSON values, same on all ranks."""
-        cursor, segments = self._position()
-        handed = self._handed()
-        return _state.build(
-            kind="loader", seed=self._seed, epoch=self.epoch, cursor=cursor, n=self._layout.n,
-            shuffle=self._shuffle, order=self._orders.name, order_version=self._orders.version,
-            world_size=self._layout.world_size, batch_size=self._layout.batch_size,
-            drop_last=self._layout.drop_last, dataset_fingerprint=self._fingerprint,
-            deal=self._deal.name, segments=segments, steps=self.step, history=self._history,
-            excluded=self._excluded.exclusion.to_state(), handed=handed.to_state() if handed else [],
-            excluded_at=list(self._excluded_at),
-        )
+        return self._position.state(kind="loader", seed=self._seed, shuffle=self._shuffle,
+                                    dataset_fingerprint=self._identity.fingerprint)
 
     def load_state_dict(
         self, state: dict[str, Any], *, strict: bool = True, verify_ranks: bool | None = None,
@@ -333,34 +315,27 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         constructor, skips it when you load on a subset of ranks on purpose). ``strict=False``
         accepts a changed ``dataset_fingerprint`` with a ``ResumeWarning``.
         """
-        rebuild = lambda name, block: OrderCache(name, self._layout.n, self._seed, dataset=self.dataset,  # noqa: E731
-                                                 shuffle_block=block, grid=self._orders.grid)
-        orders = adopt_recorded_block(self._orders, state, rebuild) or self._orders.for_state(state)
-        orders = orders.on_grid(recorded_grid(state.get("dataset_fingerprint") if isinstance(state, dict) else None))
-        deal = self._deal.for_state(state)
-        position = validate_everywhere(
-            state, self._expected(orders, deal), strict=strict, rank=self._rank, world_size=self._layout.world_size,
+        position = self._position
+        validate = functools.partial(
+            validate_everywhere, strict=strict, rank=self._rank, world_size=position.layout.world_size,
             verify_ranks=self._verify_ranks if verify_ranks is None else verify_ranks, groups=self._groups,
         )
-        excluded = Excluded.for_state(position.excluded, deal, orders, self.dataset)
-        start = excluded.start(deal, orders, self._layout, position)
-        within_bounds(orders, position.epoch, start, field="state field 'epoch'")
-        history = arrived(position, excluded, deal, orders, start, self._layout)
-        start = excluded.cut(deal, orders, self._layout, position.epoch, position.cursor, position.segments,
-                             history.parts(), position.handed)
-        if orders.identity != self._orders.identity:  # a state's block or grid adopted: its fingerprint too
-            self._fingerprint, self._legacy_fingerprint = self._fingerprint_of(orders)
-            check_grid(self.dataset, orders.grid, self._layout.world_size * self._layout.batch_size)
-        self._orders, self._deal, self._pass, self._epoch, self._start = orders, deal, None, position.epoch, start
-        self._steps, self._history, self._excluded = position.steps, history, excluded
-        self._excluded_at, self._which_excluded = position.excluded_at, Excluded(self._layout.n)
+        position.load(state, self._expected, validate)
+        self._identity = self._identity.for_orders(position.orders)
 
     def which(self, step: int) -> dict[int, list[int]]:
         """For each rank of the world that read ``step`` (see ``step``), the dataset indices of its batch,
         by arithmetic from the run's layout history in the state (``docs/state-format.md#which``): load
         any state saved at or after ``step``, on any rank and world size. Later steps: this loader's layout.
         With samples excluded: the steps before the first ``exclude()`` and from the latest on (docs/exclusion.md)."""
-        return self._which(step)
+        return self._position.which(step)
+
+    def batches_this_epoch(self) -> int | None:
+        """Batches each rank has received of the current epoch, whatever changed inside it (an ``exclude``,
+        a ``set_batch_size``): the steps since the one the epoch began at, found in the run's history (binary
+        search; O(log steps) placements). None where the history cannot tell (its first legs were dropped, or
+        steps between two exclusions lie in this epoch)."""
+        return self._position.batches_this_epoch()
 
     def set_batch_size(self, batch_size: int) -> None:
         """Read on in batches of ``batch_size`` per rank from the next batch, recorded in the run's history.
@@ -368,32 +343,38 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         Between two batches of a live iterator, that iterator drops what its workers prefetched at
         the old size and goes on at the new one from exactly the position received (docs/state-format.md).
         """
-        batch_size = check_int("batch_size", batch_size, 1, 2**31)
-        steps, place = self._here()
-        layout = Layout(self._layout.n, self._layout.world_size, batch_size, self._layout.drop_last)
-        check_grid(self.dataset, self._orders.grid, layout.world_size * batch_size)
-        history = self._history.record(steps, layout, place, self._history_cuts())
-        start = self._cut(place.epoch, place.cursor, [list(pair) for pair in place.segments], layout,
-                          parts=history.parts(), handed=self._handed())
-        self._read_on(place.epoch, start, steps)
-        self._layout, self._history = layout, history
+        self._position.set_batch_size(batch_size)
+        batch_size = self._position.layout.batch_size
         object.__setattr__(self, "batch_size", batch_size)  # torch refuses a plain assignment after __init__
         self.batch_sampler.batch_size = batch_size  # type: ignore[union-attr]
 
-    def _fingerprint_of(self, orders: OrderCache) -> tuple[str | None, str | None]:
-        """(fingerprint, legacy fingerprint) of the dataset read in ``orders`` (its block joins a corpus's;
-        a block adopted from a state is only ever a corpus's, whose wrappers pass ``fingerprint`` on)."""
-        dataset = self.dataset
-        return (resolve_fingerprint(self._fingerprint_arg, dataset, self._layout.n, orders),
-                resolve_fingerprint(self._fingerprint_arg, dataset, self._layout.n, orders, "legacy_fingerprint"))
+    @property
+    def excluded(self) -> Exclusion:
+        """The dataset indices this run never serves again (``exclude``), as sorted ranges."""
+        return self._position.excluded.exclusion
+
+    def exclude(self, indices: Any) -> None:
+        """Never serve these dataset indices again: from the next batch on, in this epoch and every later one.
+
+        Every other sample is still served once per epoch. Call it with the same indices (ints, a
+        range, a numpy or torch integer array) on every rank: checked like ``load_state_dict``. The
+        state keeps them as sorted ranges: a resume on the same world continues exactly this run's
+        stream, another world deals the rest of the epoch, each remaining sample once. Refused with
+        nothing changed: bad indices, over 131,072 ranges, orders without an inverse (``Mixture``,
+        ``Packed``). Under ``spans`` it re-deals what is left of the epoch (``_core/spanskips.py``).
+        See docs/exclusion.md.
+        """
+        added, merged = self._position.exclusion_with(indices)
+        agree_on_exclusion(added, self._rank, self.world_size, self._verify_ranks, self._groups)
+        self._position.exclude(merged)
 
     def _expected(self, orders: OrderCache, deal: Deal) -> _state.Expected:
-        fingerprint, legacy = ((self._fingerprint, self._legacy_fingerprint)
-                               if orders.identity == self._orders.identity else self._fingerprint_of(orders))
+        identity = self._identity.for_orders(orders)
         return _state.Expected(
-            kind="loader", n=self._layout.n, seed=self._seed, shuffle=self._shuffle,
+            kind="loader", n=self._position.layout.n, seed=self._seed, shuffle=self._shuffle,
             order=orders.name, order_version=orders.version,
-            dataset_fingerprint=fingerprint, explain_fingerprint=self._explain, deal=deal.name,
-            legacy_fingerprint=legacy, layout=self._layout, fingerprint_compatible=self._compatible,
-            explain_order_version=getattr(self.dataset, "explain_order_version", None),
+            dataset_fingerprint=identity.fingerprint, explain_fingerprint=identity.explain, deal=deal.name,
+            legacy_fingerprint=identity.legacy, layout=self._position.layout,
+            fingerprint_compatible=identity.compatible,
+            explain_order_version=getattr(orders.dataset, "explain_order_version", None),
         )

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from shufflepoint._order import check_int
+
 # Dimension names that say "model parallel": their peers must get the same data, so a mesh that
 # carries one of them is refused unless the caller names the data-parallel dimensions (mesh_dims=).
 _NOT_DATA_PARALLEL = frozenset({"tp", "cp", "pp", "ep", "etp", "sp", "tensor", "context", "pipeline", "expert"})
@@ -125,6 +127,22 @@ def _global_rank() -> int:
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
+def resolve_world(world_size: int | None, rank: int | None) -> tuple[int, int]:
+    """(world_size, rank): given values, else the initialised process group's, else (1, 0)."""
+    import torch.distributed as dist
+
+    initialised = dist.is_available() and dist.is_initialized()
+    if world_size is None:
+        world_size = dist.get_world_size() if initialised else 1
+    if rank is None:
+        rank = dist.get_rank() if initialised else 0
+    check_int("world_size", world_size, 1, 2**31)
+    check_int("rank", rank, 0, 2**31)
+    if rank >= world_size:
+        raise ValueError(f"rank: found {rank}, expected an int in [0, world_size={world_size})")
+    return int(world_size), int(rank)
+
+
 def resolve_data_parallel(
     world_size: int | None, rank: int | None, *, mesh: Any = None, process_group: Any = None,
     mesh_dims: str | tuple[str, ...] | list[str] | None = None, names: tuple[str, str] = ("world_size", "rank"),
@@ -144,8 +162,6 @@ def resolve_data_parallel(
         return from_mesh(mesh, mesh_dims)
     if process_group is not None:
         return from_process_group(process_group)
-    from shufflepoint._loading.sampler import resolve_world  # sampler.py imports this module
-
     world_size, rank = resolve_world(world_size, rank)
     return DataParallel(world_size, rank)
 

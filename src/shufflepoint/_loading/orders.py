@@ -9,12 +9,13 @@ from typing import Any
 
 import numpy as np
 
+from shufflepoint._core.cut import Cut
 from shufflepoint._core.errors import StateError
 from shufflepoint._core.plan import Layout, StridedCut
 from shufflepoint._core.schedule import GRID
 from shufflepoint._core.spans import NAME as SPANS
-from shufflepoint._core.spanskips import Cut
 from shufflepoint._loading.block_choice import default_block
+from shufflepoint._loading.capabilities import schedule_hooks
 from shufflepoint._order import (
     DEFAULT_ORDER,
     DEFAULT_ORDERS,
@@ -58,6 +59,23 @@ def explain_fingerprint(dataset: Any) -> Callable[[str], str] | None:
     """The dataset's own account of a changed fingerprint (``Shards`` names the changed shards)."""
     explain = getattr(dataset, "explain_fingerprint", None)
     return explain if callable(explain) else None
+
+
+class Identity:
+    """What a state says of the dataset it was saved for, under given orders: its fingerprint (a corpus's
+    carries the order's block and grid), the fingerprint 0.2 wrote, the dataset's own account of a changed
+    fingerprint, and whether a changed one may still be the same run (a scheduled ``Mixture``)."""
+
+    def __init__(self, value: str | None, dataset: Any, orders: OrderCache) -> None:
+        self._value, self._dataset, self._orders = value, dataset, orders.identity
+        self.fingerprint = resolve_fingerprint(value, dataset, orders.n, orders)
+        self.legacy = resolve_fingerprint(value, dataset, orders.n, orders, "legacy_fingerprint")
+        self.explain = explain_fingerprint(dataset)
+        self.compatible = schedule_hooks(dataset, orders.shuffle_block)
+
+    def for_orders(self, orders: OrderCache) -> Identity:
+        """The identity under ``orders`` (a state's block or grid adopted): this one when they are the same."""
+        return self if orders.identity == self._orders else Identity(self._value, self._dataset, orders)
 
 
 class OrderCache:
@@ -118,6 +136,11 @@ class OrderCache:
         if self.chosen or self.shuffle_block is not None or found == self.name or found not in DEFAULT_ORDERS:
             return self
         return OrderCache(str(found), self.n, self.seed, dataset=self._dataset)
+
+    @property
+    def dataset(self) -> Any:
+        """The dataset these orders are of (the user's, as passed to the loader)."""
+        return self._dataset
 
     @property
     def identity(self) -> tuple[int | None, int | None]:

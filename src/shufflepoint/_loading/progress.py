@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from shufflepoint._core.plan import StridedCut
-from shufflepoint._core.spans import SpanCut
+from shufflepoint._core.cut import Cut
 
 
 class Progress:
@@ -18,7 +17,7 @@ class Progress:
 
     __slots__ = ("epoch", "cut", "_current", "_current_size", "_done_before")
 
-    def __init__(self, epoch: int, start: StridedCut | SpanCut) -> None:
+    def __init__(self, epoch: int, start: Cut) -> None:
         self.epoch, self.cut = epoch, start
         self._current: Iterator[int] = iter(())
         self._current_size = 0

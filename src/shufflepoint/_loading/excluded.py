@@ -1,4 +1,9 @@
-"""Steps read with samples excluded: when each ``exclude()`` took effect, and the cuts that place those steps.
+"""The excluded samples as the deal sees them (``loader.exclude``), and the steps read with them excluded.
+
+The arithmetic is ``_core/exclusion.py`` (``strided``) and ``_core/spanskips.py`` (``spans``: an
+exclusion re-deals what is left); here: which orders can exclude (those with an inverse), the
+excluded positions of the current epoch built once per epoch (``Excluded``), and the cuts that place
+the steps read with samples excluded.
 
 An exclusion changes the cut of the rest of the run, so ``which(step)`` and the run's history
 (``_core/history.py``) place the steps from the latest exclusion on with the loader's own cuts, the
@@ -14,23 +19,126 @@ history had handed out by then (rebuilt here as ``exclude()`` builds it).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, cast
 
 import numpy as np
 
+from shufflepoint._core.cut import Cut
 from shufflepoint._core.errors import StateError
-from shufflepoint._core.exclusion import Exclusion
+from shufflepoint._core.exclusion import MAX_RANGES, Exclusion, FilteredStridedCut, Skips
 from shufflepoint._core.history import Cuts, History, Place, place_after
-from shufflepoint._core.plan import STRIDED, Layout
+from shufflepoint._core.plan import STRIDED, Layout, StridedCut
 from shufflepoint._core.spans import SpanCut
-from shufflepoint._core.spanskips import Cut, FilteredSpanCut, Handed
+from shufflepoint._core.spanskips import FilteredSpanCut, Handed
+from shufflepoint._core.state import Position as SavedPosition
 from shufflepoint._core.state_fields import MAX_EXCLUDED_AT
+from shufflepoint._loading.deal import Deal
+from shufflepoint._loading.orders import OrderCache
+from shufflepoint._order import InvertibleOrder
 
-if TYPE_CHECKING:
-    from shufflepoint._core.state import Position
-    from shufflepoint._loading.excluding import Excluded
-    from shufflepoint._loading.orders import OrderCache
-    from shufflepoint._loading.sampler import Deal
+
+def check_can_exclude(orders: OrderCache) -> None:
+    """ValueError naming what stands in the way: an order without an inverse."""
+    if not isinstance(orders.get(0, StridedCut(Layout(orders.n, 1, 1, False), 0)), InvertibleOrder):
+        way = ("exclude documents by filtering the corpus the Packed reads, and start a new run"
+               if orders.name == "packed" else "filter the dataset and start a new run")
+        raise ValueError(
+            f"exclude: the {orders.name!r} order of a {type(orders.dataset).__name__} has no inverse "
+            f"(index -> position) yet, which exclusion needs: {way} (docs/exclusion.md, 'Limits')."
+        )
+
+
+class Excluded:
+    """A loader's excluded set and the current epoch's excluded positions (O(count) once per epoch)."""
+
+    def __init__(self, n: int) -> None:
+        self.exclusion = Exclusion.empty(n)
+        self._skips: tuple[int, Skips] | None = None
+        self._span_positions: tuple[tuple[int, int], Any] | None = None
+
+    @classmethod
+    def for_state(cls, exclusion: Exclusion | None, orders: OrderCache) -> Excluded:
+        """What a loaded state excludes; StateError naming ``excluded`` when this loader cannot skip it."""
+        found = cls(orders.n)
+        if exclusion is not None:
+            try:
+                check_can_exclude(orders)
+            except ValueError as error:
+                raise StateError(f"state field 'excluded': found {exclusion.count} excluded indices, which this "
+                                 f"loader cannot skip. {error}") from None
+            found.replace(exclusion, orders.n)
+        return found
+
+    def merged(self, indices: Any, orders: OrderCache) -> tuple[Exclusion, Exclusion]:
+        """(``indices`` as an exclusion, this set plus them), every local check passed (nothing is changed
+        here; that the ranks agree on ``indices`` is the loader's check)."""
+        added = Exclusion.from_indices(indices, orders.n)
+        check_can_exclude(orders)
+        merged = self.exclusion.union(added)
+        if len(merged) > MAX_RANGES:
+            raise ValueError(f"indices: the excluded set would be {len(merged)} ranges, expected at most {MAX_RANGES} "
+                             "(the state's documented bound). Exclude fewer or contiguous indices; nothing was "
+                             "excluded.")
+        return added, merged
+
+    def replace(self, exclusion: Exclusion | None, n: int) -> None:
+        self.exclusion = exclusion if exclusion is not None else Exclusion.empty(n)
+        self._skips, self._span_positions = None, None
+
+    def skips(self, orders: OrderCache, epoch: int) -> Skips:
+        if self._skips is None or self._skips[0] != epoch:
+            order = cast(InvertibleOrder, orders.get(epoch, StridedCut(Layout(orders.n, 1, 1, False), 0)))
+            positions = order.positions_of(self.exclusion.indices())
+            self._skips = (epoch, Skips(positions, orders.n))
+        return self._skips[1]
+
+    def start(self, deal: Deal, orders: OrderCache, layout: Layout, position: SavedPosition) -> Cut:
+        """Where a loaded state's position reads on; StateError naming ``cursor`` when, under ``spans`` with
+        samples excluded, it is not what ``segments`` and ``handed`` leave (checked here: it needs the order)."""
+        try:
+            found = self.cut(deal, orders, layout, position.epoch, position.cursor, position.segments,
+                             handed=position.handed)
+        except ValueError as error:  # segments that the space left by handed and excluded cannot hold
+            raise StateError(f"state field 'segments': found {position.segments}, expected the epoch's world sizes "
+                             f"since its latest exclusion ({error}). The state is damaged or was edited; use "
+                             "another checkpoint.") from None
+        if isinstance(found, FilteredSpanCut) and found.after(0)[0] != position.cursor:
+            raise StateError(f"state field 'cursor': found {position.cursor}, expected {found.after(0)[0]} (what "
+                             f"segments={position.segments}, handed and excluded leave of n={orders.n}). The state "
+                             "is damaged or was edited; use another checkpoint.")
+        return found
+
+    def span_positions(self, orders: OrderCache, epoch: int, first_world_size: int) -> Exclusion:
+        """The excluded indices' positions in ``epoch`` under ``spans``, as ranges (whose ``blocks`` order is laid
+        along the epoch's first stretches), O(count) once per epoch."""
+        key = (epoch, first_world_size)
+        if self._span_positions is None or self._span_positions[0] != key:
+            probe = SpanCut(orders.n, [], first_world_size, 1, False)
+            positions = cast(InvertibleOrder, orders.get(epoch, probe)).positions_of(self.exclusion.indices())
+            self._span_positions = (key, Exclusion.from_indices(positions, orders.n, name="positions"))
+        return self._span_positions[1]
+
+    def cut(self, deal: Deal, orders: OrderCache, layout: Layout, epoch: int, cursor: int,
+            segments: list[list[int]], parts: int | None = None, handed: Handed | None = None) -> Cut:
+        """The rest of ``epoch`` from (cursor, segments): the deal's own cut, skipping the excluded.
+
+        Under ``spans``, ``handed`` is what the epoch handed out before its latest exclusion (the
+        segments then count from there, ``_core/spanskips.py``); an exclusion re-deals what is left, so
+        ``parts`` (a fixed global batch) applies only while nothing is excluded."""
+        if deal.name == STRIDED:
+            if not self.exclusion:
+                return deal.cut(layout, cursor, segments, parts)
+            return FilteredStridedCut(layout, cursor, self.skips(orders, epoch))
+        if not self.exclusion and handed is None:
+            return deal.cut(layout, cursor, segments, parts)
+        first = handed.first_world_size if handed is not None else (segments[0][0] if segments else layout.world_size)
+        positions = self.span_positions(orders, epoch, first) if self.exclusion else Exclusion.empty(orders.n)
+        return FilteredSpanCut(layout.n, handed, positions, segments, layout.world_size, layout.batch_size,
+                               layout.drop_last)
+
+    def epoch_layout(self, layout: Layout) -> Layout:
+        """A whole epoch's layout with the excluded samples taken out (for ``len(loader)``)."""
+        return Layout(layout.n - self.exclusion.count, layout.world_size, layout.batch_size, layout.drop_last)
 
 
 def kept_steps(steps: tuple[int, ...], step: int) -> tuple[int, ...]:
@@ -119,7 +227,7 @@ def history_cuts(history: History, deal: Deal, orders: OrderCache, excluded: Exc
     return cuts
 
 
-def arrived(position: Position, excluded: Excluded, deal: Deal, orders: OrderCache, start: Cut,
+def arrived(position: SavedPosition, excluded: Excluded, deal: Deal, orders: OrderCache, start: Cut,
             layout: Layout) -> History:
     """The loaded history, read on with ``layout`` from ``start``. With samples excluded (and their steps
     known) where the history arrives after ``steps`` is checked here, with the loader's cuts (it needs the

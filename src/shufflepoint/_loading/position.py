@@ -1,0 +1,400 @@
+"""Where a loader stands, and how it decides its next batch: the position model.
+
+Read this module to learn what ``shufflepoint.DataLoader`` does between two batches and on a resume.
+It holds no torch object; the ``DataLoader`` (``loader.py``) and ``ResumableSampler`` (``sampler.py``)
+are thin torch adapters that drive one ``LoaderPosition`` each.
+
+Vocabulary::
+
+    layout    (n, world_size, batch_size, drop_last): how an epoch is dealt now (``_core/plan.py``)
+    orders    the epoch's order, a seekable permutation built once per epoch (``orders.py``)
+    deal      ``strided`` or ``spans``: which rank reads which positions (``deal.py``)
+    cut       the rest of an epoch as the deal gives it to this world (``_core/cut.py``)
+    start     the cut the next pass reads from; ``epoch`` the epoch it belongs to
+    pass      one ``iter(loader)``: its cut, the step it began at, the batches received of it
+    step      batches each rank has received since the run began (``which`` takes it)
+    history   every change of layout with the step and place it began at (``_core/history.py``)
+    excluded  the dataset indices never served again, and the steps ``exclude()`` was called at
+
+How the next batch is chosen: a pass reads its cut front to back, ``batch_size`` samples per rank per
+batch, the cut's ``rank_positions`` mapped through the epoch's order. Between batches the position is
+(epoch, cut, received). Every change rebuilds the cut from where the training loop stands and never
+replays: ``seek``/``set_epoch`` jump, ``set_batch_size`` and ``exclude`` read on from the same
+position with another cut (recorded in the history), the end of a pass jumps to the next epoch.
+
+What a resume does (``load``): the saved state is validated against what this loader expects and
+agreed on by every rank (the adapter's ``validate``), then placed: its exclusions rebuilt, its history
+read on with this layout from the saved (epoch, cursor, segments). Nothing changes if any of it fails.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from shufflepoint._core import state as _state
+from shufflepoint._core.cut import Cut
+from shufflepoint._core.errors import ResumeWarning, warn_user
+from shufflepoint._core.exclusion import Exclusion
+from shufflepoint._core.history import MAX_EPOCH, Cuts, History, Place, place_after
+from shufflepoint._core.plan import STRIDED, Layout
+from shufflepoint._core.schedule import recorded_grid
+from shufflepoint._core.spanskips import FilteredSpanCut, Handed
+from shufflepoint._loading.block_choice import adopt_recorded_block
+from shufflepoint._loading.capabilities import check_grid
+from shufflepoint._loading.deal import Deal
+from shufflepoint._loading.excluded import Excluded, arrived, handed_from, history_cuts, kept_steps, placeable
+from shufflepoint._loading.orders import OrderCache, within_bounds
+from shufflepoint._order import check_int
+
+Validate = Callable[[object, _state.Expected], _state.Position]  # the adapter's validation and rank agreement
+Expecting = Callable[[OrderCache, Deal], _state.Expected]  # what a state must match, for these orders and deal
+
+
+class Pass:
+    """One run of ``iter(loader)`` over (part of) an epoch: where it started, what was received, the
+    step it started at, and the pass it takes over from (``set_batch_size`` or ``exclude`` during a pass)."""
+
+    __slots__ = ("epoch", "cut", "received", "steps", "follows")
+
+    def __init__(self, epoch: int, start: Cut, steps: int, follows: Pass | None = None) -> None:
+        self.epoch, self.cut, self.received, self.steps, self.follows = epoch, start, 0, steps, follows
+
+    def __repr__(self) -> str:
+        return f"Pass(epoch={self.epoch}, steps={self.steps}, received={self.received})"
+
+
+class Lookup:
+    """Answers ``which`` with an order cache of its own, so that looking up another epoch never
+    evicts the order the live pass reads."""
+
+    def __init__(self) -> None:
+        self._source: OrderCache | None = None
+        self._orders: OrderCache | None = None
+
+    def orders(self, orders: OrderCache) -> OrderCache:
+        """This lookup's copy of the loader's ``orders`` (the cuts of an exclusion read it too)."""
+        if self._source is not orders or self._orders is None:
+            self._source, self._orders = orders, copy.copy(orders)
+        return self._orders
+
+    def which(self, history: History, orders: OrderCache, step: int, cuts: Cuts | None = None) -> dict[int, list[int]]:
+        """For each rank of the world that read ``step``, the dataset indices of its batch; ``cuts``: the
+        loader's, for a step read with samples excluded (built over ``self.orders(orders)``)."""
+        check_int("step", step, 0, 2**63 - 1)
+        placed = history.place(int(step), cuts)
+        order = self.orders(orders).get(placed.epoch, placed.cut)
+        positions = [placed.rank_positions(rank) for rank in range(placed.layout.world_size)]
+        indices = order.take(np.concatenate(positions)).tolist()  # one call for the world, not one per rank
+        bounds = np.cumsum([0] + [len(p) for p in positions]).tolist()
+        return {rank: indices[bounds[rank]:bounds[rank + 1]] for rank in range(len(positions))}
+
+
+def _received_any(live: Pass) -> bool:
+    """Whether the loop received a batch of this pass or of one it took over from (``read_on``)."""
+    current: Pass | None = live
+    while current is not None:
+        if current.received:
+            return True
+        current = current.follows
+    return False
+
+
+def warn_if_the_batch_size_was_set(saved: _state.Position, layout: Layout) -> None:
+    """A run that changed its batch size with ``set_batch_size`` (a ramp) and is resumed by a loader built with
+    another one reads on at the loader's size: said loudly, since it is most often the script's constant."""
+    legs = saved.history.legs
+    recorded = legs[-1].layout
+    ramped = any(later.layout.world_size == earlier.layout.world_size
+                 and later.layout.batch_size != earlier.layout.batch_size for earlier, later in itertools.pairwise(legs))
+    if ramped and recorded.batch_size != layout.batch_size:
+        warn_user(
+            f"batch_size: the saved run changed its batch size with set_batch_size and read on at "
+            f"{recorded.batch_size} per rank; this loader was built with batch_size={layout.batch_size}, so the rest "
+            f"is read at {layout.batch_size} (each sample once, other batches).\n"
+            f"  fix: build the loader with batch_size={recorded.batch_size}, or call "
+            f"loader.set_batch_size({recorded.batch_size}) after load_state_dict, to continue the ramp",
+            ResumeWarning,
+        )
+
+
+def orders_for_state(orders: OrderCache, state: object) -> OrderCache:
+    """The orders a state is validated against: these, or with the state's block or grid where these left
+    it to the default (``block_choice.py``), or the state's default order (0.1's ``feistel``)."""
+    rebuild = lambda name, block: OrderCache(name, orders.n, orders.seed, dataset=orders.dataset,  # noqa: E731
+                                             shuffle_block=block, grid=orders.grid)
+    found = adopt_recorded_block(orders, state, rebuild) or orders.for_state(state)
+    return found.on_grid(recorded_grid(state.get("dataset_fingerprint") if isinstance(state, dict) else None))
+
+
+class LoaderPosition:
+    """Where a loader stands in its run, and every question and change of it (module docstring)."""
+
+    def __init__(self, layout: Layout, orders: OrderCache, deal: Deal) -> None:
+        self.layout, self.orders, self.deal = layout, orders, deal
+        self.live: Pass | None = None  # the pass being read, if any
+        self._epoch, self._steps = 0, 0  # with no live pass: the epoch and step the next pass begins at
+        self.excluded, self._which_excluded = Excluded(layout.n), Excluded(layout.n)
+        self.excluded_at: tuple[int, ...] = ()  # the steps exclude() took effect at
+        self._start: Cut = self.cut(0, 0, [])  # where the next pass starts
+        self.history = History.begin(layout.n, deal.name, layout, Place(0, 0))
+        self._lookup = Lookup()
+
+    def __repr__(self) -> str:
+        return (f"LoaderPosition(epoch={self.epoch}, step={self.step}, cursor={self.cursor}, "
+                f"world_size={self.layout.world_size}, batch_size={self.layout.batch_size}, deal={self.deal.name!r})")
+
+    # -- where am I --------------------------------------------------------------------------
+    @property
+    def epoch(self) -> int:
+        """The epoch the next batch belongs to."""
+        return self.live.epoch if self.live is not None else self._epoch
+
+    def here(self) -> tuple[int, Place]:
+        """(step, place): batches received since the run began, and where the next one comes from."""
+        live = self.live
+        if live is None:
+            return self._steps, place_after(self._epoch, self._start, 0)
+        return live.steps + live.received, place_after(live.epoch, live.cut, self.layout.batch_size * live.received)
+
+    @property
+    def step(self) -> int:
+        return self.here()[0]
+
+    def position(self) -> tuple[int, list[list[int]]]:
+        """(cursor, segments): what the training loop has received of this epoch."""
+        place = self.here()[1]
+        return place.cursor, [list(pair) for pair in place.segments]
+
+    @property
+    def cursor(self) -> int:
+        return self.position()[0]
+
+    def rest(self) -> tuple[Cut, int]:
+        """(the cut being read, samples per rank already received of it)."""
+        live = self.live
+        return (live.cut, self.layout.batch_size * live.received) if live is not None else (self._start, 0)
+
+    def samples_left(self) -> int:
+        """Samples each rank still receives in the current epoch, tail padding included."""
+        start, done = self.rest()
+        return max(start.samples_per_rank() - done, 0)
+
+    def batches_left(self) -> int:
+        return -(-self.samples_left() // self.layout.batch_size)
+
+    def real_samples_left(self, rank: int) -> int:
+        start, done = self.rest()
+        return max(start.real_samples(rank) - done, 0)
+
+    def cursor_after(self, batches: int, *, from_epoch_start: bool = False) -> int:
+        """The epoch's cursor once each rank has received ``batches`` more batches (arithmetic only)."""
+        check_int("batches", batches, 0, 2**62)
+        start, done = (self.deal.cut(self.layout, 0, []), 0) if from_epoch_start else self.rest()
+        return start.after(done + batches * self.layout.batch_size)[0]
+
+    def epoch_layout(self) -> Layout:
+        """A whole epoch's layout with the excluded samples taken out (``len(loader)``)."""
+        return self.excluded.epoch_layout(self.layout)
+
+    # -- the cut -----------------------------------------------------------------------------
+    def cut(self, epoch: int, cursor: int, segments: list[list[int]], layout: Layout | None = None, *,
+            parts: int | None = None, handed: Handed | None = None) -> Cut:
+        """The rest of ``epoch`` from (cursor, segments), the excluded samples skipped; ``parts``: the
+        history's canonical parts at this global batch (``History.parts``); under ``spans``, what the
+        epoch ``handed`` out before its latest exclusion (pass ``self.handed()`` to continue)."""
+        return self.excluded.cut(self.deal, self.orders, layout or self.layout, epoch, cursor, segments, parts, handed)
+
+    def handed(self) -> Handed | None:
+        """What the current epoch handed out before its latest exclusion (``spans``; None otherwise)."""
+        current = self.live.cut if self.live is not None else self._start
+        return current.handed if isinstance(current, FilteredSpanCut) else None
+
+    def _cut_here(self, place: Place, layout: Layout | None = None, parts: int | None = None) -> Cut:
+        return self.cut(place.epoch, place.cursor, [list(pair) for pair in place.segments], layout,
+                        parts=self.history.parts() if parts is None else parts, handed=self.handed())
+
+    # -- moves -------------------------------------------------------------------------------
+    def jump(self, epoch: int, start: Cut) -> None:
+        """Read from ``start`` of ``epoch`` next (no live pass), recorded in the run's history."""
+        steps = self.step  # leaving an epoch whose exclusion re-dealt it (spans): a leg of its own, so later epochs
+        self.history = self.history.record(steps, self.layout, place_after(epoch, start, 0),  # place without it
+                                           self.history_cuts(), split=self._leaving_exclusion())
+        self.live, self._epoch, self._start, self._steps = None, int(epoch), start, steps
+
+    def seek(self, epoch: int, batches: int = 0) -> None:
+        """Go to ``epoch`` after its first ``batches`` batches per rank: O(1), no sample is read."""
+        check_int("epoch", epoch, 0, MAX_EPOCH)
+        check_int("batches", batches, 0, 2**62)
+        parts = self.history.parts()
+        fresh = self.cut(epoch, 0, [], parts=parts)
+        cursor, segments = fresh.after(int(batches) * self.layout.batch_size)
+        within_bounds(self.orders, epoch, fresh)
+        self.jump(epoch, self.cut(epoch, cursor, segments, parts=parts))
+
+    def set_epoch(self, epoch: int) -> None:
+        """Jump to the first batch of ``epoch``; the current epoch again changes nothing."""
+        if check_int("epoch", epoch, 0, MAX_EPOCH) != self.epoch:
+            self.seek(epoch)
+
+    def read_on(self, epoch: int, start: Cut, steps: int) -> None:
+        """Read on from ``start`` at step ``steps``: a live pass is taken over by a new one that follows it
+        (the adapter drops what its workers prefetched under the old cut)."""
+        live = self.live
+        self.live = Pass(epoch, start, steps, follows=live) if live is not None else None
+        self._epoch, self._start, self._steps = epoch, start, steps
+
+    def begin_pass(self) -> Pass:
+        """A new ``iter(loader)``: continue the current epoch from where the loop stands, or, when every
+        batch of the live pass was received without running it out, the next epoch (as torch does)."""
+        live = self.live
+        if live is not None and self.batches_left() == 0 and _received_any(live):
+            self.end_pass(live)  # zip(range(len(loader)), loader): the pass not run out, every batch received (also
+            # when an exclude() or set_batch_size() between epochs took it over: the next iter() reads the next epoch)
+        (steps, place), epoch = self.here(), self.epoch
+        start = self._cut_here(place)
+        if epoch == MAX_EPOCH and start.samples_per_rank() == 0:
+            raise ValueError(f"epoch: the loader has read epoch {MAX_EPOCH}, the last one the orders support; "
+                             "call set_epoch(e) with an earlier epoch to read on")
+        return self.start_pass(epoch, start, steps)
+
+    def start_pass(self, epoch: int, start: Cut, steps: int) -> Pass:
+        """Read ``start`` of ``epoch`` from step ``steps`` as the live pass."""
+        live = Pass(epoch, start, steps)
+        self.live, self._epoch, self._start, self._steps = live, epoch, start, steps
+        return live
+
+    def end_pass(self, live: Pass) -> None:
+        """The epoch of ``live`` is over: read the next one from its start (the last epoch stays at its end)."""
+        ended = live.epoch == MAX_EPOCH
+        following = live.epoch if ended else live.epoch + 1
+        where = live.cut.after(live.cut.samples_per_rank()) if ended else (0, [])
+        self.jump(following, self.cut(following, *where, parts=self.history.parts()))
+
+    def set_batch_size(self, batch_size: int) -> None:
+        """Read on in batches of ``batch_size`` per rank from the next batch, recorded in the history."""
+        batch_size = check_int("batch_size", batch_size, 1, 2**31)
+        steps, place = self.here()
+        layout = Layout(self.layout.n, self.layout.world_size, batch_size, self.layout.drop_last)
+        check_grid(self.orders.dataset, self.orders.grid, layout.world_size * batch_size)
+        history = self.history.record(steps, layout, place, self.history_cuts())
+        start = self._cut_here(place, layout, history.parts())
+        self.read_on(place.epoch, start, steps)
+        self.layout, self.history = layout, history
+
+    def exclusion_with(self, indices: Any) -> tuple[Exclusion, Exclusion]:
+        """(``indices`` as an exclusion, the excluded set with them), checked; nothing changes here."""
+        return self.excluded.merged(indices, self.orders)
+
+    def exclude(self, merged: Exclusion) -> None:
+        """Skip ``merged`` (the whole excluded set) from the next batch on; under ``spans`` what is left of the
+        epoch is re-dealt from what it handed out (``_core/spanskips.py``)."""
+        if merged == self.excluded.exclusion:  # nothing new: the deal goes on as it is
+            return
+        steps, place = self.here()
+        segments, handed = [list(pair) for pair in place.segments], self.handed()
+        if self.deal.name != STRIDED:
+            current, done = self.rest()
+            if not isinstance(current, FilteredSpanCut):  # nothing excluded yet: what it read, as segments
+                current, done = handed_from(current, done, self.layout), 0
+            handed, segments = current.handed_after(done), []
+        self.excluded.replace(merged, self.layout.n)
+        start = self.cut(place.epoch, place.cursor, segments, parts=self.history.parts(), handed=handed)
+        self.read_on(place.epoch, start, steps)
+        self.excluded_at = kept_steps(self.excluded_at, steps)  # a leg of its own: which() places what follows
+        self.history = self.history.record(steps, self.layout, place_after(place.epoch, start, 0),
+                                           self.history_cuts(), split=True)
+
+    # -- the past: which and batches_this_epoch ----------------------------------------------
+    def history_cuts(self, excluded: Excluded | None = None, orders: OrderCache | None = None) -> Cuts | None:
+        """The cuts that place this run's steps from its latest exclusion on (None: nothing excluded)."""
+        if not self.excluded.exclusion:
+            return None
+        return history_cuts(self.history, self.deal, orders or self.orders, excluded or self.excluded,
+                            self.excluded_at, (self.epoch, self.handed()))
+
+    def _leaving_exclusion(self) -> bool:
+        """Whether a jump leaves the epoch of the latest exclusion under ``spans`` (which re-dealt it from what
+        it had handed out): the next epoch then begins a leg of its own, placed without that."""
+        if self.deal.name == STRIDED or not self.excluded_at:
+            return False
+        at = self.excluded_at[-1]
+        return any(leg.step == at and leg.start.epoch == self.epoch for leg in self.history.legs)
+
+    def which(self, step: int) -> dict[int, list[int]]:
+        """For each rank of the world that read ``step``, the dataset indices of its batch."""
+        return self._lookup.which(self.history, self.orders, step, self._cuts_of(step))
+
+    def _cuts_of(self, step: int) -> Cuts | None:
+        """The cuts that place ``step``: None before the first exclusion (or with none), the loader's own
+        from the latest one on; ValueError naming the steps between two exclusions (``placeable``)."""
+        if not self.excluded.exclusion or not placeable(check_int("step", step, 0, 2**63 - 1), self.excluded_at):
+            return None
+        if self._which_excluded.exclusion is not self.excluded.exclusion:  # its own skips: the live ones stay
+            self._which_excluded = Excluded(self.orders.n)
+            self._which_excluded.replace(self.excluded.exclusion, self.orders.n)
+        return self.history_cuts(self._which_excluded, self._lookup.orders(self.orders))
+
+    def batches_this_epoch(self) -> int | None:
+        """Batches each rank has received of the current epoch, whatever changed inside it; None where the
+        history cannot tell (binary search over the history's steps)."""
+        legs, step, epoch = self.history.legs, self.step, self.epoch
+        back = max((i for i in range(1, len(legs)) if legs[i].start.epoch < legs[i - 1].start.epoch), default=0)
+        first = legs[back].step  # epochs only grow from there (set_epoch goes back)
+        try:
+            if legs[back].start.epoch == epoch:  # the history begins in this epoch: known if it begins at its start
+                return step - first if self.history.begins_its_epoch(legs[back], self._cuts_of(first)) else None
+            low, high = first, step  # epoch_of(low) < epoch; the first step of the epoch is in (low, step]
+            while high - low > 1:
+                middle = (low + high) // 2
+                if self.history.place(middle, self._cuts_of(middle)).epoch < epoch:
+                    low = middle
+                else:
+                    high = middle
+            return step - high
+        except ValueError:
+            return None
+
+    # -- state out, state in -----------------------------------------------------------------
+    def state(self, *, kind: str, seed: int, shuffle: bool, dataset_fingerprint: str | None) -> dict[str, Any]:
+        """The state of the run at this position (``_core/state.py``), the same on every rank."""
+        cursor, segments = self.position()
+        handed = self.handed()
+        layout = self.layout
+        return _state.build(
+            kind=kind, seed=seed, epoch=self.epoch, cursor=cursor, n=layout.n, shuffle=shuffle,
+            order=self.orders.name, order_version=self.orders.version, world_size=layout.world_size,
+            batch_size=layout.batch_size, drop_last=layout.drop_last, dataset_fingerprint=dataset_fingerprint,
+            deal=self.deal.name, segments=segments, steps=self.step, history=self.history,
+            excluded=self.excluded.exclusion.to_state(), handed=handed.to_state() if handed else [],
+            excluded_at=list(self.excluded_at),
+        )
+
+    def load(self, state: object, expected: Expecting, validate: Validate) -> None:
+        """Place the saved run's position here, in one trip: the orders and deal the state needs, the state
+        validated and agreed on (``validate``), its exclusions and history rebuilt, then applied. A refused
+        state raises (``StateError``) with nothing changed."""
+        orders, deal = orders_for_state(self.orders, state), self.deal.for_state(state)
+        saved = validate(state, expected(orders, deal))
+        excluded = Excluded.for_state(saved.excluded, orders)
+        start = excluded.start(deal, orders, self.layout, saved)
+        within_bounds(orders, saved.epoch, start, field="state field 'epoch'")
+        history = arrived(saved, excluded, deal, orders, start, self.layout)
+        start = excluded.cut(deal, orders, self.layout, saved.epoch, saved.cursor, saved.segments,
+                             history.parts(), saved.handed)
+        if orders.identity != self.orders.identity:  # a state's block or grid adopted
+            check_grid(orders.dataset, orders.grid, self.layout.world_size * self.layout.batch_size)
+        self.restore(orders, deal, saved.steps, history, excluded, saved.excluded_at)
+        self._epoch, self._start = saved.epoch, start
+        warn_if_the_batch_size_was_set(saved, self.layout)
+
+    def restore(self, orders: OrderCache, deal: Deal, steps: int, history: History, excluded: Excluded | None = None,
+                excluded_at: tuple[int, ...] = ()) -> None:
+        """Take a validated state's run as this one's (no live pass; ``jump`` places the next pass)."""
+        self.orders, self.deal, self.live, self._steps, self.history = orders, deal, None, steps, history
+        self.excluded = excluded if excluded is not None else Excluded(self.layout.n)
+        self.excluded_at, self._which_excluded = excluded_at, Excluded(self.layout.n)
