@@ -220,7 +220,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         if found is None:
             if len(self._tables) >= _CACHED_EPOCHS:
                 self._tables.pop(next(iter(self._tables)))
-            found = self._tables[epoch] = EpochTable(self, *self._bound, epoch)
+            found = self._tables[epoch] = EpochTable(self.dataset, self._cumulative, *self._bound, epoch)
         return found
 
     def _decode(self, index: Any) -> tuple[int, int]:
@@ -229,20 +229,20 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         epoch, row = divmod(int(index), self.rows_per_epoch)
         return epoch, row
 
-    def segments(self, index: int) -> list[tuple[int, int, int]]:
+    def pieces(self, index: int) -> list[tuple[int, int, int]]:
         """The (document, start, stop) pieces of row ``index``, in order (offsets count bos/eos)."""
         epoch, row = self._decode(index)
-        return self._table(epoch).segments(row * self.seq_len, (row + 1) * self.seq_len)
+        return self._table(epoch).pieces(row * self.seq_len, (row + 1) * self.seq_len)
 
     def locate(self, index: int) -> dict[str, Any]:
         """Where row ``index`` (``epoch * len(self) + row``) comes from: its token span in the epoch's
         stream and its documents, each with its token span (bos/eos counted) and, for a corpus that
         says so (``Shards``), where the document lives. Needs the loader's order (see ``_table``)."""
         epoch, row = self._decode(index)
-        return packed_location(int(index), epoch, row, self.seq_len, self.segments(index), self.dataset)
+        return packed_location(int(index), epoch, row, self.seq_len, self.pieces(index), self.dataset)
 
-    def rows_segments(self, indices: Sequence[int]) -> list[list[tuple[int, int, int]]]:
-        """``[self.segments(i) for i in indices]``, with each run of consecutive rows (a batch under
+    def rows_pieces(self, indices: Sequence[int]) -> list[list[tuple[int, int, int]]]:
+        """``[self.pieces(i) for i in indices]``, with each run of consecutive rows (a batch under
         the ``spans`` deal is one) walked once and cut at the row edges."""
         found: list[list[tuple[int, int, int]]] = []
         run: list[int] = []
@@ -252,17 +252,21 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
                 continue
             if run:
                 epoch, row = self._decode(run[0])
-                found += _cut(self._table(epoch).segments(row * self.seq_len, (row + len(run)) * self.seq_len),
+                found += _cut(self._table(epoch).pieces(row * self.seq_len, (row + len(run)) * self.seq_len),
                               self.seq_len)
             run = [int(index)] if index is not None and self._decode(index) else []
         return found
+
+    # The names 0.4 gave them: "segments" now means only the state's [world_size, taken] pairs.
+    segments = pieces
+    rows_segments = rows_pieces
 
     def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
         """Pass the documents of upcoming rows, in reading order, to a dataset that reads ahead (``Shards``)."""
         hook = getattr(self.dataset, "prefetch", None)
         if not callable(hook) or len(indices) == 0 or not getattr(self.dataset, "reads_ahead", True):
             return
-        documents = [d for row in self.rows_segments(np.asarray(indices).tolist()) for d, _, _ in row]
+        documents = [d for row in self.rows_pieces(np.asarray(indices).tolist()) for d, _, _ in row]
         hook(np.asarray(documents, dtype=np.int64))
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
@@ -279,7 +283,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         if window is not None:
             return window
         order = indices.tolist() if isinstance(indices, np.ndarray) else list(indices)  # each checked by _decode
-        pieces = self.rows_segments(order)
+        pieces = self.rows_pieces(order)
         held = self._held
         documents = sorted({d for row in pieces for d, _, _ in row if held is None or d != held[0]})
         texts = dict(zip(documents, self._documents(documents), strict=True))
