@@ -31,6 +31,7 @@ from shufflepoint._shards.prefetch import Prefetcher
 from shufflepoint._shards.readers import infer_format, make_reader, saved_dataset_files
 from shufflepoint._shards.readers._decoded import GROUPS
 from shufflepoint._shards.readers.base import OpenShard
+from shufflepoint._shards.shown import short
 from shufflepoint._shards.storage import Storage
 
 FINGERPRINT_PREFIX = "shards:"
@@ -377,5 +378,7 @@ class Shards(torch.utils.data.Dataset[Any]):
         self._reset_process_state()
 
     def __repr__(self) -> str:
-        return (f"Shards({len(self.index.shards)} {self._reader.name} shards, {len(self)} rows, "
-                f"root={self.index.root!r})")
+        """``Shards(parquet, 12 shards, 1,024 rows, fingerprint='shards:0f3a9c1e…', root='s3://bucket/c4')``:
+        from the index in memory (its content hash is computed once, when it is built or read)."""
+        return (f"Shards({self._reader.name}, {len(self.index.shards):,} shards, {len(self):,} rows, "
+                f"fingerprint={short(self.fingerprint)}, root={self.index.root!r})")

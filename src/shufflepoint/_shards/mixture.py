@@ -47,6 +47,7 @@ from shufflepoint._shards.mixture_order import _MAX_STREAM, NAME, VERSION, Mixtu
 from shufflepoint._shards.mixture_sources import check_sources, is_packed
 from shufflepoint._shards.scheduled_mixture import VERSION as SCHEDULED  # the order's version with a schedule
 from shufflepoint._shards.scheduled_mixture import ScheduledMixtureOrder, check_global_batch
+from shufflepoint._shards.shown import shown
 
 FINGERPRINT_PREFIX = "mixture:"
 
@@ -247,6 +248,16 @@ class Mixture(torch.utils.data.Dataset[Any]):
         if self.schedule is not None:
             return ScheduledMixtureOrder(self, seed, epoch, shuffle_block, grid)
         return MixtureOrder(self, seed, epoch, shuffle_block)
+
+    def __repr__(self) -> str:
+        """``Mixture(2 sources, weights=[0.75, 0.25], counts=[6, 2], samples_per_epoch=8, rows=14, schedule=None,
+        sources=[list of 10 rows, list of 4 rows])``; with a schedule, its phases as written (the weights and
+        counts are then the first phase's and the first epoch's)."""
+        schedule = "None" if self.schedule is None else f"{len(self.schedule.identities())} phases"
+        weights = [round(weight, 4) for weight in self.weights]
+        return (f"Mixture({len(self.sources)} sources, weights={weights}, counts={self.counts}, "
+                f"samples_per_epoch={self.samples_per_epoch:,}, rows={self.rows:,}, schedule={schedule}, "
+                f"sources=[{', '.join(shown(dataset) for dataset in self.sources)}])")
 
     def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
         """Pass upcoming indices on to the sources that read ahead (``Shards``)."""

@@ -49,6 +49,7 @@ from shufflepoint._shards.packed_rows import (
     _cut,
     build_window,
 )
+from shufflepoint._shards.shown import shown
 from shufflepoint._shards.token_counts import TokenSource, read
 
 FINGERPRINT_PREFIX = "packed:"
@@ -392,6 +393,16 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         position_ids = (np.arange(input_ids.size, dtype=np.int64) - np.repeat(starts, lengths)).reshape(input_ids.shape)
         labels = np.where(position_ids == 0, IGNORE_INDEX, input_ids)
         return input_ids, position_ids, labels
+
+    def __repr__(self) -> str:
+        """``Packed(seq_len=2048, documents=1,000, tokens=524,288, rows=256, tokens_from='input_ids',
+        bos=None, eos=2, dataset=Shards(...))``, plus the (seed, shuffle_block) a loader bound it to."""
+        source = self.source
+        tokens_from = f"tokenizer={source.tokenizer!r}" if source.tokenize is not None else f"field={source.field!r}"
+        bound = "" if self._bound is None else f", seed={self._bound[0]}, shuffle_block={self._bound[1]:,}"
+        return (f"Packed(seq_len={self.seq_len:,}, documents={len(self.lengths):,}, tokens={self.tokens_per_epoch:,}, "
+                f"rows={self.rows_per_epoch:,}, {tokens_from}, bos={self.bos}, eos={self.eos}{bound}, "
+                f"dataset={shown(self.dataset)})")
 
     varlen_collate = staticmethod(packed_collate.varlen_collate)
     flatten_collate = staticmethod(packed_collate.flatten_collate)
