@@ -77,10 +77,9 @@ def _read_source(dataset: Any, rows: np.ndarray) -> Batch:
 class Mixture(torch.utils.data.Dataset[Any]):
     """Several datasets mixed by weight: ``Mixture([(web, 0.7), (code, 0.3)])``.
 
-    ``samples_per_epoch`` (default: the sources' total length) is the length of a mixed epoch; each
-    source gets its weight's share of it, repeating when it is smaller than that share. Use it with
-    ``shufflepoint.DataLoader``, which then takes the ``mixture`` order; ``shuffle_block`` is the
-    window and block size of that order.
+    Use it with ``shufflepoint.DataLoader``, which then takes the ``mixture`` order; ``shuffle_block`` is
+    the window and block size of that order. Each source gets its weight's share of a mixed epoch,
+    repeating when it is smaller than that share, each pass in a new order.
 
     Packed sources (``Mixture([(Packed(web, L), 0.7), (Packed(code, L), 0.3)])``, one ``seq_len``)
     mix rows of equal token counts, so the weights are shares of tokens; each source's pass p is its
@@ -91,16 +90,28 @@ class Mixture(torch.utils.data.Dataset[Any]):
     >>> mixture.counts
     [6, 2]
 
-    ``schedule=[(start, weights), ...]`` (the sources then given alone, without weights) changes the
-    weights as training goes: ``start`` counts the samples consumed since the run began, all ranks
-    together (tokens for ``Packed`` sources), the first phase starting at 0; ``(start, weights, k)`` ramps
-    linearly to the next phase's weights in k steps. It needs the ``strided``
-    deal (the loader's default for it). ``counts`` is then the first epoch's. See docs/shards.md.
+    With a schedule the weights change as training goes; it needs the ``strided`` deal (the loader's
+    default for it), and ``counts`` is then the first epoch's. See docs/shards.md.
 
     >>> annealed = Mixture([list(range(10)), list(range(100, 104))], samples_per_epoch=8,
     ...                    schedule=[(0, [3, 1]), (6, [0, 1])])
     >>> annealed.counts
     [5, 3]
+
+    Args:
+        sources (Sequence): the datasets to mix, map-style, none empty: ``(dataset, weight)`` pairs, a
+            weight any finite number > 0 (only their ratios count); with ``schedule``, the datasets alone.
+            Required. A dataset with an order of its own is refused, but ``Packed`` (then every source
+            must be a ``Packed`` of the same ``seq_len``).
+        samples_per_epoch (int | None): positions of a mixed epoch, the loader's ``len``; each source
+            gets its weight's share of them (largest remainder), and a source whose share rounds to 0 is
+            refused. Default None: the sources' total length.
+        schedule (Sequence | None): phases ``(start, weights)``, or ``(start, weights, k)`` to ramp
+            linearly to the next phase's weights in k steps: ``start`` counts the samples consumed since
+            the run began, all ranks together (tokens for ``Packed`` sources), the first phase starting at
+            0, and a weight may be 0 (the source pauses). A resume may append phases after the position it
+            reached, never change one that began. Default None: the weights of ``sources``, the same
+            every epoch.
     """
 
     order_name = NAME

@@ -69,14 +69,7 @@ def _short(text: str) -> str:
 class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     """Rows of exactly ``seq_len`` tokens packed from a map-style dataset of tokenized documents.
 
-    ``dataset[i][tokens]`` (``tokens="input_ids"`` by default) holds document i's token ids (a list,
-    numpy array or tensor of ints); or ``tokenize(dataset[i])`` returns them, for text tokenized on
-    the fly, and then ``tokenizer`` names it (``"gpt2@<revision>"``, a hash of its vocabulary): the
-    name keys the kept token counts and joins the fingerprint, so a resume with another tokenizer is
-    refused. ``bos``/``eos`` token ids, when given, open/close every document and count as its
-    tokens. The token counts of a ``Shards`` corpus are counted once, by shard in ``count_workers``
-    processes (default: the CPUs it may use), and kept in its cache folder (``token_counts``). Each
-    item is a dict of int64 tensors of length ``seq_len``: ``input_ids``, ``position_ids`` (0 at
+    Each item is a dict of int64 tensors of length ``seq_len``: ``input_ids``, ``position_ids`` (0 at
     each document start and at the row start) and ``labels`` (``input_ids`` with -100 wherever
     ``position_ids`` is 0). ``Packed.varlen_collate`` adds the document boundaries that flash-attention
     reads (``cu_seqlens`` and transformers' ``cu_seq_lens_q``/``_k``...), ``Packed.flatten_collate``
@@ -89,6 +82,29 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
 
     ``len(packed)`` is the rows per epoch (the same every epoch). One ``Packed`` serves one
     (seed, shuffle_block): the first ``epoch_order`` call binds them.
+
+    Args:
+        dataset (map-style dataset): the documents, one per index (``Shards``, a Hugging Face
+            ``Dataset``, a list of dicts...). Required. A dataset with an epoch order of its own (a
+            ``Mixture``) is refused: pack each corpus, then mix the ``Packed`` ones.
+        seq_len (int): tokens per row, >= 1. Required. Documents are laid end to end and cut every
+            ``seq_len`` tokens; the epoch's last partial row is dropped.
+        tokens (str | None): the field of ``dataset[i]`` that holds document i's token ids (a list,
+            numpy array or tensor of ints). Default None: ``"input_ids"``. Not with ``tokenize``.
+        tokenize (Callable[[Any], Any] | None): ``tokenize(dataset[i])`` returns document i's token ids,
+            for text tokenized on the fly (once per document per epoch per rank). Default None: read
+            ``tokens``. Needs ``tokenizer``.
+        tokenizer (str | None): the identity of ``tokenize`` (``"gpt2@<revision>"``, a hash of its
+            vocabulary): it keys the kept token counts and joins the fingerprint, so a resume with
+            another tokenizer is refused. Default None; required with ``tokenize``, refused without it.
+        bos (int | None): a token id opened every document with; it counts as the document's token.
+            Default None: none. Refused when the first documents read already start with it.
+        eos (int | None): a token id closing every document, counted as ``bos`` is. Default None: none.
+            Refused when the first documents read already end with it.
+        progress (bool): show a tqdm bar while the documents' tokens are counted. Default True.
+        count_workers (int | None): processes that count a ``Shards`` corpus's tokens, shard by shard
+            (counted once and kept in its cache folder, ``token_counts``). Default None: the CPUs this
+            process may use. Another dataset is counted in this process.
     """
 
     order_name = NAME
