@@ -130,7 +130,7 @@ def calls_per_document(texts: list[dict[str, Any]], tokenize: Tokenize, eos: int
         pass
     calls = np.frombuffer(tokenize.calls.get_obj(), dtype=np.int32).copy()
     tokenize.calls = None
-    touched = {d for row in range(len(packed)) for d, _, _ in packed.segments(row)}
+    touched = {d for row in range(len(packed)) for d, _, _ in packed.pieces(row)}
     return {"workers": workers, "documents": len(touched), "calls": int(calls.sum()),
             "per_document": float(calls.sum()) / len(touched), "most_on_one_document": int(calls.max())}
 

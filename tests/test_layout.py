@@ -1,19 +1,22 @@
-"""The tree keeps the shape DESIGN.md gives it: small modules, short functions, imports that point down.
+"""The tree keeps the shape DESIGN.md gives it: one concept per module, short functions, imports that
+point down, and no circles.
 
 Each layer may import only the layers listed for it in ``ALLOWED`` (and the standard library,
-numpy, torch, ...). The map is the one in the README's Development section.
+numpy, torch, ...). The map is the one in the README's Development section. No two modules import each
+other, not even inside a function or for types: a circle means one concept was cut in two.
 """
 
 from __future__ import annotations
 
 import ast
 import pathlib
+import sys
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "shufflepoint"
-MAX_MODULE_LINES = 400
+MAX_MODULE_LINES = 600  # a generous ceiling, not a target: cut at seams, never at a line count
 MAX_FUNCTION_LINES = 60
 
 # layer -> the shufflepoint layers it may import (besides itself).
@@ -106,3 +109,104 @@ def test_the_checks_would_catch_a_violation(tmp_path: pathlib.Path) -> None:
     tree = ast.parse(source.read_text())
     lengths = [n.end_lineno - n.lineno + 1 for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]  # type: ignore[operator]
     assert lengths == [71]
+
+
+def _module_name(path: pathlib.Path, package: pathlib.Path) -> str:
+    """``shufflepoint._core.plan`` for .../shufflepoint/_core/plan.py; a package's ``__init__`` is the package."""
+    parts = list(path.relative_to(package.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_targets(node: ast.AST, module: str, is_package: bool, modules: set[str]) -> list[str]:
+    """The modules of the package one import statement names: ``from pkg import name`` is the submodule
+    ``pkg.name`` where that is a module, else ``pkg``; a relative import is resolved from ``module``."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    base = node.module or ""
+    if node.level:
+        here = module.split(".") if is_package else module.split(".")[:-1]
+        base = ".".join(here[: len(here) - node.level + 1] + ([node.module] if node.module else []))
+    return [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+
+
+def _import_graph(package: pathlib.Path) -> dict[str, set[str]]:
+    """Module -> the modules of the package it imports, counting every import statement in the file: at
+    the top, inside functions, under ``if TYPE_CHECKING``."""
+    files = {_module_name(path, package): path for path in _python_files(package)}
+    graph: dict[str, set[str]] = {module: set() for module in files}
+    for module, path in files.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            for target in _import_targets(node, module, path.name == "__init__.py", set(files)):
+                while target not in files and "." in target:  # ``import a.b.name``: name is no module
+                    target = target.rsplit(".", 1)[0]
+                if target in files and target != module:
+                    graph[module].add(target)
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted, in order."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for other in sorted(graph[module]):
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            component = []
+            while not component or component[-1] != module:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10 * len(graph) + 100))
+    try:
+        for module in sorted(graph):
+            if module not in index:
+                visit(module)
+    finally:
+        sys.setrecursionlimit(limit)
+    return sorted(found)
+
+
+# TODO(issue-31): the circles in _loading (mesh <-> sampler, excluding <-> excluded_steps) and _core
+# (state <-> state_fields) are being cut on other branches; drop this marker once they are merged.
+@pytest.mark.xfail(strict=False, reason="issue 31: _loading and _core/state* circles are cut on other branches")
+def test_no_two_modules_import_each_other() -> None:
+    """A circle means one concept was cut in two: merge it, or cut it again at a seam so arrows point one
+    way (a ``Protocol``, or the values passed in, instead of an import for types)."""
+    circles = _circles(_import_graph(PACKAGE))
+    assert not circles, "import circles (each a set of modules that import each other, directly or round a " \
+        "loop):\n" + "\n".join("  " + " <-> ".join(circle) for circle in circles)
+
+
+def test_the_circle_walker_finds_a_planted_circle(tmp_path: pathlib.Path) -> None:
+    """Every kind of import closes a circle: at the top, lazily in a function, for types only, relative,
+    and ``from package import submodule``; a chain that only points down is none."""
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("from pkg.top import VALUE\n")
+    (package / "top.py").write_text("VALUE = 1\n")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "sub" / "a.py").write_text("from pkg.sub import b\n")
+    (package / "sub" / "b.py").write_text("def f():\n    from . import c\n")
+    (package / "sub" / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.sub.a\nimport pkg.top\n")
+    (package / "d.py").write_text("from .sub.a import thing\nimport pkg\n")
+    graph = _import_graph(package)
+    assert graph["pkg.sub.a"] == {"pkg.sub.b"} and graph["pkg.sub.b"] == {"pkg.sub.c"}
+    assert graph["pkg.sub.c"] == {"pkg.sub.a", "pkg.top"} and graph["pkg.d"] == {"pkg.sub.a", "pkg"}
+    assert _circles(graph) == [["pkg.sub.a", "pkg.sub.b", "pkg.sub.c"]]
+    (package / "top.py").write_text("import pkg\n")  # the package's __init__ is the module pkg
+    assert _circles(_import_graph(package)) == [["pkg", "pkg.top"], ["pkg.sub.a", "pkg.sub.b", "pkg.sub.c"]]

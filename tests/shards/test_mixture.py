@@ -14,7 +14,8 @@ from test_blocks import FakeCorpus
 import shufflepoint
 from resume_contract import Component, assert_resume_contract, run_epochs, served_across_a_resize
 from shufflepoint._shards.blocks import _sub_seed
-from shufflepoint._shards.mixture import _SOURCE_TAG, Mixture
+from shufflepoint._shards.mixture import Mixture
+from shufflepoint._shards.mixture_order import _SOURCE_TAG
 from shufflepoint._shards.packed import Packed
 
 

@@ -373,3 +373,12 @@ def test_a_doubled_bos_or_eos_is_refused_with_the_fix():
     packed.epoch_order(0, 0, 8)
     rows = packed.__getitems__(list(range(len(packed))))  # all documents read at once, the first check
     assert [int(row["input_ids"][0]) for row in rows].count(BOS) >= 1
+
+
+def test_a_rows_pieces_keep_their_0_4_names():
+    """``segments`` now means only the state's [world_size, taken] pairs; Packed's (document, start, stop)
+    pieces are ``pieces``/``rows_pieces``, and the 0.4 names still answer the same."""
+    packed = Packed(documents([3, 5, 2, 4]), 4, progress=False)
+    packed.epoch_order(0, 0, 2)
+    assert Packed.segments is Packed.pieces and Packed.rows_segments is Packed.rows_pieces
+    assert packed.rows_pieces([0, 1, 2]) == [packed.pieces(row) for row in range(3)] == packed.rows_segments([0, 1, 2])

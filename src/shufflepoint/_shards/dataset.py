@@ -31,6 +31,7 @@ from shufflepoint._shards.prefetch import Prefetcher
 from shufflepoint._shards.readers import infer_format, make_reader, saved_dataset_files
 from shufflepoint._shards.readers._decoded import GROUPS
 from shufflepoint._shards.readers.base import OpenShard
+from shufflepoint._shards.shown import short
 from shufflepoint._shards.storage import Storage
 
 FINGERPRINT_PREFIX = "shards:"
@@ -44,22 +45,47 @@ def _is_remote(url: str) -> bool:
 class Shards(torch.utils.data.Dataset[Any]):
     """The rows of many shard files, in shard order, as one map-style dataset.
 
-    ``sources``: a list of paths or URLs, a glob (``"data/*.parquet"``, ``"s3://bucket/c4/*.jsonl.zst"``),
-    a manifest (``*.txt``, one path or URL a line), or the folder of a Hugging Face dataset saved
-    with ``save_to_disk``. ``format`` is inferred from the suffix when
-    omitted (``parquet``, ``jsonl``, ``webdataset``, ``tokens``, ``arrow``); ``columns``, ``seq_len``
-    and ``dtype`` go to the reader that takes them. ``transform(sample)`` runs on every sample.
-    ``max_open``: shards kept open per process; by default those of two blocks of the loader's order.
-    ``verify``: ``"version"`` (default) reads a shard only at the size and version (S3 ETag, GCS
-    generation, local mtime_ns) the index recorded, else a ``ShardError``; ``"checksum"`` also
-    records each shard's sha256 at indexing (downloading every shard once) and checks every copy
-    against it before a row is read: for storage that reports no version (plain HTTP).
-
     The index (rows, size and version per shard) is built once, in parallel, reading as little as each
     format allows or the index ``shufflepoint index`` published beside the corpus (see
     ``shufflepoint._shards.indexing``), and kept as a sidecar file; its content hash is
     ``fingerprint``, which the loader stores in its state, so a resume on a changed corpus is refused
     with the shards that changed.
+
+    Args:
+        sources (str | Sequence[str]): the shards: a list of paths or URLs, a glob
+            (``"data/*.parquet"``, ``"s3://bucket/c4/*.jsonl.zst"``), a manifest (``*.txt``, one path or
+            URL a line), or the folder of a Hugging Face dataset saved with ``save_to_disk``. Required.
+        format (str | None): the reader: ``"parquet"``, ``"jsonl"``, ``"webdataset"``, ``"tokens"`` or
+            ``"arrow"``. Default None: inferred from the first shard's suffix.
+        columns (Sequence[str] | None): the columns a row holds (``parquet``, ``arrow``). Default None:
+            every column. Part of the index's identity, so of ``fingerprint``.
+        seq_len (int | None): tokens per window of a ``tokens`` corpus (each row is ``seq_len + 1``
+            int64 tokens). Default None; required by ``tokens``, refused by the readers that take no
+            windows.
+        dtype (str | None): the token type of a ``tokens`` corpus (``"uint16"``, ``"uint32"``): how a
+            ``.bin`` is read, and what a ``.npy`` header must say. Default None: ``"uint16"``.
+        transform (Callable[[Any], Any] | None): called on every sample as it is read, in the process
+            that reads it (a loader's worker). Default None: samples as the reader returns them.
+        cache_dir (str | None): the folder for the index sidecars and the node cache of remote shards.
+            Default None: ``$SHUFFLEPOINT_CACHE``, else ``$XDG_CACHE_HOME/shufflepoint``, else
+            ``~/.cache/shufflepoint``.
+        cache_limit (int | None): bytes the node cache of downloaded remote shards may hold; the least
+            recently used shards are evicted first (one shard larger than the limit is still served).
+            Default None: no limit.
+        storage_options (dict[str, Any] | None): passed to fsspec for remote URLs (credentials,
+            endpoint, ...). Default None.
+        retries (int): retries of each storage call (exponential backoff with jitter) before a
+            ``ShardError`` names the shard. Default 5; 0 tries once.
+        prefetch (int): remote shards downloaded ahead of the loader, in the background. Default 16;
+            0 downloads a shard only when a row of it is read. Local shards are never prefetched.
+        index_threads (int): threads that build the index (one shard each at a time). Default 8.
+        progress (bool): show a tqdm bar while the index is built. Default True.
+        max_open (int | None): shards kept open per process. Default None: those of two blocks of the
+            loader's order (``keep_open_for``), at least 8 and at most 512.
+        verify (str): ``"version"`` (default) reads a shard only at the size and version (S3 ETag, GCS
+            generation, local mtime_ns) the index recorded, else a ``ShardError``; ``"checksum"`` also
+            records each shard's sha256 at indexing (downloading every shard once) and checks every
+            copy against it before a row is read: for storage that reports no version (plain HTTP).
 
     >>> corpus = Shards("data/train-*.parquet", columns=["text"])      # doctest: +SKIP
     >>> loader = shufflepoint.DataLoader(corpus, batch_size=32, seed=1)  # doctest: +SKIP
@@ -377,5 +403,7 @@ class Shards(torch.utils.data.Dataset[Any]):
         self._reset_process_state()
 
     def __repr__(self) -> str:
-        return (f"Shards({len(self.index.shards)} {self._reader.name} shards, {len(self)} rows, "
-                f"root={self.index.root!r})")
+        """``Shards(parquet, 12 shards, 1,024 rows, fingerprint='shards:0f3a9c1e…', root='s3://bucket/c4')``:
+        from the index in memory (its content hash is computed once, when it is built or read)."""
+        return (f"Shards({self._reader.name}, {len(self.index.shards):,} shards, {len(self):,} rows, "
+                f"fingerprint={short(self.fingerprint)}, root={self.index.root!r})")

@@ -54,7 +54,7 @@ def shard_location(shard: int, url: str, row: int, opened: Any) -> dict[str, Any
 
 def packed_location(index: int, epoch: int, row: int, seq_len: int, pieces: list[tuple[int, int, int]],
                     dataset: Any) -> dict[str, Any]:
-    """A ``Packed`` answer from the row's (document, start, stop) pieces (``Packed.segments``)."""
+    """A ``Packed`` answer from the row's (document, start, stop) pieces (``Packed.pieces``)."""
     documents = []
     for document, start, stop in pieces:
         entry: dict[str, Any] = {"document": document, "tokens": [start, stop]}

@@ -19,7 +19,8 @@ epoch boundaries too, and no world size enters it:
    its own ``packed`` epoch p, so its stream position q is exactly its index q.
 
 With ``schedule=`` the weights follow the run's position instead of a count per epoch (order
-version 2, ``scheduled_mixture.py``); everything below 2. is the same.
+version 2, ``scheduled_mixture.py``); everything below 2. is the same. Both orders live beside this module
+(``mixture_order.py``, ``scheduled_mixture.py``) and read the mixture through ``MixedSources``.
 
 The loader sees ``len(mixture) == samples_per_epoch`` and dataset indices into the concatenation
 of the sources (``mixture[i]`` is row ``i - offset[s]`` of source s), so a mixed epoch keeps the
@@ -38,20 +39,17 @@ import numpy as np
 import torch.utils.data
 
 from shufflepoint._core.schedule import Schedule, changed_phase, resumes, unweighted
-from shufflepoint._order import Order, check_int
+from shufflepoint._order import check_int
 from shufflepoint._order.distinct import distinct
-from shufflepoint._order.feistel import FeistelOrder
 from shufflepoint._shards.batch import Batch, Columnar, Rows, checked_indices, gather
-from shufflepoint._shards.blocks import BlockOrder, _sub_seed, checked_positions
 from shufflepoint._shards.locate import mixture_location
+from shufflepoint._shards.mixture_order import _MAX_STREAM, NAME, VERSION, MixtureOrder, decode, offsets
 from shufflepoint._shards.mixture_sources import check_sources, is_packed
+from shufflepoint._shards.scheduled_mixture import VERSION as SCHEDULED  # the order's version with a schedule
+from shufflepoint._shards.scheduled_mixture import ScheduledMixtureOrder, check_global_batch
+from shufflepoint._shards.shown import shown
 
-NAME = "mixture"
-VERSION = 1
 FINGERPRINT_PREFIX = "mixture:"
-_SOURCE_TAG, _WINDOW_TAG = 0x4D495853, 0x57494E44
-_MAX_STREAM = 2**62  # source stream positions stay int64
-SCHEDULED = 2  # the order's version with a schedule (scheduled_mixture.py)
 
 
 def _apportion(weights: list[float], total: int) -> list[int]:
@@ -79,10 +77,9 @@ def _read_source(dataset: Any, rows: np.ndarray) -> Batch:
 class Mixture(torch.utils.data.Dataset[Any]):
     """Several datasets mixed by weight: ``Mixture([(web, 0.7), (code, 0.3)])``.
 
-    ``samples_per_epoch`` (default: the sources' total length) is the length of a mixed epoch; each
-    source gets its weight's share of it, repeating when it is smaller than that share. Use it with
-    ``shufflepoint.DataLoader``, which then takes the ``mixture`` order; ``shuffle_block`` is the
-    window and block size of that order.
+    Use it with ``shufflepoint.DataLoader``, which then takes the ``mixture`` order; ``shuffle_block`` is
+    the window and block size of that order. Each source gets its weight's share of a mixed epoch,
+    repeating when it is smaller than that share, each pass in a new order.
 
     Packed sources (``Mixture([(Packed(web, L), 0.7), (Packed(code, L), 0.3)])``, one ``seq_len``)
     mix rows of equal token counts, so the weights are shares of tokens; each source's pass p is its
@@ -93,16 +90,28 @@ class Mixture(torch.utils.data.Dataset[Any]):
     >>> mixture.counts
     [6, 2]
 
-    ``schedule=[(start, weights), ...]`` (the sources then given alone, without weights) changes the
-    weights as training goes: ``start`` counts the samples consumed since the run began, all ranks
-    together (tokens for ``Packed`` sources), the first phase starting at 0; ``(start, weights, k)`` ramps
-    linearly to the next phase's weights in k steps. It needs the ``strided``
-    deal (the loader's default for it). ``counts`` is then the first epoch's. See docs/shards.md.
+    With a schedule the weights change as training goes; it needs the ``strided`` deal (the loader's
+    default for it), and ``counts`` is then the first epoch's. See docs/shards.md.
 
     >>> annealed = Mixture([list(range(10)), list(range(100, 104))], samples_per_epoch=8,
     ...                    schedule=[(0, [3, 1]), (6, [0, 1])])
     >>> annealed.counts
     [5, 3]
+
+    Args:
+        sources (Sequence): the datasets to mix, map-style, none empty: ``(dataset, weight)`` pairs, a
+            weight any finite number > 0 (only their ratios count); with ``schedule``, the datasets alone.
+            Required. A dataset with an order of its own is refused, but ``Packed`` (then every source
+            must be a ``Packed`` of the same ``seq_len``).
+        samples_per_epoch (int | None): positions of a mixed epoch, the loader's ``len``; each source
+            gets its weight's share of them (largest remainder), and a source whose share rounds to 0 is
+            refused. Default None: the sources' total length.
+        schedule (Sequence | None): phases ``(start, weights)``, or ``(start, weights, k)`` to ramp
+            linearly to the next phase's weights in k steps: ``start`` counts the samples consumed since
+            the run began, all ranks together (tokens for ``Packed`` sources), the first phase starting at
+            0, and a weight may be 0 (the source pauses). A resume may append phases after the position it
+            reached, never change one that began. Default None: the weights of ``sources``, the same
+            every epoch.
     """
 
     order_name = NAME
@@ -115,7 +124,7 @@ class Mixture(torch.utils.data.Dataset[Any]):
         self.sources = [dataset for dataset, _ in pairs]
         self.weights = [weight for _, weight in pairs]
         self.lengths = [len(dataset) for dataset in self.sources]
-        self._offsets = np.concatenate(([0], np.cumsum(self.lengths))).astype(np.int64)
+        self._offsets = offsets(self.lengths)
         total = int(self._offsets[-1])
         length = total if samples_per_epoch is None else check_int("samples_per_epoch", samples_per_epoch,
                                                                      1, _MAX_STREAM)
@@ -131,7 +140,6 @@ class Mixture(torch.utils.data.Dataset[Any]):
         if empty and self.schedule is None:
             raise ValueError(f"weights: source {empty[0]} gets 0 of the {length} samples per epoch; raise its "
                              "weight or samples_per_epoch")
-        self._largest = max(range(len(self.counts)), key=lambda s: (self.counts[s], -s))
         self._index_limit = _MAX_STREAM if self._packed else total  # Packed: pass * rows + offset + row
 
     def __len__(self) -> int:
@@ -152,16 +160,7 @@ class Mixture(torch.utils.data.Dataset[Any]):
     def _decode(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(source, index into that source) of mixture indices: ``pass * rows + offset[s] + row`` is
         source s's index ``pass * len(s) + row`` (pass 0 but for Packed sources)."""
-        passes, local = np.divmod(flat, self.rows)
-        source = np.searchsorted(self._offsets, local, side="right") - 1
-        lengths = np.asarray(self.lengths, dtype=np.int64)
-        return source, passes * lengths[source] + local - self._offsets[source]
-
-    def _encode(self, source: int, source_indices: np.ndarray) -> np.ndarray:
-        """Mixture indices of these indices into source ``source`` (``_decode``'s inverse)."""
-        passes, rows = np.divmod(source_indices, self.lengths[source])
-        found: np.ndarray = passes * self.rows + self._offsets[source] + rows
-        return found
+        return decode(self._offsets, self.lengths, flat)
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
         """``[self[i] for i in indices]``, each source's samples read as one batch."""
@@ -237,8 +236,6 @@ class Mixture(torch.utils.data.Dataset[Any]):
     def check_global_batch(self, global_batch: int, grid: int) -> None:
         """Warn when global batches of ``global_batch`` rows are not whole windows of the run's ``grid``."""
         if self.schedule is not None:
-            from shufflepoint._shards.scheduled_mixture import check_global_batch
-
             check_global_batch(grid, global_batch)
 
     def schedule_on_grid(self, grid: int) -> Schedule:
@@ -260,10 +257,18 @@ class Mixture(torch.utils.data.Dataset[Any]):
         """The order of one epoch; ``grid`` (a loader's global batch) places a schedule's phases and shares on
         its global batches (``scheduled_mixture.py``); without a schedule it changes nothing."""
         if self.schedule is not None:
-            from shufflepoint._shards.scheduled_mixture import ScheduledMixtureOrder  # it subclasses MixtureOrder
-
             return ScheduledMixtureOrder(self, seed, epoch, shuffle_block, grid)
         return MixtureOrder(self, seed, epoch, shuffle_block)
+
+    def __repr__(self) -> str:
+        """``Mixture(2 sources, weights=[0.75, 0.25], counts=[6, 2], samples_per_epoch=8, rows=14, schedule=None,
+        sources=[list of 10 rows, list of 4 rows])``; with a schedule, its phases as written (the weights and
+        counts are then the first phase's and the first epoch's)."""
+        schedule = "None" if self.schedule is None else f"{len(self.schedule.identities())} phases"
+        weights = [round(weight, 4) for weight in self.weights]
+        return (f"Mixture({len(self.sources)} sources, weights={weights}, counts={self.counts}, "
+                f"samples_per_epoch={self.samples_per_epoch:,}, rows={self.rows:,}, schedule={schedule}, "
+                f"sources=[{', '.join(shown(dataset) for dataset in self.sources)}])")
 
     def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
         """Pass upcoming indices on to the sources that read ahead (``Shards``)."""
@@ -272,104 +277,3 @@ class Mixture(torch.utils.data.Dataset[Any]):
             hook = getattr(self.sources[s], "prefetch", None)
             if callable(hook):
                 hook(within[source == s])
-
-
-class MixtureOrder:
-    """The ``mixture`` order of one (seed, epoch): positions -> indices into the concatenated sources."""
-
-    name = NAME
-    version = VERSION
-
-    def __init__(self, mixture: Mixture, seed: int, epoch: int, shuffle_block: int) -> None:
-        self.n = mixture.samples_per_epoch
-        self._mixture, self.seed, self.epoch = mixture, seed, epoch
-        self._block = check_int("shuffle_block", shuffle_block, 1, _MAX_STREAM)
-        self._windows = max(1, self.n // self._block)  # the last window takes the remainder
-        sources = len(mixture.counts)
-        smallest_window = min(self._block, self.n)
-        if sources > 1 and smallest_window * mixture.counts[mixture._largest] // self.n < sources - 1:
-            raise ValueError(f"shuffle_block: found {shuffle_block}, too small to mix {sources} sources with "
-                             f"these weights; use at least "
-                             f"{math.ceil((sources - 1) * self.n / mixture.counts[mixture._largest])}")
-        passes = max((epoch + 1) * c // n + 1 for c, n in zip(mixture.counts, mixture.lengths, strict=True))
-        if (epoch + 1) * max(mixture.counts) >= _MAX_STREAM or mixture._packed and passes * mixture.rows >= _MAX_STREAM:
-            raise ValueError(f"epoch: found {epoch}, too far for this mixture (stream positions pass 2**62)")
-        self._bind_sources()
-
-    def _bind_sources(self) -> None:
-        """Start the cache of the sources' own orders; each Packed source is bound to its (seed,
-        shuffle_block) now, before workers copy it."""
-        self._source_orders: dict[tuple[int, int], Order] = {}
-        if self._mixture._packed:
-            for s in range(len(self._mixture.sources)):
-                self._source_order(s, 0)
-
-    def _quotas(self, x: int) -> list[int]:
-        """c_s(x): how many of the first x positions belong to each source."""
-        counts, largest = self._mixture.counts, self._mixture._largest
-        quotas = [x * count // self.n for count in counts]
-        quotas[largest] = x - (sum(quotas) - quotas[largest])
-        return quotas
-
-    def _source_order(self, source: int, passes: int) -> Order:
-        key = (source, passes)
-        found = self._source_orders.get(key)
-        if found is None:
-            if len(self._source_orders) >= 16:
-                self._source_orders.pop(next(iter(self._source_orders)))
-            dataset = self._mixture.sources[source]
-            seed = _sub_seed(self.seed, _SOURCE_TAG, source)
-            rows = getattr(dataset, "shard_rows", None)
-            if self._mixture._packed:  # its own packed epoch `passes`: indices passes * len + row
-                found = dataset.epoch_order(seed, passes, self._block)
-            elif rows is not None:
-                found = BlockOrder(rows, seed, passes, self._block)
-            else:
-                found = FeistelOrder(self._mixture.lengths[source], seed, passes)
-            self._source_orders[key] = found
-        return found
-
-    def index(self, position: int) -> int:
-        return int(self.take(np.array([position], dtype=np.int64))[0])
-
-    def take(self, positions: np.ndarray) -> np.ndarray:
-        """Indices into the concatenated sources at these epoch positions (int64, each in [0, n))."""
-        positions, flat = checked_positions(positions, self.n)
-        source = np.empty_like(flat)
-        stream = np.empty_like(flat)
-        window = np.minimum(flat // self._block, self._windows - 1)
-        for k in distinct(window).tolist():
-            where = window == k
-            self._fill_window(k, flat[where], source, stream, where)
-        return self._from_sources(source, stream).reshape(positions.shape)
-
-    def _from_sources(self, source: np.ndarray, stream: np.ndarray) -> np.ndarray:
-        """Mixture indices of (source, position in its stream) pairs, read source by source."""
-        found = np.empty_like(stream)
-        for s in distinct(source).tolist():
-            where = source == s
-            found[where] = self._from_source(s, stream[where])
-        return found
-
-    def _fill_window(self, k: int, positions: np.ndarray, source: np.ndarray, stream: np.ndarray,
-                     where: np.ndarray) -> None:
-        start = k * self._block
-        stop = self.n if k == self._windows - 1 else start + self._block
-        before, after = self._quotas(start), self._quotas(stop)
-        ends = np.cumsum(np.subtract(after, before), dtype=np.int64)
-        shuffled = FeistelOrder(stop - start, _sub_seed(self.seed, _WINDOW_TAG, k), self.epoch).take(
-            positions - start)
-        owner = np.searchsorted(ends, shuffled, side="right")
-        slot_start = ends[owner] - (np.asarray(after, dtype=np.int64) - before)[owner]
-        source[where] = owner
-        counts = np.asarray(self._mixture.counts, dtype=np.int64)
-        stream[where] = self.epoch * counts[owner] + np.asarray(before, dtype=np.int64)[owner] + (shuffled - slot_start)
-
-    def _from_source(self, s: int, stream: np.ndarray) -> np.ndarray:
-        length = self._mixture.lengths[s]
-        passes, rows = np.divmod(stream, length)
-        found = np.empty_like(stream)
-        for p in distinct(passes).tolist():
-            where = passes == p
-            found[where] = self._source_order(s, p).take(rows[where])
-        return self._mixture._encode(s, found)

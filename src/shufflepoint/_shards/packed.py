@@ -49,6 +49,7 @@ from shufflepoint._shards.packed_rows import (
     _cut,
     build_window,
 )
+from shufflepoint._shards.shown import shown
 from shufflepoint._shards.token_counts import TokenSource, read
 
 FINGERPRINT_PREFIX = "packed:"
@@ -68,14 +69,7 @@ def _short(text: str) -> str:
 class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     """Rows of exactly ``seq_len`` tokens packed from a map-style dataset of tokenized documents.
 
-    ``dataset[i][tokens]`` (``tokens="input_ids"`` by default) holds document i's token ids (a list,
-    numpy array or tensor of ints); or ``tokenize(dataset[i])`` returns them, for text tokenized on
-    the fly, and then ``tokenizer`` names it (``"gpt2@<revision>"``, a hash of its vocabulary): the
-    name keys the kept token counts and joins the fingerprint, so a resume with another tokenizer is
-    refused. ``bos``/``eos`` token ids, when given, open/close every document and count as its
-    tokens. The token counts of a ``Shards`` corpus are counted once, by shard in ``count_workers``
-    processes (default: the CPUs it may use), and kept in its cache folder (``token_counts``). Each
-    item is a dict of int64 tensors of length ``seq_len``: ``input_ids``, ``position_ids`` (0 at
+    Each item is a dict of int64 tensors of length ``seq_len``: ``input_ids``, ``position_ids`` (0 at
     each document start and at the row start) and ``labels`` (``input_ids`` with -100 wherever
     ``position_ids`` is 0). ``Packed.varlen_collate`` adds the document boundaries that flash-attention
     reads (``cu_seqlens`` and transformers' ``cu_seq_lens_q``/``_k``...), ``Packed.flatten_collate``
@@ -88,6 +82,29 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
 
     ``len(packed)`` is the rows per epoch (the same every epoch). One ``Packed`` serves one
     (seed, shuffle_block): the first ``epoch_order`` call binds them.
+
+    Args:
+        dataset (map-style dataset): the documents, one per index (``Shards``, a Hugging Face
+            ``Dataset``, a list of dicts...). Required. A dataset with an epoch order of its own (a
+            ``Mixture``) is refused: pack each corpus, then mix the ``Packed`` ones.
+        seq_len (int): tokens per row, >= 1. Required. Documents are laid end to end and cut every
+            ``seq_len`` tokens; the epoch's last partial row is dropped.
+        tokens (str | None): the field of ``dataset[i]`` that holds document i's token ids (a list,
+            numpy array or tensor of ints). Default None: ``"input_ids"``. Not with ``tokenize``.
+        tokenize (Callable[[Any], Any] | None): ``tokenize(dataset[i])`` returns document i's token ids,
+            for text tokenized on the fly (once per document per epoch per rank). Default None: read
+            ``tokens``. Needs ``tokenizer``.
+        tokenizer (str | None): the identity of ``tokenize`` (``"gpt2@<revision>"``, a hash of its
+            vocabulary): it keys the kept token counts and joins the fingerprint, so a resume with
+            another tokenizer is refused. Default None; required with ``tokenize``, refused without it.
+        bos (int | None): a token id opened every document with; it counts as the document's token.
+            Default None: none. Refused when the first documents read already start with it.
+        eos (int | None): a token id closing every document, counted as ``bos`` is. Default None: none.
+            Refused when the first documents read already end with it.
+        progress (bool): show a tqdm bar while the documents' tokens are counted. Default True.
+        count_workers (int | None): processes that count a ``Shards`` corpus's tokens, shard by shard
+            (counted once and kept in its cache folder, ``token_counts``). Default None: the CPUs this
+            process may use. Another dataset is counted in this process.
     """
 
     order_name = NAME
@@ -220,7 +237,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         if found is None:
             if len(self._tables) >= _CACHED_EPOCHS:
                 self._tables.pop(next(iter(self._tables)))
-            found = self._tables[epoch] = EpochTable(self, *self._bound, epoch)
+            found = self._tables[epoch] = EpochTable(self.dataset, self._cumulative, *self._bound, epoch)
         return found
 
     def _decode(self, index: Any) -> tuple[int, int]:
@@ -229,20 +246,20 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         epoch, row = divmod(int(index), self.rows_per_epoch)
         return epoch, row
 
-    def segments(self, index: int) -> list[tuple[int, int, int]]:
+    def pieces(self, index: int) -> list[tuple[int, int, int]]:
         """The (document, start, stop) pieces of row ``index``, in order (offsets count bos/eos)."""
         epoch, row = self._decode(index)
-        return self._table(epoch).segments(row * self.seq_len, (row + 1) * self.seq_len)
+        return self._table(epoch).pieces(row * self.seq_len, (row + 1) * self.seq_len)
 
     def locate(self, index: int) -> dict[str, Any]:
         """Where row ``index`` (``epoch * len(self) + row``) comes from: its token span in the epoch's
         stream and its documents, each with its token span (bos/eos counted) and, for a corpus that
         says so (``Shards``), where the document lives. Needs the loader's order (see ``_table``)."""
         epoch, row = self._decode(index)
-        return packed_location(int(index), epoch, row, self.seq_len, self.segments(index), self.dataset)
+        return packed_location(int(index), epoch, row, self.seq_len, self.pieces(index), self.dataset)
 
-    def rows_segments(self, indices: Sequence[int]) -> list[list[tuple[int, int, int]]]:
-        """``[self.segments(i) for i in indices]``, with each run of consecutive rows (a batch under
+    def rows_pieces(self, indices: Sequence[int]) -> list[list[tuple[int, int, int]]]:
+        """``[self.pieces(i) for i in indices]``, with each run of consecutive rows (a batch under
         the ``spans`` deal is one) walked once and cut at the row edges."""
         found: list[list[tuple[int, int, int]]] = []
         run: list[int] = []
@@ -252,17 +269,21 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
                 continue
             if run:
                 epoch, row = self._decode(run[0])
-                found += _cut(self._table(epoch).segments(row * self.seq_len, (row + len(run)) * self.seq_len),
+                found += _cut(self._table(epoch).pieces(row * self.seq_len, (row + len(run)) * self.seq_len),
                               self.seq_len)
             run = [int(index)] if index is not None and self._decode(index) else []
         return found
+
+    # The names 0.4 gave them: "segments" now means only the state's [world_size, taken] pairs.
+    segments = pieces
+    rows_segments = rows_pieces
 
     def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
         """Pass the documents of upcoming rows, in reading order, to a dataset that reads ahead (``Shards``)."""
         hook = getattr(self.dataset, "prefetch", None)
         if not callable(hook) or len(indices) == 0 or not getattr(self.dataset, "reads_ahead", True):
             return
-        documents = [d for row in self.rows_segments(np.asarray(indices).tolist()) for d, _, _ in row]
+        documents = [d for row in self.rows_pieces(np.asarray(indices).tolist()) for d, _, _ in row]
         hook(np.asarray(documents, dtype=np.int64))
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
@@ -279,7 +300,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         if window is not None:
             return window
         order = indices.tolist() if isinstance(indices, np.ndarray) else list(indices)  # each checked by _decode
-        pieces = self.rows_segments(order)
+        pieces = self.rows_pieces(order)
         held = self._held
         documents = sorted({d for row in pieces for d, _, _ in row if held is None or d != held[0]})
         texts = dict(zip(documents, self._documents(documents), strict=True))
@@ -388,6 +409,16 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         position_ids = (np.arange(input_ids.size, dtype=np.int64) - np.repeat(starts, lengths)).reshape(input_ids.shape)
         labels = np.where(position_ids == 0, IGNORE_INDEX, input_ids)
         return input_ids, position_ids, labels
+
+    def __repr__(self) -> str:
+        """``Packed(seq_len=2048, documents=1,000, tokens=524,288, rows=256, tokens_from='input_ids',
+        bos=None, eos=2, dataset=Shards(...))``, plus the (seed, shuffle_block) a loader bound it to."""
+        source = self.source
+        tokens_from = f"tokenizer={source.tokenizer!r}" if source.tokenize is not None else f"field={source.field!r}"
+        bound = "" if self._bound is None else f", seed={self._bound[0]}, shuffle_block={self._bound[1]:,}"
+        return (f"Packed(seq_len={self.seq_len:,}, documents={len(self.lengths):,}, tokens={self.tokens_per_epoch:,}, "
+                f"rows={self.rows_per_epoch:,}, {tokens_from}, bos={self.bos}, eos={self.eos}{bound}, "
+                f"dataset={shown(self.dataset)})")
 
     varlen_collate = staticmethod(packed_collate.varlen_collate)
     flatten_collate = staticmethod(packed_collate.flatten_collate)

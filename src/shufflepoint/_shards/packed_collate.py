@@ -17,9 +17,9 @@ the rows end to end as one ``(1, B*L)`` row, like ``transformers.DataCollatorWit
 with one sequence per sample (here a sample already holds several).
 
 Worked, rows ``[1000, 1001 | 2000, 2001]`` and ``[2002 | 3000, 3001, 3002]`` (``|`` a document
-edge; ``position_ids`` ``[0, 1, 0, 1]`` and ``[0, 0, 1, 2]``): the segments start at 0, 2, 4 and 5
+edge; ``position_ids`` ``[0, 1, 0, 1]`` and ``[0, 0, 1, 2]``): the pieces (``Packed.pieces``) start at 0, 2, 4 and 5
 of the flattened batch, so ``cu_seqlens`` is ``[0, 2, 4, 5, 8]`` and ``max_seqlen`` 3; a document
-cut by a row edge (2000-2002) is two segments.
+cut by a row edge (2000-2002) is two pieces.
 """
 
 from __future__ import annotations
@@ -33,13 +33,13 @@ ROW_KEYS = ("input_ids", "position_ids", "labels")
 
 
 def boundaries(position_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """``cu_seqlens`` (int32: every segment's start in ``position_ids.view(-1)``, then its size) and
-    the longest segment, from positions that are 0 at each segment start."""
+    """``cu_seqlens`` (int32: every piece's start in ``position_ids.view(-1)``, then its size) and
+    the longest piece, from positions that are 0 at each piece's start."""
     flat = position_ids.reshape(-1)
     if flat.numel() == 0:
         raise ValueError("position_ids: found an empty batch, expected at least one row of at least one token")
     if int(flat[0]) != 0:
-        raise ValueError(f"position_ids: found {int(flat[0])} at the first token, expected 0 (a row starts a segment); "
+        raise ValueError(f"position_ids: found {int(flat[0])} at the first token, expected 0 (a row starts a piece); "
                          "pass rows of shufflepoint.Packed")
     starts = torch.nonzero(flat == 0).reshape(-1)
     cu_seqlens = torch.cat((starts, torch.tensor([flat.numel()], device=starts.device))).to(torch.int32)
@@ -65,7 +65,7 @@ def _with_boundaries(batch: dict[str, Any]) -> dict[str, Any]:
 
 
 def varlen_collate(samples: Sequence[dict[str, torch.Tensor]]) -> dict[str, Any]:
-    """Rows stacked ``(B, L)``, plus the segment boundaries under both names: ``cu_seqlens`` and
+    """Rows stacked ``(B, L)``, plus the pieces' boundaries under both names: ``cu_seqlens`` and
     ``max_seqlen`` (``flash_attn_varlen_func``) and ``cu_seq_lens_q``, ``cu_seq_lens_k``,
     ``max_length_q``, ``max_length_k`` (what transformers' flash-attention path reads at any batch
     size). ``model(**batch)`` then keeps attention inside each document under flash-attention, and
@@ -76,7 +76,7 @@ def varlen_collate(samples: Sequence[dict[str, torch.Tensor]]) -> dict[str, Any]
 def flatten_collate(samples: Sequence[dict[str, torch.Tensor]]) -> dict[str, Any]:
     """Rows laid end to end as one ``(1, B*L)`` row (``input_ids``, ``position_ids``, ``labels``), plus
     the boundaries of ``varlen_collate``: the padding-free form of ``DataCollatorWithFlattening``.
-    ``position_ids`` restart at 0 at every segment (so also at every row start), and ``labels`` are
+    ``position_ids`` restart at 0 at every piece (so also at every row start), and ``labels`` are
     -100 there, so nothing attends or is predicted across a document or a row edge."""
     batch = _stacked(samples)
     flat = {key: value.reshape(1, -1) if key in ROW_KEYS else value for key, value in batch.items()}

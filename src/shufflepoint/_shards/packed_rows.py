@@ -1,8 +1,10 @@
 """The rows of one ``Packed`` epoch: its table (documents in the ``blocks`` order, where each row's
 pieces are), a window of its token stream read at once, and a batch of rows.
 
-``EpochTable`` holds an O(blocks) table per epoch plus the last few blocks' documents; ``segments``
-walks one token range piece by piece, ``pieces`` finds the same pieces as arrays. ``TokenWindow``
+A *piece* is one document's part of a row or of a token range: ``(document, start, stop)``, offsets in
+the framed document (bos/eos counted). ``EpochTable`` holds an O(blocks) table per epoch plus the last
+few blocks' documents; ``pieces`` lists the pieces of one token range as tuples, ``piece_arrays`` finds
+the same pieces as three arrays. ``TokenWindow``
 is a stretch of the epoch's token stream laid out flat (``window_tokens`` tokens, from a row start):
 a run of consecutive rows inside it is one slice, with ``position_ids`` the position inside each
 document capped by the position inside the row. It is built from one read of its documents' tokens
@@ -13,12 +15,12 @@ Worked (``tests/shards/test_packed_window.py`` pins it): documents of 3, 5, 2 an
 [d2, d1, d3, d0] (``Packed``'s worked example), seq_len 4. A window from token 0 holds the stream
 d2[0:2] d1[0:5] d3[0:4] d0[0:3] with its position in each document ``[0 1 | 0 1 2 3 4 | 0 1 2 3 |
 0 1 2]``; row 1 is tokens [4, 8): positions in documents ``[2 3 4 0]``, capped by ``[0 1 2 3]``
-(the position in the row): ``[0 1 2 0]``, as ``Packed.segments`` says (d1[2:5], d3[0:1]).
+(the position in the row): ``[0 1 2 0]``, as ``Packed.pieces`` says (d1[2:5], d3[0:1]).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,9 +28,6 @@ from torch.utils.data import default_collate
 
 from shufflepoint._shards.batch import Rows
 from shufflepoint._shards.blocks import BlockOrder, _sub_seed, checked_positions
-
-if TYPE_CHECKING:
-    from shufflepoint._shards.packed import Packed
 
 NAME = "packed"
 VERSION = 1
@@ -105,22 +104,26 @@ class PackedOrder:
 
 
 class EpochTable:
-    """One epoch's token stream: documents in the ``blocks`` order, O(blocks) table plus cached blocks."""
+    """One epoch's token stream: documents in the ``blocks`` order, O(blocks) table plus cached blocks.
 
-    def __init__(self, packed: Packed, seed: int, shuffle_block: int, epoch: int) -> None:
-        rows = getattr(packed.dataset, "shard_rows", None)
+    ``dataset`` is the ``Packed``'s documents (its ``shard_rows``, where it has them, are the blocks
+    order's shards); ``token_starts`` the framed documents' token starts end to end (one more than the
+    documents: the last is the total)."""
+
+    def __init__(self, dataset: Any, token_starts: np.ndarray, seed: int, shuffle_block: int, epoch: int) -> None:
+        rows = getattr(dataset, "shard_rows", None)
         if rows is None:  # chunks of consecutive documents stand in for shards
-            documents, chunk = len(packed.lengths), max(1, shuffle_block // _CHUNKS_PER_BLOCK)
+            documents, chunk = len(token_starts) - 1, max(1, shuffle_block // _CHUNKS_PER_BLOCK)
             rows = [chunk] * (documents // chunk) + ([documents % chunk] if documents % chunk else [])
         self._order = BlockOrder(rows, _sub_seed(seed, _DOCUMENTS_TAG), epoch, shuffle_block)
-        self._cumulative = packed._cumulative
-        order = self._order  # pieces: runs of one shard's documents, in stream order
-        piece_documents = np.diff(np.append(order._stream_start, order.n))
+        self._cumulative = token_starts
+        order = self._order  # runs of one shard's documents, in stream order
+        run_documents = np.diff(np.append(order._stream_start, order.n))
         first = order._dataset_start
-        piece_tokens = self._cumulative[first + piece_documents] - self._cumulative[first]
-        piece_token_start = np.concatenate(([0], np.cumsum(piece_tokens))).astype(np.int64)
+        run_tokens = self._cumulative[first + run_documents] - self._cumulative[first]
+        run_token_start = np.concatenate(([0], np.cumsum(run_tokens))).astype(np.int64)
         opens = np.searchsorted(order._stream_start, order._block_start)
-        self.block_token_start = piece_token_start[opens]
+        self.block_token_start = run_token_start[opens]
         self._blocks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def block(self, block: int) -> tuple[np.ndarray, np.ndarray]:
@@ -135,7 +138,7 @@ class EpochTable:
             found = self._blocks[block] = (documents, np.concatenate(([0], np.cumsum(sizes))).astype(np.int64))
         return found
 
-    def pieces(self, begin: int, end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def piece_arrays(self, begin: int, end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The (document, start, stop) pieces covering epoch tokens [begin, end), as three int64 arrays: a
         few numpy calls per block instead of a step per document."""
         found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
@@ -159,9 +162,9 @@ class EpochTable:
                 np.concatenate([f[1] for f in found]).astype(np.int64, copy=False),
                 np.concatenate([f[2] for f in found]).astype(np.int64, copy=False))
 
-    def segments(self, begin: int, end: int) -> list[tuple[int, int, int]]:
-        """(document, start, stop) pieces covering epoch tokens [begin, end): ``pieces`` as tuples."""
-        documents, starts, stops = self.pieces(begin, end)
+    def pieces(self, begin: int, end: int) -> list[tuple[int, int, int]]:
+        """(document, start, stop) pieces covering epoch tokens [begin, end): ``piece_arrays`` as tuples."""
+        documents, starts, stops = self.piece_arrays(begin, end)
         return list(zip(documents.tolist(), starts.tolist(), stops.tolist(), strict=True))
 
 
@@ -209,11 +212,11 @@ def _counting(size: int, dtype: Any) -> np.ndarray:
 
 def build_window(table: EpochTable, epoch: int, begin: int, end: int, framing: tuple[int | None, int | None],
                  read: Any) -> Window | None:
-    """The window of tokens ``[begin, end)``: its pieces (``table.pieces``), its documents' tokens read
+    """The window of tokens ``[begin, end)``: its pieces (``table.piece_arrays``), its documents' tokens read
     at once (``read(ascending documents) -> [ids, ...]``, None where it cannot), and laid end to end
     by one concatenation (a slice per piece, bos/eos where the framing puts them). Also returns the
     documents and their tokens as read, in window order, for the caller's checks."""
-    documents, starts, stops = table.pieces(begin, end)
+    documents, starts, stops = table.piece_arrays(begin, end)
     ascending = np.argsort(documents, kind="stable")
     found = read(documents[ascending])
     if found is None:

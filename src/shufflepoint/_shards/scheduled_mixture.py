@@ -15,7 +15,7 @@ batches (positions ``kG .. kG + G - 1`` of an epoch, the last one short), and ea
 first edge at or after the start it names (``Schedule.on_grid``), so every global batch follows the
 phase of its first sample and holds counts(end) - counts(start) of each source: within one row of
 weight x G for two sources, over any run of global batches of one phase, within two for more
-(``_core/schedule_grid.py``). A ``ResumableSampler`` (its
+(``_core/schedule.py``, ``GridSchedule``). A ``ResumableSampler`` (its
 batches unknown) reads the ``shuffle_block`` windows above, phases starting at the row they name.
 
 Position -> (source, row of its stream) is then one binary search over the phase starts and one per
@@ -28,20 +28,15 @@ read the epoch's later positions first on other ranks, so a scheduled mixture re
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from shufflepoint._core.schedule import windows
+from shufflepoint._core.schedule import Schedule, windows
 from shufflepoint._order import check_int
 from shufflepoint._order.distinct import distinct_inverse
 from shufflepoint._order.feistel_many import sub_seeds, take_many
 from shufflepoint._shards.blocks import _M64, checked_positions
-from shufflepoint._shards.mixture import _MAX_STREAM, MixtureOrder
-
-if TYPE_CHECKING:
-    from shufflepoint._core.schedule import Schedule
-    from shufflepoint._shards.mixture import Mixture
+from shufflepoint._shards.mixture_order import _MAX_STREAM, MixedSources, MixtureOrder
 
 VERSION = 2
 _PIECE_TAG, _PHASE_TAG = 0x50494543, 0x50484153
@@ -52,9 +47,9 @@ class ScheduledMixtureOrder(MixtureOrder):
 
     version = VERSION
 
-    def __init__(self, mixture: Mixture, seed: int, epoch: int, shuffle_block: int, grid: int | None = None) -> None:
-        self.n = mixture.samples_per_epoch
-        self._mixture, self.seed, self.epoch = mixture, seed, epoch
+    def __init__(self, mixture: MixedSources, seed: int, epoch: int, shuffle_block: int,
+                 grid: int | None = None) -> None:
+        self._read_mixture(mixture, seed, epoch)
         self._block = check_int("shuffle_block", shuffle_block, 1, _MAX_STREAM)  # the sources' blocks
         if mixture.schedule is None:
             raise ValueError("mixture: found one without a schedule; its order is MixtureOrder")
@@ -65,9 +60,9 @@ class ScheduledMixtureOrder(MixtureOrder):
             self._schedule = mixture.schedule_on_grid(self._window)
         self._windows = windows(self.n, self._window, grid is not None)
         far = (epoch + 1) * self.n >= _MAX_STREAM
-        if not far and mixture._packed:  # a Packed source's index is pass * rows + row
+        if not far and self._packed:  # a Packed source's index is pass * rows + row
             ends = self._schedule.counts((epoch + 1) * self.n)
-            far = max(c // n + 1 for c, n in zip(ends, mixture.lengths, strict=True)) * mixture.rows >= _MAX_STREAM
+            far = max(c // n + 1 for c, n in zip(ends, mixture.lengths, strict=True)) * self._rows >= _MAX_STREAM
         if far:
             raise ValueError(f"epoch: found {epoch}, too far for this mixture (stream positions pass 2**62)")
         self._origin = epoch * self.n

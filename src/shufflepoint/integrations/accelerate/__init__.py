@@ -43,10 +43,9 @@ replaces or reads. The patch refuses Accelerate versions it was not tested on
 Modules, one concern each: ``_patch`` (the machinery and its version range), ``_order``
 (capturing and restoring a stock sampler's order), ``_hooks`` (the replaced loader methods),
 ``_save_state`` (per-rank ``save_state`` files), ``_native`` and ``_prepared`` (the native
-``prepare`` path and its ``gather_for_metrics`` tail trim).
+``prepare`` path and its wrapper), ``_tail`` (the ``gather_for_metrics`` tail trim's arithmetic).
 """
 
-from shufflepoint.integrations.accelerate._native import tail_trim
 from shufflepoint.integrations.accelerate._patch import (
     TESTED_ACCELERATE,
     is_patched,
@@ -54,5 +53,6 @@ from shufflepoint.integrations.accelerate._patch import (
     unpatch_accelerate,
     version_in_range,
 )
+from shufflepoint.integrations.accelerate._tail import tail_trim
 
 __all__ = ["TESTED_ACCELERATE", "is_patched", "patch_accelerate", "tail_trim", "unpatch_accelerate", "version_in_range"]

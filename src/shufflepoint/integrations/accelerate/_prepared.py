@@ -9,7 +9,7 @@ from accelerate.data_loader import DataLoaderStateMixin
 from accelerate.state import GradientState
 from accelerate.utils import send_to_device
 
-from shufflepoint.integrations.accelerate._native import tail_trim
+from shufflepoint.integrations.accelerate._tail import tail_trim
 
 
 class PreparedDataLoader(DataLoaderStateMixin):

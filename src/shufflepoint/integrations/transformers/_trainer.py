@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch.utils.data
 
+import shufflepoint.integrations.transformers._touch as _touch
 from shufflepoint._core.errors import ResumeWarning
 from shufflepoint._core.trainer_placement import Placement, place, updates_per_epoch
 from shufflepoint._loading.keyed import Transform
 from shufflepoint._loading.loader import DataLoader
-from shufflepoint.integrations.transformers import _touch
 from shufflepoint.integrations.transformers._budget import Budget, Reach, end_of, step_size, steps_to
 from shufflepoint.integrations.transformers._mixin_order import (
     refuse_a_mixin_without_a_trainer,
