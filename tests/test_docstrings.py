@@ -45,14 +45,9 @@ def undocumented(cls: type) -> list[str]:
             if parameter.kind not in catch_alls and name != "self" and name not in found]
 
 
-_REWRITTEN = pytest.mark.xfail(strict=False, reason="issue 31: DataLoader and ResumableSampler docstrings are being "
-                                                   "rewritten on another branch")
-
-
 @pytest.mark.parametrize("cls", [
     shufflepoint.Shards, shufflepoint.Packed, shufflepoint.Mixture,
-    pytest.param(shufflepoint.DataLoader, marks=_REWRITTEN),
-    pytest.param(shufflepoint.ResumableSampler, marks=_REWRITTEN),
+    shufflepoint.DataLoader, shufflepoint.ResumableSampler,
 ], ids=lambda cls: cls.__name__)
 def test_every_constructor_argument_is_in_an_args_block(cls: type) -> None:
     missing = undocumented(cls)

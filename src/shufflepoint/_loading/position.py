@@ -109,8 +109,8 @@ def warn_if_the_batch_size_was_set(saved: _state.Position, layout: Layout) -> No
     another one reads on at the loader's size: said loudly, since it is most often the script's constant."""
     legs = saved.history.legs
     recorded = legs[-1].layout
-    ramped = any(later.layout.world_size == earlier.layout.world_size
-                 and later.layout.batch_size != earlier.layout.batch_size for earlier, later in itertools.pairwise(legs))
+    ramped = any(after.layout.world_size == before.layout.world_size
+                 and after.layout.batch_size != before.layout.batch_size for before, after in itertools.pairwise(legs))
     if ramped and recorded.batch_size != layout.batch_size:
         warn_user(
             f"batch_size: the saved run changed its batch size with set_batch_size and read on at "

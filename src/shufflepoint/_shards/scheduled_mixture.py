@@ -27,10 +27,9 @@ read the epoch's later positions first on other ranks, so a scheduled mixture re
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
+from shufflepoint._core.errors import warn_user
 from shufflepoint._core.schedule import Schedule, windows
 from shufflepoint._order import check_int
 from shufflepoint._order.distinct import distinct_inverse
@@ -98,8 +97,8 @@ def check_global_batch(grid: int, global_batch: int) -> None:
     global batch, which the schedule's phases and shares follow): after a resize to another global batch,
     or a ``set_batch_size`` that is not a multiple of it."""
     if global_batch % grid:
-        warnings.warn(
+        warn_user(
             f"global batch: found {global_batch} rows (world size x batch size), but this run's schedule follows "
             f"its global batch of {grid} (its phases start on those edges, its shares hold per {grid} rows): a "
             f"global batch of {global_batch} may straddle two phases and holds its shares only to within a few "
-            f"rows. Every row is still served once. Use a multiple of {grid} to keep both", UserWarning, stacklevel=5)
+            f"rows. Every row is still served once. Use a multiple of {grid} to keep both")
