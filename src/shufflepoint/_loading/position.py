@@ -57,12 +57,15 @@ Expecting = Callable[[OrderCache, Deal], _state.Expected]  # what a state must m
 
 class Pass:
     """One run of ``iter(loader)`` over (part of) an epoch: where it started, what was received, the
-    step it started at, and the pass it takes over from (``set_batch_size`` or ``exclude`` during a pass)."""
+    step it started at, and the pass it takes over from (``set_batch_size`` or ``exclude`` during a pass).
+    ``finished``: every batch of the epoch had been received, as it was dealt, before this pass took over."""
 
-    __slots__ = ("epoch", "cut", "received", "steps", "follows")
+    __slots__ = ("epoch", "cut", "received", "steps", "follows", "finished")
 
-    def __init__(self, epoch: int, start: Cut, steps: int, follows: Pass | None = None) -> None:
+    def __init__(self, epoch: int, start: Cut, steps: int, follows: Pass | None = None,
+                 finished: bool = False) -> None:
         self.epoch, self.cut, self.received, self.steps, self.follows = epoch, start, 0, steps, follows
+        self.finished = finished
 
     def __repr__(self) -> str:
         return f"Pass(epoch={self.epoch}, steps={self.steps}, received={self.received})"
@@ -92,16 +95,6 @@ class Lookup:
         indices = order.take(np.concatenate(positions)).tolist()  # one call for the world, not one per rank
         bounds = np.cumsum([0] + [len(p) for p in positions]).tolist()
         return {rank: indices[bounds[rank]:bounds[rank + 1]] for rank in range(len(positions))}
-
-
-def _received_any(live: Pass) -> bool:
-    """Whether the loop received a batch of this pass or of one it took over from (``read_on``)."""
-    current: Pass | None = live
-    while current is not None:
-        if current.received:
-            return True
-        current = current.follows
-    return False
 
 
 def warn_if_the_batch_size_was_set(saved: _state.Position, layout: Layout) -> None:
@@ -245,16 +238,20 @@ class LoaderPosition:
         """Read on from ``start`` at step ``steps``: a live pass is taken over by a new one that follows it
         (the adapter drops what its workers prefetched under the old cut)."""
         live = self.live
-        self.live = Pass(epoch, start, steps, follows=live) if live is not None else None
+        if live is not None:  # a live iterator reads on; a new iter() reads the next epoch if this one was done
+            self.live = Pass(epoch, start, steps, follows=live, finished=self._all_received(live))
         self._epoch, self._start, self._steps = epoch, start, steps
+
+    def _all_received(self, live: Pass) -> bool:
+        """Whether the loop has received every batch of the live pass's epoch (as dealt before any change)."""
+        return live.finished or (live.received > 0 and self.batches_left() == 0)
 
     def begin_pass(self) -> Pass:
         """A new ``iter(loader)``: continue the current epoch from where the loop stands, or, when every
         batch of the live pass was received without running it out, the next epoch (as torch does)."""
         live = self.live
-        if live is not None and self.batches_left() == 0 and _received_any(live):
-            self.end_pass(live)  # zip(range(len(loader)), loader): the pass not run out, every batch received (also
-            # when an exclude() or set_batch_size() between epochs took it over: the next iter() reads the next epoch)
+        if live is not None and self._all_received(live):  # zip(range(len(loader)), loader): not run out, but
+            self.end_pass(live)  # every batch received, also before an exclude() or set_batch_size() between epochs
         (steps, place), epoch = self.here(), self.epoch
         start = self._cut_here(place)
         if epoch == MAX_EPOCH and start.samples_per_rank() == 0:
