@@ -88,8 +88,9 @@ def ramped_state(batch_size=4, ramp_to=8):
 def test_a_ramp_resumed_at_the_constructor_s_size_is_said_naming_both_sizes():
     state, _ = ramped_state()
     resumed = ranks(64, 2, 4)[0]
-    with pytest.warns(shufflepoint.ResumeWarning, match=r"read on at 8 per rank.*batch_size=4(.|\n)*fix: build the "
-                                                        r"loader with batch_size=8, or call loader.set_batch_size\(8\)"):
+    said = r"read on at 8 per rank.*batch_size=4(.|\n)*fix: build the loader with batch_size=8, or call " \
+           r"loader.set_batch_size\(8\)"
+    with pytest.warns(shufflepoint.ResumeWarning, match=said):
         resumed.load_state_dict(state)
     assert len(next(iter(resumed))) == 4  # the loader's own size, as the warning says
 
