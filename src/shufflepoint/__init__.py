@@ -6,6 +6,7 @@ a handful of integers that are the same on every rank.
 
 from __future__ import annotations
 
+from shufflepoint._core.capabilities import Locatable
 from shufflepoint._core.errors import ResumeWarning, ShardError, StateError
 from shufflepoint._core.state import FIELDS as STATE_FIELDS
 from shufflepoint._loading.loader import DataLoader
@@ -14,7 +15,6 @@ from shufflepoint._loading.sampler import ResumableSampler
 from shufflepoint._order import ORDERS, Permutation, permutation
 from shufflepoint._shards.batch import collate
 from shufflepoint._shards.dataset import Shards
-from shufflepoint._shards.locate import Locatable
 from shufflepoint._shards.mixture import Mixture
 from shufflepoint._shards.packed import Packed
 from shufflepoint.integrations.accelerate import patch_accelerate, unpatch_accelerate

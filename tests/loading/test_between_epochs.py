@@ -90,9 +90,10 @@ def test_a_ramp_resumed_at_the_constructor_s_size_is_said_naming_both_sizes():
     resumed = ranks(64, 2, 4)[0]
     said = r"read on at 8 per rank.*batch_size=4(.|\n)*fix: build the loader with batch_size=8, or call " \
            r"loader.set_batch_size\(8\)"
-    with pytest.warns(shufflepoint.ResumeWarning, match=said):
-        resumed.load_state_dict(state)
-    assert len(next(iter(resumed))) == 4  # the loader's own size, as the warning says
+    resumed.load_state_dict(state)
+    with pytest.warns(shufflepoint.ResumeWarning, match=said) as caught:
+        batch = next(iter(resumed))  # said where the first batch is read at the constructor's size
+    assert len(batch) == 4 and caught[0].filename == __file__  # the loader's own size, as the warning says
 
 
 def test_a_ramp_resumed_at_its_size_continues_exactly_and_silently():
@@ -101,9 +102,8 @@ def test_a_ramp_resumed_at_its_size_continues_exactly_and_silently():
     resumed.load_state_dict(state)  # ResumeWarning is an error in this suite: none is raised
     assert [b.tolist() for b in resumed] == rest
     also = ranks(64, 2, 4)[0]
-    with pytest.warns(shufflepoint.ResumeWarning):
-        also.load_state_dict(state)
-    also.set_batch_size(8)  # the other fix the warning names
+    also.load_state_dict(state)
+    also.set_batch_size(8)  # the other fix the warning names (a callback that re-applies the ramp): silent
     assert [b.tolist() for b in also] == rest
 
 

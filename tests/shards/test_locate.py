@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from corpus_files import jsonl_corpus, jsonl_documents, parquet_corpus, token_corpus
 from shufflepoint import Mixture, Packed, Shards
-from shufflepoint._shards.locate import Locatable
+from shufflepoint._core.capabilities import Locatable
 
 
 def test_every_composition_declares_the_capability():

@@ -278,9 +278,9 @@ def test_a_phase_appended_inside_the_global_batch_reached_is_refused():
     with pytest.raises(shufflepoint.StateError, match=r"schedule\[1\]"):
         appended_loader([(0, [1, 1]), (14, [1, 0])]).load_state_dict(state)
     resumed = appended_loader([(0, [1, 1]), (16, [1, 0])])
+    resumed.load_state_dict(state)
     with pytest.warns(shufflepoint.ResumeWarning, match=r"batch_size: the saved run changed its batch size"):
-        resumed.load_state_dict(state)  # read on at the constructor's 4, not the run's 3: said (issue 35)
-    rest = [x for batch in resumed for x in batch]
+        rest = [x for batch in resumed for x in batch]  # at the constructor's 4, not the run's 3: said (issue 35)
     assert len(rest) == 25 and {x[0] for x in rest[1:]} == {"a"}  # position 15 in phase 0, then phase 1
 
 

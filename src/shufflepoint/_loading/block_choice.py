@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from shufflepoint._core.capabilities import FitsDecodeBudget
 from shufflepoint._core.fingerprint import recorded_int
 from shufflepoint._shards.blocks import DEFAULT_SHUFFLE_BLOCK
 from shufflepoint._shards.blocks import NAME as BLOCKS
@@ -26,8 +27,8 @@ class _Orders(Protocol):
 
 def default_block(dataset: Any, name: str) -> int:
     """The block of a loader given none: the corpus's fitting block (``Shards``) or the default."""
-    fitting = getattr(dataset, "fitting_shuffle_block", None)
-    return int(fitting()) if name == BLOCKS and callable(fitting) else DEFAULT_SHUFFLE_BLOCK
+    fits = name == BLOCKS and isinstance(dataset, FitsDecodeBudget)
+    return int(dataset.fitting_shuffle_block()) if fits else DEFAULT_SHUFFLE_BLOCK
 
 
 def recorded_block(state: object) -> int | None:

@@ -1,35 +1,19 @@
-"""What a dataset may declare to the loader beyond ``__getitem__``/``__len__``: the capabilities a
-schedule needs, as a ``Protocol`` rather than attribute names probed one by one.
+"""What the loader asks of a dataset through its declared capabilities (``_core/capabilities.py``): its
+length, the deal a ``Scheduled`` dataset needs, its fingerprint check and its grid warning.
 
-A ``Mixture`` declares them: with a schedule it is read under one deal only (``required_deal``), says
-when a global batch no longer fits the grid its phases follow (``check_global_batch``), and a resume
-whose fingerprint changed may still be its own run with phases appended (``fingerprint_compatible``).
+A ``Mixture`` with a schedule is read under one deal only (``required_deal``), says when a global batch no
+longer fits the grid its phases follow (``check_global_batch``), and a resume whose fingerprint changed may
+still be its own run with phases appended (``fingerprint_compatible``).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sized
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
+from shufflepoint._core.capabilities import Scheduled
 from shufflepoint._core.state import DEALS
-
-
-@runtime_checkable
-class Scheduled(Protocol):
-    """A dataset whose order follows a schedule (``shufflepoint.Mixture(..., schedule=...)``)."""
-
-    @property
-    def required_deal(self) -> str | None:
-        """The only deal the dataset can be read under, or None for any."""
-
-    def check_global_batch(self, global_batch: int, grid: int) -> None:
-        """Warn when global batches of ``global_batch`` rows are not whole windows of the run's ``grid``
-        (the global batch the schedule follows)."""
-
-    def fingerprint_compatible(self, saved: str, expected: str, epoch: int, cursor: int, shuffle_block: int) -> bool:
-        """Whether a state saved with fingerprint ``saved`` at (epoch, cursor) resumes the loader whose
-        fingerprint is ``expected``."""
 
 
 def deal_for(name: str | None, default: str, dataset: Any) -> str:

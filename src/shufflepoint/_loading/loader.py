@@ -16,6 +16,7 @@ import numpy as np
 import torch.utils.data
 
 from shufflepoint._core import state as _state
+from shufflepoint._core.capabilities import ExplainsOrderVersion, Prefetching
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.plan import Layout
 from shufflepoint._loading.agreement import agree_on_exclusion, validate_everywhere
@@ -187,8 +188,8 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         self._position = LoaderPosition(layout, orders, dealt)
         self._keyed = check_keyed(transform, seed_per_sample)
         dataset = served(dataset, self._seed, transform, seed_per_sample, torch_dataloader_kwargs)
-        prefetch = getattr(dataset, "prefetch", None)
-        sampler = _PassSampler(self._position, rank, self._keyed, prefetch if callable(prefetch) else None)
+        prefetch = dataset.prefetch if isinstance(dataset, Prefetching) else None
+        sampler = _PassSampler(self._position, rank, self._keyed, prefetch)
         super().__init__(
             dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last,
             num_workers=num_workers, **torch_dataloader_kwargs,
@@ -376,5 +377,6 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             dataset_fingerprint=identity.fingerprint, explain_fingerprint=identity.explain, deal=deal.name,
             legacy_fingerprint=identity.legacy, layout=self._position.layout,
             fingerprint_compatible=identity.compatible,
-            explain_order_version=getattr(orders.dataset, "explain_order_version", None),
+            explain_order_version=(orders.dataset.explain_order_version
+                                   if isinstance(orders.dataset, ExplainsOrderVersion) else None),
         )

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from shufflepoint._core.capabilities import ExplainsFingerprint, KeepsShardsOpen, OwnOrder, Scheduled, ShardedCorpus
 from shufflepoint._core.cut import Cut
 from shufflepoint._core.errors import StateError
 from shufflepoint._core.plan import Layout, StridedCut
@@ -57,8 +58,7 @@ def resolve_fingerprint(value: str | None, dataset: Any, n: int, orders: OrderCa
 
 def explain_fingerprint(dataset: Any) -> Callable[[str], str] | None:
     """The dataset's own account of a changed fingerprint (``Shards`` names the changed shards)."""
-    explain = getattr(dataset, "explain_fingerprint", None)
-    return explain if callable(explain) else None
+    return dataset.explain_fingerprint if isinstance(dataset, ExplainsFingerprint) else None
 
 
 class Identity:
@@ -88,8 +88,8 @@ class OrderCache:
 
     def __init__(self, name: str | None, n: int, seed: int, *, dataset: Any = None,
                  shuffle_block: int | None = None, grid: int | None = None) -> None:
-        rows = getattr(dataset, "shard_rows", None)
-        own = getattr(dataset, "order_name", None) if callable(getattr(dataset, "epoch_order", None)) else None
+        rows = dataset.shard_rows if isinstance(dataset, ShardedCorpus) else None
+        own = dataset.order_name if isinstance(dataset, OwnOrder) else None
         self.chosen, self.block_chosen = name is not None, shuffle_block is not None  # else a state's may be (loader)
         if name is None:
             name = own or (BLOCKS if rows is not None else DEFAULT_ORDER)
@@ -110,9 +110,8 @@ class OrderCache:
             self.shuffle_block = check_int("shuffle_block", block, 1, 2**62)
             if name == BLOCKS:
                 self._rows = np.asarray(rows, dtype=np.int64)
-                keep_open_for = getattr(dataset, "keep_open_for", None)
-                if callable(keep_open_for):  # Shards: keep the shards of a block open
-                    keep_open_for(self.shuffle_block)
+                if isinstance(dataset, KeepsShardsOpen):  # Shards: keep the shards of a block open
+                    dataset.keep_open_for(self.shuffle_block)
             self.name = name
             self.version = BLOCKS_VERSION if name == BLOCKS else int(dataset.order_version)
         else:
@@ -121,7 +120,8 @@ class OrderCache:
                                  f"only (order is {name!r})")
             self.name, self.version = check_order_name(name), order_version(name)
         # a loader's global batch, for a dataset whose schedule follows it (Mixture(schedule=...)); in the fingerprint
-        self.grid = grid if self.shuffle_block is not None and getattr(dataset, "schedule", None) is not None else None
+        scheduled = isinstance(dataset, Scheduled) and dataset.schedule is not None
+        self.grid = grid if self.shuffle_block is not None and scheduled else None
         self._epoch: tuple[int, int | None] | None = None
         self._order: Order | None = None
         if self.shuffle_block is not None and self._rows is None:

@@ -97,22 +97,26 @@ class Lookup:
         return {rank: indices[bounds[rank]:bounds[rank + 1]] for rank in range(len(positions))}
 
 
-def warn_if_the_batch_size_was_set(saved: _state.Position, layout: Layout) -> None:
-    """A run that changed its batch size with ``set_batch_size`` (a ramp) and is resumed by a loader built with
-    another one reads on at the loader's size: said loudly, since it is most often the script's constant."""
+def ramped_to(saved: _state.Position) -> int | None:
+    """The batch size a saved run read on at after changing it with ``set_batch_size`` (a ramp: a change of
+    batch size on the same world in its history), or None."""
     legs = saved.history.legs
-    recorded = legs[-1].layout
     ramped = any(after.layout.world_size == before.layout.world_size
                  and after.layout.batch_size != before.layout.batch_size for before, after in itertools.pairwise(legs))
-    if ramped and recorded.batch_size != layout.batch_size:
-        warn_user(
-            f"batch_size: the saved run changed its batch size with set_batch_size and read on at "
-            f"{recorded.batch_size} per rank; this loader was built with batch_size={layout.batch_size}, so the rest "
-            f"is read at {layout.batch_size} (each sample once, other batches).\n"
-            f"  fix: build the loader with batch_size={recorded.batch_size}, or call "
-            f"loader.set_batch_size({recorded.batch_size}) after load_state_dict, to continue the ramp",
-            ResumeWarning,
-        )
+    return legs[-1].layout.batch_size if ramped else None
+
+
+def warn_of_a_lost_ramp(recorded: int, batch_size: int) -> None:
+    """A resumed run reads its first batch at the loader's ``batch_size`` though the saved run had ramped to
+    ``recorded``: said loudly, since the loader's size is most often the script's constant."""
+    warn_user(
+        f"batch_size: the saved run changed its batch size with set_batch_size and read on at {recorded} per "
+        f"rank; this loader was built with batch_size={batch_size}, so the rest is read at {batch_size} (each "
+        f"sample once, other batches).\n"
+        f"  fix: build the loader with batch_size={recorded}, or call loader.set_batch_size({recorded}) after "
+        "load_state_dict, to continue the ramp",
+        ResumeWarning,
+    )
 
 
 def orders_for_state(orders: OrderCache, state: object) -> OrderCache:
@@ -133,6 +137,7 @@ class LoaderPosition:
         self._epoch, self._steps = 0, 0  # with no live pass: the epoch and step the next pass begins at
         self.excluded, self._which_excluded = Excluded(layout.n), Excluded(layout.n)
         self.excluded_at: tuple[int, ...] = ()  # the steps exclude() took effect at
+        self._ramp: int | None = None  # a loaded run's ramped batch size, until the first pass or set_batch_size
         self._start: Cut = self.cut(0, 0, [])  # where the next pass starts
         self.history = History.begin(layout.n, deal.name, layout, Place(0, 0))
         self._lookup = Lookup()
@@ -257,6 +262,9 @@ class LoaderPosition:
         if epoch == MAX_EPOCH and start.samples_per_rank() == 0:
             raise ValueError(f"epoch: the loader has read epoch {MAX_EPOCH}, the last one the orders support; "
                              "call set_epoch(e) with an earlier epoch to read on")
+        ramp, self._ramp = self._ramp, None
+        if ramp is not None and ramp != self.layout.batch_size:
+            warn_of_a_lost_ramp(ramp, self.layout.batch_size)
         return self.start_pass(epoch, start, steps)
 
     def start_pass(self, epoch: int, start: Cut, steps: int) -> Pass:
@@ -281,7 +289,7 @@ class LoaderPosition:
         history = self.history.record(steps, layout, place, self.history_cuts())
         start = self._cut_here(place, layout, history.parts())
         self.read_on(place.epoch, start, steps)
-        self.layout, self.history = layout, history
+        self.layout, self.history, self._ramp = layout, history, None  # the caller chose the size
 
     def exclusion_with(self, indices: Any) -> tuple[Exclusion, Exclusion]:
         """(``indices`` as an exclusion, the excluded set with them), checked; nothing changes here."""
@@ -386,8 +394,7 @@ class LoaderPosition:
         if orders.identity != self.orders.identity:  # a state's block or grid adopted
             check_grid(orders.dataset, orders.grid, self.layout.world_size * self.layout.batch_size)
         self.restore(orders, deal, saved.steps, history, excluded, saved.excluded_at)
-        self._epoch, self._start = saved.epoch, start
-        warn_if_the_batch_size_was_set(saved, self.layout)
+        self._epoch, self._start, self._ramp = saved.epoch, start, ramped_to(saved)
 
     def restore(self, orders: OrderCache, deal: Deal, steps: int, history: History, excluded: Excluded | None = None,
                 excluded_at: tuple[int, ...] = ()) -> None:

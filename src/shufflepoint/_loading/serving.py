@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
+from shufflepoint._core.capabilities import ReadsColumns
 from shufflepoint._loading.keyed import KeyedCollate, KeyedDataset, Transform
 from shufflepoint._shards.batch import collate as columnar_collate
 
@@ -57,7 +58,7 @@ def served(dataset: Any, seed: int, transform: Transform | None, seed_per_sample
     batch at once (Shards, Mixture) hands it over as columns, which ``collate`` turns into default_collate's
     very result without an object per row; keyed randomness wraps the dataset (see ``keyed``)."""
     keyed = transform is not None or seed_per_sample
-    if torch_kwargs.get("collate_fn") is None and not keyed and callable(getattr(dataset, "columnar", None)):
+    if torch_kwargs.get("collate_fn") is None and not keyed and isinstance(dataset, ReadsColumns):
         dataset = dataset.columnar()
         torch_kwargs["collate_fn"] = columnar_collate
     if keyed:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
+from shufflepoint._core.capabilities import MeasuresDecodedRows, TakesIds
 from shufflepoint._core.errors import ShardError
 from shufflepoint._order.distinct import in_first_seen_order
 from shufflepoint._shards import index as _index
@@ -202,14 +203,14 @@ class Shards(torch.utils.data.Dataset[Any]):
         """About the bytes a row holds decoded, from the first non-empty shard's metadata (Parquet;
         None for formats decoded row by row), asked once per dataset."""
         if self._row_bytes is None:
-            estimate = getattr(self._reader, "decoded_row_bytes", None)
+            reader = self._reader
             nonempty = np.flatnonzero(self.index.rows)
             found = None
-            if callable(estimate) and nonempty.size:
+            if isinstance(reader, MeasuresDecodedRows) and nonempty.size:
                 record = self.index.shards[int(nonempty[0])]
                 url = self.index.url(int(nonempty[0]))
                 with self._storage.ranges(url, record.size, record.version) as read:
-                    found = estimate(read, record.size, url)
+                    found = reader.decoded_row_bytes(read, record.size, url)
             self._row_bytes = (found,)
         return self._row_bytes[0]
 
@@ -269,8 +270,8 @@ class Shards(torch.utils.data.Dataset[Any]):
             places.setdefault(shard, []).append(place)
         found: list[np.ndarray] = [np.empty(0)] * flat.size
         for shard, where in places.items():
-            take_ids = getattr(self._open(shard), "take_ids", None)
-            part = take_ids([rows[p] for p in where], column) if callable(take_ids) else None
+            opened = self._open(shard)
+            part = opened.take_ids([rows[p] for p in where], column) if isinstance(opened, TakesIds) else None
             if part is None:
                 return None
             for place, ids in zip(where, part, strict=True):
@@ -291,8 +292,8 @@ class Shards(torch.utils.data.Dataset[Any]):
         for where in np.split(np.arange(flat.size), np.flatnonzero(np.diff(shards)) + 1):
             if not where.size:
                 continue
-            take = getattr(self._open(int(shards[where[0]])), "take_ids_ascending", None)
-            part = take(rows[where], column) if callable(take) else None
+            opened = self._open(int(shards[where[0]]))
+            part = opened.take_ids_ascending(rows[where], column) if isinstance(opened, TakesIds) else None
             if part is None:
                 return None
             found += part

@@ -24,6 +24,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from shufflepoint._core.capabilities import CountsRowsFromMetadata, CountsRowsFromSize
 from shufflepoint._shards import index as _index
 from shufflepoint._shards import sidecar
 from shufflepoint._shards.integrity import file_checksum
@@ -109,15 +110,13 @@ class Indexer:
         return self._open_and_count(self.fetch(url, size, version), url), ""
 
     def _rows_without_download(self, url: str, size: int, version: str) -> int | None:
-        from_size = getattr(self.reader, "rows_from_size", None)
-        rows = from_size(url, size) if callable(from_size) else None
+        rows = self.reader.rows_from_size(url, size) if isinstance(self.reader, CountsRowsFromSize) else None
         if rows is not None:
             return int(rows)
-        from_metadata = getattr(self.reader, "rows_from_metadata", None)
-        if not callable(from_metadata):
+        if not isinstance(self.reader, CountsRowsFromMetadata):
             return None
         with self.storage.ranges(url, size, version) as read:
-            found = from_metadata(read, size, url)
+            found = self.reader.rows_from_metadata(read, size, url)
         return None if found is None else int(found)
 
     def _open_and_count(self, path: str, url: str) -> int:
@@ -131,10 +130,9 @@ class Indexer:
         """Whether counting this shard downloads it whole."""
         if self.checksums:
             return True
-        from_size = getattr(self.reader, "rows_from_size", None)
-        if callable(from_size) and from_size(url, size) is not None:
+        if isinstance(self.reader, CountsRowsFromSize) and self.reader.rows_from_size(url, size) is not None:
             return False
-        return not callable(getattr(self.reader, "rows_from_metadata", None))
+        return not isinstance(self.reader, CountsRowsFromMetadata)
 
     def _before_counting(self, todo: list[tuple[str, int]]) -> None:
         scans = [(url, size) for url, size in todo if is_remote(url) and self.needs_scan(url, size)]

@@ -25,15 +25,9 @@ because JSONL line starts and tar members are only known from the file itself.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
-
-@runtime_checkable
-class Locatable(Protocol):
-    """A dataset that says where its index ``index`` lives, as a dict of JSON values (``index`` among
-    them), nesting the answer of the dataset below it when that one is ``Locatable`` too."""
-
-    def locate(self, index: int) -> dict[str, Any]: ...
+from shufflepoint._core.capabilities import Locatable, LocatesRows
 
 
 def below(dataset: Any, index: int) -> dict[str, Any] | None:
@@ -46,9 +40,8 @@ def shard_location(shard: int, url: str, row: int, opened: Any) -> dict[str, Any
     """A ``Shards`` answer: the shard's place, plus what the opened shard's reader adds (every built-in
     reader has a ``locate(row)``; a reader without one gives the row alone)."""
     found: dict[str, Any] = {"shard": shard, "url": url, "row": row}
-    locate = getattr(opened, "locate", None)
-    if callable(locate):
-        found.update(locate(row))
+    if isinstance(opened, LocatesRows):
+        found.update(opened.locate(row))
     return found
 
 

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
+from shufflepoint._core.capabilities import Identified, LegacyIdentified, Prefetching, ReadsBatches
 from shufflepoint._core.schedule import Schedule, changed_phase, resumes, unweighted
 from shufflepoint._order import check_int
 from shufflepoint._order.distinct import distinct
@@ -63,10 +64,16 @@ def _apportion(weights: list[float], total: int) -> list[int]:
     return counts
 
 
+def _identity(dataset: Any, *, legacy: bool) -> str | None:
+    """A source's own fingerprint (its 0.2 one where ``legacy`` and it has one), or None."""
+    if legacy and isinstance(dataset, LegacyIdentified) and dataset.legacy_fingerprint:
+        return dataset.legacy_fingerprint
+    return (dataset.fingerprint or None) if isinstance(dataset, Identified) else None
+
+
 def _read_source(dataset: Any, rows: np.ndarray) -> Batch:
-    read_batch = getattr(dataset, "read_batch", None)
-    if callable(read_batch):
-        found: Batch = read_batch(rows)
+    if isinstance(dataset, ReadsBatches):
+        found: Batch = dataset.read_batch(rows)
         return found
     getitems = getattr(dataset, "__getitems__", None)
     if callable(getitems):
@@ -200,7 +207,7 @@ class Mixture(torch.utils.data.Dataset[Any]):
         return self._fingerprint("legacy_fingerprint")
 
     def _fingerprint(self, attribute: str) -> str:
-        parts = [getattr(d, attribute, None) or getattr(d, "fingerprint", None) or f"len={n}"
+        parts = [_identity(d, legacy=attribute == "legacy_fingerprint") or f"len={n}"
                  for d, n in zip(self.sources, self.lengths, strict=True)]
         if self.schedule is None:
             text = json.dumps({"sources": parts, "counts": self.counts})
@@ -274,6 +281,6 @@ class Mixture(torch.utils.data.Dataset[Any]):
         """Pass upcoming indices on to the sources that read ahead (``Shards``)."""
         source, within = self._decode(np.asarray(indices, dtype=np.int64))
         for s in distinct(source).tolist():
-            hook = getattr(self.sources[s], "prefetch", None)
-            if callable(hook):
-                hook(within[source == s])
+            dataset = self.sources[s]
+            if isinstance(dataset, Prefetching):
+                dataset.prefetch(within[source == s])

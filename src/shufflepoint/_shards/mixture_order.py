@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from shufflepoint._core.capabilities import ShardedCorpus
 from shufflepoint._core.schedule import Schedule
 from shufflepoint._order import Order, check_int
 from shufflepoint._order.distinct import distinct
@@ -121,7 +122,7 @@ class MixtureOrder:
                 self._source_orders.pop(next(iter(self._source_orders)))
             dataset = self._mixture.sources[source]
             seed = _sub_seed(self.seed, _SOURCE_TAG, source)
-            rows = getattr(dataset, "shard_rows", None)
+            rows = dataset.shard_rows if isinstance(dataset, ShardedCorpus) else None
             if self._packed:  # its own packed epoch `passes`: indices passes * len + row
                 found = dataset.epoch_order(seed, passes, self._block)
             elif rows is not None:

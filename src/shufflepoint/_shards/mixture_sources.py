@@ -8,6 +8,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from shufflepoint._core.capabilities import OwnOrder
+
 PACKED = "packed"  # the order of a Packed source: pass p, row r is its index p * len + r
 
 
@@ -26,7 +28,7 @@ def check_sources(sources: object) -> list[tuple[Any, float]]:
             raise ValueError(f"sources[{number}] weight: found {weight!r}, expected a finite number > 0")
         if len(dataset) == 0:
             raise ValueError(f"sources[{number}]: the dataset is empty")
-        own = getattr(dataset, "order_name", None) if callable(getattr(dataset, "epoch_order", None)) else None
+        own = dataset.order_name if isinstance(dataset, OwnOrder) else None
         if own not in (None, PACKED):
             raise TypeError(f"sources[{number}]: a {type(dataset).__name__} has its own {own!r} order; mixing it "
                             "is not built (list its sources in this Mixture instead)")
@@ -59,4 +61,4 @@ def check_packed(sources: list[Any]) -> None:
 
 
 def is_packed(dataset: Any) -> bool:
-    return getattr(dataset, "order_name", None) == PACKED and callable(getattr(dataset, "epoch_order", None))
+    return isinstance(dataset, OwnOrder) and dataset.order_name == PACKED

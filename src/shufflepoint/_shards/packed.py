@@ -35,6 +35,7 @@ import numpy as np
 import torch
 import torch.utils.data
 
+from shufflepoint._core.capabilities import Identified, KeepsShardsOpen, OwnOrder, Prefetching, ReadsAhead, ReadsIds
 from shufflepoint._order import check_int
 from shufflepoint._shards import packed_collate, token_counts
 from shufflepoint._shards.batch import Columnar
@@ -116,7 +117,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
                  count_workers: int | None = None) -> None:
         if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
             raise TypeError(f"dataset: found a {type(dataset).__name__}, expected a map-style dataset of dicts")
-        if callable(getattr(dataset, "epoch_order", None)):
+        if isinstance(dataset, OwnOrder):
             raise TypeError(f"dataset: a {type(dataset).__name__} has its own epoch order, whose documents change "
                             "from epoch to epoch; packing it is not built: pack each corpus, then mix the Packed "
                             "ones (Mixture([(Packed(a, L), wa), (Packed(b, L), wb)]), see docs/packing.md)")
@@ -152,7 +153,8 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         """What defines the rows, in parts a refused resume can name: the documents (the dataset's
         own fingerprint, else its length), what a token is (field or tokenizer), every document's
         token count, and the packing."""
-        return {"documents": getattr(self.dataset, "fingerprint", None) or f"len={len(self.lengths)}",
+        own = self.dataset.fingerprint if isinstance(self.dataset, Identified) else None
+        return {"documents": own or f"len={len(self.lengths)}",
                 "tokens": self.source.identity, "counts": self._counted.counts_digest(),
                 "packing": json.dumps({"seq_len": self.seq_len, "bos": self.bos, "eos": self.eos})}
 
@@ -223,9 +225,8 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
             raise ValueError(f"seed, shuffle_block: found {(seed, shuffle_block)}, but this Packed serves "
                              f"{self._bound} for another loader; build one Packed per loader")
         if self._bound is None:
-            keep_open_for = getattr(self.dataset, "keep_open_for", None)
-            if callable(keep_open_for):  # Shards: keep a block's shards open, as under the blocks order
-                keep_open_for(shuffle_block)
+            if isinstance(self.dataset, KeepsShardsOpen):  # Shards: a block's shards kept open, as under blocks
+                self.dataset.keep_open_for(shuffle_block)
         self._bound = (seed, shuffle_block)
         return PackedOrder(self.rows_per_epoch, epoch)
 
@@ -280,11 +281,12 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
 
     def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
         """Pass the documents of upcoming rows, in reading order, to a dataset that reads ahead (``Shards``)."""
-        hook = getattr(self.dataset, "prefetch", None)
-        if not callable(hook) or len(indices) == 0 or not getattr(self.dataset, "reads_ahead", True):
+        dataset = self.dataset
+        idle = isinstance(dataset, ReadsAhead) and not dataset.reads_ahead
+        if not isinstance(dataset, Prefetching) or len(indices) == 0 or idle:
             return
         documents = [d for row in self.rows_pieces(np.asarray(indices).tolist()) for d, _, _ in row]
-        hook(np.asarray(documents, dtype=np.int64))
+        dataset.prefetch(np.asarray(documents, dtype=np.int64))
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         return self.__getitems__([index])[0]
@@ -315,8 +317,9 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     def _from_window(self, indices: Sequence[int] | np.ndarray) -> PackedBatch | None:
         """A run of consecutive rows of one epoch, sliced from the token window (built when it does not
         cover them); None where the rows are not one run or the corpus cannot read flat token ids."""
-        read = getattr(self.dataset, "read_ids_ascending", None)
-        if self.source.tokenize is not None or not callable(read) or len(indices) == 0 or self._no_window:
+        dataset = self.dataset
+        if self.source.tokenize is not None or not isinstance(dataset, ReadsIds) or len(indices) == 0 \
+                or self._no_window:
             return None
         if not all(isinstance(index, (int, np.integer)) and not isinstance(index, bool) for index in indices):
             return None  # the per-document path says what is wrong with it
@@ -337,7 +340,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
             stop = min(self.rows_per_epoch * self.seq_len, max(end, begin + rows_per_window * self.seq_len))
             field = str(self.source.field)
             built = build_window(self._table(epoch), epoch, begin, stop, (self.bos, self.eos),
-                                 lambda documents: read(documents, field))
+                                 lambda documents: dataset.read_ids_ascending(documents, field))
             if built is None:  # the corpus's reader holds no arrays (JSON Lines): asked once
                 self._no_window = True
                 return None
@@ -356,9 +359,9 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         return Columnar(self)
 
     def _documents(self, documents: list[int]) -> list[np.ndarray]:
-        read_ids = getattr(self.dataset, "read_ids", None)  # Shards of Parquet: arrays, no int per token
+        reads_ids = isinstance(self.dataset, ReadsIds)  # Shards of Parquet: arrays, no int per token
         field = self.source.field if self.source.tokenize is None else None
-        arrays = read_ids(documents, field) if field is not None and callable(read_ids) else None
+        arrays = self.dataset.read_ids(documents, field) if field is not None and reads_ids else None
         samples = arrays if arrays is not None else read(self.dataset, documents)
         found = []
         for document, sample in zip(documents, samples, strict=True):

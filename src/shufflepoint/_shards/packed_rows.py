@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
+from shufflepoint._core.capabilities import ShardedCorpus
 from shufflepoint._shards.batch import Rows
 from shufflepoint._shards.blocks import BlockOrder, _sub_seed, checked_positions
 
@@ -111,8 +112,10 @@ class EpochTable:
     documents: the last is the total)."""
 
     def __init__(self, dataset: Any, token_starts: np.ndarray, seed: int, shuffle_block: int, epoch: int) -> None:
-        rows = getattr(dataset, "shard_rows", None)
-        if rows is None:  # chunks of consecutive documents stand in for shards
+        rows: np.ndarray | list[int]
+        if isinstance(dataset, ShardedCorpus):
+            rows = dataset.shard_rows
+        else:  # chunks of consecutive documents stand in for shards
             documents, chunk = len(token_starts) - 1, max(1, shuffle_block // _CHUNKS_PER_BLOCK)
             rows = [chunk] * (documents // chunk) + ([documents % chunk] if documents % chunk else [])
         self._order = BlockOrder(rows, _sub_seed(seed, _DOCUMENTS_TAG), epoch, shuffle_block)

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from shufflepoint._core.capabilities import ReadsIds, ShardedCorpus
 from shufflepoint._shards import sidecar
 from shufflepoint._shards.dataset import Shards
 
@@ -127,10 +128,10 @@ def count_range(dataset: Any, count: Count, start: int, stop: int) -> np.ndarray
     counts = np.empty(stop - start, dtype=np.int64)
     source = getattr(count, "__self__", None)  # a field's lists read as arrays: no Python int per token
     field = source.field if isinstance(source, TokenSource) and source.tokenize is None else None
-    read_ids = getattr(dataset, "read_ids", None) if field is not None else None
+    reads_ids = field is not None and isinstance(dataset, ReadsIds)
     for first in range(start, stop, COUNT_BATCH):
         documents = range(first, min(first + COUNT_BATCH, stop))
-        arrays = read_ids(list(documents), field) if callable(read_ids) else None
+        arrays = dataset.read_ids(list(documents), field) if reads_ids else None
         if arrays is not None:
             counts[first - start:first - start + len(arrays)] = [ids.size for ids in arrays]
             continue
@@ -271,7 +272,7 @@ def load_or_count(dataset: Any, count: Count, identity: str, *, workers: int | N
                   progress: bool = True) -> Counted:
     """Every document's token count: read from the corpus's counts file, else counted (and kept)."""
     if not cacheable(dataset):
-        sharded = getattr(dataset, "shard_rows", None) is not None
+        sharded = isinstance(dataset, ShardedCorpus)
         return Counted(count_shards(dataset, count, workers, progress) if sharded
                        else count_all(dataset, count, progress))
     path = counts_path(dataset, identity)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from shufflepoint._core.capabilities import Identified, OwnOrder
 from shufflepoint._core.schedule import GRID
 from shufflepoint._loading.block_choice import recorded_block
 from shufflepoint._tools.which_checkpoint import Found
@@ -42,7 +43,7 @@ def _user_fingerprint(saved: str | None, dataset: Any) -> str | None:
     user's own string can only be taken from the state."""
     if saved is None:
         return None
-    own = getattr(dataset, "fingerprint", None)
+    own = dataset.fingerprint if isinstance(dataset, Identified) else None
     if isinstance(own, str) and saved.startswith(own):
         rest = saved[len(own):]
         for recorded in (_BLOCKS, GRID):  # the loader's own (shuffle_block, a schedule's global batch)
@@ -63,7 +64,7 @@ def build_loader(state: dict[str, Any], dataset: Any) -> Any:
             raise WhichError(f"the checkpoint's loader state has no {name!r} field: not a state shufflepoint can "
                              "place (run shufflepoint inspect on it)")
     shuffle = bool(state["shuffle"])
-    own_order = getattr(dataset, "order_name", None) if callable(getattr(dataset, "epoch_order", None)) else None
+    own_order = dataset.order_name if isinstance(dataset, OwnOrder) else None
     order = None if state["order"] in ("blocks", own_order) or not shuffle else state["order"]
     try:
         loader = DataLoader(
@@ -81,7 +82,7 @@ def build_loader(state: dict[str, Any], dataset: Any) -> Any:
 
 
 def _where(dataset: Any, index: int) -> dict[str, Any]:
-    from shufflepoint._shards.locate import Locatable
+    from shufflepoint._core.capabilities import Locatable
 
     return dataset.locate(index) if isinstance(dataset, Locatable) else {"index": index}
 

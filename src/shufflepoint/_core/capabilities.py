@@ -1,0 +1,209 @@
+"""What a dataset or a shard reader may offer beyond ``__getitem__``/``__len__``, declared once.
+
+The loader, the compositions (``Mixture``, ``Packed``) and the tools ask for a capability with
+``isinstance(dataset, Capability)``, never by probing attribute names. Each capability is a small
+``typing.Protocol``: a dataset offers it by having its members, no base class needed. They come in
+four groups:
+
+- **order**: ``OwnOrder`` (the dataset deals its own seekable order: ``Mixture``, ``Packed``, or
+  yours), ``ShardedCorpus`` (rows grouped in shards, read in the ``blocks`` order: ``Shards``),
+  ``KeepsShardsOpen``, ``FitsDecodeBudget``, ``Scheduled`` (a ``Mixture`` with a schedule).
+- **identity**: ``Identified`` (a fingerprint string that joins the state), ``ExplainsFingerprint``,
+  ``LegacyIdentified`` (the fingerprint shufflepoint 0.2 wrote), ``ExplainsOrderVersion``.
+- **reading**: ``ReadsBatches`` (a whole batch at once), ``ReadsColumns`` (``columnar()``),
+  ``ReadsIds`` (a token column as arrays), ``Prefetching`` (upcoming indices announced ahead), ``ReadsAhead``,
+  ``Locatable`` (where an index lives).
+- **readers** (one format's shards): ``CountsRowsFromSize``, ``CountsRowsFromMetadata``,
+  ``MeasuresDecodedRows``, ``TakesIds``, ``LocatesRows``.
+
+A capability's absence is never an error by itself: the caller then does without (no prefetch, a
+row at a time, ...). ``tests/test_capabilities.py`` checks which built-in class offers which.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+# -- order -------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class OwnOrder(Protocol):
+    """A dataset that deals its own seekable order (``order=None`` picks it; no other order applies)."""
+
+    order_name: str  # the order's name in the state
+    order_version: int  # bumped whenever the same seed would give another order
+
+    def epoch_order(self, seed: int, epoch: int, shuffle_block: int) -> Any:
+        """The epoch's order (an ``_order.Order``: ``take(positions) -> indices``); a ``Scheduled`` dataset
+        also takes ``grid=``, the global batch its schedule follows."""
+
+
+@runtime_checkable
+class ShardedCorpus(Protocol):
+    """Rows grouped in shards (``Shards``): read in the ``blocks`` order, a shuffled run of shards at a time."""
+
+    @property
+    def shard_rows(self) -> np.ndarray:
+        """Rows of each shard, in shard order (int64)."""
+
+
+@runtime_checkable
+class KeepsShardsOpen(Protocol):
+    """A corpus that can keep the shards of one block open while the block is read."""
+
+    def keep_open_for(self, shuffle_block: int) -> None: ...
+
+
+@runtime_checkable
+class FitsDecodeBudget(Protocol):
+    """A corpus that sizes the default ``shuffle_block`` to the process's decode budget."""
+
+    def fitting_shuffle_block(self) -> int: ...
+
+
+@runtime_checkable
+class Scheduled(Protocol):
+    """A dataset whose order follows a schedule (``shufflepoint.Mixture(..., schedule=...)``)."""
+
+    schedule: Any  # the schedule, or None when this instance has none
+
+    @property
+    def required_deal(self) -> str | None:
+        """The only deal the dataset can be read under, or None for any."""
+
+    def check_global_batch(self, global_batch: int, grid: int) -> None:
+        """Warn when global batches of ``global_batch`` rows are not whole windows of the run's ``grid``
+        (the global batch the schedule follows)."""
+
+    def fingerprint_compatible(self, saved: str, expected: str, epoch: int, cursor: int, shuffle_block: int) -> bool:
+        """Whether a state saved with fingerprint ``saved`` at (epoch, cursor) resumes the loader whose
+        fingerprint is ``expected``."""
+
+
+# -- identity ----------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class Identified(Protocol):
+    """A dataset that names its own content: the string joins the state's ``dataset_fingerprint``."""
+
+    @property
+    def fingerprint(self) -> str: ...
+
+
+@runtime_checkable
+class ExplainsFingerprint(Protocol):
+    """A dataset that says what changed when a state's fingerprint is not its own (``Shards``: the shards)."""
+
+    def explain_fingerprint(self, saved: str) -> str: ...
+
+
+@runtime_checkable
+class LegacyIdentified(Protocol):
+    """A dataset with the fingerprint shufflepoint 0.2 wrote for it (a state of 0.2 still loads)."""
+
+    @property
+    def legacy_fingerprint(self) -> str: ...
+
+
+@runtime_checkable
+class ExplainsOrderVersion(Protocol):
+    """A dataset that says why a state's order version is not its own (which release wrote it)."""
+
+    def explain_order_version(self, found: object) -> str: ...
+
+
+# -- reading -----------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class ReadsBatches(Protocol):
+    """A dataset that reads a whole batch of indices at once (a ``Batch`` of rows or columns)."""
+
+    def read_batch(self, indices: Sequence[int] | np.ndarray) -> Any: ...
+
+
+@runtime_checkable
+class ReadsColumns(Protocol):
+    """A dataset that hands torch's machinery its batches as read (``columnar()``), for ``collate``."""
+
+    def columnar(self) -> Any: ...
+
+
+@runtime_checkable
+class ReadsIds(Protocol):
+    """A corpus that reads a token column as one array per index, no Python int per token."""
+
+    def read_ids(self, indices: Sequence[int] | np.ndarray, column: str) -> list[np.ndarray] | None: ...
+
+    def read_ids_ascending(self, indices: Sequence[int] | np.ndarray, column: str) -> list[np.ndarray] | None: ...
+
+
+@runtime_checkable
+class Prefetching(Protocol):
+    """A dataset told its upcoming indices ahead (its shards download while the current ones are read)."""
+
+    def prefetch(self, indices: Sequence[int] | np.ndarray) -> None: ...
+
+
+@runtime_checkable
+class ReadsAhead(Protocol):
+    """A ``Prefetching`` dataset that says whether it has anything to fetch ahead (False: local files)."""
+
+    @property
+    def reads_ahead(self) -> bool: ...
+
+
+@runtime_checkable
+class Locatable(Protocol):
+    """A dataset that says where its index ``index`` lives, as a dict of JSON values (``index`` among
+    them), nesting the answer of the dataset below it when that one is ``Locatable`` too."""
+
+    def locate(self, index: int) -> dict[str, Any]: ...
+
+
+# -- readers -----------------------------------------------------------------------------------
+
+ReadBytes = Callable[[int, int], bytes]  # (offset, length) -> bytes of one shard
+
+
+@runtime_checkable
+class CountsRowsFromSize(Protocol):
+    """A format whose row count follows from the file size (fixed-width token shards)."""
+
+    def rows_from_size(self, shard: str, size: int) -> int | None: ...
+
+
+@runtime_checkable
+class CountsRowsFromMetadata(Protocol):
+    """A format whose row count is in a footer or header (Parquet, token shards with a header)."""
+
+    def rows_from_metadata(self, read: ReadBytes, size: int, shard: str) -> int | None: ...
+
+
+@runtime_checkable
+class MeasuresDecodedRows(Protocol):
+    """A format that knows a decoded row's size from its metadata (the decode budget's block)."""
+
+    def decoded_row_bytes(self, read: ReadBytes, size: int, shard: str) -> int | None: ...
+
+
+@runtime_checkable
+class TakesIds(Protocol):
+    """An opened shard that reads a token column's rows as arrays (Parquet): ``take_ids_ascending`` for
+    rows already sorted, in one pass."""
+
+    def take_ids(self, rows: Sequence[int], column: str) -> list[np.ndarray] | None: ...
+
+    def take_ids_ascending(self, rows: np.ndarray, column: str) -> list[np.ndarray] | None: ...
+
+
+@runtime_checkable
+class LocatesRows(Protocol):
+    """An opened shard that says where its row lives (byte offset, row group, member name, ...)."""
+
+    def locate(self, row: int) -> dict[str, Any]: ...
