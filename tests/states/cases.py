@@ -37,7 +37,8 @@ def build(case: dict[str, Any], rank: int, corpus: str) -> Any:
         jsonl_corpus(corpus, 12, rows=(2, 6), seed=3)
         for name in os.listdir(corpus):  # a shard's version is its mtime: the same corpus in any folder
             os.utime(os.path.join(corpus, name), (1_700_000_000, 1_700_000_000))
-        return shufflepoint.DataLoader(shufflepoint.Shards(corpus + "/*.jsonl"), batch, seed=11, rank=rank, world_size=world)
+        corpus_files = shufflepoint.Shards(corpus + "/*.jsonl")
+        return shufflepoint.DataLoader(corpus_files, batch, seed=11, rank=rank, world_size=world)
     mixture = shufflepoint.Mixture([[f"a{i}" for i in range(40)], [f"b{i}" for i in range(40)]],
                                    samples_per_epoch=48, schedule=[(0, [1, 1]), (30, [1, 3])])
     return shufflepoint.DataLoader(mixture, batch, seed=5, rank=rank, world_size=world, collate_fn=list)

@@ -37,7 +37,8 @@ def main(tag: str, folder: str) -> None:
                 for iterator in iterators:
                     next(iterator)
             state = loaders[0].state_dict()
-            following = [take(iterator, loader, case["next"]) for iterator, loader in zip(iterators, loaders)]
+            following = [take(iterator, loader, case["next"])
+                         for iterator, loader in zip(iterators, loaders, strict=True)]
         record = {"written_by": f"shufflepoint at {tag} ({os.environ.get('OLD_COMMIT', 'unknown commit')})",
                   "case": name, "state": state, "next": following}
         path = os.path.join(folder, f"{tag}-{name}.json")

@@ -1,14 +1,15 @@
 """The state: a versioned, flat dict of JSON values, the same on every rank. Written and read here.
 
-Fields (format version 3; version 2, written by 0.3, had neither ``steps`` nor ``history``, and
-version 1, written by 0.1 and 0.2, had neither ``deal`` nor ``segments``: both still load, see
-``legacy_history``):
+Fields (format version 4; version 3, written by 0.4, carried the order's parameters inside
+``dataset_fingerprint``; version 2, written by 0.3, had neither ``steps`` nor ``history``, and version 1,
+written by 0.1 and 0.2, had neither ``deal`` nor ``segments``: all still load, turned into version 4's
+shape by ``upgraded``, see also ``legacy_history``):
 
 =====================  ===========  ==========================================================
 field                  type         meaning
 =====================  ===========  ==========================================================
 format                 str          always ``"shufflepoint"``
-version                int          format version, 3
+version                int          format version, 4
 kind                   str          ``"loader"`` or ``"sampler"``: which object wrote it
 seed                   int          the order's seed
 epoch                  int          the epoch being read
@@ -21,7 +22,8 @@ world_size             int          ranks when saved (informational: a new one i
 batch_size             int          per-rank batch size when saved (informational, likewise)
 drop_last              bool         tail policy when saved (informational, likewise)
 torch_version          str or null  torch's version, recorded for the ``torch`` order only
-dataset_fingerprint    str or null  optional user-supplied identity of the dataset
+dataset_fingerprint    str or null  the dataset's identity: the user's own string, ``auto:...``, or a corpus's
+                                    content hash (with the user's string after it); never an order's parameter
 deal                   str          who reads which positions: ``strided`` or ``spans``
 segments               list         ``spans`` only: this epoch's ``[world_size, taken]`` pairs, one per
                                     world size it was read at, ``taken`` samples per rank (reset at
@@ -38,6 +40,13 @@ handed                 list         ``spans``, samples excluded: ``[first_world_
 excluded_at            list         the steps at which ``exclude()`` calls took effect, ascending: the first
                                     and the latest 31 (``which`` places steps before the first and from the
                                     latest on); ``[]`` when nothing is excluded or for a state written before it
+shuffle_block          int or null  the block of a block order (``blocks``, a ``Mixture``'s or ``Packed``'s own);
+                                    null for the other orders
+grid                   int or null  the global batch a scheduled ``Mixture``'s phases follow (the run's first,
+                                    adopted by every resume); null otherwise
+phases                 list         a scheduled ``Mixture``'s phases as ``[start, hash]`` pairs, ascending
+                                    (``Schedule.identities``): a resume may append phases, never change one
+                                    that began; ``[]`` without a schedule
 =====================  ===========  ==========================================================
 
 The key set never depends on progress (torch.distributed.checkpoint asks a fresh object for its
@@ -49,6 +58,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 
 from shufflepoint._core.errors import ResumeWarning, StateError
@@ -59,18 +69,22 @@ from shufflepoint._core.spanskips import Handed
 from shufflepoint._core.state_fields import DEALS as DEALS  # re-exported: the deals a state may name
 from shufflepoint._core.state_fields import (
     MAX_INT,
+    MAX_PARAMETER,
     check_deal,
     check_excluded,
     check_excluded_at,
     check_handed,
     check_history,
+    check_order_parameters,
     check_segments_shape,
     fail,
 )
+from shufflepoint._order import ORDERS
 
 FORMAT = "shufflepoint"
-VERSION = 3
-OLDEST_VERSION = 1  # version 1: without deal and segments (always strided); version 2: without steps and history
+VERSION = 4
+OLDEST_VERSION = 1  # version 1: without deal and segments (always strided); version 2: without steps and history;
+# version 3: the order's parameters inside dataset_fingerprint (see upgraded)
 KINDS = ("loader", "sampler")
 MAX_SEED = 2**64 - 1  # seeds span torch's full range; every other int fits an int64
 
@@ -98,13 +112,18 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "excluded": ((list,), "a list [gap, length, ...] of excluded ranges"),
     "handed": ((list,), "a list [first_world_size, gap, length, ...] of handed-out ranges, or []"),
     "excluded_at": ((list,), "a list of the steps at which exclusions took effect, or []"),
+    "shuffle_block": ((int, type(None)), "an int (the order's block) or None"),
+    "grid": ((int, type(None)), "an int (the global batch a schedule follows) or None"),
+    "phases": ((list,), "a list of a schedule's [start, hash] phases, or []"),
 }
 FIELDS: tuple[str, ...] = tuple(_SCHEMA)
 _ADDED_IN = {"deal": 2, "segments": 2, "steps": 3, "history": 3, "excluded": 3, "handed": 3,
-             "excluded_at": 3}  # the version adding it
+             "excluded_at": 3, "shuffle_block": 4, "grid": 4, "phases": 4}  # the version adding it
 _FIELDS_OF = {version: tuple(f for f in FIELDS if _ADDED_IN.get(f, 1) <= version) for version in range(1, VERSION + 1)}
-_OPTIONAL = {"handed", "excluded_at"}  # added within version 3: a state without handed handed nothing out before
-# an exclusion; one without excluded_at does not say when its exclusions took effect (``which`` then refuses them)
+_OPTIONAL = {"handed", "excluded_at"}  # added within version 3 (required from 4): a state without handed handed
+# nothing out before an exclusion; one without excluded_at does not say when its exclusions took effect (``which``
+# then refuses them)
+_BLOCK, _GRID = ":blocks=", ":grid="  # how versions 1-3 wrote the order's parameters into a corpus's fingerprint
 
 # Keys that identify states written by other libraries, to say so instead of "missing keys".
 _FOREIGN = {
@@ -114,6 +133,88 @@ _FOREIGN = {
     "yielded": "torchdata's StatefulDistributedSampler",
     "samples_yielded": "a torchdata BatchSampler",
 }
+
+
+@dataclass(frozen=True)
+class OrderParameters:
+    """The parameters of an order beyond its name and version (state version 4's own fields): the block of a
+    block order, the grid a schedule follows, a schedule's phases as ``(start, hash)`` pairs."""
+
+    shuffle_block: int | None = None
+    grid: int | None = None
+    phases: tuple[tuple[int, str], ...] = ()
+
+
+def _digits(text: str) -> tuple[int | None, str]:
+    """(the int ``text`` starts with, the rest), or (None, ``text``)."""
+    rest = text.lstrip("0123456789")
+    head = text[: len(text) - len(rest)]
+    return (int(head), rest) if head else (None, text)
+
+
+def _legacy_parameters(fingerprint: object, order: object) -> tuple[object, dict[str, Any]]:
+    """A fingerprint as versions 1-3 wrote it, split into the dataset's identity and the order's parameters:
+    a corpus's identity (a scheduled Mixture's followed by its phases, ``|start:hash`` each), then
+    ``:blocks=N``, ``:grid=G`` and ``:`` the user's own string. Other fingerprints are the identity alone.
+
+    >>> _legacy_parameters("mixture:0f3a|0:9c2e|30:77aa:blocks=64:grid=6:mine", "mixture")
+    ('mixture:0f3a:mine', {'shuffle_block': 64, 'grid': 6, 'phases': [[0, '9c2e'], [30, '77aa']]})
+    """
+    none: dict[str, Any] = {"shuffle_block": None, "grid": None, "phases": []}
+    if not isinstance(fingerprint, str) or order in ORDERS or _BLOCK not in fingerprint:
+        return fingerprint, none  # map-style orders never had parameters appended
+    corpus, _, rest = fingerprint.partition(_BLOCK)
+    block, rest = _digits(rest)
+    grid = None
+    if rest.startswith(_GRID):
+        grid, rest = _digits(rest[len(_GRID):])
+    base, *written = corpus.split("|")
+    phases = [_digits(phase) for phase in written]  # (start, ":hash")
+    if block is None or (rest and not rest.startswith(":")) \
+            or any(start is None or not digest.startswith(":") for start, digest in phases):
+        return fingerprint, none  # not as a loader wrote it: left whole, the fingerprint check judges it
+    return base + rest, {"shuffle_block": block, "grid": grid,
+                         "phases": [[start, digest[1:]] for start, digest in phases]}
+
+
+def upgraded(state: Mapping[str, Any]) -> dict[str, Any]:
+    """A state of format version 1-3 in version 4's shape, its ``version`` kept: the fields added since
+    as the older version meant them (``deal`` strided, nothing excluded or handed out), and the order's
+    parameters parsed out of ``dataset_fingerprint`` (the one place that reads how versions 1-3 wrote
+    them); unknown where the fingerprint held none (``shuffle_block`` None: see ``_current``). Anything
+    else (a version 4 state, a damaged or foreign one) comes back as it is, for ``validate`` to judge.
+
+    >>> old = {"version": 3, "order": "blocks", "dataset_fingerprint": "shards:0f3a:blocks=2048:mine"}
+    >>> {k: v for k, v in upgraded(old).items() if k in ("dataset_fingerprint", "shuffle_block")}
+    {'dataset_fingerprint': 'shards:0f3a:mine', 'shuffle_block': 2048}
+    """
+    found = dict(state)
+    version = found.get("version")
+    if isinstance(version, bool) or not isinstance(version, int) or not OLDEST_VERSION <= version < VERSION:
+        return found
+    if version == 1:  # version 1 was always strided
+        found.update(deal=STRIDED, segments=[])
+    if version < 3:  # versions 1 and 2 excluded nothing
+        found["excluded"] = []
+    found.setdefault("handed", [])
+    found.setdefault("excluded_at", [])
+    found["dataset_fingerprint"], parameters = _legacy_parameters(found.get("dataset_fingerprint"), found.get("order"))
+    found.update(parameters)
+    return found
+
+
+def recorded_parameter(state: object, name: str) -> int | None:
+    """The order's parameter ``name`` (``shuffle_block``, ``grid``) a state of any version records, or None
+    where it records none or no valid one (``validate`` then names it): how a resume reads back the
+    settings the run began with, before it validates the state against them.
+
+    >>> recorded_parameter({"version": 3, "order": "blocks", "dataset_fingerprint": "shards:0f3a:blocks=2048"},
+    ...                    "shuffle_block")
+    2048
+    """
+    value = upgraded(state).get(name) if isinstance(state, Mapping) else None
+    valid = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_PARAMETER
+    return value if valid else None
 
 
 @dataclass(frozen=True)
@@ -135,9 +236,11 @@ class Expected:
     legacy_fingerprint: str | None = None
     # The layout that will read on (None: not checked): a resize that cannot be recorded is refused.
     layout: Layout | None = None
-    # Whether a saved fingerprint (found, expected, epoch, cursor) still resumes though it changed (a Mixture
-    # whose resume appended schedule phases after the position reached); explain_fingerprint says why not.
-    fingerprint_compatible: Callable[[str, str, int, int], bool] | None = None
+    # The order's parameters (the block, a schedule's grid and phases) the state must record.
+    parameters: OrderParameters = dataclass_field(default_factory=OrderParameters)
+    # The first of a state's phases (saved phases, epoch, cursor, grid) the dataset's schedule changed before
+    # the position reached, or None where it only appended phases after it (a Mixture's resume may).
+    phases_changed: Callable[[list[list[Any]], int, int, int | None], int | None] | None = None
     # The dataset's account of another order_version of its own order (a Mixture built with or without a schedule).
     explain_order_version: Callable[[int], str | None] | None = None
 
@@ -184,7 +287,7 @@ def _check_shape(state: object) -> Mapping[str, Any]:
             if newer else "This format version is not known; the state is damaged or foreign.",
         )
     fields = _FIELDS_OF[version]
-    missing = [f for f in fields if f not in keys and f not in _OPTIONAL]
+    missing = [f for f in fields if f not in keys and not (version == 3 and f in _OPTIONAL)]
     extra = sorted(str(k) for k in keys - set(fields))
     if missing:
         raise fail("(keys)", f"missing {missing}", f"all of {list(fields)} (version {version})",
@@ -192,14 +295,7 @@ def _check_shape(state: object) -> Mapping[str, Any]:
     if extra:
         raise fail("(keys)", f"unknown {extra}", f"exactly {list(fields)} (version {version})",
                    "The state was edited or comes from another program; use another checkpoint.")
-    if version == 1:  # version 1 was always strided
-        state = {**state, "deal": STRIDED, "segments": []}
-    if version < 3:  # versions 1 and 2 excluded nothing
-        state = {**state, "excluded": []}
-    if "handed" not in state:
-        state = {**state, "handed": []}
-    if "excluded_at" not in state:
-        state = {**state, "excluded_at": []}
+    state = upgraded(state)
     for field, (types, text) in _SCHEMA.items():
         if field not in state:  # steps and history before version 3: see legacy_history
             continue
@@ -215,27 +311,60 @@ def _check_shape(state: object) -> Mapping[str, Any]:
             raise fail(field, state[field], f"an int in [0, {MAX_EPOCH}]{why}",
                        "The state is damaged or was edited; use another checkpoint.")
     check_segments_shape(state["segments"])
+    check_order_parameters(state)
     return state
 
 
 def _current(state: object, expected: Expected) -> Mapping[str, Any]:
-    """The state, checked, in the current format: version 1 (0.1, 0.2) read as ``strided``, and a 0.2
-    corpus fingerprint (no shard versions) taken as the same corpus when it matches 0.2's measure."""
+    """The state, checked, in the current format (``upgraded``): a 0.2 corpus fingerprint (no shard versions)
+    taken as the same corpus when it matches 0.2's measure, and an older state whose fingerprint recorded no
+    block (a dataset without an identity of its own) read in this object's block, unchecked as before."""
     written_as = state.get("version") if isinstance(state, Mapping) else None
     current = _check_shape(state)
     if written_as == OLDEST_VERSION and expected.legacy_fingerprint is not None \
             and current["dataset_fingerprint"] == expected.legacy_fingerprint:
         current = {**current, "dataset_fingerprint": expected.dataset_fingerprint}
+    if written_as != VERSION and current["shuffle_block"] is None:
+        current = {**current, "shuffle_block": expected.parameters.shuffle_block}
     return current
 
 
 def _fingerprint_changed(state: Mapping[str, Any], expected: Expected) -> bool:
-    """Whether the dataset's fingerprint changed, unless the dataset accepts the change at the state's position."""
+    """Whether the dataset's fingerprint changed (the dataset's identity; the order's parameters are apart)."""
     found, current = state["dataset_fingerprint"], expected.dataset_fingerprint
-    if found is None or current is None or found == current:
-        return False
-    compatible = expected.fingerprint_compatible
-    return compatible is None or not compatible(found, current, state["epoch"], state["cursor"])
+    return found is not None and current is not None and found != current
+
+
+_SCHEDULE_CHANGED = ("The schedule changed at schedule[{}], a phase the run had started (or one starting inside the "
+                     "window it had reached: the global batch under a shufflepoint.DataLoader, the shuffle_block "
+                     "window otherwise); a resume may only append phases after it. Build the Mixture with the run's "
+                     "schedule to resume it")
+
+
+def _parameter_changes(state: Mapping[str, Any], expected: Expected) -> list[tuple[str, object, str, str]]:
+    """(field, found, expected, why) for each of the order's parameters the state records otherwise than this
+    object reads with; phases appended after the position reached are not a change."""
+    own, kind = expected.parameters, expected.kind
+    changes: list[tuple[str, object, str, str]] = []
+    if state["shuffle_block"] != own.shuffle_block:
+        changes.append(("shuffle_block", state["shuffle_block"], f"{own.shuffle_block!r} (what this {kind} reads "
+                        "with)", f"The block is part of the order: build the {kind} with shuffle_block="
+                        f"{state['shuffle_block']!r} to resume this run (a blocks order left to its default "
+                        "follows the state's), or start fresh"))
+    if state["grid"] != own.grid:
+        changes.append(("grid", state["grid"], f"{own.grid!r} (the global batch this {kind}'s schedule follows)",
+                        "The grid is recorded for a Mixture with a schedule read by a shufflepoint.DataLoader "
+                        "only; resume with the dataset and the object the run used"))
+    saved = [tuple(phase) for phase in state["phases"]]
+    if saved != list(own.phases):
+        hook = expected.phases_changed
+        number = hook(state["phases"], state["epoch"], state["cursor"], state["grid"]) if hook and saved else 0
+        if number is not None:
+            why = (_SCHEDULE_CHANGED.format(number) if hook and saved and own.phases else
+                   "The schedule was added or removed since the checkpoint; build the dataset as the run did")
+            changes.append(("phases", state["phases"], f"{[list(p) for p in own.phases]} (this dataset's "
+                            "schedule)", why))
+    return changes
 
 
 def _warn_if_torch_changed(state: Mapping[str, Any]) -> None:
@@ -288,7 +417,7 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> Posit
                    f"seed={state['seed']!r} to resume this run, or start fresh.")
     if state["cursor"] > state["n"]:
         raise fail("cursor", state["cursor"], f"an int in [0, n={state['n']}]", "The state is damaged.")
-    check_deal(state, expected)
+    check_deal(state, expected.deal, expected.kind, expected.layout)
     steps, history = check_history(state, bool(state["excluded"]))
     found_print, expected_print = state["dataset_fingerprint"], expected.dataset_fingerprint
     fingerprint_changed = _fingerprint_changed(state, expected)
@@ -298,15 +427,25 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> Posit
                    f"{why}The dataset is not the one the checkpoint was written with; resume with that "
                    "dataset, or load with strict=False to accept a dataset changed on purpose (with a "
                    "ResumeWarning: the saved positions then point at other samples, in another order).")
+    changes = _parameter_changes(state, expected)
+    if changes and strict:
+        field_name, found, wanted, why = changes[0]
+        raise fail(field_name, found, wanted, f"{why}; or load with strict=False to accept the change (with a "
+                   "ResumeWarning: the saved positions then point at other samples, in another order).")
     if fingerprint_changed:
         warnings.warn(
             f"the dataset changed since the checkpoint (fingerprint {found_print!r} -> {expected_print!r}); "
             "loaded anyway (strict=False): the positions now point at other samples than before.",
             ResumeWarning, stacklevel=3,
         )
+    for field_name, found, wanted, _ in changes:
+        warnings.warn(
+            f"the order changed since the checkpoint ({field_name} {found!r} -> {wanted}); loaded anyway "
+            "(strict=False): the positions now point at other samples than before.", ResumeWarning, stacklevel=3,
+        )
     _warn_if_torch_changed(state)
     return Position(state["epoch"], state["cursor"], state["deal"], [list(p) for p in state["segments"]],
-                    steps, history, check_excluded(state, expected), check_handed(state),
+                    steps, history, check_excluded(state, expected.kind), check_handed(state),
                     check_excluded_at(state, steps))
 
 
@@ -316,9 +455,12 @@ def build(
     dataset_fingerprint: str | None, deal: str = STRIDED, segments: list[list[int]] | None = None,
     steps: int = 0, history: History | None = None, excluded: list[int] | None = None,
     handed: list[int] | None = None, excluded_at: list[int] | None = None,
+    parameters: OrderParameters | None = None,
 ) -> dict[str, Any]:
     """The state dict, every field in schema order. Without a ``history``, the run's history starts at
-    ``steps`` from the state's own place (what is known of a state built by hand)."""
+    ``steps`` from the state's own place (what is known of a state built by hand); without ``parameters``,
+    the order has none (a map-style order)."""
+    parameters = parameters or OrderParameters()
     if history is None:
         layout = Layout(n, world_size, batch_size, drop_last)
         place = Place(epoch, cursor, tuple((w, t) for w, t in segments or []))
@@ -336,4 +478,6 @@ def build(
         "deal": deal, "segments": [list(pair) for pair in segments or []],
         "steps": steps, "history": history.entries(), "excluded": list(excluded or []),
         "handed": list(handed or []), "excluded_at": list(excluded_at or []),
+        "shuffle_block": parameters.shuffle_block, "grid": parameters.grid,
+        "phases": [[start, digest] for start, digest in parameters.phases],
     }

@@ -2,8 +2,9 @@
 schedule needs, as a ``Protocol`` rather than attribute names probed one by one.
 
 A ``Mixture`` declares them: with a schedule it is read under one deal only (``required_deal``), says
-when a global batch no longer fits the grid its phases follow (``check_global_batch``), and a resume
-whose fingerprint changed may still be its own run with phases appended (``fingerprint_compatible``).
+when a global batch no longer fits the grid its phases follow (``check_global_batch``), records its phases
+in the state (``phases``), and a resume whose phases changed may still be its own run with phases appended
+(``phase_changed``).
 """
 
 from __future__ import annotations
@@ -27,9 +28,14 @@ class Scheduled(Protocol):
         """Warn when global batches of ``global_batch`` rows are not whole windows of the run's ``grid``
         (the global batch the schedule follows)."""
 
-    def fingerprint_compatible(self, saved: str, expected: str, epoch: int, cursor: int, shuffle_block: int) -> bool:
-        """Whether a state saved with fingerprint ``saved`` at (epoch, cursor) resumes the loader whose
-        fingerprint is ``expected``."""
+    @property
+    def phases(self) -> tuple[tuple[int, str], ...]:
+        """The schedule's phases as ``(start, hash)`` pairs (the state's ``phases``), ``()`` without one."""
+
+    def phase_changed(self, saved: list[list[Any]], epoch: int, cursor: int, grid: int | None,
+                      shuffle_block: int) -> int | None:
+        """The first of a state's ``saved`` phases the schedule changed before the position (epoch, cursor)
+        had reached, or None where it only appended phases after it."""
 
 
 def deal_for(name: str | None, default: str, dataset: Any) -> str:
@@ -50,12 +56,18 @@ def deal_for(name: str | None, default: str, dataset: Any) -> str:
     return str(needed)
 
 
-def schedule_hooks(dataset: Any, shuffle_block: int | None) -> Callable[[str, str, int, int], bool] | None:
-    """The scheduled dataset's fingerprint check for the state (``state.Expected.fingerprint_compatible``);
-    None for any other dataset."""
+def schedule_hooks(dataset: Any, shuffle_block: int | None) -> Callable[[list[list[Any]], int, int, int | None],
+                                                                        int | None] | None:
+    """The scheduled dataset's check of a state's phases (``state.Expected.phases_changed``); None for any
+    other dataset."""
     if not isinstance(dataset, Scheduled):
         return None
-    return functools.partial(dataset.fingerprint_compatible, shuffle_block=shuffle_block or 0)
+    return functools.partial(dataset.phase_changed, shuffle_block=shuffle_block or 0)
+
+
+def phases_of(dataset: Any) -> tuple[tuple[int, str], ...]:
+    """The phases of a scheduled dataset's schedule, as its state records them; ``()`` for any other."""
+    return tuple(dataset.phases) if isinstance(dataset, Scheduled) else ()
 
 
 def check_grid(dataset: Any, grid: int | None, global_batch: int) -> None:

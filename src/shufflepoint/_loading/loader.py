@@ -11,16 +11,20 @@ import torch.utils.data
 from shufflepoint._core import state as _state
 from shufflepoint._core.history import MAX_EPOCH, History, Place, place_after
 from shufflepoint._core.plan import Layout
-from shufflepoint._core.schedule import recorded_grid
 from shufflepoint._core.spanskips import Cut
 from shufflepoint._loading.agreement import validate_everywhere
-from shufflepoint._loading.block_choice import adopt_recorded_block
 from shufflepoint._loading.capabilities import check_grid, schedule_hooks
 from shufflepoint._loading.excluded_steps import arrived
 from shufflepoint._loading.excluding import Excluded, ExclusionMixin
 from shufflepoint._loading.keyed import Transform, keyed_chunks
 from shufflepoint._loading.mesh import resolve_data_parallel
-from shufflepoint._loading.orders import OrderCache, explain_fingerprint, resolve_fingerprint, within_bounds
+from shufflepoint._loading.orders import (
+    OrderCache,
+    explain_fingerprint,
+    orders_for_state,
+    resolve_fingerprint,
+    within_bounds,
+)
 from shufflepoint._loading.sampler import Deal, dataset_length, rank_chunks, warn_if_blocks_exceed_the_share
 from shufflepoint._loading.serving import announced, check_arguments, check_keyed, served
 from shufflepoint._loading.steps import Lookup, Pass
@@ -318,7 +322,7 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
             drop_last=self._layout.drop_last, dataset_fingerprint=self._fingerprint,
             deal=self._deal.name, segments=segments, steps=self.step, history=self._history,
             excluded=self._excluded.exclusion.to_state(), handed=handed.to_state() if handed else [],
-            excluded_at=list(self._excluded_at),
+            excluded_at=list(self._excluded_at), parameters=self._orders.parameters,
         )
 
     def load_state_dict(
@@ -335,8 +339,7 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
         """
         rebuild = lambda name, block: OrderCache(name, self._layout.n, self._seed, dataset=self.dataset,  # noqa: E731
                                                  shuffle_block=block, grid=self._orders.grid)
-        orders = adopt_recorded_block(self._orders, state, rebuild) or self._orders.for_state(state)
-        orders = orders.on_grid(recorded_grid(state.get("dataset_fingerprint") if isinstance(state, dict) else None))
+        orders = orders_for_state(self._orders, state, rebuild)
         deal = self._deal.for_state(state)
         position = validate_everywhere(
             state, self._expected(orders, deal), strict=strict, rank=self._rank, world_size=self._layout.world_size,
@@ -394,6 +397,7 @@ class DataLoader(torch.utils.data.DataLoader[Any], ExclusionMixin):
             kind="loader", n=self._layout.n, seed=self._seed, shuffle=self._shuffle,
             order=orders.name, order_version=orders.version,
             dataset_fingerprint=fingerprint, explain_fingerprint=self._explain, deal=deal.name,
-            legacy_fingerprint=legacy, layout=self._layout, fingerprint_compatible=self._compatible,
+            legacy_fingerprint=legacy, layout=self._layout, parameters=orders.parameters,
+            phases_changed=self._compatible,
             explain_order_version=getattr(self.dataset, "explain_order_version", None),
         )

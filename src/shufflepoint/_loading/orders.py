@@ -4,17 +4,18 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from shufflepoint._core.errors import StateError
 from shufflepoint._core.plan import Layout, StridedCut
-from shufflepoint._core.schedule import GRID
 from shufflepoint._core.spans import NAME as SPANS
 from shufflepoint._core.spanskips import Cut
-from shufflepoint._loading.block_choice import default_block
+from shufflepoint._core.state import OrderParameters, recorded_parameter
+from shufflepoint._loading.block_choice import adopt_recorded_block, default_block
+from shufflepoint._loading.capabilities import phases_of
 from shufflepoint._order import (
     DEFAULT_ORDER,
     DEFAULT_ORDERS,
@@ -34,17 +35,17 @@ def resolve_fingerprint(value: str | None, dataset: Any, n: int, orders: OrderCa
     """None, the user's own string, or ``"auto"``: length plus a hash of a few items.
 
     A sharded corpus (a dataset with a ``fingerprint`` string, such as ``Shards``) always carries
-    its index's content hash, plus the block size of the ``blocks`` order, which together define
-    the order; the user's own string, if any, is appended. ``attribute="legacy_fingerprint"``: the
-    same as shufflepoint 0.2 wrote it (None when the dataset has no older identity).
+    its index's content hash; the user's own string, if any, is appended. The order's parameters
+    (its block, a schedule's grid and phases) are the state's own fields since state version 4
+    (``OrderCache.parameters``), so ``orders`` is no longer read: it is accepted until the callers
+    drop it. ``attribute="legacy_fingerprint"``: the same as shufflepoint 0.2 wrote it (None when the
+    dataset has no older identity).
     """
     if value is not None and not isinstance(value, str):
         raise TypeError(f"dataset_fingerprint: found {value!r}, expected a str, 'auto' or None")
     corpus = getattr(dataset, attribute, None)
     if isinstance(corpus, str):
-        found = corpus + (f":blocks={orders.shuffle_block}" if orders is not None and orders.shuffle_block else "")
-        found += f"{GRID}{orders.grid}" if orders is not None and orders.grid is not None else ""
-        return found if value in (None, "auto") else f"{found}:{value}"
+        return corpus if value in (None, "auto") else f"{corpus}:{value}"
     if attribute != "fingerprint":
         return None
     if value == "auto":
@@ -121,8 +122,14 @@ class OrderCache:
 
     @property
     def identity(self) -> tuple[int | None, int | None]:
-        """What of these orders joins the dataset's fingerprint: (shuffle_block, grid)."""
+        """What of these orders a resume may adopt from a state: (shuffle_block, grid)."""
         return self.shuffle_block, self.grid
+
+    @property
+    def parameters(self) -> OrderParameters:
+        """The order's parameters a state records and a load checks: the block, a schedule's grid and phases."""
+        phases = phases_of(self._dataset) if self.shuffle_block is not None else ()
+        return OrderParameters(self.shuffle_block, self.grid, phases)
 
     def on_grid(self, grid: int | None) -> OrderCache:
         """These orders on another grid (a state's, adopted on a resume), or these when it is the same."""
@@ -153,6 +160,16 @@ class OrderCache:
                 self._order = self._dataset.epoch_order(self.seed, epoch, self.shuffle_block)
             self._epoch = (epoch, stretches)
         return self._order
+
+
+def orders_for_state(orders: OrderCache, state: object, rebuild: Callable[[str | None, int], Any]) -> OrderCache:
+    """The orders to validate ``state`` against, from a loader's ``orders``: the state's block where the block
+    was left to the default (``block_choice.adopt_recorded_block``, ``rebuild(order, block)`` builds them),
+    the state's default order where the order was (``OrderCache.for_state``), and the state's grid for a
+    scheduled dataset (its phases follow the run's first global batch). Read from a state of any version."""
+    recorded = state if isinstance(state, Mapping) else {}
+    adopted: OrderCache = adopt_recorded_block(orders, recorded, rebuild) or orders.for_state(state)
+    return adopted.on_grid(recorded_parameter(recorded, "grid"))
 
 
 def within_bounds(orders: OrderCache, epoch: int, start: Cut, *, field: str | None = None) -> None:

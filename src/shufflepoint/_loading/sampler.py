@@ -239,7 +239,7 @@ class ResumableSampler(DistributedSampler[int]):
             world_size=self._layout.world_size, batch_size=1, drop_last=self.drop_last,
             dataset_fingerprint=self._fingerprint, deal=self._deal.name, segments=segments, steps=steps,
             # recorded here too: ``sampler.epoch`` may have been set directly (DistributedSampler's attribute)
-            history=self._history.record(steps, self._layout, place),
+            history=self._history.record(steps, self._layout, place), parameters=self._orders.parameters,
         )
 
     def load_state_dict(
@@ -275,7 +275,7 @@ class ResumableSampler(DistributedSampler[int]):
             order=orders.name, order_version=orders.version,
             dataset_fingerprint=self._fingerprint, explain_fingerprint=self._explain, deal=deal.name,
             legacy_fingerprint=self._legacy_fingerprint, layout=self._layout,
-            fingerprint_compatible=self._compatible,
+            parameters=orders.parameters, phases_changed=self._compatible,
         )
 
 
