@@ -237,7 +237,7 @@ def test_a_version_2_sampler_state_loads():
     sampler = shufflepoint.ResumableSampler(range(64), num_replicas=2, rank=1, seed=1234)
     sampler.load_state_dict(dict(GOLDEN_V2, kind="sampler", batch_size=1))
     state = sampler.state_dict()
-    assert (state["version"], state["steps"], state["history"]) == (3, 32 + 12, [[44, 2, 1, 0, 1, 24]])
+    assert (state["version"], state["steps"], state["history"]) == (4, 32 + 12, [[44, 2, 1, 0, 1, 24]])
     uninterrupted = shufflepoint.ResumableSampler(range(64), num_replicas=2, rank=1, seed=1234)
     uninterrupted.set_epoch(1)
     assert list(sampler) == list(uninterrupted)[12:]

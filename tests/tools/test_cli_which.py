@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import shufflepoint
-from shufflepoint._core.state import upgraded
+from shufflepoint._core.older_states import upgraded
 from shufflepoint._loading.block_choice import recorded_block
 from shufflepoint._tools import cli
 from shufflepoint._tools.which import WhichError, _user_fingerprint, answer, render

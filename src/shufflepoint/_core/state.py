@@ -3,7 +3,7 @@
 Fields (format version 4; version 3, written by 0.4, carried the order's parameters inside
 ``dataset_fingerprint``; version 2, written by 0.3, had neither ``steps`` nor ``history``, and version 1,
 written by 0.1 and 0.2, had neither ``deal`` nor ``segments``: all still load, turned into version 4's
-shape by ``upgraded``, see also ``legacy_history``):
+shape by ``older_states.upgraded``, see also ``legacy_history``):
 
 =====================  ===========  ==========================================================
 field                  type         meaning
@@ -64,12 +64,13 @@ from typing import Any
 from shufflepoint._core.errors import ResumeWarning, StateError
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.history import MAX_EPOCH, History, Place
+from shufflepoint._core.older_states import NEWEST_UPGRADED, OLDEST_VERSION, upgraded
 from shufflepoint._core.plan import STRIDED, Layout
 from shufflepoint._core.spanskips import Handed
 from shufflepoint._core.state_fields import DEALS as DEALS  # re-exported: the deals a state may name
 from shufflepoint._core.state_fields import (
     MAX_INT,
-    MAX_PARAMETER,
+    OrderParameters,
     check_deal,
     check_excluded,
     check_excluded_at,
@@ -78,13 +79,11 @@ from shufflepoint._core.state_fields import (
     check_order_parameters,
     check_segments_shape,
     fail,
+    parameter_changes,
 )
-from shufflepoint._order import ORDERS
 
 FORMAT = "shufflepoint"
-VERSION = 4
-OLDEST_VERSION = 1  # version 1: without deal and segments (always strided); version 2: without steps and history;
-# version 3: the order's parameters inside dataset_fingerprint (see upgraded)
+VERSION = NEWEST_UPGRADED + 1  # 4; older_states reads versions 1-3 (OLDEST_VERSION..NEWEST_UPGRADED) into its shape
 KINDS = ("loader", "sampler")
 MAX_SEED = 2**64 - 1  # seeds span torch's full range; every other int fits an int64
 
@@ -123,8 +122,6 @@ _FIELDS_OF = {version: tuple(f for f in FIELDS if _ADDED_IN.get(f, 1) <= version
 _OPTIONAL = {"handed", "excluded_at"}  # added within version 3 (required from 4): a state without handed handed
 # nothing out before an exclusion; one without excluded_at does not say when its exclusions took effect (``which``
 # then refuses them)
-_BLOCK, _GRID = ":blocks=", ":grid="  # how versions 1-3 wrote the order's parameters into a corpus's fingerprint
-
 # Keys that identify states written by other libraries, to say so instead of "missing keys".
 _FOREIGN = {
     "_num_yielded": "a torchdata StatefulDataLoader (or an Accelerate-prepared loader)",
@@ -133,88 +130,6 @@ _FOREIGN = {
     "yielded": "torchdata's StatefulDistributedSampler",
     "samples_yielded": "a torchdata BatchSampler",
 }
-
-
-@dataclass(frozen=True)
-class OrderParameters:
-    """The parameters of an order beyond its name and version (state version 4's own fields): the block of a
-    block order, the grid a schedule follows, a schedule's phases as ``(start, hash)`` pairs."""
-
-    shuffle_block: int | None = None
-    grid: int | None = None
-    phases: tuple[tuple[int, str], ...] = ()
-
-
-def _digits(text: str) -> tuple[int | None, str]:
-    """(the int ``text`` starts with, the rest), or (None, ``text``)."""
-    rest = text.lstrip("0123456789")
-    head = text[: len(text) - len(rest)]
-    return (int(head), rest) if head else (None, text)
-
-
-def _legacy_parameters(fingerprint: object, order: object) -> tuple[object, dict[str, Any]]:
-    """A fingerprint as versions 1-3 wrote it, split into the dataset's identity and the order's parameters:
-    a corpus's identity (a scheduled Mixture's followed by its phases, ``|start:hash`` each), then
-    ``:blocks=N``, ``:grid=G`` and ``:`` the user's own string. Other fingerprints are the identity alone.
-
-    >>> _legacy_parameters("mixture:0f3a|0:9c2e|30:77aa:blocks=64:grid=6:mine", "mixture")
-    ('mixture:0f3a:mine', {'shuffle_block': 64, 'grid': 6, 'phases': [[0, '9c2e'], [30, '77aa']]})
-    """
-    none: dict[str, Any] = {"shuffle_block": None, "grid": None, "phases": []}
-    if not isinstance(fingerprint, str) or order in ORDERS or _BLOCK not in fingerprint:
-        return fingerprint, none  # map-style orders never had parameters appended
-    corpus, _, rest = fingerprint.partition(_BLOCK)
-    block, rest = _digits(rest)
-    grid = None
-    if rest.startswith(_GRID):
-        grid, rest = _digits(rest[len(_GRID):])
-    base, *written = corpus.split("|")
-    phases = [_digits(phase) for phase in written]  # (start, ":hash")
-    if block is None or (rest and not rest.startswith(":")) \
-            or any(start is None or not digest.startswith(":") for start, digest in phases):
-        return fingerprint, none  # not as a loader wrote it: left whole, the fingerprint check judges it
-    return base + rest, {"shuffle_block": block, "grid": grid,
-                         "phases": [[start, digest[1:]] for start, digest in phases]}
-
-
-def upgraded(state: Mapping[str, Any]) -> dict[str, Any]:
-    """A state of format version 1-3 in version 4's shape, its ``version`` kept: the fields added since
-    as the older version meant them (``deal`` strided, nothing excluded or handed out), and the order's
-    parameters parsed out of ``dataset_fingerprint`` (the one place that reads how versions 1-3 wrote
-    them); unknown where the fingerprint held none (``shuffle_block`` None: see ``_current``). Anything
-    else (a version 4 state, a damaged or foreign one) comes back as it is, for ``validate`` to judge.
-
-    >>> old = {"version": 3, "order": "blocks", "dataset_fingerprint": "shards:0f3a:blocks=2048:mine"}
-    >>> {k: v for k, v in upgraded(old).items() if k in ("dataset_fingerprint", "shuffle_block")}
-    {'dataset_fingerprint': 'shards:0f3a:mine', 'shuffle_block': 2048}
-    """
-    found = dict(state)
-    version = found.get("version")
-    if isinstance(version, bool) or not isinstance(version, int) or not OLDEST_VERSION <= version < VERSION:
-        return found
-    if version == 1:  # version 1 was always strided
-        found.update(deal=STRIDED, segments=[])
-    if version < 3:  # versions 1 and 2 excluded nothing
-        found["excluded"] = []
-    found.setdefault("handed", [])
-    found.setdefault("excluded_at", [])
-    found["dataset_fingerprint"], parameters = _legacy_parameters(found.get("dataset_fingerprint"), found.get("order"))
-    found.update(parameters)
-    return found
-
-
-def recorded_parameter(state: object, name: str) -> int | None:
-    """The order's parameter ``name`` (``shuffle_block``, ``grid``) a state of any version records, or None
-    where it records none or no valid one (``validate`` then names it): how a resume reads back the
-    settings the run began with, before it validates the state against them.
-
-    >>> recorded_parameter({"version": 3, "order": "blocks", "dataset_fingerprint": "shards:0f3a:blocks=2048"},
-    ...                    "shuffle_block")
-    2048
-    """
-    value = upgraded(state).get(name) if isinstance(state, Mapping) else None
-    valid = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_PARAMETER
-    return value if valid else None
 
 
 @dataclass(frozen=True)
@@ -335,38 +250,6 @@ def _fingerprint_changed(state: Mapping[str, Any], expected: Expected) -> bool:
     return found is not None and current is not None and found != current
 
 
-_SCHEDULE_CHANGED = ("The schedule changed at schedule[{}], a phase the run had started (or one starting inside the "
-                     "window it had reached: the global batch under a shufflepoint.DataLoader, the shuffle_block "
-                     "window otherwise); a resume may only append phases after it. Build the Mixture with the run's "
-                     "schedule to resume it")
-
-
-def _parameter_changes(state: Mapping[str, Any], expected: Expected) -> list[tuple[str, object, str, str]]:
-    """(field, found, expected, why) for each of the order's parameters the state records otherwise than this
-    object reads with; phases appended after the position reached are not a change."""
-    own, kind = expected.parameters, expected.kind
-    changes: list[tuple[str, object, str, str]] = []
-    if state["shuffle_block"] != own.shuffle_block:
-        changes.append(("shuffle_block", state["shuffle_block"], f"{own.shuffle_block!r} (what this {kind} reads "
-                        "with)", f"The block is part of the order: build the {kind} with shuffle_block="
-                        f"{state['shuffle_block']!r} to resume this run (a blocks order left to its default "
-                        "follows the state's), or start fresh"))
-    if state["grid"] != own.grid:
-        changes.append(("grid", state["grid"], f"{own.grid!r} (the global batch this {kind}'s schedule follows)",
-                        "The grid is recorded for a Mixture with a schedule read by a shufflepoint.DataLoader "
-                        "only; resume with the dataset and the object the run used"))
-    saved = [tuple(phase) for phase in state["phases"]]
-    if saved != list(own.phases):
-        hook = expected.phases_changed
-        number = hook(state["phases"], state["epoch"], state["cursor"], state["grid"]) if hook and saved else 0
-        if number is not None:
-            why = (_SCHEDULE_CHANGED.format(number) if hook and saved and own.phases else
-                   "The schedule was added or removed since the checkpoint; build the dataset as the run did")
-            changes.append(("phases", state["phases"], f"{[list(p) for p in own.phases]} (this dataset's "
-                            "schedule)", why))
-    return changes
-
-
 def _warn_if_torch_changed(state: Mapping[str, Any]) -> None:
     """The ``torch`` order is torch.randperm's: another torch version may give another order."""
     if state["order"] != "torch":
@@ -382,11 +265,40 @@ def _warn_if_torch_changed(state: Mapping[str, Any]) -> None:
         )
 
 
+def _check_changed(state: Mapping[str, Any], expected: Expected, strict: bool) -> None:
+    """A changed dataset fingerprint or order parameter is refused by name, or with ``strict=False``
+    warned about (the saved positions then point at other samples)."""
+    found_print, expected_print = state["dataset_fingerprint"], expected.dataset_fingerprint
+    fingerprint_changed = _fingerprint_changed(state, expected)
+    if fingerprint_changed and strict:
+        why = expected.explain_fingerprint(found_print) + ". " if expected.explain_fingerprint else ""
+        raise fail("dataset_fingerprint", found_print, repr(expected_print),
+                   f"{why}The dataset is not the one the checkpoint was written with; resume with that "
+                   "dataset, or load with strict=False to accept a dataset changed on purpose (with a "
+                   "ResumeWarning: the saved positions then point at other samples, in another order).")
+    changes = parameter_changes(state, expected.parameters, expected.kind, expected.phases_changed)
+    if changes and strict:
+        field_name, found, wanted, why = changes[0]
+        raise fail(field_name, found, wanted, f"{why}; or load with strict=False to accept the change (with a "
+                   "ResumeWarning: the saved positions then point at other samples, in another order).")
+    if fingerprint_changed:
+        warnings.warn(
+            f"the dataset changed since the checkpoint (fingerprint {found_print!r} -> {expected_print!r}); "
+            "loaded anyway (strict=False): the positions now point at other samples than before.",
+            ResumeWarning, stacklevel=4,
+        )
+    for field_name, found, wanted, _ in changes:
+        warnings.warn(
+            f"the order changed since the checkpoint ({field_name} {found!r} -> {wanted}); loaded anyway "
+            "(strict=False): the positions now point at other samples than before.", ResumeWarning, stacklevel=4,
+        )
+
+
 def validate(state: object, expected: Expected, *, strict: bool = True) -> Position:
     """Check a state against the loading object; return its position. Raises StateError.
 
     Emits ResumeWarning (after all checks pass) where the load is accepted but cannot be exact.
-    ``strict=False`` turns a dataset-fingerprint mismatch into a ResumeWarning; nothing else.
+    ``strict=False`` turns a dataset-fingerprint or order-parameter mismatch into a ResumeWarning; nothing else.
     """
     state = _current(state, expected)
     if state["kind"] != expected.kind:
@@ -419,30 +331,7 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> Posit
         raise fail("cursor", state["cursor"], f"an int in [0, n={state['n']}]", "The state is damaged.")
     check_deal(state, expected.deal, expected.kind, expected.layout)
     steps, history = check_history(state, bool(state["excluded"]))
-    found_print, expected_print = state["dataset_fingerprint"], expected.dataset_fingerprint
-    fingerprint_changed = _fingerprint_changed(state, expected)
-    if fingerprint_changed and strict:
-        why = expected.explain_fingerprint(found_print) + ". " if expected.explain_fingerprint else ""
-        raise fail("dataset_fingerprint", found_print, repr(expected_print),
-                   f"{why}The dataset is not the one the checkpoint was written with; resume with that "
-                   "dataset, or load with strict=False to accept a dataset changed on purpose (with a "
-                   "ResumeWarning: the saved positions then point at other samples, in another order).")
-    changes = _parameter_changes(state, expected)
-    if changes and strict:
-        field_name, found, wanted, why = changes[0]
-        raise fail(field_name, found, wanted, f"{why}; or load with strict=False to accept the change (with a "
-                   "ResumeWarning: the saved positions then point at other samples, in another order).")
-    if fingerprint_changed:
-        warnings.warn(
-            f"the dataset changed since the checkpoint (fingerprint {found_print!r} -> {expected_print!r}); "
-            "loaded anyway (strict=False): the positions now point at other samples than before.",
-            ResumeWarning, stacklevel=3,
-        )
-    for field_name, found, wanted, _ in changes:
-        warnings.warn(
-            f"the order changed since the checkpoint ({field_name} {found!r} -> {wanted}); loaded anyway "
-            "(strict=False): the positions now point at other samples than before.", ResumeWarning, stacklevel=3,
-        )
+    _check_changed(state, expected, strict)
     _warn_if_torch_changed(state)
     return Position(state["epoch"], state["cursor"], state["deal"], [list(p) for p in state["segments"]],
                     steps, history, check_excluded(state, expected.kind), check_handed(state),

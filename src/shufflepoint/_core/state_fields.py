@@ -5,7 +5,8 @@ calls these once the shape and the types are checked, with what the loading obje
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from shufflepoint._core import spans as _spans
@@ -178,3 +179,46 @@ def check_order_parameters(state: Mapping[str, Any]) -> None:
     if block is None and (phases or grid is not None):
         raise fail("shuffle_block", block, "an int where the state has phases or a grid (a Mixture's order has "
                    "a block)", "The state is damaged or was edited; use another checkpoint.")
+
+
+@dataclass(frozen=True)
+class OrderParameters:
+    """The parameters of an order beyond its name and version (state version 4's own fields): the block of a
+    block order, the grid a schedule follows, a schedule's phases as ``(start, hash)`` pairs."""
+
+    shuffle_block: int | None = None
+    grid: int | None = None
+    phases: tuple[tuple[int, str], ...] = ()
+
+
+_SCHEDULE_CHANGED = ("The schedule changed at schedule[{}], a phase the run had started (or one starting inside the "
+                     "window it had reached: the global batch under a shufflepoint.DataLoader, the shuffle_block "
+                     "window otherwise); a resume may only append phases after it. Build the Mixture with the run's "
+                     "schedule to resume it")
+
+
+def parameter_changes(state: Mapping[str, Any], own: OrderParameters, kind: str,
+                      hook: Callable[[list[list[Any]], int, int, int | None], int | None] | None,
+                      ) -> list[tuple[str, object, str, str]]:
+    """(field, found, expected, why) for each of the order's parameters the state records otherwise than this
+    ``kind`` of object reads with (``own``); phases appended after the position reached are not a change
+    (``hook``: the dataset's ``phase_changed``, see ``state.Expected.phases_changed``)."""
+    changes: list[tuple[str, object, str, str]] = []
+    if state["shuffle_block"] != own.shuffle_block:
+        changes.append(("shuffle_block", state["shuffle_block"], f"{own.shuffle_block!r} (what this {kind} reads "
+                        "with)", f"The block is part of the order: build the {kind} with shuffle_block="
+                        f"{state['shuffle_block']!r} to resume this run (a blocks order left to its default "
+                        "follows the state's), or start fresh"))
+    if state["grid"] != own.grid:
+        changes.append(("grid", state["grid"], f"{own.grid!r} (the global batch this {kind}'s schedule follows)",
+                        "The grid is recorded for a Mixture with a schedule read by a shufflepoint.DataLoader "
+                        "only; resume with the dataset and the object the run used"))
+    saved = [tuple(phase) for phase in state["phases"]]
+    if saved != list(own.phases):
+        number = hook(state["phases"], state["epoch"], state["cursor"], state["grid"]) if hook and saved else 0
+        if number is not None:
+            why = (_SCHEDULE_CHANGED.format(number) if hook and saved and own.phases else
+                   "The schedule was added or removed since the checkpoint; build the dataset as the run did")
+            changes.append(("phases", state["phases"], f"{[list(p) for p in own.phases]} (this dataset's "
+                            "schedule)", why))
+    return changes

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from shufflepoint._core.state import recorded_parameter
+from shufflepoint._core.older_states import recorded_parameter
 from shufflepoint._shards.blocks import DEFAULT_SHUFFLE_BLOCK
 from shufflepoint._shards.blocks import NAME as BLOCKS
 
@@ -23,6 +23,10 @@ class _Orders(Protocol):
     chosen: bool
     block_chosen: bool
     shuffle_block: int | None
+
+    def for_state(self, state: object) -> Any: ...
+
+    def on_grid(self, grid: int | None) -> Any: ...
 
 
 def default_block(dataset: Any, name: str) -> int:
@@ -49,3 +53,12 @@ def adopt_recorded_block(orders: _Orders, state: object, rebuild: Any) -> Any:
     adopted = rebuild(orders.name if orders.chosen else None, recorded)
     adopted.block_chosen = False  # still the default's: the state's decision, not the caller's
     return adopted
+
+
+def orders_for_state(orders: _Orders, state: object, rebuild: Any) -> Any:
+    """The orders to validate ``state`` against, from a loader's ``orders``: the state's block where the block
+    was left to the default (``adopt_recorded_block``; ``rebuild(order, block)`` builds them), the state's
+    default order where the order was (``OrderCache.for_state``), and the state's grid for a scheduled
+    dataset (its phases follow the run's first global batch). Read from a state of any version."""
+    adopted = adopt_recorded_block(orders, state, rebuild) or orders.for_state(state)
+    return adopted.on_grid(recorded_parameter(state, "grid"))

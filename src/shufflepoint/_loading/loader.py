@@ -13,18 +13,13 @@ from shufflepoint._core.history import MAX_EPOCH, History, Place, place_after
 from shufflepoint._core.plan import Layout
 from shufflepoint._core.spanskips import Cut
 from shufflepoint._loading.agreement import validate_everywhere
+from shufflepoint._loading.block_choice import orders_for_state
 from shufflepoint._loading.capabilities import check_grid, schedule_hooks
 from shufflepoint._loading.excluded_steps import arrived
 from shufflepoint._loading.excluding import Excluded, ExclusionMixin
 from shufflepoint._loading.keyed import Transform, keyed_chunks
 from shufflepoint._loading.mesh import resolve_data_parallel
-from shufflepoint._loading.orders import (
-    OrderCache,
-    explain_fingerprint,
-    orders_for_state,
-    resolve_fingerprint,
-    within_bounds,
-)
+from shufflepoint._loading.orders import OrderCache, explain_fingerprint, resolve_fingerprint, within_bounds
 from shufflepoint._loading.sampler import Deal, dataset_length, rank_chunks, warn_if_blocks_exceed_the_share
 from shufflepoint._loading.serving import announced, check_arguments, check_keyed, served
 from shufflepoint._loading.steps import Lookup, Pass

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -13,8 +13,8 @@ from shufflepoint._core.errors import StateError
 from shufflepoint._core.plan import Layout, StridedCut
 from shufflepoint._core.spans import NAME as SPANS
 from shufflepoint._core.spanskips import Cut
-from shufflepoint._core.state import OrderParameters, recorded_parameter
-from shufflepoint._loading.block_choice import adopt_recorded_block, default_block
+from shufflepoint._core.state_fields import OrderParameters
+from shufflepoint._loading.block_choice import default_block
 from shufflepoint._loading.capabilities import phases_of
 from shufflepoint._order import (
     DEFAULT_ORDER,
@@ -160,16 +160,6 @@ class OrderCache:
                 self._order = self._dataset.epoch_order(self.seed, epoch, self.shuffle_block)
             self._epoch = (epoch, stretches)
         return self._order
-
-
-def orders_for_state(orders: OrderCache, state: object, rebuild: Callable[[str | None, int], Any]) -> OrderCache:
-    """The orders to validate ``state`` against, from a loader's ``orders``: the state's block where the block
-    was left to the default (``block_choice.adopt_recorded_block``, ``rebuild(order, block)`` builds them),
-    the state's default order where the order was (``OrderCache.for_state``), and the state's grid for a
-    scheduled dataset (its phases follow the run's first global batch). Read from a state of any version."""
-    recorded = state if isinstance(state, Mapping) else {}
-    adopted: OrderCache = adopt_recorded_block(orders, recorded, rebuild) or orders.for_state(state)
-    return adopted.on_grid(recorded_parameter(recorded, "grid"))
 
 
 def within_bounds(orders: OrderCache, epoch: int, start: Cut, *, field: str | None = None) -> None:

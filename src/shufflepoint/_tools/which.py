@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from shufflepoint._core.state import upgraded
+from shufflepoint._core.older_states import upgraded
 from shufflepoint._loading.block_choice import recorded_block
 from shufflepoint._tools.which_checkpoint import Found
 
