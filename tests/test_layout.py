@@ -182,7 +182,6 @@ def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 # TODO(issue-31): the circles in _loading (mesh <-> sampler, excluding <-> excluded_steps) and _core
 # (state <-> state_fields) are being cut on other branches; drop this marker once they are merged.
-@pytest.mark.xfail(strict=False, reason="issue 31: _loading and _core/state* circles are cut on other branches")
 def test_no_two_modules_import_each_other() -> None:
     """A circle means one concept was cut in two: merge it, or cut it again at a seam so arrows point one
     way (a ``Protocol``, or the values passed in, instead of an import for types)."""

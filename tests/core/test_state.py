@@ -36,7 +36,7 @@ def test_state_fields_are_documented_in_order():
 
 @pytest.mark.parametrize("edit, match", [
     (dict(format="torchdata"), "'format': found 'torchdata'"),
-    (dict(version=4), "'version': found 4.*newer shufflepoint"),
+    (dict(version=5), "'version': found 5.*newer shufflepoint"),
     (dict(version=True), "'version': found True"),
     (dict(kind="sampler"), "'kind': found 'sampler'"),
     (dict(n=41), "'n': found 41, expected 40.*dataset changed length"),
@@ -190,7 +190,7 @@ def test_a_travelled_history_round_trips():
     (lambda s: s["history"][1].__setitem__(1, 2**40), r"'history'.*history\[1\]: found"),
     (lambda s: s["history"][-1].__setitem__(4, 1), "'steps'.*arrives at epoch 2"),
     (lambda s: s.update(version=2),
-     r"'\(keys\)': found \"unknown \['excluded', 'excluded_at', 'handed', 'history', 'steps'\]\""),
+     r"'\(keys\)': found \"unknown \['excluded', 'excluded_at', 'grid', 'handed', 'history', 'phases'"),
 ])
 def test_each_bad_history_is_named(edit, match):
     loader = travelled("strided")

@@ -120,3 +120,22 @@ def test_a_refused_state_says_nothing_of_the_ramp():
     other = shufflepoint.DataLoader(list(range(65)), 4, world_size=2, rank=0, seed=3)
     with pytest.raises(shufflepoint.StateError, match="n"):
         other.load_state_dict(state)  # a warning here would be an error of this suite
+
+
+def test_the_state_keeps_the_ramp_across_resumes_until_it_is_lost():
+    """``ramp`` in the state: a resume at the ramped size keeps it, so a later resume at the script's constant is
+    still told; an old state (before version 4 recorded it) and a run without set_batch_size record none."""
+    state, _ = ramped_state()
+    assert state["ramp"] == 8
+    kept = ranks(64, 2, 8)[0]
+    kept.load_state_dict(state)
+    next(iter(kept))
+    assert kept.state_dict()["ramp"] == 8
+    lost = ranks(64, 2, 4)[0]
+    lost.load_state_dict(kept.state_dict())
+    with pytest.warns(shufflepoint.ResumeWarning, match="read on at 8 per rank"):
+        next(iter(lost))
+    assert lost.state_dict()["ramp"] is None  # said once: the run now reads at 4
+    assert ranks(64, 2, 4)[0].state_dict()["ramp"] is None
+    with pytest.raises(shufflepoint.StateError, match=r"'ramp': found 0, expected a batch size"):
+        ranks(64, 2, 4)[0].load_state_dict({**state, "ramp": 0})

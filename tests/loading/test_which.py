@@ -212,7 +212,7 @@ def test_a_version_2_state_loads_and_its_steps_are_counted_from_its_layout():
     loader.load_state_dict(dict(GOLDEN_V2))
     assert (loader.epoch, loader.cursor, loader.step) == (1, 24, 8 + 3)
     state = loader.state_dict()
-    assert state["version"] == 3 and state["history"] == [[11, 2, 4, 0, 1, 24]]
+    assert state["version"] == 4 and state["history"] == [[11, 2, 4, 0, 1, 24]]
     uninterrupted = shufflepoint.DataLoader(list(range(64)), 4, seed=1234, rank=0, world_size=2)
     served = [b.tolist() for b in uninterrupted] + [b.tolist() for b in uninterrupted]  # epochs 0 and 1
     assert [loader.which(s)[0] for s in range(11, 16)] == served[11:16]
@@ -237,7 +237,7 @@ def test_a_version_2_sampler_state_loads():
     sampler = shufflepoint.ResumableSampler(range(64), num_replicas=2, rank=1, seed=1234)
     sampler.load_state_dict(dict(GOLDEN_V2, kind="sampler", batch_size=1))
     state = sampler.state_dict()
-    assert (state["version"], state["steps"], state["history"]) == (3, 32 + 12, [[44, 2, 1, 0, 1, 24]])
+    assert (state["version"], state["steps"], state["history"]) == (4, 32 + 12, [[44, 2, 1, 0, 1, 24]])
     uninterrupted = shufflepoint.ResumableSampler(range(64), num_replicas=2, rank=1, seed=1234)
     uninterrupted.set_epoch(1)
     assert list(sampler) == list(uninterrupted)[12:]

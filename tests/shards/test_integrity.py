@@ -210,7 +210,7 @@ def test_an_index_of_format_1_still_loads_and_a_state_of_0_2_is_explained(s3, bu
     assert again.fingerprint == corpus.fingerprint
     assert json.load(open(os.path.join(fresh, f"corpus-{key}.json")))["version"] == 2
     state = loader_state(corpus)
-    state["dataset_fingerprint"] = "shards:" + corpus.index.legacy_hash + ":blocks=16"
+    state["dataset_fingerprint"] = "shards:" + corpus.index.legacy_hash
     with pytest.raises(shufflepoint.StateError, match=r"saved by shufflepoint 0\.2, whose corpus fingerprint did not "
                                                       r"cover shard versions.*load with strict=False"):
         resume(again, state)  # a current-format state never carries 0.2's fingerprint
@@ -219,13 +219,15 @@ def test_an_index_of_format_1_still_loads_and_a_state_of_0_2_is_explained(s3, bu
         loader.load_state_dict(state, strict=False)
     # A state as 0.2 wrote it (format 1, strided, 0.2's fingerprint) resumes as it is: the same corpus
     # by 0.2's measure, read strided as 0.2 read it.
-    written_by_0_2 = {k: v for k, v in state.items()
-                      if k not in ("deal", "segments", "steps", "history", "excluded", "handed", "excluded_at")}
-    written_by_0_2.update(version=1, cursor=2)
+    written_by_0_2 = {k: v for k, v in state.items() if k not in ("deal", "segments", "steps", "history", "excluded",
+                                                                   "handed", "excluded_at", "shuffle_block", "grid",
+                                                                   "phases")}
+    written_by_0_2.update(version=1, cursor=2, dataset_fingerprint=state["dataset_fingerprint"] + ":blocks=16")
     loader = shufflepoint.DataLoader(again, batch_size=2, seed=3, shuffle_block=16, rank=0, world_size=1)
     loader.load_state_dict(written_by_0_2)
     assert loader.deal == "strided" and loader.cursor == 2
-    assert loader.state_dict()["dataset_fingerprint"] == again.fingerprint + ":blocks=16"
+    assert loader.state_dict()["dataset_fingerprint"] == again.fingerprint
+    assert loader.state_dict()["shuffle_block"] == 16
 
 
 def test_rewritten_between_the_head_and_the_body(s3, bucket, tmp_path):

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import shufflepoint
+from shufflepoint._core.older_states import upgraded
 from shufflepoint._loading.block_choice import recorded_block
 from shufflepoint._tools import cli
 from shufflepoint._tools.which import WhichError, _user_fingerprint, answer, render
@@ -107,18 +108,20 @@ def test_a_state_of_another_dataset_is_refused_by_name(tmp_path):
         answer(Found(state, "file", "ckpt"), list(range(31)), 0)
 
 
-def test_the_run_options_come_back_from_the_fingerprint():
-    assert recorded_block({"dataset_fingerprint": "shards:abc:blocks=512:mine"}) == 512
-    assert recorded_block({"dataset_fingerprint": "auto:n=3:ff"}) is None
+def test_the_run_options_come_back_from_the_state():
+    assert recorded_block({"version": 4, "shuffle_block": 512}) == 512
+    assert recorded_block({"version": 3, "order": "blocks", "dataset_fingerprint": "shards:abc:blocks=512:mine"}) == 512
+    assert recorded_block({"version": 3, "order": "feistel", "dataset_fingerprint": "auto:n=3:ff"}) is None
 
     class Corpus:
         fingerprint = "shards:abc"
 
-    assert _user_fingerprint("shards:abc:blocks=512:mine", Corpus()) == "mine"
-    assert _user_fingerprint("shards:abc:blocks=512", Corpus()) is None
+    assert _user_fingerprint("shards:abc:mine", Corpus()) == "mine"
+    assert _user_fingerprint("shards:abc", Corpus()) is None
     assert _user_fingerprint("auto:n=3:ff", [1, 2, 3]) == "auto"
     assert _user_fingerprint("v7", [1, 2, 3]) == "v7" and _user_fingerprint(None, []) is None
-    assert _user_fingerprint("shards:abc:blocks=512:grid=24:mine", Corpus()) == "mine"  # a schedule's global batch
+    old = {"version": 3, "order": "mixture", "dataset_fingerprint": "shards:abc|0:9c2e:blocks=512:grid=24:mine"}
+    assert _user_fingerprint(upgraded(old)["dataset_fingerprint"], Corpus()) == "mine"  # as 0.4 wrote it
 
 
 def test_which_answers_a_scheduled_mixture_resized_to_another_global_batch():
@@ -144,7 +147,7 @@ def test_which_answers_a_scheduled_mixture_resized_to_another_global_batch():
     iterators = [iter(loader) for loader in second]
     received += [{r: next(i) for r, i in enumerate(iterators)} for _ in range(3)]
     state = second[0].state_dict()
-    assert state["dataset_fingerprint"].endswith(":grid=6:mine")
+    assert state["dataset_fingerprint"].endswith(":mine") and state["grid"] == 6
     data = mixture()
     for step, batches in enumerate(received):
         found = answer(Found(state, "file", "ckpt"), data, step, locate=False)
@@ -184,7 +187,7 @@ def test_a_mixture_read_with_its_own_order_and_block(tmp_path):
         return shufflepoint.Mixture([(list(range(100, 117)), 2), (list(range(500, 509)), 1)], samples_per_epoch=21)
 
     received, state = run(mixture(), [(2, 2, 4), (3, 1, 9)], seed=6, shuffle_block=7)
-    assert state["dataset_fingerprint"].endswith(":blocks=7")
+    assert state["shuffle_block"] == 7
     fresh = mixture()
     for step, ranks in received.items():
         found = answer(Found(state, "file", "ckpt"), fresh, step)

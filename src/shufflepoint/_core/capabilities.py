@@ -79,9 +79,14 @@ class Scheduled(Protocol):
         """Warn when global batches of ``global_batch`` rows are not whole windows of the run's ``grid``
         (the global batch the schedule follows)."""
 
-    def fingerprint_compatible(self, saved: str, expected: str, epoch: int, cursor: int, shuffle_block: int) -> bool:
-        """Whether a state saved with fingerprint ``saved`` at (epoch, cursor) resumes the loader whose
-        fingerprint is ``expected``."""
+    @property
+    def phases(self) -> tuple[tuple[int, str], ...]:
+        """The schedule's phases as ``(start, hash)`` pairs (the state's ``phases``), ``()`` without one."""
+
+    def phase_changed(self, saved: list[list[Any]], epoch: int, cursor: int, grid: int | None,
+                      shuffle_block: int) -> int | None:
+        """The first of a state's ``saved`` phases the schedule changed before the position (epoch, cursor)
+        had reached, or None where it only appended phases after it."""
 
 
 # -- identity ----------------------------------------------------------------------------------

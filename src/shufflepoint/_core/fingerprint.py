@@ -46,16 +46,3 @@ def fingerprint(dataset: Any, n: int) -> str:
             _feed(digest, dataset[position])
     return f"auto:n={n}:{digest.hexdigest()[:16]}"
 
-
-def recorded_int(found: object, key: str) -> int | None:
-    """The positive integer a loader wrote into a dataset fingerprint as ``:key=N`` (``blocks``, a schedule's
-    ``grid``), or None: how a resume reads the settings the run began with back from its state.
-
-    >>> recorded_int("shards:0f3a:blocks=2048:mine", "blocks"), recorded_int("auto:n=3:ff", "grid")
-    (2048, None)
-    """
-    marker = f":{key}="
-    if not isinstance(found, str) or marker not in found:
-        return None
-    digits = found.rsplit(marker, 1)[1].split(":", 1)[0]
-    return int(digits) if digits.isdigit() and 0 < int(digits) <= 2**62 else None

@@ -21,8 +21,8 @@ example, two phases, the second an annealing mix::
 
 Source s's t-th slot of the run reads row t of its own endless stream, so the stream advances by
 exactly what the schedule gave it, across epochs, phases and resizes. Each phase's identity (start
-and weights) joins the mixture's fingerprint; a resume may append phases after the position it
-reached (``compatible``), never change one that began. Evaluation is O(log phases + sources).
+and a hash of its weights) is recorded in the state (its ``phases``); a resume may append phases after
+the position it reached (``compatible``), never change one that began. Evaluation is O(log phases + sources).
 
 Read in global batches (``Schedule.on_grid``, a ``GridSchedule``): with three sources or more, each holds
 its phase's share to within one row at every global batch edge, where a chain of floors (``Schedule``)
@@ -52,7 +52,6 @@ from typing import Any
 
 import numpy as np
 
-from shufflepoint._core.fingerprint import recorded_int
 from shufflepoint._order.distinct import distinct
 
 _LIMIT = 2**62  # run positions stay int64
@@ -204,15 +203,15 @@ class Schedule:
         found._finish()
         return found
 
-    def identities(self) -> list[str]:
-        """One ``start:hash`` per phase as written (start in positions; the hash of its exact shares, and for
+    def identities(self) -> list[tuple[int, str]]:
+        """One ``(start, hash)`` per phase as written (start in positions; the hash of its exact shares, and for
         a ramp its steps and the next phase it ramps to): a few bytes per phase, however many steps."""
         found = []
         for i, (start, shares, steps) in enumerate(self._phases):
             parts = [[str(f) for f in shares], steps]
             if steps > 1:
                 parts += [self._phases[i + 1][0], [str(f) for f in self._phases[i + 1][1]]]
-            found.append(f"{start}:{hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:12]}")
+            found.append((start, hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:12]))
         return found
 
 
@@ -327,54 +326,20 @@ def reached(samples_per_epoch: int, window: int, epoch: int, cursor: int, grid: 
     return epoch * samples_per_epoch + (samples_per_epoch if k == count - 1 else (k + 1) * window)
 
 
-GRID = ":grid="  # the loader appends the run's global batch to a scheduled mixture's fingerprint
-
-
-def recorded_grid(fingerprint: object) -> int | None:
-    """The global batch a loader's fingerprint of a scheduled mixture records (its phases follow it), or None.
-
-    >>> recorded_grid("mixture:0f3a|0:9c2e:blocks=4096:grid=512")
-    512
-    """
-    return recorded_int(fingerprint, "grid")
-
-
-
-def _parts(fingerprint: str) -> tuple[str, list[str], str]:
-    """A scheduled mixture's fingerprint as a loader writes it: (base, ["start:hash", ...], what the loader
-    appended after the last phase, such as ":blocks=B")."""
-    base, *phases = fingerprint.split("|")
-    if not phases:
-        return fingerprint, [], ""
-    start, digest, *rest = phases[-1].split(":", 2) + [""]
-    return base, [*phases[:-1], f"{start}:{digest}"], rest[0]
-
-
-def resumes(saved: str, expected: str, samples_per_epoch: int, shuffle_block: int, epoch: int, cursor: int) -> bool:
-    """Whether a loader fingerprint ``saved`` at (epoch, cursor) resumes one whose fingerprint is ``expected``:
-    the same sources, and the same phases up to the end of the window reached (appended ones after it)."""
-    (base, phases, suffix), (own, current, own_suffix) = _parts(saved), _parts(expected)
-    if not phases or (base, suffix) != (own, own_suffix):
-        return False
-    grid = recorded_grid(saved)
+def changed_phase(saved: Sequence[Sequence[Any]], current: Sequence[tuple[int, str]], samples_per_epoch: int,
+                  shuffle_block: int, epoch: int, cursor: int, grid: int | None) -> int | None:
+    """The first of a state's ``saved`` phases (``[start, hash]``) that the ``current`` schedule changed before
+    the position a state at (epoch, cursor) had fixed (the end of its window: the global batch of ``grid``
+    rows under a loader, the ``shuffle_block`` window otherwise), or None: phases appended after it resume."""
     past = reached(samples_per_epoch, grid or shuffle_block, epoch, cursor, grid is not None)
-    return compatible(phases, current, past) is None
+    return compatible([(int(start), str(digest)) for start, digest in saved], list(current), past)
 
 
-def changed_phase(saved: str, current: str) -> int | None:
-    """The first phase in which two fingerprints of the same scheduled mixture differ (None: other sources)."""
-    (base, phases, _), (own, now, _) = _parts(saved), _parts(current)
-    return compatible(phases, now, _LIMIT) if phases and base == own else None
-
-
-def compatible(saved: list[str], current: list[str], reached: int) -> int | None:
+def compatible(saved: list[tuple[int, str]], current: list[tuple[int, str]], reached: int) -> int | None:
     """None when ``current`` keeps every phase of ``saved`` that starts before ``reached`` (and adds none
     there), else the number of the first phase that differs: a resume may append, never rewrite."""
-    def start(identity: str) -> int:
-        return int(identity.split(":", 1)[0])
-
-    past_saved = [p for p in saved if start(p) < reached]
-    past_current = [p for p in current if start(p) < reached]
+    past_saved = [p for p in saved if p[0] < reached]
+    past_current = [p for p in current if p[0] < reached]
     if past_saved == past_current:
         return None
     return next((i for i, (a, b) in enumerate(zip(past_saved, past_current, strict=False)) if a != b),

@@ -1,14 +1,15 @@
 """The state: a versioned, flat dict of JSON values, the same on every rank. Written and read here.
 
-Fields (format version 3; version 2, written by 0.3, had neither ``steps`` nor ``history``, and
-version 1, written by 0.1 and 0.2, had neither ``deal`` nor ``segments``: both still load, see
-``legacy_history``):
+Fields (format version 4; version 3, written by 0.4, carried the order's parameters inside
+``dataset_fingerprint``; version 2, written by 0.3, had neither ``steps`` nor ``history``, and version 1,
+written by 0.1 and 0.2, had neither ``deal`` nor ``segments``: all still load, turned into version 4's
+shape by ``older_states.upgraded``, see also ``legacy_history``):
 
 =====================  ===========  ==========================================================
 field                  type         meaning
 =====================  ===========  ==========================================================
 format                 str          always ``"shufflepoint"``
-version                int          format version, 3
+version                int          format version, 4
 kind                   str          ``"loader"`` or ``"sampler"``: which object wrote it
 seed                   int          the order's seed
 epoch                  int          the epoch being read
@@ -21,7 +22,8 @@ world_size             int          ranks when saved (informational: a new one i
 batch_size             int          per-rank batch size when saved (informational, likewise)
 drop_last              bool         tail policy when saved (informational, likewise)
 torch_version          str or null  torch's version, recorded for the ``torch`` order only
-dataset_fingerprint    str or null  optional user-supplied identity of the dataset
+dataset_fingerprint    str or null  the dataset's identity: the user's own string, ``auto:...``, or a corpus's
+                                    content hash (with the user's string after it); never an order's parameter
 deal                   str          who reads which positions: ``strided`` or ``spans``
 segments               list         ``spans`` only: this epoch's ``[world_size, taken]`` pairs, one per
                                     world size it was read at, ``taken`` samples per rank (reset at
@@ -38,6 +40,15 @@ handed                 list         ``spans``, samples excluded: ``[first_world_
 excluded_at            list         the steps at which ``exclude()`` calls took effect, ascending: the first
                                     and the latest 31 (``which`` places steps before the first and from the
                                     latest on); ``[]`` when nothing is excluded or for a state written before it
+shuffle_block          int or null  the block of a block order (``blocks``, a ``Mixture``'s or ``Packed``'s own);
+                                    null for the other orders
+grid                   int or null  the global batch a scheduled ``Mixture``'s phases follow (the run's first,
+                                    adopted by every resume); null otherwise
+phases                 list         a scheduled ``Mixture``'s phases as ``[start, hash]`` pairs, ascending
+                                    (``Schedule.identities``): a resume may append phases, never change one
+                                    that began; ``[]`` without a schedule
+ramp                   int or null  the batch size ``set_batch_size`` set and the run still reads at (a resume
+                                    built with another size is told so, ``ResumeWarning``); null otherwise
 =====================  ===========  ==========================================================
 
 The key set never depends on progress (torch.distributed.checkpoint asks a fresh object for its
@@ -49,28 +60,32 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 
 from shufflepoint._core.errors import ResumeWarning, StateError
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.history import MAX_EPOCH, History, Place
+from shufflepoint._core.older_states import NEWEST_UPGRADED, OLDEST_VERSION, upgraded
 from shufflepoint._core.plan import STRIDED, Layout
 from shufflepoint._core.spanskips import Handed
 from shufflepoint._core.state_fields import DEALS as DEALS  # re-exported: the deals a state may name
 from shufflepoint._core.state_fields import (
     MAX_INT,
+    OrderParameters,
     check_deal,
     check_excluded,
     check_excluded_at,
     check_handed,
     check_history,
+    check_order_parameters,
     check_segments_shape,
     fail,
+    parameter_changes,
 )
 
 FORMAT = "shufflepoint"
-VERSION = 3
-OLDEST_VERSION = 1  # version 1: without deal and segments (always strided); version 2: without steps and history
+VERSION = NEWEST_UPGRADED + 1  # 4; older_states reads versions 1-3 (OLDEST_VERSION..NEWEST_UPGRADED) into its shape
 KINDS = ("loader", "sampler")
 MAX_SEED = 2**64 - 1  # seeds span torch's full range; every other int fits an int64
 
@@ -98,14 +113,19 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "excluded": ((list,), "a list [gap, length, ...] of excluded ranges"),
     "handed": ((list,), "a list [first_world_size, gap, length, ...] of handed-out ranges, or []"),
     "excluded_at": ((list,), "a list of the steps at which exclusions took effect, or []"),
+    "shuffle_block": ((int, type(None)), "an int (the order's block) or None"),
+    "grid": ((int, type(None)), "an int (the global batch a schedule follows) or None"),
+    "phases": ((list,), "a list of a schedule's [start, hash] phases, or []"),
+    "ramp": ((int, type(None)), "an int (the batch size set_batch_size set) or None"),
 }
 FIELDS: tuple[str, ...] = tuple(_SCHEMA)
 _ADDED_IN = {"deal": 2, "segments": 2, "steps": 3, "history": 3, "excluded": 3, "handed": 3,
-             "excluded_at": 3}  # the version adding it
+             "excluded_at": 3, "shuffle_block": 4, "grid": 4, "phases": 4,
+             "ramp": 4}  # the version adding it
 _FIELDS_OF = {version: tuple(f for f in FIELDS if _ADDED_IN.get(f, 1) <= version) for version in range(1, VERSION + 1)}
-_OPTIONAL = {"handed", "excluded_at"}  # added within version 3: a state without handed handed nothing out before
-# an exclusion; one without excluded_at does not say when its exclusions took effect (``which`` then refuses them)
-
+_OPTIONAL = {"handed", "excluded_at"}  # added within version 3 (required from 4): a state without handed handed
+# nothing out before an exclusion; one without excluded_at does not say when its exclusions took effect (``which``
+# then refuses them)
 # Keys that identify states written by other libraries, to say so instead of "missing keys".
 _FOREIGN = {
     "_num_yielded": "a torchdata StatefulDataLoader (or an Accelerate-prepared loader)",
@@ -135,9 +155,11 @@ class Expected:
     legacy_fingerprint: str | None = None
     # The layout that will read on (None: not checked): a resize that cannot be recorded is refused.
     layout: Layout | None = None
-    # Whether a saved fingerprint (found, expected, epoch, cursor) still resumes though it changed (a Mixture
-    # whose resume appended schedule phases after the position reached); explain_fingerprint says why not.
-    fingerprint_compatible: Callable[[str, str, int, int], bool] | None = None
+    # The order's parameters (the block, a schedule's grid and phases) the state must record.
+    parameters: OrderParameters = dataclass_field(default_factory=OrderParameters)
+    # The first of a state's phases (saved phases, epoch, cursor, grid) the dataset's schedule changed before
+    # the position reached, or None where it only appended phases after it (a Mixture's resume may).
+    phases_changed: Callable[[list[list[Any]], int, int, int | None], int | None] | None = None
     # The dataset's account of another order_version of its own order (a Mixture built with or without a schedule).
     explain_order_version: Callable[[int], str | None] | None = None
 
@@ -155,6 +177,7 @@ class Position:
     excluded: Exclusion | None = None  # None: nothing excluded
     handed: Handed | None = None  # spans with exclusions: what the epoch handed out before its latest one
     excluded_at: tuple[int, ...] = ()  # the steps the exclusions took effect at (the first and the latest 31)
+    ramp: int | None = None  # the batch size set_batch_size set and the saved run read at
 
 
 def _check_shape(state: object) -> Mapping[str, Any]:
@@ -184,7 +207,7 @@ def _check_shape(state: object) -> Mapping[str, Any]:
             if newer else "This format version is not known; the state is damaged or foreign.",
         )
     fields = _FIELDS_OF[version]
-    missing = [f for f in fields if f not in keys and f not in _OPTIONAL]
+    missing = [f for f in fields if f not in keys and not (version == 3 and f in _OPTIONAL)]
     extra = sorted(str(k) for k in keys - set(fields))
     if missing:
         raise fail("(keys)", f"missing {missing}", f"all of {list(fields)} (version {version})",
@@ -192,14 +215,7 @@ def _check_shape(state: object) -> Mapping[str, Any]:
     if extra:
         raise fail("(keys)", f"unknown {extra}", f"exactly {list(fields)} (version {version})",
                    "The state was edited or comes from another program; use another checkpoint.")
-    if version == 1:  # version 1 was always strided
-        state = {**state, "deal": STRIDED, "segments": []}
-    if version < 3:  # versions 1 and 2 excluded nothing
-        state = {**state, "excluded": []}
-    if "handed" not in state:
-        state = {**state, "handed": []}
-    if "excluded_at" not in state:
-        state = {**state, "excluded_at": []}
+    state = upgraded(state)
     for field, (types, text) in _SCHEMA.items():
         if field not in state:  # steps and history before version 3: see legacy_history
             continue
@@ -215,27 +231,31 @@ def _check_shape(state: object) -> Mapping[str, Any]:
             raise fail(field, state[field], f"an int in [0, {MAX_EPOCH}]{why}",
                        "The state is damaged or was edited; use another checkpoint.")
     check_segments_shape(state["segments"])
+    check_order_parameters(state)
+    if state["ramp"] is not None and not 1 <= state["ramp"] <= 2**31:
+        raise fail("ramp", state["ramp"], "a batch size in [1, 2**31] or None", "The state is damaged; use another "
+                   "checkpoint.")
     return state
 
 
 def _current(state: object, expected: Expected) -> Mapping[str, Any]:
-    """The state, checked, in the current format: version 1 (0.1, 0.2) read as ``strided``, and a 0.2
-    corpus fingerprint (no shard versions) taken as the same corpus when it matches 0.2's measure."""
+    """The state, checked, in the current format (``upgraded``): a 0.2 corpus fingerprint (no shard versions)
+    taken as the same corpus when it matches 0.2's measure, and an older state whose fingerprint recorded no
+    block (a dataset without an identity of its own) read in this object's block, unchecked as before."""
     written_as = state.get("version") if isinstance(state, Mapping) else None
     current = _check_shape(state)
     if written_as == OLDEST_VERSION and expected.legacy_fingerprint is not None \
             and current["dataset_fingerprint"] == expected.legacy_fingerprint:
         current = {**current, "dataset_fingerprint": expected.dataset_fingerprint}
+    if written_as != VERSION and current["shuffle_block"] is None:
+        current = {**current, "shuffle_block": expected.parameters.shuffle_block}
     return current
 
 
 def _fingerprint_changed(state: Mapping[str, Any], expected: Expected) -> bool:
-    """Whether the dataset's fingerprint changed, unless the dataset accepts the change at the state's position."""
+    """Whether the dataset's fingerprint changed (the dataset's identity; the order's parameters are apart)."""
     found, current = state["dataset_fingerprint"], expected.dataset_fingerprint
-    if found is None or current is None or found == current:
-        return False
-    compatible = expected.fingerprint_compatible
-    return compatible is None or not compatible(found, current, state["epoch"], state["cursor"])
+    return found is not None and current is not None and found != current
 
 
 def _warn_if_torch_changed(state: Mapping[str, Any]) -> None:
@@ -253,11 +273,40 @@ def _warn_if_torch_changed(state: Mapping[str, Any]) -> None:
         )
 
 
+def _check_changed(state: Mapping[str, Any], expected: Expected, strict: bool) -> None:
+    """A changed dataset fingerprint or order parameter is refused by name, or with ``strict=False``
+    warned about (the saved positions then point at other samples)."""
+    found_print, expected_print = state["dataset_fingerprint"], expected.dataset_fingerprint
+    fingerprint_changed = _fingerprint_changed(state, expected)
+    if fingerprint_changed and strict:
+        why = expected.explain_fingerprint(found_print) + ". " if expected.explain_fingerprint else ""
+        raise fail("dataset_fingerprint", found_print, repr(expected_print),
+                   f"{why}The dataset is not the one the checkpoint was written with; resume with that "
+                   "dataset, or load with strict=False to accept a dataset changed on purpose (with a "
+                   "ResumeWarning: the saved positions then point at other samples, in another order).")
+    changes = parameter_changes(state, expected.parameters, expected.kind, expected.phases_changed)
+    if changes and strict:
+        field_name, found, wanted, why = changes[0]
+        raise fail(field_name, found, wanted, f"{why}; or load with strict=False to accept the change (with a "
+                   "ResumeWarning: the saved positions then point at other samples, in another order).")
+    if fingerprint_changed:
+        warnings.warn(
+            f"the dataset changed since the checkpoint (fingerprint {found_print!r} -> {expected_print!r}); "
+            "loaded anyway (strict=False): the positions now point at other samples than before.",
+            ResumeWarning, stacklevel=4,
+        )
+    for field_name, found, wanted, _ in changes:
+        warnings.warn(
+            f"the order changed since the checkpoint ({field_name} {found!r} -> {wanted}); loaded anyway "
+            "(strict=False): the positions now point at other samples than before.", ResumeWarning, stacklevel=4,
+        )
+
+
 def validate(state: object, expected: Expected, *, strict: bool = True) -> Position:
     """Check a state against the loading object; return its position. Raises StateError.
 
     Emits ResumeWarning (after all checks pass) where the load is accepted but cannot be exact.
-    ``strict=False`` turns a dataset-fingerprint mismatch into a ResumeWarning; nothing else.
+    ``strict=False`` turns a dataset-fingerprint or order-parameter mismatch into a ResumeWarning; nothing else.
     """
     state = _current(state, expected)
     if state["kind"] != expected.kind:
@@ -288,26 +337,13 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> Posit
                    f"seed={state['seed']!r} to resume this run, or start fresh.")
     if state["cursor"] > state["n"]:
         raise fail("cursor", state["cursor"], f"an int in [0, n={state['n']}]", "The state is damaged.")
-    check_deal(state, expected)
+    check_deal(state, expected.deal, expected.kind, expected.layout)
     steps, history = check_history(state, bool(state["excluded"]))
-    found_print, expected_print = state["dataset_fingerprint"], expected.dataset_fingerprint
-    fingerprint_changed = _fingerprint_changed(state, expected)
-    if fingerprint_changed and strict:
-        why = expected.explain_fingerprint(found_print) + ". " if expected.explain_fingerprint else ""
-        raise fail("dataset_fingerprint", found_print, repr(expected_print),
-                   f"{why}The dataset is not the one the checkpoint was written with; resume with that "
-                   "dataset, or load with strict=False to accept a dataset changed on purpose (with a "
-                   "ResumeWarning: the saved positions then point at other samples, in another order).")
-    if fingerprint_changed:
-        warnings.warn(
-            f"the dataset changed since the checkpoint (fingerprint {found_print!r} -> {expected_print!r}); "
-            "loaded anyway (strict=False): the positions now point at other samples than before.",
-            ResumeWarning, stacklevel=3,
-        )
+    _check_changed(state, expected, strict)
     _warn_if_torch_changed(state)
     return Position(state["epoch"], state["cursor"], state["deal"], [list(p) for p in state["segments"]],
-                    steps, history, check_excluded(state, expected), check_handed(state),
-                    check_excluded_at(state, steps))
+                    steps, history, check_excluded(state, expected.kind), check_handed(state),
+                    check_excluded_at(state, steps), state["ramp"])
 
 
 def build(
@@ -316,9 +352,12 @@ def build(
     dataset_fingerprint: str | None, deal: str = STRIDED, segments: list[list[int]] | None = None,
     steps: int = 0, history: History | None = None, excluded: list[int] | None = None,
     handed: list[int] | None = None, excluded_at: list[int] | None = None,
+    parameters: OrderParameters | None = None, ramp: int | None = None,
 ) -> dict[str, Any]:
     """The state dict, every field in schema order. Without a ``history``, the run's history starts at
-    ``steps`` from the state's own place (what is known of a state built by hand)."""
+    ``steps`` from the state's own place (what is known of a state built by hand); without ``parameters``,
+    the order has none (a map-style order)."""
+    parameters = parameters or OrderParameters()
     if history is None:
         layout = Layout(n, world_size, batch_size, drop_last)
         place = Place(epoch, cursor, tuple((w, t) for w, t in segments or []))
@@ -336,4 +375,6 @@ def build(
         "deal": deal, "segments": [list(pair) for pair in segments or []],
         "steps": steps, "history": history.entries(), "excluded": list(excluded or []),
         "handed": list(handed or []), "excluded_at": list(excluded_at or []),
+        "shuffle_block": parameters.shuffle_block, "grid": parameters.grid,
+        "phases": [[start, digest] for start, digest in parameters.phases], "ramp": ramp,
     }

@@ -1,11 +1,13 @@
 """The fields that place a state in the run, checked against each other: the deal and this epoch's
 ``segments``, the run's ``history`` and ``steps``, the ``excluded`` set and what was ``handed`` out
-before an exclusion. ``state.validate`` calls these once the shape and the types are checked."""
+before an exclusion, and the order's parameters (``shuffle_block``, ``grid``, ``phases``). ``state.validate``
+calls these once the shape and the types are checked, with what the loading object was built with."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from shufflepoint._core import spans as _spans
 from shufflepoint._core.errors import StateError
@@ -15,10 +17,8 @@ from shufflepoint._core.plan import STRIDED, Layout, cut
 from shufflepoint._core.spans import NAME as SPANS
 from shufflepoint._core.spanskips import Handed
 
-if TYPE_CHECKING:
-    from shufflepoint._core.state import Expected
-
 MAX_INT = 2**63 - 1
+MAX_PARAMETER = 2**62  # a block or a grid: run positions stay int64
 DEALS = (STRIDED, SPANS)
 
 
@@ -40,18 +40,18 @@ def check_segments_shape(segments: list[Any]) -> None:
                        "The state is damaged; use another checkpoint.")
 
 
-def check_deal(state: Mapping[str, Any], expected: Expected) -> None:
-    """The layout is sane, the deal is the one this object reads with, and its history replays to
-    the state's cursor."""
+def check_deal(state: Mapping[str, Any], expected: str, kind: str, layout: Layout | None) -> None:
+    """The layout is sane, the deal is the ``expected`` one (what this ``kind`` of object reads with), and
+    its history replays to the state's cursor; a resize to ``layout`` can be recorded."""
     for field in ("world_size", "batch_size"):
         if not 1 <= state[field] <= 2**31:
             raise fail(field, state[field], "an int in [1, 2**31]", "The state is damaged.")
     deal, segments = state["deal"], state["segments"]
     if deal not in DEALS:
         raise fail("deal", deal, " or ".join(map(repr, DEALS)), "The state is damaged or from a newer shufflepoint.")
-    if deal != expected.deal:
-        raise fail("deal", deal, f"{expected.deal!r} (what this {expected.kind} was built with)",
-                   f"The constructor's value is not silently overridden: build the {expected.kind} with "
+    if deal != expected:
+        raise fail("deal", deal, f"{expected!r} (what this {kind} was built with)",
+                   f"The constructor's value is not silently overridden: build the {kind} with "
                    f"deal={deal!r} to resume this run, or start fresh.")
     if deal == STRIDED:
         if segments:
@@ -66,7 +66,7 @@ def check_deal(state: Mapping[str, Any], expected: Expected) -> None:
     if state["cursor"] != cursor and not state["excluded"]:  # with exclusions: checked by the loader (the order)
         raise fail("cursor", state["cursor"], f"{cursor} (what segments={segments} leave of n={state['n']})",
                    "The state is damaged or was edited; use another checkpoint.")
-    check_recordable(state, expected.layout)
+    check_recordable(state, layout)
 
 
 def check_recordable(state: Mapping[str, Any], layout: Layout | None) -> None:
@@ -132,9 +132,9 @@ def check_handed(state: Mapping[str, Any]) -> Handed | None:
         raise fail("handed", state["handed"], *error.args) from None
 
 
-def check_excluded(state: Mapping[str, Any], expected: Expected) -> Exclusion | None:
+def check_excluded(state: Mapping[str, Any], kind: str) -> Exclusion | None:
     try:
-        return Exclusion.from_state_field(state["excluded"], state["n"], expected.kind)
+        return Exclusion.from_state_field(state["excluded"], state["n"], kind)
     except ValueError as error:
         raise fail("excluded", state["excluded"] if len(error.args) < 3 else error.args[2], *error.args[:2]) from None
 
@@ -153,3 +153,72 @@ def check_excluded_at(state: Mapping[str, Any], steps: int) -> tuple[int, ...]:
     if not well_formed or (value and not state["excluded"]):
         raise fail("excluded_at", value, expected, "The state is damaged or was edited; use another checkpoint.")
     return tuple(value)
+
+
+def check_order_parameters(state: Mapping[str, Any]) -> None:
+    """The order's parameters (version 4) are well formed: ``shuffle_block`` and ``grid`` ints in
+    [1, 2**62] or None, ``phases`` ``[start, hash]`` pairs with ascending starts, a ``grid`` only with
+    ``phases`` (it is the global batch a schedule follows) and either only with a ``shuffle_block``."""
+    block, grid, phases = state["shuffle_block"], state["grid"], state["phases"]
+    for field, value in (("shuffle_block", block), ("grid", grid)):
+        if value is not None and not 1 <= value <= MAX_PARAMETER:
+            raise fail(field, value, f"an int in [1, {MAX_PARAMETER}] or None", "The state is damaged; use another "
+                       "checkpoint.")
+    for number, phase in enumerate(phases):
+        if not (isinstance(phase, list) and len(phase) == 2 and isinstance(phase[0], int)
+                and not isinstance(phase[0], bool) and 0 <= phase[0] <= MAX_PARAMETER
+                and isinstance(phase[1], str) and 0 < len(phase[1]) <= 64):
+            raise fail(f"phases[{number}]", phase, "a [start, hash] pair: an int start in [0, 2**62] and the "
+                       "phase's hash (a non-empty string)", "The state is damaged; use another checkpoint.")
+        if number and phase[0] <= phases[number - 1][0]:
+            raise fail(f"phases[{number}]", phase, f"a start after the previous phase's ({phases[number - 1][0]})",
+                       "The state is damaged or was edited; use another checkpoint.")
+    if grid is not None and not phases:
+        raise fail("grid", grid, "None without phases (the grid is the global batch a schedule follows)",
+                   "The state is damaged or was edited; use another checkpoint.")
+    if block is None and (phases or grid is not None):
+        raise fail("shuffle_block", block, "an int where the state has phases or a grid (a Mixture's order has "
+                   "a block)", "The state is damaged or was edited; use another checkpoint.")
+
+
+@dataclass(frozen=True)
+class OrderParameters:
+    """The parameters of an order beyond its name and version (state version 4's own fields): the block of a
+    block order, the grid a schedule follows, a schedule's phases as ``(start, hash)`` pairs."""
+
+    shuffle_block: int | None = None
+    grid: int | None = None
+    phases: tuple[tuple[int, str], ...] = ()
+
+
+_SCHEDULE_CHANGED = ("The schedule changed at schedule[{}], a phase the run had started (or one starting inside the "
+                     "window it had reached: the global batch under a shufflepoint.DataLoader, the shuffle_block "
+                     "window otherwise); a resume may only append phases after it. Build the Mixture with the run's "
+                     "schedule to resume it")
+
+
+def parameter_changes(state: Mapping[str, Any], own: OrderParameters, kind: str,
+                      hook: Callable[[list[list[Any]], int, int, int | None], int | None] | None,
+                      ) -> list[tuple[str, object, str, str]]:
+    """(field, found, expected, why) for each of the order's parameters the state records otherwise than this
+    ``kind`` of object reads with (``own``); phases appended after the position reached are not a change
+    (``hook``: the dataset's ``phase_changed``, see ``state.Expected.phases_changed``)."""
+    changes: list[tuple[str, object, str, str]] = []
+    if state["shuffle_block"] != own.shuffle_block:
+        changes.append(("shuffle_block", state["shuffle_block"], f"{own.shuffle_block!r} (what this {kind} reads "
+                        "with)", f"The block is part of the order: build the {kind} with shuffle_block="
+                        f"{state['shuffle_block']!r} to resume this run (a blocks order left to its default "
+                        "follows the state's), or start fresh"))
+    if state["grid"] != own.grid:
+        changes.append(("grid", state["grid"], f"{own.grid!r} (the global batch this {kind}'s schedule follows)",
+                        "The grid is recorded for a Mixture with a schedule read by a shufflepoint.DataLoader "
+                        "only; resume with the dataset and the object the run used"))
+    saved = [tuple(phase) for phase in state["phases"]]
+    if saved != list(own.phases):
+        number = hook(state["phases"], state["epoch"], state["cursor"], state["grid"]) if hook and saved else 0
+        if number is not None:
+            why = (_SCHEDULE_CHANGED.format(number) if hook and saved and own.phases else
+                   "The schedule was added or removed since the checkpoint; build the dataset as the run did")
+            changes.append(("phases", state["phases"], f"{[list(p) for p in own.phases]} (this dataset's "
+                            "schedule)", why))
+    return changes

@@ -2,10 +2,11 @@
 
 A ``Shards`` corpus sizes its default block to the process's decode budget
 (``_shards/decode_budget``), and a budget differs between machines. The block is part of the order,
-so it joins the corpus fingerprint (``shards:<hash>:blocks=N``), and a loader whose block was left
-to the default adopts the one a state records: a run resumed on a machine with another budget
-keeps its order (with a warning where that block no longer fits the budget), where a caller's own
-``shuffle_block`` is checked against the state like any field.
+so the state records it (``shuffle_block``; before state version 4 in the corpus fingerprint,
+``shards:<hash>:blocks=N``), and a loader whose block was left to the default adopts the one a state
+records: a run resumed on a machine with another budget keeps its order (with a warning where that
+block no longer fits the budget), where a caller's own ``shuffle_block`` is checked against the
+state like any field.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from shufflepoint._core.capabilities import FitsDecodeBudget
-from shufflepoint._core.fingerprint import recorded_int
+from shufflepoint._core.older_states import recorded_parameter
 from shufflepoint._shards.blocks import DEFAULT_SHUFFLE_BLOCK
 from shufflepoint._shards.blocks import NAME as BLOCKS
 
@@ -24,6 +25,10 @@ class _Orders(Protocol):
     block_chosen: bool
     shuffle_block: int | None
 
+    def for_state(self, state: object) -> Any: ...
+
+    def on_grid(self, grid: int | None) -> Any: ...
+
 
 def default_block(dataset: Any, name: str) -> int:
     """The block of a loader given none: the corpus's fitting block (``Shards``) or the default."""
@@ -32,12 +37,12 @@ def default_block(dataset: Any, name: str) -> int:
 
 
 def recorded_block(state: object) -> int | None:
-    """The ``blocks`` order's block a state's corpus fingerprint records, or None.
+    """The block a state records (``shuffle_block``, or a corpus fingerprint's before version 4), or None.
 
-    >>> recorded_block({"dataset_fingerprint": "shards:0f3a:blocks=2048:mine"})
+    >>> recorded_block({"version": 4, "shuffle_block": 2048})
     2048
     """
-    return recorded_int(state.get("dataset_fingerprint") if isinstance(state, dict) else None, "blocks")
+    return recorded_parameter(state, "shuffle_block")
 
 
 def adopt_recorded_block(orders: _Orders, state: object, rebuild: Any) -> Any:
@@ -49,3 +54,12 @@ def adopt_recorded_block(orders: _Orders, state: object, rebuild: Any) -> Any:
     adopted = rebuild(orders.name if orders.chosen else None, recorded)
     adopted.block_chosen = False  # still the default's: the state's decision, not the caller's
     return adopted
+
+
+def orders_for_state(orders: _Orders, state: object, rebuild: Any) -> Any:
+    """The orders to validate ``state`` against, from a loader's ``orders``: the state's block where the block
+    was left to the default (``adopt_recorded_block``; ``rebuild(order, block)`` builds them), the state's
+    default order where the order was (``OrderCache.for_state``), and the state's grid for a scheduled
+    dataset (its phases follow the run's first global batch). Read from a state of any version."""
+    adopted = adopt_recorded_block(orders, state, rebuild) or orders.for_state(state)
+    return adopted.on_grid(recorded_parameter(state, "grid"))

@@ -1,9 +1,10 @@
 """What the loader asks of a dataset through its declared capabilities (``_core/capabilities.py``): its
 length, the deal a ``Scheduled`` dataset needs, its fingerprint check and its grid warning.
 
-A ``Mixture`` with a schedule is read under one deal only (``required_deal``), says when a global batch no
-longer fits the grid its phases follow (``check_global_batch``), and a resume whose fingerprint changed may
-still be its own run with phases appended (``fingerprint_compatible``).
+A ``Mixture`` declares them: with a schedule it is read under one deal only (``required_deal``), says
+when a global batch no longer fits the grid its phases follow (``check_global_batch``), records its phases
+in the state (``phases``), and a resume whose phases changed may still be its own run with phases appended
+(``phase_changed``).
 """
 
 from __future__ import annotations
@@ -34,12 +35,18 @@ def deal_for(name: str | None, default: str, dataset: Any) -> str:
     return str(needed)
 
 
-def schedule_hooks(dataset: Any, shuffle_block: int | None) -> Callable[[str, str, int, int], bool] | None:
-    """The scheduled dataset's fingerprint check for the state (``state.Expected.fingerprint_compatible``);
-    None for any other dataset."""
+def schedule_hooks(dataset: Any, shuffle_block: int | None) -> Callable[[list[list[Any]], int, int, int | None],
+                                                                        int | None] | None:
+    """The scheduled dataset's check of a state's phases (``state.Expected.phases_changed``); None for any
+    other dataset."""
     if not isinstance(dataset, Scheduled):
         return None
-    return functools.partial(dataset.fingerprint_compatible, shuffle_block=shuffle_block or 0)
+    return functools.partial(dataset.phase_changed, shuffle_block=shuffle_block or 0)
+
+
+def phases_of(dataset: Any) -> tuple[tuple[int, str], ...]:
+    """The phases of a scheduled dataset's schedule, as its state records them; ``()`` for any other."""
+    return tuple(dataset.phases) if isinstance(dataset, Scheduled) else ()
 
 
 def check_grid(dataset: Any, grid: int | None, global_batch: int) -> None:

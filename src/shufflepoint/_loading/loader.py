@@ -376,7 +376,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             order=orders.name, order_version=orders.version,
             dataset_fingerprint=identity.fingerprint, explain_fingerprint=identity.explain, deal=deal.name,
             legacy_fingerprint=identity.legacy, layout=self._position.layout,
-            fingerprint_compatible=identity.compatible,
+            parameters=orders.parameters, phases_changed=identity.compatible,
             explain_order_version=(orders.dataset.explain_order_version
                                    if isinstance(orders.dataset, ExplainsOrderVersion) else None),
         )

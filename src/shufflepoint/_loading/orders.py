@@ -9,14 +9,22 @@ from typing import Any
 
 import numpy as np
 
-from shufflepoint._core.capabilities import ExplainsFingerprint, KeepsShardsOpen, OwnOrder, Scheduled, ShardedCorpus
+from shufflepoint._core.capabilities import (
+    ExplainsFingerprint,
+    Identified,
+    KeepsShardsOpen,
+    LegacyIdentified,
+    OwnOrder,
+    Scheduled,
+    ShardedCorpus,
+)
 from shufflepoint._core.cut import Cut
 from shufflepoint._core.errors import StateError
 from shufflepoint._core.plan import Layout, StridedCut
-from shufflepoint._core.schedule import GRID
 from shufflepoint._core.spans import NAME as SPANS
+from shufflepoint._core.state_fields import OrderParameters
 from shufflepoint._loading.block_choice import default_block
-from shufflepoint._loading.capabilities import schedule_hooks
+from shufflepoint._loading.capabilities import phases_of, schedule_hooks
 from shufflepoint._order import (
     DEFAULT_ORDER,
     DEFAULT_ORDERS,
@@ -31,23 +39,23 @@ from shufflepoint._shards.blocks import VERSION as BLOCKS_VERSION
 from shufflepoint._shards.blocks import BlockOrder, StretchBlockOrder
 
 
-def resolve_fingerprint(value: str | None, dataset: Any, n: int, orders: OrderCache | None = None,
-                        attribute: str = "fingerprint") -> str | None:
+def resolve_fingerprint(value: str | None, dataset: Any, n: int, *, legacy: bool = False) -> str | None:
     """None, the user's own string, or ``"auto"``: length plus a hash of a few items.
 
-    A sharded corpus (a dataset with a ``fingerprint`` string, such as ``Shards``) always carries
-    its index's content hash, plus the block size of the ``blocks`` order, which together define
-    the order; the user's own string, if any, is appended. ``attribute="legacy_fingerprint"``: the
-    same as shufflepoint 0.2 wrote it (None when the dataset has no older identity).
+    A dataset that names its own content (``Identified``: ``Shards``, ``Mixture``, ``Packed``) always
+    carries it; the user's own string, if any, is appended. The order's parameters (its block, a
+    schedule's grid and phases) are the state's own fields since state version 4 (``OrderCache.parameters``).
+    ``legacy``: the same as shufflepoint 0.2 wrote it (None when the dataset has no older identity).
     """
     if value is not None and not isinstance(value, str):
         raise TypeError(f"dataset_fingerprint: found {value!r}, expected a str, 'auto' or None")
-    corpus = getattr(dataset, attribute, None)
+    if legacy:
+        corpus = dataset.legacy_fingerprint if isinstance(dataset, LegacyIdentified) else None
+    else:
+        corpus = dataset.fingerprint if isinstance(dataset, Identified) else None
     if isinstance(corpus, str):
-        found = corpus + (f":blocks={orders.shuffle_block}" if orders is not None and orders.shuffle_block else "")
-        found += f"{GRID}{orders.grid}" if orders is not None and orders.grid is not None else ""
-        return found if value in (None, "auto") else f"{found}:{value}"
-    if attribute != "fingerprint":
+        return corpus if value in (None, "auto") else f"{corpus}:{value}"
+    if legacy:
         return None
     if value == "auto":
         from shufflepoint._core.fingerprint import fingerprint
@@ -62,20 +70,20 @@ def explain_fingerprint(dataset: Any) -> Callable[[str], str] | None:
 
 
 class Identity:
-    """What a state says of the dataset it was saved for, under given orders: its fingerprint (a corpus's
-    carries the order's block and grid), the fingerprint 0.2 wrote, the dataset's own account of a changed
-    fingerprint, and whether a changed one may still be the same run (a scheduled ``Mixture``)."""
+    """What a state says of the dataset it was saved for: its fingerprint, the fingerprint 0.2 wrote, the
+    dataset's own account of a changed fingerprint, and a scheduled dataset's check of the state's phases
+    (which reads the order's block: ``for_orders`` gives the identity under a state's adopted block)."""
 
     def __init__(self, value: str | None, dataset: Any, orders: OrderCache) -> None:
-        self._value, self._dataset, self._orders = value, dataset, orders.identity
-        self.fingerprint = resolve_fingerprint(value, dataset, orders.n, orders)
-        self.legacy = resolve_fingerprint(value, dataset, orders.n, orders, "legacy_fingerprint")
+        self._value, self._dataset, self._block = value, dataset, orders.shuffle_block
+        self.fingerprint = resolve_fingerprint(value, dataset, orders.n)
+        self.legacy = resolve_fingerprint(value, dataset, orders.n, legacy=True)
         self.explain = explain_fingerprint(dataset)
         self.compatible = schedule_hooks(dataset, orders.shuffle_block)
 
     def for_orders(self, orders: OrderCache) -> Identity:
-        """The identity under ``orders`` (a state's block or grid adopted): this one when they are the same."""
-        return self if orders.identity == self._orders else Identity(self._value, self._dataset, orders)
+        """The identity under ``orders`` (a state's block adopted): this one when the block is the same."""
+        return self if orders.shuffle_block == self._block else Identity(self._value, self._dataset, orders)
 
 
 class OrderCache:
@@ -144,8 +152,14 @@ class OrderCache:
 
     @property
     def identity(self) -> tuple[int | None, int | None]:
-        """What of these orders joins the dataset's fingerprint: (shuffle_block, grid)."""
+        """What of these orders a resume may adopt from a state: (shuffle_block, grid)."""
         return self.shuffle_block, self.grid
+
+    @property
+    def parameters(self) -> OrderParameters:
+        """The order's parameters a state records and a load checks: the block, a schedule's grid and phases."""
+        phases = phases_of(self._dataset) if self.shuffle_block is not None else ()
+        return OrderParameters(self.shuffle_block, self.grid, phases)
 
     def on_grid(self, grid: int | None) -> OrderCache:
         """These orders on another grid (a state's, adopted on a resume), or these when it is the same."""

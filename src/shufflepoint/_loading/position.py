@@ -30,7 +30,6 @@ read on with this layout from the saved (epoch, cursor, segments). Nothing chang
 from __future__ import annotations
 
 import copy
-import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -42,9 +41,8 @@ from shufflepoint._core.errors import ResumeWarning, warn_user
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.history import MAX_EPOCH, Cuts, History, Place, place_after
 from shufflepoint._core.plan import STRIDED, Layout
-from shufflepoint._core.schedule import recorded_grid
 from shufflepoint._core.spanskips import FilteredSpanCut, Handed
-from shufflepoint._loading.block_choice import adopt_recorded_block
+from shufflepoint._loading import block_choice
 from shufflepoint._loading.capabilities import check_grid
 from shufflepoint._loading.deal import Deal
 from shufflepoint._loading.excluded import Excluded, arrived, handed_from, history_cuts, kept_steps, placeable
@@ -97,15 +95,6 @@ class Lookup:
         return {rank: indices[bounds[rank]:bounds[rank + 1]] for rank in range(len(positions))}
 
 
-def ramped_to(saved: _state.Position) -> int | None:
-    """The batch size a saved run read on at after changing it with ``set_batch_size`` (a ramp: a change of
-    batch size on the same world in its history), or None."""
-    legs = saved.history.legs
-    ramped = any(after.layout.world_size == before.layout.world_size
-                 and after.layout.batch_size != before.layout.batch_size for before, after in itertools.pairwise(legs))
-    return legs[-1].layout.batch_size if ramped else None
-
-
 def warn_of_a_lost_ramp(recorded: int, batch_size: int) -> None:
     """A resumed run reads its first batch at the loader's ``batch_size`` though the saved run had ramped to
     ``recorded``: said loudly, since the loader's size is most often the script's constant."""
@@ -124,8 +113,8 @@ def orders_for_state(orders: OrderCache, state: object) -> OrderCache:
     it to the default (``block_choice.py``), or the state's default order (0.1's ``feistel``)."""
     rebuild = lambda name, block: OrderCache(name, orders.n, orders.seed, dataset=orders.dataset,  # noqa: E731
                                              shuffle_block=block, grid=orders.grid)
-    found = adopt_recorded_block(orders, state, rebuild) or orders.for_state(state)
-    return found.on_grid(recorded_grid(state.get("dataset_fingerprint") if isinstance(state, dict) else None))
+    found: OrderCache = block_choice.orders_for_state(orders, state, rebuild)
+    return found
 
 
 class LoaderPosition:
@@ -137,7 +126,8 @@ class LoaderPosition:
         self._epoch, self._steps = 0, 0  # with no live pass: the epoch and step the next pass begins at
         self.excluded, self._which_excluded = Excluded(layout.n), Excluded(layout.n)
         self.excluded_at: tuple[int, ...] = ()  # the steps exclude() took effect at
-        self._ramp: int | None = None  # a loaded run's ramped batch size, until the first pass or set_batch_size
+        self.ramp: int | None = None  # the batch size set_batch_size set, kept by the state and its resumes
+        self._ramp_unchecked = False  # a loaded ramp not yet compared with the size the first pass reads at
         self._start: Cut = self.cut(0, 0, [])  # where the next pass starts
         self.history = History.begin(layout.n, deal.name, layout, Place(0, 0))
         self._lookup = Lookup()
@@ -262,9 +252,10 @@ class LoaderPosition:
         if epoch == MAX_EPOCH and start.samples_per_rank() == 0:
             raise ValueError(f"epoch: the loader has read epoch {MAX_EPOCH}, the last one the orders support; "
                              "call set_epoch(e) with an earlier epoch to read on")
-        ramp, self._ramp = self._ramp, None
-        if ramp is not None and ramp != self.layout.batch_size:
-            warn_of_a_lost_ramp(ramp, self.layout.batch_size)
+        if self._ramp_unchecked and self.ramp is not None and self.ramp != self.layout.batch_size:
+            warn_of_a_lost_ramp(self.ramp, self.layout.batch_size)
+            self.ramp = None  # said once: the run now reads at the loader's size
+        self._ramp_unchecked = False
         return self.start_pass(epoch, start, steps)
 
     def start_pass(self, epoch: int, start: Cut, steps: int) -> Pass:
@@ -289,7 +280,8 @@ class LoaderPosition:
         history = self.history.record(steps, layout, place, self.history_cuts())
         start = self._cut_here(place, layout, history.parts())
         self.read_on(place.epoch, start, steps)
-        self.layout, self.history, self._ramp = layout, history, None  # the caller chose the size
+        self.layout, self.history = layout, history
+        self.ramp, self._ramp_unchecked = batch_size, False  # the caller chose the size
 
     def exclusion_with(self, indices: Any) -> tuple[Exclusion, Exclusion]:
         """(``indices`` as an exclusion, the excluded set with them), checked; nothing changes here."""
@@ -376,7 +368,7 @@ class LoaderPosition:
             batch_size=layout.batch_size, drop_last=layout.drop_last, dataset_fingerprint=dataset_fingerprint,
             deal=self.deal.name, segments=segments, steps=self.step, history=self.history,
             excluded=self.excluded.exclusion.to_state(), handed=handed.to_state() if handed else [],
-            excluded_at=list(self.excluded_at),
+            excluded_at=list(self.excluded_at), parameters=self.orders.parameters, ramp=self.ramp,
         )
 
     def load(self, state: object, expected: Expecting, validate: Validate) -> None:
@@ -394,7 +386,8 @@ class LoaderPosition:
         if orders.identity != self.orders.identity:  # a state's block or grid adopted
             check_grid(orders.dataset, orders.grid, self.layout.world_size * self.layout.batch_size)
         self.restore(orders, deal, saved.steps, history, excluded, saved.excluded_at)
-        self._epoch, self._start, self._ramp = saved.epoch, start, ramped_to(saved)
+        self._epoch, self._start = saved.epoch, start
+        self.ramp, self._ramp_unchecked = saved.ramp, True
 
     def restore(self, orders: OrderCache, deal: Deal, steps: int, history: History, excluded: Excluded | None = None,
                 excluded_at: tuple[int, ...] = ()) -> None:

@@ -195,7 +195,7 @@ class ResumableSampler(DistributedSampler[int]):
             order=orders.name, order_version=orders.version,
             dataset_fingerprint=identity.fingerprint, explain_fingerprint=identity.explain, deal=deal.name,
             legacy_fingerprint=identity.legacy, layout=self._position.layout,
-            fingerprint_compatible=identity.compatible,
+            parameters=orders.parameters, phases_changed=identity.compatible,
         )
 
 

@@ -39,7 +39,7 @@ import numpy as np
 import torch.utils.data
 
 from shufflepoint._core.capabilities import Identified, LegacyIdentified, Prefetching, ReadsBatches
-from shufflepoint._core.schedule import Schedule, changed_phase, resumes, unweighted
+from shufflepoint._core.schedule import Schedule, changed_phase, unweighted
 from shufflepoint._order import check_int
 from shufflepoint._order.distinct import distinct
 from shufflepoint._shards.batch import Batch, Columnar, Rows, checked_indices, gather
@@ -212,19 +212,18 @@ class Mixture(torch.utils.data.Dataset[Any]):
         if self.schedule is None:
             text = json.dumps({"sources": parts, "counts": self.counts})
             return FINGERPRINT_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:32]
-        # the phases stay readable, one by one, so that a resume may append phases (fingerprint_compatible)
+        # the phases are the state's own field (``phases``), so that a resume may append phases (phase_changed)
         text = json.dumps({"sources": parts, "samples_per_epoch": self.samples_per_epoch, "scheduled": True})
-        return "|".join([FINGERPRINT_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:32],
-                         *self.schedule.identities()])
+        return FINGERPRINT_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    @property
+    def phases(self) -> tuple[tuple[int, str], ...]:
+        """The schedule's phases as ``(start, hash)`` pairs, recorded in a state (``()`` without a schedule)."""
+        return tuple(self.schedule.identities()) if self.schedule is not None else ()
 
     def explain_fingerprint(self, saved: str) -> str:
-        phase = changed_phase(saved, self.fingerprint) if self.schedule is not None else None
-        if self.schedule is not None and phase is not None:
-            return (f"the schedule changed at schedule[{phase}], a phase the run had started (or one starting "
-                    "inside the window it had reached: the global batch under a shufflepoint.DataLoader, the "
-                    "shuffle_block window otherwise); a resume may only append phases after it")
-        return ("the mixture changed (a source, its weight, its schedule or samples_per_epoch); each source's "
-                "own fingerprint is part of the mixture's")
+        return ("the mixture changed (a source, its weight or samples_per_epoch); each source's own fingerprint "
+                "is part of the mixture's")
 
     def explain_order_version(self, saved: int) -> str | None:
         """Why a state of another order version is refused, where it is this mixture's other kind."""
@@ -234,11 +233,12 @@ class Mixture(torch.utils.data.Dataset[Any]):
         return (f"The state was written by a Mixture {was} a schedule, and this one is built {now}: build the "
                 "Mixture as the run did (its sources and their weights or schedule) to resume it, or start fresh.")
 
-    def fingerprint_compatible(self, saved: str, expected: str, epoch: int, cursor: int, shuffle_block: int) -> bool:
-        """Whether a state saved with fingerprint ``saved`` at (epoch, cursor) resumes the loader whose is
-        ``expected``: the same sources, and the same schedule up to the end of the window it had reached."""
-        return self.schedule is not None and resumes(saved, expected, self.samples_per_epoch, shuffle_block,
-                                                     epoch, cursor)
+    def phase_changed(self, saved: list[list[Any]], epoch: int, cursor: int, grid: int | None,
+                      shuffle_block: int) -> int | None:
+        """The first of a state's ``saved`` phases this schedule changed before the end of the window a state at
+        (epoch, cursor) had reached (the global batch of ``grid`` rows, else the ``shuffle_block`` window), or
+        None: the same schedule there, phases appended after it."""
+        return changed_phase(saved, self.phases, self.samples_per_epoch, shuffle_block, epoch, cursor, grid)
 
     def check_global_batch(self, global_batch: int, grid: int) -> None:
         """Warn when global batches of ``global_batch`` rows are not whole windows of the run's ``grid``."""

@@ -25,12 +25,11 @@ import time
 from typing import Any
 
 from shufflepoint._core.capabilities import Identified, OwnOrder
-from shufflepoint._core.schedule import GRID
+from shufflepoint._core.older_states import upgraded
 from shufflepoint._loading.block_choice import recorded_block
 from shufflepoint._tools.which_checkpoint import Found
 
 SCHEMA_VERSION = 1
-_BLOCKS = ":blocks="
 
 
 class WhichError(ValueError):
@@ -40,15 +39,13 @@ class WhichError(ValueError):
 def _user_fingerprint(saved: str | None, dataset: Any) -> str | None:
     """The ``dataset_fingerprint=`` to build the loader with, so that the state validates as on a resume:
     a corpus's own identity is recomputed (and a changed corpus refused); ``auto`` is recomputed; the
-    user's own string can only be taken from the state."""
+    user's own string can only be taken from the state. ``saved`` is the dataset's identity alone, as
+    ``upgraded`` gives it for a state of any version (the order's parameters are fields of their own)."""
     if saved is None:
         return None
     own = dataset.fingerprint if isinstance(dataset, Identified) else None
     if isinstance(own, str) and saved.startswith(own):
         rest = saved[len(own):]
-        for recorded in (_BLOCKS, GRID):  # the loader's own (shuffle_block, a schedule's global batch)
-            if rest.startswith(recorded):
-                rest = rest[len(recorded):].lstrip("0123456789")
         return rest[1:] if rest.startswith(":") else None
     return "auto" if saved.startswith("auto:") else saved
 
@@ -71,7 +68,8 @@ def build_loader(state: dict[str, Any], dataset: Any) -> Any:
             dataset, batch_size=state["batch_size"], shuffle=shuffle, seed=state["seed"], drop_last=state["drop_last"],
             rank=0, world_size=state["world_size"], order=order,
             shuffle_block=recorded_block(state) if shuffle else None, deal=state["deal"],
-            dataset_fingerprint=_user_fingerprint(state.get("dataset_fingerprint"), dataset), verify_ranks=False)
+            dataset_fingerprint=_user_fingerprint(upgraded(state).get("dataset_fingerprint"), dataset),
+            verify_ranks=False)
         loader.load_state_dict(state, verify_ranks=False)
     except StateError as error:
         raise WhichError(f"the checkpoint's loader state does not fit this dataset, as a resume would refuse it:\n"
