@@ -20,9 +20,8 @@ import transformers
 from transformers.trainer_utils import get_last_checkpoint
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-from trainer_parts import Tokens, tiny_llama  # noqa: E402
-
 from shufflepoint.integrations.transformers import ExcludeSamples, Trainer  # noqa: E402
+from trainer_parts import Tokens, tiny_llama  # noqa: E402
 
 N, BATCH, EPOCHS, EXCLUDED = 48, 4, 3, [0, 1, 2, 3, 4]
 
