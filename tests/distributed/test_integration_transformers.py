@@ -102,12 +102,14 @@ def test_same_world_resume_is_exact_per_rank(runs, name, batch_size, steps):
             assert noise == [b["noise"] for b in whole[rank]["batches"]], f"rank {rank}: augmentation differs"
 
 
-def _check_schedule(run, total_steps, last_step=None):
-    """Every resumed optimizer step: global_step counts on from the placement, the rate is linear."""
-    steps = run["steps"]
-    assert [s for s, _ in steps] == list(range(run["start_step"] + 1, (last_step or total_steps) + 1))
+def _check_schedule(run, total_steps, placed, last_step=None):
+    """Every resumed optimizer step: global_step counts on from the saved one, the data (and the learning
+    rate, linear) from the step the data is placed at in this run's cut, ``placed``; ``last_step``, in the
+    data's steps, where the run ends before ``total_steps``."""
+    steps, offset = run["steps"], run["start_step"] - placed
+    assert [s for s, _ in steps] == list(range(run["start_step"] + 1, (last_step or total_steps) + offset + 1))
     for step, rate in steps:
-        assert rate == pytest.approx(LR * (1 - step / total_steps), abs=1e-12), f"step {step}"
+        assert rate == pytest.approx(LR * (1 - (step - offset) / total_steps), abs=1e-12), f"step {step}"
 
 
 def test_two_to_one_trains_every_sample_of_the_epoch_once(runs):
@@ -115,9 +117,9 @@ def test_two_to_one_trains_every_sample_of_the_epoch_once(runs):
     records = lambda run: [{"epoch": e, "ids": ids} for e, ids in _stream(run)]  # noqa: E731
     assert_epoch_exactly_once(N, SEED, 1, [[records(r) for r in before], [records(after)]])
     assert [b for b in _stream(after) if b[0] == 2] == [b for b in _flat_reference(1, 4)[0] if b[0] == 2]
-    assert after["start_step"] == 10 + 4  # 1 rank x batch 4: 10 steps an epoch; cursor 16 = 4 batches
+    assert after["start_step"] == 7  # the saved global_step; the data at step 10 + 4 of 1 rank x batch 4 (cursor 16)
     assert not after["resume_warnings"]
-    _check_schedule(after, 3 * 10)
+    _check_schedule(after, 3 * 10, placed=10 + 4)
 
 
 def test_one_to_two_with_accumulation_trains_every_sample_once(runs):
@@ -128,13 +130,13 @@ def test_one_to_two_with_accumulation_trains_every_sample_once(runs):
         assert [b for b in _stream(after[rank]) if b[0] == 2] == [
             b for b in _flat_reference(2, 4)[rank] if b[0] == 2]
         # 2 ranks x batch 4, GA 2: 3 steps an epoch; cursor 8 = 1 batch, half a step: the first is short
-        assert after[rank]["start_step"] == 3
+        assert after[rank]["start_step"] == 6  # the saved global_step; the data at step 3 of this run's cut
         if HAS_RESUME_HOOK:  # the first step accumulates 1 batch, every later one 2
             assert not after[rank]["resume_warnings"]
-            _check_schedule(after[rank], 3 * 3)
+            _check_schedule(after[rank], 3 * 3, placed=3)
         else:  # < 5.25 numbers the batches from the last whole step: said, and the run is a step short
             assert "not a whole number of optimizer steps" in " ".join(after[rank]["resume_warnings"])
-            _check_schedule(after[rank], 3 * 3, last_step=3 * 3 - 1)
+            _check_schedule(after[rank], 3 * 3, placed=3, last_step=3 * 3 - 1)
     assert after[0]["weights"] == after[1]["weights"], "the ranks' models diverged: a step missed its gradient sync"
 
 
@@ -146,16 +148,17 @@ def _trained(runs_of_phases):
 def test_max_steps_keeps_meaning_the_setting_runs_data_across_two_to_one(runs):
     """max_steps=12 on 2 x 4 (96 samples: epochs 0 and 1, 16 of epoch 2), stopped at step 5 (40 trained),
     resumed on 1 x 4: the stock Trainer trained 8 more samples; this one trains the 56 left, in 14 steps
-    of this run (placed at 10, max_steps 24), on the linear schedule of 24 steps."""
+    of this run (the data placed at its step 10, max_steps 24), on the linear schedule of 24 steps; its
+    global_step goes on from 5 to 19."""
     whole, before = _read(runs, "budget", "whole", 2), _read(runs, "budget", "stop", 2)
     (after,) = _read(runs, "budget", "resume", 1)
     assert [r["final_step"] for r in whole] == [12, 12]
     assert len(_trained(whole)) == 96 and len(_trained(before)) == 40
-    assert (after["start_step"], after["final_step"]) == (10, 24)
+    assert (after["start_step"], after["final_step"]) == (5, 5 + 14)
     assert len(_trained([after])) == 56
     assert _trained(before + [after]) == _trained(whole), "the resumed run trained other data than max_steps meant"
     assert not after["resume_warnings"]
-    _check_schedule(after, 24)
+    _check_schedule(after, 24, placed=10)
 
 
 def test_max_steps_on_the_same_world_is_unchanged_and_exact(runs):
@@ -174,7 +177,7 @@ def test_max_steps_whose_end_falls_inside_a_step_says_what_the_last_step_trains_
     (before,), after = _read(runs, "budgetgrow", "stop", 1), _read(runs, "budgetgrow", "resume", 2)
     assert len(_trained([before])) == 16
     for rank in range(2):
-        assert (after[rank]["start_step"], after[rank]["final_step"]) == (1, 2)
+        assert (after[rank]["start_step"], after[rank]["final_step"]) == (2, 3)  # the data: from step 1 to 2
         assert any("trains 8 samples past it" in w for w in after[rank]["resume_warnings"]), after[rank]
     trained = _trained([before] + after)
     assert len(trained) == len(set(trained)) == 32
@@ -187,7 +190,7 @@ def test_a_resume_that_would_train_nothing_while_data_remains_is_refused_with_th
     assert refused["batches"] == []
     message = refused["error"]
     assert message.startswith("max_steps: this resume would train nothing, while the saved run had steps left")
-    assert "found: max_steps=10, and the resume is placed at global_step 10 (steps of 1 rank x batch 4" in message
+    assert "found: max_steps=10, and the resume is placed at step 10 of the data (steps of 1 rank x batch 4" in message
     assert ("saved: stopped at step 5 of 12; max_steps=12 set by a run of 2 ranks x batch 4 x accumulation 1 "
             "(8 samples a step), which here ends at step 24: 14 steps left") in message
     assert "fix: pass max_steps=12 as the saved run did, or one above 10" in message
@@ -195,7 +198,8 @@ def test_a_resume_that_would_train_nothing_while_data_remains_is_refused_with_th
 
 def test_max_steps_of_packed_rows_keeps_meaning_its_tokens_across_two_to_one(runs):
     """Packed rows of 4 tokens, max_steps=4 on 2 x 4 rows (128 tokens), stopped at step 2 (64 tokens) and
-    resumed on 1 x 4: the 64 tokens left are trained, in 4 steps of this run (placed at 4, max_steps 8).
+    resumed on 1 x 4: the 64 tokens left are trained, in 4 steps of this run (the data placed at its step 4,
+    max_steps 8; global_step from 2 to 6).
 
     Packed reads under the ``spans`` deal, which keeps no prefix: the budget is an amount of the epoch
     (32 of its 33 rows), and which row is left for later depends on the world. So: the same amount,
@@ -206,7 +210,7 @@ def test_max_steps_of_packed_rows_keeps_meaning_its_tokens_across_two_to_one(run
     def rows(runs_of_phases):
         return Counter(tuple(row) for run in runs_of_phases for b in run["batches"] for row in b["rows"])
 
-    assert [r["final_step"] for r in whole] == [4, 4] and (after["start_step"], after["final_step"]) == (4, 8)
+    assert [r["final_step"] for r in whole] == [4, 4] and (after["start_step"], after["final_step"]) == (2, 6)
     assert sum(len(row) * k for row, k in rows([after]).items()) == 64
     trained, meant = rows(before + [after]), rows(whole)
     assert trained.total() == meant.total() == 32

@@ -115,9 +115,11 @@ def test_a_resume_with_another_accumulation_is_placed_by_the_data_not_the_saved_
     # The saved run's accumulation is recorded beside its loader state (TrainerState does not keep it): with
     # another one, its global_step counts other steps, so the resume is placed by the loader's position.
     trainer, steps, _ = _run(tmp_path / "full", [ExcludeSamples(BAD)])
-    assert json.load(open(tmp_path / "full" / "checkpoint-7" / RUN_FILE)) == {"gradient_accumulation_steps": 1}
+    assert json.load(open(tmp_path / "full" / "checkpoint-7" / RUN_FILE))["gradient_accumulation_steps"] == 1
     resumed, steps_after, _ = _run(tmp_path / "resumed", [ExcludeSamples(BAD)],
                                    os.path.join(tmp_path / "full", "checkpoint-7"), gradient_accumulation_steps=2)
     left = [i for step, indices in steps if step > 7 for i in indices]
     assert sorted(i for _, indices in steps_after for i in indices) == sorted(left)
-    assert resumed.state.global_step == 2 * 3  # in this run's steps: 20 samples an epoch, 5 batches, 3 steps of 2
+    # the data is placed at step 4 of this run's cut (20 samples an epoch: 5 batches, 3 steps of 2; 2 batches in):
+    # its 2 steps left are numbered on from the saved global_step 7
+    assert [step for step, _ in steps_after] == [8, 9] and resumed.state.global_step == 9

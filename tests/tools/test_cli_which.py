@@ -178,7 +178,7 @@ def test_an_hf_trainer_checkpoint_across_a_resize():
     assert trained(5) == ([4, 5], {0: received[4][0] + received[5][0]})
     assert trained(6) == ([6, 7], {0: received[6][0] + received[7][0]})
     for skipped in (3, 4):
-        with pytest.raises(WhichError, match=f"--step {skipped}: this optimizer step never ran"):
+        with pytest.raises(WhichError, match=f"--step {skipped}: this checkpoint was written before .* never ran"):
             answer(found, data, skipped, accumulation=2)
 
 

@@ -132,16 +132,18 @@ def _which_parser(commands: Any) -> None:
                     "step N answered per rank by arithmetic: nothing is logged during training. Exit 0 answered, 2 "
                     "when it cannot be (the state does not fit the dataset, a step never run, a bad argument).",
         epilog="--step counts the batches each rank received since the run began (0-based), across epochs and "
-               "resizes; for an HF Trainer checkpoint it is the optimizer step (global_step after it, 1-based), "
-               "and --accumulation is the run's gradient_accumulation_steps.")
+               "resizes; for an HF Trainer checkpoint it is the optimizer step (global_step after it, 1-based): "
+               "any step the run trained up to the checkpoint, before or after a resize. Errors: one line on "
+               "stderr, exit 2, and with --json a JSON object with 'error'.")
     which.add_argument("checkpoint", metavar="CHECKPOINT")
     which.add_argument("--step", type=_natural, required=True, help="the step to answer")
     which.add_argument("--dataset", nargs="+", required=True, metavar="TARGET",
                        help="path/to/file.py:factory or package.module:factory (returns the training dataset), "
                             "or the corpus's shard sources as given to shufflepoint.Shards")
     which.add_argument("--rank", type=_natural, help="only this rank (default: every rank)")
-    which.add_argument("--accumulation", type=_positive, default=1,
-                       help="gradient accumulation steps (HF Trainer checkpoints; default: %(default)s)")
+    which.add_argument("--accumulation", type=_positive,
+                       help="gradient accumulation steps (HF Trainer checkpoints; default: the run's, as the "
+                            "checkpoint records it; given, it must be the same)")
     which.add_argument("--no-locate", action="store_true", help="indices only, without opening any shard")
     _corpus_options(which)
     which.add_argument("--json", metavar="PATH", help="write the answer as JSON (- for stdout)")
@@ -293,10 +295,24 @@ def _which(args: argparse.Namespace) -> int:
         result = _which_tool.answer(found, dataset, args.step, rank=args.rank, accumulation=args.accumulation,
                                     locate=not args.no_locate)
     except (CheckpointError, _which_tool.WhichError, which_dataset.DatasetError) as error:
-        return _usage_error("which", str(error))
+        return _refused("which", str(error), args.json)
+    try:
+        _write_json(args.json, result)
+    except OSError as error:
+        return _refused("which", f"--json: cannot write {args.json}: {error.strerror or error}", None)
     print(_which_tool.render(result), file=_out(args.json), flush=True)
-    _write_json(args.json, result)
     return EXIT_OK
+
+
+def _refused(command: str, message: str, json_path: str | None) -> int:
+    """A refusal on one line of stderr, exit 2; with ``--json``, also ``{"error": ..., "exit_code": 2}`` there."""
+    line = "; ".join(part.strip() for part in message.splitlines() if part.strip())
+    if json_path is not None:
+        try:
+            _write_json(json_path, {"schema_version": 1, "command": command, "error": line, "exit_code": EXIT_USAGE})
+        except OSError as error:
+            line += f"; and --json: cannot write {json_path}: {error.strerror or error}"
+    return _usage_error(command, line)
 
 
 def _doctor(args: argparse.Namespace) -> int:

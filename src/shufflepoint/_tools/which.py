@@ -14,9 +14,9 @@ each lives (``_shards/locate.py``)::
         6 shard=1 url=/data/corpus/part-00001.jsonl row=0 line=1 byte_offset=0 bytes=10 decompressed=False
         ...
 
-For an HF Trainer checkpoint ``--step`` is the optimizer step: its ``GA`` batches per rank
-(``--accumulation``, checked against the checkpoint's ``global_step``) are answered, across the
-Trainer's renumbering at a resize (``which_trainer``).
+For an HF Trainer checkpoint ``--step`` is the optimizer step (``global_step`` after it): the batches it
+trained, from the run's record of its steps in the checkpoint (``which_steps``), with the layout that ran it,
+before and after every resize.
 """
 
 from __future__ import annotations
@@ -85,10 +85,11 @@ def _where(dataset: Any, index: int) -> dict[str, Any]:
     return dataset.locate(index) if isinstance(dataset, Locatable) else {"index": index}
 
 
-def answer(found: Found, dataset: Any, step: int, *, rank: int | None = None, accumulation: int = 1,
+def answer(found: Found, dataset: Any, step: int, *, rank: int | None = None, accumulation: int | None = None,
            locate: bool = True) -> dict[str, Any]:
     """The JSON-ready answer: per rank, the indices of step ``step`` (an optimizer step for an HF
-    Trainer checkpoint: ``accumulation`` batches), each with where it lives when ``locate``."""
+    Trainer checkpoint: the batches it trained; ``accumulation``, when given, must be the run's), each with
+    where it lives when ``locate``."""
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise WhichError(f"--step: found {step!r}, expected an int >= 0")
     began = time.perf_counter()
@@ -96,7 +97,7 @@ def answer(found: Found, dataset: Any, step: int, *, rank: int | None = None, ac
     steps = _loader_steps(found, loader, step, accumulation)
     ranks: dict[int, list[dict[str, Any]]] = {}
     for loader_step in steps:
-        for r, indices in sorted(_which(loader, loader_step).items()):
+        for r, indices in sorted(_which(loader, loader_step, step if found.kind == "hf_trainer" else None).items()):
             if rank is not None and r != rank:
                 continue
             entries = [_where(dataset, i) if locate else {"index": i} for i in indices]
@@ -111,39 +112,29 @@ def answer(found: Found, dataset: Any, step: int, *, rank: int | None = None, ac
             "seconds": round(time.perf_counter() - began, 6)}
 
 
-def _which(loader: Any, step: int) -> dict[int, list[int]]:
+def _which(loader: Any, step: int, update: int | None = None) -> dict[int, list[int]]:
+    """``loader.which(step)``; refused naming ``--step`` as given (``update``, an optimizer step, when it is one)."""
     try:
         found: dict[int, list[int]] = loader.which(step)
     except (ValueError, IndexError) as error:
-        raise WhichError(f"--step {step}: {error}") from None
+        given = f"--step {step}" if update is None else f"--step {update} (its loader step {step})"
+        raise WhichError(f"{given}: {error}") from None
     return found
 
 
-def _loader_steps(found: Found, loader: Any, step: int, accumulation: int) -> list[int]:
+def _loader_steps(found: Found, loader: Any, step: int, accumulation: int | None) -> list[int]:
     """The loader steps (batches per rank since the run began) that ``step`` means."""
     if found.kind != "hf_trainer":
-        if accumulation != 1:
+        if accumulation not in (None, 1):
             raise WhichError(f"--accumulation: found {accumulation}, but it applies to an HF Trainer checkpoint "
                              f"only (this one is {found.kind}: --step counts batches per rank)")
         return [step]
-    from shufflepoint._tools.which_legs import legs_of
-    from shufflepoint._tools.which_trainer import loader_steps, trainer_step_at
+    from shufflepoint._tools.which_steps import StepsError, trainer_loader_steps
 
-    state = loader.state_dict()  # as loaded: an older state's history as the loader rebuilt it
-    legs = legs_of(state)
-    expected = trainer_step_at(state["steps"], legs, accumulation)
-    if found.trainer_step is not None and expected != found.trainer_step:
-        raise WhichError(
-            f"--accumulation: found {accumulation}, but with it the checkpoint's loader position "
-            f"({state['steps']} batches per rank) is optimizer step {expected}, and trainer_state.json says "
-            f"{found.trainer_step}. Pass the run's gradient_accumulation_steps as --accumulation.")
-    runs = loader_steps(step, legs, accumulation)
-    if not runs:
-        raise WhichError(f"--step {step}: this optimizer step never ran: the Trainer renumbers its steps when a "
-                         "run resumes on another world size or batch size, and skipped this number "
-                         f"(legs begin at loader steps {[leg.step for leg in legs]})")
-    latest = runs[0]
-    return list(range(latest.first, latest.stop))
+    try:  # the state as loaded: an older state's history as the loader rebuilt it
+        return trainer_loader_steps(found, loader.state_dict(), step, accumulation)
+    except StepsError as error:
+        raise WhichError(str(error)) from None
 
 
 def render(result: dict[str, Any]) -> str:

@@ -9,8 +9,9 @@ a DCP folder (``.metadata``)           the entries under one prefix whose ``form
                                        ``"shufflepoint"``, read alone (no model or optimizer tensor)
 an Accelerate ``save_state`` folder    ``dl_state_dict_rank0.bin`` (or any ``dl_state_dict*.bin``):
                                        a prepared ``shufflepoint.DataLoader``'s state
-an HF Trainer ``checkpoint-N`` folder  ``shufflepoint_loader.json``, and ``trainer_state.json`` for
-                                       the optimizer step (see ``which_trainer``)
+an HF Trainer ``checkpoint-N`` folder  ``shufflepoint_loader.json``, ``trainer_state.json`` for the
+                                       optimizer step and ``shufflepoint_run.json`` for what each
+                                       optimizer step trained (see ``which_trainer``)
 =====================================  =========================================================
 
 Files are read as ``shufflepoint inspect`` reads them: ``torch.load(weights_only=True)``, never an
@@ -32,6 +33,7 @@ from shufflepoint._tools.inspect import InspectError, _find, _load
 
 TRAINER_STATE = "trainer_state.json"
 LOADER_STATE_FILE = "shufflepoint_loader.json"  # integrations.transformers writes it (not imported: no transformers)
+RUN_FILE = "shufflepoint_run.json"  # likewise: the run's gradient accumulation and the record of its steps
 _ACCELERATE_LOADER = re.compile(r"^dl_state_dict(?:_(\d+))?(?:_rank(\d+))?\.bin$")
 
 
@@ -48,6 +50,7 @@ class Found:
     kind: str
     where: str
     trainer_step: int | None = None
+    run: dict[str, Any] | None = None  # an HF Trainer checkpoint's shufflepoint_run.json (its steps' record)
 
 
 def _from_file(path: str, kind: str) -> Found:
@@ -104,10 +107,24 @@ def _unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
     return found
 
 
+def _json_object(path: str) -> dict[str, Any] | None:
+    """The JSON object in ``path`` (None when there is no such file); CheckpointError when it is not one."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path) as f:
+            found = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{path}: not readable as JSON ({type(error).__name__}: {error}); the file is "
+                              "damaged or was cut short") from None
+    if not isinstance(found, dict):
+        raise CheckpointError(f"{path}: found a JSON {type(found).__name__}, expected an object")
+    return found
+
+
 def _from_trainer(path: str) -> Found:
-    with open(os.path.join(path, TRAINER_STATE)) as f:
-        trainer = json.load(f)
-    step = trainer.get("global_step") if isinstance(trainer, dict) else None
+    trainer = _json_object(os.path.join(path, TRAINER_STATE))
+    step = trainer.get("global_step") if trainer is not None else None
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise CheckpointError(f"{path}/{TRAINER_STATE}: global_step: found {step!r}, expected an int >= 0")
     loader = os.path.join(path, LOADER_STATE_FILE)
@@ -116,7 +133,8 @@ def _from_trainer(path: str) -> Found:
                               "by shufflepoint's Trainer (shufflepoint.integrations.transformers.Trainer), so its "
                               "data order is not known; train with that Trainer to make its steps answerable")
     found = _from_file(loader, "hf_trainer")
-    return Found(found.state, "hf_trainer", f"{os.path.basename(path.rstrip(os.sep))}/{LOADER_STATE_FILE}", step)
+    return Found(found.state, "hf_trainer", f"{os.path.basename(path.rstrip(os.sep))}/{LOADER_STATE_FILE}", step,
+                 _json_object(os.path.join(path, RUN_FILE)))
 
 
 def _from_accelerate(path: str, names: list[str]) -> Found:

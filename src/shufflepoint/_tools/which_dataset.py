@@ -22,6 +22,10 @@ def open_dataset(given: list[str], args: argparse.Namespace) -> Any:
     from shufflepoint._tools.audit.config import load_target, parse_target
     from shufflepoint._tools.audit.verdicts import UsageError
 
+    scripts = [text for text in given if text.endswith(".py")]
+    if scripts:
+        raise DatasetError(f"--dataset: found {scripts[0]!r}, a Python file without a factory; expected "
+                           f"{scripts[0]}:NAME, NAME a function of it that returns the training dataset")
     if len(given) == 1 and _looks_like_target(given[0]):
         try:
             factory = load_target(parse_target(given[0], "--dataset"))

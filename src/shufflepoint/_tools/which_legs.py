@@ -24,3 +24,9 @@ def legs_of(state: dict[str, Any]) -> list[Leg]:
         left = _batches(leg.start.cut(layout, history.deal).samples_per_rank(), layout.batch_size)
         found.append(Leg(leg.step, leg.start.epoch, whole, left))
     return found
+
+
+def a_layout_changed_on_one_world(state: dict[str, Any]) -> bool:
+    """Whether two legs in a row share a world size (a batch-size change: in a run or at a resume)."""
+    legs = History.from_entries(state["n"], state["deal"], state["history"]).legs
+    return any(a.layout.world_size == b.layout.world_size for a, b in zip(legs, legs[1:], strict=False))

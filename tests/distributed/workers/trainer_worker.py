@@ -116,8 +116,7 @@ class Steps(transformers.TrainerCallback):
 
     def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
         self.record["start_step"] = state.global_step
-        updates = -(-len(train_dataloader) // args.gradient_accumulation_steps)
-        self.record["epoch"] = state.global_step // updates - 1  # the Trainer's epochs_trained, minus one
+        self.record["epoch"] = train_dataloader.epoch - 1  # the epoch the data is placed in, minus one
 
     def on_epoch_begin(self, args, state, control, **kwargs):
         self.record["epoch"] += 1

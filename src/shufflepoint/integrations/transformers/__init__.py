@@ -14,11 +14,13 @@ A drop-in for ``transformers.Trainer`` (``pip install 'shufflepoint[transformers
   the same on every rank (written by the ranks that save, ``args.should_save``); with ``max_steps``
   set, also ``shufflepoint_budget.json``: where those steps end in the data (``_budget``).
 - On ``resume_from_checkpoint`` that state places the data (a seek: no batch is read or replayed),
-  and ``global_step`` is rewritten to agree with it in this run's cut of the epoch
-  (``_placement``): on another world size, per-device batch size or gradient accumulation the
+  and the Trainer's loop is placed at the data's step in this run's cut of the epoch
+  (``_core/trainer_placement``), while ``global_step`` goes on from the saved one (``_numbering``: the
+  run's steps are numbered once each; each one's loader steps are recorded for ``shufflepoint which``):
+  on another world size, per-device batch size or gradient accumulation the
   interrupted epoch trains every sample once, ``num_train_epochs`` still counts epochs of data,
   ``max_steps`` keeps meaning the data of the run that set it (each resumed run trains as many of its
-  own steps as reach it), and a ``LambdaLR`` schedule is continued at the rewritten step (the
+  own steps as reach it), and a ``LambdaLR`` schedule is continued at the placed step (the
   fraction of the data trained). transformers >= 5.25 asks ``get_resumed_dataloader``, which returns the placed loader;
   older versions call ``skip_first_batches``, replaced during ``train()`` for our loader only.
 

@@ -150,3 +150,26 @@ def steps_to(end: End, placement: Placement, batches_per_epoch: int, now: Cursor
     steps = -(-(done + batches) // placement.accumulation)
     trained = min(steps * placement.accumulation, batches_per_epoch) - done
     return Reach(end.epoch * placement.updates_per_epoch + steps, max(cursor(trained) - end.cursor, 0))
+
+
+def refuse_training_nothing(trainer_state: Any, max_steps: int, placed_step: int, size: str, saved: Budget | None,
+                            reach: Reach | None) -> None:
+    """A resume placed at ``placed_step`` whose ``max_steps`` trains nothing: ``ValueError`` if the saved run
+    (its ``trainer_state.json``) had steps left. ``size``: this run's step, for the message."""
+    if trainer_state is None or int(trainer_state["global_step"]) >= int(trainer_state["max_steps"]):
+        return
+    if saved is not None and reach is not None:
+        setting = (f"{saved.describe()}, which here ends at step {reach.max_steps}: "
+                   f"{reach.max_steps - placed_step} steps left")
+        fix = f"pass max_steps={saved.max_steps} as the saved run did, or one above {placed_step}"
+    else:  # no budget recorded (an epoch-based or pre-0.4 checkpoint): max_steps counts this run's steps
+        setting = "no max_steps budget recorded, so max_steps counts this run's steps"
+        fix = f"pass a max_steps above {placed_step}"
+    raise ValueError(
+        "max_steps: this resume would train nothing, while the saved run had steps left.\n"
+        f"  found: max_steps={max_steps}, and the resume is placed at step {placed_step} of the data "
+        f"(steps of {size})\n"
+        f"  saved: stopped at step {trainer_state['global_step']} of {trainer_state['max_steps']}; {setting}\n"
+        "  likely cause: max_steps was changed for the new world size; it need not be: the same max_steps "
+        "keeps meaning the data of the run that set it\n"
+        f"  fix: {fix}")

@@ -46,19 +46,19 @@ def stretch_schedule(scheduler: Any, total_steps: int) -> bool:
     return True
 
 
-def follow_data(trainer: Any, loader: Any) -> None:
+def follow_data(trainer: Any, loader: Any, offset: int = 0) -> None:
     """After a batch-size change or an exclusion: the epoch-based run's step budget and LR horizon (see the
-    module)."""
+    module). ``offset``: the run's ``global_step`` minus the data's step the schedule counts (``_numbering``)."""
     args, state = trainer.args, trainer.state
     if args.max_steps > 0:
         return
-    total = steps_to_the_end(state.global_step, loader.epoch, loader.batches_left(), len(loader),
+    total = steps_to_the_end(state.global_step - offset, loader.epoch, loader.batches_left(), len(loader),
                              float(args.num_train_epochs), args.gradient_accumulation_steps)
-    if total == state.max_steps:
+    if total + offset == state.max_steps:
         return
-    before, state.max_steps = state.max_steps, total
+    before, state.max_steps = state.max_steps, total + offset
     if trainer.lr_scheduler is not None and not stretch_schedule(trainer.lr_scheduler, total):
         warnings.warn(f"batch size {loader.batch_size}, {len(loader)} batches an epoch: the run now ends at step "
-                      f"{total} (was {before}), but its "
+                      f"{total + offset} (was {before}), but its "
                       f"{type(getattr(trainer.lr_scheduler, 'scheduler', trainer.lr_scheduler)).__name__} has no "
                       "num_training_steps to move: its learning rate keeps the old horizon", UserWarning, stacklevel=3)

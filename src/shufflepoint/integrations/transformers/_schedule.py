@@ -34,7 +34,8 @@ def continue_schedule(scheduler: Any, optimizer: Any, step: int) -> None:
 
 class ContinueSchedule(TrainerCallback):
     """on_train_begin comes after the Trainer loaded the checkpoint's scheduler: the Trainer then
-    moves it to the placed global_step (``continue_schedule``)."""
+    moves it to the placed step (``continue_schedule``) and numbers the run on from the saved global_step;
+    on_step_end: the Trainer records the loader steps the optimizer step trained (``_numbering``)."""
 
     def __init__(self, trainer: Any) -> None:
         self._trainer = weakref.ref(trainer)
@@ -43,3 +44,8 @@ class ContinueSchedule(TrainerCallback):
         trainer = self._trainer()
         if trainer is not None:
             trainer._on_train_begin(kwargs.get("lr_scheduler"), kwargs.get("optimizer"))
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        trainer = self._trainer()
+        if trainer is not None:
+            trainer._on_step_end()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import json
 import os
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -18,10 +17,17 @@ from shufflepoint._core.errors import ResumeWarning
 from shufflepoint._core.trainer_placement import Placement, place, updates_per_epoch
 from shufflepoint._loading.keyed import Transform
 from shufflepoint._loading.loader import DataLoader
-from shufflepoint.integrations.transformers._budget import Budget, Reach, end_of, step_size, steps_to
+from shufflepoint.integrations.transformers._budget import Budget, end_of, refuse_training_nothing, step_size, steps_to
 from shufflepoint.integrations.transformers._mixin_order import (
     refuse_a_mixin_without_a_trainer,
     refuse_a_trainer_before_the_mixin,
+)
+from shufflepoint.integrations.transformers._numbering import (
+    RUN_FILE,
+    Numbering,
+    read_json,
+    saved_numbering,
+    write_json,
 )
 from shufflepoint.integrations.transformers._ramp import follow_data
 from shufflepoint.integrations.transformers._schedule import ContinueSchedule, continue_schedule
@@ -36,9 +42,6 @@ else:
 LOADER_STATE_FILE = "shufflepoint_loader.json"
 # Where max_steps ends in the data (set by the run that set max_steps; see _budget), with that run's numbers.
 BUDGET_FILE = "shufflepoint_budget.json"
-# The saved run's gradient accumulation (TrainerState does not keep it): a resume continues that run's own steps
-# only with the same.
-RUN_FILE = "shufflepoint_run.json"
 
 
 class ResumableTrainerMixin(_TrainerBase):
@@ -70,6 +73,7 @@ class ResumableTrainerMixin(_TrainerBase):
         self._shufflepoint_budget: Budget | None = None
         self._shufflepoint_batch_size: int | None = None  # the loader's, as the Trainer last counted steps with
         self._shufflepoint_excluded: Any = None  # the loader's excluded set, likewise
+        self._shufflepoint_numbering = Numbering()  # the run's own step numbers (_numbering)
         super().__init__(*args, **kwargs)
         self.add_callback(ContinueSchedule(self))
 
@@ -121,6 +125,7 @@ class ResumableTrainerMixin(_TrainerBase):
         self._shufflepoint_saved_step, self._shufflepoint_kept_step = None, False
         self._shufflepoint_first_chunk = None
         self._shufflepoint_budget = None
+        self._shufflepoint_numbering = Numbering()
         skip = (contextlib.nullcontext() if _touch.has_resume_hook(self._shufflepoint_version)
                 else _touch.skip_first_batches_passes(self._is_ours, self._check_resumed))
         with skip:
@@ -169,39 +174,17 @@ class ResumableTrainerMixin(_TrainerBase):
             self._shufflepoint_budget = Budget(self.args.max_steps, end_of(max_steps, placement, now, fresh),
                                                loader.world_size, int(loader.batch_size or 1), accumulation)
         if folder is not None and max_steps <= placement.global_step:
-            self._refuse_training_nothing(folder, placement.global_step, saved, reach)
+            refuse_training_nothing(read_json(os.path.join(folder, _touch.TRAINER_STATE_FILE)), self.args.max_steps,
+                                    placement.global_step, self._step_size(loader), saved, reach)
         return max_steps
 
     def _saved_budget(self, folder: str | None) -> Budget | None:
         path = os.path.join(folder, BUDGET_FILE) if folder is not None else None
-        found = _read_json(path) if path is not None else None
+        found = read_json(path) if path is not None else None
         return Budget.from_json(found, path) if path is not None and found is not None else None
 
     def _step_size(self, loader: DataLoader) -> str:
         return step_size(loader.world_size, int(loader.batch_size or 1), self.args.gradient_accumulation_steps)
-
-    def _refuse_training_nothing(self, folder: str, placed_step: int, saved: Budget | None,
-                                 reach: Reach | None) -> None:
-        """This run would train nothing: an error if the saved run had steps left."""
-        state = _read_json(os.path.join(folder, _touch.TRAINER_STATE_FILE))
-        if state is None or int(state["global_step"]) >= int(state["max_steps"]):
-            return
-        assert self._shufflepoint_loader is not None
-        if saved is not None and reach is not None:
-            setting = (f"{saved.describe()}, which here ends at step {reach.max_steps}: "
-                       f"{reach.max_steps - placed_step} steps left")
-            fix = f"pass max_steps={saved.max_steps} as the saved run did, or one above {placed_step}"
-        else:  # no budget recorded (an epoch-based or pre-0.4 checkpoint): max_steps counts this run's steps
-            setting = "no max_steps budget recorded, so max_steps counts this run's steps"
-            fix = f"pass a max_steps above {placed_step}"
-        raise ValueError(
-            "max_steps: this resume would train nothing, while the saved run had steps left.\n"
-            f"  found: max_steps={self.args.max_steps}, and the resume is placed at global_step {placed_step} "
-            f"(steps of {self._step_size(self._shufflepoint_loader)})\n"
-            f"  saved: stopped at step {state['global_step']} of {state['max_steps']}; {setting}\n"
-            "  likely cause: max_steps was changed for the new world size; it need not be: the same max_steps "
-            "keeps meaning the data of the run that set it\n"
-            f"  fix: {fix}")
 
     def _load_callback_state(self) -> None:
         # TOUCH POINT: Trainer._load_callback_state runs right after trainer_state.json is read and
@@ -220,6 +203,7 @@ class ResumableTrainerMixin(_TrainerBase):
         # len(loader) before the state was loaded (an exclusion, a ramp or a resize changes it since)
         if not placement.aligned:
             self._shufflepoint_first_chunk = placement.accumulation - placement.batches_done % placement.accumulation
+        self._shufflepoint_numbering.number(self.state)  # global_step: the run's own, from here on
         return placement.epoch, placement.batches_done
 
     def get_batch_samples(self, epoch_iterator: Any, num_batches: int, *args: Any, **kwargs: Any) -> Any:
@@ -233,7 +217,7 @@ class ResumableTrainerMixin(_TrainerBase):
         if loader is not None and (loader.batch_size != self._shufflepoint_batch_size  # set_batch_size: a ramp
                                    or loader.excluded != self._shufflepoint_excluded):  # exclude(): fewer steps
             self._shufflepoint_batch_size, self._shufflepoint_excluded = loader.batch_size, loader.excluded
-            follow_data(self, loader)
+            follow_data(self, loader, self._shufflepoint_numbering.offset)
         return super().get_batch_samples(epoch_iterator, num_batches, *args, **kwargs)
 
     def _run_epoch(self, *args: Any, **kwargs: Any) -> Any:
@@ -289,6 +273,7 @@ class ResumableTrainerMixin(_TrainerBase):
             return
         accumulation = self.args.gradient_accumulation_steps
         placement = self._place_loader(loader, folder, accumulation)
+        ours = placement is not None  # a loader state: the checkpoint's record of its steps goes on
         if placement is None:
             nupe = updates_per_epoch(len(loader), accumulation)
             epoch, step = divmod(self.state.global_step, nupe)
@@ -311,7 +296,10 @@ class ResumableTrainerMixin(_TrainerBase):
         self._shufflepoint_kept_step = self._continues_saved_run(loader, folder)
         if self._shufflepoint_kept_step:  # the saved run goes on as it was: its own steps
             placement = self._own_steps(loader, placement, self.state.global_step)
-        self.state.global_step = placement.global_step
+        self._shufflepoint_numbering = (
+            saved_numbering(folder, self.state.global_step, placement.global_step, loader.step) if ours
+            else Numbering(offset=self.state.global_step - placement.global_step, saved_step=self.state.global_step))
+        self.state.global_step = placement.global_step  # the data's step, which the Trainer places itself by
         self._shufflepoint_placement = placement
 
     def _continues_saved_run(self, loader: DataLoader, folder: str) -> bool:
@@ -319,9 +307,9 @@ class ResumableTrainerMixin(_TrainerBase):
         batch size, and gradient accumulation where a budget recorded it): the saved ``global_step`` then
         counts this run's steps, which placing by the position in the epoch at this run's batch size would not
         after a ``set_batch_size`` or an ``exclude`` (epochs of other lengths; 5.x, which skips by batches)."""
-        saved = _read_json(os.path.join(folder, LOADER_STATE_FILE))
-        budget, run = self._saved_budget(folder), _read_json(os.path.join(folder, RUN_FILE))
-        trainer_state = _read_json(os.path.join(folder, _touch.TRAINER_STATE_FILE))
+        saved = read_json(os.path.join(folder, LOADER_STATE_FILE))
+        budget, run = self._saved_budget(folder), read_json(os.path.join(folder, RUN_FILE))
+        trainer_state = read_json(os.path.join(folder, _touch.TRAINER_STATE_FILE))
         accumulation = (run or {}).get("gradient_accumulation_steps", budget.accumulation if budget else None)
         return (saved is not None and trainer_state is not None and _touch.has_resume_hook(self._shufflepoint_version)
                 and saved.get("world_size") == loader.world_size
@@ -344,7 +332,7 @@ class ResumableTrainerMixin(_TrainerBase):
             raise ValueError("ignore_data_skip: found True, expected False: the shufflepoint Trainer reads no "
                              "skipped data on resume (a seek), so there is nothing to save by restarting "
                              "the epoch")
-        state = _read_json(os.path.join(folder, LOADER_STATE_FILE))
+        state = read_json(os.path.join(folder, LOADER_STATE_FILE))
         if state is None:
             return None
         loader.load_state_dict(state)
@@ -354,10 +342,22 @@ class ResumableTrainerMixin(_TrainerBase):
         return placement
 
     def _on_train_begin(self, scheduler: Any, optimizer: Any) -> None:
-        """After the scheduler was loaded: continue it at the placed ``global_step``."""
+        """After the scheduler was loaded: continue it at the placed step; number the run's steps on from the
+        saved ``global_step`` (where ``_init_training_state`` did not: 4.x) and start the record of its steps."""
         if self._shufflepoint_placement is not None and scheduler is not None and optimizer is not None:
             if self._shufflepoint_saved_step != self._shufflepoint_placement.global_step:
                 continue_schedule(scheduler, optimizer, self._shufflepoint_placement.global_step)
+        numbering = self._shufflepoint_numbering
+        if numbering.number(self.state):  # TOUCH POINT (4.x): the loss is averaged over the steps since this one
+            self._globalstep_last_logged = self.state.global_step
+        if self._shufflepoint_loader is not None:
+            numbering.mark, numbering.new = self._shufflepoint_loader.step, True
+
+    def _on_step_end(self) -> None:
+        """An optimizer step has run: record the loader steps it trained (``_numbering``)."""
+        if self._shufflepoint_loader is not None:
+            self._shufflepoint_numbering.stepped(self.state.global_step, self._shufflepoint_loader,
+                                                 self.args.gradient_accumulation_steps)
 
     def _save_checkpoint(self, model: Any, trial: Any, *args: Any, **kwargs: Any) -> None:
         # TOUCH POINT: Trainer._save_checkpoint writes the folder (model, optimizer, trainer_state.json)
@@ -371,21 +371,9 @@ class ResumableTrainerMixin(_TrainerBase):
         if not os.path.isdir(folder):
             raise RuntimeError(f"shufflepoint Trainer: the checkpoint folder {folder} was not written by "
                                "Trainer._save_checkpoint, so the loader's state has no place to go")
-        _write_json(os.path.join(folder, LOADER_STATE_FILE), loader.state_dict())
+        write_json(os.path.join(folder, LOADER_STATE_FILE), loader.state_dict())
         if self._shufflepoint_budget is not None:
-            _write_json(os.path.join(folder, BUDGET_FILE), self._shufflepoint_budget.to_json())
-        _write_json(os.path.join(folder, RUN_FILE),
-                    {"gradient_accumulation_steps": self.args.gradient_accumulation_steps})
+            write_json(os.path.join(folder, BUDGET_FILE), self._shufflepoint_budget.to_json())
+        write_json(os.path.join(folder, RUN_FILE), self._shufflepoint_numbering.to_json(
+            self.args.gradient_accumulation_steps))
 
-
-def _read_json(path: str) -> Any:
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
-
-
-def _write_json(path: str, value: Any) -> None:
-    with open(f"{path}.tmp{os.getpid()}", "w") as f:
-        json.dump(value, f)
-    os.replace(f"{path}.tmp{os.getpid()}", path)
