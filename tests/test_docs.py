@@ -1,6 +1,6 @@
 """The README and docs/ stay true to the tree: links resolve, shown examples equal the files, the README stays short.
 
-The rules, for README.md and every docs/*.md (a "page"):
+The rules, for README.md, CHANGELOG.md and every docs/*.md (a "page"):
 
 - **Links.** Every markdown link or image outside code, ``[text](target)`` or ``![alt](target)``,
   whose target is relative must name an existing file or folder inside the repository, relative to
@@ -35,7 +35,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 README_MAX_BYTES = 15 * 1024
-PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+CHANGELOG = ROOT / "CHANGELOG.md"
+PAGES = [README, CHANGELOG, *sorted((ROOT / "docs").glob("*.md"))]
 
 EXAMPLE_MARKER = re.compile(r"^<!-- example: (?P<path>\S+) -->$")
 SKETCH_MARKER = "<!-- sketch -->"

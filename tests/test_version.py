@@ -34,3 +34,13 @@ def test_no_other_version_is_written_in_the_tree() -> None:
     found = [str(path.relative_to(ROOT)) for path in [ROOT / "pyproject.toml", *(ROOT / "src").rglob("*.py")]
              if assignment.search(path.read_text()) and path.name != "_version.py"]
     assert not found, found
+
+
+def test_the_changelog_names_this_version_first_and_the_state_version_written() -> None:
+    from shufflepoint._core.state import VERSION as STATE_VERSION
+
+    text = (ROOT / "CHANGELOG.md").read_text()
+    releases = re.findall(r"^## \[([^\]]+)\]", text, re.M)
+    assert releases and releases[0] == shufflepoint.__version__, releases
+    assert releases[-1] == "0.1", releases  # every release since the first, newest first
+    assert f"**State version {STATE_VERSION}**" in text, f"CHANGELOG.md: no entry for state version {STATE_VERSION}"
