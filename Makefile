@@ -24,7 +24,9 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 # End-to-end runs a lower-level test already covers, kept out of `make test` for its time budget
-# (~1.5 min): the packed example killed and resumed, `shufflepoint audit` on the Hugging Face Trainer.
+# (~1.5 min): the packed example killed and resumed, `shufflepoint audit` on the Hugging Face Trainer; the
+# quick-start and sharded examples stopped and resumed (~1.3 min at load 5; make test-wheel, in CI, runs the
+# quick start's stop and resume and an epoch of the sharded example from the installed wheel).
 test-examples: $(STAMP)
 	$(PY) -m pytest -q -m examples tests/distributed
 
