@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-examples test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards \
+.PHONY: setup demo test test-examples test-wheel test-repeat test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards \
 	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-which soak lint clean test-accelerate-matrix test-transformers-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
@@ -24,9 +24,26 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 # End-to-end runs a lower-level test already covers, kept out of `make test` for its time budget
-# (~1.5 min): the packed example killed and resumed, `shufflepoint audit` on the Hugging Face Trainer.
+# (~1.5 min): the packed example killed and resumed, `shufflepoint audit` on the Hugging Face Trainer; the
+# quick-start and sharded examples stopped and resumed (~1.3 min at load 5; make test-wheel, in CI, runs the
+# quick start's stop and resume and an epoch of the sharded example from the installed wheel).
 test-examples: $(STAMP)
 	$(PY) -m pytest -q -m examples tests/distributed
+
+# The release a user installs (tests/ci/check_wheel.py): python -m build (sdist, then the wheel from it); the wheel
+# carries py.typed and nothing of tests/ or benchmarks/; installed into a fresh venv (torch==2.13.0 first and
+# alone, the local CPU wheel), without and with [shards], it runs the quick start (stopped, resumed, batch for
+# batch) and `shufflepoint demo` from outside the checkout; [shards] reads examples/shards.py's Parquet corpus.
+# About 2.5 minutes here (144 s measured on the 2-CPU box).
+test-wheel: $(STAMP)
+	$(PY) tests/ci/check_wheel.py
+
+# Flakiness as a number (tests/ci/repeat.py): the tests that start processes (tests/distributed and the files
+# in repeat.PROCESS_FILES) run REPEAT times in a row (default 5), reruns off; every failure is printed with its
+# test id, then each failing test's count. Exit 1 on any failure. TESTS=path... narrows it (to try it out).
+REPEAT ?= 5
+test-repeat: $(STAMP)
+	$(PY) tests/ci/repeat.py --count $(REPEAT) --log-dir out/test-repeat $(TESTS)
 
 # torchtitan 0.3.0 as shufflepoint's data loader (examples/torchtitan_loader.py under torchrun, 30-80 s). Its
 # wheel asks for datasets<4.8 and its trainer's tools (wandb, tensorboard), so it goes beside the venv, in

@@ -1,6 +1,6 @@
 """The README and docs/ stay true to the tree: links resolve, shown examples equal the files, the README stays short.
 
-The rules, for README.md and every docs/*.md (a "page"):
+The rules, for README.md, CHANGELOG.md and every docs/*.md (a "page"):
 
 - **Links.** Every markdown link or image outside code, ``[text](target)`` or ``![alt](target)``,
   whose target is relative must name an existing file or folder inside the repository, relative to
@@ -18,6 +18,10 @@ The rules, for README.md and every docs/*.md (a "page"):
   that is not copied from an example, so that an edited copy of an example cannot go unmarked.
   README.md must carry at least one example marker.
 - **Size.** README.md is at most 15 KB (15,360 bytes).
+- **The API table.** README.md's ``## API`` section names, inside code, every name of
+  ``shufflepoint.__all__``, every public method and property ``DataLoader`` and ``ResumableSampler`` define,
+  every argument of their constructors and of ``Packed``'s and ``Mixture``'s, and the dataset methods a user
+  calls (``USER_METHODS``). ``Shards``' arguments are each named in docs/shards.md.
 - **Named paths.** Every inline-code path that starts with ``src/``, ``tests/``, ``examples/``,
   ``benchmarks/`` or ``docs/`` (repository-relative, as code spans are) must exist; a ``*`` is a
   glob that must match something, and ``path::name`` also needs ``def name`` in that file. A path
@@ -26,6 +30,7 @@ The rules, for README.md and every docs/*.md (a "page"):
 
 from __future__ import annotations
 
+import inspect
 import pathlib
 import re
 import textwrap
@@ -35,7 +40,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 README_MAX_BYTES = 15 * 1024
-PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+CHANGELOG = ROOT / "CHANGELOG.md"
+PAGES = [README, CHANGELOG, *sorted((ROOT / "docs").glob("*.md"))]
 
 EXAMPLE_MARKER = re.compile(r"^<!-- example: (?P<path>\S+) -->$")
 SKETCH_MARKER = "<!-- sketch -->"
@@ -196,6 +202,66 @@ def test_every_docs_page_is_linked_from_the_readme() -> None:
     assert not [p.name for p in docs if p.resolve() not in linked], "docs pages the README does not link"
 
 
+# Dataset methods a user calls (the others serve the loader).
+USER_METHODS = {"Shards": ["locate", "columnar"], "Packed": ["locate", "columnar", "varlen_collate", "flatten_collate"],
+                "Mixture": ["locate", "columnar"]}
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def section(text: str, heading: str) -> str:
+    """The lines under ``## heading`` up to the next ``## `` heading."""
+    found = re.search(rf"^## {re.escape(heading)}\n(?P<body>.*?)(?=^## |\Z)", text, re.M | re.S)
+    return found["body"] if found else ""
+
+
+def names_in_code(text: str) -> set[str]:
+    """Every identifier inside inline code (``loader.exclude(indices)`` gives loader, exclude, indices)."""
+    return {name for match in INLINE_CODE.finditer(text) for name in IDENTIFIER.findall(match["code"])}
+
+
+def _own_public_members(cls: type) -> set[str]:
+    """Public methods and properties defined by shufflepoint's classes in ``cls``'s MRO (not torch's)."""
+    return {name for klass in cls.__mro__ if klass.__module__.startswith("shufflepoint")
+            for name in vars(klass) if not name.startswith("_")}
+
+
+def _arguments(cls: type) -> set[str]:
+    parameters = inspect.signature(cls.__init__).parameters.values()  # type: ignore[misc]
+    return {p.name for p in parameters if p.name != "self" and p.kind is not p.VAR_KEYWORD}
+
+
+def public_api() -> dict[str, set[str]]:
+    """What the README's API table must name, by where it comes from."""
+    import shufflepoint
+
+    loader, sampler = shufflepoint.DataLoader, shufflepoint.ResumableSampler
+    return {
+        "shufflepoint.__all__": set(shufflepoint.__all__),
+        "DataLoader": _own_public_members(loader) | _arguments(loader),
+        "ResumableSampler": _own_public_members(sampler) | _arguments(sampler),
+        "Packed": _arguments(shufflepoint.Packed) | set(USER_METHODS["Packed"]),
+        "Mixture": _arguments(shufflepoint.Mixture) | set(USER_METHODS["Mixture"]),
+        "Shards": set(USER_METHODS["Shards"]),
+    }
+
+
+def missing_from_table(table: str, required: dict[str, set[str]]) -> list[str]:
+    named = names_in_code(table)
+    return [f"{where}: {sorted(names - named)}" for where, names in required.items() if names - named]
+
+
+def test_the_readme_api_table_names_every_public_name_and_method() -> None:
+    missing = missing_from_table(section(README.read_text(), "API"), public_api())
+    assert not missing, "README.md's API table does not name (in code):\n" + "\n".join(missing)
+
+
+def test_every_shards_argument_is_named_in_its_docs() -> None:
+    import shufflepoint
+
+    missing = sorted(_arguments(shufflepoint.Shards) - names_in_code((ROOT / "docs" / "shards.md").read_text()))
+    assert not missing, f"docs/shards.md does not name Shards' arguments {missing}"
+
+
 # The checks themselves catch what they are for.
 
 @pytest.fixture
@@ -246,3 +312,10 @@ def test_a_missing_named_path_is_found(tree: pathlib.Path) -> None:
                     " `not/a/path.py` [`tests/elsewhere.py`](https://example.org/tests/elsewhere.py)\n")
     problems = missing_named_paths(page, tree)
     assert len(problems) == 3, problems
+
+
+def test_a_name_missing_from_the_api_table_is_found() -> None:
+    table = "| `loader.exclude(indices)`, `excluded` | ... |\n| `shufflepoint.Packed(dataset, seq_len)` | x |\n"
+    assert section("## API\n" + table + "## Next\n`step`\n", "API") == table
+    required = {"DataLoader": {"exclude", "excluded", "step"}, "Packed": {"Packed", "seq_len", "bos"}}
+    assert missing_from_table(table, required) == ["DataLoader: ['step']", "Packed: ['bos']"]

@@ -17,9 +17,8 @@ from shufflepoint._shards.batch import collate
 from shufflepoint._shards.dataset import Shards
 from shufflepoint._shards.mixture import Mixture
 from shufflepoint._shards.packed import Packed
+from shufflepoint._version import __version__
 from shufflepoint.integrations.accelerate import patch_accelerate, unpatch_accelerate
-
-__version__ = "0.2.0.dev0"
 
 __all__ = [
     "ORDERS",

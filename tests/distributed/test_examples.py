@@ -3,6 +3,8 @@
 import json
 import os
 
+import pytest
+
 from shufflepoint._tools.launch import launch
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "quickstart.py")
@@ -13,6 +15,9 @@ def records(path):
         return [json.loads(line) for line in f]
 
 
+# make test-examples: make test-wheel (CI) runs the same stop-and-resume check on the installed wheel, and
+# test_native_resume.py's same-world resumes cover the promise in make test.
+@pytest.mark.examples
 def test_quickstart_stops_and_resumes_exactly(tmp_path):
     whole, parts = tmp_path / "whole", tmp_path / "parts"
     launch([EXAMPLE, "--checkpoint", str(tmp_path / "a.pt"), "--epochs", "2", "--record", str(whole)], 2).check()

@@ -7,6 +7,8 @@ import os
 import uuid
 from collections import Counter
 
+import pytest
+
 from shufflepoint._tools.launch import launch
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
@@ -22,6 +24,9 @@ def records(prefix, world):
     return found
 
 
+# make test-examples: test_shards_resume.py resumes a disk corpus exactly on 2 ranks in make test, and make
+# test-wheel (CI) runs this example from the installed wheel (an epoch, every sample once).
+@pytest.mark.examples
 def test_the_sharded_example_stops_and_resumes_exactly(tmp_path):
     data, cache = str(tmp_path / "corpus"), {"SHUFFLEPOINT_CACHE": str(tmp_path / "cache")}
     common = ["--data", data, "--epochs", "2"]

@@ -358,6 +358,29 @@ def test_demo_plot_writes_a_png(tmp_path):
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_demo_plot_legends_leave_the_checkpoint_mark_and_the_curves_visible():
+    """Each panel's legend lies outside its axes: it covered the "checkpoint, SIGKILL" mark in every panel."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from shufflepoint._tools.demo import report as _demo
+
+    reference = [2.0 * 0.9 ** step for step in range(32)]
+    curves = {name: (reference, reference, 22, verdict) for name, verdict in
+              [("stock Accelerate", "ORDER_LOST"), ("shufflepoint.DataLoader", "EXACT"), ("elastic 2 -> 1", "EXACT")]}
+    figure = _demo.loss_figure(curves)
+    try:
+        renderer = figure.canvas.get_renderer()
+        figure.canvas.draw()
+        for axis in figure.axes:
+            legend = axis.get_legend().get_window_extent(renderer)
+            marks = [text for text in axis.texts if text.get_text() == "checkpoint,\nSIGKILL"]
+            assert len(marks) == 1 and not legend.overlaps(marks[0].get_window_extent(renderer)), axis.get_title()
+            assert not legend.overlaps(axis.get_window_extent(renderer)), axis.get_title()
+    finally:
+        plt.close(figure)
+
+
 def _sidecar(tmp_path):
     from shufflepoint._shards import index as _index
     from shufflepoint._shards import sidecar

@@ -25,7 +25,19 @@ def plot_losses(curves: dict[str, tuple[list[float], list[float], int, str]], pa
         import matplotlib.pyplot as plt
     except ImportError:
         return None, "no plot: matplotlib is not installed (pip install 'shufflepoint[plot]')"
-    figure, axes = plt.subplots(1, len(curves), figsize=(4.2 * len(curves), 3.4), sharey=True, squeeze=False)
+    figure = loss_figure(curves)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path, f"loss per step, uninterrupted vs resumed: {path}"
+
+
+def loss_figure(curves: dict[str, tuple[list[float], list[float], int, str]]) -> Any:
+    """One panel per variant; each panel's legend sits below its axes, so it never hides the curves or
+    the "checkpoint, SIGKILL" mark (inside the axes, at the top of the checkpoint's line)."""
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, len(curves), figsize=(4.2 * len(curves), 3.9), sharey=True, squeeze=False,
+                                layout="constrained")
     for axis, (label, (reference, resumed, cut, verdict)) in zip(axes[0], curves.items(), strict=True):
         axis.plot(range(1, len(reference) + 1), reference, color="#444444", lw=2.2, label="uninterrupted")
         axis.plot(range(cut + 1, len(resumed) + 1), resumed[cut:], color="#d62728" if verdict not in
@@ -36,12 +48,9 @@ def plot_losses(curves: dict[str, tuple[list[float], list[float], int, str]], pa
                       color="#666666")
         axis.set_title(f"{label}\n{verdict}", fontsize=10)
         axis.set_xlabel("training step")
-        axis.legend(fontsize=8, loc="upper right")
+        axis.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
     axes[0][0].set_ylabel("loss (mean over ranks)")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path, f"loss per step, uninterrupted vs resumed: {path}"
+    return figure
 
 
 def render(result: dict[str, Any]) -> str:
