@@ -43,7 +43,8 @@ def test_the_built_in_datasets_offer_what_they_declare(corpus):
     mixture = shufflepoint.Mixture([(corpus, 1), (list(range(7)), 1)])
     offers = {
         "Shards": (corpus, {"ShardedCorpus", "KeepsShardsOpen", "FitsDecodeBudget", "Identified", "ExplainsFingerprint",
-                            "LegacyIdentified", "ReadsBatches", "ReadsColumns", "ReadsIds", "Prefetching", "ReadsAhead",
+                            "LegacyIdentified", "ReadsBatches", "ReadsColumns", "ReadsIds", "ReadsIdsAscending",
+                            "Prefetching", "ReadsAhead",
                             "Locatable"}),
         "Packed": (packed, {"OwnOrder", "Identified", "ExplainsFingerprint", "ReadsBatches", "ReadsColumns",
                             "Prefetching", "Locatable"}),
@@ -52,7 +53,7 @@ def test_the_built_in_datasets_offer_what_they_declare(corpus):
     }
     dataset_protocols = ["OwnOrder", "ShardedCorpus", "KeepsShardsOpen", "FitsDecodeBudget", "Scheduled", "Identified",
                          "ExplainsFingerprint", "LegacyIdentified", "ExplainsOrderVersion", "ReadsBatches",
-                         "ReadsColumns", "ReadsIds", "Prefetching", "ReadsAhead", "Locatable"]
+                         "ReadsColumns", "ReadsIds", "ReadsIdsAscending", "Prefetching", "ReadsAhead", "Locatable"]
     for name, (dataset, expected) in offers.items():
         found = {p for p in dataset_protocols if isinstance(dataset, getattr(capabilities, p))}
         assert found == expected, (name, found ^ expected)

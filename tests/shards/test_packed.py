@@ -258,7 +258,7 @@ def test_a_sharded_corpus_keeps_the_shards_of_a_block_open():
     """As the loader does for the blocks order: measured 6x more rows/s on Parquet (benchmarks/packing.py)."""
     corpus = ShardedDocuments([3, 5, 2, 4, 7, 1], [2, 2, 2])
     sizes = []
-    corpus.keep_open_for = sizes.append
+    corpus._keep_open_for = sizes.append
     shufflepoint.DataLoader(Packed(corpus, 4, progress=False), 2, seed=1, shuffle_block=3)
     assert sizes == [3]
 
@@ -268,7 +268,7 @@ def test_a_sharded_corpus_keeps_the_shards_of_a_block_open():
        group=st.integers(1, 7), seq_len=st.integers(1, 24))
 def test_parquet_token_lists_read_as_arrays_give_the_rows_the_documents_make(tmp_path_factory, lengths, kind, group,
                                                                              seq_len):
-    """Packed reads a Parquet list column as numpy views of the decoded group (``Shards.read_ids``):
+    """Packed reads a Parquet list column as numpy views of the decoded group (``Shards._read_ids``):
     every row is still the documents' tokens its segments name, over shards of several row groups."""
     pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
     if sum(lengths) < seq_len:
@@ -287,15 +287,15 @@ def test_parquet_token_lists_read_as_arrays_give_the_rows_the_documents_make(tmp
     served = [row for batch in batches for row in rows_of(batch)]
     expected = [tuple(t for d, a, b in packed.segments(i) for t in docs[d][a:b]) for i in range(len(packed))]
     assert sorted(served) == sorted(expected) and len(served) == len(packed)
-    arrays = corpus.read_ids(list(range(len(docs)))[::-1], "input_ids")
+    arrays = corpus._read_ids(list(range(len(docs)))[::-1], "input_ids")
     assert arrays is not None and [a.tolist() for a in arrays] == docs[::-1]
     assert all(not a.flags.writeable for a in arrays)  # views of the decoded group: read-only
     picked = sorted(set(range(0, len(docs), 2)) | {len(docs) - 1})  # rows of several groups, some skipped
-    ascending = corpus.read_ids_ascending(picked, "input_ids")  # what Packed's token windows read
+    ascending = corpus._read_ids_ascending(picked, "input_ids")  # what Packed's token windows read
     assert ascending is not None and [a.tolist() for a in ascending] == [docs[d] for d in picked]
     if len(picked) > 1:
         with pytest.raises(ValueError, match="expected ascending indices"):
-            corpus.read_ids_ascending(picked[::-1], "input_ids")
+            corpus._read_ids_ascending(picked[::-1], "input_ids")
 
 
 @settings(max_examples=60, deadline=None)

@@ -40,7 +40,7 @@ def test_a_bucket_reads_like_a_folder(s3, bucket, tmp_path):
     # The same rows under other versions (ETags here, mtimes there): another fingerprint, explained.
     assert corpus.fingerprint != local.fingerprint and corpus.index.legacy_hash == local.index.legacy_hash
     assert "every shard has another version: the corpus was copied or moved" in \
-        corpus.explain_fingerprint(local.fingerprint)
+        corpus._explain_fingerprint(local.fingerprint)
     cached = NodeCache(os.path.join(cache, "shards"))
     assert len(cached.entries()) == 12 and cached.bytes_used() == sum(s.size for s in corpus.index.shards)
     requests = s3.faults.requests

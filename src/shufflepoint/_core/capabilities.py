@@ -11,7 +11,8 @@ four groups:
 - **identity**: ``Identified`` (a fingerprint string that joins the state), ``ExplainsFingerprint``,
   ``LegacyIdentified`` (the fingerprint shufflepoint 0.2 wrote), ``ExplainsOrderVersion``.
 - **reading**: ``ReadsBatches`` (a whole batch at once), ``ReadsColumns`` (``columnar()``),
-  ``ReadsIds`` (a token column as arrays), ``Prefetching`` (upcoming indices announced ahead), ``ReadsAhead``,
+  ``ReadsIds``, ``ReadsIdsAscending`` (a token column as arrays), ``Prefetching`` (upcoming indices
+  announced ahead), ``ReadsAhead``,
   ``Locatable`` (where an index lives).
 - **readers** (one format's shards): ``CountsRowsFromSize``, ``CountsRowsFromMetadata``,
   ``MeasuresDecodedRows``, ``TakesIds``, ``LocatesRows``.
@@ -55,14 +56,14 @@ class ShardedCorpus(Protocol):
 class KeepsShardsOpen(Protocol):
     """A corpus that can keep the shards of one block open while the block is read."""
 
-    def keep_open_for(self, shuffle_block: int) -> None: ...
+    def _keep_open_for(self, shuffle_block: int) -> None: ...
 
 
 @runtime_checkable
 class FitsDecodeBudget(Protocol):
     """A corpus that sizes the default ``shuffle_block`` to the process's decode budget."""
 
-    def fitting_shuffle_block(self) -> int: ...
+    def _fitting_shuffle_block(self) -> int: ...
 
 
 @runtime_checkable
@@ -72,10 +73,10 @@ class Scheduled(Protocol):
     schedule: Any  # the schedule, or None when this instance has none
 
     @property
-    def required_deal(self) -> str | None:
+    def _required_deal(self) -> str | None:
         """The only deal the dataset can be read under, or None for any."""
 
-    def check_global_batch(self, global_batch: int, grid: int) -> None:
+    def _check_global_batch(self, global_batch: int, grid: int) -> None:
         """Warn when global batches of ``global_batch`` rows are not whole windows of the run's ``grid``
         (the global batch the schedule follows)."""
 
@@ -83,7 +84,7 @@ class Scheduled(Protocol):
     def phases(self) -> tuple[tuple[int, str], ...]:
         """The schedule's phases as ``(start, hash)`` pairs (the state's ``phases``), ``()`` without one."""
 
-    def phase_changed(self, saved: list[list[Any]], epoch: int, cursor: int, grid: int | None,
+    def _phase_changed(self, saved: list[list[Any]], epoch: int, cursor: int, grid: int | None,
                       shuffle_block: int) -> int | None:
         """The first of a state's ``saved`` phases the schedule changed before the position (epoch, cursor)
         had reached, or None where it only appended phases after it."""
@@ -104,7 +105,7 @@ class Identified(Protocol):
 class ExplainsFingerprint(Protocol):
     """A dataset that says what changed when a state's fingerprint is not its own (``Shards``: the shards)."""
 
-    def explain_fingerprint(self, saved: str) -> str: ...
+    def _explain_fingerprint(self, saved: str) -> str: ...
 
 
 @runtime_checkable
@@ -112,14 +113,14 @@ class LegacyIdentified(Protocol):
     """A dataset with the fingerprint shufflepoint 0.2 wrote for it (a state of 0.2 still loads)."""
 
     @property
-    def legacy_fingerprint(self) -> str: ...
+    def _legacy_fingerprint(self) -> str: ...
 
 
 @runtime_checkable
 class ExplainsOrderVersion(Protocol):
     """A dataset that says why a state's order version is not its own (which release wrote it)."""
 
-    def explain_order_version(self, found: object) -> str: ...
+    def _explain_order_version(self, found: object) -> str: ...
 
 
 # -- reading -----------------------------------------------------------------------------------
@@ -143,9 +144,14 @@ class ReadsColumns(Protocol):
 class ReadsIds(Protocol):
     """A corpus that reads a token column as one array per index, no Python int per token."""
 
-    def read_ids(self, indices: Sequence[int] | np.ndarray, column: str) -> list[np.ndarray] | None: ...
+    def _read_ids(self, indices: Sequence[int] | np.ndarray, column: str) -> list[np.ndarray] | None: ...
 
-    def read_ids_ascending(self, indices: Sequence[int] | np.ndarray, column: str) -> list[np.ndarray] | None: ...
+
+@runtime_checkable
+class ReadsIdsAscending(Protocol):
+    """A corpus that reads a token column for ascending indices in one pass (``Packed``'s token windows)."""
+
+    def _read_ids_ascending(self, indices: Sequence[int] | np.ndarray, column: str) -> list[np.ndarray] | None: ...
 
 
 @runtime_checkable
@@ -160,7 +166,7 @@ class ReadsAhead(Protocol):
     """A ``Prefetching`` dataset that says whether it has anything to fetch ahead (False: local files)."""
 
     @property
-    def reads_ahead(self) -> bool: ...
+    def _reads_ahead(self) -> bool: ...
 
 
 @runtime_checkable

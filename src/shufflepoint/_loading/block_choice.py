@@ -33,7 +33,7 @@ class _Orders(Protocol):
 def default_block(dataset: Any, name: str) -> int:
     """The block of a loader given none: the corpus's fitting block (``Shards``) or the default."""
     fits = name == BLOCKS and isinstance(dataset, FitsDecodeBudget)
-    return int(dataset.fitting_shuffle_block()) if fits else DEFAULT_SHUFFLE_BLOCK
+    return int(dataset._fitting_shuffle_block()) if fits else DEFAULT_SHUFFLE_BLOCK
 
 
 def recorded_block(state: object) -> int | None:

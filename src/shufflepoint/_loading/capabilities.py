@@ -1,10 +1,10 @@
 """What the loader asks of a dataset through its declared capabilities (``_core/capabilities.py``): its
 length, the deal a ``Scheduled`` dataset needs, its fingerprint check and its grid warning.
 
-A ``Mixture`` declares them: with a schedule it is read under one deal only (``required_deal``), says
-when a global batch no longer fits the grid its phases follow (``check_global_batch``), records its phases
+A ``Mixture`` declares them: with a schedule it is read under one deal only (``_required_deal``), says
+when a global batch no longer fits the grid its phases follow (``_check_global_batch``), records its phases
 in the state (``phases``), and a resume whose phases changed may still be its own run with phases appended
-(``phase_changed``).
+(``_phase_changed``).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from shufflepoint._core.state import DEALS
 
 
 def deal_for(name: str | None, default: str, dataset: Any) -> str:
-    """The deal to read ``dataset`` with: ``name``, else the one the dataset needs (``required_deal``), else
+    """The deal to read ``dataset`` with: ``name``, else the one the dataset needs (``_required_deal``), else
     ``default``. A name that is no deal, or one the dataset cannot be read under, is refused."""
     if name is not None and name not in DEALS:
         raise ValueError(f"deal: found {name!r}, expected one of {', '.join(map(repr, DEALS))} or None")
-    needed = dataset.required_deal if isinstance(dataset, Scheduled) else None
+    needed = dataset._required_deal if isinstance(dataset, Scheduled) else None
     if needed not in DEALS:  # None, or an attribute that only looks like the capability
         return default if name is None else name
     if name is not None and name != needed:
@@ -41,7 +41,7 @@ def schedule_hooks(dataset: Any, shuffle_block: int | None) -> Callable[[list[li
     other dataset."""
     if not isinstance(dataset, Scheduled):
         return None
-    return functools.partial(dataset.phase_changed, shuffle_block=shuffle_block or 0)
+    return functools.partial(dataset._phase_changed, shuffle_block=shuffle_block or 0)
 
 
 def phases_of(dataset: Any) -> tuple[tuple[int, str], ...]:
@@ -53,7 +53,7 @@ def check_grid(dataset: Any, grid: int | None, global_batch: int) -> None:
     """Warn when a loader's global batch no longer fits the grid its schedule follows (after a resize to
     another global batch, or ``set_batch_size``)."""
     if grid is not None and isinstance(dataset, Scheduled):
-        dataset.check_global_batch(global_batch, grid)
+        dataset._check_global_batch(global_batch, grid)
 
 
 def dataset_length(dataset: object) -> int:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 import torch.utils.data
 
 from shufflepoint._core import state as _state
-from shufflepoint._core.capabilities import ExplainsOrderVersion, Prefetching
+from shufflepoint._core.capabilities import ExplainsOrderVersion, Locatable, Prefetching
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.plan import Layout
 from shufflepoint._loading.agreement import agree_on_exclusion, validate_everywhere
@@ -87,6 +87,11 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
 
         # in new processes, maybe with another world size or batch size:
         loader.load_state_dict(torch.load(path)["loader"])   # the next batch is the right one
+
+    The surface: properties say where the loader stands (``epoch``, ``step``, ``cursor``, ``rank``,
+    ``world_size``, ``seed``, ``deal``, ``excluded``: O(1) reads); methods compute (``batches_left()``,
+    ``batches_this_epoch()``, ``which(step)``, ...) or move it (``seek``, ``set_epoch``, ``set_batch_size``,
+    ``exclude``, ``load_state_dict``).
 
     Epochs: ``iter(loader)`` continues the current epoch from the cursor; when a pass is exhausted
     the loader moves to the next epoch by itself. ``set_epoch(e)`` jumps to the start of epoch e;
@@ -324,12 +329,27 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         position.load(state, self._expected, validate)
         self._identity = self._identity.for_orders(position.orders)
 
-    def which(self, step: int) -> dict[int, list[int]]:
+    @overload
+    def which(self, step: int, *, locate: Literal[False] = False) -> dict[int, list[int]]: ...
+
+    @overload
+    def which(self, step: int, *, locate: Literal[True]) -> dict[int, list[dict[str, Any]]]: ...
+
+    def which(self, step: int, *, locate: bool = False) -> dict[int, list[int]] | dict[int, list[dict[str, Any]]]:
         """For each rank of the world that read ``step`` (see ``step``), the dataset indices of its batch,
         by arithmetic from the run's layout history in the state (``docs/state-format.md#which``): load
         any state saved at or after ``step``, on any rank and world size. Later steps: this loader's layout.
-        With samples excluded: the steps before the first ``exclude()`` and from the latest on (docs/exclusion.md)."""
-        return self._position.which(step)
+        With samples excluded: the steps before the first ``exclude()`` and from the latest on (docs/exclusion.md).
+
+        ``locate=True``: where each sample lives instead of its index, the dataset's ``locate(index)`` (a
+        ``Shards`` corpus: shard, row, bytes; ``Packed``: its documents' token spans), ``{"index": i}`` for a
+        dataset that cannot say more."""
+        found = self._position.which(step)
+        if not locate:
+            return found
+        dataset = self._position.orders.dataset
+        return {rank: [dataset.locate(i) if isinstance(dataset, Locatable) else {"index": i} for i in indices]
+                for rank, indices in found.items()}
 
     def batches_this_epoch(self) -> int | None:
         """Batches each rank has received of the current epoch, whatever changed inside it (an ``exclude``,
@@ -377,6 +397,6 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             dataset_fingerprint=identity.fingerprint, explain_fingerprint=identity.explain, deal=deal.name,
             legacy_fingerprint=identity.legacy, layout=self._position.layout,
             parameters=orders.parameters, phases_changed=identity.compatible,
-            explain_order_version=(orders.dataset.explain_order_version
+            explain_order_version=(orders.dataset._explain_order_version
                                    if isinstance(orders.dataset, ExplainsOrderVersion) else None),
         )

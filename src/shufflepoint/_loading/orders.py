@@ -50,7 +50,7 @@ def resolve_fingerprint(value: str | None, dataset: Any, n: int, *, legacy: bool
     if value is not None and not isinstance(value, str):
         raise TypeError(f"dataset_fingerprint: found {value!r}, expected a str, 'auto' or None")
     if legacy:
-        corpus = dataset.legacy_fingerprint if isinstance(dataset, LegacyIdentified) else None
+        corpus = dataset._legacy_fingerprint if isinstance(dataset, LegacyIdentified) else None
     else:
         corpus = dataset.fingerprint if isinstance(dataset, Identified) else None
     if isinstance(corpus, str):
@@ -66,7 +66,7 @@ def resolve_fingerprint(value: str | None, dataset: Any, n: int, *, legacy: bool
 
 def explain_fingerprint(dataset: Any) -> Callable[[str], str] | None:
     """The dataset's own account of a changed fingerprint (``Shards`` names the changed shards)."""
-    return dataset.explain_fingerprint if isinstance(dataset, ExplainsFingerprint) else None
+    return dataset._explain_fingerprint if isinstance(dataset, ExplainsFingerprint) else None
 
 
 class Identity:
@@ -119,7 +119,7 @@ class OrderCache:
             if name == BLOCKS:
                 self._rows = np.asarray(rows, dtype=np.int64)
                 if isinstance(dataset, KeepsShardsOpen):  # Shards: keep the shards of a block open
-                    dataset.keep_open_for(self.shuffle_block)
+                    dataset._keep_open_for(self.shuffle_block)
             self.name = name
             self.version = BLOCKS_VERSION if name == BLOCKS else int(dataset.order_version)
         else:

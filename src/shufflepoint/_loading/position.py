@@ -222,6 +222,12 @@ class LoaderPosition:
         fresh = self.cut(epoch, 0, [], parts=parts)
         cursor, segments = fresh.after(int(batches) * self.layout.batch_size)
         within_bounds(self.orders, epoch, fresh)
+        per_epoch = -(-fresh.samples_per_rank() // self.layout.batch_size)
+        if batches > per_epoch:
+            warn_user(f"seek: batches={batches} is past the end of epoch {epoch}, which has {per_epoch} batches "
+                      f"per rank at this layout; the loader is placed at its end (the next iter() is empty, the one "
+                      f"after reads epoch {epoch + 1}).\n  fix: seek({epoch + 1}, {batches - per_epoch}) to read on "
+                      "into the next epoch")
         self.jump(epoch, self.cut(epoch, cursor, segments, parts=parts))
 
     def set_epoch(self, epoch: int) -> None:

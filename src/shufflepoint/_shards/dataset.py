@@ -82,7 +82,7 @@ class Shards(torch.utils.data.Dataset[Any]):
         index_threads (int): threads that build the index (one shard each at a time). Default 8.
         progress (bool): show a tqdm bar while the index is built. Default True.
         max_open (int | None): shards kept open per process. Default None: those of two blocks of the
-            loader's order (``keep_open_for``), at least 8 and at most 512.
+            loader's order (``_keep_open_for``), at least 8 and at most 512.
         verify (str): ``"version"`` (default) reads a shard only at the size and version (S3 ETag, GCS
             generation, local mtime_ns) the index recorded, else a ``ShardError``; ``"checksum"`` also
             records each shard's sha256 at indexing (downloading every shard once) and checks every
@@ -156,12 +156,12 @@ class Shards(torch.utils.data.Dataset[Any]):
         return FINGERPRINT_PREFIX + self.index.content_hash
 
     @property
-    def legacy_fingerprint(self) -> str:
+    def _legacy_fingerprint(self) -> str:
         """The fingerprint shufflepoint 0.2 gave this corpus (index format 1: no shard versions), which
         its states carry: a version-1 state with it resumes, the corpus being the same by 0.2's measure."""
         return FINGERPRINT_PREFIX + self.index.legacy_hash
 
-    def explain_fingerprint(self, saved: str) -> str:
+    def _explain_fingerprint(self, saved: str) -> str:
         """What changed since a state with fingerprint ``saved`` was written, as far as known here."""
         if not saved.startswith(FINGERPRINT_PREFIX):
             return "The state was not saved on a Shards corpus"
@@ -174,14 +174,14 @@ class Shards(torch.utils.data.Dataset[Any]):
         """Rows per shard, in shard order: what the ``blocks`` order is built from."""
         return self.index.rows
 
-    def keep_open_for(self, shuffle_block: int) -> None:
+    def _keep_open_for(self, shuffle_block: int) -> None:
         """The loader's block size: keep open the shards of two blocks (the rows of a block come in
         any order, so fewer open shards reopen a shard per sample; measured: 4 open shards made
         token windows 4x slower and Parquet rows 30x). Unless ``max_open`` was given. Warns when a
         block's decoded rows exceed the process's budget (``decode_budget.warn_if_redecoding``)."""
         if not len(self.index.shards):
             return
-        warn_if_redecoding(shuffle_block, int(self.index.rows.max()), len(self), self.decoded_row_bytes(),
+        warn_if_redecoding(shuffle_block, int(self.index.rows.max()), len(self), self._decoded_row_bytes(),
                            GROUPS.limit)
         if self._max_open_chosen:
             return
@@ -189,12 +189,12 @@ class Shards(torch.utils.data.Dataset[Any]):
         per_block = -(-int(shuffle_block) // smallest) + 1
         self._max_open = min(_MAX_OPEN_CAP, max(self._max_open, 2 * per_block))
 
-    def fitting_shuffle_block(self) -> int:
+    def _fitting_shuffle_block(self) -> int:
         """The ``shuffle_block`` a loader uses when given none: the default, or fewer rows where a
         block's decoded rows would not fit half the process's budget (``decode_budget``)."""
-        return fitting_block(self.decoded_row_bytes(), GROUPS.limit)
+        return fitting_block(self._decoded_row_bytes(), GROUPS.limit)
 
-    def decoded_row_bytes(self) -> int | None:
+    def _decoded_row_bytes(self) -> int | None:
         """About the bytes a row holds decoded, from the first non-empty shard's metadata (Parquet;
         None for formats decoded row by row), asked once per dataset."""
         if self._row_bytes is None:
@@ -251,7 +251,7 @@ class Shards(torch.utils.data.Dataset[Any]):
             return batch
         return Rows([self._transform(sample) for sample in batch.samples()])
 
-    def read_ids(self, indices: Sequence[int] | np.ndarray, column: str) -> list[np.ndarray] | None:
+    def _read_ids(self, indices: Sequence[int] | np.ndarray, column: str) -> list[np.ndarray] | None:
         """Each sample's ``column`` as a 1-D integer array, where the reader holds it as one (a
         Parquet list of integers: views of the decoded group, no Python int per token); None where
         it does not, or with a ``transform`` (then read samples). What ``Packed`` reads documents with."""
@@ -273,14 +273,14 @@ class Shards(torch.utils.data.Dataset[Any]):
                 found[place] = ids
         return found
 
-    def read_ids_ascending(self, indices: Sequence[int] | np.ndarray, column: str) -> list[np.ndarray] | None:
-        """``read_ids`` for indices in ascending order, many at once (a window of ``Packed``'s token
+    def _read_ids_ascending(self, indices: Sequence[int] | np.ndarray, column: str) -> list[np.ndarray] | None:
+        """``_read_ids`` for indices in ascending order, many at once (a window of ``Packed``'s token
         stream, thousands of documents): grouped by shard with numpy, then by decoded group."""
         flat = checked_indices("Shards", indices, len(self))
         if self._transform is not None:
             return None
         if flat.size > 1 and bool((np.diff(flat) < 0).any()):
-            raise ValueError("indices: found them out of order, expected ascending indices (read_ids_ascending)")
+            raise ValueError("indices: found them out of order, expected ascending indices (_read_ids_ascending)")
         shards = np.searchsorted(self._ends, flat, side="right")
         rows = flat - self._starts[shards]
         found: list[np.ndarray] = []
@@ -342,7 +342,7 @@ class Shards(torch.utils.data.Dataset[Any]):
 
     # -- read-ahead --------------------------------------------------------------------------
     @property
-    def reads_ahead(self) -> bool:
+    def _reads_ahead(self) -> bool:
         """Whether ``prefetch`` does anything (remote shards and a prefetch depth): a caller can skip
         working out what to announce."""
         return bool(self._remote and self._prefetch_depth > 0)

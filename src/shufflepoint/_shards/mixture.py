@@ -66,8 +66,8 @@ def _apportion(weights: list[float], total: int) -> list[int]:
 
 def _identity(dataset: Any, *, legacy: bool) -> str | None:
     """A source's own fingerprint (its 0.2 one where ``legacy`` and it has one), or None."""
-    if legacy and isinstance(dataset, LegacyIdentified) and dataset.legacy_fingerprint:
-        return dataset.legacy_fingerprint
+    if legacy and isinstance(dataset, LegacyIdentified) and dataset._legacy_fingerprint:
+        return dataset._legacy_fingerprint
     return (dataset.fingerprint or None) if isinstance(dataset, Identified) else None
 
 
@@ -202,8 +202,8 @@ class Mixture(torch.utils.data.Dataset[Any]):
         return self._fingerprint("fingerprint")
 
     @property
-    def legacy_fingerprint(self) -> str:
-        """As shufflepoint 0.2 computed it, from its sources' 0.2 fingerprints (``Shards.legacy_fingerprint``)."""
+    def _legacy_fingerprint(self) -> str:
+        """As shufflepoint 0.2 computed it, from its sources' 0.2 fingerprints (``Shards._legacy_fingerprint``)."""
         return self._fingerprint("legacy_fingerprint")
 
     def _fingerprint(self, attribute: str) -> str:
@@ -212,7 +212,7 @@ class Mixture(torch.utils.data.Dataset[Any]):
         if self.schedule is None:
             text = json.dumps({"sources": parts, "counts": self.counts})
             return FINGERPRINT_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:32]
-        # the phases are the state's own field (``phases``), so that a resume may append phases (phase_changed)
+        # the phases are the state's own field (``phases``), so that a resume may append phases (_phase_changed)
         text = json.dumps({"sources": parts, "samples_per_epoch": self.samples_per_epoch, "scheduled": True})
         return FINGERPRINT_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:32]
 
@@ -221,11 +221,11 @@ class Mixture(torch.utils.data.Dataset[Any]):
         """The schedule's phases as ``(start, hash)`` pairs, recorded in a state (``()`` without a schedule)."""
         return tuple(self.schedule.identities()) if self.schedule is not None else ()
 
-    def explain_fingerprint(self, saved: str) -> str:
+    def _explain_fingerprint(self, saved: str) -> str:
         return ("the mixture changed (a source, its weight or samples_per_epoch); each source's own fingerprint "
                 "is part of the mixture's")
 
-    def explain_order_version(self, saved: int) -> str | None:
+    def _explain_order_version(self, saved: int) -> str | None:
         """Why a state of another order version is refused, where it is this mixture's other kind."""
         if {saved, self.order_version} != {VERSION, SCHEDULED}:
             return None
@@ -233,19 +233,19 @@ class Mixture(torch.utils.data.Dataset[Any]):
         return (f"The state was written by a Mixture {was} a schedule, and this one is built {now}: build the "
                 "Mixture as the run did (its sources and their weights or schedule) to resume it, or start fresh.")
 
-    def phase_changed(self, saved: list[list[Any]], epoch: int, cursor: int, grid: int | None,
+    def _phase_changed(self, saved: list[list[Any]], epoch: int, cursor: int, grid: int | None,
                       shuffle_block: int) -> int | None:
         """The first of a state's ``saved`` phases this schedule changed before the end of the window a state at
         (epoch, cursor) had reached (the global batch of ``grid`` rows, else the ``shuffle_block`` window), or
         None: the same schedule there, phases appended after it."""
         return changed_phase(saved, self.phases, self.samples_per_epoch, shuffle_block, epoch, cursor, grid)
 
-    def check_global_batch(self, global_batch: int, grid: int) -> None:
+    def _check_global_batch(self, global_batch: int, grid: int) -> None:
         """Warn when global batches of ``global_batch`` rows are not whole windows of the run's ``grid``."""
         if self.schedule is not None:
             check_global_batch(grid, global_batch)
 
-    def schedule_on_grid(self, grid: int) -> Schedule:
+    def _schedule_on_grid(self, grid: int) -> Schedule:
         """The schedule with its phases on the edges of global batches of ``grid`` rows (kept per grid)."""
         assert self.schedule is not None
         kept = self.__dict__.setdefault("_on_grid", {})
@@ -255,7 +255,7 @@ class Mixture(torch.utils.data.Dataset[Any]):
         return found
 
     @property
-    def required_deal(self) -> str | None:
+    def _required_deal(self) -> str | None:
         """The deal this dataset needs, if any: ``strided`` with a schedule (a phase's start is then the
         samples consumed; ``spans`` reads a stretch of the epoch per rank)."""
         return "strided" if self.schedule is not None else None

@@ -35,7 +35,15 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from shufflepoint._core.capabilities import Identified, KeepsShardsOpen, OwnOrder, Prefetching, ReadsAhead, ReadsIds
+from shufflepoint._core.capabilities import (
+    Identified,
+    KeepsShardsOpen,
+    OwnOrder,
+    Prefetching,
+    ReadsAhead,
+    ReadsIds,
+    ReadsIdsAscending,
+)
 from shufflepoint._order import check_int
 from shufflepoint._shards import packed_collate, token_counts
 from shufflepoint._shards.batch import Columnar
@@ -176,7 +184,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     def _packing(self) -> dict[str, int | None]:
         return {"seq_len": self.seq_len, "bos": self.bos, "eos": self.eos}
 
-    def explain_fingerprint(self, saved: str) -> str:
+    def _explain_fingerprint(self, saved: str) -> str:
         """Which part of the packing differs from the one a state with fingerprint ``saved`` was taken on."""
         body, _, suffix = saved.removeprefix(FINGERPRINT_PREFIX).partition(":")
         _, _, rest = body.partition("-")
@@ -226,7 +234,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
                              f"{self._bound} for another loader; build one Packed per loader")
         if self._bound is None:
             if isinstance(self.dataset, KeepsShardsOpen):  # Shards: a block's shards kept open, as under blocks
-                self.dataset.keep_open_for(shuffle_block)
+                self.dataset._keep_open_for(shuffle_block)
         self._bound = (seed, shuffle_block)
         return PackedOrder(self.rows_per_epoch, epoch)
 
@@ -282,7 +290,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
         """Pass the documents of upcoming rows, in reading order, to a dataset that reads ahead (``Shards``)."""
         dataset = self.dataset
-        idle = isinstance(dataset, ReadsAhead) and not dataset.reads_ahead
+        idle = isinstance(dataset, ReadsAhead) and not dataset._reads_ahead
         if not isinstance(dataset, Prefetching) or len(indices) == 0 or idle:
             return
         documents = [d for row in self.rows_pieces(np.asarray(indices).tolist()) for d, _, _ in row]
@@ -318,7 +326,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         """A run of consecutive rows of one epoch, sliced from the token window (built when it does not
         cover them); None where the rows are not one run or the corpus cannot read flat token ids."""
         dataset = self.dataset
-        if self.source.tokenize is not None or not isinstance(dataset, ReadsIds) or len(indices) == 0 \
+        if self.source.tokenize is not None or not isinstance(dataset, ReadsIdsAscending) or len(indices) == 0 \
                 or self._no_window:
             return None
         if not all(isinstance(index, (int, np.integer)) and not isinstance(index, bool) for index in indices):
@@ -340,7 +348,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
             stop = min(self.rows_per_epoch * self.seq_len, max(end, begin + rows_per_window * self.seq_len))
             field = str(self.source.field)
             built = build_window(self._table(epoch), epoch, begin, stop, (self.bos, self.eos),
-                                 lambda documents: dataset.read_ids_ascending(documents, field))
+                                 lambda documents: dataset._read_ids_ascending(documents, field))
             if built is None:  # the corpus's reader holds no arrays (JSON Lines): asked once
                 self._no_window = True
                 return None
@@ -361,7 +369,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     def _documents(self, documents: list[int]) -> list[np.ndarray]:
         reads_ids = isinstance(self.dataset, ReadsIds)  # Shards of Parquet: arrays, no int per token
         field = self.source.field if self.source.tokenize is None else None
-        arrays = self.dataset.read_ids(documents, field) if field is not None and reads_ids else None
+        arrays = self.dataset._read_ids(documents, field) if field is not None and reads_ids else None
         samples = arrays if arrays is not None else read(self.dataset, documents)
         found = []
         for document, sample in zip(documents, samples, strict=True):

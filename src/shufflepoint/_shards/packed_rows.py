@@ -8,7 +8,7 @@ the same pieces as three arrays. ``TokenWindow``
 is a stretch of the epoch's token stream laid out flat (``window_tokens`` tokens, from a row start):
 a run of consecutive rows inside it is one slice, with ``position_ids`` the position inside each
 document capped by the position inside the row. It is built from one read of its documents' tokens
-as flat arrays (``Shards.read_ids_ascending``: a Parquet list column, no Python object per document), so
+as flat arrays (``Shards._read_ids_ascending``: a Parquet list column, no Python object per document), so
 a batch costs a few numpy calls instead of a walk and a read per document.
 
 Worked (``tests/shards/test_packed_window.py`` pins it): documents of 3, 5, 2 and 4 tokens laid as

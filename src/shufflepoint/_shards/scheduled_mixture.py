@@ -22,7 +22,7 @@ Position -> (source, row of its stream) is then one binary search over the phase
 window, whatever the epoch. Under the ``strided`` deal ``g`` is what training consumed; a phase
 appended by a resume after the window it reached changes nothing before it. The ``spans`` deal would
 read the epoch's later positions first on other ranks, so a scheduled mixture requires ``strided``
-(``Mixture.required_deal``).
+(``Mixture._required_deal``).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class ScheduledMixtureOrder(MixtureOrder):
         self._window = self._block
         if grid is not None:  # a loader's: windows are its global batches, phases start on their edges
             self._window = check_int("grid", grid, 1, _MAX_STREAM)
-            self._schedule = mixture.schedule_on_grid(self._window)
+            self._schedule = mixture._schedule_on_grid(self._window)
         self._windows = windows(self.n, self._window, grid is not None)
         far = (epoch + 1) * self.n >= _MAX_STREAM
         if not far and self._packed:  # a Packed source's index is pass * rows + row

@@ -131,7 +131,7 @@ def count_range(dataset: Any, count: Count, start: int, stop: int) -> np.ndarray
     reads_ids = field is not None and isinstance(dataset, ReadsIds)
     for first in range(start, stop, COUNT_BATCH):
         documents = range(first, min(first + COUNT_BATCH, stop))
-        arrays = dataset.read_ids(list(documents), field) if reads_ids else None
+        arrays = dataset._read_ids(list(documents), field) if reads_ids else None
         if arrays is not None:
             counts[first - start:first - start + len(arrays)] = [ids.size for ids in arrays]
             continue
