@@ -182,8 +182,6 @@ def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(found)
 
 
-# TODO(issue-31): the circles in _loading (mesh <-> sampler, excluding <-> excluded_steps) and _core
-# (state <-> state_fields) are being cut on other branches; drop this marker once they are merged.
 def test_no_two_modules_import_each_other() -> None:
     """A circle means one concept was cut in two: merge it, or cut it again at a seam so arrows point one
     way (a ``Protocol``, or the values passed in, instead of an import for types)."""
@@ -211,3 +209,69 @@ def test_the_circle_walker_finds_a_planted_circle(tmp_path: pathlib.Path) -> Non
     assert _circles(graph) == [["pkg.sub.a", "pkg.sub.b", "pkg.sub.c"]]
     (package / "top.py").write_text("import pkg\n")  # the package's __init__ is the module pkg
     assert _circles(_import_graph(package)) == [["pkg", "pkg.top"], ["pkg.sub.a", "pkg.sub.b", "pkg.sub.c"]]
+
+
+def _imports_torch(path: pathlib.Path) -> bool:
+    """Whether the module imports torch when it is imported (at its top level; a function that needs torch
+    for the ``torch`` order or a tensor argument imports it when called)."""
+    top = [n for statement in ast.parse(path.read_text()).body if not isinstance(statement, (ast.FunctionDef,
+           ast.AsyncFunctionDef, ast.ClassDef)) for n in ast.walk(statement)]
+    methods = [n for statement in ast.parse(path.read_text()).body if isinstance(statement, ast.ClassDef)
+               for item in statement.body if not isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+               for n in ast.walk(item)]
+    for node in top + methods:
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        if any(name == "torch" or name.startswith("torch.") for name in names):
+            return True
+    return False
+
+
+def test_the_position_model_is_torch_free() -> None:
+    """``_loading/position.py`` and every module it imports, round and round, import no torch when
+    imported: the loader's core runs and is tested without torch's machinery (the ``torch`` order alone
+    imports it, when built)."""
+    graph = _import_graph(PACKAGE)
+    start = "shufflepoint._loading.position"
+    seen, todo = {start}, [start]
+    while todo:
+        for other in graph[todo.pop()]:
+            if other not in seen and other != "shufflepoint":
+                seen.add(other)
+                todo.append(other)
+    files = {name: PACKAGE.joinpath(*name.split(".")[1:]) for name in seen}
+    paths = {name: path / "__init__.py" if path.is_dir() else path.with_suffix(".py") for name, path in files.items()}
+    with_torch = sorted(name for name, path in paths.items() if _imports_torch(path))
+    assert "shufflepoint._loading.orders" in seen and "shufflepoint._core.history" in seen
+    assert not with_torch, f"the position model reaches torch through {with_torch}"
+
+
+def test_the_position_model_imports_without_torch() -> None:
+    """The same, run: in a fresh interpreter where importing torch fails, the position model imports and
+    places a loader's position (the package's own ``__init__``, which builds the torch loader, is skipped)."""
+    import subprocess
+
+    script = f"""
+import sys, types
+class NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError("torch is blocked here")
+sys.meta_path.insert(0, NoTorch())
+package = types.ModuleType("shufflepoint")
+package.__path__ = [{str(PACKAGE)!r}]
+sys.modules["shufflepoint"] = package
+from shufflepoint._core.plan import Layout
+from shufflepoint._loading.deal import Deal
+from shufflepoint._loading.orders import OrderCache
+from shufflepoint._loading.position import LoaderPosition
+orders = OrderCache(None, 10, 3)
+position = LoaderPosition(Layout(10, 2, 2, False), orders, Deal(None, orders))
+live = position.begin_pass()
+live.received = 2
+print(position.step, position.cursor, position.which(1), "torch" in sys.modules)
+"""
+    found = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert found.returncode == 0, found.stderr
+    step, cursor, *_, loaded = found.stdout.split()
+    assert (step, cursor, loaded) == ("2", "8", "False")
