@@ -117,3 +117,19 @@ def test_the_probe_walker_sees_a_probe(tmp_path):
         assert _probes(source) == ["m.py:2 shard_rows"]
     finally:
         PACKAGE = saved
+
+
+def test_the_0_2_fingerprint_is_computed_only_for_a_state_0_2_wrote(corpus, monkeypatch):
+    """Construction, a state of today and its load never hash the whole index the 0.2 way (O(shards))."""
+    asked = []
+    monkeypatch.setattr(type(corpus), "_legacy_fingerprint", property(lambda self: asked.append(1) or "shards:x"))
+    loader = shufflepoint.DataLoader(corpus, 2, seed=1)
+    next(iter(loader))
+    shufflepoint.DataLoader(corpus, 2, seed=1).load_state_dict(loader.state_dict())
+    assert asked == []
+    old = {k: v for k, v in loader.state_dict().items()
+           if k in ("format", "kind", "seed", "epoch", "cursor", "n", "shuffle", "order", "order_version", "world_size",
+                    "batch_size", "drop_last", "torch_version", "dataset_fingerprint")}
+    old.update(version=1, dataset_fingerprint="shards:x:blocks=" + str(loader.state_dict()["shuffle_block"]))
+    shufflepoint.DataLoader(corpus, 2, seed=1).load_state_dict(old)
+    assert asked  # asked for the 0.2 state alone, which it then matches

@@ -389,13 +389,13 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         agree_on_exclusion(added, self._rank, self.world_size, self._verify_ranks, self._groups)
         self._position.exclude(merged)
 
-    def _expected(self, orders: OrderCache, deal: Deal) -> _state.Expected:
+    def _expected(self, orders: OrderCache, deal: Deal, state: object) -> _state.Expected:
         identity = self._identity.for_orders(orders)
         return _state.Expected(
             kind="loader", n=self._position.layout.n, seed=self._seed, shuffle=self._shuffle,
             order=orders.name, order_version=orders.version,
             dataset_fingerprint=identity.fingerprint, explain_fingerprint=identity.explain, deal=deal.name,
-            legacy_fingerprint=identity.legacy, layout=self._position.layout,
+            legacy_fingerprint=identity.legacy_for(state), layout=self._position.layout,
             parameters=orders.parameters, phases_changed=identity.compatible,
             explain_order_version=(orders.dataset._explain_order_version
                                    if isinstance(orders.dataset, ExplainsOrderVersion) else None),

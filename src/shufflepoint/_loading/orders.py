@@ -76,10 +76,16 @@ class Identity:
 
     def __init__(self, value: str | None, dataset: Any, orders: OrderCache) -> None:
         self._value, self._dataset, self._block = value, dataset, orders.shuffle_block
+        self._n = orders.n
         self.fingerprint = resolve_fingerprint(value, dataset, orders.n)
-        self.legacy = resolve_fingerprint(value, dataset, orders.n, legacy=True)
         self.explain = explain_fingerprint(dataset)
         self.compatible = schedule_hooks(dataset, orders.shuffle_block)
+
+    def legacy_for(self, state: object) -> str | None:
+        """The fingerprint 0.2 wrote for this dataset, asked only for a state 0.2 wrote (version 1): a corpus
+        hashes its whole index for it, O(shards), which no construction and no newer state pays."""
+        written_by_0_2 = isinstance(state, dict) and state.get("version") == 1
+        return resolve_fingerprint(self._value, self._dataset, self._n, legacy=True) if written_by_0_2 else None
 
     def for_orders(self, orders: OrderCache) -> Identity:
         """The identity under ``orders`` (a state's block adopted): this one when the block is the same."""

@@ -50,7 +50,7 @@ from shufflepoint._loading.orders import OrderCache, within_bounds
 from shufflepoint._order import check_int
 
 Validate = Callable[[object, _state.Expected], _state.Position]  # the adapter's validation and rank agreement
-Expecting = Callable[[OrderCache, Deal], _state.Expected]  # what a state must match, for these orders and deal
+Expecting = Callable[[OrderCache, Deal, object], _state.Expected]  # what a state must match (orders, deal, state)
 
 
 class Pass:
@@ -382,7 +382,7 @@ class LoaderPosition:
         validated and agreed on (``validate``), its exclusions and history rebuilt, then applied. A refused
         state raises (``StateError``) with nothing changed."""
         orders, deal = orders_for_state(self.orders, state), self.deal.for_state(state)
-        saved = validate(state, expected(orders, deal))
+        saved = validate(state, expected(orders, deal, state))
         excluded = Excluded.for_state(saved.excluded, orders)
         start = excluded.start(deal, orders, self.layout, saved)
         within_bounds(orders, saved.epoch, start, field="state field 'epoch'")

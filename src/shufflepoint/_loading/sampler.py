@@ -171,7 +171,8 @@ class ResumableSampler(DistributedSampler[int]):
         position = self._position
         orders, deal = position.orders.for_state(state), position.deal.for_state(state)
         saved = validate_everywhere(
-            state, self._expected(orders, deal), strict=strict, rank=self.rank, world_size=position.layout.world_size,
+            state, self._expected(orders, deal, state), strict=strict, rank=self.rank,
+            world_size=position.layout.world_size,
             verify_ranks=self._verify_ranks if verify_ranks is None else verify_ranks, groups=self._groups,
         )
         start = deal.cut(position.layout, saved.cursor, saved.segments)
@@ -188,13 +189,13 @@ class ResumableSampler(DistributedSampler[int]):
         position.jump(saved.epoch, start)  # the same place, read as the history's parts: nothing is recorded
         self.epoch, self._pending = saved.epoch, start
 
-    def _expected(self, orders: OrderCache, deal: Deal) -> _state.Expected:
+    def _expected(self, orders: OrderCache, deal: Deal, state: object) -> _state.Expected:
         identity = self._identity.for_orders(orders)
         return _state.Expected(
             kind="sampler", n=self._position.layout.n, seed=self.seed, shuffle=self.shuffle,
             order=orders.name, order_version=orders.version,
             dataset_fingerprint=identity.fingerprint, explain_fingerprint=identity.explain, deal=deal.name,
-            legacy_fingerprint=identity.legacy, layout=self._position.layout,
+            legacy_fingerprint=identity.legacy_for(state), layout=self._position.layout,
             parameters=orders.parameters, phases_changed=identity.compatible,
         )
 
