@@ -87,7 +87,7 @@ GOOD = [[0, 2, 2, 0, 0, 0], [2, 1, 3, 0]]
 
 
 @pytest.mark.parametrize("entries, match", [
-    ([], r"history: found 0 entries, expected a list of 1 to 33"),
+    ([], r"history: found 0 entries\n  expected: a list of 1 to 33"),
     ({"0": 1}, r"history: found dict"),
     ([[0, 2, 2, 0]], r"history\[0\].*first entry must carry its start"),
     ([[0, 2, 2, 0, 0, 0], [0, 1, 3, 0]], r"history\[1\]: step 0, expected a step after 0"),

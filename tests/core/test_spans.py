@@ -228,14 +228,14 @@ def progressed(world_size=2, batches=2):
     (dict(segments=[[2, 3], [2, 1]]), r"'segments': .*world size 2 again"),
     (dict(segments=[[2, 13]]), r"'segments': .*at most 12"),
     (dict(segments=[[0, 1]]), r"'segments': .*world size >= 1"),
-    (dict(segments=[[2, 3]]), r"'cursor': found 8, expected 6"),
+    (dict(segments=[[2, 3]]), r"'cursor': found 8\n  expected: 6"),
     (dict(segments=[[2]]), r"'segments\[0\]': found \[2\]"),
     (dict(segments=[[2, True]]), r"'segments\[0\]'"),
     (dict(segments=[[2, 1.5]]), r"'segments\[0\]'"),
     (dict(segments="[[2, 4]]"), r"'segments': found '\[\[2, 4\]\]', expected a list"),
     (dict(segments=[[2, 1]] * 65), r"'segments': found '65 segments'"),
     (dict(deal="diagonal"), r"'deal': found 'diagonal'"),
-    (dict(deal="strided"), r"'segments': found \[\[2, 4\]\], expected \[\] under the strided deal"),
+    (dict(deal="strided"), r"'segments': found \[\[2, 4\]\]\n  expected: \[\] under the strided deal"),
 ])
 def test_a_malformed_history_is_named_and_changes_nothing(edit, match):
     loader = progressed()

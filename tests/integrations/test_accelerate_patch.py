@@ -140,7 +140,7 @@ def test_refused_state_leaves_the_loader_as_it_was(unpatched) -> None:
     state = loader.state_dict()
     before = (loader.iteration, loader.get_sampler().generator.get_state().clone())
     for broken, message in [
-        ({**state, "_iteration": -1}, r"'_iteration': found -1, expected an integer >= 0"),
+        ({**state, "_iteration": -1}, r"'_iteration': found -1\n  expected: an integer >= 0"),
         ({**state, "_shufflepoint": {**state["_shufflepoint"], "format": 7}}, r"format': found 7"),
         ({**state, "_shufflepoint": {**state["_shufflepoint"], "order_source": "seedable"}},
          r"order_source': found 'seedable', expected 'generator'.*use_seedable_sampler"),

@@ -103,11 +103,11 @@ def test_the_state_holds_sorted_ranges_and_an_older_state_loads_with_nothing_exc
 
 
 @pytest.mark.parametrize(("indices", "error", "match"), [
-    ([3, -2], ValueError, r"indices: found -2, expected dataset indices in \[0, 10\)"),
-    ([10], ValueError, r"indices: found 10, expected dataset indices in \[0, 10\) \(len\(dataset\) = 10\)"),
+    ([3, -2], ValueError, r"indices: found -2\n  expected: dataset indices in \[0, 10\)"),
+    ([10], ValueError, r"indices: found 10\n  expected: dataset indices in \[0, 10\) \(len\(dataset\) = 10\)"),
     (["3"], TypeError, r"indices: found '3' of type str, expected int dataset indices"),
     ([2.0], TypeError, r"indices: found 2.0 of type float"),
-    (3, TypeError, r"indices: found int, expected an iterable of int dataset indices"),
+    (3, TypeError, r"indices: found int\n  expected: an iterable of int dataset indices"),
 ])
 def test_bad_indices_are_refused_by_name_and_change_nothing(indices, error, match):
     loader = shufflepoint.DataLoader(list(range(10)), 2, seed=1)
@@ -139,7 +139,7 @@ def test_too_many_ranges_are_refused_naming_the_bound(monkeypatch):
 
 
 @pytest.mark.parametrize(("edit", "match"), [
-    ([1], r"'excluded': found \[1\].*found 1 numbers, expected an even count"),
+    ([1], r"'excluded': found \[1\].*found 1 numbers\n  expected: an even count"),
     ([0, 0], r"'excluded'.*element 1: a range of length 0"),
     ([2, 1, 0, 1], r"'excluded'.*element 2: a gap of 0 between ranges"),
     ([5, 6], r"'excluded'.*the ranges reach index 10, expected every index < n = 10"),
@@ -264,6 +264,6 @@ def test_a_mixture_or_packed_refusal_names_the_users_dataset_and_a_uint64_index_
     with pytest.raises(ValueError, match=r"the 'packed' order of a Packed has no inverse.*corpus the Packed reads"):
         shufflepoint.DataLoader(packed, 2).exclude([1])
     loader = shufflepoint.DataLoader(list(range(10)), 2)
-    with pytest.raises(ValueError, match=r"found 18446744073709551615, expected dataset indices that fit an int64"):
+    with pytest.raises(ValueError, match=r"found 18446744073709551615\n  expected: dataset indices that fit an int64"):
         loader.exclude(np.array([2**64 - 1], dtype=np.uint64))
     assert not loader.excluded

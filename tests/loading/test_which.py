@@ -256,7 +256,7 @@ def test_every_state_the_loader_writes_loads_at_the_last_epoch():
     fresh.load_state_dict(state)
     with pytest.raises(ValueError, match="epoch: the loader has read epoch 4611686018427387904, the last"):
         iter(fresh)
-    with pytest.raises(StateError, match="'epoch': found 4611686018427387905, expected an int in"):
+    with pytest.raises(StateError, match="'epoch': found 4611686018427387905\n  expected: an int in"):
         fresh.load_state_dict(dict(state, epoch=2**62 + 1))
     with pytest.raises(ValueError, match="epoch: found 4611686018427387905"):
         fresh.set_epoch(2**62 + 1)

@@ -211,17 +211,17 @@ def test_packed_sources_count_phases_in_tokens():
 
 
 @pytest.mark.parametrize("kwargs, error, words", [
-    (dict(schedule=[(0, [1, 1, 1])]), ValueError, r"schedule\[0\] weights: found 3 weight\(s\), expected 2"),
+    (dict(schedule=[(0, [1, 1, 1])]), ValueError, r"schedule\[0\] weights: found 3 weight\(s\)\n  expected: 2"),
     (dict(schedule=[(0, [1, 1]), (10, [1])]), ValueError, r"schedule\[1\] weights: found 1"),
     (dict(schedule=[(0, [1, 1]), (10, [1, 0]), (5, [0, 1])]), ValueError, r"schedule\[2\] start: found 5 after"),
     (dict(schedule=[(0, [1, 1]), (10, [1, 0]), (10, [0, 1])]), ValueError, r"schedule\[2\] start: found 10 after"),
     (dict(schedule=[(-1, [1, 1])]), ValueError, r"schedule\[0\] start: found -1"),
-    (dict(schedule=[(4, [1, 1])]), ValueError, r"schedule\[0\] start: found 4, expected 0"),
+    (dict(schedule=[(4, [1, 1])]), ValueError, r"schedule\[0\] start: found 4\n  expected: 0"),
     (dict(schedule=[(0, [1, -1])]), ValueError, r"schedule\[0\] weights\[1\]: found -1"),
     (dict(schedule=[(0, [0, 0])]), ValueError, r"schedule\[0\] weights: found \[0, 0\], all 0"),
     (dict(schedule=[]), TypeError, r"schedule: found \[\]"),
     (dict(schedule=[(0, 1)]), TypeError, r"schedule\[0\] weights: found 1"),
-    (dict(schedule=[5]), TypeError, r"schedule\[0\]: found 5, expected a \(start, weights\) pair"),
+    (dict(schedule=[5]), TypeError, r"schedule\[0\]: found 5\n  expected: a \(start, weights\) pair"),
 ])
 def test_bad_schedules_are_refused_naming_the_argument(kwargs, error, words):
     with pytest.raises(error, match=words):

@@ -175,7 +175,7 @@ def test_a_resume_with_another_tokenizer_is_refused_naming_it():
 
 def test_bad_tokenize_input_names_the_argument_or_the_document():
     texts = [{"text": t} for t in TEXTS]
-    with pytest.raises(ValueError, match="tokenizer: found None, expected a non-empty string"):
+    with pytest.raises(ValueError, match="tokenizer: found None\n  expected: a non-empty string"):
         Packed(texts, 2, tokenize=byte_tokenize, progress=False)
     with pytest.raises(ValueError, match="tokenizer: found ' '"):
         Packed(texts, 2, tokenize=byte_tokenize, tokenizer=" ", progress=False)
@@ -214,7 +214,7 @@ def test_a_refused_resume_names_what_changed_in_the_packing():
     state = loader().state_dict()
     for changed, expected in [(dict(seq_len=3), "packing parameter seq_len: saved 4, now 3"),
                               (dict(eos=0), "packing parameter eos: saved None, now 0"),
-                              (dict(shuffle_block=3), r"'shuffle_block': found 2, expected 3"),
+                              (dict(shuffle_block=3), r"'shuffle_block': found 2\n  expected: 3"),
                               (dict(tokens="input_ids"), "the tokens changed: this Packed reads the field "
                                                          "'input_ids', the state was taken with another field "
                                                          "or a tokenizer")]:

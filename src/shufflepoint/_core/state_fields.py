@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shufflepoint._core import spans as _spans
-from shufflepoint._core.errors import StateError
+from shufflepoint._core.errors import DAMAGED, Plain, Refused, StateError, field_error
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.history import History, Place
 from shufflepoint._core.plan import STRIDED, Layout, cut
@@ -22,17 +22,14 @@ MAX_PARAMETER = 2**62  # a block or a grid: run positions stay int64
 DEALS = (STRIDED, SPANS)
 
 
-def fail(field: str, found: object, expected: str, fix: str) -> StateError:
-    shown = repr(found)
-    if len(shown) > 80:
-        shown = shown[:77] + "..."
-    return StateError(f"state field {field!r}: found {shown}, expected {expected}. {fix}")
+def fail(field: str, found: object, expected: str, fix: str, *, why: str | None = None) -> StateError:
+    return field_error(field, found, expected, fix, why=why)
 
 
 def check_segments_shape(segments: list[Any]) -> None:
     if len(segments) > _spans.MAX_SEGMENTS:
-        raise fail("segments", f"{len(segments)} segments", f"at most {_spans.MAX_SEGMENTS} world sizes in one epoch",
-                   "The state is damaged; use another checkpoint.")
+        raise fail("segments", Plain(f"{len(segments)} segments"), f"at most {_spans.MAX_SEGMENTS} world sizes in one "
+                   "epoch", DAMAGED)
     for number, pair in enumerate(segments):
         if not (isinstance(pair, list) and len(pair) == 2
                 and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_INT for v in pair)):
@@ -51,17 +48,16 @@ def check_deal(state: Mapping[str, Any], expected: str, kind: str, layout: Layou
         raise fail("deal", deal, " or ".join(map(repr, DEALS)), "The state is damaged or from a newer shufflepoint.")
     if deal != expected:
         raise fail("deal", deal, f"{expected!r} (what this {kind} was built with)",
-                   f"The constructor's value is not silently overridden: build the {kind} with "
-                   f"deal={deal!r} to resume this run, or start fresh.")
+                   f"build the {kind} with deal={deal!r} to resume this run, or start fresh",
+                   why="the constructor's value is not silently overridden")
     if deal == STRIDED:
         if segments:
             raise fail("segments", segments, "[] under the strided deal", "The state is damaged or was edited.")
         return
     try:
         history = _spans.check_segments(state["n"], segments)
-    except ValueError as error:
-        raise fail("segments", segments, "the epoch's history of world sizes", f"{error}. The state is "
-                   "damaged or was edited; use another checkpoint.") from None
+    except Refused as error:
+        raise fail("segments", error.where(), error.expected, DAMAGED, why=error.why) from None
     cursor = state["n"] - (history[-1].remaining() if history else state["n"])
     if state["cursor"] != cursor and not state["excluded"]:  # with exclusions: checked by the loader (the order)
         raise fail("cursor", state["cursor"], f"{cursor} (what segments={segments} leave of n={state['n']})",
@@ -78,11 +74,11 @@ def check_recordable(state: Mapping[str, Any], layout: Layout | None) -> None:
     if cut(layout, SPANS, state["cursor"], segments).samples_per_rank() == 0:
         return  # nothing left to read on the new world: no segment is opened
     last = segments[-1][0]
-    raise fail("segments", f"{len(segments)} world sizes in epoch {state['epoch']}",
-               f"at most {_spans.MAX_SEGMENTS} in one epoch: world size {layout.world_size} would be the "
-               f"{len(segments) + 1}th", f"Finish epoch {state['epoch']} on world size {last} (the last one) "
-               f"and resize after it; or load this state into a loader of world size {last}, call "
-               f"set_epoch({state['epoch'] + 1}), save, and resize from that state.")
+    # LIMIT(world-sizes-per-epoch): README.md#limits
+    raise fail("segments", Plain(f"{len(segments)} world sizes in epoch {state['epoch']}"),
+               f"at most {_spans.MAX_SEGMENTS} in one epoch (world size {layout.world_size} would be the "
+               f"{len(segments) + 1}th)", f"finish epoch {state['epoch']} on world size {last} and resize after it "
+               f"(or load on {last}, set_epoch({state['epoch'] + 1}), save, resize)")
 
 
 def legacy_history(state: Mapping[str, Any], layout: Layout, start: Place) -> tuple[int, History]:
@@ -107,9 +103,8 @@ def check_history(state: Mapping[str, Any], excluding: bool = False) -> tuple[in
         return legacy_history(state, layout, start)
     try:
         history = History.from_entries(n, deal, state["history"])
-    except ValueError as error:
-        raise fail("history", state["history"], "the run's layout history (docs/state-format.md)",
-                   f"{error}. The state is damaged or was edited; use another checkpoint.") from None
+    except Refused as error:
+        raise fail("history", error.where(), error.expected, DAMAGED, why=error.why) from None
     steps, last = state["steps"], history.legs[-1]
     if last.layout != layout:
         saved = [layout.world_size, layout.batch_size, int(layout.drop_last)]
@@ -128,15 +123,17 @@ def check_history(state: Mapping[str, Any], excluding: bool = False) -> tuple[in
 def check_handed(state: Mapping[str, Any]) -> Handed | None:
     try:
         return Handed.from_state_field(state["handed"], state["n"], state["deal"] == SPANS and bool(state["excluded"]))
-    except ValueError as error:
-        raise fail("handed", state["handed"], *error.args) from None
+    except Refused as error:
+        found = state["handed"] if error.subject == "handed" else error.where()
+        raise fail("handed", found, error.expected, error.fix, why=error.why) from None
 
 
 def check_excluded(state: Mapping[str, Any], kind: str) -> Exclusion | None:
     try:
         return Exclusion.from_state_field(state["excluded"], state["n"], kind)
-    except ValueError as error:
-        raise fail("excluded", state["excluded"] if len(error.args) < 3 else error.args[2], *error.args[:2]) from None
+    except Refused as error:
+        found = error.found if error.subject == "excluded" else error.where()
+        raise fail("excluded", found, error.expected, error.fix, why=error.why) from None
 
 
 MAX_EXCLUDED_AT = 32  # the first exclusion's step and the latest 31
@@ -191,10 +188,8 @@ class OrderParameters:
     phases: tuple[tuple[int, str], ...] = ()
 
 
-_SCHEDULE_CHANGED = ("The schedule changed at schedule[{}], a phase the run had started (or one starting inside the "
-                     "window it had reached: the global batch under a shufflepoint.DataLoader, the shuffle_block "
-                     "window otherwise); a resume may only append phases after it. Build the Mixture with the run's "
-                     "schedule to resume it")
+_SCHEDULE_CHANGED = ("schedule[{}] changed, a phase the run had started (or one starting inside the window it "
+                     "had reached); a resume may only append phases after it")
 
 
 def parameter_changes(state: Mapping[str, Any], own: OrderParameters, kind: str,
@@ -206,19 +201,18 @@ def parameter_changes(state: Mapping[str, Any], own: OrderParameters, kind: str,
     changes: list[tuple[str, object, str, str]] = []
     if state["shuffle_block"] != own.shuffle_block:
         changes.append(("shuffle_block", state["shuffle_block"], f"{own.shuffle_block!r} (what this {kind} reads "
-                        "with)", f"The block is part of the order: build the {kind} with shuffle_block="
-                        f"{state['shuffle_block']!r} to resume this run (a blocks order left to its default "
-                        "follows the state's), or start fresh"))
+                        "with)", f"the block is part of the order (build the {kind} with shuffle_block="
+                        f"{state['shuffle_block']!r}; a blocks order left to its default follows the state's)"))
     if state["grid"] != own.grid:
         changes.append(("grid", state["grid"], f"{own.grid!r} (the global batch this {kind}'s schedule follows)",
-                        "The grid is recorded for a Mixture with a schedule read by a shufflepoint.DataLoader "
-                        "only; resume with the dataset and the object the run used"))
+                        "the grid is the global batch a scheduled Mixture follows under a shufflepoint.DataLoader"))
     saved = [tuple(phase) for phase in state["phases"]]
     if saved != list(own.phases):
         number = hook(state["phases"], state["epoch"], state["cursor"], state["grid"]) if hook and saved else 0
         if number is not None:
+            # LIMIT(schedule-phase-began): docs/shards.md#limits
             why = (_SCHEDULE_CHANGED.format(number) if hook and saved and own.phases else
-                   "The schedule was added or removed since the checkpoint; build the dataset as the run did")
+                   "the schedule was added or removed since the checkpoint; build the dataset as the run did")
             changes.append(("phases", state["phases"], f"{[list(p) for p in own.phases]} (this dataset's "
                             "schedule)", why))
     return changes

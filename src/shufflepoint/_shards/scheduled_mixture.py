@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shufflepoint._core.errors import warn_user
+from shufflepoint._core.errors import Refused, warn_user
 from shufflepoint._core.schedule import Schedule, windows
 from shufflepoint._order import check_int
 from shufflepoint._order.distinct import distinct_inverse
@@ -63,7 +63,9 @@ class ScheduledMixtureOrder(MixtureOrder):
             ends = self._schedule.counts((epoch + 1) * self.n)
             far = max(c // n + 1 for c, n in zip(ends, mixture.lengths, strict=True)) * self._rows >= _MAX_STREAM
         if far:
-            raise ValueError(f"epoch: found {epoch}, too far for this mixture (stream positions pass 2**62)")
+            # LIMIT(scheduled-mixture-last-epoch): docs/shards.md#limits
+            raise Refused("epoch", epoch, "an epoch whose stream positions stay below 2**62",
+                          "read an earlier epoch (set_epoch), or a larger dataset per epoch")
         self._origin = epoch * self.n
         self._starts = np.asarray(self._schedule.starts, dtype=np.int64)
         self._bind_sources()

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from stat import S_ISREG
 from typing import IO, Any, TypeVar
 
-from shufflepoint._core.errors import ShardError
+from shufflepoint._core.errors import Plain, ShardError, refusal
 from shufflepoint._shards.faults import Truncated, changed, check_version, describe, kind, vanished
 from shufflepoint._shards.integrity import stream_checksum
 
@@ -140,7 +140,8 @@ class Storage:
         if isinstance(sources, (list, tuple)):
             return self._listed_sources(sources)
         if not isinstance(sources, str) or not sources:
-            raise ValueError(f"sources: found {sources!r}, expected a path, URL, glob, manifest or a list of them")
+            raise ValueError(refusal("sources", sources, "a path, URL, glob, manifest or a list of them",
+                                     "pass where the shards are, e.g. 'data/*.parquet'"))
         if _is_glob(sources):
             return self._glob(sources)
         if _path_part(sources).endswith(".txt"):
@@ -148,15 +149,18 @@ class Storage:
         if not is_remote(sources):
             path = _local(sources)
             if os.path.isdir(path):
-                raise ValueError(f"sources: found the folder {sources!r}, expected shard files: pass a glob such "
-                                 f"as {os.path.join(sources, '*.parquet')!r}, a list or a manifest")
+                raise ValueError(refusal("sources", Plain(f"the folder {sources!r}"), "shard files",
+                                         f"pass a glob such as {os.path.join(sources, '*.parquet')!r}, a list or a "
+                                         "manifest"))
             if not os.path.isfile(path):
-                raise ValueError(f"sources: found {sources!r}, which is no file, glob or manifest (not found)")
+                raise ValueError(refusal("sources", sources, "a file, glob or manifest that exists",
+                                         "check the path (it was not found)"))
         return self._listed_sources([sources])
 
     def _listed_sources(self, sources: Sequence[str]) -> list[str]:
         if not sources or not all(isinstance(s, str) and s for s in sources):
-            raise ValueError(f"sources: found {sources!r}, expected a non-empty list of paths or URLs (str)")
+            raise ValueError(refusal("sources", sources, "a non-empty list of paths or URLs (str)",
+                                     "pass each shard's path or URL as a string"))
         urls = [s if is_remote(s) else os.path.abspath(_local(s)) for s in sources]
         twice = [url for url, n in Counter(urls).items() if n > 1]
         if twice:
