@@ -97,7 +97,7 @@ BAD = [  # (loader, field, value, the refusal)
     ("array", "shuffle_block", 4, r"'shuffle_block': found 4\n  expected: None"),
     ("blocks", "grid", 6, r"'grid': found 6\n  expected: None without phases"),
     ("blocks", "grid", 2.5, r"'grid': found 2.5\n  expected: an int \(the global batch a schedule follows\) or None"),
-    ("schedule", "grid", None, r"'grid': found None\n  expected: 6 \(the global batch this loader's schedule follows\)"),
+    ("schedule", "grid", None, r"'grid': found None\n  expected: 6 \(the global batch this loader's schedule"),
     ("schedule", "grid", 0, r"'grid': found 0\n  expected: an int in \[1, "),
     ("blocks", "phases", {}, r"'phases': found \{\}\n  expected: a list of a schedule's \[start, hash\] phases"),
     ("schedule", "phases", [[0]], r"'phases\[0\]': found \[0\]\n  expected: a \[start, hash\] pair"),

@@ -152,7 +152,7 @@ class History:
 
     def _leg(self, step: int) -> Leg:
         if step < self.first_step:
-            # LIMIT(history-legs): README.md#limits
+            # LIMIT(history-legs): docs/state-format.md#the-runs-history-and-which
             raise ValueError(refusal("step", step, f"a step from {self.first_step} on, where this history starts",
                                      "ask a later step, or a checkpoint written earlier in the run"))
         return self.legs[bisect.bisect_right(self._steps, step) - 1]
@@ -222,7 +222,7 @@ class History:
         epochs, batch = divmod(offset - left, per_epoch)
         epoch = leg.start.epoch + 1 + epochs
         if epoch > MAX_EPOCH:
-            # LIMIT(which-past-last-epoch): README.md#limits
+            # LIMIT(which-past-last-epoch): docs/state-format.md#the-runs-history-and-which
             raise ValueError(refusal("step", Plain(f"{step}, in epoch {epoch}"), f"a step in epochs 0..{MAX_EPOCH}",
                                      "ask an earlier step", why="the orders end at epoch 2**62"))
         return Placed(epoch, fresh if cuts is None else self._cut(leg, Place(epoch, 0), cuts), batch, layout)

@@ -74,7 +74,7 @@ def check_recordable(state: Mapping[str, Any], layout: Layout | None) -> None:
     if cut(layout, SPANS, state["cursor"], segments).samples_per_rank() == 0:
         return  # nothing left to read on the new world: no segment is opened
     last = segments[-1][0]
-    # LIMIT(world-sizes-per-epoch): README.md#limits
+    # LIMIT(world-sizes-per-epoch): docs/state-format.md#fields
     raise fail("segments", Plain(f"{len(segments)} world sizes in epoch {state['epoch']}"),
                f"at most {_spans.MAX_SEGMENTS} in one epoch (world size {layout.world_size} would be the "
                f"{len(segments) + 1}th)", f"finish epoch {state['epoch']} on world size {last} and resize after it "

@@ -256,7 +256,7 @@ class LoaderPosition:
         (steps, place), epoch = self.here(), self.epoch
         start = self._cut_here(place)
         if epoch == MAX_EPOCH and start.samples_per_rank() == 0:
-            # LIMIT(last-epoch): README.md#limits
+            # LIMIT(last-epoch): docs/state-format.md#what-a-load-checks
             raise ValueError(refusal("epoch", epoch, f"an epoch the loader has not finished, at most {MAX_EPOCH}",
                                      "call set_epoch(e) with an earlier epoch to read on",
                                      why=f"epoch {MAX_EPOCH} is the last one the orders support"))

@@ -12,7 +12,6 @@ from typing import Protocol, overload, runtime_checkable
 
 import numpy as np
 
-from shufflepoint._core.errors import Plain, refusal, shown
 from shufflepoint._order import feistel, identity, radix_feistel, torch_randperm
 
 _MODULES = {m.NAME: m for m in (feistel, radix_feistel, torch_randperm, identity)}
@@ -57,18 +56,20 @@ def order_version(name: str) -> int:
 
 def check_order_name(name: object) -> str:
     if not isinstance(name, str) or name not in _CLASSES:
-        raise ValueError(refusal("order", name, f"one of {', '.join(map(repr, ORDERS))}",
-                                 "pass one of these names, or leave order unset for the default"))
+        raise ValueError(f"order: found {name!r}\n  expected: one of {', '.join(map(repr, ORDERS))}\n"
+                         "  fix: pass one of these names, or leave order unset for the default")
     return name
 
 
 def check_int(field: str, value: object, low: int, high: int) -> int:
     """An integer argument, not a bool, in [low, high]: ValueError/TypeError naming the field."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(refusal(field, Plain(f"{shown(value)} of type {type(value).__name__}"), "an int",
-                                f"pass {field} as an int in [{low}, {high}]"))
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."  # as errors.refusal shows it
+        raise TypeError(f"{field}: found {shown} of type {type(value).__name__}\n  expected: an int\n"
+                        f"  fix: pass {field} as an int in [{low}, {high}]")
     if not low <= int(value) <= high:
-        raise ValueError(refusal(field, int(value), f"an int in [{low}, {high}]", f"pass {field} in that range"))
+        raise ValueError(f"{field}: found {int(value)}\n  expected: an int in [{low}, {high}]\n"
+                         f"  fix: pass {field} in that range")
     return int(value)
 
 
