@@ -210,7 +210,8 @@ def _check_shape(state: object) -> Mapping[str, Any]:
                    "The state is truncated or was edited; use another checkpoint.")
     if extra:
         raise fail("(keys)", Plain(f"unknown {extra}"), f"exactly {list(fields)} (version {version})",
-                   "The state was edited or comes from another program; use another checkpoint.")
+                   "The state was edited or comes from another program; use another checkpoint.",
+                   why=f"a version {version} state has no {extra}")
     state = upgraded(state)
     for field, (types, text) in _SCHEMA.items():
         if field not in state:  # steps and history before version 3: see legacy_history
@@ -282,16 +283,16 @@ def _check_changed(state: Mapping[str, Any], expected: Expected, strict: bool) -
                    why=why or "the dataset is not the one the checkpoint was written with")
     changes = parameter_changes(state, expected.parameters, expected.kind, expected.phases_changed)
     if changes and strict:
-        field_name, found, wanted, why = changes[0]
-        raise fail(field_name, found, wanted, "resume with what the run used, or load with strict=False to accept "
-                   "the change (a ResumeWarning: the positions then point at other samples)", why=why)
+        field_name, found, wanted, why, fix = changes[0]
+        raise fail(field_name, found, wanted, f"{fix}, or load with strict=False to accept the change (a "
+                   "ResumeWarning: the positions then point at other samples)", why=why)
     if fingerprint_changed:
         warnings.warn(
             f"the dataset changed since the checkpoint (fingerprint {found_print!r} -> {expected_print!r}); "
             "loaded anyway (strict=False): the positions now point at other samples than before.",
             ResumeWarning, stacklevel=4,
         )
-    for field_name, found, wanted, _ in changes:
+    for field_name, found, wanted, *_ in changes:
         warnings.warn(
             f"the order changed since the checkpoint ({field_name} {found!r} -> {wanted}); loaded anyway "
             "(strict=False): the positions now point at other samples than before.", ResumeWarning, stacklevel=4,

@@ -194,25 +194,27 @@ _SCHEDULE_CHANGED = ("schedule[{}] changed, a phase the run had started (or one 
 
 def parameter_changes(state: Mapping[str, Any], own: OrderParameters, kind: str,
                       hook: Callable[[list[list[Any]], int, int, int | None], int | None] | None,
-                      ) -> list[tuple[str, object, str, str]]:
-    """(field, found, expected, why) for each of the order's parameters the state records otherwise than this
+                      ) -> list[tuple[str, object, str, str, str]]:
+    """(field, found, expected, why, fix) for each of the order's parameters the state records otherwise than this
     ``kind`` of object reads with (``own``); phases appended after the position reached are not a change
     (``hook``: the dataset's ``_phase_changed``, see ``state.Expected.phases_changed``)."""
-    changes: list[tuple[str, object, str, str]] = []
+    changes: list[tuple[str, object, str, str, str]] = []
     if state["shuffle_block"] != own.shuffle_block:
         changes.append(("shuffle_block", state["shuffle_block"], f"{own.shuffle_block!r} (what this {kind} reads "
-                        "with)", f"the block is part of the order (build the {kind} with shuffle_block="
-                        f"{state['shuffle_block']!r}; a blocks order left to its default follows the state's)"))
+                        "with)", "the block is part of the order (a blocks order left to its default follows the "
+                        f"state's)", f"build the {kind} with shuffle_block={state['shuffle_block']!r} to resume "
+                        "this run"))
     if state["grid"] != own.grid:
         changes.append(("grid", state["grid"], f"{own.grid!r} (the global batch this {kind}'s schedule follows)",
-                        "the grid is the global batch a scheduled Mixture follows under a shufflepoint.DataLoader"))
+                        "the grid is the global batch a scheduled Mixture follows under a shufflepoint.DataLoader",
+                        "resume with the dataset and the object the run used"))
     saved = [tuple(phase) for phase in state["phases"]]
     if saved != list(own.phases):
         number = hook(state["phases"], state["epoch"], state["cursor"], state["grid"]) if hook and saved else 0
         if number is not None:
             # LIMIT(schedule-phase-began): docs/shards.md#limits
             why = (_SCHEDULE_CHANGED.format(number) if hook and saved and own.phases else
-                   "the schedule was added or removed since the checkpoint; build the dataset as the run did")
+                   "the schedule was added or removed since the checkpoint")
             changes.append(("phases", state["phases"], f"{[list(p) for p in own.phases]} (this dataset's "
-                            "schedule)", why))
+                            "schedule)", why, "build the dataset's schedule as the run did"))
     return changes
