@@ -67,7 +67,8 @@ def test_past_the_bound_the_latest_changes_are_kept_and_earlier_steps_are_not_pl
     first = history.first_step
     assert first == 41 - MAX_ENTRIES  # legs began at steps 0..40; the latest 33 are kept
     assert len(history.entries()[0]) == 6  # the first kept leg carries its start
-    with pytest.raises(ValueError, match=f"step: found {first - 1}\n  expected: a step from {first} on, where this history starts"):
+    with pytest.raises(ValueError, match=f"step: found {first - 1}\n"
+                                         f"  expected: a step from {first} on, where this history starts"):
         history.place(first - 1)
     assert History.from_entries(n, STRIDED, history.entries()).entries() == history.entries()
 
@@ -95,7 +96,8 @@ GOOD = [[0, 2, 2, 0, 0, 0], [2, 1, 3, 0]]
     ([[0, 2, 2, 2, 0, 0]], r"history\[0\]: found"),
     ([[0, 2, 2, False, 0, 0]], r"history\[0\]: found"),
     ([[0, 2, 2, 0, 0, 11]], r"history\[0\] start: found 11\n  expected: a cursor in \[0, n=10\]"),
-    ([[0, 2, 2, 0, MAX_EPOCH + 1, 0]], r"history\[0\] epoch: found 4611686018427387905\n  expected: an int in \[0, 4611686018427387904\]"),
+    ([[0, 2, 2, 0, MAX_EPOCH + 1, 0]], r"history\[0\] epoch: found 4611686018427387905\n"
+                                       r"  expected: an int in \[0, 4611686018427387904\]"),
     ([[0, 2, 2, 0, 0]], r"history\[0\]: found"),
     ([[0, 2, 2, 0, 0, 0], "x"], r"history\[1\]: found 'x'"),
     ([[-1, 2, 2, 0, 0, 0]], r"history\[0\]: found"),

@@ -105,9 +105,11 @@ BAD = [  # (loader, field, value, the refusal)
     ("schedule", "phases", [[True, "ab"]], r"'phases\[0\]': found \[True, 'ab'\]"),
     ("schedule", "phases", [[0, ""]], r"'phases\[0\]': found \[0, ''\]"),
     ("schedule", "phases", [[0, "ab"], [0, "cd"]], r"'phases\[1\]': found \[0, 'cd'\]\n  expected: a start after"),
-    ("schedule", "phases", [[0, "ab"]], r"'phases': found \[\[0, 'ab'\]\]\n  expected: \[\[0, .*\n  why: schedule\[0\] changed"),
+    ("schedule", "phases", [[0, "ab"]], r"'phases': found \[\[0, 'ab'\]\]\n  expected: \[\[0, .*\n"
+                                        r"  why: schedule\[0\] changed"),
     ("schedule", "phases", [], r"'grid': found 6\n  expected: None without phases"),
-    ("mixture", "phases", [[0, "ab"]], r"'phases': found \[\[0, 'ab'\]\]\n  expected: \[\] .*\n  why: the schedule was added or removed"),
+    ("mixture", "phases", [[0, "ab"]], r"'phases': found \[\[0, 'ab'\]\]\n  expected: \[\] .*\n"
+                                       r"  why: the schedule was added or removed"),
     ("array", "phases", [[0, "ab"]], r"'shuffle_block': found None\n  expected: an int where the state has phases"),
 ]
 

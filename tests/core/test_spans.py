@@ -210,7 +210,8 @@ def test_a_version_1_state_resumes_a_corpus_strided_as_it_was_written():
     assert [b.tolist() for b in fresh] == [b.tolist() for b in it]
     chosen = shufflepoint.DataLoader(ShardRows([5, 7, 3, 9]), 2, seed=3, rank=1, world_size=2, shuffle_block=8,
                                      deal="spans")
-    with pytest.raises(StateError, match=r"'deal': found 'strided'\n  expected: 'spans'.*\n.*\n  fix: build the loader with deal='strided'"):
+    with pytest.raises(StateError, match=r"'deal': found 'strided'\n  expected: 'spans'.*\n.*\n"
+                                         r"  fix: build the loader with deal='strided'"):
         chosen.load_state_dict(v1)
 
 
@@ -225,7 +226,8 @@ def progressed(world_size=2, batches=2):
 
 @pytest.mark.parametrize("edit, match", [
     (dict(segments=[[2, 0]]), r"'segments': found segments\[0\] = \[2, 0\]\n.*\n  why: a segment with nothing taken"),
-    (dict(segments=[[2, 3], [2, 1]]), r"'segments': found segments\[1\] = \[2, 1\]\n  expected: a world size other than 2"),
+    (dict(segments=[[2, 3], [2, 1]]), r"'segments': found segments\[1\] = \[2, 1\]\n"
+                                      r"  expected: a world size other than 2"),
     (dict(segments=[[2, 13]]), r"'segments': found segments\[0\] = \[2, 13\]\n  expected: at most 12"),
     (dict(segments=[[0, 1]]), r"'segments': found segments\[0\] = \[0, 1\]\n  expected: a world size >= 1"),
     (dict(segments=[[2, 3]]), r"'cursor': found 8\n  expected: 6"),

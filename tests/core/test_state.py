@@ -183,11 +183,16 @@ def test_a_travelled_history_round_trips():
 @pytest.mark.parametrize("edit, match", [
     (lambda s: s.update(steps=s["steps"] + 1), "'steps': found 6\n  expected: a step at which the history arrives"),
     (lambda s: s.update(steps=0), "'steps': found 0\n  expected: at least"),
-    (lambda s: s["history"].pop(), "'steps': found 5\n  expected: .*arrives at epoch 2, cursor 12 .it arrives at epoch 0, cursor 37"),
-    (lambda s: s["history"][-1].__setitem__(2, 3), r"'history': found \[\[0, 2, 4, 0, 0, 0\], .*\n  expected: a last entry with the saved layout"),
-    (lambda s: s["history"].pop(0), r"'history': found history\[0\] = \[2, 3, 3, 0\]\n  expected: .*first entry must carry its start"),
-    (lambda s: s["history"][1].__setitem__(0, 0), r"'history': found history\[1\] = step 0\n  expected: a step after 0"),
-    (lambda s: s["history"][1].__setitem__(1, 2**40), r"'history': found history\[1\] = \[2, 1099511627776, 3, 0\]\n  expected: "),
+    (lambda s: s["history"].pop(), "'steps': found 5\n"
+                                   "  expected: .*arrives at epoch 2, cursor 12 .it arrives at epoch 0, cursor 37"),
+    (lambda s: s["history"][-1].__setitem__(2, 3), r"'history': found \[\[0, 2, 4, 0, 0, 0\], .*\n"
+                                                   r"  expected: a last entry with the saved layout"),
+    (lambda s: s["history"].pop(0), r"'history': found history\[0\] = \[2, 3, 3, 0\]\n"
+                                    r"  expected: .*first entry must carry its start"),
+    (lambda s: s["history"][1].__setitem__(0, 0), r"'history': found history\[1\] = step 0\n"
+                                                  r"  expected: a step after 0"),
+    (lambda s: s["history"][1].__setitem__(1, 2**40), r"'history': found history\[1\] = \[2, 1099511627776, 3, 0\]\n"
+                                                      r"  expected: "),
     (lambda s: s["history"][-1].__setitem__(4, 1), "'steps': found 5\n  expected: .*arrives at epoch 2"),
     (lambda s: s.update(version=2),
      r"'\(keys\)': found unknown \['excluded', 'excluded_at', 'grid', 'handed', 'history', 'phases'.*\n"

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shufflepoint._core import spans as _spans
-from shufflepoint._core.errors import DAMAGED, Plain, Refused, StateError, field_error
+from shufflepoint._core.errors import DAMAGED, Plain, Refused, StateError, field_error, shown
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.history import History, Place
 from shufflepoint._core.plan import STRIDED, Layout, cut
@@ -124,16 +124,23 @@ def check_handed(state: Mapping[str, Any]) -> Handed | None:
     try:
         return Handed.from_state_field(state["handed"], state["n"], state["deal"] == SPANS and bool(state["excluded"]))
     except Refused as error:
-        found = state["handed"] if error.subject == "handed" else error.where()
-        raise fail("handed", found, error.expected, error.fix, why=error.why) from None
+        raise fail("handed", _found(state["handed"], "handed", error), error.expected, error.fix,
+                   why=error.why) from None
 
 
 def check_excluded(state: Mapping[str, Any], kind: str) -> Exclusion | None:
     try:
         return Exclusion.from_state_field(state["excluded"], state["n"], kind)
     except Refused as error:
-        found = error.found if error.subject == "excluded" else error.where()
-        raise fail("excluded", found, error.expected, error.fix, why=error.why) from None
+        raise fail("excluded", _found(state["excluded"], "excluded", error), error.expected, error.fix,
+                   why=error.why) from None
+
+
+def _found(value: object, field: str, error: Refused) -> object:
+    """What a field's check found: where inside the field, or the field's value (and what is wrong with it)."""
+    if error.subject != field:
+        return error.where()
+    return Plain(f"{shown(value, 40)} ({error.found})") if isinstance(error.found, Plain) else error.found
 
 
 MAX_EXCLUDED_AT = 32  # the first exclusion's step and the latest 31
@@ -202,7 +209,7 @@ def parameter_changes(state: Mapping[str, Any], own: OrderParameters, kind: str,
     if state["shuffle_block"] != own.shuffle_block:
         changes.append(("shuffle_block", state["shuffle_block"], f"{own.shuffle_block!r} (what this {kind} reads "
                         "with)", "the block is part of the order (a blocks order left to its default follows the "
-                        f"state's)", f"build the {kind} with shuffle_block={state['shuffle_block']!r} to resume "
+                        "state's)", f"build the {kind} with shuffle_block={state['shuffle_block']!r} to resume "
                         "this run"))
     if state["grid"] != own.grid:
         changes.append(("grid", state["grid"], f"{own.grid!r} (the global batch this {kind}'s schedule follows)",

@@ -224,7 +224,8 @@ def history_cuts(history: History, deal: Deal, orders: OrderCache, excluded: Exc
         raise ValueError(refusal("which", Plain(f"epoch {epoch}, with samples excluded at step {at} under 'spans'"),
                                  "an epoch whose handed-out positions the state still knows",
                                  "ask a checkpoint written while that epoch was read",
-                                 why="the state keeps them while the epoch is read (rebuilt for a single exclusion)"))
+                                 why="what it had handed out by then is no longer known (the state keeps it while "
+                                 "the epoch is read; it is rebuilt for a run's single exclusion only)"))
 
     def cuts(place: Place, layout: Layout, parts: int) -> Cut:
         known = None if deal.name == STRIDED else handed(place.epoch)
