@@ -30,7 +30,7 @@ NESTED = re.compile(r"\{(e|error|err|exc)(![rsa])?(:[^}]*)?\}")
 STILL_NESTED = {
     "_shards/index.py", "_shards/readers/arrow.py", "_shards/readers/jsonl.py", "_shards/readers/parquet.py",
     "_shards/readers/tokens.py", "_shards/readers/webdataset.py", "_shards/sidecar.py", "_shards/storage.py",
-    "_shards/token_counts.py", "_tools/audit/exclusion.py", "_tools/audit/worker.py", "_tools/corpus_index.py",
+    "_tools/audit/exclusion.py", "_tools/audit/worker.py", "_tools/corpus_index.py",
     "_tools/inspect.py", "_tools/which.py", "_tools/which_checkpoint.py", "_tools/which_dataset.py",
 }
 

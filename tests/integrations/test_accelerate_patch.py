@@ -143,7 +143,7 @@ def test_refused_state_leaves_the_loader_as_it_was(unpatched) -> None:
         ({**state, "_iteration": -1}, r"'_iteration': found -1\n  expected: an integer >= 0"),
         ({**state, "_shufflepoint": {**state["_shufflepoint"], "format": 7}}, r"format': found 7"),
         ({**state, "_shufflepoint": {**state["_shufflepoint"], "order_source": "seedable"}},
-         r"order_source': found 'seedable', expected 'generator'.*use_seedable_sampler"),
+         r"order_source': found 'seedable'\n  expected: 'generator'.*\n  fix: .*use_seedable_sampler"),
         ({**state, "_shufflepoint": {**state["_shufflepoint"], "generator_state": "AAAA"}},
          r"generator_state': found '3 bytes'"),
     ]:

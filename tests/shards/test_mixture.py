@@ -254,7 +254,8 @@ def test_a_changed_packed_source_is_refused_naming_the_mixture():
     state = packed_mixture_component(0, 1).make().state_dict()
     changed = Mixture([(packed([0, 7, 3, 25, 1, 12, 9], 5, 0, eos=8), 2), (packed([4, 30, 2, 6, 11], 5, 1), 1)],
                       samples_per_epoch=11)
-    with pytest.raises(shufflepoint.StateError, match="dataset_fingerprint.*the mixture changed"):
+    with pytest.raises(shufflepoint.StateError, match=r"'dataset_fingerprint': found 'mixture:\w+'\n  expected: "
+                                                 r"'mixture:\w+'\n  why: the mixture changed"):
         shufflepoint.DataLoader(changed, 2, seed=4, shuffle_block=3).load_state_dict(state)
 
 

@@ -170,15 +170,15 @@ def test_the_state_names_the_packed_order_and_refuses_another_packing():
 
 
 def test_bad_input_names_the_field_or_the_document():
-    with pytest.raises(ValueError, match=r"tokens: document 1 has no field 'input_ids' \(found keys \['text'\]\)"):
+    with pytest.raises(ValueError, match=r"tokens: document 1: found no field 'input_ids' \(keys \['text'\]\)"):
         Packed([{"input_ids": [1, 2]}, {"text": "hello"}], 1, progress=False)
-    with pytest.raises(ValueError, match="document 0 has no field 'ids'"):
+    with pytest.raises(ValueError, match="document 0: found no field 'ids'"):
         Packed(documents([3]), 1, tokens="ids", progress=False)
-    with pytest.raises(TypeError, match="field 'input_ids' of document 2 holds float64"):
+    with pytest.raises(TypeError, match="field 'input_ids' of document 2: found float64"):
         Packed([{"input_ids": [1]}, {"input_ids": []}, {"input_ids": [1.5, 2.0]}], 1, progress=False)
-    with pytest.raises(TypeError, match="document 0 holds <U"):
+    with pytest.raises(TypeError, match="document 0: found <U"):
         Packed([{"input_ids": ["a", "b"]}], 1, progress=False)
-    with pytest.raises(TypeError, match="document 0 holds bool"):
+    with pytest.raises(TypeError, match="document 0: found bool"):
         Packed([{"input_ids": [True]}], 1, progress=False)
     for seq_len in (0, -3):
         with pytest.raises(ValueError, match=f"seq_len: found {seq_len}"):

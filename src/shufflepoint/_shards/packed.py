@@ -44,6 +44,7 @@ from shufflepoint._core.capabilities import (
     ReadsIds,
     ReadsIdsAscending,
 )
+from shufflepoint._core.errors import Refused
 from shufflepoint._order import check_int
 from shufflepoint._shards import packed_collate, token_counts
 from shufflepoint._shards.batch import Columnar
@@ -228,7 +229,11 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         """Epoch positions -> row indices (``epoch * len(self) + row``); binds (seed, shuffle_block)."""
         check_int("seed", seed, 0, 2**64 - 1)
         check_int("shuffle_block", shuffle_block, 1, 2**62)
-        check_int("epoch", epoch, 0, (_MAX_INDEX - self.rows_per_epoch) // self.rows_per_epoch)
+        last = (_MAX_INDEX - self.rows_per_epoch) // self.rows_per_epoch
+        if check_int("epoch", epoch, 0, 2**62) > last:
+            # LIMIT(packed-last-epoch): docs/packing.md#limits-what-is-not-built
+            raise Refused("epoch", epoch, f"at most {last}: row indices (epoch x rows per epoch + row) stay below "
+                          "2**63", "read an earlier epoch (set_epoch)")
         if self._bound is not None and self._bound != (seed, shuffle_block):
             raise ValueError(f"seed, shuffle_block: found {(seed, shuffle_block)}, but this Packed serves "
                              f"{self._bound} for another loader; build one Packed per loader")

@@ -149,12 +149,12 @@ class Storage:
         if not is_remote(sources):
             path = _local(sources)
             if os.path.isdir(path):
-                raise ValueError(refusal("sources", Plain(f"the folder {sources!r}"), "shard files",
+                raise ValueError(refusal(f"sources {sources!r}", Plain("a folder"), "shard files",
                                          f"pass a glob such as {os.path.join(sources, '*.parquet')!r}, a list or a "
                                          "manifest"))
             if not os.path.isfile(path):
-                raise ValueError(refusal("sources", sources, "a file, glob or manifest that exists",
-                                         "check the path (it was not found)"))
+                raise ValueError(refusal(f"sources {sources!r}", Plain("nothing at that path"),
+                                         "a file, glob or manifest that exists", "check the path"))
         return self._listed_sources([sources])
 
     def _listed_sources(self, sources: Sequence[str]) -> list[str]:
@@ -183,15 +183,17 @@ class Storage:
         else:
             found = self._remote_glob(pattern)
         if not found:
-            raise ValueError(f"sources: the glob {pattern!r} matched no files")
+            raise ValueError(refusal(f"sources {pattern!r}", Plain("no files"), "a glob that matches shard "
+                                     "files", "check the pattern"))
         return found
 
     def _remote_glob(self, pattern: str) -> list[str]:
         protocol = pattern.split("://", 1)[0]
         fs = self._fs(pattern)
         found = self._retrying(pattern, "listing", lambda: fs.glob(pattern, detail=True),
-                               missing=lambda: ValueError(f"sources: the glob {pattern!r} matched no files "
-                                                          "(no such bucket or folder)"))
+                               missing=lambda: ValueError(refusal(
+                                   f"sources {pattern!r}", Plain("no files"), "a glob that matches shard files",
+                                   "check the pattern", why="no such bucket or folder")))
         fs.invalidate_cache()  # later looks at one object (open, info) must ask the storage, not the listing
         urls = []
         for path, detail in sorted(found.items()):
@@ -205,7 +207,8 @@ class Storage:
     def _manifest(self, manifest: str) -> list[str]:
         if is_remote(manifest):
             fs = self._fs(manifest)
-            missing = ValueError(f"sources: the manifest {manifest} does not exist")
+            missing = ValueError(refusal(f"sources {manifest!r}", Plain("no such manifest"),
+                                         "a manifest that exists", "check the path"))
             data: bytes = self._retrying(manifest, "reading the manifest", lambda: fs.cat_file(manifest),
                                          missing=lambda: missing)
             folder = _path_part(manifest).rsplit("/", 1)[0]
@@ -214,12 +217,14 @@ class Storage:
                 with open(_local(manifest), "rb") as f:
                     data = f.read()
             except FileNotFoundError:
-                raise ValueError(f"sources: the manifest {manifest} does not exist") from None
+                raise ValueError(refusal(f"sources {manifest!r}", Plain("no such manifest"),
+                                         "a manifest that exists", "check the path")) from None
             folder = os.path.dirname(os.path.abspath(_local(manifest)))
         lines = [line.strip() for line in data.decode("utf-8-sig").splitlines()]
         entries = [_resolve(folder, line) for line in lines if line and not line.startswith("#")]
         if not entries:
-            raise ValueError(f"sources: the manifest {manifest} lists no shard (one path or URL a line expected)")
+            raise ValueError(refusal(f"sources {manifest!r}", Plain("a manifest listing no shard"),
+                                     "one path or URL a line", "list the shards in it, one a line"))
         return self._listed_sources(entries)
 
     # -- one object ----------------------------------------------------------------------------
