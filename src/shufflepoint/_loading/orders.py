@@ -48,7 +48,8 @@ def resolve_fingerprint(value: str | None, dataset: Any, n: int, *, legacy: bool
     ``legacy``: the same as shufflepoint 0.2 wrote it (None when the dataset has no older identity).
     """
     if value is not None and not isinstance(value, str):
-        raise TypeError(f"dataset_fingerprint: found {value!r}, expected a str, 'auto' or None")
+        raise TypeError(refusal("dataset_fingerprint", value, "a str, 'auto' or None",
+                                "pass a string naming the dataset's version, 'auto', or leave it unset"))
     if legacy:
         corpus = dataset._legacy_fingerprint if isinstance(dataset, LegacyIdentified) else None
     else:
