@@ -76,8 +76,9 @@ def test_patch_is_idempotent_and_unpatch_restores_the_originals(unpatched) -> No
 def test_unknown_version_is_refused_with_version_and_range(unpatched, monkeypatch, version) -> None:
     monkeypatch.setattr(_patch, "_installed_accelerate_version", lambda: version)
     before = _snapshot()
-    with pytest.raises(RuntimeError, match=rf"Accelerate {version} is installed.*tested on 1\.13\.0 up to "
-                                           rf"\(not including\) 1\.16\.0.*force=True"):
+    with pytest.raises(RuntimeError, match=rf"patch_accelerate: found Accelerate {version}\n  expected: a tested "
+                                           rf"version, 1\.13\.0 up to \(not including\) 1\.16\.0\n.*\n"
+                                           rf"  fix: .*force=True"):
         shufflepoint.patch_accelerate()
     assert _snapshot() == before
 
