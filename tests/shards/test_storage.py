@@ -53,7 +53,7 @@ def test_a_list_keeps_its_order_and_local_paths_become_absolute(tmp_path, monkey
     got = storage.expand(["b.jsonl", "s3://bucket/a.jsonl", f"file://{tmp_path}/c.jsonl", "sub/../a.jsonl"])
     assert got == [str(tmp_path / "b.jsonl"), "s3://bucket/a.jsonl", str(tmp_path / "c.jsonl"),
                    str(tmp_path / "a.jsonl")]
-    with pytest.raises(ValueError, match=r"sources: .*a\.jsonl is listed twice"):
+    with pytest.raises(ValueError, match=r"sources '.*a\.jsonl': found listed twice\n  expected: each shard once"):
         storage.expand(["a.jsonl", str(tmp_path / "a.jsonl")])
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shufflepoint._core.errors import Refused, warn_user
+from shufflepoint._core.errors import Plain, Refused, refusal, warn_user
 from shufflepoint._core.schedule import Schedule, windows
 from shufflepoint._order import check_int
 from shufflepoint._order.distinct import distinct_inverse
@@ -51,7 +51,8 @@ class ScheduledMixtureOrder(MixtureOrder):
         self._read_mixture(mixture, seed, epoch)
         self._block = check_int("shuffle_block", shuffle_block, 1, _MAX_STREAM)  # the sources' blocks
         if mixture.schedule is None:
-            raise ValueError("mixture: found one without a schedule; its order is MixtureOrder")
+            raise ValueError(refusal("mixture", Plain("a Mixture without a schedule"), "a scheduled Mixture",
+                                     "use MixtureOrder for it"))
         self._schedule: Schedule = mixture.schedule
         self._window = self._block
         if grid is not None:  # a loader's: windows are its global batches, phases start on their edges

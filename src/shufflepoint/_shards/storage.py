@@ -72,9 +72,9 @@ class Storage:
     def __init__(self, storage_options: dict[str, Any] | None = None, retries: int = 5,
                  backoff: float = 0.2) -> None:
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise ValueError(f"retries: found {retries!r}, expected an int >= 0")
+            raise ValueError(refusal("retries", retries, "an int >= 0", "pass how many times to retry a read"))
         if isinstance(backoff, bool) or not isinstance(backoff, (int, float)) or backoff < 0:
-            raise ValueError(f"backoff: found {backoff!r}, expected seconds >= 0")
+            raise ValueError(refusal("backoff", backoff, "seconds >= 0", "pass the first retry's wait in seconds"))
         self.storage_options = dict(storage_options or {})
         self.retries, self.backoff = retries, float(backoff)
         self._filesystems: dict[tuple[int, str], Any] = {}
@@ -95,14 +95,17 @@ class Storage:
             try:
                 import fsspec
             except ImportError:
-                raise ImportError(f"reading {url} needs fsspec: {_EXTRAS}") from None
+                raise ImportError(refusal(f"reading {url!r}", Plain("no fsspec installed"), "fsspec installed",
+                                          _EXTRAS)) from None
             options = {"skip_instance_cache": True, **self.storage_options}  # ours alone: no shared stale cache
             try:
                 found = fsspec.filesystem(protocol, **options)
             except ImportError as error:
-                raise ImportError(f"reading {url} needs fsspec's {protocol!r} backend: {_EXTRAS} ({error})") from None
+                raise ImportError(refusal(f"reading {url!r}", Plain(f"no fsspec backend for {protocol!r}"),
+                                          "fsspec's backend for it installed", _EXTRAS, why=str(error))) from None
             except ValueError as error:
-                raise ValueError(f"sources: {url} has a protocol fsspec does not know ({error})") from None
+                raise ValueError(refusal(f"sources {url!r}", Plain(f"the protocol {protocol!r}"), "a protocol fsspec "
+                                         "knows", "check the URL", why=str(error))) from None
             self._filesystems[key] = found
         return found
 
@@ -164,8 +167,8 @@ class Storage:
         urls = [s if is_remote(s) else os.path.abspath(_local(s)) for s in sources]
         twice = [url for url, n in Counter(urls).items() if n > 1]
         if twice:
-            raise ValueError(f"sources: {twice[0]} is listed twice; each shard may appear once (use "
-                             "shufflepoint.Mixture to weight a source)")
+            raise ValueError(refusal(f"sources {twice[0]!r}", Plain("listed twice"), "each shard once",
+                                     "list it once (use shufflepoint.Mixture to weight a source)"))
         return urls
 
     def _glob(self, pattern: str) -> list[str]:

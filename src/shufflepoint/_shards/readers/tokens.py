@@ -21,11 +21,12 @@ import numpy as np
 import torch
 from numpy.lib.stride_tricks import as_strided
 
-from shufflepoint._core.errors import ShardError
+from shufflepoint._core.errors import ShardError, refusal
 from shufflepoint._shards.batch import Stacked
 from shufflepoint._shards.readers._common import check_row, check_rows, suffix_of
 
 DTYPES = ("uint16", "uint32", "int32", "int64")
+_SEQ_LEN = "pass seq_len= (the tokens of a row, without the one more its labels read)"
 _NPY_MAGIC = b"\x93NUMPY"
 
 
@@ -175,15 +176,17 @@ class TokensReader:
 
     def __init__(self, seq_len: int | None = None, dtype: Any = None) -> None:
         if seq_len is None:
-            raise ValueError("seq_len: the tokens reader needs it: each row is a window of seq_len + 1 tokens")
+            raise ValueError(refusal("seq_len", None, "an int >= 1: the tokens reader needs it", _SEQ_LEN,
+                                     why="each row is a window of seq_len + 1 tokens"))
         if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)) or seq_len < 1:
-            raise ValueError(f"seq_len: found {seq_len!r}, expected an int >= 1")
+            raise ValueError(refusal("seq_len", seq_len, "an int >= 1", _SEQ_LEN))
         try:
             name = "uint16" if dtype is None else np.dtype(dtype).name
         except TypeError:
             name = ""
         if name not in DTYPES:
-            raise ValueError(f"dtype: found {dtype!r}, expected one of {', '.join(DTYPES)} (default uint16)")
+            raise ValueError(refusal("dtype", dtype, f"one of {', '.join(DTYPES)} (default uint16)",
+                                     "pass the dtype the token file was written with"))
         self.seq_len = int(seq_len)
         self.dtype = name
 
