@@ -85,7 +85,8 @@ def test_jsonl_invalid_line_names_the_line(tmp_path):
     path.write_bytes(b'{"a": 1}\n\n{"a": 2}\n{"a": oops}\n{"a": 4}\n')
     opened = make_reader("jsonl").open(str(path), "s3://bucket/s.jsonl")
     assert len(opened) == 4 and opened[3] == {"a": 4}
-    with pytest.raises(ShardError, match=r"s3://bucket/s\.jsonl: line 4 \(row 2\) is not valid JSON"):
+    with pytest.raises(ShardError, match=r"s3://bucket/s\.jsonl: found line 4 \(row 2\), not valid JSON\n"
+                                         r"  expected: one JSON value a line\n  why: .+\n  fix: replace the shard"):
         opened[2]
     opened.close()
 

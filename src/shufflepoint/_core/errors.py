@@ -26,6 +26,17 @@ class ShardError(OSError):
         self.shard = shard
 
 
+REPLACE_SHARD = "replace the shard with a good copy (no sample is skipped in its place)"
+
+
+def shard_error(shard: str, found: str, expected: str, fix: str = REPLACE_SHARD, *,
+                why: str | None = None) -> ShardError:
+    """A :class:`ShardError` in the house shape, ``shard <name>`` its subject; ``found`` a description. The
+    library that failed to read it is quoted, when it must be, as ``why=str(error)``: its own message."""
+    subject = f"shard {shard}"
+    return ShardError(shard, refusal(subject, Plain(found), expected, fix, why=why).removeprefix(subject + ": "))
+
+
 class ResumeWarning(UserWarning):
     """A resume cannot be exact, and here is why. Never silenced by shufflepoint itself."""
 

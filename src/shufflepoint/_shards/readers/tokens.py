@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from numpy.lib.stride_tricks import as_strided
 
-from shufflepoint._core.errors import ShardError, refusal
+from shufflepoint._core.errors import ShardError, refusal, shard_error
 from shufflepoint._shards.batch import Stacked
 from shufflepoint._shards.readers._common import check_row, check_rows, suffix_of
 
@@ -54,7 +54,8 @@ def _npy_layout(fd: int, path: str, shard: str, dtype: str) -> tuple[np.dtype[An
                                      else np.lib.format.read_array_header_1_0(f))
             offset = f.tell()
     except (ValueError, OSError, EOFError) as e:
-        raise ShardError(shard, f"is not a readable .npy file (truncated or corrupt?): {e}") from e
+        raise shard_error(shard, "a file that is not readable .npy (truncated or corrupt?)", "a .npy file",
+                          why=str(e)) from e
     if len(shape) != 1:
         raise ShardError(shard, f"holds an array of shape {shape}, expected a 1-D array of token ids")
     if found.name != dtype:
@@ -195,14 +196,14 @@ class TokensReader:
             layout = _npy_layout if _is_npy(path, shard) else _bin_layout
             fd = os.open(path, os.O_RDONLY)
         except OSError as e:
-            raise ShardError(shard, f"cannot be read: {e}") from e
+            raise shard_error(shard, "a file that cannot be read", "a readable file", why=str(e)) from e
         try:
             dtype, offset, tokens = layout(fd, path, shard, self.dtype)
             return OpenTokens(fd, path, shard, dtype, offset, tokens, self.seq_len)
         except BaseException as e:
             os.close(fd)
             if isinstance(e, OSError):
-                raise ShardError(shard, f"cannot be read: {e}") from e
+                raise shard_error(shard, "a file that cannot be read", "a readable file", why=str(e)) from e
             raise
 
     def rows_from_size(self, shard: str, size: int) -> int | None:
@@ -233,7 +234,7 @@ class TokensReader:
             shape, _, dtype = (np.lib.format.read_array_header_2_0(header) if version[0] >= 2
                                else np.lib.format.read_array_header_1_0(header))
         except ValueError as e:
-            raise ShardError(shard, f"is not a readable .npy file: {e}") from e
+            raise shard_error(shard, "a file that is not readable .npy", "a .npy file", why=str(e)) from e
         if len(shape) != 1:
             raise ShardError(shard, f"holds an array of shape {shape}, expected a 1-D array of token ids")
         if dtype.name != self.dtype:
