@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any
 
-from shufflepoint._core.errors import Plain, ResumeWarning, StateError, refusal
+from shufflepoint._core.errors import DAMAGED, Plain, ResumeWarning, StateError, refusal
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.history import MAX_EPOCH, History, Place
 from shufflepoint._core.older_states import NEWEST_UPGRADED, OLDEST_VERSION, upgraded
@@ -194,7 +194,7 @@ def _check_shape(state: object) -> Mapping[str, Any]:
                    why=origin)
     version = state.get("version")
     if isinstance(version, bool) or not isinstance(version, int):
-        raise fail("version", version, _INT, "The state is damaged; use another checkpoint.")
+        raise fail("version", version, _INT, DAMAGED)
     if not OLDEST_VERSION <= version <= VERSION:
         newer = isinstance(version, int) and version > VERSION
         raise fail(
@@ -207,10 +207,10 @@ def _check_shape(state: object) -> Mapping[str, Any]:
     extra = sorted(str(k) for k in keys - set(fields))
     if missing:
         raise fail("(keys)", Plain(f"missing {missing}"), f"all of {list(fields)} (version {version})",
-                   "The state is truncated or was edited; use another checkpoint.")
+                   "the state is truncated or was edited; use another checkpoint")
     if extra:
         raise fail("(keys)", Plain(f"unknown {extra}"), f"exactly {list(fields)} (version {version})",
-                   "The state was edited or comes from another program; use another checkpoint.",
+                   "the state was edited or comes from another program; use another checkpoint",
                    why=f"a version {version} state has no {extra}")
     state = upgraded(state)
     for field, (types, text) in _SCHEMA.items():
@@ -219,19 +219,18 @@ def _check_shape(state: object) -> Mapping[str, Any]:
         value = state[field]
         is_bool = isinstance(value, bool)
         if not isinstance(value, types) or (is_bool and bool not in types):
-            raise fail(field, value, text, "The state is damaged; use another checkpoint.")
+            raise fail(field, value, text, DAMAGED)
         highest = MAX_SEED if field == "seed" else MAX_INT
         if isinstance(value, int) and not is_bool and not 0 <= value <= highest:
-            raise fail(field, value, f"an int in [0, {highest}]", "The state is damaged; use another checkpoint.")
+            raise fail(field, value, f"an int in [0, {highest}]", DAMAGED)
     for field, why in (("epoch", " (the last epoch the orders support)"), ("steps", " (room to count on)")):
         if state.get(field, 0) > MAX_EPOCH:  # steps: the state written after the next batch must load too
             raise fail(field, state[field], f"an int in [0, {MAX_EPOCH}]{why}",
-                       "The state is damaged or was edited; use another checkpoint.")
+                       DAMAGED)
     check_segments_shape(state["segments"])
     check_order_parameters(state)
     if state["ramp"] is not None and not 1 <= state["ramp"] <= 2**31:
-        raise fail("ramp", state["ramp"], "a batch size in [1, 2**31] or None", "The state is damaged; use another "
-                   "checkpoint.")
+        raise fail("ramp", state["ramp"], "a batch size in [1, 2**31] or None", DAMAGED)
     return state
 
 
@@ -334,7 +333,7 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> Posit
                    f"build the {expected.kind} with seed={state['seed']!r} to resume this run, or start fresh",
                    why="the constructor's value is not silently overridden")
     if state["cursor"] > state["n"]:
-        raise fail("cursor", state["cursor"], f"an int in [0, n={state['n']}]", "The state is damaged.")
+        raise fail("cursor", state["cursor"], f"an int in [0, n={state['n']}]", DAMAGED)
     check_deal(state, expected.deal, expected.kind, expected.layout)
     steps, history = check_history(state, bool(state["excluded"]))
     _check_changed(state, expected, strict)

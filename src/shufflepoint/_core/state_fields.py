@@ -34,7 +34,7 @@ def check_segments_shape(segments: list[Any]) -> None:
         if not (isinstance(pair, list) and len(pair) == 2
                 and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_INT for v in pair)):
             raise fail(f"segments[{number}]", pair, "a [world_size, taken] pair of ints >= 0",
-                       "The state is damaged; use another checkpoint.")
+                       DAMAGED)
 
 
 def check_deal(state: Mapping[str, Any], expected: str, kind: str, layout: Layout | None) -> None:
@@ -42,17 +42,18 @@ def check_deal(state: Mapping[str, Any], expected: str, kind: str, layout: Layou
     its history replays to the state's cursor; a resize to ``layout`` can be recorded."""
     for field in ("world_size", "batch_size"):
         if not 1 <= state[field] <= 2**31:
-            raise fail(field, state[field], "an int in [1, 2**31]", "The state is damaged.")
+            raise fail(field, state[field], "an int in [1, 2**31]", DAMAGED)
     deal, segments = state["deal"], state["segments"]
     if deal not in DEALS:
-        raise fail("deal", deal, " or ".join(map(repr, DEALS)), "The state is damaged or from a newer shufflepoint.")
+        raise fail("deal", deal, " or ".join(map(repr, DEALS)), "the state is damaged or from a newer "
+                   "shufflepoint; use another checkpoint, or upgrade shufflepoint")
     if deal != expected:
         raise fail("deal", deal, f"{expected!r} (what this {kind} was built with)",
                    f"build the {kind} with deal={deal!r} to resume this run, or start fresh",
                    why="the constructor's value is not silently overridden")
     if deal == STRIDED:
         if segments:
-            raise fail("segments", segments, "[] under the strided deal", "The state is damaged or was edited.")
+            raise fail("segments", segments, "[] under the strided deal", DAMAGED)
         return
     try:
         history = _spans.check_segments(state["n"], segments)
@@ -61,7 +62,7 @@ def check_deal(state: Mapping[str, Any], expected: str, kind: str, layout: Layou
     cursor = state["n"] - (history[-1].remaining() if history else state["n"])
     if state["cursor"] != cursor and not state["excluded"]:  # with exclusions: checked by the loader (the order)
         raise fail("cursor", state["cursor"], f"{cursor} (what segments={segments} leave of n={state['n']})",
-                   "The state is damaged or was edited; use another checkpoint.")
+                   DAMAGED)
     check_recordable(state, layout)
 
 
@@ -109,14 +110,14 @@ def check_history(state: Mapping[str, Any], excluding: bool = False) -> tuple[in
     if last.layout != layout:
         saved = [layout.world_size, layout.batch_size, int(layout.drop_last)]
         raise fail("history", state["history"], f"a last entry with the saved layout [W, B, D] = {saved}",
-                   "The state is damaged or was edited; use another checkpoint.")
+                   DAMAGED)
     if steps < last.step:
-        raise fail("steps", steps, f"at least {last.step} (the history's last entry)", "The state is damaged.")
+        raise fail("steps", steps, f"at least {last.step} (the history's last entry)", DAMAGED)
     arrived, target = history.position(steps), start.normal(layout, deal)
     if arrived != target and not excluding:
         there = f"epoch {arrived.epoch}, cursor {arrived.cursor}" if arrived else "no batch"
         raise fail("steps", steps, f"a step at which the history arrives at epoch {start.epoch}, cursor "
-                   f"{start.cursor} (it arrives at {there})", "The state is damaged or was edited.")
+                   f"{start.cursor} (it arrives at {there})", DAMAGED)
     return steps, history
 
 
@@ -155,7 +156,7 @@ def check_excluded_at(state: Mapping[str, Any], steps: int) -> tuple[int, ...]:
                                                         and 0 <= s <= steps for s in value)
                    and all(a < b for a, b in zip(value, value[1:], strict=False)))
     if not well_formed or (value and not state["excluded"]):
-        raise fail("excluded_at", value, expected, "The state is damaged or was edited; use another checkpoint.")
+        raise fail("excluded_at", value, expected, DAMAGED)
     return tuple(value)
 
 
@@ -166,23 +167,22 @@ def check_order_parameters(state: Mapping[str, Any]) -> None:
     block, grid, phases = state["shuffle_block"], state["grid"], state["phases"]
     for field, value in (("shuffle_block", block), ("grid", grid)):
         if value is not None and not 1 <= value <= MAX_PARAMETER:
-            raise fail(field, value, f"an int in [1, {MAX_PARAMETER}] or None", "The state is damaged; use another "
-                       "checkpoint.")
+            raise fail(field, value, f"an int in [1, {MAX_PARAMETER}] or None", DAMAGED)
     for number, phase in enumerate(phases):
         if not (isinstance(phase, list) and len(phase) == 2 and isinstance(phase[0], int)
                 and not isinstance(phase[0], bool) and 0 <= phase[0] <= MAX_PARAMETER
                 and isinstance(phase[1], str) and 0 < len(phase[1]) <= 64):
             raise fail(f"phases[{number}]", phase, "a [start, hash] pair: an int start in [0, 2**62] and the "
-                       "phase's hash (a non-empty string)", "The state is damaged; use another checkpoint.")
+                       "phase's hash (a non-empty string)", DAMAGED)
         if number and phase[0] <= phases[number - 1][0]:
             raise fail(f"phases[{number}]", phase, f"a start after the previous phase's ({phases[number - 1][0]})",
-                       "The state is damaged or was edited; use another checkpoint.")
+                       DAMAGED)
     if grid is not None and not phases:
         raise fail("grid", grid, "None without phases (the grid is the global batch a schedule follows)",
-                   "The state is damaged or was edited; use another checkpoint.")
+                   DAMAGED)
     if block is None and (phases or grid is not None):
         raise fail("shuffle_block", block, "an int where the state has phases or a grid (a Mixture's order has "
-                   "a block)", "The state is damaged or was edited; use another checkpoint.")
+                   "a block)", DAMAGED)
 
 
 @dataclass(frozen=True)
