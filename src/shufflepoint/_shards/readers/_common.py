@@ -50,9 +50,10 @@ def missing_columns(shard: str, wanted: list[str] | None, present: Sequence[str]
 def check_row(row: int, rows: int) -> int:
     """``row`` as a plain int in ``[0, rows)``; negative rows are refused, not wrapped."""
     if isinstance(row, bool) or not isinstance(row, (int, np.integer)):
-        raise TypeError(f"row: found {type(row).__name__}, expected an int")
+        raise TypeError(refusal("row", Plain(type(row).__name__), "an int", "pass a row of the shard"))
     if not 0 <= row < rows:
-        raise IndexError(f"row {row} out of range for a shard of {rows} rows")
+        raise IndexError(refusal("row", int(row), f"a row in [0, {rows}) (out of range for a shard of {rows} rows)",
+                                 "pass a row of the shard"))
     return int(row)
 
 

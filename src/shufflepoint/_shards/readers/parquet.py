@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from shufflepoint._core.errors import ShardError, shard_error
+from shufflepoint._core.errors import Plain, ShardError, refusal, shard_error
 from shufflepoint._shards.batch import Batch, Columns, Rows, gather
 from shufflepoint._shards.readers._common import check_columns, check_row, check_rows, extra, missing_columns
 from shufflepoint._shards.readers._decoded import GROUPS
@@ -117,7 +117,8 @@ class OpenParquet:
         found: list[np.ndarray] = []
         for row in rows:
             if not 0 <= row < self._rows:  # ints from Shards._read_ids, already checked there
-                raise IndexError(f"row {row} out of range for a shard of {self._rows} rows")
+                raise IndexError(refusal("row", int(row), f"a row in [0, {self._rows}) (out of range for a shard of "
+                                         f"{self._rows} rows)", "pass a row of the shard"))
             number = bisect.bisect_right(ends, row)
             if number not in lists:
                 group = self._group(number)
@@ -134,7 +135,8 @@ class OpenParquet:
         """``take_ids`` for rows in ascending order (many at once: a window of ``Packed``'s stream): the
         rows grouped by decoded group with one ``searchsorted``, then one slice each."""
         if rows.size and not (0 <= int(rows[0]) and int(rows[-1]) < self._rows):
-            raise IndexError(f"rows {int(rows[0])}..{int(rows[-1])} out of range for a shard of {self._rows} rows")
+            raise IndexError(refusal("rows", Plain(f"{int(rows[0])}..{int(rows[-1])}"), f"rows in [0, {self._rows}) "
+                                     f"(out of range for a shard of {self._rows} rows)", "pass rows of the shard"))
         numbers = np.searchsorted(self._ends, rows, side="right")
         found: list[np.ndarray] = []
         for where in np.split(np.arange(rows.size), np.flatnonzero(np.diff(numbers)) + 1):
