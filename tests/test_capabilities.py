@@ -86,7 +86,7 @@ def test_a_user_dataset_with_its_own_order_is_read_in_it():
     loader = shufflepoint.DataLoader(dataset, 2, collate_fn=list)
     assert [b for b in loader] == [[5, 4], [3, 2], [1, 0]]
     assert loader.state_dict()["order"] == "reversed"
-    with pytest.raises(ValueError, match="its own order 'reversed'"):
+    with pytest.raises(ValueError, match="order: found 'feistel'\\n  expected: 'reversed', the own order of a Rev"):
         shufflepoint.DataLoader(dataset, 2, order="feistel")
 
 

@@ -38,11 +38,11 @@ def test_ranges_round_trip_through_the_state_and_hold_exactly_the_indices(n, dat
 
 
 @pytest.mark.parametrize(("bad", "error", "match"), [
-    ([3, -1], ValueError, r"indices: found -1, expected dataset indices in \[0, 10\)"),
-    ([10], ValueError, r"indices: found 10, expected dataset indices in \[0, 10\)"),
-    ([1.0], TypeError, r"indices: found 1.0 of type float, expected int"),
+    ([3, -1], ValueError, r"indices: found -1\n  expected: dataset indices in \[0, 10\)"),
+    ([10], ValueError, r"indices: found 10\n  expected: dataset indices in \[0, 10\)"),
+    ([1.0], TypeError, r"indices: found 1.0 of type float\n  expected: int"),
     ([True], TypeError, r"indices: found True of type bool"),
-    (5, TypeError, r"indices: found int, expected an iterable"),
+    (5, TypeError, r"indices: found int\n  expected: an iterable"),
     (np.array([0.5]), TypeError, r"indices: found an array of float64"),
 ])
 def test_bad_indices_are_refused_by_name(bad, error, match):
@@ -51,13 +51,13 @@ def test_bad_indices_are_refused_by_name(bad, error, match):
 
 
 @pytest.mark.parametrize(("value", "match"), [
-    ([1], r"found 1 numbers, expected an even count"),
-    ([1, 0], r"element 1: a range of length 0"),
-    ([0, 2, 0, 1], r"element 2: a gap of 0 between ranges"),
-    ([-1, 2], r"element 0: found -1, expected an int >= 0"),
+    ([1], r"found 1 numbers\n  expected: an even count"),
+    ([1, 0], r"element 1: found 0\n  expected: a range length >= 1"),
+    ([0, 2, 0, 1], r"element 2: found 0\n  expected: a gap >= 1 between ranges"),
+    ([-1, 2], r"element 0: found -1\n  expected: an int >= 0"),
     ([1, True], r"element 1: found True"),
-    ([8, 3], r"the ranges reach index 10, expected every index < n = 10"),
-    ([0, 1] * (MAX_RANGES + 1), rf"found {MAX_RANGES + 1} ranges, expected at most {MAX_RANGES}"),
+    ([8, 3], r"the ranges: found index 10 reached\n  expected: every index < n = 10"),
+    ([0, 1] * (MAX_RANGES + 1), rf"found {MAX_RANGES + 1} ranges\n  expected: at most {MAX_RANGES}"),
 ])
 def test_malformed_state_ranges_are_refused_naming_the_element(value, match):
     with pytest.raises(ValueError, match=match):

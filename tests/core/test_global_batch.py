@@ -175,9 +175,10 @@ def test_when_a_resize_keeps_the_global_batches(segments, parts, layout, keeps):
 
 def test_a_position_between_global_batches_or_an_uneven_global_batch_is_refused():
     rest = GlobalBatchCut(40, 4, 6, world_size=2, batch_size=6, drop_last=False)
-    with pytest.raises(ValueError, match="received: found 3 samples per rank, expected whole global batches of 6"):
+    with pytest.raises(ValueError, match="received: found 3 samples per rank\n  expected: whole global batches of 6"):
         rest.after(3)
-    with pytest.raises(ValueError, match=r"global batch: found 5 x 2 = 10, expected a multiple of .* 4"):
+    with pytest.raises(ValueError, match=r"global batch: found 5 x 2 = 10\n"
+                                         r"  expected: a multiple of the first world size 4"):
         GlobalBatchCut(40, 4, 6, world_size=5, batch_size=2, drop_last=False)
 
 

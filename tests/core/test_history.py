@@ -67,7 +67,8 @@ def test_past_the_bound_the_latest_changes_are_kept_and_earlier_steps_are_not_pl
     first = history.first_step
     assert first == 41 - MAX_ENTRIES  # legs began at steps 0..40; the latest 33 are kept
     assert len(history.entries()[0]) == 6  # the first kept leg carries its start
-    with pytest.raises(ValueError, match=f"step: found {first - 1}, but this history starts at step {first}"):
+    with pytest.raises(ValueError, match=f"step: found {first - 1}\n"
+                                         f"  expected: a step from {first} on, where this history starts"):
         history.place(first - 1)
     assert History.from_entries(n, STRIDED, history.entries()).entries() == history.entries()
 
@@ -87,15 +88,16 @@ GOOD = [[0, 2, 2, 0, 0, 0], [2, 1, 3, 0]]
 
 
 @pytest.mark.parametrize("entries, match", [
-    ([], r"history: found 0 entries, expected a list of 1 to 33"),
+    ([], r"history: found 0 entries\n  expected: a list of 1 to 33"),
     ({"0": 1}, r"history: found dict"),
-    ([[0, 2, 2, 0]], r"history\[0\].*first entry must carry its start"),
-    ([[0, 2, 2, 0, 0, 0], [0, 1, 3, 0]], r"history\[1\]: step 0, expected a step after 0"),
+    ([[0, 2, 2, 0]], r"history\[0\]: found \[0, 2, 2, 0\]\n  expected: .*the first entry must carry its start"),
+    ([[0, 2, 2, 0, 0, 0], [0, 1, 3, 0]], r"history\[1\]: found step 0\n  expected: a step after 0"),
     ([[0, 2, 2, 0, 0, 0], [2, 0, 3, 0]], r"history\[1\]: found \[2, 0, 3, 0\]"),
     ([[0, 2, 2, 2, 0, 0]], r"history\[0\]: found"),
     ([[0, 2, 2, False, 0, 0]], r"history\[0\]: found"),
-    ([[0, 2, 2, 0, 0, 11]], r"history\[0\]: start 11, expected a cursor in \[0, n=10\]"),
-    ([[0, 2, 2, 0, MAX_EPOCH + 1, 0]], r"history\[0\]: epoch 4611686018427387905"),
+    ([[0, 2, 2, 0, 0, 11]], r"history\[0\] start: found 11\n  expected: a cursor in \[0, n=10\]"),
+    ([[0, 2, 2, 0, MAX_EPOCH + 1, 0]], r"history\[0\] epoch: found 4611686018427387905\n"
+                                       r"  expected: an int in \[0, 4611686018427387904\]"),
     ([[0, 2, 2, 0, 0]], r"history\[0\]: found"),
     ([[0, 2, 2, 0, 0, 0], "x"], r"history\[1\]: found 'x'"),
     ([[-1, 2, 2, 0, 0, 0]], r"history\[0\]: found"),
@@ -107,10 +109,10 @@ def test_each_malformed_history_is_named(entries, match):
 
 
 @pytest.mark.parametrize("start, match", [
-    (5, r"history\[0\]: start 5, expected the epoch's segments"),
-    ([[2, 0]], r"history\[0\]: start segments\[0\]"),
-    ([[2, 6]], r"history\[0\]: start segments\[0\]: 6 samples taken per rank, expected at most 5"),
-    ([[2, 1], [2, 1]], r"world size 2 again"),
+    (5, r"history\[0\] start: found 5\n  expected: the epoch's segments"),
+    ([[2, 0]], r"history\[0\] start segments\[0\]: found \[2, 0\]"),
+    ([[2, 6]], r"history\[0\] start segments\[0\]: found \[2, 6\]\n  expected: at most 5 samples taken per rank"),
+    ([[2, 1], [2, 1]], r"segments\[1\]: found \[2, 1\]\n  expected: a world size other than 2"),
     ([[1, 1]] * 65, r"at most 64"),
 ])
 def test_each_malformed_spans_start_is_named(start, match):

@@ -86,29 +86,31 @@ def test_a_scheduled_mixture_records_its_phases_and_the_grid_apart_from_its_iden
 
 
 BAD = [  # (loader, field, value, the refusal)
-    ("blocks", "shuffle_block", "4", r"'shuffle_block': found '4', expected an int \(the order's block\) or None"),
-    ("blocks", "shuffle_block", True, r"'shuffle_block': found True, expected an int"),
-    ("blocks", "shuffle_block", 0, r"'shuffle_block': found 0, expected an int in \[1, 4611686018427387904\]"),
-    ("blocks", "shuffle_block", -3, r"'shuffle_block': found -3, expected an int in \[0, "),
-    ("blocks", "shuffle_block", 2**62 + 1, r"'shuffle_block': found 4611686018427387905, expected an int in \[1, "),
-    ("blocks", "shuffle_block", 8, r"'shuffle_block': found 8, expected 4 \(what this loader reads with\).*"
-                                   r"shuffle_block=8 to resume this run"),
-    ("blocks", "shuffle_block", None, r"'shuffle_block': found None, expected 4"),
-    ("array", "shuffle_block", 4, r"'shuffle_block': found 4, expected None"),
-    ("blocks", "grid", 6, r"'grid': found 6, expected None without phases"),
-    ("blocks", "grid", 2.5, r"'grid': found 2.5, expected an int \(the global batch a schedule follows\) or None"),
-    ("schedule", "grid", None, r"'grid': found None, expected 6 \(the global batch this loader's schedule follows\)"),
-    ("schedule", "grid", 0, r"'grid': found 0, expected an int in \[1, "),
-    ("blocks", "phases", {}, r"'phases': found \{\}, expected a list of a schedule's \[start, hash\] phases"),
-    ("schedule", "phases", [[0]], r"'phases\[0\]': found \[0\], expected a \[start, hash\] pair"),
-    ("schedule", "phases", [[0, 5]], r"'phases\[0\]': found \[0, 5\], expected a \[start, hash\] pair"),
+    ("blocks", "shuffle_block", "4", r"'shuffle_block': found '4'\n  expected: an int \(the order's block\) or None"),
+    ("blocks", "shuffle_block", True, r"'shuffle_block': found True\n  expected: an int"),
+    ("blocks", "shuffle_block", 0, r"'shuffle_block': found 0\n  expected: an int in \[1, 4611686018427387904\]"),
+    ("blocks", "shuffle_block", -3, r"'shuffle_block': found -3\n  expected: an int in \[0, "),
+    ("blocks", "shuffle_block", 2**62 + 1, r"'shuffle_block': found 4611686018427387905\n  expected: an int in \[1, "),
+    ("blocks", "shuffle_block", 8, r"'shuffle_block': found 8\n  expected: 4 \(what this loader reads with\)\n.*\n"
+                                   r"  fix: build the loader with shuffle_block=8 to resume this run"),
+    ("blocks", "shuffle_block", None, r"'shuffle_block': found None\n  expected: 4"),
+    ("array", "shuffle_block", 4, r"'shuffle_block': found 4\n  expected: None"),
+    ("blocks", "grid", 6, r"'grid': found 6\n  expected: None without phases"),
+    ("blocks", "grid", 2.5, r"'grid': found 2.5\n  expected: an int \(the global batch a schedule follows\) or None"),
+    ("schedule", "grid", None, r"'grid': found None\n  expected: 6 \(the global batch this loader's schedule"),
+    ("schedule", "grid", 0, r"'grid': found 0\n  expected: an int in \[1, "),
+    ("blocks", "phases", {}, r"'phases': found \{\}\n  expected: a list of a schedule's \[start, hash\] phases"),
+    ("schedule", "phases", [[0]], r"'phases\[0\]': found \[0\]\n  expected: a \[start, hash\] pair"),
+    ("schedule", "phases", [[0, 5]], r"'phases\[0\]': found \[0, 5\]\n  expected: a \[start, hash\] pair"),
     ("schedule", "phases", [[True, "ab"]], r"'phases\[0\]': found \[True, 'ab'\]"),
     ("schedule", "phases", [[0, ""]], r"'phases\[0\]': found \[0, ''\]"),
-    ("schedule", "phases", [[0, "ab"], [0, "cd"]], r"'phases\[1\]': found \[0, 'cd'\], expected a start after"),
-    ("schedule", "phases", [[0, "ab"]], r"'phases': found \[\[0, 'ab'\]\], expected \[\[0, .*schedule\[0\]"),
-    ("schedule", "phases", [], r"'grid': found 6, expected None without phases"),
-    ("mixture", "phases", [[0, "ab"]], r"'phases': found \[\[0, 'ab'\]\].*schedule was added or removed"),
-    ("array", "phases", [[0, "ab"]], r"'shuffle_block': found None, expected an int where the state has phases"),
+    ("schedule", "phases", [[0, "ab"], [0, "cd"]], r"'phases\[1\]': found \[0, 'cd'\]\n  expected: a start after"),
+    ("schedule", "phases", [[0, "ab"]], r"'phases': found \[\[0, 'ab'\]\]\n  expected: \[\[0, .*\n"
+                                        r"  why: schedule\[0\] changed"),
+    ("schedule", "phases", [], r"'grid': found 6\n  expected: None without phases"),
+    ("mixture", "phases", [[0, "ab"]], r"'phases': found \[\[0, 'ab'\]\]\n  expected: \[\] .*\n"
+                                       r"  why: the schedule was added or removed"),
+    ("array", "phases", [[0, "ab"]], r"'shuffle_block': found None\n  expected: an int where the state has phases"),
 ]
 
 

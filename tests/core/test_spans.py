@@ -210,7 +210,8 @@ def test_a_version_1_state_resumes_a_corpus_strided_as_it_was_written():
     assert [b.tolist() for b in fresh] == [b.tolist() for b in it]
     chosen = shufflepoint.DataLoader(ShardRows([5, 7, 3, 9]), 2, seed=3, rank=1, world_size=2, shuffle_block=8,
                                      deal="spans")
-    with pytest.raises(StateError, match="'deal': found 'strided'.*deal='strided'"):
+    with pytest.raises(StateError, match=r"'deal': found 'strided'\n  expected: 'spans'.*\n.*\n"
+                                         r"  fix: build the loader with deal='strided'"):
         chosen.load_state_dict(v1)
 
 
@@ -224,18 +225,19 @@ def progressed(world_size=2, batches=2):
 
 
 @pytest.mark.parametrize("edit, match", [
-    (dict(segments=[[2, 0]]), r"'segments': .*nothing taken"),
-    (dict(segments=[[2, 3], [2, 1]]), r"'segments': .*world size 2 again"),
-    (dict(segments=[[2, 13]]), r"'segments': .*at most 12"),
-    (dict(segments=[[0, 1]]), r"'segments': .*world size >= 1"),
-    (dict(segments=[[2, 3]]), r"'cursor': found 8, expected 6"),
+    (dict(segments=[[2, 0]]), r"'segments': found segments\[0\] = \[2, 0\]\n.*\n  why: a segment with nothing taken"),
+    (dict(segments=[[2, 3], [2, 1]]), r"'segments': found segments\[1\] = \[2, 1\]\n"
+                                      r"  expected: a world size other than 2"),
+    (dict(segments=[[2, 13]]), r"'segments': found segments\[0\] = \[2, 13\]\n  expected: at most 12"),
+    (dict(segments=[[0, 1]]), r"'segments': found segments\[0\] = \[0, 1\]\n  expected: a world size >= 1"),
+    (dict(segments=[[2, 3]]), r"'cursor': found 8\n  expected: 6"),
     (dict(segments=[[2]]), r"'segments\[0\]': found \[2\]"),
     (dict(segments=[[2, True]]), r"'segments\[0\]'"),
     (dict(segments=[[2, 1.5]]), r"'segments\[0\]'"),
-    (dict(segments="[[2, 4]]"), r"'segments': found '\[\[2, 4\]\]', expected a list"),
-    (dict(segments=[[2, 1]] * 65), r"'segments': found '65 segments'"),
+    (dict(segments="[[2, 4]]"), r"'segments': found '\[\[2, 4\]\]'\n  expected: a list"),
+    (dict(segments=[[2, 1]] * 65), r"'segments': found 65 segments\n  expected: at most 64"),
     (dict(deal="diagonal"), r"'deal': found 'diagonal'"),
-    (dict(deal="strided"), r"'segments': found \[\[2, 4\]\], expected \[\] under the strided deal"),
+    (dict(deal="strided"), r"'segments': found \[\[2, 4\]\]\n  expected: \[\] under the strided deal"),
 ])
 def test_a_malformed_history_is_named_and_changes_nothing(edit, match):
     loader = progressed()
@@ -245,7 +247,7 @@ def test_a_malformed_history_is_named_and_changes_nothing(edit, match):
         loader.load_state_dict(dict(before, **edit))
     assert loader.state_dict() == before
     del before["segments"]
-    with pytest.raises(StateError, match=r"'\(keys\)': found \"missing \['segments'\]\""):
+    with pytest.raises(StateError, match=r"'\(keys\)': found missing \['segments'\]\n"):
         loader.load_state_dict(before)
 
 

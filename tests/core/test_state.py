@@ -36,22 +36,22 @@ def test_state_fields_are_documented_in_order():
 
 @pytest.mark.parametrize("edit, match", [
     (dict(format="torchdata"), "'format': found 'torchdata'"),
-    (dict(version=5), "'version': found 5.*newer shufflepoint"),
+    (dict(version=5), "'version': found 5\n  expected: 1..4\n  fix: it was written by a newer shufflepoint"),
     (dict(version=True), "'version': found True"),
     (dict(kind="sampler"), "'kind': found 'sampler'"),
-    (dict(n=41), "'n': found 41, expected 40.*dataset changed length"),
-    (dict(seed=4), "'seed': found 4, expected 3.*build the loader with seed=4"),
+    (dict(n=41), "'n': found 41\n  expected: 40.*\n  why: the dataset changed length"),
+    (dict(seed=4), "'seed': found 4\n  expected: 3.*\n.*\n  fix: build the loader with seed=4"),
     (dict(shuffle=False), "'shuffle': found False"),
-    (dict(order="torch"), "'order': found 'torch'.*order='torch'"),
+    (dict(order="torch"), "'order': found 'torch'\n.*\n.*\n  fix: build the loader with order='torch'"),
     (dict(order_version=0), "'order_version': found 0"),
     (dict(cursor=41), "'cursor': found 41"),
     (dict(cursor=-1), "'cursor': found -1"),
-    (dict(cursor=2.0), "'cursor': found 2.0, expected an int"),
-    (dict(cursor=True), "'cursor': found True, expected an int"),
+    (dict(cursor=2.0), "'cursor': found 2.0\n  expected: an int"),
+    (dict(cursor=True), "'cursor': found True\n  expected: an int"),
     (dict(epoch=float("nan")), "'epoch': found nan"),
     (dict(epoch=2**64), "'epoch': found"),
     (dict(world_size=0), "'world_size': found 0"),
-    (dict(drop_last="no"), "'drop_last': found 'no', expected a bool"),
+    (dict(drop_last="no"), "'drop_last': found 'no'\n  expected: a bool"),
     (dict(torch_version=3), "'torch_version': found 3"),
     (dict(dataset_fingerprint="other"), None),  # accepted: this loader has no fingerprint to compare
 ])
@@ -80,7 +80,7 @@ def test_missing_and_extra_keys():
     ({"_num_yielded": 3, "_sampler_iter_yielded": 3, "_iterator_finished": False}, "torchdata"),
     ({"_iteration": 1, "_num_yielded": 3}, "torchdata StatefulDataLoader|Accelerate"),
     ({"yielded": 5}, "StatefulDistributedSampler"),
-    ("{'cursor': 3}", "found str, expected a dict.*json.load"),
+    ("{'cursor': 3}", "found str\n  expected: a dict.*\n  fix: .*json.load"),
     (None, "found NoneType"),
     ([1, 2], "found list"),
 ])
@@ -92,7 +92,7 @@ def test_foreign_states_say_where_they_come_from(foreign, match):
 def test_fingerprint_mismatch_is_refused():
     loader = make(dataset_fingerprint="v1")
     state = loader.state_dict()
-    with pytest.raises(StateError, match="'dataset_fingerprint': found 'v1', expected 'v2'"):
+    with pytest.raises(StateError, match="'dataset_fingerprint': found 'v1'\n  expected: 'v2'"):
         make(dataset_fingerprint="v2").load_state_dict(state)
 
 
@@ -181,16 +181,22 @@ def test_a_travelled_history_round_trips():
 
 
 @pytest.mark.parametrize("edit, match", [
-    (lambda s: s.update(steps=s["steps"] + 1), "'steps': found 6, expected a step at which the history arrives"),
-    (lambda s: s.update(steps=0), "'steps': found 0, expected at least"),
-    (lambda s: s["history"].pop(), "'steps'.*arrives at epoch 2, cursor 12 .it arrives at epoch 0, cursor 37"),
-    (lambda s: s["history"][-1].__setitem__(2, 3), "'history'.*a last entry with the saved layout"),
-    (lambda s: s["history"].pop(0), r"'history'.*history\[0\].*first entry must carry its start"),
-    (lambda s: s["history"][1].__setitem__(0, 0), r"'history'.*history\[1\]: step 0, expected a step after 0"),
-    (lambda s: s["history"][1].__setitem__(1, 2**40), r"'history'.*history\[1\]: found"),
-    (lambda s: s["history"][-1].__setitem__(4, 1), "'steps'.*arrives at epoch 2"),
+    (lambda s: s.update(steps=s["steps"] + 1), "'steps': found 6\n  expected: a step at which the history arrives"),
+    (lambda s: s.update(steps=0), "'steps': found 0\n  expected: at least"),
+    (lambda s: s["history"].pop(), "'steps': found 5\n"
+                                   "  expected: .*arrives at epoch 2, cursor 12 .it arrives at epoch 0, cursor 37"),
+    (lambda s: s["history"][-1].__setitem__(2, 3), r"'history': found \[\[0, 2, 4, 0, 0, 0\], .*\n"
+                                                   r"  expected: a last entry with the saved layout"),
+    (lambda s: s["history"].pop(0), r"'history': found history\[0\] = \[2, 3, 3, 0\]\n"
+                                    r"  expected: .*first entry must carry its start"),
+    (lambda s: s["history"][1].__setitem__(0, 0), r"'history': found history\[1\] = step 0\n"
+                                                  r"  expected: a step after 0"),
+    (lambda s: s["history"][1].__setitem__(1, 2**40), r"'history': found history\[1\] = \[2, 1099511627776, 3, 0\]\n"
+                                                      r"  expected: "),
+    (lambda s: s["history"][-1].__setitem__(4, 1), "'steps': found 5\n  expected: .*arrives at epoch 2"),
     (lambda s: s.update(version=2),
-     r"'\(keys\)': found \"unknown \['excluded', 'excluded_at', 'grid', 'handed', 'history', 'phases'"),
+     r"'\(keys\)': found unknown \['excluded', 'excluded_at', 'grid', 'handed', 'history', 'phases'.*\n"
+     r".*\n  why: a version 2 state has no \[.*'phases', 'ramp', 'shuffle_block', 'steps'\]"),
 ])
 def test_each_bad_history_is_named(edit, match):
     loader = travelled("strided")
@@ -239,6 +245,6 @@ def test_a_step_count_without_room_to_count_on_is_refused_by_name():
     state = loader.state_dict()
     for steps in (2**62 + 1, 2**63 - 1):
         edited = {**state, "steps": steps, "history": [[steps, *state["history"][0][1:]]]}
-        with pytest.raises(StateError, match=r"state field 'steps': found \d+, expected an int in \[0, 46116860"):
+        with pytest.raises(StateError, match=r"state field 'steps': found \d+\n  expected: an int in \[0, 46116860"):
             loader.load_state_dict(edited)
     assert loader.state_dict() == state

@@ -37,7 +37,8 @@ def test_disagreement_is_refused_on_every_rank_naming_the_field(results, case, f
     for rank_results in results:
         outcome = rank_results[case]
         assert outcome["ok"] is False
-        assert "ranks loaded different states" in outcome["error"] and field in outcome["error"]
+        assert outcome["error"].startswith(f"ranks loaded different states: found fields that differ: {field}")
+        assert "\n  expected: the same state on every rank\n  why: " in outcome["error"]
         assert all(value in outcome["error"] for value in values)
         assert outcome.get("unchanged", True)
 

@@ -49,7 +49,8 @@ def _ids(batches) -> list[list[int]]:
 
 def test_without_the_patch_iteration_is_refused_with_the_fix(unpatched) -> None:
     prepared = _accelerator().prepare(_loader())
-    with pytest.raises(RuntimeError, match=r"without shufflepoint.patch_accelerate\(\).*Fix: call"):
+    with pytest.raises(RuntimeError, match=r"found its sampler iterated by another loader.*\n.*\n"
+                                           r"  why: .*without shufflepoint.patch_accelerate\(\).*\n  fix: call"):
         next(iter(prepared))
 
 
@@ -107,12 +108,13 @@ def test_save_state_and_load_state_resume_mid_epoch(patched, tmp_path) -> None:
     (dict(dispatch_batches=True), "dispatch_batches=True"),
 ])
 def test_options_that_change_who_reads_what_are_refused(patched, config, option) -> None:
-    with pytest.raises(ValueError, match=rf"DataLoaderConfiguration\({option}\).*Fix: drop the option"):
+    with pytest.raises(ValueError, match=rf"found DataLoaderConfiguration\({option}\)\n.*\n.*\n  fix: drop the option"):
         _accelerator(**config).prepare(_loader())
 
 
 def test_a_loader_built_for_another_rank_layout_is_refused(patched) -> None:
-    with pytest.raises(ValueError, match=r"rank 1 of 2, but this Accelerator is process 0 of 1.*Fix"):
+    with pytest.raises(ValueError, match=r"found a loader that shards for rank 1 of 2\n  expected: rank 0 of 1, "
+                                         r"this Accelerator's process\n.*\n  fix: "):
         _accelerator().prepare(_loader(rank=1, world_size=2))
 
 

@@ -76,8 +76,9 @@ def test_patch_is_idempotent_and_unpatch_restores_the_originals(unpatched) -> No
 def test_unknown_version_is_refused_with_version_and_range(unpatched, monkeypatch, version) -> None:
     monkeypatch.setattr(_patch, "_installed_accelerate_version", lambda: version)
     before = _snapshot()
-    with pytest.raises(RuntimeError, match=rf"Accelerate {version} is installed.*tested on 1\.13\.0 up to "
-                                           rf"\(not including\) 1\.16\.0.*force=True"):
+    with pytest.raises(RuntimeError, match=rf"patch_accelerate: found Accelerate {version}\n  expected: a tested "
+                                           rf"version, 1\.13\.0 up to \(not including\) 1\.16\.0\n.*\n"
+                                           rf"  fix: .*force=True"):
         shufflepoint.patch_accelerate()
     assert _snapshot() == before
 
@@ -140,10 +141,10 @@ def test_refused_state_leaves_the_loader_as_it_was(unpatched) -> None:
     state = loader.state_dict()
     before = (loader.iteration, loader.get_sampler().generator.get_state().clone())
     for broken, message in [
-        ({**state, "_iteration": -1}, r"'_iteration': found -1, expected an integer >= 0"),
+        ({**state, "_iteration": -1}, r"'_iteration': found -1\n  expected: an integer >= 0"),
         ({**state, "_shufflepoint": {**state["_shufflepoint"], "format": 7}}, r"format': found 7"),
         ({**state, "_shufflepoint": {**state["_shufflepoint"], "order_source": "seedable"}},
-         r"order_source': found 'seedable', expected 'generator'.*use_seedable_sampler"),
+         r"order_source': found 'seedable'\n  expected: 'generator'.*\n  fix: .*use_seedable_sampler"),
         ({**state, "_shufflepoint": {**state["_shufflepoint"], "generator_state": "AAAA"}},
          r"generator_state': found '3 bytes'"),
     ]:

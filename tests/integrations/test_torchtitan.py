@@ -57,12 +57,12 @@ def test_epochs_end_the_iteration_and_the_state_is_shufflepoint_s():
 
 
 def test_bad_input_is_refused_by_name():
-    with pytest.raises(ValueError, match="build_dataset: found None"):
+    with pytest.raises(ValueError, match="build_dataset: found None\n  expected: fn\\(tokenizer=, row_tokens=\\)"):
         ShufflepointDataLoader.Config().build(dp_world_size=1, dp_rank=0, seq_len=5, local_batch_size=2)
-    with pytest.raises(TypeError, match="ShufflepointDataLoader got mystery"):
+    with pytest.raises(TypeError, match="ShufflepointDataLoader: found mystery\n  expected: the arguments torchtitan"):
         ShufflepointDataLoader.Config(build_dataset=packed).build(dp_world_size=1, dp_rank=0, seq_len=5,
                                                                    local_batch_size=2, mystery=1)
-    with pytest.raises(RuntimeError, match=r"torchtitan: found version 0\.2\.9, expected one of 0\.3\.0"):
+    with pytest.raises(RuntimeError, match=r"torchtitan: found version 0\.2\.9\n  expected: one of 0\.3\.0"):
         check_version("0.2.9")
     with pytest.raises(shufflepoint.StateError, match="format"):
         build().load_state_dict({"dp_rank_0": b"...", "world_size": 2})  # torchtitan's own loader's state

@@ -127,9 +127,9 @@ def test_a_budget_round_trips_and_a_damaged_one_is_refused_by_field():
     assert Budget(3, End(0, 0), 1, 4, 2).describe().endswith("1 rank x batch 4 x accumulation 2 (8 samples a step)")
     damaged = budget.to_json()
     del damaged["end"]["cursor"]
-    with pytest.raises(StateError, match=r"b\.json: end\.cursor: missing"):
+    with pytest.raises(StateError, match=r"b\.json: end\.cursor: found nothing \(missing\)\n"):
         Budget.from_json(damaged, "b.json")
-    with pytest.raises(StateError, match=r"b\.json: set_by\.world_size: found 0, expected an integer >= 1"):
+    with pytest.raises(StateError, match=r"b\.json: set_by\.world_size: found 0\n  expected: an integer >= 1"):
         Budget.from_json(budget.to_json() | {"set_by": {"world_size": 0, "batch_size": 4, "accumulation": 1}},
                          "b.json")
 

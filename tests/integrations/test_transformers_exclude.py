@@ -67,7 +67,8 @@ def test_it_needs_a_shufflepoint_trainer_and_int_indices(tmp_path):
         ExcludeSamples([1], from_step=-1)
     args = transformers.TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True)
     stock_loader = torch.utils.data.DataLoader(Tokens(24), batch_size=4)  # what a stock Trainer trains from
-    with pytest.raises(TypeError, match=r"train loader is a DataLoader, expected a shufflepoint.DataLoader"):
+    with pytest.raises(TypeError, match=r"found a DataLoader as the Trainer's train loader\n"
+                                        r"  expected: a shufflepoint.DataLoader"):
         ExcludeSamples([1]).on_train_begin(args, transformers.TrainerState(), None, train_dataloader=stock_loader)
 
 

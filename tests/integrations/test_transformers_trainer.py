@@ -74,18 +74,18 @@ def test_what_it_cannot_do_is_refused_by_name(tmp_path):
         def __iter__(self):
             return iter([])
 
-    with pytest.raises(TypeError, match="train_dataset: found an IterableDataset"):
+    with pytest.raises(TypeError, match="train_dataset: found an IterableDataset\n  expected: a map-style dataset"):
         Trainer(model=_model(), args=_args(tmp_path, max_steps=2), train_dataset=Stream()).get_train_dataloader()
     grouping = {"train_sampling_strategy": "group_by_length"} if hasattr(
         transformers.TrainingArguments, "train_sampling_strategy") else {"group_by_length": True}
     trainer = Trainer(model=_model(), args=_args(tmp_path, **grouping), train_dataset=Tokens())
-    with pytest.raises(ValueError, match="train_sampling_strategy / group_by_length"):
+    with pytest.raises(ValueError, match="train_sampling_strategy / group_by_length: found '.*'\n  expected: 'random'"):
         trainer.get_train_dataloader()
 
 
 def test_an_untested_transformers_is_refused_unless_forced(tmp_path, monkeypatch):
     monkeypatch.setattr(_touch, "installed_version", lambda: "5.99.0")
-    with pytest.raises(RuntimeError, match=r"transformers 5\.99\.0 is installed, but the integration was tested"):
+    with pytest.raises(RuntimeError, match=r"transformers: found transformers 5\.99\.0\n  expected: a tested version"):
         Trainer(model=_model(), args=_args(tmp_path), train_dataset=Tokens())
     with pytest.warns(shufflepoint.ResumeWarning, match="outside the tested range"):
         Trainer(model=_model(), args=_args(tmp_path), train_dataset=Tokens(), force_version=True)
@@ -115,7 +115,7 @@ def test_ignore_data_skip_is_refused_on_resume(tmp_path):
     folder = _train_and_save(tmp_path)
     trainer = Trainer(model=_model(), args=_args(tmp_path, ignore_data_skip=True), train_dataset=Tokens(),
                       data_collator=_collate)
-    with warnings.catch_warnings(), pytest.raises(ValueError, match="ignore_data_skip: found True"):
+    with warnings.catch_warnings(), pytest.raises(ValueError, match="ignore_data_skip: found True\n  expected: False"):
         trainer.train(resume_from_checkpoint=folder)
 
 
@@ -160,8 +160,8 @@ def test_a_trainer_listed_before_the_mixin_is_refused_at_class_creation():
     class SFTLike(transformers.Trainer):
         pass
 
-    with pytest.raises(TypeError, match=r"class Wrong\(SFTLike, ResumableTrainerMixin\): SFTLike comes before "
-                                        r"ResumableTrainerMixin(.|\n)*Fix: list the mixin first, "
+    with pytest.raises(TypeError, match=r"class Wrong\(SFTLike, ResumableTrainerMixin\): found SFTLike comes before "
+                                        r"ResumableTrainerMixin\n(.|\n)*  fix: list the mixin first, "
                                         r"class Wrong\(ResumableTrainerMixin, SFTLike\)"):
         class Wrong(SFTLike, ResumableTrainerMixin):
             pass
@@ -194,7 +194,8 @@ def test_the_mixin_without_a_trainer_is_refused_at_init(tmp_path):
     class Alone(ResumableTrainerMixin):
         pass
 
-    with pytest.raises(TypeError, match="found no transformers.Trainer among its bases"):
+    with pytest.raises(TypeError, match="Alone: found ResumableTrainerMixin found no transformers.Trainer among its "
+                                        "bases\n  expected: a transformers.Trainer base"):
         Alone(model=_model(), args=_args(tmp_path))
 
 
@@ -202,7 +203,8 @@ def test_trl_sft_trainer_before_the_mixin_is_refused():
     trl = pytest.importorskip("trl")
     from shufflepoint.integrations.transformers import ResumableTrainerMixin
 
-    with pytest.raises(TypeError, match=r"SFTTrainer comes before ResumableTrainerMixin(.|\n)*"
+    with pytest.raises(TypeError, match=r"found SFTTrainer comes before ResumableTrainerMixin\n(.|\n)*"
+                                        r"  fix: list the mixin first, "
                                         r"class Wrong\(ResumableTrainerMixin, SFTTrainer\)"):
         class Wrong(trl.SFTTrainer, ResumableTrainerMixin):
             pass

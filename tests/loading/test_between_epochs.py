@@ -137,5 +137,5 @@ def test_the_state_keeps_the_ramp_across_resumes_until_it_is_lost():
         next(iter(lost))
     assert lost.state_dict()["ramp"] is None  # said once: the run now reads at 4
     assert ranks(64, 2, 4)[0].state_dict()["ramp"] is None
-    with pytest.raises(shufflepoint.StateError, match=r"'ramp': found 0, expected a batch size"):
+    with pytest.raises(shufflepoint.StateError, match=r"'ramp': found 0\n  expected: a batch size"):
         ranks(64, 2, 4)[0].load_state_dict({**state, "ramp": 0})

@@ -103,11 +103,11 @@ def test_the_state_holds_sorted_ranges_and_an_older_state_loads_with_nothing_exc
 
 
 @pytest.mark.parametrize(("indices", "error", "match"), [
-    ([3, -2], ValueError, r"indices: found -2, expected dataset indices in \[0, 10\)"),
-    ([10], ValueError, r"indices: found 10, expected dataset indices in \[0, 10\) \(len\(dataset\) = 10\)"),
-    (["3"], TypeError, r"indices: found '3' of type str, expected int dataset indices"),
+    ([3, -2], ValueError, r"indices: found -2\n  expected: dataset indices in \[0, 10\)"),
+    ([10], ValueError, r"indices: found 10\n  expected: dataset indices in \[0, 10\) \(len\(dataset\) = 10\)"),
+    (["3"], TypeError, r"indices: found '3' of type str\n  expected: int dataset indices"),
     ([2.0], TypeError, r"indices: found 2.0 of type float"),
-    (3, TypeError, r"indices: found int, expected an iterable of int dataset indices"),
+    (3, TypeError, r"indices: found int\n  expected: an iterable of int dataset indices"),
 ])
 def test_bad_indices_are_refused_by_name_and_change_nothing(indices, error, match):
     loader = shufflepoint.DataLoader(list(range(10)), 2, seed=1)
@@ -133,19 +133,19 @@ def test_too_many_ranges_are_refused_naming_the_bound(monkeypatch):
     monkeypatch.setattr(excluding, "MAX_RANGES", 3)
     loader = shufflepoint.DataLoader(list(range(100)), 2)
     loader.exclude([0, 2, 4])
-    with pytest.raises(ValueError, match=r"the excluded set would be 4 ranges, expected at most 3"):
+    with pytest.raises(ValueError, match=r"indices: found an excluded set of 4 ranges\n  expected: at most 3 ranges"):
         loader.exclude([6])
     assert loader.excluded.count == 3
 
 
 @pytest.mark.parametrize(("edit", "match"), [
-    ([1], r"'excluded': found \[1\].*found 1 numbers, expected an even count"),
-    ([0, 0], r"'excluded'.*element 1: a range of length 0"),
-    ([2, 1, 0, 1], r"'excluded'.*element 2: a gap of 0 between ranges"),
-    ([5, 6], r"'excluded'.*the ranges reach index 10, expected every index < n = 10"),
-    ([0, -1], r"'excluded'.*element 1: found -1"),
-    ([0, 1.5], r"'excluded'.*element 1: found 1.5"),
-    ("0,1", r"'excluded': found '0,1', expected a list"),
+    ([1], r"'excluded': found \[1\] \(1 numbers\)\n  expected: an even count"),
+    ([0, 0], r"'excluded': found element 1 = 0\n  expected: a range length >= 1"),
+    ([2, 1, 0, 1], r"'excluded': found element 2 = 0\n  expected: a gap >= 1 between ranges"),
+    ([5, 6], r"'excluded': found the ranges = index 10 reached\n  expected: every index < n = 10"),
+    ([0, -1], r"'excluded': found element 1 = -1\n  expected: an int >= 0"),
+    ([0, 1.5], r"'excluded': found element 1 = 1.5\n  expected: an int >= 0"),
+    ("0,1", r"'excluded': found '0,1'\n  expected: a list"),
 ])
 def test_malformed_exclusions_in_a_state_are_refused_by_name_and_change_nothing(edit, match):
     loader = shufflepoint.DataLoader(list(range(10)), 2, seed=1)
@@ -165,10 +165,12 @@ def test_loaders_that_cannot_skip_refuse_by_name():
     strided.exclude([1, 17])  # the blocks order has an inverse
     assert 1 not in {i for b in strided for i in b.tolist()}
     sampler = shufflepoint.ResumableSampler(list(range(18)), num_replicas=1, rank=0)
-    with pytest.raises(StateError, match=r"'excluded'.*\[\] for a sampler"):
+    with pytest.raises(StateError, match=r"'excluded': found \[0, 1\] \(1 excluded indices\)\n"
+                                         r"  expected: \[\] for a sampler"):
         sampler.load_state_dict(dict(sampler.state_dict(), excluded=[0, 1]))
     own = shufflepoint.DataLoader(_OwnOrder(), 2, deal="strided")
-    with pytest.raises(ValueError, match=r"exclude: the 'own' order of a _OwnOrder has no inverse"):
+    with pytest.raises(ValueError, match=r"exclude: found the 'own' order of a _OwnOrder\n.*\n"
+                                         r"  why: this order has no inverse"):
         own.exclude([1])
 
 
@@ -258,12 +260,16 @@ def test_a_state_saved_after_an_epochs_last_batch_with_drop_last_loads_on_any_la
 
 def test_a_mixture_or_packed_refusal_names_the_users_dataset_and_a_uint64_index_its_own_value():
     mixture = shufflepoint.Mixture([(list(range(10)), 1.0), (list(range(10, 16)), 1.0)])
-    with pytest.raises(ValueError, match=r"the 'mixture' order of a Mixture has no inverse.*filter the dataset"):
+    with pytest.raises(ValueError, match=r"exclude: found the 'mixture' order of a Mixture\n"
+                                         r"  expected: an order with an inverse.*\n.*no inverse.*\n"
+                       r"  fix: filter the dataset"):
         shufflepoint.DataLoader(mixture, 2, collate_fn=list).exclude([1])
     packed = shufflepoint.Packed([{"input_ids": [1, 2, 3]}] * 8, 4)
-    with pytest.raises(ValueError, match=r"the 'packed' order of a Packed has no inverse.*corpus the Packed reads"):
+    with pytest.raises(ValueError, match=r"found the 'packed' order of a Packed\n.*\n"
+                                         r"  why: this order has no inverse.*\n"
+                                          r"  fix: .*corpus the Packed reads"):
         shufflepoint.DataLoader(packed, 2).exclude([1])
     loader = shufflepoint.DataLoader(list(range(10)), 2)
-    with pytest.raises(ValueError, match=r"found 18446744073709551615, expected dataset indices that fit an int64"):
+    with pytest.raises(ValueError, match=r"found 18446744073709551615\n  expected: dataset indices that fit an int64"):
         loader.exclude(np.array([2**64 - 1], dtype=np.uint64))
     assert not loader.excluded

@@ -146,21 +146,22 @@ def test_a_damaged_handed_or_cursor_is_refused_by_name():
     state = ranks[0].state_dict()
     assert state["handed"]
     for field, value, words in [
-        ("handed", [0, *state["handed"][1:]], "first world size"),
-        ("handed", [2], "no ranges"),
-        ("handed", [2, 0, 5, 0, 1], "gap of 0"),
+        ("handed", [0, *state["handed"][1:]], r"element 0 = 0\n  expected: the epoch's first world size"),
+        ("handed", [2], r"\[2\] \(a world size and no ranges\)\n  expected: \[\] when nothing was handed out"),
+        ("handed", [2, 0, 5, 0, 1], r"after element 0, element 2 = 0\n  expected: a gap >= 1"),
         ("cursor", state["cursor"] - 1, "cursor"),
     ]:
         fresh = loaders(20, 2, 2, seed=1)[0]
         before = fresh.state_dict()
-        with pytest.raises(StateError, match=f"'{field}'.*{words}" if field == "handed" else "'cursor'"):
+        with pytest.raises(StateError, match=f"'{field}': found {words}" if field == "handed" else "'cursor'"):
             fresh.load_state_dict({**state, field: value})
         assert fresh.state_dict() == before
     strided = shufflepoint.DataLoader(list(range(20)), 2, rank=0, world_size=2, seed=1, deal="strided")
     with pytest.raises(StateError, match="'deal'"):
         strided.load_state_dict(state)
     nothing = {**loaders(20, 2, 2, seed=1)[0].state_dict(), "handed": state["handed"]}
-    with pytest.raises(StateError, match="'handed'.*only the spans deal with samples excluded"):
+    with pytest.raises(StateError, match=r"'handed': found \[2, 0, 2, 8, 2\]\n"
+                                         r"  expected: \[\] \(only the spans deal with samples excluded"):
         loaders(20, 2, 2, seed=1)[0].load_state_dict(nothing)
     older = {k: v for k, v in loaders(20, 2, 2, seed=1)[0].state_dict().items()
              if k not in ("handed", "shuffle_block", "grid", "phases", "ramp")}

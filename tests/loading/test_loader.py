@@ -179,10 +179,11 @@ def test_huggingface_dataset():
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
-    (dict(sampler=[1]), TypeError, "builds its own order"),
-    (dict(batch_sampler=[1]), TypeError, "builds its own order"),
-    (dict(rank=2, world_size=2), ValueError, "rank: found 2"),
-    (dict(shuffle=1), TypeError, "shuffle: found 1"),
+    (dict(sampler=[1]), TypeError, "sampler: found a torch sampler\n  expected: none: .* builds its own order"),
+    (dict(batch_sampler=[1]), TypeError, "batch_sampler: found a torch batch_sampler\n  expected: none: "
+                                         ".* builds its own order"),
+    (dict(rank=2, world_size=2), ValueError, r"rank: found 2\n  expected: an int in \[0, world_size=2\)"),
+    (dict(shuffle=1), TypeError, "shuffle: found 1\n  expected: a bool"),
     (dict(seed=-5), ValueError, "seed: found -5"),
     (dict(order="randperm"), ValueError, "order: found 'randperm'"),
 ])

@@ -24,7 +24,8 @@ def test_auto_fingerprint_catches_a_changed_dataset():
     shufflepoint.DataLoader(list(original), 5, seed=1, dataset_fingerprint="auto").load_state_dict(state)
     edited = list(original)
     edited[0] = torch.tensor(999)
-    with pytest.raises(shufflepoint.StateError, match="'dataset_fingerprint'.*strict=False"):
+    with pytest.raises(shufflepoint.StateError, match=r"'dataset_fingerprint': found 'auto:n=50:\w+'\n"
+                                                      r"  expected: 'auto:n=50:\w+'\n.*\n  fix: .*strict=False"):
         shufflepoint.DataLoader(edited, 5, seed=1, dataset_fingerprint="auto").load_state_dict(state)
     relaxed = shufflepoint.DataLoader(edited, 5, seed=1, dataset_fingerprint="auto")
     with pytest.warns(shufflepoint.ResumeWarning, match="dataset changed since the checkpoint"):

@@ -190,7 +190,8 @@ def test_which_says_which_steps_it_can_no_longer_place():
     first = fresh.state_dict()["history"][0][0]
     assert first == 9
     assert all(fresh.which(step)[1] == batch for step, batch in received.items() if step >= first)
-    with pytest.raises(ValueError, match=f"step: found {first - 1}, but this history starts at step {first}"):
+    with pytest.raises(ValueError, match=f"step: found {first - 1}\n"
+                                         f"  expected: a step from {first} on, where this history starts"):
         fresh.which(first - 1)
     with pytest.raises(ValueError, match="step: found -1"):
         fresh.which(-1)
@@ -219,7 +220,7 @@ def test_a_version_2_state_loads_and_its_steps_are_counted_from_its_layout():
     uninterrupted = shufflepoint.DataLoader(list(range(64)), 4, seed=1234, rank=0, world_size=2)
     served = [b.tolist() for b in uninterrupted] + [b.tolist() for b in uninterrupted]  # epochs 0 and 1
     assert [loader.which(s)[0] for s in range(11, 16)] == served[11:16]
-    with pytest.raises(ValueError, match="step: found 10, but this history starts at step 11"):
+    with pytest.raises(ValueError, match="step: found 10\n  expected: a step from 11 on, where this history starts"):
         loader.which(10)
 
 
@@ -254,9 +255,10 @@ def test_every_state_the_loader_writes_loads_at_the_last_epoch():
     assert state["epoch"] == 2**62  # the last epoch stays at its end: no epoch the orders refuse
     fresh = shufflepoint.DataLoader(list(range(6)), 2, seed=1)
     fresh.load_state_dict(state)
-    with pytest.raises(ValueError, match="epoch: the loader has read epoch 4611686018427387904, the last"):
+    with pytest.raises(ValueError, match="epoch: found 4611686018427387904\n  expected: an epoch the loader has not "
+                                         "finished.*\n  why: epoch 4611686018427387904 is the last"):
         iter(fresh)
-    with pytest.raises(StateError, match="'epoch': found 4611686018427387905, expected an int in"):
+    with pytest.raises(StateError, match="'epoch': found 4611686018427387905\n  expected: an int in"):
         fresh.load_state_dict(dict(state, epoch=2**62 + 1))
     with pytest.raises(ValueError, match="epoch: found 4611686018427387905"):
         fresh.set_epoch(2**62 + 1)
@@ -278,8 +280,9 @@ def test_the_65th_world_size_of_an_epoch_is_refused_at_the_resize():
     same = shufflepoint.DataLoader(list(range(n)), 1, seed=5, rank=0, world_size=3, deal="spans")
     same.load_state_dict(state)  # the last world size continues its segment
     other = shufflepoint.DataLoader(list(range(n)), 1, seed=5, rank=0, world_size=2, deal="spans")
-    with pytest.raises(StateError, match=r"'segments'.*at most 64 in one epoch: world size 2 would be the 65th.*"
-                                         r"Finish epoch 0 on world size 3"):
+    with pytest.raises(StateError, match=r"'segments': found 64 world sizes in epoch 0\n  expected: at most 64 in one "
+                                         r"epoch \(world size 2 would be the 65th\)\n"
+                                         r"  fix: finish epoch 0 on world size 3"):
         other.load_state_dict(state)
     assert other.state_dict()["steps"] == 0  # nothing changed
     same.set_epoch(1)

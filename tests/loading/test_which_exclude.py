@@ -118,7 +118,8 @@ def test_a_state_without_excluded_at_loads_and_which_says_why_it_cannot_place_it
     state["version"] = 3
     fresh = shufflepoint.DataLoader(list(range(10)), 2, seed=5)
     fresh.load_state_dict(state)
-    with pytest.raises(ValueError, match=r"does not say from which step \(written before the 'excluded_at' field\)"):
+    with pytest.raises(ValueError, match=r"which: found a state with samples excluded and no 'excluded_at'\n"
+                                         r"  expected: a state that says from which step"):
         fresh.which(0)
     with pytest.raises(StateError, match=r"state field 'excluded_at'"):
         fresh.load_state_dict({**loader.state_dict(), "excluded_at": [0], "excluded": []})

@@ -53,5 +53,5 @@ def test_blocks_orders_invert_take(rows, seed, epoch, block, stretches):
 
 
 def test_blocks_inverse_refuses_an_index_outside_the_corpus():
-    with pytest.raises(IndexError, match=r"indices: expected each in \[0, 14\), found 0..14"):
+    with pytest.raises(IndexError, match=r"indices: found 0..14\n  expected: each in \[0, 14\)"):
         BlockOrder([3, 5, 2, 4], 0, 0, 6).positions_of(np.array([0, 14]))

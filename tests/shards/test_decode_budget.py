@@ -158,8 +158,8 @@ def test_a_block_of_the_callers_own_that_differs_from_the_states_is_refused_by_n
     next(iter(saved))
     state = saved.state_dict()
     chosen = shufflepoint.DataLoader(corpus, batch_size=8, seed=3, shuffle_block=128)
-    with pytest.raises(shufflepoint.StateError, match=r"'shuffle_block': found 64, expected 128 .*build the "
-                                                  r"loader with shuffle_block=64 to resume this run"):
+    with pytest.raises(shufflepoint.StateError, match=r"'shuffle_block': found 64\n  expected: 128 .*\n.*\n"
+                                                  r"  fix: build the loader with shuffle_block=64 to resume this run"):
         chosen.load_state_dict(state)
     assert chosen.state_dict()["cursor"] == 0  # nothing changed
     adopting = shufflepoint.DataLoader(corpus, batch_size=8, seed=3)  # left to the default: adopts 64

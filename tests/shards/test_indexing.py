@@ -164,7 +164,8 @@ def test_parquet_footer_rows_equal_the_opened_rows(tmp_path_factory, rows, group
     assert reader.rows_from_metadata(lambda a, b: data[a:b], len(data), path) == len(opened) == rows
     opened.close()
     for cut in (1, 8, len(data) // 2):
-        with pytest.raises(shufflepoint.ShardError, match="is not a readable Parquet file"):
+        with pytest.raises(shufflepoint.ShardError, match="found a file that is not readable Parquet\n"
+                                                          "  expected: a Parquet file\n  why: .+\n  fix: "):
             reader.rows_from_metadata(lambda a, b, d=data[:-cut]: d[a:b], len(data) - cut, path)
 
 

@@ -152,7 +152,7 @@ def test_checksums_catch_what_sizes_and_versions_cannot(tmp_path):
     assert plain[10].tolist() == list(range(1500, 1505))  # the documented limit of versions
     with pytest.raises(shufflepoint.ShardError, match=r"part-1\.bin: content changed: the copy .* hashes to sha256:"):
         checked[10]
-    with pytest.raises(ValueError, match=r"verify: found 'md5', expected one of 'version', 'checksum'"):
+    with pytest.raises(ValueError, match=r"verify: found 'md5'\n  expected: one of 'version', 'checksum'"):
         shufflepoint.Shards(os.path.join(folder, "*.bin"), seq_len=SEQ, progress=False, verify="md5")
 
 

@@ -106,7 +106,7 @@ def test_arrow_record_batch(tmp_path):
 def test_shards_refuses_an_index_out_of_range(tmp_path):
     jsonl_corpus(str(tmp_path), 2)
     corpus = Shards(str(tmp_path / "*.jsonl"), cache_dir=str(tmp_path / "cache"), progress=False)
-    with pytest.raises(IndexError, match=rf"Shards index: found {len(corpus)}, expected an int in \[0, "):
+    with pytest.raises(IndexError, match=rf"Shards index: found {len(corpus)}\n  expected: an int in \[0, "):
         corpus.locate(len(corpus))
 
 

@@ -144,9 +144,9 @@ def test_bad_input_names_the_field():
         Mixture([])
     with pytest.raises(ValueError, match=r"sources\[1\] weight"):
         Mixture([(tagged("a", 3), 1), (tagged("b", 3), 0)])
-    with pytest.raises(ValueError, match=r"sources\[0\]: the dataset is empty"):
+    with pytest.raises(ValueError, match=r"sources\[0\]: found an empty dataset\n  expected: at least one sample"):
         Mixture([([], 1)])
-    with pytest.raises(ValueError, match="weights: source 1 gets 0"):
+    with pytest.raises(ValueError, match="weights: found source 1 gets 0 of the .* samples per epoch\n  expected: "):
         Mixture([(tagged("a", 3), 1000), (tagged("b", 3), 1)], samples_per_epoch=10)
     with pytest.raises(ValueError, match="samples_per_epoch"):
         Mixture([(tagged("a", 3), 1)], samples_per_epoch=0)
@@ -254,23 +254,28 @@ def test_a_changed_packed_source_is_refused_naming_the_mixture():
     state = packed_mixture_component(0, 1).make().state_dict()
     changed = Mixture([(packed([0, 7, 3, 25, 1, 12, 9], 5, 0, eos=8), 2), (packed([4, 30, 2, 6, 11], 5, 1), 1)],
                       samples_per_epoch=11)
-    with pytest.raises(shufflepoint.StateError, match="dataset_fingerprint.*the mixture changed"):
+    with pytest.raises(shufflepoint.StateError, match=r"'dataset_fingerprint': found 'mixture:\w+'\n  expected: "
+                                                 r"'mixture:\w+'\n  why: the mixture changed"):
         shufflepoint.DataLoader(changed, 2, seed=4, shuffle_block=3).load_state_dict(state)
 
 
 def test_bad_packed_sources_name_the_field():
-    with pytest.raises(ValueError, match=r"seq_len: found sources\[0\] 4, sources\[1\] 8; every Packed source"):
+    with pytest.raises(ValueError, match=r"seq_len: found sources\[0\] 4, sources\[1\] 8\n"
+                                         r"  expected: the same seq_len for every "
+                                         r"Packed source"):
         Mixture([(packed([9]), 1), (packed([9], 8), 1)])
-    with pytest.raises(TypeError, match=r"sources: \[1\] are Packed, \[0\] are not"):
+    with pytest.raises(TypeError, match=r"sources: found \[1\] Packed, \[0\] not\n  expected: every source Packed"):
         Mixture([(tagged("a", 3), 1), (packed([9]), 1)])
     same = packed([9])
-    with pytest.raises(ValueError, match=r"sources\[1\]: the same Packed as sources\[0\]"):
+    with pytest.raises(ValueError, match=r"sources\[1\]: found the same Packed as sources\[0\]\n"):
         Mixture([(same, 1), (same, 2)])
-    with pytest.raises(TypeError, match=r"sources\[0\]: a Mixture has its own 'mixture' order"):
+    with pytest.raises(TypeError, match=r"sources\[0\]: found a Mixture with its own 'mixture' order\n.*\n"
+                                        r"  why: mixing a dataset with its own order is not built"):
         Mixture([(Mixture([(tagged("a", 3), 1)]), 1)])
     bound = packed([9])
     shufflepoint.DataLoader(bound, 1, seed=1, shuffle_block=2)
-    with pytest.raises(ValueError, match="but this Packed serves"):  # already bound by another loader
+    # already bound by another loader
+    with pytest.raises(ValueError, match=r"found \(\d+, \d+\)\n  expected: \(\d+, \d+\), what this Packed serves"):
         shufflepoint.DataLoader(Mixture([(bound, 1)]), 1, seed=1, shuffle_block=2)
 
 

@@ -183,7 +183,8 @@ def test_a_resume_that_changes_a_started_phase_is_refused_naming_it(changed, pha
     state = first.state_dict()
     resumed = appended_loader(changed)
     before = resumed.state_dict()
-    with pytest.raises(shufflepoint.StateError, match=rf"'phases'.*schedule\[{phase}\]"):
+    with pytest.raises(shufflepoint.StateError, match=rf"'phases': found \[\[0, '\w+'\]\]\n.*\n"
+                                                      rf"  why: schedule\[{phase}\] changed"):
         resumed.load_state_dict(state)
     assert resumed.state_dict() == before
     with warnings.catch_warnings(record=True) as caught:
@@ -211,17 +212,17 @@ def test_packed_sources_count_phases_in_tokens():
 
 
 @pytest.mark.parametrize("kwargs, error, words", [
-    (dict(schedule=[(0, [1, 1, 1])]), ValueError, r"schedule\[0\] weights: found 3 weight\(s\), expected 2"),
+    (dict(schedule=[(0, [1, 1, 1])]), ValueError, r"schedule\[0\] weights: found 3 weight\(s\)\n  expected: 2"),
     (dict(schedule=[(0, [1, 1]), (10, [1])]), ValueError, r"schedule\[1\] weights: found 1"),
     (dict(schedule=[(0, [1, 1]), (10, [1, 0]), (5, [0, 1])]), ValueError, r"schedule\[2\] start: found 5 after"),
     (dict(schedule=[(0, [1, 1]), (10, [1, 0]), (10, [0, 1])]), ValueError, r"schedule\[2\] start: found 10 after"),
     (dict(schedule=[(-1, [1, 1])]), ValueError, r"schedule\[0\] start: found -1"),
-    (dict(schedule=[(4, [1, 1])]), ValueError, r"schedule\[0\] start: found 4, expected 0"),
+    (dict(schedule=[(4, [1, 1])]), ValueError, r"schedule\[0\] start: found 4\n  expected: 0"),
     (dict(schedule=[(0, [1, -1])]), ValueError, r"schedule\[0\] weights\[1\]: found -1"),
     (dict(schedule=[(0, [0, 0])]), ValueError, r"schedule\[0\] weights: found \[0, 0\], all 0"),
     (dict(schedule=[]), TypeError, r"schedule: found \[\]"),
     (dict(schedule=[(0, 1)]), TypeError, r"schedule\[0\] weights: found 1"),
-    (dict(schedule=[5]), TypeError, r"schedule\[0\]: found 5, expected a \(start, weights\) pair"),
+    (dict(schedule=[5]), TypeError, r"schedule\[0\]: found 5\n  expected: a \(start, weights\) pair"),
 ])
 def test_bad_schedules_are_refused_naming_the_argument(kwargs, error, words):
     with pytest.raises(error, match=words):
@@ -322,9 +323,10 @@ def test_any_schedule_resumed_on_any_world_serves_each_slot_once_and_the_same_wo
 def test_the_sampler_reads_a_scheduled_mixture_under_strided_and_refuses_spans():
     mixture = Mixture([tagged("a", 5), tagged("b", 5)], schedule=[(0, [1, 1])])
     assert shufflepoint.ResumableSampler(mixture, 2, 0).deal == "strided"
-    with pytest.raises(ValueError, match=r"deal: found 'spans', but this Mixture is read under 'strided' only"):
+    with pytest.raises(ValueError, match=r"deal: found 'spans'\n  expected: 'strided', the only deal this Mixture is "
+                                         r"read under"):
         shufflepoint.ResumableSampler(mixture, 2, 0, deal="spans")
-    with pytest.raises(ValueError, match=r"deal: found 'diagonal', expected one of"):
+    with pytest.raises(ValueError, match=r"deal: found 'diagonal'\n  expected: one of"):
         shufflepoint.ResumableSampler(mixture, 2, 0, deal="diagonal")
 
 
@@ -374,8 +376,8 @@ def test_a_resume_that_changes_a_started_ramp_or_where_it_goes_is_refused_naming
 
 @pytest.mark.parametrize("schedule, words", [
     ([(0, [1, 1], 0), (10, [1, 0])], r"schedule\[0\] ramp steps: found 0"),
-    ([(0, [1, 1]), (10, [1, 0], 3)], r"schedule\[1\] ramp steps: found 3, but the last phase"),
-    ([(0, [1, 1], 20), (10, [1, 0])], r"schedule\[0\] ramp steps: found 20, more than the 10 positions"),
+    ([(0, [1, 1]), (10, [1, 0], 3)], r"schedule\[1\] ramp steps: found 3\n  expected: 1 on the last phase"),
+    ([(0, [1, 1], 20), (10, [1, 0])], r"schedule\[0\] ramp steps: found 20\n  expected: at most 10, the positions"),
 ])
 def test_bad_ramps_are_refused_naming_the_phase(schedule, words):
     with pytest.raises(ValueError, match=words):

@@ -170,37 +170,37 @@ def test_the_state_names_the_packed_order_and_refuses_another_packing():
 
 
 def test_bad_input_names_the_field_or_the_document():
-    with pytest.raises(ValueError, match=r"tokens: document 1 has no field 'input_ids' \(found keys \['text'\]\)"):
+    with pytest.raises(ValueError, match=r"tokens: document 1: found no field 'input_ids' \(keys \['text'\]\)"):
         Packed([{"input_ids": [1, 2]}, {"text": "hello"}], 1, progress=False)
-    with pytest.raises(ValueError, match="document 0 has no field 'ids'"):
+    with pytest.raises(ValueError, match="document 0: found no field 'ids'"):
         Packed(documents([3]), 1, tokens="ids", progress=False)
-    with pytest.raises(TypeError, match="field 'input_ids' of document 2 holds float64"):
+    with pytest.raises(TypeError, match="field 'input_ids' of document 2: found float64"):
         Packed([{"input_ids": [1]}, {"input_ids": []}, {"input_ids": [1.5, 2.0]}], 1, progress=False)
-    with pytest.raises(TypeError, match="document 0 holds <U"):
+    with pytest.raises(TypeError, match="document 0: found <U"):
         Packed([{"input_ids": ["a", "b"]}], 1, progress=False)
-    with pytest.raises(TypeError, match="document 0 holds bool"):
+    with pytest.raises(TypeError, match="document 0: found bool"):
         Packed([{"input_ids": [True]}], 1, progress=False)
     for seq_len in (0, -3):
         with pytest.raises(ValueError, match=f"seq_len: found {seq_len}"):
             Packed(documents([3]), seq_len, progress=False)
     with pytest.raises(TypeError, match="seq_len: found '4'"):
         Packed(documents([3]), "4", progress=False)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="seq_len: found 8, but the corpus holds 7 tokens"):
+    with pytest.raises(ValueError, match=r"seq_len: found 8\n  expected: at most 7, the corpus's tokens"):
         Packed(documents([3, 4]), 8, progress=False)
     with pytest.raises(ValueError, match="eos: found -1"):
         Packed(documents([3]), 1, eos=-1, progress=False)
-    with pytest.raises(TypeError, match="own epoch order"):
+    with pytest.raises(TypeError, match="found a Mixture with its own epoch order\n"):
         Packed(Mixture([(documents([3, 4]), 1)]), 2, progress=False)
 
 
 def test_misuse_gets_a_clear_error():
     packed = Packed(documents([3, 5, 2, 4]), 4, progress=False)
-    with pytest.raises(RuntimeError, match="no order yet"):
+    with pytest.raises(RuntimeError, match="Packed: found no order yet\n"):
         packed[0]
     shufflepoint.DataLoader(packed, 2, seed=1, shuffle_block=2)
-    with pytest.raises(ValueError, match=r"found \(2, 2\), but this Packed serves \(1, 2\)"):
+    with pytest.raises(ValueError, match=r"found \(2, 2\)\n  expected: \(1, 2\), what this Packed serves"):
         shufflepoint.DataLoader(packed, 2, seed=2, shuffle_block=2)
-    with pytest.raises(IndexError, match="Packed index: found -1"):
+    with pytest.raises(IndexError, match="Packed index: found -1\n  expected: an int >= 0"):
         packed[-1]
     with pytest.raises(ValueError, match="shuffle: found False"):
         shufflepoint.DataLoader(Packed(documents([3, 5]), 4, progress=False), 2, shuffle=False)
@@ -294,7 +294,7 @@ def test_parquet_token_lists_read_as_arrays_give_the_rows_the_documents_make(tmp
     ascending = corpus._read_ids_ascending(picked, "input_ids")  # what Packed's token windows read
     assert ascending is not None and [a.tolist() for a in ascending] == [docs[d] for d in picked]
     if len(picked) > 1:
-        with pytest.raises(ValueError, match="expected ascending indices"):
+        with pytest.raises(ValueError, match="found indices out of order\n  expected: ascending indices"):
             corpus._read_ids_ascending(picked[::-1], "input_ids")
 
 

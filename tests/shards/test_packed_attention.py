@@ -175,9 +175,10 @@ def test_the_collates_carry_both_names_of_the_boundaries():
         assert torch.equal(batch["cu_seq_lens_k"], batch["cu_seqlens"])
         assert batch["max_length_q"] == batch["max_length_k"] == batch["max_seqlen"]
         assert int(batch["cu_seqlens"][-1]) == 3 * SEQ_LEN
-    with pytest.raises(ValueError, match="samples: found none"):
+    with pytest.raises(ValueError, match="samples: found none\n  expected: at least one row"):
         Packed.varlen_collate([])
-    with pytest.raises(ValueError, match="position_ids: found 3 at the first token"):
+    with pytest.raises(ValueError, match=r"position_ids: found 3 at the first token\n"
+                                         r"  expected: 0 \(a row starts a piece\)"):
         Packed.flatten_collate([{"input_ids": torch.zeros(2), "position_ids": torch.tensor([3, 4])}])
 
 

@@ -127,7 +127,9 @@ def test_a_changed_document_or_a_doubled_bos_is_refused_from_the_window_too():
         row["input_ids"].insert(0, BOS)
     packed = Packed(with_bos, 4, bos=BOS, progress=False)
     packed.epoch_order(0, 0, 4)
-    with pytest.raises(ValueError, match=f"bos: found documents that already start with bos={BOS}"):
+    with pytest.raises(ValueError, match=f"bos: found documents that already start with bos={BOS} .*\n"
+                                         f"  expected: documents without "
+                                         "their own BOS.*\n.*\n  fix: tokenize with add_special_tokens=False"):
         packed.read_batch(list(range(len(packed))))
 
 

@@ -53,7 +53,7 @@ def test_a_list_keeps_its_order_and_local_paths_become_absolute(tmp_path, monkey
     got = storage.expand(["b.jsonl", "s3://bucket/a.jsonl", f"file://{tmp_path}/c.jsonl", "sub/../a.jsonl"])
     assert got == [str(tmp_path / "b.jsonl"), "s3://bucket/a.jsonl", str(tmp_path / "c.jsonl"),
                    str(tmp_path / "a.jsonl")]
-    with pytest.raises(ValueError, match=r"sources: .*a\.jsonl is listed twice"):
+    with pytest.raises(ValueError, match=r"sources '.*a\.jsonl': found listed twice\n  expected: each shard once"):
         storage.expand(["a.jsonl", str(tmp_path / "a.jsonl")])
 
 
@@ -84,13 +84,17 @@ def test_bad_sources_are_value_errors_naming_sources(tmp_path):
     storage = Storage()
     (tmp_path / "empty.txt").write_text("# nothing\n\n")
     (tmp_path / "folder").mkdir()
-    cases = [("", "expected a path"), (5, "found 5"), ([], "non-empty list"), (["a", ""], "non-empty list"),
-             ([3], "non-empty list"), (str(tmp_path / "none-*.jsonl"), "matched no files"),
-             (str(tmp_path / "missing.parquet"), "no file, glob or manifest"),
-             (str(tmp_path / "missing.txt"), "manifest .* does not exist"),
-             (str(tmp_path / "empty.txt"), "lists no shard"), (str(tmp_path / "folder"), "folder.*glob")]
+    a_path, a_list = r": found {}\n  expected: a path, URL, glob", r": found {}\n  expected: a non-empty list of paths"
+    cases = [("", a_path.format("''")), (5, a_path.format(5)), ([], a_list.format(r"\[\]")),
+             (["a", ""], a_list.format(r"\['a', ''\]")), ([3], a_list.format(r"\[3\]")),
+             (str(tmp_path / "none-*.jsonl"), r" '.*none-\*\.jsonl': found no files\n  expected: a glob"),
+             (str(tmp_path / "missing.parquet"), r" '.*missing\.parquet': found nothing at that path\n"
+                                                 r"  expected: a file, glob or manifest"),
+             (str(tmp_path / "missing.txt"), r" '.*missing\.txt': found no such manifest"),
+             (str(tmp_path / "empty.txt"), r" '.*empty\.txt': found a manifest listing no shard"),
+             (str(tmp_path / "folder"), r" '.*folder': found a folder\n  expected: shard files\n  fix: pass a glob")]
     for sources, message in cases:
-        with pytest.raises(ValueError, match=f"sources: .*{message}"):
+        with pytest.raises(ValueError, match=f"sources{message}"):
             storage.expand(sources)  # type: ignore[arg-type]
 
 
@@ -105,9 +109,9 @@ def test_an_s3_glob_lists_full_urls_and_their_sizes(s3, objects):
     assert [i.size for i in infos] == [len(files[u.split("/", 3)[3]]) for u in urls]
     assert infos[0].version == hashlib.md5(files["web/part-00000.jsonl"]).hexdigest()  # the ETag
     assert storage.expand(f"s3://{bucket}/**/*.jsonl")[-1] == f"s3://{bucket}/web/part-00003.jsonl"
-    with pytest.raises(ValueError, match="sources: the glob .* matched no files"):
+    with pytest.raises(ValueError, match=r"sources 's3://.*/web/\*\.parquet': found no files\n"):
         storage.expand(f"s3://{bucket}/web/*.parquet")
-    with pytest.raises(ValueError, match="sources: the glob .* matched no files"):
+    with pytest.raises(ValueError, match=r"sources 's3://no-such-bucket-here/\*\.jsonl': found no files\n"):
         storage.expand("s3://no-such-bucket-here/*.jsonl")
 
 
@@ -117,7 +121,7 @@ def test_an_s3_manifest_resolves_relative_lines_to_urls(s3, objects):
     s3.fail_next(2)  # reading the manifest is retried too
     assert storage.expand(f"s3://{bucket}/web/lists/manifest.txt") == [
         f"s3://{bucket}/web/part-00001.jsonl", f"s3://{bucket}/web/part-00003.jsonl"]
-    with pytest.raises(ValueError, match="sources: the manifest .* does not exist"):
+    with pytest.raises(ValueError, match=r"sources 's3://.*/web/lists/missing\.txt': found no such manifest\n"):
         storage.expand(f"s3://{bucket}/web/lists/missing.txt")
 
 

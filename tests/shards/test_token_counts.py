@@ -72,11 +72,13 @@ def test_a_damaged_counts_file_is_named(tmp_path):
     Packed(corpus(tmp_path), 2, progress=False)
     (kept,) = counts_files(tmp_path)
     np.save(kept, np.array([1, 2], dtype=np.float32))
-    with pytest.raises(ValueError, match=r"tokens-.*\.npy: token counts of shape \(2,\) and dtype float32"):
+    with pytest.raises(ValueError, match=r"tokens-.*\.npy: found token counts of shape \(2,\) and dtype float32\n"
+                                         r"  expected: \(6,\) non-negative integers"):
         Packed(corpus(tmp_path), 2, progress=False)
     with open(kept, "wb") as f:
         f.write(b"not a numpy file")
-    with pytest.raises(ValueError, match=r"tokens-.*\.npy: unreadable token counts .* delete it"):
+    with pytest.raises(ValueError, match=r"tokens-.*\.npy: found unreadable token counts\n.*\n  why: .+\n"
+                                         r"  fix: delete it"):
         Packed(corpus(tmp_path), 2, progress=False)
 
 
@@ -175,19 +177,19 @@ def test_a_resume_with_another_tokenizer_is_refused_naming_it():
 
 def test_bad_tokenize_input_names_the_argument_or_the_document():
     texts = [{"text": t} for t in TEXTS]
-    with pytest.raises(ValueError, match="tokenizer: found None, expected a non-empty string"):
+    with pytest.raises(ValueError, match="tokenizer: found None\n  expected: a non-empty string"):
         Packed(texts, 2, tokenize=byte_tokenize, progress=False)
     with pytest.raises(ValueError, match="tokenizer: found ' '"):
         Packed(texts, 2, tokenize=byte_tokenize, tokenizer=" ", progress=False)
-    with pytest.raises(ValueError, match="tokenizer: found 'bytes' without tokenize"):
+    with pytest.raises(ValueError, match="tokenizer: found 'bytes'\n  expected: None without tokenize"):
         Packed(texts, 2, tokenizer="bytes", progress=False)
     with pytest.raises(ValueError, match=r"tokens, tokenize: found both \(tokens='text'\)"):
         Packed(texts, 2, tokens="text", tokenize=byte_tokenize, tokenizer="bytes", progress=False)
-    with pytest.raises(TypeError, match="tokenize: found 'bytes', expected a callable"):
+    with pytest.raises(TypeError, match="tokenize: found 'bytes'\n  expected: a callable"):
         Packed(texts, 2, tokenize="bytes", tokenizer="bytes", progress=False)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=r"tokenize \(tokenizer 'f'\): its output for document 0 holds float64"):
+    with pytest.raises(TypeError, match=r"tokenize \(tokenizer 'f'\): its output for document 0: found float64"):
         Packed(texts, 2, tokenize=lambda s: [0.5], tokenizer="f", progress=False)
-    with pytest.raises(ValueError, match=r"tokenize \(tokenizer 'k'\) failed on document 1: KeyError"):
+    with pytest.raises(ValueError, match=r"tokenize \(tokenizer 'k'\): found document 1 failed: KeyError"):
         Packed([{"text": "a"}, {"body": "b"}], 1, tokenize=byte_tokenize, tokenizer="k", progress=False)
     with pytest.raises(ValueError, match="count_workers: found 0"):
         Packed(texts, 2, tokenize=byte_tokenize, tokenizer="bytes", count_workers=0, progress=False)
@@ -214,7 +216,7 @@ def test_a_refused_resume_names_what_changed_in_the_packing():
     state = loader().state_dict()
     for changed, expected in [(dict(seq_len=3), "packing parameter seq_len: saved 4, now 3"),
                               (dict(eos=0), "packing parameter eos: saved None, now 0"),
-                              (dict(shuffle_block=3), r"'shuffle_block': found 2, expected 3"),
+                              (dict(shuffle_block=3), r"'shuffle_block': found 2\n  expected: 3"),
                               (dict(tokens="input_ids"), "the tokens changed: this Packed reads the field "
                                                          "'input_ids', the state was taken with another field "
                                                          "or a tokenizer")]:
@@ -227,7 +229,7 @@ def test_a_bad_document_counted_in_a_worker_process_is_named(tmp_path):
     shard = tmp_path / "data" / "part-00002.jsonl"
     shard.write_text(shard.read_text() + json.dumps({"id": 7, "input_ids": [1.5]}) + "\n")
     documents = len(corpus(tmp_path))
-    with pytest.raises(TypeError, match=f"field 'input_ids' of document {documents - 1} holds float64"):
+    with pytest.raises(TypeError, match=f"field 'input_ids' of document {documents - 1}: found float64"):
         Packed(corpus(tmp_path), 2, count_workers=2, progress=False)
     assert counts_files(tmp_path) == []  # nothing half-written
 

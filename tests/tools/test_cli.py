@@ -410,7 +410,7 @@ def test_inspect_a_corpus_index_sidecar_and_its_folder(tmp_path, capsys):
     value["shards"][1][3] = 7
     sidecar_path.write_text(json.dumps(value))
     code, out, _ = run(capsys, "inspect", str(sidecar_path))
-    assert code == 1 and "DAMAGED" in out and "content_hash does not match" in out
+    assert code == 1 and "DAMAGED" in out and "found a content_hash that does not match its shards" in out
 
 
 def test_inspect_names_the_corpus_of_a_sharded_loader_state(tmp_path, capsys):

@@ -82,4 +82,4 @@ def test_index_names_a_missing_option(tmp_path, capsys):
     folder = str(tmp_path / "local")
     tokens(folder)
     code, _, err = run(capsys, "index", os.path.join(folder, "*.bin"), "--cache-dir", str(tmp_path / "c"))
-    assert code == 2 and "seq_len: the tokens reader needs it" in err
+    assert code == 2 and "seq_len: found None; expected: an int >= 1: the tokens reader needs it" in err

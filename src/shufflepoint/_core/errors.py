@@ -26,13 +26,70 @@ class ShardError(OSError):
         self.shard = shard
 
 
+REPLACE_SHARD = "replace the shard with a good copy (no sample is skipped in its place)"
+
+
+def shard_error(shard: str, found: str, expected: str, fix: str = REPLACE_SHARD, *,
+                why: str | None = None) -> ShardError:
+    """A :class:`ShardError` in the house shape, ``shard <name>`` its subject; ``found`` a description. The
+    library that failed to read it is quoted, when it must be, as ``why=str(error)``: its own message."""
+    subject = f"shard {shard}"
+    return ShardError(shard, refusal(subject, Plain(found), expected, fix, why=why).removeprefix(subject + ": "))
+
+
 class ResumeWarning(UserWarning):
     """A resume cannot be exact, and here is why. Never silenced by shufflepoint itself."""
 
 
-def field_error(field: str, found: object, expected: str, fix: str) -> StateError:
-    """Build a StateError in the house format: the rule, found vs expected, the fix."""
-    return StateError(f"state field {field!r}: found {found!r}, expected {expected}. {fix}")
+DAMAGED = "the state is damaged or was edited; use another checkpoint"
+
+
+class Plain(str):
+    """A ``found`` that is already a description (``"3 world sizes"``), shown as it is, not with repr."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def shown(found: object, limit: int = 80) -> str:
+    """``found`` as a refusal shows it: repr (a :class:`Plain` as it is), cut at ``limit`` characters."""
+    text = repr(found)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def refusal(subject: str, found: object, expected: str, fix: str, *, why: str | None = None) -> str:
+    """The house shape of a refusal, one part a line, so that a person can scan it::
+
+        seed: found -1
+          expected: an int in [0, 2**64)
+          fix: pass a seed >= 0
+
+    ``subject`` names the argument or state field; ``found`` is shown with repr, cut at 80
+    characters (wrap a description in :class:`Plain`); ``why`` is said only when given.
+    """
+    lines = [f"{subject}: found {shown(found)}", f"  expected: {expected}"]
+    if why:
+        lines.append(f"  why: {why}")
+    lines.append(f"  fix: {fix}")
+    return "\n".join(lines)
+
+
+class Refused(ValueError):
+    """A refusal that keeps its parts, so that a caller which re-says it under its own subject
+    (a state field) passes the parts up instead of quoting the message inside its own."""
+
+    def __init__(self, subject: str, found: object, expected: str, fix: str, *, why: str | None = None) -> None:
+        super().__init__(refusal(subject, found, expected, fix, why=why))
+        self.subject, self.found, self.expected, self.fix, self.why = subject, found, expected, fix, why
+
+    def where(self) -> Plain:
+        """What was found, and where: ``segments[1] = [4, 3]``, the ``found`` of a caller's refusal."""
+        return Plain(f"{self.subject} = {shown(self.found, 60)}")
+
+
+def field_error(field: str, found: object, expected: str, fix: str, *, why: str | None = None) -> StateError:
+    """A StateError in the house shape, for the state field ``field``."""
+    return StateError(refusal(f"state field {field!r}", found, expected, fix, why=why))
 
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../shufflepoint

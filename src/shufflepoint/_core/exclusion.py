@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from shufflepoint._core.errors import DAMAGED, Plain, Refused, refusal, shown
 from shufflepoint._core.plan import STRIDED, Layout
 from shufflepoint._order.distinct import distinct
 
@@ -72,8 +73,8 @@ class Exclusion:
             low, high = int(values.min()), int(values.max())
             if low < 0 or high >= n:
                 bad = low if low < 0 else high
-                raise ValueError(f"{name}: found {bad}, expected dataset indices in [0, {n}) (len(dataset) = {n}). "
-                                 "Pass indices of the dataset the loader reads.")
+                raise ValueError(refusal(name, bad, f"dataset indices in [0, {n}) (len(dataset) = {n})",
+                                         "pass indices of the dataset the loader reads"))
         unique = distinct(values)
         opens = np.concatenate(([True], np.diff(unique) != 1)) if unique.size else np.zeros(0, bool)
         starts = unique[opens]
@@ -156,42 +157,42 @@ class Exclusion:
     def from_state(cls, value: Sequence[Any], n: int) -> Exclusion:
         """The state's form -> ranges. ValueError naming the element when it is malformed."""
         if len(value) % 2:
-            raise ValueError(f"found {len(value)} numbers, expected an even count ([gap, length] per range)")
+            raise Refused("excluded", Plain(f"{len(value)} numbers"), "an even count ([gap, length] per range)",
+                          DAMAGED)
         if len(value) // 2 > MAX_RANGES:
-            raise ValueError(f"found {len(value) // 2} ranges, expected at most {MAX_RANGES} (the documented bound)")
+            raise Refused("excluded", Plain(f"{len(value) // 2} ranges"), f"at most {MAX_RANGES} ranges", DAMAGED)
         for number, item in enumerate(value):
             if isinstance(item, bool) or not isinstance(item, int) or not 0 <= item < 2**63:
-                raise ValueError(f"element {number}: found {item!r}, expected an int >= 0")
+                raise Refused(f"element {number}", item, "an int >= 0", DAMAGED)
         flat = np.asarray(value, dtype=np.int64).reshape(-1, 2)
         gaps, lengths = flat[:, 0], flat[:, 1]
         if lengths.size and int(lengths.min()) < 1:
             at = int(np.flatnonzero(lengths < 1)[0])
-            raise ValueError(f"element {2 * at + 1}: a range of length {int(lengths[at])}, expected a length >= 1")
+            raise Refused(f"element {2 * at + 1}", int(lengths[at]), "a range length >= 1", DAMAGED)
         if gaps.size > 1 and int(gaps[1:].min()) < 1:
             at = int(np.flatnonzero(gaps[1:] < 1)[0]) + 1
-            raise ValueError(f"element {2 * at}: a gap of 0 between ranges, expected >= 1 (touching ranges are "
-                             "written as one)")
+            raise Refused(f"element {2 * at}", 0, "a gap >= 1 between ranges", DAMAGED,
+                          why="touching ranges are written as one")
         if gaps.size and int(gaps.sum()) + int(lengths.sum()) > n:  # exact ints: no int64 overflow below
-            raise ValueError(f"the ranges reach index {int(gaps.sum()) + int(lengths.sum()) - 1}, expected every "
-                             f"index < n = {n}")
+            raise Refused("the ranges", Plain(f"index {int(gaps.sum()) + int(lengths.sum()) - 1} reached"),
+                          f"every index < n = {n}", DAMAGED)
         stops = np.cumsum(gaps + lengths)
         return cls(n, stops - lengths, stops)
 
     @classmethod
     def from_state_field(cls, value: list[Any], n: int, kind: str) -> Exclusion | None:
-        """A state's ``excluded`` checked (None for nothing excluded); ValueError(expected, fix[, found])."""
+        """A state's ``excluded`` checked (None for nothing excluded); :class:`Refused` naming the element."""
         if not value:
             return None
-        try:
-            excluded = cls.from_state(value, n)
-        except ValueError as error:
-            raise ValueError("sorted ranges [gap, length, ...] of dataset indices (loader.exclude)",
-                             f"{error}. The state is damaged or was edited; use another checkpoint.") from None
+        excluded = cls.from_state(value, n)
         if kind != "loader":
-            raise ValueError(f"[] for a {kind}", "Only shufflepoint.DataLoader skips excluded samples; load this "
-                             "state into one.",
-                             f"{excluded.count} excluded indices")
+            raise Refused("excluded", Plain(f"{excluded.count} excluded indices"), f"[] for a {kind}",
+                          "load this state into a shufflepoint.DataLoader, the one that skips excluded samples")
         return excluded
+
+
+_AS_INTS = "convert the indices to ints (a list of int, or an integer array)"
+_IN_RANGE = "pass indices of the dataset the loader reads"
 
 
 def _as_index_array(indices: Any, name: str) -> np.ndarray:
@@ -199,19 +200,20 @@ def _as_index_array(indices: Any, name: str) -> np.ndarray:
         indices = indices.detach().cpu().numpy()
     if isinstance(indices, np.ndarray):
         if indices.dtype == np.bool_ or not np.issubdtype(indices.dtype, np.integer):
-            raise TypeError(f"{name}: found an array of {indices.dtype}, expected integer dataset indices")
+            raise TypeError(refusal(name, Plain(f"an array of {indices.dtype}"), "integer dataset indices", _AS_INTS))
         if indices.dtype.kind == "u" and indices.size and int(indices.max()) >= 2**63:
-            raise ValueError(f"{name}: found {int(indices.max())}, expected dataset indices that fit an int64")
+            raise ValueError(refusal(name, int(indices.max()), "dataset indices that fit an int64", _IN_RANGE))
         return indices.astype(np.int64).reshape(-1)
     if isinstance(indices, (int, str, bytes)) or not isinstance(indices, Iterable):
-        raise TypeError(f"{name}: found {type(indices).__name__}, expected an iterable of int dataset indices "
-                        "(a list, range, numpy or torch integer array)")
+        raise TypeError(refusal(name, Plain(type(indices).__name__), "an iterable of int dataset indices",
+                                "pass a list, range, numpy or torch integer array"))
     values = list(indices)
     for value in values:
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-            raise TypeError(f"{name}: found {value!r} of type {type(value).__name__}, expected int dataset indices")
+            found = Plain(f"{shown(value)} of type {type(value).__name__}")
+            raise TypeError(refusal(name, found, "int dataset indices", _AS_INTS))
         if not -(2**63) <= int(value) < 2**63:
-            raise ValueError(f"{name}: found {value}, expected dataset indices that fit an int64")
+            raise ValueError(refusal(name, value, "dataset indices that fit an int64", _IN_RANGE))
     return np.asarray([int(v) for v in values], dtype=np.int64)
 
 

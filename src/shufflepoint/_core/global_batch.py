@@ -48,6 +48,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._core.spans import NAME, SpanCut, check_segments
 
 
@@ -92,8 +93,10 @@ class GlobalBatchCut(SpanCut):
                  drop_last: bool) -> None:  # not SpanCut's: the parts replace its segments
         global_batch = world_size * batch_size
         if global_batch % first_world_size:
-            raise ValueError(f"global batch: found {world_size} x {batch_size} = {global_batch}, expected a multiple "
-                             f"of the first world size {first_world_size} (its parts give equal slices)")
+            raise ValueError(refusal("global batch", Plain(f"{world_size} x {batch_size} = {global_batch}"),
+                                     f"a multiple of the first world size {first_world_size}",
+                                     "choose a batch size whose global batch it divides",
+                                     why="its parts give equal slices"))
         if taken:
             check_segments(n, [[first_world_size, taken]])
         self.n, self.batch_size, self.drop_last, self.taken = n, batch_size, drop_last, taken
@@ -161,8 +164,9 @@ class GlobalBatchCut(SpanCut):
         if received >= self.samples_per_rank():
             taken = self.taken + self.steps * self.part_batch if self.drop_last else self._longest
         elif received % self.batch_size:
-            raise ValueError(f"received: found {received} samples per rank, expected whole global batches of "
-                             f"{self.batch_size} (a position at a fixed global batch is a number of global batches)")
+            raise ValueError(refusal("received", Plain(f"{received} samples per rank"), "whole global batches of "
+                                     f"{self.batch_size}", "count whole global batches",
+                                     why="a position at a fixed global batch is a number of global batches"))
         else:
             taken = self.taken + received // self.batch_size * self.part_batch
         taken = min(taken, self._longest)

@@ -49,6 +49,7 @@ from typing import Any
 
 from shufflepoint._core import spans as _spans
 from shufflepoint._core.cut import Cut
+from shufflepoint._core.errors import DAMAGED, Plain, Refused, refusal
 from shufflepoint._core.plan import MAX_N, STRIDED, Layout, StridedCut, cut
 from shufflepoint._core.spans import SpanCut
 
@@ -151,7 +152,9 @@ class History:
 
     def _leg(self, step: int) -> Leg:
         if step < self.first_step:
-            raise ValueError(f"step: found {step}, but this history starts at step {self.first_step}")
+            # LIMIT(history-legs): docs/state-format.md#the-runs-history-and-which
+            raise ValueError(refusal("step", step, f"a step from {self.first_step} on, where this history starts",
+                                     "ask a later step, or a checkpoint written earlier in the run"))
         return self.legs[bisect.bisect_right(self._steps, step) - 1]
 
     def parts(self, leg: Leg | None = None) -> int:
@@ -213,14 +216,15 @@ class History:
         fresh = self._cut(leg, Place(leg.start.epoch + 1, 0), cuts)
         per_epoch = _batches(fresh, layout.batch_size)
         if per_epoch == 0:
-            raise ValueError(f"step: found {step}, but from step {leg.step + left} on the layout "
-                             f"{layout.world_size} ranks x batch {layout.batch_size} reads no batch of an epoch "
-                             f"of {self.n} samples (drop_last={layout.drop_last})")
+            raise ValueError(refusal("step", step, f"a step before {leg.step + left}", "ask an earlier step",
+                                     why=f"{layout.world_size} ranks x batch {layout.batch_size} read no batch of an "
+                                     f"epoch of {self.n} samples (drop_last={layout.drop_last})"))
         epochs, batch = divmod(offset - left, per_epoch)
         epoch = leg.start.epoch + 1 + epochs
         if epoch > MAX_EPOCH:
-            raise ValueError(f"step: found {step}, in epoch {epoch}, past the last epoch the orders support "
-                             f"({MAX_EPOCH})")
+            # LIMIT(which-past-last-epoch): docs/state-format.md#the-runs-history-and-which
+            raise ValueError(refusal("step", Plain(f"{step}, in epoch {epoch}"), f"a step in epochs 0..{MAX_EPOCH}",
+                                     "ask an earlier step", why="the orders end at epoch 2**62"))
         return Placed(epoch, fresh if cuts is None else self._cut(leg, Place(epoch, 0), cuts), batch, layout)
 
     def record(self, step: int, layout: Layout, start: Place, cuts: Cuts | None = None, *,
@@ -235,7 +239,8 @@ class History:
         """
         legs = list(self.legs)
         if step < legs[-1].step:
-            raise ValueError(f"step: found {step}, before the last leg's first step {legs[-1].step}")
+            raise ValueError(refusal("step", step, f"a step from {legs[-1].step} on (the last leg's first step)",
+                                     "record steps in the order they were read"))
         target = start.normal(layout, self.deal)
         if not split and legs[-1].layout == layout and self._arrives(step, target, cuts):
             return self
@@ -259,20 +264,20 @@ class History:
         """Validate and resolve a stored history; ValueError naming the entry (``history[i]``)."""
         if not isinstance(entries, list) or not 1 <= len(entries) <= MAX_ENTRIES:
             count = f"{len(entries)} entries" if isinstance(entries, list) else type(entries).__name__
-            raise ValueError(f"history: found {count}, expected a list of 1 to {MAX_ENTRIES} entries")
+            raise Refused("history", Plain(count), f"a list of 1 to {MAX_ENTRIES} entries", DAMAGED)
         legs: list[Leg] = []
         for number, entry in enumerate(entries):
             step, layout, start = _parse(n, deal, number, entry)
             if legs and step <= legs[-1].step:
-                raise ValueError(f"history[{number}]: step {step}, expected a step after {legs[-1].step}")
+                raise Refused(f"history[{number}]", Plain(f"step {step}"), f"a step after {legs[-1].step}", DAMAGED)
             if start is None:
                 arrived = cls(n, deal, legs).position(step) if legs else None
                 if arrived is None:
                     where = "the first entry must carry its start" if not legs else "no batch reaches that step"
-                    raise ValueError(f"history[{number}]: found {entry!r}, expected [step, W, B, D, epoch, "
-                                     f"start] ({where})")
+                    raise Refused(f"history[{number}]", entry, f"[step, W, B, D, epoch, start] ({where})", DAMAGED)
                 if arrived.epoch > MAX_EPOCH:
-                    raise ValueError(f"history[{number}]: step {step} is in epoch {arrived.epoch}, past {MAX_EPOCH}")
+                    raise Refused(f"history[{number}]", Plain(f"step {step}, in epoch {arrived.epoch}"),
+                                  f"a step in epochs 0..{MAX_EPOCH}", DAMAGED)
                 start = arrived
             else:
                 start = start.normal(layout, deal)
@@ -289,20 +294,20 @@ def _parse(n: int, deal: str, number: int, entry: object) -> tuple[int, Layout, 
     field = f"history[{number}]"
     shape = "[step, W, B, D] or [step, W, B, D, epoch, start]"
     if not isinstance(entry, list) or len(entry) not in (4, 6):
-        raise ValueError(f"{field}: found {entry!r}, expected {shape}")
+        raise Refused(field, entry, shape, DAMAGED)
     step, world_size, batch_size, drop_last = entry[:4]
     if not (_is_int(step, 0, _MAX_INT) and _is_int(world_size, 1, _MAX_WORLD)
             and _is_int(batch_size, 1, _MAX_WORLD) and _is_int(drop_last, 0, 1)):
-        raise ValueError(f"{field}: found {entry!r}, expected {shape} with step >= 0, 1 <= W, B <= 2**31, D 0 or 1")
+        raise Refused(field, entry, f"{shape} with step >= 0, 1 <= W, B <= 2**31, D 0 or 1", DAMAGED)
     layout = Layout(n, world_size, batch_size, bool(drop_last))
     if len(entry) == 4:
         return step, layout, None
     epoch, start = entry[4:]
     if not _is_int(epoch, 0, MAX_EPOCH):
-        raise ValueError(f"{field}: epoch {epoch!r}, expected an int in [0, {MAX_EPOCH}]")
+        raise Refused(f"{field} epoch", epoch, f"an int in [0, {MAX_EPOCH}]", DAMAGED)
     if deal == STRIDED:
         if not _is_int(start, 0, min(n, MAX_N)):
-            raise ValueError(f"{field}: start {start!r}, expected a cursor in [0, n={n}] (deal 'strided')")
+            raise Refused(f"{field} start", start, f"a cursor in [0, n={n}] (deal 'strided')", DAMAGED)
         return step, layout, Place(epoch, start)
     segments = _check_start_segments(n, field, start)
     remaining = segments[-1].remaining() if segments else n
@@ -313,9 +318,9 @@ def _parse(n: int, deal: str, number: int, entry: object) -> tuple[int, Layout, 
 def _check_start_segments(n: int, field: str, start: object) -> list[Any]:
     if not (isinstance(start, list) and len(start) <= _spans.MAX_SEGMENTS
             and all(isinstance(p, list) and len(p) == 2 and all(_is_int(v, 0, _MAX_INT) for v in p) for p in start)):
-        raise ValueError(f"{field}: start {start!r}, expected the epoch's segments, at most "
-                         f"{_spans.MAX_SEGMENTS} [world_size, taken] pairs (deal 'spans')")
+        raise Refused(f"{field} start", start, f"the epoch's segments, at most {_spans.MAX_SEGMENTS} "
+                      "[world_size, taken] pairs (deal 'spans')", DAMAGED)
     try:
         return _spans.check_segments(n, start)
-    except ValueError as error:
-        raise ValueError(f"{field}: start {error}") from None
+    except Refused as error:
+        raise Refused(f"{field} start {error.subject}", error.found, error.expected, error.fix, why=error.why) from None

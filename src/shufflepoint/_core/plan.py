@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shufflepoint._core.errors import refusal
 from shufflepoint._core.global_batch import GlobalBatchCut, keeps_global_batch
 from shufflepoint._core.spans import SpanCut
 from shufflepoint._order import check_int
@@ -53,7 +54,7 @@ class Layout:
         check_int("world_size", self.world_size, 1, 2**31)
         check_int("batch_size", self.batch_size, 1, 2**31)
         if not isinstance(self.drop_last, bool):
-            raise TypeError(f"drop_last: found {self.drop_last!r}, expected a bool")
+            raise TypeError(refusal("drop_last", self.drop_last, "a bool", "pass drop_last=True or False"))
 
     @property
     def step_size(self) -> int:

@@ -52,30 +52,31 @@ from typing import Any
 
 import numpy as np
 
+from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._order.distinct import distinct
 
 _LIMIT = 2**62  # run positions stay int64
 _DENOMINATOR = 1 << 32  # weights are read as the nearest fraction with a denominator up to 2**32 (0.7 -> 7/10)
+_ONE_EACH = "give every phase one weight per source, in the order of sources (0 pauses a source)"
 
 
 def _weights(found: object, sources: int, where: str) -> tuple[Fraction, ...]:
     if isinstance(found, (str, bytes)) or not isinstance(found, Sequence):
-        raise TypeError(f"{where}: found {found!r}, expected a list of {sources} weights, one per source")
+        raise TypeError(refusal(where, found, f"a list of {sources} weights, one per source", _ONE_EACH))
     if len(found) != sources:
-        raise ValueError(
-            f"{where}: found {len(found)} weight(s), expected {sources}, one per source\n"
-            f"  fix: give every phase one weight per source, in the order of sources (0 pauses a source)"
-        )
+        raise ValueError(refusal(where, Plain(f"{len(found)} weight(s)"), f"{sources}, one per source", _ONE_EACH))
     checked = []
     for number, weight in enumerate(found):
         if isinstance(weight, bool) or not isinstance(weight, numbers.Real) or not math.isfinite(weight) \
                 or weight < 0:
-            raise ValueError(f"{where}[{number}]: found {weight!r}, expected a finite number >= 0")
+            raise ValueError(refusal(f"{where}[{number}]", weight, "a finite number >= 0",
+                                     "give each source a weight >= 0 (0 pauses it)"))
         near = Fraction(float(weight)).limit_denominator(_DENOMINATOR)
         checked.append(near if near or not weight else Fraction(float(weight)))  # a tiny weight stays > 0
     total = sum(checked, Fraction(0))
     if total == 0:
-        raise ValueError(f"{where}: found {list(found)!r}, all 0; at least one source needs a weight > 0")
+        raise ValueError(refusal(where, Plain(f"{list(found)!r}, all 0"), "at least one weight > 0",
+                                 "give at least one source a weight > 0"))
     return tuple(weight / total for weight in checked)
 
 
@@ -99,30 +100,32 @@ class Schedule:
 
     def __init__(self, phases: object, sources: int, *, unit: int = 1) -> None:
         if isinstance(phases, (str, bytes)) or not isinstance(phases, Sequence) or not phases:
-            raise TypeError(f"schedule: found {phases!r}, expected a non-empty list of (start, weights) phases")
+            raise TypeError(refusal("schedule", phases, "a non-empty list of (start, weights) phases",
+                                    "pass schedule=[(0, [wa, wb]), ...]"))
         self.sources = sources
         starts: list[int] = []
         shares: list[tuple[Fraction, ...]] = []
         ramps: list[int] = []
         for number, phase in enumerate(phases):
             if isinstance(phase, (str, bytes)) or not isinstance(phase, Sequence) or len(phase) not in (2, 3):
-                raise TypeError(f"schedule[{number}]: found {phase!r}, expected a (start, weights) pair or a "
-                                "(start, weights, ramp steps) triple")
+                raise TypeError(refusal(f"schedule[{number}]", phase, "a (start, weights) pair or a (start, "
+                                        "weights, ramp steps) triple", "write the phase as (start, weights)"))
             start, weights, *ramp = phase
             if isinstance(start, bool) or not isinstance(start, numbers.Integral) or not 0 <= int(start) < _LIMIT:
-                raise ValueError(f"schedule[{number}] start: found {start!r}, expected an int in [0, 2**62)")
+                raise ValueError(refusal(f"schedule[{number}] start", start, "an int in [0, 2**62)",
+                                         "start the phase at a run position in that range"))
             start = int(start)
             row = -(-start // unit)
             if number == 0 and start != 0:
-                raise ValueError(f"schedule[0] start: found {start}, expected 0: the first phase starts the run\n"
-                                 "  fix: put the weights the run begins with first, as (0, weights)")
+                raise ValueError(refusal("schedule[0] start", start, "0", "put the weights the run begins with "
+                                         "first, as (0, weights)", why="the first phase starts the run"))
             if starts and row <= starts[-1]:
-                raise ValueError(
-                    f"schedule[{number}] start: found {start} after schedule[{number - 1}] start "
-                    f"{phases[number - 1][0]}, expected a later start (phases go in order, one per position"
-                    + (f"; {unit} tokens make a row" if unit > 1 else "") + ")\n"
-                    "  fix: sort the phases by start and merge phases that start together"
-                )
+                raise ValueError(refusal(
+                    f"schedule[{number}] start", Plain(f"{start} after schedule[{number - 1}] start "
+                                                       f"{phases[number - 1][0]}"),
+                    "a later start (phases go in order, one per position"
+                    + (f"; {unit} tokens make a row" if unit > 1 else "") + ")",
+                    "sort the phases by start and merge phases that start together"))
             starts.append(row)
             shares.append(_weights(weights, sources, f"schedule[{number}] weights"))
             ramps.append(_ramp_steps(ramp, number, len(phases)))
@@ -266,10 +269,12 @@ def _ramp_steps(ramp: list[object], number: int, phases: int) -> int:
         return 1
     steps = ramp[0]
     if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or int(steps) < 1:
-        raise ValueError(f"schedule[{number}] ramp steps: found {steps!r}, expected an int >= 1")
+        raise ValueError(refusal(f"schedule[{number}] ramp steps", steps, "an int >= 1",
+                                 "give the ramp 1 or more steps"))
     if number == phases - 1 and int(steps) > 1:
-        raise ValueError(f"schedule[{number}] ramp steps: found {steps}, but the last phase has no next phase "
-                         "to ramp to\n  fix: add the phase the ramp ends at, or drop the third element")
+        raise ValueError(refusal(f"schedule[{number}] ramp steps", steps, "1 on the last phase",
+                                 "add the phase the ramp ends at, or drop the third element",
+                                 why="the last phase has no next phase to ramp to"))
     return int(steps)
 
 
@@ -280,8 +285,8 @@ def _expand(starts: list[int], shares: list[tuple[Fraction, ...]],
     out_starts, out_shares, origins = [], [], []
     for i, (start, share, steps) in enumerate(zip(starts, shares, ramps, strict=True)):
         if steps > 1 and starts[i + 1] - start < steps:
-            raise ValueError(f"schedule[{i}] ramp steps: found {steps}, more than the {starts[i + 1] - start} "
-                             "positions to the next phase\n  fix: use fewer steps")
+            raise ValueError(refusal(f"schedule[{i}] ramp steps", steps, f"at most {starts[i + 1] - start}, the "
+                                     "positions to the next phase", "use fewer steps"))
         for j in range(steps):
             out_starts.append(start + j * (starts[i + 1] - start) // steps if j else start)
             out_shares.append(tuple(a + (b - a) * j / steps for a, b in zip(share, shares[i + 1], strict=True))
@@ -293,12 +298,12 @@ def _expand(starts: list[int], shares: list[tuple[Fraction, ...]],
 def unweighted(sources: object) -> list[object]:
     """The sources of a scheduled ``Mixture``, given alone: its weights are the schedule's."""
     if not isinstance(sources, Sequence) or isinstance(sources, (str, bytes)) or not sources:
-        raise TypeError(f"sources: found {sources!r}, expected a non-empty list of datasets")
+        raise TypeError(refusal("sources", sources, "a non-empty list of datasets", "pass the datasets to mix"))
     for number, dataset in enumerate(sources):
         if isinstance(dataset, tuple) and len(dataset) == 2 and isinstance(dataset[1], (int, float)):
-            raise TypeError(f"sources[{number}]: found a (dataset, weight) pair, but with a schedule the weights are "
-                            "the schedule's\n  fix: pass the datasets alone, Mixture([a, b], schedule=[(0, [wa, wb]), "
-                            "...])")
+            raise TypeError(refusal(f"sources[{number}]", Plain("a (dataset, weight) pair"), "a dataset alone",
+                                    "pass the datasets alone, Mixture([a, b], schedule=[(0, [wa, wb]), ...])",
+                                    why="with a schedule the weights are the schedule's"))
     return list(sources)
 
 

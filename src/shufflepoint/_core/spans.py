@@ -38,6 +38,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shufflepoint._core.errors import DAMAGED, Refused
+
 NAME = "spans"
 MAX_SEGMENTS = 64  # world-size changes inside one epoch; a state with more is refused as damaged
 
@@ -84,15 +86,15 @@ def check_segments(n: int, segments: Sequence[Sequence[int]]) -> list[_Segment]:
     size = n
     for number, (world_size, taken) in enumerate(segments):
         if world_size < 1 or taken < 1:
-            raise ValueError(f"segments[{number}]: found {[world_size, taken]}, expected a world size >= 1 and "
-                             "samples taken >= 1 (a segment with nothing taken is never recorded)")
+            raise Refused(f"segments[{number}]", [world_size, taken], "a world size >= 1 and samples taken >= 1",
+                          DAMAGED, why="a segment with nothing taken is never recorded")
         if built and built[-1].world_size == world_size:
-            raise ValueError(f"segments[{number}]: world size {world_size} again, expected a change of world size "
-                             "(a resume on the same world size continues its segment)")
+            raise Refused(f"segments[{number}]", [world_size, taken], f"a world size other than {world_size}",
+                          DAMAGED, why="a resume on the same world size continues its segment")
         most = -(-size // world_size)
         if taken > most:
-            raise ValueError(f"segments[{number}]: {taken} samples taken per rank, expected at most {most} "
-                             f"({size} positions left for {world_size} ranks)")
+            raise Refused(f"segments[{number}]", [world_size, taken], f"at most {most} samples taken per rank "
+                          f"({size} positions left for {world_size} ranks)", DAMAGED)
         built.append(_Segment(size, world_size, taken))
         size = built[-1].remaining()
     return built

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from shufflepoint._core.errors import DAMAGED, Plain, Refused, refusal
 from shufflepoint._core.exclusion import MAX_RANGES, Exclusion
 from shufflepoint._core.spans import NAME, SpanCut, check_segments
 
@@ -59,15 +60,10 @@ class Handed:
 
     @classmethod
     def from_state_field(cls, value: list[object], n: int, excluding_spans: bool) -> Handed | None:
-        """A state's ``handed`` checked; ValueError(expected, fix) naming what is wrong."""
+        """A state's ``handed`` checked; :class:`Refused` naming what is wrong."""
         if value and not excluding_spans:
-            raise ValueError("[] (only the spans deal with samples excluded records it)",
-                             "The state is damaged or was edited; use another checkpoint.")
-        try:
-            return cls.from_state(value, n)
-        except ValueError as error:
-            raise ValueError("[first_world_size, gap, length, ...] (docs/state-format.md)",
-                             f"{error}. The state is damaged or was edited; use another checkpoint.") from None
+            raise Refused("handed", value, "[] (only the spans deal with samples excluded records it)", DAMAGED)
+        return cls.from_state(value, n)
 
     @classmethod
     def from_state(cls, value: list[object], n: int) -> Handed | None:
@@ -76,14 +72,14 @@ class Handed:
             return None
         first = value[0]
         if isinstance(first, bool) or not isinstance(first, int) or not 1 <= first <= 2**31:
-            raise ValueError(f"element 0: found {first!r}, expected the epoch's first world size, an int in "
-                             "[1, 2**31]")
+            raise Refused("element 0", first, "the epoch's first world size, an int in [1, 2**31]", DAMAGED)
         try:
             ranges = Exclusion.from_state(value[1:], n)
-        except ValueError as error:
-            raise ValueError(f"after element 0, {error}") from None
+        except Refused as error:  # its elements count from element 1 of ``handed``
+            raise Refused(f"after element 0, {error.subject}", error.found, error.expected, error.fix,
+                          why=error.why) from None
         if not ranges:
-            raise ValueError("found a world size and no ranges, expected [] when nothing was handed out")
+            raise Refused("handed", Plain("a world size and no ranges"), "[] when nothing was handed out", DAMAGED)
         return cls(first, ranges)
 
 
@@ -176,9 +172,10 @@ class FilteredSpanCut:
         if not ranges_now:
             return None
         if len(ranges_now) > MAX_RANGES:
-            raise ValueError(f"exclude: the epoch's handed-out positions would be {len(ranges_now)} ranges, expected "
-                             f"at most {MAX_RANGES}. Exclude at the start of the next epoch instead; nothing was "
-                             "excluded.")
+            # LIMIT(handed-ranges): docs/exclusion.md#limits
+            raise ValueError(refusal("exclude", Plain(f"{len(ranges_now)} ranges of handed-out positions this epoch"),
+                                     f"at most {MAX_RANGES}", "exclude at the start of the next epoch",
+                                     why="nothing was excluded: the state could not record it"))
         return Handed(self.first_world_size, ranges_now)
 
 

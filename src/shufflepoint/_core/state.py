@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any
 
-from shufflepoint._core.errors import ResumeWarning, StateError
+from shufflepoint._core.errors import DAMAGED, Plain, ResumeWarning, StateError, refusal
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.history import MAX_EPOCH, History, Place
 from shufflepoint._core.older_states import NEWEST_UPGRADED, OLDEST_VERSION, upgraded
@@ -182,39 +182,36 @@ class Position:
 
 def _check_shape(state: object) -> Mapping[str, Any]:
     if not isinstance(state, Mapping):
-        hint = " To read a JSON file, json.load it first." if isinstance(state, (str, bytes)) else ""
-        raise StateError(
-            f"state: found {type(state).__name__}, expected a dict as returned by state_dict().{hint}"
-        )
+        hint = "; json.load a JSON file first" if isinstance(state, (str, bytes)) else ""
+        raise StateError(refusal("state", Plain(type(state).__name__), "a dict as returned by state_dict()",
+                                 f"pass what state_dict() returned{hint}"))
     keys = set(state)
     if "format" not in keys or state.get("format") != FORMAT:
         foreign = sorted({who for key, who in _FOREIGN.items() if key in keys})
-        origin = f" It looks like a state of {foreign[0]}." if foreign else ""
-        found = state["format"] if "format" in keys else f"no 'format' key (keys: {sorted(map(str, keys))[:8]})"
-        raise fail(
-            "format", found, repr(FORMAT),
-            f"This is not a shufflepoint state.{origin} Load it into the object that wrote it, or "
-            "start this loader fresh.",
-        )
+        origin = f"it looks like a state of {foreign[0]}" if foreign else "this is not a shufflepoint state"
+        found = state["format"] if "format" in keys else Plain(f"no 'format' key (keys: {sorted(map(str, keys))[:8]})")
+        raise fail("format", found, repr(FORMAT), "load it into the object that wrote it, or start this loader fresh",
+                   why=origin)
     version = state.get("version")
     if isinstance(version, bool) or not isinstance(version, int):
-        raise fail("version", version, _INT, "The state is damaged; use another checkpoint.")
+        raise fail("version", version, _INT, DAMAGED)
     if not OLDEST_VERSION <= version <= VERSION:
         newer = isinstance(version, int) and version > VERSION
         raise fail(
             "version", version, f"{OLDEST_VERSION}..{VERSION}",
-            "It was written by a newer shufflepoint; upgrade shufflepoint to load it."
-            if newer else "This format version is not known; the state is damaged or foreign.",
+            "it was written by a newer shufflepoint; upgrade shufflepoint to load it"
+            if newer else "this format version is not known; the state is damaged or foreign",
         )
     fields = _FIELDS_OF[version]
     missing = [f for f in fields if f not in keys and not (version == 3 and f in _OPTIONAL)]
     extra = sorted(str(k) for k in keys - set(fields))
     if missing:
-        raise fail("(keys)", f"missing {missing}", f"all of {list(fields)} (version {version})",
-                   "The state is truncated or was edited; use another checkpoint.")
+        raise fail("(keys)", Plain(f"missing {missing}"), f"all of {list(fields)} (version {version})",
+                   "the state is truncated or was edited; use another checkpoint")
     if extra:
-        raise fail("(keys)", f"unknown {extra}", f"exactly {list(fields)} (version {version})",
-                   "The state was edited or comes from another program; use another checkpoint.")
+        raise fail("(keys)", Plain(f"unknown {extra}"), f"exactly {list(fields)} (version {version})",
+                   "the state was edited or comes from another program; use another checkpoint",
+                   why=f"a version {version} state has no {extra}")
     state = upgraded(state)
     for field, (types, text) in _SCHEMA.items():
         if field not in state:  # steps and history before version 3: see legacy_history
@@ -222,19 +219,18 @@ def _check_shape(state: object) -> Mapping[str, Any]:
         value = state[field]
         is_bool = isinstance(value, bool)
         if not isinstance(value, types) or (is_bool and bool not in types):
-            raise fail(field, value, text, "The state is damaged; use another checkpoint.")
+            raise fail(field, value, text, DAMAGED)
         highest = MAX_SEED if field == "seed" else MAX_INT
         if isinstance(value, int) and not is_bool and not 0 <= value <= highest:
-            raise fail(field, value, f"an int in [0, {highest}]", "The state is damaged; use another checkpoint.")
+            raise fail(field, value, f"an int in [0, {highest}]", DAMAGED)
     for field, why in (("epoch", " (the last epoch the orders support)"), ("steps", " (room to count on)")):
         if state.get(field, 0) > MAX_EPOCH:  # steps: the state written after the next batch must load too
             raise fail(field, state[field], f"an int in [0, {MAX_EPOCH}]{why}",
-                       "The state is damaged or was edited; use another checkpoint.")
+                       DAMAGED)
     check_segments_shape(state["segments"])
     check_order_parameters(state)
     if state["ramp"] is not None and not 1 <= state["ramp"] <= 2**31:
-        raise fail("ramp", state["ramp"], "a batch size in [1, 2**31] or None", "The state is damaged; use another "
-                   "checkpoint.")
+        raise fail("ramp", state["ramp"], "a batch size in [1, 2**31] or None", DAMAGED)
     return state
 
 
@@ -279,23 +275,23 @@ def _check_changed(state: Mapping[str, Any], expected: Expected, strict: bool) -
     found_print, expected_print = state["dataset_fingerprint"], expected.dataset_fingerprint
     fingerprint_changed = _fingerprint_changed(state, expected)
     if fingerprint_changed and strict:
-        why = expected.explain_fingerprint(found_print) + ". " if expected.explain_fingerprint else ""
+        why = expected.explain_fingerprint(found_print) if expected.explain_fingerprint else None
         raise fail("dataset_fingerprint", found_print, repr(expected_print),
-                   f"{why}The dataset is not the one the checkpoint was written with; resume with that "
-                   "dataset, or load with strict=False to accept a dataset changed on purpose (with a "
-                   "ResumeWarning: the saved positions then point at other samples, in another order).")
+                   "resume with the dataset the checkpoint was written with, or load with strict=False to accept "
+                   "a changed one (a ResumeWarning: the positions then point at other samples)",
+                   why=why or "the dataset is not the one the checkpoint was written with")
     changes = parameter_changes(state, expected.parameters, expected.kind, expected.phases_changed)
     if changes and strict:
-        field_name, found, wanted, why = changes[0]
-        raise fail(field_name, found, wanted, f"{why}; or load with strict=False to accept the change (with a "
-                   "ResumeWarning: the saved positions then point at other samples, in another order).")
+        field_name, found, wanted, why, fix = changes[0]
+        raise fail(field_name, found, wanted, f"{fix}, or load with strict=False to accept the change (a "
+                   "ResumeWarning: the positions then point at other samples)", why=why)
     if fingerprint_changed:
         warnings.warn(
             f"the dataset changed since the checkpoint (fingerprint {found_print!r} -> {expected_print!r}); "
             "loaded anyway (strict=False): the positions now point at other samples than before.",
             ResumeWarning, stacklevel=4,
         )
-    for field_name, found, wanted, _ in changes:
+    for field_name, found, wanted, *_ in changes:
         warnings.warn(
             f"the order changed since the checkpoint ({field_name} {found!r} -> {wanted}); loaded anyway "
             "(strict=False): the positions now point at other samples than before.", ResumeWarning, stacklevel=4,
@@ -311,32 +307,33 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> Posit
     state = _current(state, expected)
     if state["kind"] != expected.kind:
         raise fail("kind", state["kind"], repr(expected.kind),
-                   f"A {state['kind']} state cannot restore a {expected.kind}; load it into a {state['kind']}.")
+                   f"load it into a {state['kind']}: a {state['kind']} state cannot restore a {expected.kind}")
     if state["n"] != expected.n:
         print_found = state["dataset_fingerprint"]
         why = (expected.explain_fingerprint(print_found)
                if expected.explain_fingerprint and isinstance(print_found, str) else "")
         raise fail("n", state["n"], f"{expected.n} (len(dataset) now)",
-                   f"The dataset changed length since the checkpoint: {why}." if why else
-                   "The dataset changed length since the checkpoint; resume with the same dataset.")
+                   "resume with the dataset the checkpoint was written with",
+                   why=f"the dataset changed length since the checkpoint{': ' + why if why else ''}")
     if state["shuffle"] != expected.shuffle:
         raise fail("shuffle", state["shuffle"], f"{expected.shuffle!r} (what this {expected.kind} was built with)",
-                   f"The constructor's value is not silently overridden: build the {expected.kind} with "
-                   f"shuffle={state['shuffle']!r} to resume this run, or start fresh.")
+                   f"build the {expected.kind} with shuffle={state['shuffle']!r} to resume this run, or start fresh",
+                   why="the constructor's value is not silently overridden")
     if state["order"] != expected.order:
         raise fail("order", state["order"], f"{expected.order!r} (what this {expected.kind} was built with)",
-                   f"Build the {expected.kind} with order={state['order']!r} to resume this run, or start fresh.")
+                   f"build the {expected.kind} with order={state['order']!r} to resume this run, or start fresh",
+                   why="the constructor's value is not silently overridden")
     if state["order_version"] != expected.order_version:
         own = expected.explain_order_version(state["order_version"]) if expected.explain_order_version else None
         raise fail("order_version", state["order_version"], f"{expected.order_version} (this shufflepoint's "
-                   f"{expected.order!r} order)", own or "The state was written by a shufflepoint whose order "
-                   "algorithm differs; resume with that shufflepoint version.")
+                   f"{expected.order!r} order)", own or "resume with the shufflepoint version that wrote the state",
+                   why=None if own else "that shufflepoint's order algorithm differs from this one's")
     if state["seed"] != expected.seed:
         raise fail("seed", state["seed"], f"{expected.seed!r} (what this {expected.kind} was built with)",
-                   f"The constructor's value is not silently overridden: build the {expected.kind} with "
-                   f"seed={state['seed']!r} to resume this run, or start fresh.")
+                   f"build the {expected.kind} with seed={state['seed']!r} to resume this run, or start fresh",
+                   why="the constructor's value is not silently overridden")
     if state["cursor"] > state["n"]:
-        raise fail("cursor", state["cursor"], f"an int in [0, n={state['n']}]", "The state is damaged.")
+        raise fail("cursor", state["cursor"], f"an int in [0, n={state['n']}]", DAMAGED)
     check_deal(state, expected.deal, expected.kind, expected.layout)
     steps, history = check_history(state, bool(state["excluded"]))
     _check_changed(state, expected, strict)

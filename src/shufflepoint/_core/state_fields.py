@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shufflepoint._core import spans as _spans
-from shufflepoint._core.errors import StateError
+from shufflepoint._core.errors import DAMAGED, Plain, Refused, StateError, field_error, shown
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.history import History, Place
 from shufflepoint._core.plan import STRIDED, Layout, cut
@@ -22,22 +22,19 @@ MAX_PARAMETER = 2**62  # a block or a grid: run positions stay int64
 DEALS = (STRIDED, SPANS)
 
 
-def fail(field: str, found: object, expected: str, fix: str) -> StateError:
-    shown = repr(found)
-    if len(shown) > 80:
-        shown = shown[:77] + "..."
-    return StateError(f"state field {field!r}: found {shown}, expected {expected}. {fix}")
+def fail(field: str, found: object, expected: str, fix: str, *, why: str | None = None) -> StateError:
+    return field_error(field, found, expected, fix, why=why)
 
 
 def check_segments_shape(segments: list[Any]) -> None:
     if len(segments) > _spans.MAX_SEGMENTS:
-        raise fail("segments", f"{len(segments)} segments", f"at most {_spans.MAX_SEGMENTS} world sizes in one epoch",
-                   "The state is damaged; use another checkpoint.")
+        raise fail("segments", Plain(f"{len(segments)} segments"), f"at most {_spans.MAX_SEGMENTS} world sizes in one "
+                   "epoch", DAMAGED)
     for number, pair in enumerate(segments):
         if not (isinstance(pair, list) and len(pair) == 2
                 and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_INT for v in pair)):
             raise fail(f"segments[{number}]", pair, "a [world_size, taken] pair of ints >= 0",
-                       "The state is damaged; use another checkpoint.")
+                       DAMAGED)
 
 
 def check_deal(state: Mapping[str, Any], expected: str, kind: str, layout: Layout | None) -> None:
@@ -45,27 +42,27 @@ def check_deal(state: Mapping[str, Any], expected: str, kind: str, layout: Layou
     its history replays to the state's cursor; a resize to ``layout`` can be recorded."""
     for field in ("world_size", "batch_size"):
         if not 1 <= state[field] <= 2**31:
-            raise fail(field, state[field], "an int in [1, 2**31]", "The state is damaged.")
+            raise fail(field, state[field], "an int in [1, 2**31]", DAMAGED)
     deal, segments = state["deal"], state["segments"]
     if deal not in DEALS:
-        raise fail("deal", deal, " or ".join(map(repr, DEALS)), "The state is damaged or from a newer shufflepoint.")
+        raise fail("deal", deal, " or ".join(map(repr, DEALS)), "the state is damaged or from a newer "
+                   "shufflepoint; use another checkpoint, or upgrade shufflepoint")
     if deal != expected:
         raise fail("deal", deal, f"{expected!r} (what this {kind} was built with)",
-                   f"The constructor's value is not silently overridden: build the {kind} with "
-                   f"deal={deal!r} to resume this run, or start fresh.")
+                   f"build the {kind} with deal={deal!r} to resume this run, or start fresh",
+                   why="the constructor's value is not silently overridden")
     if deal == STRIDED:
         if segments:
-            raise fail("segments", segments, "[] under the strided deal", "The state is damaged or was edited.")
+            raise fail("segments", segments, "[] under the strided deal", DAMAGED)
         return
     try:
         history = _spans.check_segments(state["n"], segments)
-    except ValueError as error:
-        raise fail("segments", segments, "the epoch's history of world sizes", f"{error}. The state is "
-                   "damaged or was edited; use another checkpoint.") from None
+    except Refused as error:
+        raise fail("segments", error.where(), error.expected, DAMAGED, why=error.why) from None
     cursor = state["n"] - (history[-1].remaining() if history else state["n"])
     if state["cursor"] != cursor and not state["excluded"]:  # with exclusions: checked by the loader (the order)
         raise fail("cursor", state["cursor"], f"{cursor} (what segments={segments} leave of n={state['n']})",
-                   "The state is damaged or was edited; use another checkpoint.")
+                   DAMAGED)
     check_recordable(state, layout)
 
 
@@ -78,11 +75,11 @@ def check_recordable(state: Mapping[str, Any], layout: Layout | None) -> None:
     if cut(layout, SPANS, state["cursor"], segments).samples_per_rank() == 0:
         return  # nothing left to read on the new world: no segment is opened
     last = segments[-1][0]
-    raise fail("segments", f"{len(segments)} world sizes in epoch {state['epoch']}",
-               f"at most {_spans.MAX_SEGMENTS} in one epoch: world size {layout.world_size} would be the "
-               f"{len(segments) + 1}th", f"Finish epoch {state['epoch']} on world size {last} (the last one) "
-               f"and resize after it; or load this state into a loader of world size {last}, call "
-               f"set_epoch({state['epoch'] + 1}), save, and resize from that state.")
+    # LIMIT(world-sizes-per-epoch): docs/state-format.md#fields
+    raise fail("segments", Plain(f"{len(segments)} world sizes in epoch {state['epoch']}"),
+               f"at most {_spans.MAX_SEGMENTS} in one epoch (world size {layout.world_size} would be the "
+               f"{len(segments) + 1}th)", f"finish epoch {state['epoch']} on world size {last} and resize after it "
+               f"(or load on {last}, set_epoch({state['epoch'] + 1}), save, resize)")
 
 
 def legacy_history(state: Mapping[str, Any], layout: Layout, start: Place) -> tuple[int, History]:
@@ -107,36 +104,44 @@ def check_history(state: Mapping[str, Any], excluding: bool = False) -> tuple[in
         return legacy_history(state, layout, start)
     try:
         history = History.from_entries(n, deal, state["history"])
-    except ValueError as error:
-        raise fail("history", state["history"], "the run's layout history (docs/state-format.md)",
-                   f"{error}. The state is damaged or was edited; use another checkpoint.") from None
+    except Refused as error:
+        raise fail("history", error.where(), error.expected, DAMAGED, why=error.why) from None
     steps, last = state["steps"], history.legs[-1]
     if last.layout != layout:
         saved = [layout.world_size, layout.batch_size, int(layout.drop_last)]
         raise fail("history", state["history"], f"a last entry with the saved layout [W, B, D] = {saved}",
-                   "The state is damaged or was edited; use another checkpoint.")
+                   DAMAGED)
     if steps < last.step:
-        raise fail("steps", steps, f"at least {last.step} (the history's last entry)", "The state is damaged.")
+        raise fail("steps", steps, f"at least {last.step} (the history's last entry)", DAMAGED)
     arrived, target = history.position(steps), start.normal(layout, deal)
     if arrived != target and not excluding:
         there = f"epoch {arrived.epoch}, cursor {arrived.cursor}" if arrived else "no batch"
         raise fail("steps", steps, f"a step at which the history arrives at epoch {start.epoch}, cursor "
-                   f"{start.cursor} (it arrives at {there})", "The state is damaged or was edited.")
+                   f"{start.cursor} (it arrives at {there})", DAMAGED)
     return steps, history
 
 
 def check_handed(state: Mapping[str, Any]) -> Handed | None:
     try:
         return Handed.from_state_field(state["handed"], state["n"], state["deal"] == SPANS and bool(state["excluded"]))
-    except ValueError as error:
-        raise fail("handed", state["handed"], *error.args) from None
+    except Refused as error:
+        raise fail("handed", _found(state["handed"], "handed", error), error.expected, error.fix,
+                   why=error.why) from None
 
 
 def check_excluded(state: Mapping[str, Any], kind: str) -> Exclusion | None:
     try:
         return Exclusion.from_state_field(state["excluded"], state["n"], kind)
-    except ValueError as error:
-        raise fail("excluded", state["excluded"] if len(error.args) < 3 else error.args[2], *error.args[:2]) from None
+    except Refused as error:
+        raise fail("excluded", _found(state["excluded"], "excluded", error), error.expected, error.fix,
+                   why=error.why) from None
+
+
+def _found(value: object, field: str, error: Refused) -> object:
+    """What a field's check found: where inside the field, or the field's value (and what is wrong with it)."""
+    if error.subject != field:
+        return error.where()
+    return Plain(f"{shown(value, 40)} ({error.found})") if isinstance(error.found, Plain) else error.found
 
 
 MAX_EXCLUDED_AT = 32  # the first exclusion's step and the latest 31
@@ -151,7 +156,7 @@ def check_excluded_at(state: Mapping[str, Any], steps: int) -> tuple[int, ...]:
                                                         and 0 <= s <= steps for s in value)
                    and all(a < b for a, b in zip(value, value[1:], strict=False)))
     if not well_formed or (value and not state["excluded"]):
-        raise fail("excluded_at", value, expected, "The state is damaged or was edited; use another checkpoint.")
+        raise fail("excluded_at", value, expected, DAMAGED)
     return tuple(value)
 
 
@@ -162,23 +167,22 @@ def check_order_parameters(state: Mapping[str, Any]) -> None:
     block, grid, phases = state["shuffle_block"], state["grid"], state["phases"]
     for field, value in (("shuffle_block", block), ("grid", grid)):
         if value is not None and not 1 <= value <= MAX_PARAMETER:
-            raise fail(field, value, f"an int in [1, {MAX_PARAMETER}] or None", "The state is damaged; use another "
-                       "checkpoint.")
+            raise fail(field, value, f"an int in [1, {MAX_PARAMETER}] or None", DAMAGED)
     for number, phase in enumerate(phases):
         if not (isinstance(phase, list) and len(phase) == 2 and isinstance(phase[0], int)
                 and not isinstance(phase[0], bool) and 0 <= phase[0] <= MAX_PARAMETER
                 and isinstance(phase[1], str) and 0 < len(phase[1]) <= 64):
             raise fail(f"phases[{number}]", phase, "a [start, hash] pair: an int start in [0, 2**62] and the "
-                       "phase's hash (a non-empty string)", "The state is damaged; use another checkpoint.")
+                       "phase's hash (a non-empty string)", DAMAGED)
         if number and phase[0] <= phases[number - 1][0]:
             raise fail(f"phases[{number}]", phase, f"a start after the previous phase's ({phases[number - 1][0]})",
-                       "The state is damaged or was edited; use another checkpoint.")
+                       DAMAGED)
     if grid is not None and not phases:
         raise fail("grid", grid, "None without phases (the grid is the global batch a schedule follows)",
-                   "The state is damaged or was edited; use another checkpoint.")
+                   DAMAGED)
     if block is None and (phases or grid is not None):
         raise fail("shuffle_block", block, "an int where the state has phases or a grid (a Mixture's order has "
-                   "a block)", "The state is damaged or was edited; use another checkpoint.")
+                   "a block)", DAMAGED)
 
 
 @dataclass(frozen=True)
@@ -191,34 +195,33 @@ class OrderParameters:
     phases: tuple[tuple[int, str], ...] = ()
 
 
-_SCHEDULE_CHANGED = ("The schedule changed at schedule[{}], a phase the run had started (or one starting inside the "
-                     "window it had reached: the global batch under a shufflepoint.DataLoader, the shuffle_block "
-                     "window otherwise); a resume may only append phases after it. Build the Mixture with the run's "
-                     "schedule to resume it")
+_SCHEDULE_CHANGED = ("schedule[{}] changed, a phase the run had started (or one starting inside the window it "
+                     "had reached); a resume may only append phases after it")
 
 
 def parameter_changes(state: Mapping[str, Any], own: OrderParameters, kind: str,
                       hook: Callable[[list[list[Any]], int, int, int | None], int | None] | None,
-                      ) -> list[tuple[str, object, str, str]]:
-    """(field, found, expected, why) for each of the order's parameters the state records otherwise than this
+                      ) -> list[tuple[str, object, str, str, str]]:
+    """(field, found, expected, why, fix) for each of the order's parameters the state records otherwise than this
     ``kind`` of object reads with (``own``); phases appended after the position reached are not a change
     (``hook``: the dataset's ``_phase_changed``, see ``state.Expected.phases_changed``)."""
-    changes: list[tuple[str, object, str, str]] = []
+    changes: list[tuple[str, object, str, str, str]] = []
     if state["shuffle_block"] != own.shuffle_block:
         changes.append(("shuffle_block", state["shuffle_block"], f"{own.shuffle_block!r} (what this {kind} reads "
-                        "with)", f"The block is part of the order: build the {kind} with shuffle_block="
-                        f"{state['shuffle_block']!r} to resume this run (a blocks order left to its default "
-                        "follows the state's), or start fresh"))
+                        "with)", "the block is part of the order (a blocks order left to its default follows the "
+                        "state's)", f"build the {kind} with shuffle_block={state['shuffle_block']!r} to resume "
+                        "this run"))
     if state["grid"] != own.grid:
         changes.append(("grid", state["grid"], f"{own.grid!r} (the global batch this {kind}'s schedule follows)",
-                        "The grid is recorded for a Mixture with a schedule read by a shufflepoint.DataLoader "
-                        "only; resume with the dataset and the object the run used"))
+                        "the grid is the global batch a scheduled Mixture follows under a shufflepoint.DataLoader",
+                        "resume with the dataset and the object the run used"))
     saved = [tuple(phase) for phase in state["phases"]]
     if saved != list(own.phases):
         number = hook(state["phases"], state["epoch"], state["cursor"], state["grid"]) if hook and saved else 0
         if number is not None:
+            # LIMIT(schedule-phase-began): docs/shards.md#limits
             why = (_SCHEDULE_CHANGED.format(number) if hook and saved and own.phases else
-                   "The schedule was added or removed since the checkpoint; build the dataset as the run did")
+                   "the schedule was added or removed since the checkpoint")
             changes.append(("phases", state["phases"], f"{[list(p) for p in own.phases]} (this dataset's "
-                            "schedule)", why))
+                            "schedule)", why, "build the dataset's schedule as the run did"))
     return changes

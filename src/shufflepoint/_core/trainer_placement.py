@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from shufflepoint._core.errors import refusal
+
 
 @dataclass(frozen=True)
 class Placement:
@@ -64,10 +66,12 @@ def place(epoch: int, batches_per_epoch: int, batches_left: int, accumulation: i
     for name, value in (("epoch", epoch), ("batches_per_epoch", batches_per_epoch),
                         ("batches_left", batches_left), ("accumulation", accumulation)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name}: found {value!r}, expected an integer >= 0")
-    if accumulation < 1 or batches_left > batches_per_epoch:
-        raise ValueError(f"accumulation {accumulation} must be >= 1 and batches_left {batches_left} "
-                         f"at most batches_per_epoch {batches_per_epoch}")
+            raise ValueError(refusal(name, value, "an integer >= 0", f"pass {name} as an int >= 0"))
+    if accumulation < 1:
+        raise ValueError(refusal("accumulation", accumulation, "an int >= 1", "pass accumulation >= 1"))
+    if batches_left > batches_per_epoch:
+        raise ValueError(refusal("batches_left", batches_left, f"at most batches_per_epoch {batches_per_epoch}",
+                                 "pass the batches left of this epoch"))
     nupe = updates_per_epoch(batches_per_epoch, accumulation)
     if batches_left == 0:  # the epoch is over: the next one, from its start
         return Placement(epoch + 1, 0, (epoch + 1) * nupe, nupe, accumulation)

@@ -27,7 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from shufflepoint._core.errors import StateError
+from shufflepoint._core.errors import Plain, StateError, refusal
+
+_NOT_OURS = "the file is damaged or not shufflepoint's; use another checkpoint"
 
 FIELDS = ("step", "loader_step", "first", "left", "per_epoch", "accumulation")
 
@@ -104,20 +106,20 @@ class Steps:
     def read(cls, value: Any, source: str) -> Steps:
         """The record in ``value`` (a list of spans), or ``StateError`` naming what is wrong."""
         if not isinstance(value, list):
-            raise StateError(f"{source}: steps: found {type(value).__name__}, expected a list of spans "
-                             f"[{', '.join(FIELDS)}]. The file is damaged or not shufflepoint's")
+            raise StateError(refusal(f"{source}: steps", Plain(type(value).__name__), "a list of spans "
+                                     f"[{', '.join(FIELDS)}]", _NOT_OURS))
         spans: list[Span] = []
         for number, entry in enumerate(value):
             if not isinstance(entry, list) or len(entry) != len(FIELDS) or not all(
                     isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in entry):
-                raise StateError(f"{source}: steps[{number}]: found {entry!r}, expected {len(FIELDS)} integers >= 0 "
-                                 f"[{', '.join(FIELDS)}]. The file is damaged or not shufflepoint's")
+                raise StateError(refusal(f"{source}: steps[{number}]", entry, f"{len(FIELDS)} integers >= 0 "
+                                         f"[{', '.join(FIELDS)}]", _NOT_OURS))
             span = Span(*entry)
             if span.step < 1 or span.accumulation < 1 or (spans and (
                     span.step <= spans[-1].step or span.loader_step != spans[-1].batches(span.step - 1)[1])):
-                raise StateError(f"{source}: steps[{number}]: found {entry!r}: a span must begin at step >= 1, "
-                                 "after the span before it, where that one's batches end, with accumulation >= 1. "
-                                 "The file is damaged or not shufflepoint's")
+                raise StateError(refusal(f"{source}: steps[{number}]", entry, "a span that begins at step >= 1, "
+                                         "after the span before it, where that one's batches end, with accumulation "
+                                         ">= 1", _NOT_OURS))
             spans.append(span)
         return cls(tuple(spans))
 

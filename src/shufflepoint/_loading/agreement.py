@@ -21,7 +21,7 @@ import hashlib
 import json
 from typing import Any
 
-from shufflepoint._core.errors import StateError
+from shufflepoint._core.errors import Plain, StateError, refusal
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.state import Position
 
@@ -112,8 +112,10 @@ def _explain_disagreement(local: dict[str, Any] | None, local_error: str | None,
     gathered = gather_from_all((local, local_error), groups)
     refused = [(rank, error) for rank, (_, error) in enumerate(gathered) if error is not None]
     if refused:
-        lines = "; ".join(f"rank {rank}: {error}" for rank, error in refused)
-        raise StateError(f"the state was refused on {len(refused)} rank(s), so no rank loads it: {lines}")
+        # the first refusing rank's refusal, as it said it, under a line that says where (not nested in a sentence)
+        ranks = [rank for rank, _ in refused]
+        raise StateError(f"the state was refused on {len(refused)} rank(s) {ranks}, so no rank loads it; "
+                         f"rank {ranks[0]}:\n" + refused[0][1])
     states = [state for state, _ in gathered]
     differing = sorted({field for state in states for field in state if state[field] != states[0][field]})
     if differing:
@@ -121,13 +123,14 @@ def _explain_disagreement(local: dict[str, Any] | None, local_error: str | None,
             f"{field!r}: " + ", ".join(f"rank {rank}={state[field]!r}" for rank, state in enumerate(states))
             for field in differing[:4]
         )
-        raise StateError(
-            f"ranks loaded different states, which cannot both be right: {details}. Every rank must "
-            "load the same checkpoint (shufflepoint states are identical on all ranks; rank 0's "
-            "copy restores everyone). To load on a subset of ranks on purpose, pass verify_ranks=False."
-        )
-    raise StateError("ranks loaded states whose digests differ, yet no field differs: the states are not JSON "
-                     "values alike on every rank (e.g. 1 and 1.0); load the same checkpoint on every rank")
+        raise StateError(refusal(
+            "ranks loaded different states", Plain(f"fields that differ: {', '.join(map(repr, differing[:4]))}"),
+            "the same state on every rank",
+            "load the same checkpoint on every rank; to load on a subset of ranks on purpose, pass verify_ranks=False",
+            why=f"{details}; shufflepoint states are identical on all ranks (rank 0's copy restores everyone)"))
+    raise StateError(refusal("ranks loaded different states", Plain("digests that differ, yet no field differs"),
+                             "states that are JSON values alike on every rank", "load the same checkpoint on every "
+                             "rank", why="a value differs in type only (e.g. 1 and 1.0)"))
 
 
 def checked_along(verify_ranks: bool, rank: int, world_size: int, groups: Groups | None) -> Groups | None:
@@ -172,8 +175,8 @@ def agree_on_exclusion(added: Exclusion, rank: int, world_size: int, verify_rank
         return
     counts = gather_from_all((added.count, added.ranges()[:3]), along)
     shown = "; ".join(f"rank {r}: {count} indices, first ranges {first}" for r, (count, first) in enumerate(counts))
-    raise ValueError(
-        f"exclude: ranks passed different indices ({shown}), expected the same on every rank (the state is the "
-        "same on every rank, and so is what it excludes). Compute the indices identically everywhere, or "
-        "broadcast them from rank 0, then call loader.exclude on every rank. Nothing was excluded."
-    )
+    raise ValueError(refusal(
+        "exclude", Plain("different indices on the ranks"), "the same indices on every rank",
+        "compute the indices identically everywhere, or broadcast them from rank 0, then call loader.exclude on "
+        "every rank", why=f"{shown}; the state is the same on every rank, and so is what it excludes; nothing was "
+        "excluded"))

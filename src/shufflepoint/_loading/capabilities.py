@@ -14,6 +14,7 @@ from collections.abc import Callable, Sized
 from typing import Any
 
 from shufflepoint._core.capabilities import Scheduled
+from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._core.state import DEALS
 
 
@@ -21,17 +22,18 @@ def deal_for(name: str | None, default: str, dataset: Any) -> str:
     """The deal to read ``dataset`` with: ``name``, else the one the dataset needs (``_required_deal``), else
     ``default``. A name that is no deal, or one the dataset cannot be read under, is refused."""
     if name is not None and name not in DEALS:
-        raise ValueError(f"deal: found {name!r}, expected one of {', '.join(map(repr, DEALS))} or None")
+        raise ValueError(refusal("deal", name, f"one of {', '.join(map(repr, DEALS))} or None",
+                                 "pass one of these, or leave deal unset for the loader's default"))
     needed = dataset._required_deal if isinstance(dataset, Scheduled) else None
     if needed not in DEALS:  # None, or an attribute that only looks like the capability
         return default if name is None else name
     if name is not None and name != needed:
-        raise ValueError(
-            f"deal: found {name!r}, but this {type(dataset).__name__} is read under {needed!r} only\n"
-            "  why: a Mixture with a schedule starts each phase at the sample it names, which only a deal that "
-            "consumes the epoch's positions in order keeps ('spans' reads a stretch per rank)\n"
-            f"  fix: leave deal unset (or pass deal={needed!r})"
-        )
+        # LIMIT(scheduled-mixture-deal): docs/shards.md#limits
+        raise ValueError(refusal(
+            "deal", name, f"{needed!r}, the only deal this {type(dataset).__name__} is read under",
+            f"leave deal unset (or pass deal={needed!r})",
+            why="a scheduled Mixture starts each phase at the sample it names, which only a deal that consumes the "
+            "epoch's positions in order keeps"))
     return str(needed)
 
 
@@ -58,8 +60,8 @@ def check_grid(dataset: Any, grid: int | None, global_batch: int) -> None:
 
 def dataset_length(dataset: object) -> int:
     if not isinstance(dataset, Sized):
-        raise TypeError(
-            f"dataset: found {type(dataset).__name__} without __len__, expected a map-style dataset "
-            "(one with __getitem__ and __len__); an IterableDataset has no seekable order"
-        )
+        # LIMIT(map-style-only): README.md#limits
+        raise TypeError(refusal("dataset", Plain(f"{type(dataset).__name__} without __len__"), "a map-style dataset "
+                                "(__getitem__ and __len__)", "wrap the data in a map-style dataset (a sharded corpus: "
+                                "shufflepoint.Shards)", why="an IterableDataset has no seekable order"))
     return len(dataset)

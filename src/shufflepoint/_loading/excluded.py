@@ -24,7 +24,7 @@ from typing import Any, cast
 import numpy as np
 
 from shufflepoint._core.cut import Cut
-from shufflepoint._core.errors import StateError
+from shufflepoint._core.errors import DAMAGED, Plain, Refused, field_error, refusal
 from shufflepoint._core.exclusion import MAX_RANGES, Exclusion, FilteredStridedCut, Skips
 from shufflepoint._core.history import Cuts, History, Place, place_after
 from shufflepoint._core.plan import STRIDED, Layout, StridedCut
@@ -42,10 +42,10 @@ def check_can_exclude(orders: OrderCache) -> None:
     if not isinstance(orders.get(0, StridedCut(Layout(orders.n, 1, 1, False), 0)), InvertibleOrder):
         way = ("exclude documents by filtering the corpus the Packed reads, and start a new run"
                if orders.name == "packed" else "filter the dataset and start a new run")
-        raise ValueError(
-            f"exclude: the {orders.name!r} order of a {type(orders.dataset).__name__} has no inverse "
-            f"(index -> position) yet, which exclusion needs: {way} (docs/exclusion.md, 'Limits')."
-        )
+        # LIMIT(exclude-no-inverse): docs/exclusion.md#limits
+        raise Refused("exclude", Plain(f"the {orders.name!r} order of a {type(orders.dataset).__name__}"),
+                      "an order with an inverse (index -> position), which exclusion needs", way,
+                      why="this order has no inverse yet")
 
 
 class Excluded:
@@ -63,9 +63,9 @@ class Excluded:
         if exclusion is not None:
             try:
                 check_can_exclude(orders)
-            except ValueError as error:
-                raise StateError(f"state field 'excluded': found {exclusion.count} excluded indices, which this "
-                                 f"loader cannot skip. {error}") from None
+            except Refused as error:
+                raise field_error("excluded", Plain(f"{exclusion.count} excluded indices"), f"[] for {error.found}, "
+                                  "whose order has no inverse (index -> position)", error.fix) from None
             found.replace(exclusion, orders.n)
         return found
 
@@ -76,9 +76,10 @@ class Excluded:
         check_can_exclude(orders)
         merged = self.exclusion.union(added)
         if len(merged) > MAX_RANGES:
-            raise ValueError(f"indices: the excluded set would be {len(merged)} ranges, expected at most {MAX_RANGES} "
-                             "(the state's documented bound). Exclude fewer or contiguous indices; nothing was "
-                             "excluded.")
+            # LIMIT(excluded-ranges): docs/exclusion.md#limits
+            raise ValueError(refusal("indices", Plain(f"an excluded set of {len(merged)} ranges"),
+                                     f"at most {MAX_RANGES} ranges (the state's bound)",
+                                     "exclude fewer or contiguous indices; nothing was excluded"))
         return added, merged
 
     def replace(self, exclusion: Exclusion | None, n: int) -> None:
@@ -99,13 +100,12 @@ class Excluded:
             found = self.cut(deal, orders, layout, position.epoch, position.cursor, position.segments,
                              handed=position.handed)
         except ValueError as error:  # segments that the space left by handed and excluded cannot hold
-            raise StateError(f"state field 'segments': found {position.segments}, expected the epoch's world sizes "
-                             f"since its latest exclusion ({error}). The state is damaged or was edited; use "
-                             "another checkpoint.") from None
+            shown, why = (error.where(), error.expected) if isinstance(error, Refused) else (position.segments, None)
+            raise field_error("segments", shown, "the epoch's world sizes since its latest exclusion", DAMAGED,
+                              why=why) from None
         if isinstance(found, FilteredSpanCut) and found.after(0)[0] != position.cursor:
-            raise StateError(f"state field 'cursor': found {position.cursor}, expected {found.after(0)[0]} (what "
-                             f"segments={position.segments}, handed and excluded leave of n={orders.n}). The state "
-                             "is damaged or was edited; use another checkpoint.")
+            raise field_error("cursor", position.cursor, f"{found.after(0)[0]} (what segments={position.segments}, "
+                              f"handed and excluded leave of n={orders.n})", DAMAGED)
         return found
 
     def span_positions(self, orders: OrderCache, epoch: int, first_world_size: int) -> Exclusion:
@@ -157,13 +157,18 @@ def placeable(step: int, excluded_at: tuple[int, ...]) -> bool:
     """Whether ``step`` is read with the whole excluded set (True) or with none of it (False); ValueError
     naming the steps in between, or a state that does not say when its exclusions took effect."""
     if not excluded_at:
-        raise ValueError("which: this run excludes samples, but its state does not say from which step (written "
-                         "before the 'excluded_at' field), so no step of it is placed (docs/exclusion.md, 'Limits')")
+        # LIMIT(which-before-excluded-at): docs/exclusion.md#limits
+        raise ValueError(refusal("which", Plain("a state with samples excluded and no 'excluded_at'"),
+                                 "a state that says from which step its exclusions took effect",
+                                 "ask a checkpoint written by a newer shufflepoint, which records it",
+                                 why="without it no step of a run with exclusions is placed"))
     first, last = excluded_at[0], excluded_at[-1]
     if first <= step < last:
-        raise ValueError(f"which: found step {step}, read between exclusions: exclude() was called at steps "
-                         f"{list(excluded_at)} and the state keeps only the union of what was excluded, so steps "
-                         f"{first} to {last - 1} are not placed. Ask for a step before {first} or from {last} on.")
+        # LIMIT(which-between-exclusions): docs/exclusion.md#limits
+        raise ValueError(refusal("which", Plain(f"step {step}, read between exclusions at steps {list(excluded_at)}"),
+                                 f"a step before {first} or from {last} on", "ask one of those steps",
+                                 why=f"the state keeps only the union of what was excluded, so steps {first} to "
+                                 f"{last - 1} are not placed"))
     return step >= last
 
 
@@ -215,9 +220,12 @@ def history_cuts(history: History, deal: Deal, orders: OrderCache, excluded: Exc
             rebuilt.append(_rebuilt_handed(history, at, excluded_epoch))
         if len(excluded_at) == 1 and rebuilt[0] is not None:
             return rebuilt[0][1] if rebuilt[0][0] == epoch else None
-        raise ValueError(f"which: under the 'spans' deal, epoch {epoch} had samples excluded at step {at}, and "
-                         "what it had handed out by then is no longer known (the state keeps it while the epoch is "
-                         "read; it is rebuilt for a run's single exclusion only) (docs/exclusion.md, 'Limits')")
+        # LIMIT(which-spans-handed-lost): docs/exclusion.md#limits
+        raise ValueError(refusal("which", Plain(f"epoch {epoch}, with samples excluded at step {at} under 'spans'"),
+                                 "an epoch whose handed-out positions the state still knows",
+                                 "ask a checkpoint written while that epoch was read",
+                                 why="what it had handed out by then is no longer known (the state keeps it while "
+                                 "the epoch is read; it is rebuilt for a run's single exclusion only)"))
 
     def cuts(place: Place, layout: Layout, parts: int) -> Cut:
         known = None if deal.name == STRIDED else handed(place.epoch)
@@ -247,10 +255,9 @@ def arrived(position: SavedPosition, excluded: Excluded, deal: Deal, orders: Ord
         return history.record(position.steps, layout, place_after(position.epoch, start, 0), cuts)
     if not _same(found, place, deal):
         there = f"epoch {found.epoch}, cursor {found.cursor}" if found else "no batch"
-        raise StateError(f"state field 'steps': found {position.steps}, expected a step at which the history "
-                         f"arrives at epoch {position.epoch}, cursor {position.cursor} with the excluded samples "
-                         f"skipped (it arrives at {there}). The state is damaged or was edited; use another "
-                         "checkpoint.")
+        raise field_error("steps", position.steps, f"a step at which the history arrives at epoch {position.epoch}, "
+                          f"cursor {position.cursor} (with the excluded samples skipped)", DAMAGED,
+                          why=f"the history arrives at {there}")
     return history.record(position.steps, layout, place_after(position.epoch, start, 0), cuts)
 
 

@@ -17,6 +17,7 @@ import torch.utils.data
 
 from shufflepoint._core import state as _state
 from shufflepoint._core.capabilities import ExplainsOrderVersion, Locatable, Prefetching
+from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.plan import Layout
 from shufflepoint._loading.agreement import agree_on_exclusion, validate_everywhere
@@ -43,14 +44,13 @@ class _PassSampler(torch.utils.data.Sampler[Any]):
     def __iter__(self) -> Iterator[Any]:
         live = self._position.live
         if live is None:
-            raise RuntimeError(
-                "shufflepoint.DataLoader: its sampler is being iterated by another loader (found: "
-                "iteration outside iter(loader); expected: batches taken through the "
-                "shufflepoint.DataLoader, which counts them). Likely cause: accelerator.prepare(loader) "
-                "without shufflepoint.patch_accelerate(), which rebuilds the loader and shards it a "
-                "second time, so each rank would see part of its shard and the position would never "
-                "advance. Fix: call shufflepoint.patch_accelerate() before accelerator.prepare(...)."
-            )
+            raise RuntimeError(refusal(
+                "shufflepoint.DataLoader", Plain("its sampler iterated by another loader, outside iter(loader)"),
+                "batches taken through the shufflepoint.DataLoader, which counts them",
+                "call shufflepoint.patch_accelerate() before accelerator.prepare(...)",
+                why="likely accelerator.prepare(loader) without shufflepoint.patch_accelerate(), which rebuilds the "
+                "loader and shards it a second time: each rank would see part of its shard and the position would "
+                "never advance"))
         order = self._position.orders.get(live.epoch, live.cut)
         chunks = rank_chunks(order, live.cut, self._rank)
         if self._prefetch is not None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._order import check_int
 
 # Dimension names that say "model parallel": their peers must get the same data, so a mesh that
@@ -46,29 +47,26 @@ class DataParallel(NamedTuple):
 def _mesh_dims(names: tuple[str, ...] | None, mesh_dims: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
     wanted = (mesh_dims,) if isinstance(mesh_dims, str) else tuple(mesh_dims)
     if not wanted or not all(isinstance(name, str) for name in wanted):
-        raise TypeError(f"mesh_dims: found {mesh_dims!r}, expected a dimension name or a tuple of names")
+        raise TypeError(refusal("mesh_dims", mesh_dims, "a dimension name or a tuple of names",
+                                "pass mesh_dims='dp' or a tuple of the data-parallel dimensions"))
     missing = [name for name in wanted if name not in (names or ())]
     if missing:
-        raise ValueError(
-            f"mesh_dims: the mesh has no dimension named {', '.join(map(repr, missing))}\n"
-            f"  found:    dimensions {list(names) if names else 'without names'}\n"
-            f"  expected: the names of its data-parallel dimensions\n"
-            f"  fix:      build the mesh with mesh_dim_names=(...), or pass mesh_dims= one of {list(names or ())}"
-        )
+        raise ValueError(refusal(
+            "mesh_dims", Plain(f"{', '.join(map(repr, missing))}, not a dimension of the mesh (its dimensions: "
+                               f"{list(names) if names else 'without names'})"),
+            "the names of its data-parallel dimensions",
+            f"build the mesh with mesh_dim_names=(...), or pass mesh_dims= one of {list(names or ())}"))
     return wanted
 
 
 def _refuse_model_parallel(names: tuple[str, ...] | None) -> None:
     for name in names or ():
         if set(name.lower().split("_")) & _NOT_DATA_PARALLEL:
-            raise ValueError(
-                f"mesh: found a dimension named {name!r} (dimensions {list(names or ())}), which reads as "
-                "tensor/context/pipeline/expert parallel: its peers must receive the same batches, so it "
-                "cannot be dealt different data\n"
-                "  expected: a mesh whose dimensions are all data-parallel\n"
-                "  fix:      pass mesh=device_mesh['dp'], or mesh=device_mesh, mesh_dims='dp' (the "
-                "data-parallel dimension names; naming them overrides this check)"
-            )
+            raise ValueError(refusal(
+                "mesh", Plain(f"a dimension named {name!r} (dimensions {list(names or ())})"),
+                "a mesh whose dimensions are all data-parallel", "pass mesh=device_mesh['dp'], or mesh=device_mesh, "
+                "mesh_dims='dp' (the data-parallel dimension names; naming them overrides this check)",
+                why="it reads as tensor/context/pipeline/expert parallel: its peers must receive the same batches"))
 
 
 def from_mesh(mesh: Any, mesh_dims: str | tuple[str, ...] | list[str] | None) -> DataParallel:
@@ -76,8 +74,8 @@ def from_mesh(mesh: Any, mesh_dims: str | tuple[str, ...] | list[str] | None) ->
     from torch.distributed.device_mesh import DeviceMesh
 
     if not isinstance(mesh, DeviceMesh):
-        raise TypeError(f"mesh: found {type(mesh).__name__}, expected a torch.distributed DeviceMesh "
-                        "(e.g. device_mesh['dp']) or None")
+        raise TypeError(refusal("mesh", Plain(type(mesh).__name__), "a torch.distributed DeviceMesh or None",
+                                "pass mesh=device_mesh['dp'], or leave it unset"))
     names = tuple(mesh.mesh_dim_names) if mesh.mesh_dim_names else None
     whole = mesh  # every process of it builds this loader: the agreement may run along all its dimensions
     if mesh_dims is not None:
@@ -86,11 +84,10 @@ def from_mesh(mesh: Any, mesh_dims: str | tuple[str, ...] | list[str] | None) ->
         _refuse_model_parallel(names)
     coordinate = mesh.get_coordinate()
     if coordinate is None:
-        raise ValueError(
-            f"mesh: this process (global rank {_global_rank()}) is not part of the mesh {mesh}\n"
-            "  fix: pass the mesh only on the processes it holds, or the data-parallel slice of the mesh "
-            "this process belongs to"
-        )
+        raise ValueError(refusal(
+            "mesh", Plain(f"a mesh without this process (global rank {_global_rank()})"),
+            "a mesh that holds this process", "pass the mesh only on the processes it holds, or the data-parallel "
+            "slice of the mesh this process belongs to", why=f"the mesh is {mesh}"))
     rank = 0
     for size, index in zip(mesh.shape, coordinate, strict=True):
         rank = rank * size + index
@@ -104,20 +101,17 @@ def from_process_group(group: Any) -> DataParallel:
 
     outside = getattr(getattr(dist, "GroupMember", None), "NON_GROUP_MEMBER", None)  # new_group's answer to others
     if dist.is_available() and not isinstance(group, dist.ProcessGroup) and (outside is None or group != outside):
-        raise TypeError(f"process_group: found {type(group).__name__}, expected a torch.distributed ProcessGroup "
-                        "(e.g. torch.distributed.new_group(ranks)) or None")
+        raise TypeError(refusal("process_group", Plain(type(group).__name__), "a torch.distributed ProcessGroup "
+                                "or None", "pass torch.distributed.new_group(ranks), or leave it unset"))
     if not (dist.is_available() and dist.is_initialized()):
-        raise RuntimeError("process_group: found a group, but torch.distributed is not initialised; call "
-                           "torch.distributed.init_process_group(...) first")
+        raise RuntimeError(refusal("process_group", Plain("a group"), "torch.distributed initialised first",
+                                   "call torch.distributed.init_process_group(...) first"))
     rank = dist.get_rank(group)
     if rank < 0:
-        raise ValueError(
-            f"process_group: this process (global rank {dist.get_rank()}) is not a member of the group it was "
-            "given\n"
-            "  expected: the data-parallel group this process belongs to\n"
-            "  fix:      pass the group returned by new_group(...) for this rank's own data-parallel ranks "
-            "(every process builds every group, and keeps the one it is in)"
-        )
+        raise ValueError(refusal(
+            "process_group", Plain(f"a group without this process (global rank {dist.get_rank()})"),
+            "the data-parallel group this process belongs to", "pass the group returned by new_group(...) for this "
+            "rank's own data-parallel ranks (every process builds every group, and keeps the one it is in)"))
     return DataParallel(int(dist.get_world_size(group)), int(rank), (group,))
 
 
@@ -139,7 +133,8 @@ def resolve_world(world_size: int | None, rank: int | None) -> tuple[int, int]:
     check_int("world_size", world_size, 1, 2**31)
     check_int("rank", rank, 0, 2**31)
     if rank >= world_size:
-        raise ValueError(f"rank: found {rank}, expected an int in [0, world_size={world_size})")
+        raise ValueError(refusal("rank", rank, f"an int in [0, world_size={world_size})",
+                                 "pass this process's rank among the loader's ranks"))
     return int(world_size), int(rank)
 
 
@@ -152,12 +147,10 @@ def resolve_data_parallel(
     given = [name for name, value in (("mesh", mesh), ("process_group", process_group),
                                       (names[0], world_size), (names[1], rank)) if value is not None]
     if mesh_dims is not None and mesh is None:
-        raise ValueError(f"mesh_dims: found {mesh_dims!r} without a mesh; pass mesh=device_mesh with it")
+        raise ValueError(refusal("mesh_dims", mesh_dims, "None without a mesh", "pass mesh=device_mesh with it"))
     if (mesh is not None or process_group is not None) and len(given) > 1:
-        raise ValueError(
-            f"{' and '.join(given)}: found {len(given)} sources of rank and world size, expected one\n"
-            f"  fix: pass mesh= (or process_group=) alone; the data-parallel rank and size come from it"
-        )
+        raise ValueError(refusal(' and '.join(given), Plain(f"{len(given)} sources of rank and world size"), "one",
+                                 "pass mesh= (or process_group=) alone; the data-parallel rank and size come from it"))
     if mesh is not None:
         return from_mesh(mesh, mesh_dims)
     if process_group is not None:

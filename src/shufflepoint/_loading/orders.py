@@ -19,7 +19,7 @@ from shufflepoint._core.capabilities import (
     ShardedCorpus,
 )
 from shufflepoint._core.cut import Cut
-from shufflepoint._core.errors import StateError
+from shufflepoint._core.errors import Refused, StateError, refusal
 from shufflepoint._core.plan import Layout, StridedCut
 from shufflepoint._core.spans import NAME as SPANS
 from shufflepoint._core.state_fields import OrderParameters
@@ -48,7 +48,8 @@ def resolve_fingerprint(value: str | None, dataset: Any, n: int, *, legacy: bool
     ``legacy``: the same as shufflepoint 0.2 wrote it (None when the dataset has no older identity).
     """
     if value is not None and not isinstance(value, str):
-        raise TypeError(f"dataset_fingerprint: found {value!r}, expected a str, 'auto' or None")
+        raise TypeError(refusal("dataset_fingerprint", value, "a str, 'auto' or None",
+                                "pass a string naming the dataset's version, 'auto', or leave it unset"))
     if legacy:
         corpus = dataset._legacy_fingerprint if isinstance(dataset, LegacyIdentified) else None
     else:
@@ -111,14 +112,15 @@ class OrderCache:
         self._dataset = dataset
         self._rows: np.ndarray | None = None
         if own is not None and name == "identity":
-            raise ValueError(f"shuffle: found False, but a {type(dataset).__name__} is always read in its own "
-                             f"shuffled order {own!r}")
+            # LIMIT(own-order-shuffled): docs/shards.md#limits
+            raise ValueError(refusal("shuffle", False, f"True: a {type(dataset).__name__} is always read in its own "
+                                     f"shuffled order {own!r}", "leave shuffle at True"))
         if own is not None and name != own:
-            raise ValueError(f"order: found {name!r}, but a {type(dataset).__name__} is read in its own order "
-                             f"{own!r} (with shuffle=True); leave order unset")
+            raise ValueError(refusal("order", name, f"{own!r}, the own order of a {type(dataset).__name__}",
+                                     "leave order unset"))
         if name == BLOCKS and rows is None:
-            raise ValueError(f"order: found 'blocks', which needs a sharded corpus (shufflepoint.Shards); this "
-                             f"dataset is a {type(dataset).__name__}. Use order='feistel'")
+            raise ValueError(refusal("order", "blocks", f"a sharded corpus (shufflepoint.Shards), not a "
+                                     f"{type(dataset).__name__}", "use order='feistel'"))
         if name in (BLOCKS, own):
             block = default_block(dataset, name) if shuffle_block is None else shuffle_block  # block_choice
             self.shuffle_block = check_int("shuffle_block", block, 1, 2**62)
@@ -130,8 +132,8 @@ class OrderCache:
             self.version = BLOCKS_VERSION if name == BLOCKS else int(dataset.order_version)
         else:
             if shuffle_block is not None:
-                raise ValueError(f"shuffle_block: found {shuffle_block!r}, but it applies to order='blocks' "
-                                 f"only (order is {name!r})")
+                raise ValueError(refusal("shuffle_block", shuffle_block, f"None: it applies to order='blocks' only "
+                                         f"(order is {name!r})", "leave shuffle_block unset"))
             self.name, self.version = check_order_name(name), order_version(name)
         # a loader's global batch, for a dataset whose schedule follows it (Mixture(schedule=...)); in the fingerprint
         scheduled = isinstance(dataset, Scheduled) and dataset.schedule is not None
@@ -204,8 +206,8 @@ def within_bounds(orders: OrderCache, epoch: int, start: Cut, *, field: str | No
     changes, as a ``StateError`` naming ``field`` for a state."""
     try:
         orders.get(epoch, start)
-    except ValueError as e:
-        if field is None or not str(e).startswith("epoch"):
+    except Refused as refused:
+        if field is None or refused.subject != "epoch":
             raise
-        raise StateError(f"{field}: {e}. The state is damaged or was written for another dataset; use another "
-                         "checkpoint.") from e
+        raise StateError(refusal(field, refused.found, refused.expected, "use a checkpoint written for this "
+                                 "dataset", why="the state is damaged or was written for another dataset")) from None

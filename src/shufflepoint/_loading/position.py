@@ -37,7 +37,7 @@ import numpy as np
 
 from shufflepoint._core import state as _state
 from shufflepoint._core.cut import Cut
-from shufflepoint._core.errors import ResumeWarning, warn_user
+from shufflepoint._core.errors import ResumeWarning, refusal, warn_user
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.history import MAX_EPOCH, Cuts, History, Place, place_after
 from shufflepoint._core.plan import STRIDED, Layout
@@ -256,8 +256,10 @@ class LoaderPosition:
         (steps, place), epoch = self.here(), self.epoch
         start = self._cut_here(place)
         if epoch == MAX_EPOCH and start.samples_per_rank() == 0:
-            raise ValueError(f"epoch: the loader has read epoch {MAX_EPOCH}, the last one the orders support; "
-                             "call set_epoch(e) with an earlier epoch to read on")
+            # LIMIT(last-epoch): docs/state-format.md#what-a-load-checks
+            raise ValueError(refusal("epoch", epoch, f"an epoch the loader has not finished, at most {MAX_EPOCH}",
+                                     "call set_epoch(e) with an earlier epoch to read on",
+                                     why=f"epoch {MAX_EPOCH} is the last one the orders support"))
         if self._ramp_unchecked and self.ramp is not None and self.ramp != self.layout.batch_size:
             warn_of_a_lost_ramp(self.ramp, self.layout.batch_size)
             self.ramp = None  # said once: the run now reads at the loader's size

@@ -12,6 +12,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from shufflepoint._core import state as _state
 from shufflepoint._core.cut import Cut
+from shufflepoint._core.errors import refusal
 from shufflepoint._core.history import MAX_EPOCH
 from shufflepoint._core.plan import Layout
 from shufflepoint._loading.agreement import validate_everywhere
@@ -82,7 +83,7 @@ class ResumableSampler(DistributedSampler[int]):
         n = dataset_length(dataset)
         check_int("seed", seed, 0, 2**64 - 1)
         if not isinstance(shuffle, bool):
-            raise TypeError(f"shuffle: found {shuffle!r}, expected a bool")
+            raise TypeError(refusal("shuffle", shuffle, "a bool", "pass shuffle=True or False"))
         super().__init__(dataset, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed,
                          drop_last=drop_last)
         orders = OrderCache(order if shuffle else "identity", n, seed, dataset=dataset,

@@ -10,6 +10,7 @@ import numpy as np
 import torch.utils.data
 
 from shufflepoint._core.capabilities import ReadsColumns
+from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._loading.keyed import KeyedCollate, KeyedDataset, Transform
 from shufflepoint._shards.batch import collate as columnar_collate
 
@@ -34,21 +35,21 @@ def check_arguments(shuffle: bool, torch_kwargs: dict[str, Any]) -> None:
     """``shuffle`` is a bool, and torch's own ``sampler``/``batch_sampler`` are not passed: the order is ours."""
     taken = sorted({"sampler", "batch_sampler"} & torch_kwargs.keys())
     if taken:
-        raise TypeError(
-            f"shufflepoint.DataLoader got {', '.join(taken)}: it builds its own order and "
-            "sharding; use seed=, shuffle=, order= instead, or shufflepoint.ResumableSampler "
-            "with a plain torch DataLoader"
-        )
+        raise TypeError(refusal(", ".join(taken), Plain("a torch " + " and a ".join(taken)), "none: "
+                                "shufflepoint.DataLoader builds its own order and sharding", "use seed=, shuffle=, "
+                                "order= instead, or "
+                                "shufflepoint.ResumableSampler with a plain torch DataLoader"))
     if not isinstance(shuffle, bool):
-        raise TypeError(f"shuffle: found {shuffle!r}, expected a bool")
+        raise TypeError(refusal("shuffle", shuffle, "a bool", "pass shuffle=True or False"))
 
 
 def check_keyed(transform: Transform | None, seed_per_sample: bool) -> bool:
     """Whether samples draw keyed randomness (the loader then wraps the dataset, see ``keyed``)."""
     if transform is not None and not callable(transform):
-        raise TypeError(f"transform: found {transform!r}, expected a callable fn(sample, rng) or None")
+        raise TypeError(refusal("transform", transform, "a callable fn(sample, rng) or None",
+                                "pass a function of (sample, rng)"))
     if not isinstance(seed_per_sample, bool):
-        raise TypeError(f"seed_per_sample: found {seed_per_sample!r}, expected a bool")
+        raise TypeError(refusal("seed_per_sample", seed_per_sample, "a bool", "pass seed_per_sample=True or False"))
     return transform is not None or seed_per_sample
 
 

@@ -56,16 +56,20 @@ def order_version(name: str) -> int:
 
 def check_order_name(name: object) -> str:
     if not isinstance(name, str) or name not in _CLASSES:
-        raise ValueError(f"order: found {name!r}, expected one of {', '.join(map(repr, ORDERS))}")
+        raise ValueError(f"order: found {name!r}\n  expected: one of {', '.join(map(repr, ORDERS))}\n"
+                         "  fix: pass one of these names, or leave order unset for the default")
     return name
 
 
 def check_int(field: str, value: object, low: int, high: int) -> int:
     """An integer argument, not a bool, in [low, high]: ValueError/TypeError naming the field."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{field}: found {value!r} of type {type(value).__name__}, expected an int")
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."  # as errors.refusal shows it
+        raise TypeError(f"{field}: found {shown} of type {type(value).__name__}\n  expected: an int\n"
+                        f"  fix: pass {field} as an int in [{low}, {high}]")
     if not low <= int(value) <= high:
-        raise ValueError(f"{field}: found {value}, expected an int in [{low}, {high}]")
+        raise ValueError(f"{field}: found {int(value)}\n  expected: an int in [{low}, {high}]\n"
+                         f"  fix: pass {field} in that range")
     return int(value)
 
 

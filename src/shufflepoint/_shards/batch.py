@@ -23,6 +23,8 @@ import torch
 import torch.utils.data
 from torch.utils.data import default_collate
 
+from shufflepoint._core.errors import Plain, refusal
+
 Column = np.ndarray | list[Any]
 
 
@@ -184,12 +186,13 @@ def checked_indices(what: str, indices: Any, length: int, *, many: str | None = 
     if found.size == 0:
         return np.empty(0, np.int64)
     if found.ndim != 1 or found.dtype.kind not in "iu":
-        raise TypeError(f"{many or what + ' indices'}: found {found.dtype} of shape {found.shape}, "
-                        "expected a list of ints")
+        raise TypeError(refusal(many or what + " indices", Plain(f"{found.dtype} of shape {found.shape}"),
+                                "a list of ints", "pass integer indices"))
     checked = found.astype(np.int64, copy=False)
     if int(checked.view(np.uint64).max()) >= length:  # one reduction: a negative index is 2**63 or more unsigned
         bad = found[(found < 0) | (found >= length)][0]
-        raise IndexError(f"{one or what + ' index'} {bad} out of range for {within or f'{length} rows'}")
+        raise IndexError(refusal(one or what + " index", int(bad), f"an index in [0, {length}), not out of range "
+                                 f"for {within or f'{length} rows'}", "pass indices within the dataset"))
     return checked
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._order.distinct import distinct
 from shufflepoint._order.feistel import FeistelOrder, _splitmix64
 
@@ -45,7 +46,8 @@ def checked_positions(positions: np.ndarray, n: int) -> tuple[np.ndarray, np.nda
     positions = np.asarray(positions, dtype=np.int64)
     flat = positions.reshape(-1)
     if flat.size and (int(flat.min()) < 0 or int(flat.max()) >= n):
-        raise IndexError(f"positions: expected each in [0, {n}), found {int(flat.min())}..{int(flat.max())}")
+        raise IndexError(refusal("positions", Plain(f"{int(flat.min())}..{int(flat.max())}"), f"each in [0, {n})",
+                                 "pass positions of this epoch"))
     return positions, flat
 
 
@@ -110,7 +112,8 @@ class _BlockTable:
         indices = np.asarray(indices, dtype=np.int64)
         flat = indices.reshape(-1)
         if flat.size and (int(flat.min()) < 0 or int(flat.max()) >= self.n):
-            raise IndexError(f"indices: expected each in [0, {self.n}), found {int(flat.min())}..{int(flat.max())}")
+            raise IndexError(refusal("indices", Plain(f"{int(flat.min())}..{int(flat.max())}"),
+                                     f"each in [0, {self.n})", "pass indices of the dataset"))
         by_dataset = np.argsort(self._dataset_start, kind="stable")
         piece = by_dataset[np.searchsorted(self._dataset_start[by_dataset], flat, side="right") - 1]
         stream = self._stream_start[piece] + (flat - self._dataset_start[piece])
@@ -168,9 +171,10 @@ class BlockOrder(_BlockTable):
 def _checked_rows(rows: np.ndarray | list[int], shuffle_block: int) -> np.ndarray:
     rows = np.asarray(rows, dtype=np.int64)
     if rows.ndim != 1 or (rows < 0).any():
-        raise ValueError("rows: expected a 1-D array of row counts >= 0, one per shard")
+        raise ValueError(refusal("rows", Plain(f"an array of shape {rows.shape}, min {rows.min(initial=0)}"),
+                                 "a 1-D array of row counts >= 0, one per shard", "pass each shard's rows"))
     if shuffle_block < 1:
-        raise ValueError(f"shuffle_block: found {shuffle_block}, expected an int >= 1")
+        raise ValueError(refusal("shuffle_block", shuffle_block, "an int >= 1", "pass shuffle_block >= 1"))
     return rows
 
 
@@ -207,7 +211,7 @@ class StretchBlockOrder(_BlockTable):
                  stretches: int) -> None:
         rows = _checked_rows(rows, shuffle_block)
         if stretches < 1:
-            raise ValueError(f"stretches: found {stretches}, expected an int >= 1")
+            raise ValueError(refusal("stretches", stretches, "an int >= 1", "pass stretches >= 1"))
         self.shuffle_block, self.stretches = shuffle_block, stretches
         n = int(rows.sum())
         dataset_start = np.concatenate(([0], np.cumsum(rows)[:-1])) if rows.size else rows

@@ -31,7 +31,7 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator
 
-from shufflepoint._core.errors import ShardError
+from shufflepoint._core.errors import ShardError, refusal
 
 _SUFFIX = ".shard"
 _TMP = ".tmp-"
@@ -49,7 +49,8 @@ class NodeCache:
     def __init__(self, directory: str, max_bytes: int | None = None) -> None:
         if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int)
                                       or max_bytes < 1):
-            raise ValueError(f"cache_limit: found {max_bytes!r}, expected an int >= 1 (bytes) or None")
+            raise ValueError(refusal("cache_limit", max_bytes, "an int >= 1 (bytes) or None",
+                                     "pass the cache's size in bytes, or None for no limit"))
         self.directory, self.max_bytes = directory, max_bytes
         os.makedirs(directory, exist_ok=True)
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch.utils.data
 
 from shufflepoint._core.capabilities import MeasuresDecodedRows, TakesIds
-from shufflepoint._core.errors import ShardError
+from shufflepoint._core.errors import Plain, ShardError, refusal
 from shufflepoint._order.distinct import in_first_seen_order
 from shufflepoint._shards import index as _index
 from shufflepoint._shards import sidecar
@@ -122,7 +122,7 @@ class Shards(torch.utils.data.Dataset[Any]):
         saved = saved_dataset_files(sources) if isinstance(sources, str) and os.path.isdir(sources) else None
         urls = saved if saved is not None else self._storage.expand(sources)
         if not urls:
-            raise ValueError(f"sources: found {sources!r}, which names no shard")
+            raise ValueError(refusal("sources", sources, "at least one shard", "pass where the shards are"))
         name = format or infer_format(urls[0])
         options = {k: v for k, v in (("columns", columns), ("seq_len", seq_len), ("dtype", dtype)) if v is not None}
         self._reader = make_reader(name, **options)
@@ -219,7 +219,8 @@ class Shards(torch.utils.data.Dataset[Any]):
         (JSONL line and bytes, tar members, token window bytes, Parquet row group; see ``locate.py``).
         Opens the shard (a remote one is fetched into the node cache)."""
         if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < len(self):
-            raise IndexError(f"Shards index: found {index!r}, expected an int in [0, {len(self)})")
+            raise IndexError(refusal("Shards index", index, f"an int in [0, {len(self)})",
+                                     "pass an index of the corpus's rows"))
         shard, row = self.shard_of(int(index))
         return {"index": int(index), **shard_location(shard, self.index.url(shard), row, self._open(shard))}
 
@@ -229,9 +230,11 @@ class Shards(torch.utils.data.Dataset[Any]):
 
     def __getitem__(self, index: int) -> Any:
         if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
-            raise TypeError(f"Shards index: found {type(index).__name__}, expected an int")
+            raise TypeError(refusal("Shards index", Plain(type(index).__name__), "an int",
+                                    "pass an index of the corpus's rows"))
         if not 0 <= index < len(self):
-            raise IndexError(f"Shards index {index} out of range for {len(self)} rows")
+            raise IndexError(refusal("Shards index", int(index), f"an int in [0, {len(self)}) (out of range)",
+                                     "pass an index of the corpus's rows"))
         shard, row = self.shard_of(int(index))
         sample = self._open(shard)[row]
         return self._transform(sample) if self._transform is not None else sample
@@ -280,7 +283,8 @@ class Shards(torch.utils.data.Dataset[Any]):
         if self._transform is not None:
             return None
         if flat.size > 1 and bool((np.diff(flat) < 0).any()):
-            raise ValueError("indices: found them out of order, expected ascending indices (_read_ids_ascending)")
+            raise ValueError(refusal("indices", Plain("indices out of order"), "ascending indices "
+                                     "(_read_ids_ascending)", "sort the indices first"))
         shards = np.searchsorted(self._ends, flat, side="right")
         rows = flat - self._starts[shards]
         found: list[np.ndarray] = []

@@ -39,7 +39,10 @@ from typing import Any
 
 import numpy as np
 
+from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._shards.storage import is_remote
+
+_REBUILD = "delete it to rebuild (shufflepoint index SOURCES publishes a new one)"
 
 FORMAT = "shufflepoint-index"
 VERSION = 2
@@ -99,17 +102,21 @@ class CorpusIndex:
         """Read a sidecar (format 1 or 2); ValueError naming the file and the field for anything
         malformed."""
         if not isinstance(value, dict) or value.get("format") != FORMAT:
-            raise ValueError(f"{where}: not a shufflepoint corpus index (no format {FORMAT!r})")
+            raise ValueError(refusal(where, Plain("no corpus index format"), f"format {FORMAT!r}", _REBUILD,
+                                     why="it is not a shufflepoint corpus index"))
         version = value.get("version")
         if version not in READS:
-            raise ValueError(f"{where}: index version {version!r}, expected one of {', '.join(map(str, READS))}")
+            raise ValueError(refusal(where, Plain(f"index version {version!r}"), f"one of "
+                                     f"{', '.join(map(str, READS))}", _REBUILD))
         try:
             shards = tuple(_record(entry, version) for entry in value["shards"])
             index = cls(str(value["root"]), str(value["reader"]), dict(value["options"]), shards, read_as=version)
         except (KeyError, TypeError, ValueError) as error:
-            raise ValueError(f"{where}: damaged corpus index ({error!r})") from error
+            raise ValueError(refusal(where, Plain("a damaged corpus index"), "a corpus index's fields", _REBUILD,
+                                     why=repr(error))) from error
         if (index.content_hash if version == VERSION else index.legacy_hash) != value.get("content_hash"):
-            raise ValueError(f"{where}: its content_hash does not match its shards (edited or damaged)")
+            raise ValueError(refusal(where, Plain("a content_hash that does not match its shards"), "the hash of "
+                                     "its shards", _REBUILD, why="the index was edited or damaged"))
         return index
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
 
-from shufflepoint._core.errors import ShardError
+from shufflepoint._core.errors import ShardError, refusal
 
 VERIFY_MODES = ("version", "checksum")
 _PREFIX = "sha256:"
@@ -22,7 +22,8 @@ _CHUNK = 8 << 20
 
 def check_verify(verify: Any) -> str:
     if verify not in VERIFY_MODES:
-        raise ValueError(f"verify: found {verify!r}, expected one of {', '.join(map(repr, VERIFY_MODES))}")
+        raise ValueError(refusal("verify", verify, f"one of {', '.join(map(repr, VERIFY_MODES))}",
+                                 "pass one of these, or leave verify unset"))
     return str(verify)
 
 

@@ -39,6 +39,7 @@ import numpy as np
 import torch.utils.data
 
 from shufflepoint._core.capabilities import Identified, LegacyIdentified, Prefetching, ReadsBatches
+from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._core.schedule import Schedule, changed_phase, unweighted
 from shufflepoint._order import check_int
 from shufflepoint._order.distinct import distinct
@@ -145,8 +146,9 @@ class Mixture(torch.utils.data.Dataset[Any]):
         self.counts = _apportion(self.weights, length) if self.schedule is None else self.schedule.counts(length)
         empty = [s for s, count in enumerate(self.counts) if count == 0]
         if empty and self.schedule is None:
-            raise ValueError(f"weights: source {empty[0]} gets 0 of the {length} samples per epoch; raise its "
-                             "weight or samples_per_epoch")
+            raise ValueError(refusal("weights", Plain(f"source {empty[0]} gets 0 of the {length} samples per epoch"),
+                                     "a share of at least 1 sample for every source",
+                                     "raise its weight or samples_per_epoch"))
         self._index_limit = _MAX_STREAM if self._packed else total  # Packed: pass * rows + offset + row
 
     def __len__(self) -> int:
@@ -160,7 +162,8 @@ class Mixture(torch.utils.data.Dataset[Any]):
 
     def __getitem__(self, index: int) -> Any:
         if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < self._index_limit:
-            raise IndexError(f"Mixture index: found {index!r}, expected an int in [0, {self._index_limit})")
+            raise IndexError(refusal("Mixture index", index, f"an int in [0, {self._index_limit})",
+                                     "pass an index of the mixture's rows"))
         source, row = self.source_of(int(index))
         return self.sources[source][row]
 
@@ -192,7 +195,8 @@ class Mixture(torch.utils.data.Dataset[Any]):
         """Where mixture index ``index`` lives: ``{"index", "source", "source_index"}``, plus the
         source's own ``locate`` under ``"where"`` when it has one (``Shards``, ``Packed``)."""
         if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < self._index_limit:
-            raise IndexError(f"Mixture index: found {index!r}, expected an int in [0, {self._index_limit})")
+            raise IndexError(refusal("Mixture index", index, f"an int in [0, {self._index_limit})",
+                                     "pass an index of the mixture's rows"))
         source, within = self.source_of(int(index))
         return mixture_location(int(index), source, within, self.sources[source])
 

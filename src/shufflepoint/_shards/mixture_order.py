@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from shufflepoint._core.capabilities import ShardedCorpus
+from shufflepoint._core.errors import Refused, refusal
 from shufflepoint._core.schedule import Schedule
 from shufflepoint._order import Order, check_int
 from shufflepoint._order.distinct import distinct
@@ -82,12 +83,15 @@ class MixtureOrder:
         sources = len(mixture.counts)
         smallest_window = min(self._block, self.n)
         if sources > 1 and smallest_window * mixture.counts[self._largest] // self.n < sources - 1:
-            raise ValueError(f"shuffle_block: found {shuffle_block}, too small to mix {sources} sources with "
-                             f"these weights; use at least "
-                             f"{math.ceil((sources - 1) * self.n / mixture.counts[self._largest])}")
+            # LIMIT(mixture-block-too-small): docs/shards.md#limits
+            least = math.ceil((sources - 1) * self.n / mixture.counts[self._largest])
+            raise ValueError(refusal("shuffle_block", shuffle_block, f"at least {least}", f"pass shuffle_block={least} "
+                                     "or more", why=f"each window must hold every one of the {sources} sources"))
         passes = max((epoch + 1) * c // n + 1 for c, n in zip(mixture.counts, mixture.lengths, strict=True))
         if (epoch + 1) * max(mixture.counts) >= _MAX_STREAM or self._packed and passes * self._rows >= _MAX_STREAM:
-            raise ValueError(f"epoch: found {epoch}, too far for this mixture (stream positions pass 2**62)")
+            # LIMIT(mixture-last-epoch): docs/shards.md#limits
+            raise Refused("epoch", epoch, "an epoch whose stream positions stay below 2**62",
+                          "read an earlier epoch (set_epoch), or a larger dataset per epoch")
         self._bind_sources()
 
     def _read_mixture(self, mixture: MixedSources, seed: int, epoch: int) -> None:

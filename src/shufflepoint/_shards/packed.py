@@ -44,6 +44,7 @@ from shufflepoint._core.capabilities import (
     ReadsIds,
     ReadsIdsAscending,
 )
+from shufflepoint._core.errors import Plain, Refused, refusal
 from shufflepoint._order import check_int
 from shufflepoint._shards import packed_collate, token_counts
 from shufflepoint._shards.batch import Columnar
@@ -124,11 +125,14 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
                  bos: int | None = None, eos: int | None = None, progress: bool = True,
                  count_workers: int | None = None) -> None:
         if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
-            raise TypeError(f"dataset: found a {type(dataset).__name__}, expected a map-style dataset of dicts")
+            raise TypeError(refusal("dataset", Plain(f"a {type(dataset).__name__}"), "a map-style dataset of dicts",
+                                    "pass documents as dicts (a sharded corpus: shufflepoint.Shards)"))
         if isinstance(dataset, OwnOrder):
-            raise TypeError(f"dataset: a {type(dataset).__name__} has its own epoch order, whose documents change "
-                            "from epoch to epoch; packing it is not built: pack each corpus, then mix the Packed "
-                            "ones (Mixture([(Packed(a, L), wa), (Packed(b, L), wb)]), see docs/packing.md)")
+            # LIMIT(packed-own-epoch-order): docs/packing.md#limits-what-is-not-built
+            raise TypeError(refusal("dataset", Plain(f"a {type(dataset).__name__} with its own epoch order"),
+                                    "a dataset whose documents are the same every epoch", "pack each corpus, then "
+                                    "mix the Packed ones (Mixture([(Packed(a, L), wa), (Packed(b, L), wb)]))",
+                                    why="its documents change from epoch to epoch; packing it is not built"))
         self.seq_len = check_int("seq_len", seq_len, 1, 2**40)
         self.source = TokenSource.checked(tokens, tokenize, tokenizer)
         for name, value in (("bos", bos), ("eos", eos)):
@@ -145,8 +149,8 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         self.tokens_per_epoch = int(self._cumulative[-1])
         self.rows_per_epoch = self.tokens_per_epoch // self.seq_len
         if self.rows_per_epoch == 0:
-            raise ValueError(f"seq_len: found {seq_len}, but the corpus holds {self.tokens_per_epoch} tokens "
-                             "(with bos/eos): not one full row; use a smaller seq_len or more documents")
+            raise ValueError(refusal("seq_len", seq_len, f"at most {self.tokens_per_epoch}, the corpus's tokens "
+                                     "(with bos/eos): one full row", "use a smaller seq_len or more documents"))
         self._bound: tuple[int, int] | None = None
         self._tables: dict[int, EpochTable] = {}
         self._framing_checked = bos is None and eos is None
@@ -228,10 +232,14 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         """Epoch positions -> row indices (``epoch * len(self) + row``); binds (seed, shuffle_block)."""
         check_int("seed", seed, 0, 2**64 - 1)
         check_int("shuffle_block", shuffle_block, 1, 2**62)
-        check_int("epoch", epoch, 0, (_MAX_INDEX - self.rows_per_epoch) // self.rows_per_epoch)
+        last = (_MAX_INDEX - self.rows_per_epoch) // self.rows_per_epoch
+        if check_int("epoch", epoch, 0, 2**62) > last:
+            # LIMIT(packed-last-epoch): docs/packing.md#limits-what-is-not-built
+            raise Refused("epoch", epoch, f"at most {last}: row indices (epoch x rows per epoch + row) stay below "
+                          "2**63", "read an earlier epoch (set_epoch)")
         if self._bound is not None and self._bound != (seed, shuffle_block):
-            raise ValueError(f"seed, shuffle_block: found {(seed, shuffle_block)}, but this Packed serves "
-                             f"{self._bound} for another loader; build one Packed per loader")
+            raise ValueError(refusal("seed, shuffle_block", (seed, shuffle_block), f"{self._bound}, what this Packed "
+                                     "serves for another loader", "build one Packed per loader"))
         if self._bound is None:
             if isinstance(self.dataset, KeepsShardsOpen):  # Shards: a block's shards kept open, as under blocks
                 self.dataset._keep_open_for(shuffle_block)
@@ -240,8 +248,9 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
 
     def _table(self, epoch: int) -> EpochTable:
         if self._bound is None:
-            raise RuntimeError("Packed: no order yet; read it through shufflepoint.DataLoader, or call "
-                               "packed.epoch_order(seed, epoch, shuffle_block) first")
+            raise RuntimeError(refusal("Packed", Plain("no order yet"), "an order bound by a loader",
+                                       "read it through shufflepoint.DataLoader, or call "
+                                       "packed.epoch_order(seed, epoch, shuffle_block) first"))
         found = self._tables.get(epoch)
         if found is None:
             if len(self._tables) >= _CACHED_EPOCHS:
@@ -251,7 +260,8 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
 
     def _decode(self, index: Any) -> tuple[int, int]:
         if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or index < 0:
-            raise IndexError(f"Packed index: found {index!r}, expected an int >= 0 (epoch * {len(self)} + row)")
+            raise IndexError(refusal("Packed index", index, f"an int >= 0 (epoch * {len(self)} + row)",
+                                     "pass an index the loader's order gives"))
         epoch, row = divmod(int(index), self.rows_per_epoch)
         return epoch, row
 
@@ -393,13 +403,14 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         for name, value, edge, where in (("bos", self.bos, 0, "start"), ("eos", self.eos, -1, "end")):
             if value is not None and held and all(int(ids[edge]) == value for _, ids in held):
                 tokens = f"[{value}, {value}, ...]" if edge == 0 else f"[..., {value}, {value}]"
-                raise ValueError(
-                    f"{name}: found documents that already {where} with {name}={value} (all of the first "
-                    f"{len(held)} read: documents {[d for d, _ in held]}), so each would be framed as {tokens}: "
-                    f"a doubled {name.upper()}.\nLikely cause: the tokenizer adds its own special tokens (Hugging "
-                    "Face tokenizers do by default).\nFix: tokenize with add_special_tokens=False, e.g. "
-                    "tokenize=lambda s: tok(s['text'], add_special_tokens=False)['input_ids'], or build the Packed "
-                    f"without {name}=.")
+                raise ValueError(refusal(
+                    name, Plain(f"documents that already {where} with {name}={value} (all of the first {len(held)} "
+                                "read)"),
+                    f"documents without their own {name.upper()} (each is framed as {tokens} otherwise)",
+                    "tokenize with add_special_tokens=False, e.g. tokenize=lambda s: tok(s['text'], "
+                    f"add_special_tokens=False)['input_ids'], or build the Packed without {name}=",
+                    why=f"likely the tokenizer adds its own special tokens (Hugging Face tokenizers do by default): "
+                    f"documents {[d for d, _ in held]}"))
         self._framing_checked = bool(held)
 
     def _framed(self, ids: np.ndarray) -> np.ndarray:

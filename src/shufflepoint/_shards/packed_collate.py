@@ -29,6 +29,10 @@ from typing import Any
 
 import torch
 
+from shufflepoint._core.errors import Plain, refusal
+
+_PACKED_ROWS = "pass rows of shufflepoint.Packed"
+
 ROW_KEYS = ("input_ids", "position_ids", "labels")
 
 
@@ -37,10 +41,11 @@ def boundaries(position_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
     the longest piece, from positions that are 0 at each piece's start."""
     flat = position_ids.reshape(-1)
     if flat.numel() == 0:
-        raise ValueError("position_ids: found an empty batch, expected at least one row of at least one token")
+        raise ValueError(refusal("position_ids", Plain("an empty batch"), "at least one row of at least one token",
+                                 _PACKED_ROWS))
     if int(flat[0]) != 0:
-        raise ValueError(f"position_ids: found {int(flat[0])} at the first token, expected 0 (a row starts a piece); "
-                         "pass rows of shufflepoint.Packed")
+        raise ValueError(refusal("position_ids", Plain(f"{int(flat[0])} at the first token"), "0 (a row starts a "
+                                 "piece)", _PACKED_ROWS))
     starts = torch.nonzero(flat == 0).reshape(-1)
     cu_seqlens = torch.cat((starts, torch.tensor([flat.numel()], device=starts.device))).to(torch.int32)
     return cu_seqlens, int(torch.diff(cu_seqlens).max())
@@ -48,11 +53,11 @@ def boundaries(position_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 def _stacked(samples: Sequence[dict[str, torch.Tensor]]) -> dict[str, Any]:
     if len(samples) == 0:
-        raise ValueError("samples: found none, expected at least one row of shufflepoint.Packed")
+        raise ValueError(refusal("samples", Plain("none"), "at least one row of shufflepoint.Packed", _PACKED_ROWS))
     missing = [key for key in ("input_ids", "position_ids") if key not in samples[0]]
     if missing:
-        raise ValueError(f"samples: a row without {missing} (found keys {sorted(samples[0])}); expected rows of "
-                         "shufflepoint.Packed (input_ids, position_ids, labels)")
+        raise ValueError(refusal("samples", Plain(f"a row without {missing} (keys {sorted(samples[0])})"), "rows of "
+                                 "shufflepoint.Packed (input_ids, position_ids, labels)", _PACKED_ROWS))
     return {key: torch.stack([sample[key] for sample in samples]) for key in samples[0]}
 
 

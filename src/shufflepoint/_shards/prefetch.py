@@ -20,13 +20,16 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
+from shufflepoint._core.errors import refusal
+
 
 class Prefetcher:
     """At most ``max_ahead`` shards queued or downloading at once; ``schedule`` never blocks."""
 
     def __init__(self, lookup: Callable[[str], str], max_ahead: int, threads: int = 2) -> None:
         if isinstance(max_ahead, bool) or not isinstance(max_ahead, int) or max_ahead < 1:
-            raise ValueError(f"prefetch: found {max_ahead!r}, expected an int >= 1 (shards ahead)")
+            raise ValueError(refusal("prefetch", max_ahead, "an int >= 1 (shards ahead)",
+                                     "pass how many shards to fetch ahead"))
         self._lookup, self._max_ahead = lookup, max_ahead
         self._threads_wanted = max(1, min(int(threads), max_ahead))
         self._pid = os.getpid()

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shufflepoint._core.errors import warn_user
+from shufflepoint._core.errors import Plain, Refused, refusal, warn_user
 from shufflepoint._core.schedule import Schedule, windows
 from shufflepoint._order import check_int
 from shufflepoint._order.distinct import distinct_inverse
@@ -51,7 +51,8 @@ class ScheduledMixtureOrder(MixtureOrder):
         self._read_mixture(mixture, seed, epoch)
         self._block = check_int("shuffle_block", shuffle_block, 1, _MAX_STREAM)  # the sources' blocks
         if mixture.schedule is None:
-            raise ValueError("mixture: found one without a schedule; its order is MixtureOrder")
+            raise ValueError(refusal("mixture", Plain("a Mixture without a schedule"), "a scheduled Mixture",
+                                     "use MixtureOrder for it"))
         self._schedule: Schedule = mixture.schedule
         self._window = self._block
         if grid is not None:  # a loader's: windows are its global batches, phases start on their edges
@@ -63,7 +64,9 @@ class ScheduledMixtureOrder(MixtureOrder):
             ends = self._schedule.counts((epoch + 1) * self.n)
             far = max(c // n + 1 for c, n in zip(ends, mixture.lengths, strict=True)) * self._rows >= _MAX_STREAM
         if far:
-            raise ValueError(f"epoch: found {epoch}, too far for this mixture (stream positions pass 2**62)")
+            # LIMIT(scheduled-mixture-last-epoch): docs/shards.md#limits
+            raise Refused("epoch", epoch, "an epoch whose stream positions stay below 2**62",
+                          "read an earlier epoch (set_epoch), or a larger dataset per epoch")
         self._origin = epoch * self.n
         self._starts = np.asarray(self._schedule.starts, dtype=np.int64)
         self._bind_sources()

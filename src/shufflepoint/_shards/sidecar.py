@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
+from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._shards.index import CorpusIndex
 
 
@@ -68,7 +69,8 @@ def _read(path: str) -> CorpusIndex | None:
     except FileNotFoundError:
         return None
     except (OSError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path}: unreadable corpus index ({error}); delete it to rebuild") from error
+        raise ValueError(refusal(path, Plain("an unreadable corpus index"), "a JSON corpus index",
+                                 "delete it to rebuild", why=str(error))) from error
     return CorpusIndex.from_json(value, path)
 
 

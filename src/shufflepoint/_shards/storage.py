@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from stat import S_ISREG
 from typing import IO, Any, TypeVar
 
-from shufflepoint._core.errors import ShardError
+from shufflepoint._core.errors import Plain, ShardError, refusal
 from shufflepoint._shards.faults import Truncated, changed, check_version, describe, kind, vanished
 from shufflepoint._shards.integrity import stream_checksum
 
@@ -72,9 +72,9 @@ class Storage:
     def __init__(self, storage_options: dict[str, Any] | None = None, retries: int = 5,
                  backoff: float = 0.2) -> None:
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise ValueError(f"retries: found {retries!r}, expected an int >= 0")
+            raise ValueError(refusal("retries", retries, "an int >= 0", "pass how many times to retry a read"))
         if isinstance(backoff, bool) or not isinstance(backoff, (int, float)) or backoff < 0:
-            raise ValueError(f"backoff: found {backoff!r}, expected seconds >= 0")
+            raise ValueError(refusal("backoff", backoff, "seconds >= 0", "pass the first retry's wait in seconds"))
         self.storage_options = dict(storage_options or {})
         self.retries, self.backoff = retries, float(backoff)
         self._filesystems: dict[tuple[int, str], Any] = {}
@@ -95,14 +95,17 @@ class Storage:
             try:
                 import fsspec
             except ImportError:
-                raise ImportError(f"reading {url} needs fsspec: {_EXTRAS}") from None
+                raise ImportError(refusal(f"reading {url!r}", Plain("no fsspec installed"), "fsspec installed",
+                                          _EXTRAS)) from None
             options = {"skip_instance_cache": True, **self.storage_options}  # ours alone: no shared stale cache
             try:
                 found = fsspec.filesystem(protocol, **options)
             except ImportError as error:
-                raise ImportError(f"reading {url} needs fsspec's {protocol!r} backend: {_EXTRAS} ({error})") from None
+                raise ImportError(refusal(f"reading {url!r}", Plain(f"no fsspec backend for {protocol!r}"),
+                                          "fsspec's backend for it installed", _EXTRAS, why=str(error))) from None
             except ValueError as error:
-                raise ValueError(f"sources: {url} has a protocol fsspec does not know ({error})") from None
+                raise ValueError(refusal(f"sources {url!r}", Plain(f"the protocol {protocol!r}"), "a protocol fsspec "
+                                         "knows", "check the URL", why=str(error))) from None
             self._filesystems[key] = found
         return found
 
@@ -140,7 +143,8 @@ class Storage:
         if isinstance(sources, (list, tuple)):
             return self._listed_sources(sources)
         if not isinstance(sources, str) or not sources:
-            raise ValueError(f"sources: found {sources!r}, expected a path, URL, glob, manifest or a list of them")
+            raise ValueError(refusal("sources", sources, "a path, URL, glob, manifest or a list of them",
+                                     "pass where the shards are, e.g. 'data/*.parquet'"))
         if _is_glob(sources):
             return self._glob(sources)
         if _path_part(sources).endswith(".txt"):
@@ -148,20 +152,23 @@ class Storage:
         if not is_remote(sources):
             path = _local(sources)
             if os.path.isdir(path):
-                raise ValueError(f"sources: found the folder {sources!r}, expected shard files: pass a glob such "
-                                 f"as {os.path.join(sources, '*.parquet')!r}, a list or a manifest")
+                raise ValueError(refusal(f"sources {sources!r}", Plain("a folder"), "shard files",
+                                         f"pass a glob such as {os.path.join(sources, '*.parquet')!r}, a list or a "
+                                         "manifest"))
             if not os.path.isfile(path):
-                raise ValueError(f"sources: found {sources!r}, which is no file, glob or manifest (not found)")
+                raise ValueError(refusal(f"sources {sources!r}", Plain("nothing at that path"),
+                                         "a file, glob or manifest that exists", "check the path"))
         return self._listed_sources([sources])
 
     def _listed_sources(self, sources: Sequence[str]) -> list[str]:
         if not sources or not all(isinstance(s, str) and s for s in sources):
-            raise ValueError(f"sources: found {sources!r}, expected a non-empty list of paths or URLs (str)")
+            raise ValueError(refusal("sources", sources, "a non-empty list of paths or URLs (str)",
+                                     "pass each shard's path or URL as a string"))
         urls = [s if is_remote(s) else os.path.abspath(_local(s)) for s in sources]
         twice = [url for url, n in Counter(urls).items() if n > 1]
         if twice:
-            raise ValueError(f"sources: {twice[0]} is listed twice; each shard may appear once (use "
-                             "shufflepoint.Mixture to weight a source)")
+            raise ValueError(refusal(f"sources {twice[0]!r}", Plain("listed twice"), "each shard once",
+                                     "list it once (use shufflepoint.Mixture to weight a source)"))
         return urls
 
     def _glob(self, pattern: str) -> list[str]:
@@ -179,15 +186,17 @@ class Storage:
         else:
             found = self._remote_glob(pattern)
         if not found:
-            raise ValueError(f"sources: the glob {pattern!r} matched no files")
+            raise ValueError(refusal(f"sources {pattern!r}", Plain("no files"), "a glob that matches shard "
+                                     "files", "check the pattern"))
         return found
 
     def _remote_glob(self, pattern: str) -> list[str]:
         protocol = pattern.split("://", 1)[0]
         fs = self._fs(pattern)
         found = self._retrying(pattern, "listing", lambda: fs.glob(pattern, detail=True),
-                               missing=lambda: ValueError(f"sources: the glob {pattern!r} matched no files "
-                                                          "(no such bucket or folder)"))
+                               missing=lambda: ValueError(refusal(
+                                   f"sources {pattern!r}", Plain("no files"), "a glob that matches shard files",
+                                   "check the pattern", why="no such bucket or folder")))
         fs.invalidate_cache()  # later looks at one object (open, info) must ask the storage, not the listing
         urls = []
         for path, detail in sorted(found.items()):
@@ -201,7 +210,8 @@ class Storage:
     def _manifest(self, manifest: str) -> list[str]:
         if is_remote(manifest):
             fs = self._fs(manifest)
-            missing = ValueError(f"sources: the manifest {manifest} does not exist")
+            missing = ValueError(refusal(f"sources {manifest!r}", Plain("no such manifest"),
+                                         "a manifest that exists", "check the path"))
             data: bytes = self._retrying(manifest, "reading the manifest", lambda: fs.cat_file(manifest),
                                          missing=lambda: missing)
             folder = _path_part(manifest).rsplit("/", 1)[0]
@@ -210,12 +220,14 @@ class Storage:
                 with open(_local(manifest), "rb") as f:
                     data = f.read()
             except FileNotFoundError:
-                raise ValueError(f"sources: the manifest {manifest} does not exist") from None
+                raise ValueError(refusal(f"sources {manifest!r}", Plain("no such manifest"),
+                                         "a manifest that exists", "check the path")) from None
             folder = os.path.dirname(os.path.abspath(_local(manifest)))
         lines = [line.strip() for line in data.decode("utf-8-sig").splitlines()]
         entries = [_resolve(folder, line) for line in lines if line and not line.startswith("#")]
         if not entries:
-            raise ValueError(f"sources: the manifest {manifest} lists no shard (one path or URL a line expected)")
+            raise ValueError(refusal(f"sources {manifest!r}", Plain("a manifest listing no shard"),
+                                     "one path or URL a line", "list the shards in it, one a line"))
         return self._listed_sources(entries)
 
     # -- one object ----------------------------------------------------------------------------

@@ -40,12 +40,14 @@ import numpy as np
 import torch
 
 from shufflepoint._core.capabilities import ReadsIds, ShardedCorpus
+from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._shards import sidecar
 from shufflepoint._shards.dataset import Shards
 
 VERSION = 1  # of the counts file; part of its key
 COUNT_BATCH = 1024  # documents read at once
 _FORK_ABOVE = 4 * COUNT_BATCH  # documents; fewer are counted faster than worker processes start
+_COUNT_AGAIN = "delete it to count again"
 Count = Callable[[Any, int], int]  # (sample, document) -> its token count
 
 
@@ -55,8 +57,8 @@ def as_token_ids(value: Any, what: str) -> np.ndarray:
         value = value.detach().cpu().numpy()
     ids = np.asarray(value)
     if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
-        raise TypeError(f"{what} holds {ids.dtype} of shape {ids.shape}; expected a 1-D sequence of integer "
-                        "token ids")
+        raise TypeError(refusal(what, Plain(f"{ids.dtype} of shape {ids.shape}"), "a 1-D sequence of integer token "
+                                "ids", "give each document its token ids as a list or a 1-D integer array"))
     return ids.astype(np.int64, copy=False)
 
 
@@ -73,21 +75,25 @@ class TokenSource:
     def checked(cls, tokens: object, tokenize: object, tokenizer: object) -> TokenSource:
         if tokenize is None:
             if tokenizer is not None:
-                raise ValueError(f"tokenizer: found {tokenizer!r} without tokenize; pass tokenize=fn(sample) -> "
-                                 "token ids with it, or neither to read token ids from the tokens field")
+                raise ValueError(refusal("tokenizer", tokenizer, "None without tokenize", "pass tokenize=fn(sample) "
+                                         "-> token ids with it, or neither to read token ids from the tokens field"))
             field = "input_ids" if tokens is None else tokens
             if not isinstance(field, str):
-                raise TypeError(f"tokens: found {field!r}, expected the name of the field holding token ids")
+                raise TypeError(refusal("tokens", field, "the name of the field holding token ids",
+                                        "pass tokens='<field>'"))
             return cls(field)
         if tokens is not None:
-            raise ValueError(f"tokens, tokenize: found both (tokens={tokens!r}); pass tokens to read token ids "
-                             "from a field, or tokenize (with tokenizer) to tokenize each document, not both")
+            raise ValueError(refusal("tokens, tokenize", Plain(f"both (tokens={tokens!r})"), "one of them",
+                                     "pass tokens to read token ids from a field, or tokenize (with tokenizer) to "
+                                     "tokenize each document, not both"))
         if not callable(tokenize):
-            raise TypeError(f"tokenize: found {tokenize!r}, expected a callable fn(sample) -> token ids")
+            raise TypeError(refusal("tokenize", tokenize, "a callable fn(sample) -> token ids",
+                                    "pass a function of a sample"))
         if not isinstance(tokenizer, str) or not tokenizer.strip():
-            raise ValueError(f"tokenizer: found {tokenizer!r}, expected a non-empty string naming the tokenizer "
-                             "(e.g. 'gpt2@<revision>' or a hash of its vocabulary): tokenize needs it, because "
-                             "the identity keeps the token counts and a resume to one tokenizer")
+            raise ValueError(refusal("tokenizer", tokenizer, "a non-empty string naming the tokenizer (e.g. "
+                                     "'gpt2@<revision>' or a hash of its vocabulary)", "pass tokenizer= with "
+                                     "tokenize", why="the identity keeps the token counts and a resume to one "
+                                     "tokenizer"))
         return cls(None, tokenize, tokenizer)
 
     @property
@@ -101,14 +107,16 @@ class TokenSource:
             try:
                 value = self.tokenize(sample)
             except Exception as error:  # named, with the tokenizer's own error as the cause
-                raise ValueError(f"tokenize (tokenizer {self.tokenizer!r}) failed on document {document}: "
-                                 f"{error!r}") from error
+                raise ValueError(refusal(f"tokenize (tokenizer {self.tokenizer!r})", Plain(
+                    f"document {document} failed: {type(error).__name__}"), "token ids for every document",
+                    "fix the tokenize function for this document", why=str(error))) from error
             return as_token_ids(value, f"tokenize (tokenizer {self.tokenizer!r}): its output for document {document}")
         field = str(self.field)
         if not isinstance(sample, dict) or field not in sample:
             found = f"keys {sorted(map(str, sample))}" if isinstance(sample, dict) else f"a {type(sample).__name__}"
-            raise ValueError(f"tokens: document {document} has no field {field!r} (found {found}); expected a dict "
-                             f"whose {field!r} holds the document's token ids (pass tokens='<field>', or tokenize)")
+            raise ValueError(refusal(f"tokens: document {document}", Plain(f"no field {field!r} ({found})"),
+                                     f"a dict whose {field!r} holds the document's token ids",
+                                     "pass tokens='<field>', or tokenize"))
         return as_token_ids(sample[field], f"tokens: field {field!r} of document {document}")
 
     def count(self, sample: Any, document: int) -> int:
@@ -220,16 +228,18 @@ def load(path: str, documents: int) -> Counted | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as error:
-        raise ValueError(f"{path}: unreadable token counts ({error}); delete it to count again") from error
+        raise ValueError(refusal(f"{path}", Plain("unreadable token counts"), "a .npy file of token counts",
+                                 _COUNT_AGAIN, why=str(error))) from error
     if found.shape != (documents,) or found.dtype.kind not in "iu":
-        raise ValueError(f"{path}: token counts of shape {found.shape} and dtype {found.dtype}, expected "
-                         f"({documents},) non-negative integers (damaged); delete it to count again")
+        raise ValueError(refusal(f"{path}", Plain(f"token counts of shape {found.shape} and dtype {found.dtype}"),
+                                 f"({documents},) non-negative integers", _COUNT_AGAIN, why="the file is damaged"))
     kept = _load_kept(path, documents)
     if kept is not None:
         return Counted(found, *kept)
     counts: np.ndarray = np.asarray(found, dtype=np.int64)
     if counts.size and counts.min() < 0:
-        raise ValueError(f"{path}: negative token counts (damaged); delete it to count again")
+        raise ValueError(refusal(f"{path}", Plain("negative token counts"), "counts >= 0", _COUNT_AGAIN,
+                                 why="the file is damaged"))
     return _save_kept(path, counts)
 
 

@@ -196,6 +196,8 @@ def _progress(line: str) -> None:
 
 
 def _usage_error(command: str, message: str) -> int:
+    """The one-line error of exit code 2; a library refusal (one part a line) is joined with "; "."""
+    message = "; ".join(part.strip() for part in message.splitlines() if part.strip())
     print(f"shufflepoint {command}: error: {message}", file=sys.stderr)
     return EXIT_USAGE
 

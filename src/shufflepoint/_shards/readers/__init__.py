@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._shards.readers._common import suffix_of
 from shufflepoint._shards.readers.arrow import ArrowReader, data_files_in_state, saved_dataset_files
 from shufflepoint._shards.readers.base import OpenShard, Reader
@@ -38,13 +39,15 @@ def make_reader(format: str, **options: Any) -> Reader:
     value out of range, or a required option missing (``tokens`` needs ``seq_len``)."""
     cls = READERS.get(format)
     if cls is None:
-        raise ValueError(f"format: found {format!r}, expected one of {_known()}")
+        raise ValueError(refusal("format", format, f"one of {_known()}", "pass one of these, or leave format unset "
+                                 "to infer it from the name"))
     given = {name: value for name, value in options.items() if value is not None}
     takes: tuple[str, ...] = cls.takes
     for name in given:
         if name not in takes:
             what = ", ".join(takes) if takes else "no options"
-            raise ValueError(f"{name}: the {format} reader does not take it; it takes {what}")
+            raise ValueError(refusal(name, Plain(f"given to the {format} reader"), f"only what it takes: {what}",
+                                     f"leave {name} unset for {format} shards"))
     reader: Reader = cls(**given)
     return reader
 
@@ -58,4 +61,5 @@ def infer_format(name: str) -> str:
             return format
     hint = " (a .json file may be one document; if it holds one JSON value a line, pass format='jsonl')" \
         if path.endswith(".json") else ""
-    raise ValueError(f"format: cannot infer it from the name {name!r}{hint}; pass format= one of {_known()}")
+    raise ValueError(refusal("format", Plain(f"none inferred from the name {name!r}"), "a name ending in a known "
+                             "suffix", f"pass format= one of {_known()}", why=hint.strip(" ()") or None))

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._shards.batch import checked_indices
 
 
@@ -21,7 +22,8 @@ def extra(module: str, extra_name: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise ImportError(f"{module} is needed for this shard format: pip install 'shufflepoint[{extra_name}]'") from e
+        raise ImportError(refusal(module, Plain("not installed"), "installed for this shard format",
+                                  f"pip install 'shufflepoint[{extra_name}]'")) from e
 
 
 def check_columns(columns: Sequence[str] | None) -> list[str] | None:
@@ -29,10 +31,11 @@ def check_columns(columns: Sequence[str] | None) -> list[str] | None:
     if columns is None:
         return None
     if isinstance(columns, (str, bytes)) or not all(isinstance(c, str) for c in columns):
-        raise ValueError(f"columns: found {columns!r}, expected a list of column names, e.g. ['text']")
+        raise ValueError(refusal("columns", columns, "a list of column names", "pass e.g. columns=['text']"))
     names = list(columns)
     if not names or len(set(names)) != len(names):
-        raise ValueError(f"columns: found {names!r}, expected a non-empty list of distinct column names")
+        raise ValueError(refusal("columns", names, "a non-empty list of distinct column names",
+                                 "name each column once"))
     return names
 
 
@@ -47,9 +50,10 @@ def missing_columns(shard: str, wanted: list[str] | None, present: Sequence[str]
 def check_row(row: int, rows: int) -> int:
     """``row`` as a plain int in ``[0, rows)``; negative rows are refused, not wrapped."""
     if isinstance(row, bool) or not isinstance(row, (int, np.integer)):
-        raise TypeError(f"row: found {type(row).__name__}, expected an int")
+        raise TypeError(refusal("row", Plain(type(row).__name__), "an int", "pass a row of the shard"))
     if not 0 <= row < rows:
-        raise IndexError(f"row {row} out of range for a shard of {rows} rows")
+        raise IndexError(refusal("row", int(row), f"a row in [0, {rows}) (out of range for a shard of {rows} rows)",
+                                 "pass a row of the shard"))
     return int(row)
 
 

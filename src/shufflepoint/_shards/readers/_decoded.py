@@ -17,6 +17,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from shufflepoint._core.errors import refusal
+
 DEFAULT_LIMIT = 256 << 20
 ENV = "SHUFFLEPOINT_DECODED_BYTES"
 
@@ -30,7 +32,8 @@ def _limit_from_env() -> int:
     except ValueError:
         value = -1
     if value < 0:
-        raise ValueError(f"{ENV}: found {text!r}, expected a number of bytes >= 0 (0 keeps no decoded group)")
+        raise ValueError(refusal(ENV, text, "a number of bytes >= 0 (0 keeps no decoded group)",
+                                 f"set {ENV} to a number of bytes, or unset it"))
     return value
 
 
@@ -47,7 +50,7 @@ class DecodedGroups:
     def set_limit(self, limit: int) -> None:
         """A new budget, applied at once (least recently used groups out until it holds)."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise ValueError(f"limit: found {limit!r}, expected a number of bytes >= 0")
+            raise ValueError(refusal("limit", limit, "a number of bytes >= 0", "pass a number of bytes"))
         self.limit = limit
         self._evict_until(limit)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from shufflepoint._core.errors import ShardError
+from shufflepoint._core.errors import ShardError, shard_error
 from shufflepoint._shards.batch import Column, Columns
 from shufflepoint._shards.readers._common import check_columns, check_row, check_rows, extra, missing_columns
 
@@ -61,7 +61,8 @@ class OpenArrow:
         try:
             table = _read_table(path, pa)
         except (pa.ArrowException, OSError, ValueError) as e:
-            raise ShardError(shard, f"is not a readable Arrow IPC file (stream or file format): {e}") from e
+            raise shard_error(shard, "a file that is not readable Arrow IPC", "an Arrow IPC file (stream or file "
+                              "format)", why=str(e)) from e
         wrong = missing_columns(shard, columns, table.schema.names)
         if wrong:
             raise ShardError(shard, wrong)
@@ -121,7 +122,8 @@ def data_files_in_state(state_json: str, folder: str) -> list[str] | None:
     try:
         state = json.loads(state_json)
     except ValueError as e:
-        raise ShardError(where, f"is not valid JSON: {e}") from e
+        raise shard_error(where, "a state.json that is not valid JSON", "a saved dataset's state.json",
+                          why=str(e)) from e
     files = state.get("_data_files") if isinstance(state, dict) else None
     if files is None:
         return None

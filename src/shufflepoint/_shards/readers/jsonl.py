@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from shufflepoint._core.errors import ShardError
+from shufflepoint._core.errors import ShardError, shard_error
 from shufflepoint._shards.batch import Rows
 from shufflepoint._shards.readers._common import check_row, check_rows, extra, in_sorted_order
 
@@ -67,7 +67,7 @@ def _unzstd(raw: bytes, shard: str) -> bytes:
                                         f"{sum(map(len, parts))} decompressed bytes")
             raw = frame.unused_data
     except zstandard.ZstdError as e:
-        raise ShardError(shard, f"corrupt zstandard data: {e}") from e
+        raise shard_error(shard, "corrupt zstandard data", "a zstandard stream", why=str(e)) from e
     return b"".join(parts)
 
 
@@ -75,9 +75,10 @@ def _ungzip(raw: bytes, shard: str) -> bytes:
     try:
         return gzip.decompress(raw)
     except EOFError as e:
-        raise ShardError(shard, f"truncated: the gzip stream ends before its end marker ({e})") from e
+        raise shard_error(shard, "a gzip stream that ends before its end marker (truncated)", "a whole gzip "
+                          "stream", why=str(e)) from e
     except (OSError, zlib.error) as e:
-        raise ShardError(shard, f"corrupt gzip data: {e}") from e
+        raise shard_error(shard, "corrupt gzip data", "a gzip stream", why=str(e)) from e
 
 
 def _load(path: str, shard: str) -> tuple[bytes | mmap.mmap, int]:
@@ -97,7 +98,7 @@ def _load(path: str, shard: str) -> tuple[bytes | mmap.mmap, int]:
     except ShardError:
         raise
     except OSError as e:
-        raise ShardError(shard, f"cannot be read: {e}") from e
+        raise shard_error(shard, "a file that cannot be read", "a readable file", why=str(e)) from e
 
 
 class OpenJsonl:
@@ -120,7 +121,8 @@ class OpenJsonl:
             return json.loads(self._data[start:end])
         except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
             line = int(np.count_nonzero(np.frombuffer(self._data, np.uint8, count=start) == _NL)) + 1
-            raise ShardError(self._shard, f"line {line} (row {row}) is not valid JSON: {e}") from e
+            raise shard_error(self._shard, f"line {line} (row {row}), not valid JSON", "one JSON value a line",
+                              why=str(e)) from e
 
     def take(self, rows: np.ndarray) -> Rows:
         """Rows decoded in the order of their byte offsets; a line that is not JSON is reported as

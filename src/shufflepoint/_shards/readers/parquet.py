@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from shufflepoint._core.errors import ShardError
+from shufflepoint._core.errors import Plain, ShardError, refusal, shard_error
 from shufflepoint._shards.batch import Batch, Columns, Rows, gather
 from shufflepoint._shards.readers._common import check_columns, check_row, check_rows, extra, missing_columns
 from shufflepoint._shards.readers._decoded import GROUPS
@@ -64,7 +64,7 @@ class OpenParquet:
             self._units = _decode_units([g.num_rows for g in groups], [g.total_byte_size for g in groups])
             names = list(self._file.schema_arrow.names)
         except self._errors as e:
-            raise ShardError(shard, f"is not a readable Parquet file: {e}") from e
+            raise shard_error(shard, "a file that is not readable Parquet", "a Parquet file", why=str(e)) from e
         wrong = missing_columns(shard, columns, names)
         if wrong:
             raise ShardError(shard, wrong)
@@ -117,7 +117,8 @@ class OpenParquet:
         found: list[np.ndarray] = []
         for row in rows:
             if not 0 <= row < self._rows:  # ints from Shards._read_ids, already checked there
-                raise IndexError(f"row {row} out of range for a shard of {self._rows} rows")
+                raise IndexError(refusal("row", int(row), f"a row in [0, {self._rows}) (out of range for a shard of "
+                                         f"{self._rows} rows)", "pass a row of the shard"))
             number = bisect.bisect_right(ends, row)
             if number not in lists:
                 group = self._group(number)
@@ -134,7 +135,8 @@ class OpenParquet:
         """``take_ids`` for rows in ascending order (many at once: a window of ``Packed``'s stream): the
         rows grouped by decoded group with one ``searchsorted``, then one slice each."""
         if rows.size and not (0 <= int(rows[0]) and int(rows[-1]) < self._rows):
-            raise IndexError(f"rows {int(rows[0])}..{int(rows[-1])} out of range for a shard of {self._rows} rows")
+            raise IndexError(refusal("rows", Plain(f"{int(rows[0])}..{int(rows[-1])}"), f"rows in [0, {self._rows}) "
+                                     f"(out of range for a shard of {self._rows} rows)", "pass rows of the shard"))
         numbers = np.searchsorted(self._ends, rows, side="right")
         found: list[np.ndarray] = []
         for where in np.split(np.arange(rows.size), np.flatnonzero(np.diff(numbers)) + 1):
@@ -165,7 +167,7 @@ class OpenParquet:
             return self._file.read_row_groups(groups, columns=self._columns, use_threads=False)
         except self._errors as e:
             named = f"row group {groups[0]}" if len(groups) == 1 else f"row groups {groups[0]}-{groups[-1]}"
-            raise ShardError(self._shard, f"{named} cannot be decoded: {e}") from e
+            raise shard_error(self._shard, f"{named} that cannot be decoded", "Parquet row groups", why=str(e)) from e
 
     def locate(self, row: int) -> dict[str, Any]:
         """Where row ``row`` lies: its row group in the file's footer, and its row inside that group."""
@@ -217,12 +219,12 @@ class ParquetReader:
         tail = read(size - 8, size) if size >= 12 else b""
         length = int.from_bytes(tail[:4], "little") if tail[4:] == _MAGIC else -1
         if not 0 < length <= size - 12:
-            raise ShardError(shard, f"is not a readable Parquet file: no footer at the end of its {size} bytes "
-                                    "(truncated, or not Parquet)")
+            raise shard_error(shard, "a file that is not readable Parquet", "a Parquet file",
+                              why=f"no footer at the end of its {size} bytes (truncated, or not Parquet)")
         try:
             return parquet.read_metadata(pa.BufferReader(_MAGIC + read(size - 8 - length, size - 8) + tail))
         except _pyarrow_errors(pa) as e:
-            raise ShardError(shard, f"is not a readable Parquet file: {e}") from e
+            raise shard_error(shard, "a file that is not readable Parquet", "a Parquet file", why=str(e)) from e
 
     def rows_from_metadata(self, read: Callable[[int, int], bytes], size: int, shard: str) -> int:
         """The rows the footer records, read as the last 8 bytes (footer length, magic), then the
@@ -233,7 +235,7 @@ class ParquetReader:
             names = list(meta.schema.to_arrow_schema().names)
             rows = sum(meta.row_group(g).num_rows for g in range(meta.num_row_groups))
         except _pyarrow_errors(pa) as e:
-            raise ShardError(shard, f"is not a readable Parquet file: {e}") from e
+            raise shard_error(shard, "a file that is not readable Parquet", "a Parquet file", why=str(e)) from e
         wrong = missing_columns(shard, self.columns, names)
         if wrong:
             raise ShardError(shard, wrong)

@@ -21,11 +21,12 @@ import numpy as np
 import torch
 from numpy.lib.stride_tricks import as_strided
 
-from shufflepoint._core.errors import ShardError
+from shufflepoint._core.errors import ShardError, refusal, shard_error
 from shufflepoint._shards.batch import Stacked
 from shufflepoint._shards.readers._common import check_row, check_rows, suffix_of
 
 DTYPES = ("uint16", "uint32", "int32", "int64")
+_SEQ_LEN = "pass seq_len= (the tokens of a row, without the one more its labels read)"
 _NPY_MAGIC = b"\x93NUMPY"
 
 
@@ -53,7 +54,8 @@ def _npy_layout(fd: int, path: str, shard: str, dtype: str) -> tuple[np.dtype[An
                                      else np.lib.format.read_array_header_1_0(f))
             offset = f.tell()
     except (ValueError, OSError, EOFError) as e:
-        raise ShardError(shard, f"is not a readable .npy file (truncated or corrupt?): {e}") from e
+        raise shard_error(shard, "a file that is not readable .npy (truncated or corrupt?)", "a .npy file",
+                          why=str(e)) from e
     if len(shape) != 1:
         raise ShardError(shard, f"holds an array of shape {shape}, expected a 1-D array of token ids")
     if found.name != dtype:
@@ -175,15 +177,17 @@ class TokensReader:
 
     def __init__(self, seq_len: int | None = None, dtype: Any = None) -> None:
         if seq_len is None:
-            raise ValueError("seq_len: the tokens reader needs it: each row is a window of seq_len + 1 tokens")
+            raise ValueError(refusal("seq_len", None, "an int >= 1: the tokens reader needs it", _SEQ_LEN,
+                                     why="each row is a window of seq_len + 1 tokens"))
         if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)) or seq_len < 1:
-            raise ValueError(f"seq_len: found {seq_len!r}, expected an int >= 1")
+            raise ValueError(refusal("seq_len", seq_len, "an int >= 1", _SEQ_LEN))
         try:
             name = "uint16" if dtype is None else np.dtype(dtype).name
         except TypeError:
             name = ""
         if name not in DTYPES:
-            raise ValueError(f"dtype: found {dtype!r}, expected one of {', '.join(DTYPES)} (default uint16)")
+            raise ValueError(refusal("dtype", dtype, f"one of {', '.join(DTYPES)} (default uint16)",
+                                     "pass the dtype the token file was written with"))
         self.seq_len = int(seq_len)
         self.dtype = name
 
@@ -192,14 +196,14 @@ class TokensReader:
             layout = _npy_layout if _is_npy(path, shard) else _bin_layout
             fd = os.open(path, os.O_RDONLY)
         except OSError as e:
-            raise ShardError(shard, f"cannot be read: {e}") from e
+            raise shard_error(shard, "a file that cannot be read", "a readable file", why=str(e)) from e
         try:
             dtype, offset, tokens = layout(fd, path, shard, self.dtype)
             return OpenTokens(fd, path, shard, dtype, offset, tokens, self.seq_len)
         except BaseException as e:
             os.close(fd)
             if isinstance(e, OSError):
-                raise ShardError(shard, f"cannot be read: {e}") from e
+                raise shard_error(shard, "a file that cannot be read", "a readable file", why=str(e)) from e
             raise
 
     def rows_from_size(self, shard: str, size: int) -> int | None:
@@ -230,7 +234,7 @@ class TokensReader:
             shape, _, dtype = (np.lib.format.read_array_header_2_0(header) if version[0] >= 2
                                else np.lib.format.read_array_header_1_0(header))
         except ValueError as e:
-            raise ShardError(shard, f"is not a readable .npy file: {e}") from e
+            raise shard_error(shard, "a file that is not readable .npy", "a .npy file", why=str(e)) from e
         if len(shape) != 1:
             raise ShardError(shard, f"holds an array of shape {shape}, expected a 1-D array of token ids")
         if dtype.name != self.dtype:

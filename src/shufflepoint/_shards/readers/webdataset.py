@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from shufflepoint._core.errors import ShardError
+from shufflepoint._core.errors import ShardError, shard_error
 from shufflepoint._shards.batch import Rows
 from shufflepoint._shards.readers._common import check_row, check_rows, in_sorted_order
 
@@ -47,11 +47,12 @@ def _members(path: str, shard: str) -> tuple[list[tarfile.TarInfo], int]:
     except tarfile.ReadError as e:
         with open(path, "rb") as f:
             compressed = f.read(2) == b"\x1f\x8b"
-        hint = "it is gzip-compressed; WebDataset shards need a plain .tar to be read at random" if compressed else (
-            f"truncated or corrupt tar ({e})")
-        raise ShardError(shard, f"is not a readable tar: {hint}") from e
+        if compressed:
+            raise shard_error(shard, "a gzip-compressed tar", "a plain .tar", "decompress the shard (WebDataset "
+                              "shards need a plain .tar to be read at random)") from e
+        raise shard_error(shard, "a truncated or corrupt tar", "a readable tar", why=str(e)) from e
     except OSError as e:
-        raise ShardError(shard, f"cannot be read: {e}") from e
+        raise shard_error(shard, "a file that cannot be read", "a readable file", why=str(e)) from e
 
 
 def index_samples(members: list[tarfile.TarInfo], size: int, shard: str) -> list[tuple[str, list[_Field]]]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from shufflepoint._core.errors import Plain, refusal
+
 
 def _is_native(loader: Any) -> bool:
     return getattr(loader, "_shufflepoint_native", False) is True
@@ -51,13 +53,13 @@ def _prepare_native(accelerator: Any, loader: Any, device_placement: Any) -> Any
     found = (int(loader.rank), int(loader.world_size))
     expected = (int(accelerator.process_index), int(accelerator.num_processes))
     if found != expected:
-        raise ValueError(
-            f"accelerator.prepare(shufflepoint.DataLoader): the loader shards for rank {found[0]} of "
-            f"{found[1]}, but this Accelerator is process {expected[0]} of {expected[1]}. Likely cause: "
-            f"the loader was built before Accelerator(...) started the process group. Fix: build the "
-            f"loader after Accelerator(...), or pass rank=accelerator.process_index, "
-            f"world_size=accelerator.num_processes."
-        )
+        raise ValueError(refusal(
+            "accelerator.prepare(shufflepoint.DataLoader)", Plain(f"a loader that shards for rank {found[0]} of "
+                                                                  f"{found[1]}"),
+            f"rank {expected[0]} of {expected[1]}, this Accelerator's process",
+            "build the loader after Accelerator(...), or pass rank=accelerator.process_index, "
+            "world_size=accelerator.num_processes",
+            why="likely the loader was built before Accelerator(...) started the process group"))
     refused = [
         (bool(accelerator.split_batches), "split_batches=True",
          "batch_size is per process here; pass the per-process batch size"),
@@ -68,11 +70,10 @@ def _prepare_native(accelerator: Any, loader: Any, device_placement: Any) -> Any
     ]
     for is_set, option, fix in refused:
         if is_set:
-            raise ValueError(
-                f"accelerator.prepare(shufflepoint.DataLoader): DataLoaderConfiguration({option}) is "
-                f"set, but a shufflepoint.DataLoader does its own sharding and batching and cannot honour "
-                f"it. Fix: drop the option ({fix})."
-            )
+            raise ValueError(refusal(
+                "accelerator.prepare(shufflepoint.DataLoader)", Plain(f"DataLoaderConfiguration({option})"),
+                "the option unset", f"drop the option ({fix})",
+                why="a shufflepoint.DataLoader does its own sharding and batching and cannot honour it"))
     if device_placement is None:
         device_placement = accelerator.device_placement and accelerator.distributed_type != DistributedType.XLA
     prepared = _native_wrapper_class()(
@@ -121,12 +122,11 @@ def _make_gather_for_metrics(original: Any) -> Any:
 
 def _refuse_skipping_native(dataloader: Any) -> None:
     if _is_native(dataloader) or isinstance(dataloader, _native_loader_class()):
-        raise TypeError(
-            "skip_first_batches: found a shufflepoint.DataLoader, expected an Accelerate-prepared torch "
-            "DataLoader. A shufflepoint.DataLoader's position is part of its state: accelerator.load_state() "
-            "(or loader.load_state_dict()) already puts it at the next batch, so skipping on top would skip "
-            "those batches twice. Fix: drop the skip_first_batches call and iterate the loader itself."
-        )
+        raise TypeError(refusal(
+            "skip_first_batches", Plain("a shufflepoint.DataLoader"), "an Accelerate-prepared torch DataLoader",
+            "drop the skip_first_batches call and iterate the loader itself",
+            why="its position is part of its state: accelerator.load_state() (or loader.load_state_dict()) already "
+            "puts it at the next batch, so skipping on top would skip those batches twice"))
 
 
 def _native_wrapper_class() -> Any:

@@ -8,7 +8,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from shufflepoint._core.errors import ResumeWarning
+from shufflepoint._core.errors import Plain, ResumeWarning, refusal
 from shufflepoint.integrations.accelerate._hooks import (
     _make_begin,
     _make_end,
@@ -76,13 +76,13 @@ def patch_accelerate(force: bool = False) -> None:
     if not version_in_range(version):
         low, high = TESTED_ACCELERATE
         if not force:
-            raise RuntimeError(
-                f"shufflepoint.patch_accelerate: Accelerate {version} is installed, but the patch "
-                f"was tested on {low} up to (not including) {high}. It reaches into Accelerate's "
-                f"internals, which change between releases, so an untested version could resume "
-                f"silently wrong. Install a tested version (pip install 'accelerate>={low},<{high}'), "
-                f"or call patch_accelerate(force=True) to try anyway."
-            )
+            raise RuntimeError(refusal(
+                "shufflepoint.patch_accelerate", Plain(f"Accelerate {version}"),
+                f"a tested version, {low} up to (not including) {high}",
+                f"install a tested version (pip install 'accelerate>={low},<{high}'), or call "
+                "patch_accelerate(force=True) to try anyway",
+                why="the patch reaches into Accelerate's internals, which change between releases, so an untested "
+                "version could resume silently wrong"))
         warnings.warn(
             f"patch_accelerate(force=True) on Accelerate {version}, outside the tested range "
             f"{low} to {high} (exclusive): exact resume is not guaranteed; run "
@@ -158,10 +158,9 @@ def _installed_accelerate_version() -> str:
     try:
         return importlib.metadata.version("accelerate")
     except importlib.metadata.PackageNotFoundError:
-        raise RuntimeError(
-            "shufflepoint.patch_accelerate: Accelerate is not installed. "
-            "Install it (pip install 'shufflepoint[accelerate]') or drop the call."
-        ) from None
+        raise RuntimeError(refusal("shufflepoint.patch_accelerate", Plain("no Accelerate installed"),
+                                   "Accelerate installed", "install it (pip install 'shufflepoint[accelerate]') or "
+                                   "drop the call")) from None
 
 
 def version_in_range(version: str) -> bool:

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._loading.loader import DataLoader
 from shufflepoint.integrations.torchtitan._touch import IGNORE_INDEX, BaseDataLoader
 
@@ -65,15 +66,13 @@ class ShufflepointDataLoader(BaseDataLoader):
     def __init__(self, config: Config, *, dp_world_size: int, dp_rank: int, tokenizer: Any = None, seq_len: int,
                  local_batch_size: int, snapshot_every_n_steps: int | None = None, **kwargs: Any) -> None:
         if not callable(config.build_dataset):
-            raise ValueError(
-                f"build_dataset: found {config.build_dataset!r}, expected fn(tokenizer=, row_tokens=) returning "
-                "a map-style dataset of packed rows\n"
-                "  fix: ShufflepointDataLoader.Config(build_dataset=lambda tokenizer, row_tokens: "
-                "shufflepoint.Packed(corpus, row_tokens, ...))"
-            )
+            raise ValueError(refusal(
+                "build_dataset", config.build_dataset, "fn(tokenizer=, row_tokens=) returning a map-style dataset of "
+                "packed rows", "ShufflepointDataLoader.Config(build_dataset=lambda tokenizer, row_tokens: "
+                "shufflepoint.Packed(corpus, row_tokens, ...))"))
         if kwargs:
-            raise TypeError(f"ShufflepointDataLoader got {', '.join(sorted(kwargs))}: not arguments torchtitan "
-                            "0.3.0's trainer passes; put loader settings in its Config")
+            raise TypeError(refusal("ShufflepointDataLoader", Plain(", ".join(sorted(kwargs))), "the arguments "
+                                    "torchtitan 0.3.0's trainer passes", "put loader settings in its Config"))
         dataset = config.build_dataset(tokenizer=tokenizer, row_tokens=seq_len + 1)
         self.config = config
         self.loader = DataLoader(dataset, local_batch_size, seed=config.seed, shuffle_block=config.shuffle_block,

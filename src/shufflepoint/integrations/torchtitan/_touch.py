@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import os
 
+from shufflepoint._core.errors import Plain, refusal
+
 TESTED_TORCHTITAN = ("0.3.0",)
 
 
@@ -30,22 +32,22 @@ def torchtitan_version() -> str:
     try:
         return version("torchtitan")
     except PackageNotFoundError as error:
-        raise ImportError("shufflepoint.integrations.torchtitan needs torchtitan: pip install torchtitan==0.3.0 "
-                          "(see docs/integrations.md, torchtitan)") from error
+        raise ImportError(refusal("shufflepoint.integrations.torchtitan", Plain("no torchtitan installed"),
+                                  "torchtitan 0.3.0", "pip install torchtitan==0.3.0 (see docs/integrations.md, "
+                                  "torchtitan)")) from error
 
 
 def check_version(found: str | None = None) -> str:
     """The installed torchtitan's version, refused (``RuntimeError``) outside ``TESTED_TORCHTITAN``."""
     found = torchtitan_version() if found is None else found
     if found not in TESTED_TORCHTITAN and os.environ.get("SHUFFLEPOINT_TORCHTITAN_FORCE") != "1":
-        raise RuntimeError(
-            f"torchtitan: found version {found}, expected one of {', '.join(TESTED_TORCHTITAN)}\n"
-            "  why: the data loader derives from torchtitan's BaseDataLoader and follows its build() keywords, "
-            "batch format and checkpoint key (shufflepoint/integrations/torchtitan/_touch.py), which change "
-            "between torchtitan versions\n"
-            f"  fix: pip install torchtitan=={TESTED_TORCHTITAN[-1]}, or set SHUFFLEPOINT_TORCHTITAN_FORCE=1 to try "
-            "this version at your own risk"
-        )
+        raise RuntimeError(refusal(
+            "torchtitan", Plain(f"version {found}"), f"one of {', '.join(TESTED_TORCHTITAN)}",
+            f"pip install torchtitan=={TESTED_TORCHTITAN[-1]}, or set SHUFFLEPOINT_TORCHTITAN_FORCE=1 to try this "
+            "version at your own risk",
+            why="the data loader derives from torchtitan's BaseDataLoader and follows its build() keywords, batch "
+            "format and checkpoint key (shufflepoint/integrations/torchtitan/_touch.py), which change between "
+            "torchtitan versions"))
     return found
 
 

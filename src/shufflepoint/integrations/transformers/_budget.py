@@ -31,10 +31,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from shufflepoint._core.errors import StateError
+from shufflepoint._core.errors import Plain, StateError, refusal
 from shufflepoint._core.trainer_placement import Placement
 
 Cursor = Callable[[int], int]  # batches per rank -> the epoch's cursor after them
+_DAMAGED = "the file is damaged or not shufflepoint's"
+_DELETE = "delete it to count max_steps in this run's steps"
 
 
 @dataclass(frozen=True, order=True)
@@ -77,14 +79,13 @@ class Budget:
         """The budget in ``value``, or ``StateError`` naming the field that is missing or wrong."""
         def field(path: str, found: Any, low: int) -> int:
             if isinstance(found, bool) or not isinstance(found, int) or found < low:
-                raise StateError(f"{source}: {path}: found {found!r}, expected an integer >= {low}. The file is "
-                                 "damaged or not shufflepoint's; delete it to count max_steps in this run's steps")
+                raise StateError(refusal(f"{source}: {path}", found, f"an integer >= {low}", _DELETE, why=_DAMAGED))
             return found
 
         def part(parent: Any, key: str, path: str) -> Any:
             if not isinstance(parent, dict) or key not in parent:
-                raise StateError(f"{source}: {path}: missing. The file is damaged or not shufflepoint's; "
-                                 "delete it to count max_steps in this run's steps")
+                raise StateError(refusal(f"{source}: {path}", Plain("nothing (missing)"), "the field", _DELETE,
+                                         why=_DAMAGED))
             return parent[key]
 
         end, set_by = part(value, "end", "end"), part(value, "set_by", "set_by")

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import transformers
 
+from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._loading.loader import DataLoader
 from shufflepoint._order import check_int
@@ -51,10 +52,9 @@ class ExcludeSamples(transformers.TrainerCallback):
         if self.applied or state.global_step < self.from_step:
             return
         if not isinstance(loader, DataLoader):
-            raise TypeError(
-                f"ExcludeSamples: the Trainer's train loader is a {type(loader).__name__}, expected a "
-                "shufflepoint.DataLoader. Use shufflepoint.integrations.transformers.Trainer (or "
-                "ResumableTrainerMixin) so that the loader can skip samples."
-            )
+            raise TypeError(refusal(
+                "ExcludeSamples", Plain(f"a {type(loader).__name__} as the Trainer's train loader"),
+                "a shufflepoint.DataLoader, which can skip samples",
+                "use shufflepoint.integrations.transformers.Trainer (or ResumableTrainerMixin)"))
         loader.exclude(self.indices)
         self.applied = True

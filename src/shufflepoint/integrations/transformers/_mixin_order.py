@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from shufflepoint._core.errors import Plain, refusal
+
 
 def refuse_a_trainer_before_the_mixin(cls: type, mixin: type) -> None:
     """``TypeError`` when a ``transformers.Trainer`` comes before ``ResumableTrainerMixin`` in ``cls``'s
@@ -21,20 +23,22 @@ def refuse_a_trainer_before_the_mixin(cls: type, mixin: type) -> None:
                  if issubclass(c, transformers.Trainer) and not issubclass(c, mixin)]
     if shadowing:
         bases = ", ".join(base.__name__ for base in cls.__bases__)
-        raise TypeError(
-            f"class {cls.__name__}({bases}): {shadowing[0].__name__} comes before ResumableTrainerMixin in "
-            f"its method resolution order ({' -> '.join(c.__name__ for c in order[:mixin_at + 1])}), so the "
-            "Trainer's own methods shadow the mixin's and the class would silently train the stock order, "
-            "with no loader state in its checkpoints.\n"
-            f"Fix: list the mixin first, class {cls.__name__}(ResumableTrainerMixin, {shadowing[0].__name__}) "
-            "(or subclass shufflepoint.integrations.transformers.Trainer).")
+        raise TypeError(refusal(
+            f"class {cls.__name__}({bases})", Plain(f"{shadowing[0].__name__} comes before ResumableTrainerMixin"),
+            f"the mixin first in the method resolution order (it is "
+            f"{' -> '.join(c.__name__ for c in order[:mixin_at + 1])})",
+            f"list the mixin first, class {cls.__name__}(ResumableTrainerMixin, {shadowing[0].__name__}) (or "
+            "subclass shufflepoint.integrations.transformers.Trainer)",
+            why="the Trainer's own methods would shadow the mixin's: the class would silently train the stock order, "
+            "with no loader state in its checkpoints"))
 
 
 def refuse_a_mixin_without_a_trainer(cls: type) -> None:
     import transformers
 
     if not issubclass(cls, transformers.Trainer):
-        raise TypeError(
-            f"{cls.__name__}: ResumableTrainerMixin found no transformers.Trainer among its bases; it changes a "
-            f"Trainer's loader and checkpoints. Fix: class {cls.__name__}(ResumableTrainerMixin, transformers.Trainer) "
-            "(or TRL's SFTTrainer, or any other Trainer subclass), mixin first.")
+        raise TypeError(refusal(
+            cls.__name__, Plain("ResumableTrainerMixin found no transformers.Trainer among its bases"),
+            "a transformers.Trainer base", f"class {cls.__name__}(ResumableTrainerMixin, transformers.Trainer) (or "
+            "TRL's SFTTrainer, or any other Trainer subclass), mixin first",
+            why="the mixin changes a Trainer's loader and checkpoints"))

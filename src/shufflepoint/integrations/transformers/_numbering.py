@@ -23,7 +23,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from shufflepoint._core.errors import ResumeWarning, StateError
+from shufflepoint._core.errors import Plain, ResumeWarning, StateError, refusal
 from shufflepoint._core.trainer_steps import Span, Steps, recorded
 
 # The saved run's gradient accumulation (TrainerState does not keep it) and its steps' record.
@@ -95,6 +95,6 @@ def saved_numbering(folder: str, saved_step: int, placed_step: int, loader_step:
                           "checkpoint's; shufflepoint which will not answer the steps before this resume",
                           ResumeWarning, stacklevel=3)
     elif found is not None and not isinstance(found, dict):
-        raise StateError(f"{path}: found {type(found).__name__}, expected a JSON object. The file is damaged or "
-                         "not shufflepoint's")
+        raise StateError(refusal(path, Plain(type(found).__name__), "a JSON object", "use another checkpoint",
+                                 why="the file is damaged or not shufflepoint's"))
     return Numbering(spans, saved_step - placed_step, saved_step)

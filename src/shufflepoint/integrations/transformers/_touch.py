@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from shufflepoint._core.errors import ResumeWarning
+from shufflepoint._core.errors import Plain, ResumeWarning, refusal
 
 # From the first (inclusive) to the second (exclusive): `make test-transformers-matrix` runs the
 # oldest (4.57.1) and the newest (5.25.0) of them.
@@ -80,13 +80,13 @@ def check_version(force: bool) -> str:
         return version
     low, high = TESTED_TRANSFORMERS
     if not force:
-        raise RuntimeError(
-            f"shufflepoint.integrations.transformers: transformers {version} is installed, but the "
-            f"integration was tested on {low} up to (not including) {high}. It overrides Trainer "
-            f"internals that change between releases, so an untested version could resume silently "
-            f"wrong. Install a tested version (pip install 'transformers>={low},<{high}'), or pass "
-            f"force_version=True to the Trainer to try anyway."
-        )
+        raise RuntimeError(refusal(
+            "shufflepoint.integrations.transformers", Plain(f"transformers {version}"),
+            f"a tested version, {low} up to (not including) {high}",
+            f"install a tested version (pip install 'transformers>={low},<{high}'), or pass force_version=True to "
+            "the Trainer to try anyway",
+            why="it overrides Trainer internals that change between releases, so an untested version could resume "
+            "silently wrong"))
     warnings.warn(
         f"shufflepoint Trainer on transformers {version}, outside the tested range {low} to {high} "
         f"(exclusive): exact resume is not guaranteed; run `shufflepoint audit` on your script.",

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch.utils.data
 
 import shufflepoint.integrations.transformers._touch as _touch
-from shufflepoint._core.errors import ResumeWarning
+from shufflepoint._core.errors import Plain, ResumeWarning, refusal
 from shufflepoint._core.trainer_placement import Placement, place, updates_per_epoch
 from shufflepoint._loading.keyed import Transform
 from shufflepoint._loading.loader import DataLoader
@@ -87,15 +87,15 @@ class ResumableTrainerMixin(_TrainerBase):
         args = self.args
         strategy = getattr(args, "train_sampling_strategy", "random")
         if strategy != "random" or getattr(args, "group_by_length", False):
-            raise ValueError(
-                f"train_sampling_strategy / group_by_length: found {strategy!r}, expected 'random': the "
-                "shufflepoint Trainer draws the order itself (a seekable shuffle); use the stock Trainer "
-                "for length grouping, or leave train_sampling_strategy at 'random' (and group_by_length off)")
+            raise ValueError(refusal(
+                "train_sampling_strategy / group_by_length", strategy, "'random' (and group_by_length off)",
+                "use the stock Trainer for length grouping, or leave train_sampling_strategy at 'random'",
+                why="the shufflepoint Trainer draws the order itself (a seekable shuffle)"))
         dataset, collator = _touch.without_unused_columns(self, self.train_dataset)
         if isinstance(dataset, torch.utils.data.IterableDataset):
-            raise TypeError("train_dataset: found an IterableDataset, expected a map-style dataset (len and "
-                            "__getitem__): shufflepoint seeks by index; a sharded corpus works as "
-                            "shufflepoint.Shards")
+            raise TypeError(refusal("train_dataset", Plain("an IterableDataset"), "a map-style dataset (len and "
+                                    "__getitem__)", "pass a map-style dataset; a sharded corpus works as "
+                                    "shufflepoint.Shards", why="shufflepoint seeks by index"))
         options: dict[str, Any] = {}
         for name in ("multiprocessing_context", "in_order"):  # 5.x only
             if getattr(args, f"dataloader_{name}", None) is not None:
@@ -329,9 +329,9 @@ class ResumableTrainerMixin(_TrainerBase):
         Run twice on a resume (for max_steps, then where the Trainer reads its state): O(1), and the
         second undoes anything that iterated the loader in between (4.57's token count does)."""
         if self.args.ignore_data_skip:
-            raise ValueError("ignore_data_skip: found True, expected False: the shufflepoint Trainer reads no "
-                             "skipped data on resume (a seek), so there is nothing to save by restarting "
-                             "the epoch")
+            raise ValueError(refusal("ignore_data_skip", True, "False", "leave ignore_data_skip off",
+                                     why="the shufflepoint Trainer reads no skipped data on resume (a seek), so there "
+                                     "is nothing to save by restarting the epoch"))
         state = read_json(os.path.join(folder, LOADER_STATE_FILE))
         if state is None:
             return None
