@@ -91,7 +91,7 @@ def test_the_resume_in_fresh_processes_continues_the_saved_cursor_on_one_dp_rank
     ("no_such_dim", ["ValueError", "mesh_dims", "'cp'", "['dp', 'tp']"]),
     ("whole_mesh", ["ValueError", "mesh:", "'tp'", "mesh_dims='dp'"]),
     ("not_a_member", ["ValueError", "process_group", "not a member"]),
-    ("mesh_and_world_size", ["ValueError", "mesh and world_size", "expected one"]),
+    ("mesh_and_world_size", ["ValueError", "mesh and world_size", "expected: one"]),
 ])
 def test_bad_meshes_and_groups_are_refused_by_name(runs, case, words):
     saved, _ = runs
@@ -138,4 +138,4 @@ def test_exclude_checks_its_indices_along_the_dp_group(runs):
     refused = [r["exclude_disagreement"] for r in saved]
     assert refused[1] == refused[3] == "accepted"
     for words in (refused[0], refused[2]):
-        assert "ValueError: exclude: ranks passed different indices" in words and "rank 1: 2 indices" in words
+        assert "ValueError: exclude: found different indices on the ranks" in words and "rank 1: 2 indices" in words

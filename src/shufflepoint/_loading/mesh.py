@@ -109,7 +109,7 @@ def from_process_group(group: Any) -> DataParallel:
     rank = dist.get_rank(group)
     if rank < 0:
         raise ValueError(refusal(
-            "process_group", Plain(f"a group without this process (global rank {dist.get_rank()})"),
+            "process_group", Plain(f"a group this process is not a member of (global rank {dist.get_rank()})"),
             "the data-parallel group this process belongs to", "pass the group returned by new_group(...) for this "
             "rank's own data-parallel ranks (every process builds every group, and keeps the one it is in)"))
     return DataParallel(int(dist.get_world_size(group)), int(rank), (group,))
