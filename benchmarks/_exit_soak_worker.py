@@ -81,7 +81,7 @@ def accelerate() -> None:
     batches = iter(loader)
     for _ in range(2):
         next(batches)
-    loader.load_state_dict(loader.state_dict())  # the load-time agreement collective
+    loader.load_state_dict(loader.state_dict())  # a stock loader: the patched state, no collective of ours
     for step, (ids, x) in enumerate(loader):
         accelerator.backward(model(x).sum())
         accelerator.gather(ids)
