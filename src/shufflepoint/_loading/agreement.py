@@ -98,14 +98,19 @@ def settle_gloo_threads() -> None:
 @functools.cache
 def _release_gloo_at_exit() -> None:
     """Destroy a Gloo default process group still alive at interpreter exit, after letting its worker threads free
-    their finished works (``settle_gloo_threads``). Registered once, when a loader is built or a collective of ours
-    runs under a Gloo default group, for the group seen then: a group the program destroyed (and maybe replaced)
-    itself is left alone. A Gloo group torn down with the interpreter right after a collective aborts its process
-    now and then ("terminate called without an active exception", SIGABRT after the program ended): measured on
-    the seed's check, 2 ranks that load a state and never destroy their group, 3 of 12 resumes; benchmarks/
-    exit_soak.py measures it per path: native 1 of 12 before the settle, 0 of 20 with it; Accelerate 1 of 12
-    before, still 2 of 20 with it (not understood yet: a collective after our handler?). NCCL groups are
-    left alone (their destruction may wait on peers)."""
+    their finished works (``settle_gloo_threads``). Registered once, when a loader is built, a patched Accelerator
+    prepares a loader (integrations/accelerate/_native.py) or a collective of ours runs under a Gloo default group,
+    for the group seen then: a group the program destroyed (and maybe replaced) itself is left alone. atexit runs
+    hooks last-registered first, so whatever registers after us runs before our settle; Accelerate 1.13 registers
+    no atexit hook and has no ``__del__`` (read in its source). A Gloo group torn down with the interpreter right
+    after a collective aborts its process now and then ("terminate called without an active exception", SIGABRT
+    after the program ended): measured on the seed's check, 2 ranks that load a state and never destroy their
+    group, 3 of 12 resumes. benchmarks/exit_soak.py per path, 2-CPU box: native 1 of 12 before the settle, 0 of
+    20 with it; native-destroy 0 of 20; Accelerate 2 of 20 while only our collectives registered this (a stock
+    loader runs none: the core showed a Gloo thread freeing accelerator.gather's AsyncAllgatherWork ->
+    TensorImpl::decref_pyobject -> take_gil in Py_FinalizeEx's last gc), 0 of 20 since prepare registers it
+    (250 s, load ~5); Trainer 0 of 10, resized Trainer resume with destroy 0 of 10; no hang anywhere. NCCL groups
+    are left alone (their destruction may wait on peers)."""
     import torch.distributed as dist
 
     seen = id(dist.group.WORLD)  # not the group itself: holding it would keep its threads alive past a destroy
