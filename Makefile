@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-examples test-wheel test-repeat test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards \
+.PHONY: setup demo test test-examples test-wheel test-repeat exit-soak test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards \
 	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-which soak lint clean test-accelerate-matrix test-transformers-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
@@ -44,6 +44,13 @@ test-wheel: $(STAMP)
 REPEAT ?= 5
 test-repeat: $(STAMP)
 	$(PY) tests/ci/repeat.py --count $(REPEAT) --log-dir out/test-repeat $(TESTS)
+
+# Finished runs must exit 0 (benchmarks/exit_soak.py): each path (Trainer, a resized Trainer resume with
+# destroy_process_group, native with and without destroy, Accelerate) RUNS times under torchrun, counted as ok,
+# abort or hang. PATHS=a,b narrows it. ~20 min for RUNS=20 of every path on the 2-CPU box.
+RUNS ?= 20
+exit-soak: $(STAMP)
+	$(PY) benchmarks/exit_soak.py --runs $(RUNS) --log-dir out/exit-soak $(if $(PATHS),--paths $(PATHS))
 
 # torchtitan 0.3.0 as shufflepoint's data loader (examples/torchtitan_loader.py under torchrun, 30-80 s). Its
 # wheel asks for datasets<4.8 and its trainer's tools (wandb, tensorboard), so it goes beside the venv, in

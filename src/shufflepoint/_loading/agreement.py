@@ -19,6 +19,7 @@ import atexit
 import functools
 import hashlib
 import json
+import time
 from typing import Any
 
 from shufflepoint._core.errors import Plain, StateError, refusal
@@ -58,7 +59,7 @@ def everyone_agrees(local: dict[str, Any] | None, local_error: str | None, group
     for group in groups:
         dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=group)
     if not on_gpu:
-        _release_gloo_at_exit()
+        watch_gloo_exit()
     highest, lowest_negated, refused = flags.tolist()
     return bool(refused == 0 and highest == -lowest_negated)
 
@@ -75,21 +76,62 @@ def agree_across_ranks(local: dict[str, Any] | None, local_error: str | None, gr
     _explain_disagreement(local, local_error, groups)
 
 
+# Seconds the main thread gives up the GIL before a finished run tears Gloo down. Each Gloo work captures the caller's
+# contextvars.Context (torch's ThreadLocalState), so the Gloo worker thread that frees a finished work must take the
+# GIL to drop it, and frees it under the group's work mutex. A core dump of an abort at exit showed exactly that
+# (~AsyncAllreduceWork -> ~ThreadLocalState -> decref of a _contextvars.Context -> take_gil during Py_FinalizeEx ->
+# PyThread_exit_thread: a forced unwind through a noexcept destructor, "terminate called without an active
+# exception"); a main thread that destroys the group instead waits on that mutex holding the GIL (the hang). On a
+# busy 2-core machine a worker can be off the CPU for tens of ms between finishing a work and freeing it.
+SETTLE_S = 0.05
+
+
+def settle_gloo_threads() -> None:
+    """Give up the GIL for SETTLE_S when a Gloo group is alive, so that its worker threads free the works they
+    finished (each needs the GIL) before the interpreter ends or a group is destroyed by a thread holding the GIL."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "gloo":
+        time.sleep(SETTLE_S)
+
+
 @functools.cache
 def _release_gloo_at_exit() -> None:
-    """Destroy a Gloo default process group still alive at interpreter exit (once registered, at our first
-    collective). A Gloo group torn down with the interpreter after a collective aborts its process now and then
-    ("terminate called without an active exception", SIGABRT after the program ended): measured on the seed's
-    check, 2 ranks that load a state and never destroy their group, 3 of 12 resumes; 0 of 15 with this, and 0 of
-    12 without our collective. NCCL groups are left alone (their destruction may wait on peers)."""
+    """Destroy a Gloo default process group still alive at interpreter exit, after letting its worker threads free
+    their finished works (``settle_gloo_threads``). Registered once, when a loader is built, a patched Accelerator
+    prepares a loader (integrations/accelerate/_native.py) or a collective of ours runs under a Gloo default group,
+    for the group seen then: a group the program destroyed (and maybe replaced) itself is left alone. atexit runs
+    hooks last-registered first, so whatever registers after us runs before our settle; Accelerate 1.13 registers
+    no atexit hook and has no ``__del__`` (read in its source). A Gloo group torn down with the interpreter right
+    after a collective aborts its process now and then ("terminate called without an active exception", SIGABRT
+    after the program ended): measured on the seed's check, 2 ranks that load a state and never destroy their
+    group, 3 of 12 resumes. benchmarks/exit_soak.py per path, 2-CPU box: native 1 of 12 before the settle, 0 of
+    20 with it; native-destroy 0 of 20; Accelerate 2 of 20 while only our collectives registered this (a stock
+    loader runs none: the core showed a Gloo thread freeing accelerator.gather's AsyncAllgatherWork ->
+    TensorImpl::decref_pyobject -> take_gil in Py_FinalizeEx's last gc), 0 of 20 since prepare registers it
+    (250 s, load ~5); Trainer 0 of 10, resized Trainer resume with destroy 0 of 10; no hang anywhere. NCCL groups
+    are left alone (their destruction may wait on peers)."""
+    import torch.distributed as dist
+
+    seen = id(dist.group.WORLD)  # not the group itself: holding it would keep its threads alive past a destroy
 
     def release() -> None:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized() and dist.get_backend() == "gloo":
-            dist.destroy_process_group()
+        time.sleep(SETTLE_S)  # also after the program destroyed the group: a DDP module may still hold it
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_backend() != "gloo":
+            return  # destroyed by the program: nothing of ours to release
+        if id(dist.group.WORLD) != seen:
+            return  # the program replaced the group we saw with its own: its own to end
+        dist.destroy_process_group()
 
     atexit.register(release)
+
+
+def watch_gloo_exit() -> None:
+    """Register the exit release (once) when the default group is Gloo; see ``_release_gloo_at_exit``."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "gloo":
+        _release_gloo_at_exit()
 
 
 def gather_from_all(local: Any, groups: Groups) -> list[Any]:

@@ -20,7 +20,7 @@ from shufflepoint._core.capabilities import ExplainsOrderVersion, Locatable, Pre
 from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.plan import Layout
-from shufflepoint._loading.agreement import agree_on_exclusion, validate_everywhere
+from shufflepoint._loading.agreement import agree_on_exclusion, validate_everywhere, watch_gloo_exit
 from shufflepoint._loading.capabilities import dataset_length
 from shufflepoint._loading.deal import Deal, rank_chunks, warn_if_blocks_exceed_the_share
 from shufflepoint._loading.keyed import Transform, keyed_chunks
@@ -180,6 +180,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         check_arguments(shuffle, torch_dataloader_kwargs)
         world_size, rank, self._groups = resolve_data_parallel(world_size, rank, mesh=mesh, process_group=process_group,
                                                                mesh_dims=mesh_dims)
+        watch_gloo_exit()  # a finished run's Gloo group is ended safely at exit (agreement.py)
         layout = Layout(dataset_length(dataset), world_size, batch_size, drop_last)
         self._verify_ranks = bool(verify_ranks)
         self._rank = rank

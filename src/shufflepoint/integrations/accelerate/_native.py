@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from shufflepoint._core.errors import Plain, refusal
+from shufflepoint._loading.agreement import watch_gloo_exit
 
 
 def _is_native(loader: Any) -> bool:
@@ -19,6 +20,10 @@ def _make_prepare_data_loader(original: Any) -> Any:
                             slice_fn_for_dispatch: Any = None) -> Any:
         # TOUCH POINT: wraps Accelerator.prepare_data_loader (accelerate/accelerator.py), which
         # re-shards any DataLoader. A shufflepoint.DataLoader already shards itself.
+        # Accelerator(...) started the process group by now: a finished run on Gloo settles Gloo's worker
+        # threads at exit (_loading/agreement.py). A stock loader runs no collective of ours, so without this
+        # nothing registers that release, and accelerator.gather's last all_gather aborted 2 of 20 runs at exit.
+        watch_gloo_exit()
         if isinstance(data_loader, _native_loader_class()):
             return _prepare_native(self, data_loader, device_placement)
         return original(self, data_loader, device_placement=device_placement,

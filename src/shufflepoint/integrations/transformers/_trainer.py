@@ -15,6 +15,7 @@ import torch.utils.data
 import shufflepoint.integrations.transformers._touch as _touch
 from shufflepoint._core.errors import Plain, ResumeWarning, refusal
 from shufflepoint._core.trainer_placement import Placement, place, updates_per_epoch
+from shufflepoint._loading.agreement import settle_gloo_threads
 from shufflepoint._loading.keyed import Transform
 from shufflepoint._loading.loader import DataLoader
 from shufflepoint.integrations.transformers._budget import Budget, end_of, refuse_training_nothing, step_size, steps_to
@@ -129,7 +130,11 @@ class ResumableTrainerMixin(_TrainerBase):
         skip = (contextlib.nullcontext() if _touch.has_resume_hook(self._shufflepoint_version)
                 else _touch.skip_first_batches_passes(self._is_ours, self._check_resumed))
         with skip:
-            return super().train(resume_from_checkpoint or None, *args, **kwargs)
+            output = super().train(resume_from_checkpoint or None, *args, **kwargs)
+        # The Trainer's last collectives are freed by Gloo's threads, which need the GIL: let them, before a
+        # script that ends here (or destroys its group holding the GIL) tears Gloo down (_loading/agreement.py).
+        settle_gloo_threads()
+        return output
 
     def set_initial_training_values(self, *args: Any, **kwargs: Any) -> Any:
         # TOUCH POINT: Trainer.set_initial_training_values returns (num_train_epochs, ..., num_train_samples
