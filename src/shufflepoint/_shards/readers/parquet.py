@@ -19,7 +19,7 @@ from shufflepoint._core.errors import ShardError
 from shufflepoint._shards.batch import Batch, Columns, Rows, gather
 from shufflepoint._shards.readers._common import check_columns, check_row, check_rows, extra, missing_columns
 from shufflepoint._shards.readers._decoded import GROUPS
-from shufflepoint._shards.readers._flat import FlatColumns
+from shufflepoint._shards.readers._flat import FlatColumns, Layout
 from shufflepoint._shards.readers._group import _PER_VALUE, DecodedGroup
 
 
@@ -82,6 +82,11 @@ class OpenParquet:
         group = int(np.searchsorted(self._ends, row, side="right"))
         offset = row - (int(self._ends[group - 1]) if group else 0)
         return self._group(group).row(offset)
+
+    def _join_layout(self, layout: Layout, shard: int) -> None:
+        """Lay this file's decoded columns out in ``layout``'s arena as file ``shard`` of a dataset, so
+        the dataset reads a batch across its files with one index per column (``Layout.take``)."""
+        self._flat.join(layout, shard)
 
     def take(self, rows: np.ndarray) -> Batch:
         """The rows at ``rows``, in that order: one numpy index per column over the file's flat
