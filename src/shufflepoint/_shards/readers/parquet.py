@@ -22,6 +22,8 @@ from shufflepoint._shards.readers._decoded import GROUPS
 from shufflepoint._shards.readers._flat import FlatColumns, Layout
 from shufflepoint._shards.readers._group import _PER_VALUE, DecodedGroup
 
+IdSpans = tuple[np.ndarray, np.ndarray, np.ndarray]  # (values, starts, stops): rows of one decoded group
+
 
 def _pyarrow_errors(pa: Any) -> tuple[type[BaseException], ...]:
     return (pa.ArrowException, OSError, ValueError)
@@ -153,6 +155,28 @@ class OpenParquet:
             values, offsets = ids
             found += [values[offsets[row]:offsets[row + 1]]
                       for row in (rows[where] - int(self._flat.starts[number])).tolist()]
+        return found
+
+    def take_id_spans_ascending(self, rows: np.ndarray, column: str) -> list[IdSpans] | None:
+        """``take_ids_ascending`` without an array per row: for each decoded group the rows fall in (in
+        order), its values and each row's (start, stop) in them, or None where the column holds no
+        integer lists. A window of ``Packed``'s stream is a few groups and thousands of rows."""
+        if rows.size and not (0 <= int(rows[0]) and int(rows[-1]) < self._rows):
+            raise IndexError(f"rows {int(rows[0])}..{int(rows[-1])} out of range for a shard of {self._rows} rows")
+        numbers = np.searchsorted(self._ends, rows, side="right")
+        found: list[IdSpans] = []
+        bounds = [0, *(np.flatnonzero(numbers[1:] != numbers[:-1]) + 1).tolist(), rows.size]
+        for first, last in zip(bounds[:-1], bounds[1:], strict=True):
+            if first == last:
+                continue
+            number = int(numbers[first])
+            group = self._group(number)
+            ids = group.id_offsets(group.names.index(column)) if column in group.names else None
+            if ids is None:
+                return None
+            values, offsets = ids
+            within = rows[first:last] - self._flat.starts[number]
+            found.append((values, offsets[within], offsets[within + 1]))
         return found
 
     def _group(self, group: int) -> DecodedGroup:
