@@ -278,12 +278,12 @@ class Shards(torch.utils.data.Dataset[Any]):
     def _read_windows(self, shards: np.ndarray, rows: np.ndarray) -> Batch | None:
         """Token windows from several shards written into one (n, seq_len + 1) int64 array, each shard's
         rows in place (``OpenTokens.take_into``): no array per shard, no join, no reorder. A resume's
-        first batch reads ~2 windows from each of ~110 shards. None for one shard (its ``take`` is one
-        index) and for the other readers."""
+        first batch reads ~2 windows from each of ~110 shards. A batch inside one shard is its ``take``;
+        None for the other readers."""
         if not isinstance(self._reader, TokensReader) or not shards.size:
             return None
-        if shards[0] == shards[-1] and (shards == shards[0]).all():
-            return None
+        if shards[0] == shards[-1] and (shards == shards[0]).all():  # the usual batch: one index into one shard
+            return self._open(int(shards[0])).take(rows)
         out = np.empty((shards.size, self._reader.window_width), dtype=np.int64)
         by_shard = np.argsort(shards, kind="stable")
         ordered = shards[by_shard]
