@@ -96,3 +96,71 @@ def test_the_budget_comes_from_the_environment():
     assert refused.returncode != 0 and ENV in refused.stderr and "'12MB'" in refused.stderr
     with pytest.raises(ValueError, match="limit: found -1"):
         GROUPS.set_limit(-1)
+
+
+def _laid_out(shards, indices):
+    """The batch as the layout across files reads it (None where it declines)."""
+    indices = np.asarray(indices, dtype=np.int64)
+    where = np.searchsorted(shards._ends, indices, side="right")
+    return shards._read_laid_out(where, indices - shards._starts[where])
+
+
+def test_a_batch_across_files_is_one_index_per_column(corpus):
+    """Issue 35: the files' flat columns lie side by side in one arena (``_flat.Layout``), so a batch
+    across files is read with one index per column, the same values and types as file by file."""
+    shards, group_bytes = corpus
+    GROUPS.set_limit(100 * group_bytes)
+    everything = np.arange(len(shards))
+    shards.read_batch(everything)  # every group decoded and laid out
+    picked = np.random.default_rng(0).permutation(everything)[:97]
+    found = _laid_out(shards, picked)
+    assert found is not None and found.names == ("id", "text")
+    assert found.columns[0].dtype == np.int64 and found.columns[0].tolist() == picked.tolist()
+    assert found.columns[1] == [f"{i:08d}" * 20 for i in picked.tolist()]
+    by_file = shufflepoint.Shards([shards.index.url(s) for s in range(len(shards.index.shards))],
+                                  cache_dir=shards._cache_dir, progress=False, max_open=6)
+    by_file._read_laid_out = lambda *_: None  # the file-by-file path, for the same batch
+    expected = by_file.read_batch(picked)
+    assert expected.names == found.names and expected.columns[1] == found.columns[1]
+    assert expected.columns[0].dtype == found.columns[0].dtype and (expected.columns[0] == found.columns[0]).all()
+    assert shards.read_batch(picked).samples() == [shards[int(i)] for i in picked]
+
+
+def test_the_arena_follows_the_budget_and_starts_over(corpus, monkeypatch):
+    """Groups the budget lets go leave the arena (their rows no longer held, their values no longer
+    referenced); files that do not fit the arena start the next one, and every batch stays right."""
+    shards, group_bytes = corpus
+    GROUPS.set_limit(100 * group_bytes)
+    shards.read_batch(np.arange(len(shards)))
+    arena = shards._layout.arena
+    assert arena.held[:len(shards)].all() and arena.live == 6
+    GROUPS.set_limit(0)
+    assert arena.live == 0 and not arena.held.any()
+    assert all(column is None or all(v is None for v in column) for column in arena._objects)
+    assert (shards._layout.base == -1).all()
+    shards._layout.capacity = 2 * ROWS  # two files an arena: a batch over three files reads file by file
+    shards._layout.arena = None
+    GROUPS.set_limit(100 * group_bytes)
+    rng = np.random.default_rng(1)
+    served = 0
+    for _ in range(30):
+        picked = rng.integers(0, len(shards), size=int(rng.integers(1, 40)))
+        served += _laid_out(shards, picked) is not None
+        assert [row["id"] for row in shards.__getitems__(picked.tolist())] == picked.tolist()
+        assert GROUPS.held == _held_as_counted() <= GROUPS.limit
+    assert served  # batches inside the current arena's files are read laid out
+
+
+def test_files_that_differ_are_read_file_by_file(tmp_path):
+    """A column that is int in one file and float in another, or a file with other columns: the
+    arena declines (each file keeps its own arrays) and the rows are the per-row reads."""
+    pq.write_table(pa.table({"x": np.arange(5), "s": list("abcde")}), tmp_path / "0.parquet")
+    pq.write_table(pa.table({"x": np.arange(5) + 0.5, "s": list("fghij")}), tmp_path / "1.parquet")
+    pq.write_table(pa.table({"y": np.arange(5), "s": list("klmno")}), tmp_path / "2.parquet")
+    for files in (["0", "1"], ["0", "2"]):
+        shards = shufflepoint.Shards([str(tmp_path / f"{f}.parquet") for f in files], cache_dir=str(tmp_path / "c"),
+                                     progress=False)
+        everything = list(range(len(shards)))
+        shards.read_batch(everything)
+        assert _laid_out(shards, everything[::-1]) is None
+        assert shards.read_batch(everything[::-1]).samples() == [shards[i] for i in everything[::-1]]

@@ -291,11 +291,17 @@ def test_parquet_token_lists_read_as_arrays_give_the_rows_the_documents_make(tmp
     assert arrays is not None and [a.tolist() for a in arrays] == docs[::-1]
     assert all(not a.flags.writeable for a in arrays)  # views of the decoded group: read-only
     picked = sorted(set(range(0, len(docs), 2)) | {len(docs) - 1})  # rows of several groups, some skipped
-    ascending = corpus._read_ids_ascending(picked, "input_ids")  # what Packed's token windows read
+    ascending = corpus._read_ids_ascending(picked, "input_ids")
     assert ascending is not None and [a.tolist() for a in ascending] == [docs[d] for d in picked]
+    spans = corpus._read_id_spans_ascending(picked, "input_ids")  # what Packed's token windows read
+    assert spans is not None
+    held, source, starts, stops = spans
+    assert [held[i][a:b].tolist() for i, a, b in zip(source, starts, stops, strict=True)] == [docs[d] for d in picked]
+    assert all(not a.flags.writeable for a in held)
     if len(picked) > 1:
-        with pytest.raises(ValueError, match="found indices out of order\n  expected: ascending indices"):
-            corpus._read_ids_ascending(picked[::-1], "input_ids")
+        for read in (corpus._read_ids_ascending, corpus._read_id_spans_ascending):
+            with pytest.raises(ValueError, match="found indices out of order\n  expected: ascending indices"):
+                read(picked[::-1], "input_ids")
 
 
 @settings(max_examples=60, deadline=None)

@@ -134,7 +134,8 @@ def test_a_changed_document_or_a_doubled_bos_is_refused_from_the_window_too():
 
 
 def test_a_corpus_whose_reader_holds_no_arrays_is_asked_once(tmp_path):
-    """JSON Lines shards: ``_read_ids_ascending`` says None; the rows come document by document."""
+    """JSON Lines shards: ``_read_id_spans_ascending`` (what ``Packed`` reads a ``Shards`` window with) says
+    None; the rows come document by document."""
     lengths = [5, 9, 3, 14, 2, 7]
     for shard, part in enumerate((lengths[:3], lengths[3:])):
         first = 0 if shard == 0 else 3
@@ -142,8 +143,8 @@ def test_a_corpus_whose_reader_holds_no_arrays_is_asked_once(tmp_path):
         (tmp_path / f"part-{shard}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     corpus = shufflepoint.Shards(str(tmp_path / "*.jsonl"), progress=False, cache_dir=str(tmp_path / "c"))
     asked = []
-    read = corpus._read_ids_ascending
-    corpus._read_ids_ascending = lambda *args: asked.append(args) or read(*args)
+    read = corpus._read_id_spans_ascending
+    corpus._read_id_spans_ascending = lambda *args: asked.append(args) or read(*args)
     packed = Packed(corpus, 4, progress=False)
     served = [row for batch in shufflepoint.DataLoader(packed, 2, seed=1, shuffle_block=2)
               for row in map(tuple, batch["input_ids"].tolist())]

@@ -22,7 +22,8 @@ from shufflepoint._core.errors import Plain, ShardError, refusal
 from shufflepoint._order.distinct import in_first_seen_order
 from shufflepoint._shards import index as _index
 from shufflepoint._shards import sidecar
-from shufflepoint._shards.batch import Batch, Columnar, Rows, checked_indices, gather
+from shufflepoint._shards.batch import Batch, Columnar, Rows, Stacked, checked_indices, gather
+from shufflepoint._shards.blocks import DEFAULT_SHUFFLE_BLOCK
 from shufflepoint._shards.cache import NodeCache
 from shufflepoint._shards.decode_budget import fitting_block, warn_if_redecoding
 from shufflepoint._shards.indexing import Indexer
@@ -31,7 +32,9 @@ from shufflepoint._shards.locate import shard_location
 from shufflepoint._shards.prefetch import Prefetcher
 from shufflepoint._shards.readers import infer_format, make_reader, saved_dataset_files
 from shufflepoint._shards.readers._decoded import GROUPS
+from shufflepoint._shards.readers._flat import Layout
 from shufflepoint._shards.readers.base import OpenShard
+from shufflepoint._shards.readers.tokens import OpenTokens, TokensReader
 from shufflepoint._shards.shown import short
 from shufflepoint._shards.storage import Storage
 
@@ -97,6 +100,7 @@ class Shards(torch.utils.data.Dataset[Any]):
     _prefetcher: Prefetcher | None
     _shard_by_url: dict[str, int] | None
     _announced: tuple[set[int], set[int]]
+    _layout: Layout | None
 
     def __init__(
         self,
@@ -139,6 +143,7 @@ class Shards(torch.utils.data.Dataset[Any]):
         self._starts = self._ends - rows
         self._remote = any(_is_remote(u) for u in urls)
         self._row_bytes: tuple[int | None] | None = None  # decoded_row_bytes, once asked
+        self._block = DEFAULT_SHUFFLE_BLOCK  # the loader's shuffle_block, once told (_keep_open_for)
         self._reset_process_state()
 
     # -- the index ---------------------------------------------------------------------------
@@ -181,6 +186,7 @@ class Shards(torch.utils.data.Dataset[Any]):
         block's decoded rows exceed the process's budget (``decode_budget.warn_if_redecoding``)."""
         if not len(self.index.shards):
             return
+        self._block = int(shuffle_block)
         warn_if_redecoding(shuffle_block, int(self.index.rows.max()), len(self), self._decoded_row_bytes(),
                            GROUPS.limit)
         if self._max_open_chosen:
@@ -249,10 +255,48 @@ class Shards(torch.utils.data.Dataset[Any]):
         flat = checked_indices("Shards", indices, len(self))
         shards = np.searchsorted(self._ends, flat, side="right")
         rows = flat - self._starts[shards]
-        batch = gather(shards, lambda shard, where: self._open(shard).take(rows[where]))
+        batch = self._read_laid_out(shards, rows) if flat.size else None
+        if batch is None:
+            batch = self._read_windows(shards, rows)
+        if batch is None:
+            batch = gather(shards, lambda shard, where: self._open(shard).take(rows[where]))
         if self._transform is None:
             return batch
         return Rows([self._transform(sample) for sample in batch.samples()])
+
+    def _read_laid_out(self, shards: np.ndarray, rows: np.ndarray) -> Batch | None:
+        """The batch from the decoded columns of its files laid out side by side (``readers/_flat``):
+        one index per column, where every row's group is held there; else None (read file by file)."""
+        layout = self._layout
+        if layout is None or os.getpid() != self._pid:
+            return None
+        found = layout.take(shards, rows)
+        if found is not None:
+            opened = self._opened
+            for shard in set(shards.tolist()):  # read: most recently used, as _open would mark them
+                if shard in opened:
+                    opened.move_to_end(shard)
+        return found
+
+    def _read_windows(self, shards: np.ndarray, rows: np.ndarray) -> Batch | None:
+        """Token windows from several shards written into one (n, seq_len + 1) int64 array, each shard's
+        rows in place (``OpenTokens.take_into``): no array per shard, no join, no reorder. A resume's
+        first batch reads ~2 windows from each of ~110 shards. A batch inside one shard is its ``take``;
+        None for the other readers."""
+        if not isinstance(self._reader, TokensReader) or not shards.size:
+            return None
+        if shards[0] == shards[-1] and (shards == shards[0]).all():  # the usual batch: one index into one shard
+            return self._open(int(shards[0])).take(rows)
+        out = np.empty((shards.size, self._reader.window_width), dtype=np.int64)
+        by_shard = np.argsort(shards, kind="stable")
+        ordered = shards[by_shard]
+        bounds = [0, *(np.flatnonzero(ordered[1:] != ordered[:-1]) + 1).tolist(), shards.size]
+        for first, last in zip(bounds[:-1], bounds[1:], strict=True):
+            where = by_shard[first:last]
+            opened = self._open(int(ordered[first]))
+            assert isinstance(opened, OpenTokens)  # what a TokensReader opens
+            opened.take_into(out, where, rows[where])
+        return Stacked(torch.from_numpy(out))
 
     def _read_ids(self, indices: Sequence[int] | np.ndarray, column: str) -> list[np.ndarray] | None:
         """Each sample's ``column`` as a 1-D integer array, where the reader holds it as one (a
@@ -298,6 +342,44 @@ class Shards(torch.utils.data.Dataset[Any]):
             found += part
         return found
 
+    def _read_id_spans_ascending(self, indices: Sequence[int] | np.ndarray,
+                                 column: str) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, np.ndarray] | None:
+        """``_read_ids_ascending`` without an array per index: ``(arrays, source, starts, stops)``, index
+        k's ids being ``arrays[source[k]][starts[k]:stops[k]]`` (the decoded groups' values, read-only);
+        None where the reader holds no such arrays. What ``Packed``'s token windows are built from: a
+        few numpy calls for thousands of documents."""
+        flat = checked_indices("Shards", indices, len(self))
+        if self._transform is not None:
+            return None
+        if flat.size > 1 and bool((np.diff(flat) < 0).any()):
+            raise ValueError(refusal("indices", Plain("indices out of order"), "ascending indices "
+                                     "(_read_id_spans_ascending)", "sort the indices first"))
+        shards = np.searchsorted(self._ends, flat, side="right")
+        rows = flat - self._starts[shards]
+        arrays: list[np.ndarray] = []
+        counts: list[int] = []
+        starts: list[np.ndarray] = []
+        stops: list[np.ndarray] = []
+        bounds = [0, *(np.flatnonzero(shards[1:] != shards[:-1]) + 1).tolist(), flat.size]
+        for first, last in zip(bounds[:-1], bounds[1:], strict=True):
+            if first == last:
+                continue
+            opened = self._open(int(shards[first]))
+            take = getattr(opened, "take_id_spans_ascending", None)
+            part = take(rows[first:last], column) if take is not None else None
+            if part is None:
+                return None
+            for values, opens, closes in part:
+                arrays.append(values)
+                counts.append(int(opens.size))
+                starts.append(opens)
+                stops.append(closes)
+        if not arrays:
+            empty = np.empty(0, np.int64)
+            return [], empty, empty, empty
+        source = np.repeat(np.arange(len(arrays), dtype=np.int64), counts)
+        return arrays, source, np.concatenate(starts), np.concatenate(stops)
+
     def columnar(self) -> Columnar:
         """This corpus with batches kept as read, for ``shufflepoint.collate`` (see ``Columnar``)."""
         return Columnar(self)
@@ -320,6 +402,12 @@ class Shards(torch.utils.data.Dataset[Any]):
             opened.close()
             raise ShardError(url, f"has {len(opened)} rows, the index says {record.rows}: it changed since "
                                   "the index was built; rebuild the index (delete its sidecar) and restart the epoch")
+        join = getattr(opened, "_join_layout", None)
+        if join is not None:
+            if self._layout is None:  # an arena of about two blocks: a block's files side by side
+                largest = int(self.index.rows.max())
+                self._layout = Layout(len(self.index.shards), min(len(self), 2 * (self._block + largest)))
+            join(self._layout, shard)
         self._opened[shard] = opened
         while len(self._opened) > self._max_open:
             self._opened.popitem(last=False)[1].close()
@@ -391,10 +479,11 @@ class Shards(torch.utils.data.Dataset[Any]):
         self._cache = None
         self._prefetcher = None
         self._shard_by_url = None
+        self._layout = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("_opened", "_cache", "_prefetcher", "_shard_by_url"):
+        for name in ("_opened", "_cache", "_prefetcher", "_shard_by_url", "_layout"):
             state[name] = None
         return state
 

@@ -50,6 +50,7 @@ from shufflepoint._shards import packed_collate, token_counts
 from shufflepoint._shards.batch import Columnar
 from shufflepoint._shards.locate import packed_location
 from shufflepoint._shards.packed_rows import (
+    _SAMPLED,
     NAME,
     VERSION,
     EpochTable,
@@ -67,7 +68,7 @@ IGNORE_INDEX = -100  # the labels value torch's cross_entropy and Hugging Face m
 _CACHED_EPOCHS = 2
 _WINDOW_TOKENS = 2**19  # a token window: 4 MB of tokens and 4 MB of offsets (int64), 512 rows of 1,024
 _ONWARD_BATCHES = 16  # a read at most this many batches past the window reads on: the next window is whole
-_FRAMING_CHECKED = 8  # documents: if the first ones read all start with bos (end with eos), it is doubled
+_FRAMING_CHECKED = _SAMPLED  # documents: if the first ones read all start with bos (end with eos), it is doubled
 _MAX_INDEX = 2**63 - 1
 _PARTS = ("documents", "tokens", "counts", "packing")
 
@@ -157,6 +158,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         self._held: tuple[int, np.ndarray] | None = None  # (document, its framed tokens): see read_batch
         self._window: TokenWindow | None = None  # a stretch of the token stream read at once: _from_window
         self._no_window = False
+        self._reads_window: tuple[Any, bool] | None = None  # (dataset, whether it reads ids ascending)
 
     def __len__(self) -> int:
         return self.rows_per_epoch
@@ -336,8 +338,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         """A run of consecutive rows of one epoch, sliced from the token window (built when it does not
         cover them); None where the rows are not one run or the corpus cannot read flat token ids."""
         dataset = self.dataset
-        if self.source.tokenize is not None or not isinstance(dataset, ReadsIdsAscending) or len(indices) == 0 \
-                or self._no_window:
+        if self._no_window or len(indices) == 0 or self.source.tokenize is not None or not self._reads_ids(dataset):
             return None
         if not all(isinstance(index, (int, np.integer)) and not isinstance(index, bool) for index in indices):
             return None  # the per-document path says what is wrong with it
@@ -357,20 +358,28 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
             rows_per_window = max(1, _WINDOW_TOKENS // self.seq_len) if onward else len(rows)
             stop = min(self.rows_per_epoch * self.seq_len, max(end, begin + rows_per_window * self.seq_len))
             field = str(self.source.field)
+            spans = getattr(dataset, "_read_id_spans_ascending", None)  # Shards: no array per document
+            reads = spans if spans is not None else dataset._read_ids_ascending
             built = build_window(self._table(epoch), epoch, begin, stop, (self.bos, self.eos),
-                                 lambda documents: dataset._read_ids_ascending(documents, field))
+                                 lambda documents: reads(documents, field))
             if built is None:  # the corpus's reader holds no arrays (JSON Lines): asked once
                 self._no_window = True
                 return None
-            window, documents, held = built
-            sizes = np.fromiter((ids.size for ids in held), np.int64, len(held))
+            window, documents, sizes, sample = built
             wrong = np.flatnonzero(sizes != self.lengths[documents])
             if wrong.size:
                 raise self._changed(int(documents[wrong[0]]), int(sizes[wrong[0]]))
             if not self._framing_checked:
-                self._check_framing(documents[:_FRAMING_CHECKED].tolist(), held[:_FRAMING_CHECKED])
+                self._check_framing(documents[:_FRAMING_CHECKED].tolist(), sample[:_FRAMING_CHECKED])
             self._window = window
         return PackedBatch(*window.rows(begin, len(rows), self.seq_len, IGNORE_INDEX))
+
+    def _reads_ids(self, dataset: Any) -> bool:
+        """Whether ``dataset`` reads ids ascending (``ReadsIdsAscending``), asked once per dataset: a
+        runtime Protocol's isinstance walks its attributes, ~10 µs a batch."""
+        if self._reads_window is None or self._reads_window[0] is not dataset:
+            self._reads_window = (dataset, isinstance(dataset, ReadsIdsAscending))
+        return self._reads_window[1]
 
     def columnar(self) -> Columnar:
         """This ``Packed`` with batches kept as read, for ``shufflepoint.collate`` (the loader's default)."""
@@ -450,4 +459,5 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         state["_tables"] = {}  # rebuilt where the rows are read
         state["_held"] = None
         state["_window"] = None
+        state["_reads_window"] = None
         return state

@@ -200,8 +200,10 @@ class TokenWindow:
         return input_ids, position_ids, labels
 
 
-Window = tuple[TokenWindow, np.ndarray, list[np.ndarray]]
+Window = tuple[TokenWindow, np.ndarray, np.ndarray, list[np.ndarray]]
+Spans = tuple[list[np.ndarray], np.ndarray, np.ndarray, np.ndarray]
 _COUNTING: dict[Any, np.ndarray] = {}
+_SAMPLED = 8  # documents of each window returned whole, for the caller's check of the framing
 
 
 def _counting(size: int, dtype: Any) -> np.ndarray:
@@ -213,38 +215,57 @@ def _counting(size: int, dtype: Any) -> np.ndarray:
     return kept[:size]
 
 
+def _as_spans(found: list[np.ndarray]) -> Spans:
+    """Arrays, one per document, as spans (``Shards._read_id_spans_ascending``'s form: array k, [0, size))."""
+    sizes = np.fromiter((ids.size for ids in found), np.int64, len(found))
+    return list(found), np.arange(len(found), dtype=np.int64), np.zeros(len(found), np.int64), sizes
+
+
 def build_window(table: EpochTable, epoch: int, begin: int, end: int, framing: tuple[int | None, int | None],
                  read: Any) -> Window | None:
     """The window of tokens ``[begin, end)``: its pieces (``table.piece_arrays``), its documents' tokens read
-    at once (``read(ascending documents) -> [ids, ...]``, None where it cannot), and laid end to end
-    by one concatenation (a slice per piece, bos/eos where the framing puts them). Also returns the
-    documents and their tokens as read, in window order, for the caller's checks."""
+    at once (``read(ascending documents)``: an array per document, or spans over a few arrays as
+    ``Shards._read_id_spans_ascending`` gives them; None where it cannot) and laid end to end by one
+    concatenation of a slice per piece, bos/eos put in by one ``np.insert`` where the framing has them:
+    no Python step per document beyond its slice. Also returns the documents in window order, their
+    sizes as read and the first few whole (``_SAMPLED``), for the caller's checks."""
     documents, starts, stops = table.piece_arrays(begin, end)
     ascending = np.argsort(documents, kind="stable")
     found = read(documents[ascending])
     if found is None:
         return None
+    arrays, source, first, last = found if isinstance(found, tuple) else _as_spans(found)
     read_as = np.empty_like(ascending)
     read_as[ascending] = np.arange(ascending.size)
-    held: list[np.ndarray] = [found[k] for k in read_as.tolist()]
+    source, first, last = source[read_as], first[read_as], last[read_as]
+    length = last - first
     bos, eos = framing
     head = int(bos is not None)
-    parts: list[np.ndarray] = []
-    if bos is None and eos is None:
-        parts = [ids[start:stop] for ids, start, stop in zip(held, starts.tolist(), stops.tolist(), strict=True)]
+    low = np.minimum(np.maximum(starts - head, 0), length)  # each piece's document tokens, bos/eos aside
+    high = np.minimum(np.maximum(stops - head, 0), length)
+    low += first
+    high += first
+    if len(arrays) == 1:
+        values = arrays[0]
+        parts = [values[a:b] for a, b in zip(low.tolist(), high.tolist(), strict=True)]
     else:
-        opening, closing = np.array([bos if bos is not None else 0]), np.array([eos if eos is not None else 0])
-        for ids, start, stop in zip(held, starts.tolist(), stops.tolist(), strict=True):
-            if head and start == 0:
-                parts.append(opening)
-            parts.append(ids[max(start - head, 0):max(stop - head, 0)])
-            if eos is not None and stop == ids.size + head + 1:
-                parts.append(closing)
-    tokens = np.concatenate(parts, dtype=np.int64, casting="same_kind")
+        parts = [arrays[i][a:b] for i, a, b in zip(source.tolist(), low.tolist(), high.tolist(), strict=True)]
+    tokens = np.concatenate(parts, dtype=np.int64, casting="same_kind") if parts else np.empty(0, np.int64)
+    if bos is not None or eos is not None:  # bos before a piece that opens its document, eos after one that closes it
+        body_end = np.cumsum(high - low)
+        body_start = body_end - (high - low)
+        opens = starts == 0 if bos is not None else np.zeros(starts.size, bool)
+        closes = stops == length + head + 1 if eos is not None else np.zeros(starts.size, bool)
+        where = np.stack((body_start, body_end), axis=1).reshape(-1)  # in stream order: a piece's bos, then its eos
+        kept = np.stack((opens, closes), axis=1).reshape(-1)
+        marks = np.tile(np.array([bos or 0, eos or 0], np.int64), starts.size)
+        tokens = np.insert(tokens, where[kept], marks[kept])
     sizes = stops - starts
     first_token = np.cumsum(sizes) - sizes
     narrow = np.int32 if int(stops.max(initial=0)) < 2**31 else np.int64  # offsets < stops: half the bytes
     offsets = np.repeat((first_token - starts).astype(narrow), sizes)
     np.subtract(_counting(end - begin, narrow), offsets, out=offsets)
-    opens = first_token[starts == 0]
-    return TokenWindow(epoch, begin, tokens, offsets, opens), documents, held
+    opened = first_token[starts == 0]
+    sample = [arrays[i][a:a + n] for i, a, n in zip(source[:_SAMPLED].tolist(), first[:_SAMPLED].tolist(),
+                                                     length[:_SAMPLED].tolist(), strict=True)]
+    return TokenWindow(epoch, begin, tokens, offsets, opened), documents, length, sample

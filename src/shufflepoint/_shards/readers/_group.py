@@ -59,7 +59,8 @@ class DecodedGroup:
                               else "int64" if pa.types.is_integer(kind) else "float64")
         self.table = table if any(v is None for v in self.values) else None
         self._pa = pa
-        self._ids: dict[int, tuple[np.ndarray, list[int]] | None] = {}
+        self._ids: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}
+        self._id_lists: dict[int, tuple[np.ndarray, list[int]] | None] = {}
         self.nbytes = (int(table.nbytes) if self.table is not None else 0) + sum(
             _converted_bytes(column) for column, v in zip(table.columns, self.values, strict=True) if v is not None)
 
@@ -94,6 +95,13 @@ class DecodedGroup:
         """Column k as (values, offsets) when it is a list of integers without nulls (row i is the
         read-only view ``values[offsets[i]:offsets[i + 1]]``), else None: token ids for ``Packed``
         without a Python int per token (the offsets are a list: one int per row, not per token)."""
+        if k not in self._id_lists:
+            flat = self.id_offsets(k)
+            self._id_lists[k] = None if flat is None else (flat[0], flat[1].tolist())
+        return self._id_lists[k]
+
+    def id_offsets(self, k: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """``ids`` with the offsets as an int64 array (``Packed``'s token windows find many rows at once)."""
         if k not in self._ids:
             self._ids[k] = None
             column = self.table.column(k) if self.table is not None and self.values[k] is None else None
@@ -102,5 +110,5 @@ class DecodedGroup:
                     and types.is_integer(column.type.value_type) and column.null_count == 0:
                 lists = column.combine_chunks()
                 if lists.values.null_count == 0:
-                    self._ids[k] = (lists.values.to_numpy(), lists.offsets.to_numpy().tolist())
+                    self._ids[k] = (lists.values.to_numpy(), lists.offsets.to_numpy().astype(np.int64, copy=False))
         return self._ids[k]

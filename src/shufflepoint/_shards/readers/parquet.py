@@ -19,8 +19,10 @@ from shufflepoint._core.errors import Plain, ShardError, refusal, shard_error
 from shufflepoint._shards.batch import Batch, Columns, Rows, gather
 from shufflepoint._shards.readers._common import check_columns, check_row, check_rows, extra, missing_columns
 from shufflepoint._shards.readers._decoded import GROUPS
-from shufflepoint._shards.readers._flat import FlatColumns
+from shufflepoint._shards.readers._flat import FlatColumns, Layout
 from shufflepoint._shards.readers._group import _PER_VALUE, DecodedGroup
+
+IdSpans = tuple[np.ndarray, np.ndarray, np.ndarray]  # (values, starts, stops): rows of one decoded group
 
 
 def _pyarrow_errors(pa: Any) -> tuple[type[BaseException], ...]:
@@ -82,6 +84,11 @@ class OpenParquet:
         group = int(np.searchsorted(self._ends, row, side="right"))
         offset = row - (int(self._ends[group - 1]) if group else 0)
         return self._group(group).row(offset)
+
+    def _join_layout(self, layout: Layout, shard: int) -> None:
+        """Lay this file's decoded columns out in ``layout``'s arena as file ``shard`` of a dataset, so
+        the dataset reads a batch across its files with one index per column (``Layout.take``)."""
+        self._flat.join(layout, shard)
 
     def take(self, rows: np.ndarray) -> Batch:
         """The rows at ``rows``, in that order: one numpy index per column over the file's flat
@@ -150,6 +157,28 @@ class OpenParquet:
             values, offsets = ids
             found += [values[offsets[row]:offsets[row + 1]]
                       for row in (rows[where] - int(self._flat.starts[number])).tolist()]
+        return found
+
+    def take_id_spans_ascending(self, rows: np.ndarray, column: str) -> list[IdSpans] | None:
+        """``take_ids_ascending`` without an array per row: for each decoded group the rows fall in (in
+        order), its values and each row's (start, stop) in them, or None where the column holds no
+        integer lists. A window of ``Packed``'s stream is a few groups and thousands of rows."""
+        if rows.size and not (0 <= int(rows[0]) and int(rows[-1]) < self._rows):
+            raise IndexError(f"rows {int(rows[0])}..{int(rows[-1])} out of range for a shard of {self._rows} rows")
+        numbers = np.searchsorted(self._ends, rows, side="right")
+        found: list[IdSpans] = []
+        bounds = [0, *(np.flatnonzero(numbers[1:] != numbers[:-1]) + 1).tolist(), rows.size]
+        for first, last in zip(bounds[:-1], bounds[1:], strict=True):
+            if first == last:
+                continue
+            number = int(numbers[first])
+            group = self._group(number)
+            ids = group.id_offsets(group.names.index(column)) if column in group.names else None
+            if ids is None:
+                return None
+            values, offsets = ids
+            within = rows[first:last] - self._flat.starts[number]
+            found.append((values, offsets[within], offsets[within + 1]))
         return found
 
     def _group(self, group: int) -> DecodedGroup:

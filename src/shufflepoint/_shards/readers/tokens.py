@@ -115,6 +115,19 @@ class OpenTokens:
                              strides=(step * self._seq_len, step), writeable=False)  # 4x an index per token
         return Stacked(torch.from_numpy(windows[rows].astype(np.int64)))
 
+    def take_into(self, out: np.ndarray, where: np.ndarray, rows: np.ndarray) -> None:
+        """``take(rows)`` written into rows ``where`` of ``out`` (int64, (n, seq_len + 1)): a batch across
+        many shards is filled in place (``Shards._read_windows``), no array per shard, no join, no reorder."""
+        rows = check_rows(rows, self._rows)
+        if self._tokens is None and self._preads + rows.size <= _MAP_AFTER:
+            self._read_windows(rows.tolist(), out, where.tolist())
+            return
+        tokens = self._mapped()
+        step = tokens.strides[0]
+        windows = as_strided(tokens, shape=(self._rows, self._seq_len + 1),
+                             strides=(step * self._seq_len, step), writeable=False)
+        out[where] = windows[rows]
+
     def locate(self, row: int) -> dict[str, Any]:
         """Where window ``row`` lies: its first token, and its bytes in the file (header included)."""
         start = check_row(row, self._rows) * self._seq_len
@@ -122,12 +135,15 @@ class OpenTokens:
         return {"token_offset": start, "tokens": self._seq_len + 1, "byte_offset": self._offset + start * item,
                 "bytes": (self._seq_len + 1) * item}
 
-    def _read_windows(self, rows: list[int]) -> np.ndarray:
+    def _read_windows(self, rows: list[int], out: np.ndarray | None = None,
+                      where: list[int] | None = None) -> np.ndarray:
+        """Windows ``rows`` by ``os.pread``, as int64 rows of a new array, or into rows ``where`` of ``out``."""
         if self._fd is None:
             raise ValueError("the shard is closed")
         width, item = self._seq_len + 1, self._dtype.itemsize
-        out = np.empty((len(rows), width), dtype=np.int64)
-        for i, row in enumerate(rows):
+        if out is None or where is None:
+            out, where = np.empty((len(rows), width), dtype=np.int64), list(range(len(rows)))
+        for i, row in zip(where, rows, strict=True):
             data = os.pread(self._fd, width * item, self._offset + row * self._seq_len * item)
             if len(data) != width * item:
                 raise ShardError(self._shard, f"truncated: window {row} ends past the file's end; it changed "
@@ -190,6 +206,11 @@ class TokensReader:
                                      "pass the dtype the token file was written with"))
         self.seq_len = int(seq_len)
         self.dtype = name
+
+    @property
+    def window_width(self) -> int:
+        """Tokens a row holds (seq_len + 1): every row of every shard is an int64 row this wide."""
+        return self.seq_len + 1
 
     def open(self, path: str, shard: str) -> OpenTokens:
         try:
