@@ -206,11 +206,14 @@ class MeasuresDecodedRows(Protocol):
 @runtime_checkable
 class TakesIds(Protocol):
     """An opened shard that reads a token column's rows as arrays (Parquet): ``take_ids_ascending`` for
-    rows already sorted, in one pass."""
+    rows already sorted, in one pass; ``take_id_spans_ascending`` as (values, starts, stops) of its decoded
+    groups, no array per row."""
 
     def take_ids(self, rows: Sequence[int], column: str) -> list[np.ndarray] | None: ...
 
     def take_ids_ascending(self, rows: np.ndarray, column: str) -> list[np.ndarray] | None: ...
+
+    def take_id_spans_ascending(self, rows: np.ndarray, column: str) -> list[Any] | None: ...
 
 
 @runtime_checkable

@@ -320,17 +320,26 @@ class Shards(torch.utils.data.Dataset[Any]):
                 found[place] = ids
         return found
 
-    def _read_ids_ascending(self, indices: Sequence[int] | np.ndarray, column: str) -> list[np.ndarray] | None:
-        """``_read_ids`` for indices in ascending order, many at once (a window of ``Packed``'s token
-        stream, thousands of documents): grouped by shard with numpy, then by decoded group."""
+    def _ascending(self, indices: Sequence[int] | np.ndarray,
+                   asked: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(indices, their shards, their rows) of ascending ``indices``; None when samples are transformed
+        (the ids are then the transform's); ``asked`` names the read in the refusal of unsorted indices."""
         flat = checked_indices("Shards", indices, len(self))
         if self._transform is not None:
             return None
         if flat.size > 1 and bool((np.diff(flat) < 0).any()):
-            raise ValueError(refusal("indices", Plain("indices out of order"), "ascending indices "
-                                     "(_read_ids_ascending)", "sort the indices first"))
+            raise ValueError(refusal("indices", Plain("indices out of order"), f"ascending indices ({asked})",
+                                     "sort the indices first"))
         shards = np.searchsorted(self._ends, flat, side="right")
-        rows = flat - self._starts[shards]
+        return flat, shards, flat - self._starts[shards]
+
+    def _read_ids_ascending(self, indices: Sequence[int] | np.ndarray, column: str) -> list[np.ndarray] | None:
+        """``_read_ids`` for indices in ascending order, many at once (a window of ``Packed``'s token
+        stream, thousands of documents): grouped by shard with numpy, then by decoded group."""
+        located = self._ascending(indices, "_read_ids_ascending")
+        if located is None:
+            return None
+        flat, shards, rows = located
         found: list[np.ndarray] = []
         for where in np.split(np.arange(flat.size), np.flatnonzero(np.diff(shards)) + 1):
             if not where.size:
@@ -348,14 +357,10 @@ class Shards(torch.utils.data.Dataset[Any]):
         k's ids being ``arrays[source[k]][starts[k]:stops[k]]`` (the decoded groups' values, read-only);
         None where the reader holds no such arrays. What ``Packed``'s token windows are built from: a
         few numpy calls for thousands of documents."""
-        flat = checked_indices("Shards", indices, len(self))
-        if self._transform is not None:
+        located = self._ascending(indices, "_read_id_spans_ascending")
+        if located is None:
             return None
-        if flat.size > 1 and bool((np.diff(flat) < 0).any()):
-            raise ValueError(refusal("indices", Plain("indices out of order"), "ascending indices "
-                                     "(_read_id_spans_ascending)", "sort the indices first"))
-        shards = np.searchsorted(self._ends, flat, side="right")
-        rows = flat - self._starts[shards]
+        flat, shards, rows = located
         arrays: list[np.ndarray] = []
         counts: list[int] = []
         starts: list[np.ndarray] = []
@@ -365,8 +370,7 @@ class Shards(torch.utils.data.Dataset[Any]):
             if first == last:
                 continue
             opened = self._open(int(shards[first]))
-            take = getattr(opened, "take_id_spans_ascending", None)
-            part = take(rows[first:last], column) if take is not None else None
+            part = opened.take_id_spans_ascending(rows[first:last], column) if isinstance(opened, TakesIds) else None
             if part is None:
                 return None
             for values, opens, closes in part:
