@@ -72,8 +72,8 @@ def _identity(dataset: Any, *, legacy: bool) -> str | None:
     return (dataset.fingerprint or None) if isinstance(dataset, Identified) else None
 
 
-def _read_source(dataset: Any, rows: np.ndarray) -> Batch:
-    if isinstance(dataset, ReadsBatches):
+def _read_source(dataset: Any, rows: np.ndarray, reads_batches: bool) -> Batch:
+    if reads_batches:
         found: Batch = dataset.read_batch(rows)
         return found
     getitems = getattr(dataset, "__getitems__", None)
@@ -130,6 +130,7 @@ class Mixture(torch.utils.data.Dataset[Any]):
                  ) -> None:
         pairs = check_sources(sources if schedule is None else [(dataset, 1.0) for dataset in unweighted(sources)])
         self.sources = [dataset for dataset, _ in pairs]
+        self._reads_batches = [isinstance(dataset, ReadsBatches) for dataset in self.sources]  # once, not per batch
         self.weights = [weight for _, weight in pairs]
         self.lengths = [len(dataset) for dataset in self.sources]
         self._offsets = offsets(self.lengths)
@@ -180,7 +181,8 @@ class Mixture(torch.utils.data.Dataset[Any]):
         """The samples at ``indices``, in that order, read source by source: a source's own
         ``read_batch`` or ``__getitems__`` when it has one, else one ``[i]`` at a time."""
         source, within = self._decode(checked_indices("Mixture", indices, self._index_limit))
-        return gather(source, lambda s, where: _read_source(self.sources[s], within[where]))
+        return gather(source, lambda s, where: _read_source(self.sources[s], within[where],
+                                                            self._reads_batches[s]))
 
     def columnar(self) -> Columnar:
         """This mixture with batches kept as read, for ``shufflepoint.collate`` (see ``Columnar``)."""
