@@ -50,7 +50,7 @@ def test_every_batch_holds_one_bucket_and_which_names_it(out):
     bucket = keys(SPEC["n"])
     which = read(out, "which.r0.json")
     for rank in range(2):
-        for epoch, step, batch in read(out, f"ref.r{rank}.json"):
+        for _epoch, step, batch in read(out, f"ref.r{rank}.json"):
             assert len(batch) == SPEC["batch_size"] and len(set(bucket[batch].tolist())) == 1
             if str(step) in which:
                 assert which[str(step)][str(rank)] == batch

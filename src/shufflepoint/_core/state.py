@@ -76,12 +76,12 @@ from shufflepoint._core.state_fields import DEALS as DEALS  # re-exported: the d
 from shufflepoint._core.state_fields import (
     MAX_INT,
     OrderParameters,
+    check_buckets,
     check_deal,
     check_excluded,
     check_excluded_at,
     check_handed,
     check_history,
-    check_buckets,
     check_order_parameters,
     check_segments_shape,
     fail,

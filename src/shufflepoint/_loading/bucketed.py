@@ -38,7 +38,8 @@ def check_bucketed(dataset: Any, order: str | None, deal: str | None, shuffle_bl
         found = "shuffle_block" if shuffle_block is not None else "order"
         raise ValueError(refusal(found, shuffle_block if shuffle_block is not None else order,
                                  "None with buckets= (each bucket is read in a seekable permutation of its own)",
-                                 f"leave {found} unset", why="the 'blocks' order's locality is not kept inside buckets"))
+                                 f"leave {found} unset",
+                                 why="the 'blocks' order's locality is not kept inside buckets"))
     return order or DEFAULT_ORDER
 
 
