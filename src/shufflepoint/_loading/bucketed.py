@@ -21,6 +21,7 @@ from shufflepoint._core.plan import Layout
 from shufflepoint._loading.deal import Deal
 from shufflepoint._loading.orders import OrderCache
 from shufflepoint._order import DEFAULT_ORDER, Order
+from shufflepoint._shards.bucket_keys import keys_of_field
 
 
 def check_bucketed(dataset: Any, order: str | None, deal: str | None, shuffle_block: int | None) -> str:
@@ -104,7 +105,9 @@ def bucketed(dataset: Any, keys: object, n: int, seed: int, shuffle: bool, order
 
 
 def bucket_table(dataset: Any, keys: object, n: int) -> BucketTable:
-    """The loader's ``buckets=`` as a table (the checks name ``buckets``)."""
+    """The loader's ``buckets=`` as a table (the checks name ``buckets``): keys, or a field's name."""
+    if isinstance(keys, str):
+        keys = keys_of_field(dataset, keys)
     if isinstance(keys, BucketTable):
         if keys.n != n:
             raise ValueError(refusal("buckets", Plain(f"keys of {keys.n} samples"), f"keys of n={n} samples",

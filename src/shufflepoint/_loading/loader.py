@@ -150,8 +150,9 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         process_group: the data-parallel ``ProcessGroup``; rank and world size come from it.
         mesh_dims: the data-parallel dimension name(s) of ``mesh`` (e.g. ``"dp"`` or ``("dp_replicate",
             "dp_shard")``), flattened if several.
-        buckets: one small int >= 0 per sample (a list or integer array of ``len(dataset)``): every
-            per-rank batch then holds one bucket, the buckets' batches interleaved evenly over the epoch;
+        buckets: one small int >= 0 per sample (a list or integer array of ``len(dataset)``), or the name
+            of the samples' field that holds it (read once; a ``Shards`` corpus keeps them in its cache
+            folder): every per-rank batch then holds one bucket, the buckets' batches interleaved evenly over the epoch;
             full batches only (what fills none is dropped, at most K*(B-1) + (W-1)*B samples an epoch).
             ``order`` then orders each bucket. See docs/buckets.md.
         **torch_dataloader_kwargs: passed to ``torch.utils.data.DataLoader`` (``collate_fn``,
