@@ -136,3 +136,30 @@ def test_without_shuffle_each_bucket_is_read_in_index_order():
     for bucket in range(4):
         mine = [i for b in batches for i in b if KEYS[i] == bucket]
         assert mine == sorted(mine)
+
+
+def test_a_resize_and_a_new_batch_size_on_load_read_the_rest_once_and_which_places_both_legs():
+    group = loaders(world=2, batch=3)
+    before = steps(group, 4)
+    state = json.loads(json.dumps(group[0].state_dict()))
+    resized = loaders(world=3, batch=2)
+    for loader in resized:
+        loader.load_state_dict(state)
+    after = steps(resized)
+    seen = [i for step in before + after for batch in step for i in batch]
+    assert len(seen) == len(set(seen)) and N - len(seen) <= 4 * (2 - 1) + (3 - 1) * 2
+    assert all(len(set(KEYS[b].tolist())) == 1 for step in after for b in step)
+    assert resized[0].which(2) == dict(enumerate(before[2]))
+    assert resized[0].which(4 + 1) == dict(enumerate(after[1]))
+
+
+def test_the_65th_batch_size_of_an_epoch_is_refused_with_nothing_changed():
+    loader = shufflepoint.DataLoader(list(range(400)), 1, seed=1, buckets=[0, 1] * 200)
+    batches = iter(loader)
+    for size in [1, 2] * 32:
+        loader.set_batch_size(size)
+        next(batches)
+    assert len(loader.state_dict()["segments"]) == 64
+    with pytest.raises(ValueError, match=r"batch_size: found 1\n  expected: at most 64 batch sizes in one epoch"):
+        loader.set_batch_size(1)
+    assert loader.batch_size == 2 and len(next(batches)) == 2

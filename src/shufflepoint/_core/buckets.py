@@ -237,6 +237,11 @@ class BucketCut:
         self.slot = self.segments[-1][1] if goes_on else 0  # slots the current segment has handed out
         self._interleave = self._segment(len(finished), batch_size, consumed, self.slot)
         self._kept = self.segments[:-1] if goes_on else self.segments
+        if not goes_on and len(self.segments) >= MAX_SEGMENTS and self.samples_per_rank():
+            # LIMIT(buckets-batch-sizes-per-epoch): docs/buckets.md#limits
+            raise ValueError(refusal("batch_size", batch_size, f"at most {MAX_SEGMENTS} batch sizes in one epoch "
+                                     f"(epoch {epoch} was read at {len(self.segments)})", "finish the epoch at "
+                                     f"batch_size={self.segments[-1][0]} and change it after"))
 
     def _segment(self, number: int, size: int, consumed: np.ndarray, slots: int) -> _Interleave:
         interleave = _Interleave(self.table.sizes - consumed, size, segment_key(self.seed, self.epoch, number))
