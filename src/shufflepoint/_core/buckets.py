@@ -97,9 +97,11 @@ class BucketTable:
         values = check_keys(keys, len(keys) if n is None else n)  # type: ignore[arg-type]
         self.n = len(values)
         self.members = np.argsort(values, kind="stable").astype(np.int64)  # bucket by bucket, index order inside
-        self.labels, sizes = np.unique(values, return_counts=True)
-        self.sizes = sizes.astype(np.int64)
-        self.starts = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)  # bucket k: starts[k]..
+        ordered = values[self.members]  # one sort gives the members, the labels and the sizes
+        firsts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]])) if self.n else np.zeros(0, int)
+        self.labels = ordered[firsts]
+        self.starts = np.concatenate([firsts, [self.n]]).astype(np.int64)  # bucket k: members[starts[k]:starts[k+1]]
+        self.sizes = np.diff(self.starts)
         digest = hashlib.sha256(f"n={self.n}".encode())
         digest.update(values.tobytes())
         self.fingerprint = f"buckets:{len(self.sizes)}:{digest.hexdigest()[:16]}"
