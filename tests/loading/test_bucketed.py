@@ -83,8 +83,12 @@ def test_a_state_resumes_the_same_batches_and_stays_a_few_integers():
 def test_a_state_of_other_keys_or_without_buckets_is_refused_by_name():
     state = loaders()[0].state_dict()
     other = loaders(keys=(KEYS + 1) % 4)[0]
-    with pytest.raises(StateError, match=r"'buckets': found 'buckets:4:[0-9a-f]+'\n  expected: 'buckets:4:.*the keys"):
+    with pytest.raises(StateError, match=r"'buckets': found 'buckets:v1:4:[0-9a-f]+'\n  expected: 'buckets:v1:4:"
+                                         r".*\n  why: the keys changed"):
         other.load_state_dict(state)
+    older = dict(state, buckets=state["buckets"].replace("buckets:v1:", "buckets:v0:"))
+    with pytest.raises(StateError, match="why: the run was written by another version of the bucket interleave"):
+        loaders()[0].load_state_dict(older)
     plain = shufflepoint.DataLoader(list(range(N)), 3, seed=5, rank=0, world_size=2)
     with pytest.raises(StateError, match=r"'buckets': .*\n  expected: None \(this loader was built without buckets="):
         plain.load_state_dict(state)

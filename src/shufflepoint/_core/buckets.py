@@ -50,6 +50,7 @@ from shufflepoint._order import Order, check_int, make_order
 from shufflepoint._order.feistel import _base_key, _splitmix64
 
 NAME = "buckets"  # the deal's name in a state
+VERSION = 1  # of the interleave and the bucket streams' seeds: in the keys' fingerprint, so a change is refused
 MAX_KEY = 2**31 - 1  # keys are small ints: an aspect-ratio or a length bucket's number
 MAX_UNITS = 2**36  # units of one bucket in a segment: j + h stays exact in a float64 (36 + 16 bits)
 MAX_SEGMENTS = 64  # batch-size changes inside one epoch; a state with more is refused as damaged
@@ -104,7 +105,7 @@ class BucketTable:
         self.sizes = np.diff(self.starts)
         digest = hashlib.sha256(f"n={self.n}".encode())
         digest.update(values.tobytes())
-        self.fingerprint = f"buckets:{len(self.sizes)}:{digest.hexdigest()[:16]}"
+        self.fingerprint = f"buckets:v{VERSION}:{len(self.sizes)}:{digest.hexdigest()[:16]}"
 
     def __len__(self) -> int:
         return len(self.sizes)
@@ -303,7 +304,7 @@ class BucketOrder:
     """Epoch ``epoch``'s bucket streams side by side: position starts[k] + i is bucket k's i-th sample, its
     stream a ``name`` order of n_k keyed by (the bucket's seed, epoch). An ``Order`` (``_order``)."""
 
-    version = 1
+    version = VERSION
 
     def __init__(self, table: BucketTable, name: str, seed: int, epoch: int) -> None:
         self.table, self.name, self.seed, self.epoch, self.n = table, name, seed, epoch, table.n

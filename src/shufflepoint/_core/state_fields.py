@@ -110,7 +110,9 @@ def check_buckets(found: str | None, expected: str | None, kind: str) -> None:
     if expected is None:
         raise fail("buckets", found, f"None (this {kind} was built without buckets=)",
                    f"build the {kind} with the run's buckets=keys to resume it, or start fresh")
-    why = "the keys changed since the checkpoint" if found else "the run was read without buckets"
+    same_keys = found is not None and found.split(":")[2:] == expected.split(":")[2:]
+    why = ("the run was read without buckets" if not found else "the run was written by another version of the "
+           "bucket interleave" if same_keys else "the keys changed since the checkpoint")
     raise fail("buckets", found, f"{expected!r} (the keys this {kind} was built with)",
                "resume with the keys the run was written with (or without buckets= if it had none), or start fresh",
                why=f"{why}: its positions would point at other samples")
