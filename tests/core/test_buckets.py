@@ -129,3 +129,12 @@ def test_segments_a_state_could_not_have_written_are_refused_by_name():
 def test_bad_keys_are_refused_naming_buckets_and_what_was_expected(keys, error, match):
     with pytest.raises(error, match=match):
         BucketTable(keys, 3)
+
+
+def test_a_wide_world_reads_its_batches_in_pieces_with_the_same_result(monkeypatch):
+    from shufflepoint._core import buckets
+
+    table = table_of([300, 120, 45, 7])
+    whole = BucketCut(table, 9, 2, 6, 2, []).rank_positions(4, 0, 40)
+    monkeypatch.setattr(buckets, "_MAX_WINDOW", 7)  # pieces of one batch per rank
+    assert BucketCut(table, 9, 2, 6, 2, []).rank_positions(4, 0, 40).tolist() == whole.tolist()

@@ -40,7 +40,7 @@ differ from epoch to epoch (the streams are reshuffled).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Sequence, Sized
 from typing import Any
 
 import numpy as np
@@ -56,13 +56,14 @@ MAX_UNITS = 2**36  # units of one bucket in a segment: j + h stays exact in a fl
 MAX_SEGMENTS = 64  # batch-size changes inside one epoch; a state with more is refused as damaged
 _JITTER_BITS = 16
 _DOMAIN = 0x4255434B45545321  # b"BUCKETS!": the interleave's keys are no order's
+_MAX_WINDOW = 1 << 18  # slots sorted at once by a rank's read
 _WINDOW = 3  # count_below looks at units floor(t * u) - 3 .. + 3
 
 
 def check_keys(keys: object, n: int) -> np.ndarray:
     """``keys`` as an int64 array of ``n`` values in [0, 2**31); ValueError/TypeError naming ``buckets``."""
     expected = f"one int in [0, {MAX_KEY}] per sample: a sequence or 1-D integer array of length {n}"
-    if isinstance(keys, (str, bytes, dict)) or not hasattr(keys, "__len__"):
+    if isinstance(keys, (str, bytes, dict)) or not isinstance(keys, Sized):
         raise TypeError(refusal("buckets", Plain(type(keys).__name__), expected,
                                 "pass a list or numpy array of bucket numbers, one per sample"))
     try:
@@ -272,16 +273,25 @@ class BucketCut:
         stop = min(stop, self.samples_per_rank())
         if stop <= start:
             return np.zeros(0, np.int64)
-        size, world = self._batch, self._world
+        size = self._batch
         first, last = start // size, (stop - 1) // size
-        base = self.slot + first * world
-        buckets, units = self._interleave.slots(base, self.slot + (last + 1) * world)
-        mine = np.arange(last - first + 1, dtype=np.int64) * world + rank
-        buckets, units = buckets[mine], units[mine]
+        buckets, units = self._batches(rank, first, last + 1)
         samples = np.arange(start, stop, dtype=np.int64)
         batch = samples // size - first
         chosen = buckets[batch]
         return self.table.starts[chosen] + self.consumed[chosen] + units[batch] * size + samples % size
+
+    def _batches(self, rank: int, first: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """(bucket, unit) of ``rank``'s batches first..stop-1: the slots between are sorted too, so a wide world
+        is read in pieces of at most ``_MAX_WINDOW`` slots (bounded memory, the same time)."""
+        world, pieces = self._world, []
+        step = max(1, _MAX_WINDOW // world)
+        for low in range(first, stop, step):
+            high = min(low + step, stop)
+            buckets, units = self._interleave.slots(self.slot + low * world, self.slot + high * world)
+            mine = np.arange(high - low, dtype=np.int64) * world + rank
+            pieces.append((buckets[mine], units[mine]))
+        return np.concatenate([p[0] for p in pieces]), np.concatenate([p[1] for p in pieces])
 
     def after(self, received: int) -> tuple[int, list[list[int]]]:
         """(cursor, segments) once every rank has received ``received`` more samples."""
