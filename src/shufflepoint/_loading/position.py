@@ -8,7 +8,7 @@ Vocabulary::
 
     layout    (n, world_size, batch_size, drop_last): how an epoch is dealt now (``_core/plan.py``)
     orders    the epoch's order, a seekable permutation built once per epoch (``orders.py``)
-    deal      ``strided`` or ``spans``: which rank reads which positions (``deal.py``)
+    deal      ``strided``, ``spans`` or ``buckets``: which rank reads which positions (``deal.py``, ``bucketed.py``)
     cut       the rest of an epoch as the deal gives it to this world (``_core/cut.py``)
     start     the cut the next pass reads from; ``epoch`` the epoch it belongs to
     pass      one ``iter(loader)``: its cut, the step it began at, the batches received of it
