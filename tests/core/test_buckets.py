@@ -138,3 +138,14 @@ def test_a_wide_world_reads_its_batches_in_pieces_with_the_same_result(monkeypat
     whole = BucketCut(table, 9, 2, 6, 2, []).rank_positions(4, 0, 40)
     monkeypatch.setattr(buckets, "_MAX_WINDOW", 7)  # pieces of one batch per rank
     assert BucketCut(table, 9, 2, 6, 2, []).rank_positions(4, 0, 40).tolist() == whole.tolist()
+
+
+def test_golden_epochs_pin_the_interleave_and_the_streams():
+    """An accidental change of the algorithm (the jitter, the sort, a bucket's seed) fails here; a deliberate
+    one bumps ``buckets.VERSION`` (in the keys' fingerprint: old states are then refused, not misread)."""
+    table = BucketTable([0] * 9 + [1] * 6 + [2] * 5)
+    golden = {0: [[2, 5, 7, 8, 10, 12, 9, 14], [13, 11, 17, 16, 0, 3, 6, 4]],
+              1: [[14, 11, 15, 17, 12, 10, 13, 9], [0, 8, 3, 1, 6, 5, 16, 19]]}
+    for epoch, ranks in golden.items():
+        cut, order = BucketCut(table, 1234, epoch, 2, 2, []), BucketOrder(table, "radix-feistel", 1234, epoch)
+        assert [order.take(cut.rank_positions(rank, 0, 8)).tolist() for rank in range(2)] == ranks
