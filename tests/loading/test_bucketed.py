@@ -167,3 +167,9 @@ def test_the_65th_batch_size_of_an_epoch_is_refused_with_nothing_changed():
     with pytest.raises(ValueError, match=r"batch_size: found 1\n  expected: at most 64 batch sizes in one epoch"):
         loader.set_batch_size(1)
     assert loader.batch_size == 2 and len(next(batches)) == 2
+
+
+def test_a_dataset_with_its_own_order_is_refused_by_name():
+    mixture = shufflepoint.Mixture([(list(range(10)), 0.5), (list(range(10, 20)), 0.5)])
+    with pytest.raises(ValueError, match=r"buckets: found keys for a Mixture\n  expected: a map-style dataset"):
+        shufflepoint.DataLoader(mixture, 2, buckets=[0] * len(mixture))
