@@ -173,3 +173,8 @@ def test_a_dataset_with_its_own_order_is_refused_by_name():
     mixture = shufflepoint.Mixture([(list(range(10)), 0.5), (list(range(10, 20)), 0.5)])
     with pytest.raises(ValueError, match=r"buckets: found keys for a Mixture\n  expected: a map-style dataset"):
         shufflepoint.DataLoader(mixture, 2, buckets=[0] * len(mixture))
+
+
+def test_the_buckets_deal_without_keys_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"deal: found 'buckets'\n  expected: .*comes with buckets=keys"):
+        shufflepoint.DataLoader(list(range(10)), 2, deal="buckets")

@@ -9,7 +9,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from shufflepoint._core.buckets import NAME as BUCKETS
 from shufflepoint._core.cut import Cut
+from shufflepoint._core.errors import refusal
 from shufflepoint._core.history import Cuts
 from shufflepoint._core.plan import STRIDED, Layout, cut
 from shufflepoint._core.spans import NAME as SPANS
@@ -37,6 +39,9 @@ class Deal:
     keys_fingerprint: str | None = None  # the bucket keys' (the state's ``buckets``); None without buckets
 
     def __init__(self, name: str | None, orders: OrderCache) -> None:
+        if name == BUCKETS:
+            raise ValueError(refusal("deal", name, "'strided', 'spans' or None: 'buckets' comes with buckets=keys",
+                                     "pass the run's keys as buckets= (and leave deal unset)"))
         self.chosen = name is not None  # deal_for checks the name, and a dataset that needs one deal (Mixture's)
         self.name: str = deal_for(name, SPANS if orders.is_corpus else STRIDED, orders.dataset)
 
