@@ -5,6 +5,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import shufflepoint
 from shufflepoint import StateError
@@ -178,3 +180,35 @@ def test_a_dataset_with_its_own_order_is_refused_by_name():
 def test_the_buckets_deal_without_keys_is_refused_by_name():
     with pytest.raises(ValueError, match=r"deal: found 'buckets'\n  expected: .*comes with buckets=keys"):
         shufflepoint.DataLoader(list(range(10)), 2, deal="buckets")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["segments", "cursor", "steps", "history", "buckets", "epoch"]),
+       st.integers(0, 2**40), st.integers(0, 5))
+def test_an_edited_bucket_state_is_refused_whole_or_reads_one_bucket_batches(field, value, where):
+    group = loaders()
+    steps(group, 5)
+    state = json.loads(json.dumps(group[0].state_dict()))
+    if field == "segments":
+        state["segments"] = [[where + 1, value % 60]] if value % 3 else [[3, value]]
+    elif field == "history":
+        state["history"][-1][4:] = [where, [[where + 1, value % 40]]]
+    elif field == "buckets":
+        state["buckets"] = f"buckets:v1:4:{value:016x}"
+    else:
+        state[field] = value % 200
+    fresh = loaders()[0]
+    try:
+        fresh.load_state_dict(state)
+    except StateError:
+        assert fresh.step == 0 and fresh.cursor == 0 and fresh.epoch == 0  # nothing half-applied
+        return
+    for batch in fresh:
+        assert len(set(KEYS[batch.tolist()].tolist())) == 1
+
+
+@pytest.mark.parametrize("as_keys", [list, lambda k: k.astype(np.int32), lambda k: k.astype(np.uint8),
+                                     lambda k: __import__("torch").from_numpy(k)])
+def test_keys_as_a_list_an_int_array_of_any_width_or_a_tensor_read_the_same(as_keys):
+    reference = [b.tolist() for b in loaders(world=1)[0]]
+    assert [b.tolist() for b in loaders(world=1, keys=as_keys(KEYS))[0]] == reference
