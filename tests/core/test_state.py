@@ -195,7 +195,7 @@ def test_a_travelled_history_round_trips():
                                                       r"  expected: "),
     (lambda s: s["history"][-1].__setitem__(4, 1), "'steps': found 5\n  expected: .*arrives at epoch 2"),
     (lambda s: s.update(version=2),
-     r"'\(keys\)': found unknown \['excluded', 'excluded_at', 'grid', 'handed', 'history', 'phases'.*\n"
+     r"'\(keys\)': found unknown \['buckets', 'excluded', 'excluded_at', 'grid', 'handed', 'history'.*\n"
      r".*\n  why: a version 2 state has no \[.*'phases', 'ramp', 'shuffle_block', 'steps'\]"),
 ])
 def test_each_bad_history_is_named(edit, match):

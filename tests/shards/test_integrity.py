@@ -221,7 +221,7 @@ def test_an_index_of_format_1_still_loads_and_a_state_of_0_2_is_explained(s3, bu
     # by 0.2's measure, read strided as 0.2 read it.
     written_by_0_2 = {k: v for k, v in state.items() if k not in ("deal", "segments", "steps", "history", "excluded",
                                                                    "handed", "excluded_at", "shuffle_block", "grid",
-                                                                   "phases", "ramp")}
+                                                                   "phases", "ramp", "buckets")}
     written_by_0_2.update(version=1, cursor=2, dataset_fingerprint=state["dataset_fingerprint"] + ":blocks=16")
     loader = shufflepoint.DataLoader(again, batch_size=2, seed=3, shuffle_block=16, rank=0, world_size=1)
     loader.load_state_dict(written_by_0_2)

@@ -3,7 +3,8 @@
 Every deal answers the same few questions through a cut, so the loader, the history and ``which``
 never ask which deal they read: ``StridedCut`` (``plan.py``), ``SpanCut`` and ``GlobalBatchCut``
 (``spans.py``, ``global_batch.py``), and the same two with samples excluded (``FilteredStridedCut``
-in ``exclusion.py``, ``FilteredSpanCut`` in ``spanskips.py``). Positions are positions of the
+in ``exclusion.py``, ``FilteredSpanCut`` in ``spanskips.py``), and ``BucketCut`` (``buckets.py``, whose
+cuts need the epoch and the keys: the loader hands them to the history). Positions are positions of the
 epoch's global stream; ``t`` counts a rank's samples from the cut's start.
 """
 

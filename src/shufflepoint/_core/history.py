@@ -47,6 +47,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from shufflepoint._core import buckets as _buckets
 from shufflepoint._core import spans as _spans
 from shufflepoint._core.cut import Cut
 from shufflepoint._core.errors import DAMAGED, Plain, Refused, refusal
@@ -132,14 +133,26 @@ class History:
     """The legs of a run, validated, for one dataset length and deal. Immutable: ``record`` returns
     a new history."""
 
-    def __init__(self, n: int, deal: str, legs: Sequence[Leg]) -> None:
+    def __init__(self, n: int, deal: str, legs: Sequence[Leg], cuts: Cuts | None = None) -> None:
         self.n, self.deal, self.legs = n, deal, tuple(legs)
+        self.own_cuts = cuts  # a deal whose cuts need the epoch and more than a layout (``buckets``): its own
         self._steps = [leg.step for leg in self.legs]
 
     @classmethod
-    def begin(cls, n: int, deal: str, layout: Layout, start: Place, step: int = 0) -> History:
-        """A history of one leg: the run (or what is known of it) starts at ``step`` from ``start``."""
-        return cls(n, deal, [Leg(step, layout, start.normal(layout, deal), True)])
+    def begin(cls, n: int, deal: str, layout: Layout, start: Place, step: int = 0, cuts: Cuts | None = None) -> History:
+        """A history of one leg: the run (or what is known of it) starts at ``step`` from ``start``; ``cuts``:
+        the deal's own (``buckets``), else ``plan.cut`` builds them from the deal's name."""
+        first = cls(n, deal, [], cuts)
+        return cls(n, deal, [Leg(step, layout, first.normal(start, layout), True)], cuts)
+
+    def normal(self, place: Place, layout: Layout) -> Place:
+        """``place.normal`` with this history's own cuts where the deal has them."""
+        if self.own_cuts is None:
+            return place.normal(layout, self.deal)
+        fresh = place.cursor == 0 and not place.segments
+        if fresh or self.own_cuts(place, layout, layout.world_size).samples_per_rank() > 0:
+            return place
+        return Place(place.epoch + 1, 0)
 
     @property
     def first_step(self) -> int:
@@ -170,6 +183,7 @@ class History:
 
     def _cut(self, leg: Leg, start: Place, cuts: Cuts | None) -> Cut:
         """``leg``'s cut from ``start``: the deal's own, or the caller's (excluded samples skipped)."""
+        cuts = cuts or self.own_cuts
         if cuts is None:
             return start.cut(leg.layout, self.deal, self.parts(leg))
         return cuts(start, leg.layout, self.parts(leg))
@@ -193,7 +207,7 @@ class History:
         if offset < left:
             return place_after(leg.start.epoch, first, offset * layout.batch_size)
         if offset == left and left == 0:
-            return leg.start.normal(layout, self.deal)
+            return self.normal(leg.start, layout)
         if offset == left:  # the next epoch's start (under spans with samples excluded, its cursor counts them)
             following = Place(leg.start.epoch + 1, 0)
             return following if cuts is None else place_after(following.epoch, self._cut(leg, following, cuts), 0)
@@ -241,17 +255,17 @@ class History:
         if step < legs[-1].step:
             raise ValueError(refusal("step", step, f"a step from {legs[-1].step} on (the last leg's first step)",
                                      "record steps in the order they were read"))
-        target = start.normal(layout, self.deal)
+        target = self.normal(start, layout)
         if not split and legs[-1].layout == layout and self._arrives(step, target, cuts):
             return self
         while legs and legs[-1].step == step:
             legs.pop()
-        arrived = History(self.n, self.deal, legs).position(step) if legs and cuts is None else None
+        arrived = History(self.n, self.deal, legs, self.own_cuts).position(step) if legs and cuts is None else None
         legs.append(Leg(step, layout, target, explicit=arrived != target or cuts is not None))
         if len(legs) > MAX_ENTRIES:
             legs = legs[-MAX_ENTRIES:]
             legs[0] = replace(legs[0], explicit=True)
-        return History(self.n, self.deal, legs)
+        return History(self.n, self.deal, legs, self.own_cuts)
 
     def _arrives(self, step: int, target: Place, cuts: Cuts | None) -> bool:
         try:
@@ -260,8 +274,9 @@ class History:
             return False
 
     @classmethod
-    def from_entries(cls, n: int, deal: str, entries: object) -> History:
-        """Validate and resolve a stored history; ValueError naming the entry (``history[i]``)."""
+    def from_entries(cls, n: int, deal: str, entries: object, cuts: Cuts | None = None) -> History:
+        """Validate and resolve a stored history; ValueError naming the entry (``history[i]``). ``cuts``: the
+        deal's own, where it has them (``buckets``)."""
         if not isinstance(entries, list) or not 1 <= len(entries) <= MAX_ENTRIES:
             count = f"{len(entries)} entries" if isinstance(entries, list) else type(entries).__name__
             raise Refused("history", Plain(count), f"a list of 1 to {MAX_ENTRIES} entries", DAMAGED)
@@ -271,7 +286,7 @@ class History:
             if legs and step <= legs[-1].step:
                 raise Refused(f"history[{number}]", Plain(f"step {step}"), f"a step after {legs[-1].step}", DAMAGED)
             if start is None:
-                arrived = cls(n, deal, legs).position(step) if legs else None
+                arrived = cls(n, deal, legs, cuts).position(step) if legs else None
                 if arrived is None:
                     where = "the first entry must carry its start" if not legs else "no batch reaches that step"
                     raise Refused(f"history[{number}]", entry, f"[step, W, B, D, epoch, start] ({where})", DAMAGED)
@@ -280,9 +295,9 @@ class History:
                                   f"a step in epochs 0..{MAX_EPOCH}", DAMAGED)
                 start = arrived
             else:
-                start = start.normal(layout, deal)
+                start = cls(n, deal, legs, cuts).normal(start, layout)
             legs.append(Leg(step, layout, start, explicit=len(entry) == 6))
-        return cls(n, deal, legs)
+        return cls(n, deal, legs, cuts)
 
 
 def _is_int(value: object, low: int, high: int) -> bool:
@@ -309,6 +324,12 @@ def _parse(n: int, deal: str, number: int, entry: object) -> tuple[int, Layout, 
         if not _is_int(start, 0, min(n, MAX_N)):
             raise Refused(f"{field} start", start, f"a cursor in [0, n={n}] (deal 'strided')", DAMAGED)
         return step, layout, Place(epoch, start)
+    if deal == _buckets.NAME:
+        try:
+            pairs = _buckets.check_segments(n, start)
+        except Refused as error:
+            raise Refused(f"{field} start {error.subject}", error.found, error.expected, error.fix) from None
+        return step, layout, Place(epoch, _buckets.cursor_of(pairs), tuple((b, s) for b, s in pairs))
     segments = _check_start_segments(n, field, start)
     remaining = segments[-1].remaining() if segments else n
     pairs = tuple((s.world_size, s.taken) for s in segments)

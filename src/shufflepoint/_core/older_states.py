@@ -78,6 +78,7 @@ def upgraded(state: Mapping[str, Any]) -> dict[str, Any]:
     found.setdefault("handed", [])
     found.setdefault("excluded_at", [])
     found["ramp"] = None  # version 4 records a set_batch_size's size; older states do not say
+    found["buckets"] = None  # version 4 may read a run with bucket keys; older versions had none
     found["dataset_fingerprint"], parameters = _legacy_parameters(found.get("dataset_fingerprint"), found.get("order"))
     found.update(parameters)
     return found

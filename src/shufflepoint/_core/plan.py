@@ -33,6 +33,7 @@ import numpy as np
 
 from shufflepoint._core.errors import refusal
 from shufflepoint._core.global_batch import GlobalBatchCut, keeps_global_batch
+from shufflepoint._core.spans import NAME as SPANS
 from shufflepoint._core.spans import SpanCut
 from shufflepoint._order import check_int
 
@@ -130,6 +131,9 @@ def cut(layout: Layout, deal: str, cursor: int, segments: list[list[int]],
     """
     if deal == STRIDED:
         return StridedCut(layout, cursor)
+    if deal != SPANS:  # ``buckets``: its cuts need the keys, the loader's own (``_core/buckets.py``)
+        raise ValueError(refusal("deal", deal, "'strided' or 'spans' here", "read a 'buckets' run through the "
+                                 "loader built with its keys (DataLoader(..., buckets=keys))"))
     if parts is not None and keeps_global_batch(segments, parts, layout.world_size, layout.batch_size):
         taken = int(segments[0][1]) if segments else 0
         return GlobalBatchCut(layout.n, parts, taken, layout.world_size, layout.batch_size, layout.drop_last)

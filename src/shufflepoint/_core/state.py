@@ -49,6 +49,9 @@ phases                 list         a scheduled ``Mixture``'s phases as ``[start
                                     that began; ``[]`` without a schedule
 ramp                   int or null  the batch size ``set_batch_size`` set and the run still reads at (a resume
                                     built with another size is told so, ``ResumeWarning``); null otherwise
+buckets                str or null  the fingerprint of the loader's bucket keys (``buckets=``, deal ``buckets``,
+                                    whose ``segments`` are ``[batch_size, slots]`` pairs): a load with other
+                                    keys, or none, is refused; null without buckets
 =====================  ===========  ==========================================================
 
 The key set never depends on progress (torch.distributed.checkpoint asks a fresh object for its
@@ -65,7 +68,7 @@ from typing import Any
 
 from shufflepoint._core.errors import DAMAGED, Plain, ResumeWarning, StateError, refusal
 from shufflepoint._core.exclusion import Exclusion
-from shufflepoint._core.history import MAX_EPOCH, History, Place
+from shufflepoint._core.history import MAX_EPOCH, Cuts, History, Place
 from shufflepoint._core.older_states import NEWEST_UPGRADED, OLDEST_VERSION, upgraded
 from shufflepoint._core.plan import STRIDED, Layout
 from shufflepoint._core.spanskips import Handed
@@ -73,6 +76,7 @@ from shufflepoint._core.state_fields import DEALS as DEALS  # re-exported: the d
 from shufflepoint._core.state_fields import (
     MAX_INT,
     OrderParameters,
+    check_buckets,
     check_deal,
     check_excluded,
     check_excluded_at,
@@ -117,11 +121,12 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "grid": ((int, type(None)), "an int (the global batch a schedule follows) or None"),
     "phases": ((list,), "a list of a schedule's [start, hash] phases, or []"),
     "ramp": ((int, type(None)), "an int (the batch size set_batch_size set) or None"),
+    "buckets": ((str, type(None)), "a string (the bucket keys' fingerprint) or None"),
 }
 FIELDS: tuple[str, ...] = tuple(_SCHEMA)
 _ADDED_IN = {"deal": 2, "segments": 2, "steps": 3, "history": 3, "excluded": 3, "handed": 3,
              "excluded_at": 3, "shuffle_block": 4, "grid": 4, "phases": 4,
-             "ramp": 4}  # the version adding it
+             "ramp": 4, "buckets": 4}  # the version adding it
 _FIELDS_OF = {version: tuple(f for f in FIELDS if _ADDED_IN.get(f, 1) <= version) for version in range(1, VERSION + 1)}
 _OPTIONAL = {"handed", "excluded_at"}  # added within version 3 (required from 4): a state without handed handed
 # nothing out before an exclusion; one without excluded_at does not say when its exclusions took effect (``which``
@@ -162,6 +167,9 @@ class Expected:
     phases_changed: Callable[[list[list[Any]], int, int, int | None], int | None] | None = None
     # The dataset's account of another order_version of its own order (a Mixture built with or without a schedule).
     explain_order_version: Callable[[int], str | None] | None = None
+    # The bucket keys' fingerprint (None: no buckets), and the history's cuts of a deal that has its own (buckets).
+    buckets: str | None = None
+    cuts: Cuts | None = None
 
 
 @dataclass(frozen=True)
@@ -334,8 +342,9 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> Posit
                    why="the constructor's value is not silently overridden")
     if state["cursor"] > state["n"]:
         raise fail("cursor", state["cursor"], f"an int in [0, n={state['n']}]", DAMAGED)
+    check_buckets(state["buckets"], expected.buckets, expected.kind)
     check_deal(state, expected.deal, expected.kind, expected.layout)
-    steps, history = check_history(state, bool(state["excluded"]))
+    steps, history = check_history(state, bool(state["excluded"]), expected.cuts)
     _check_changed(state, expected, strict)
     _warn_if_torch_changed(state)
     return Position(state["epoch"], state["cursor"], state["deal"], [list(p) for p in state["segments"]],
@@ -349,7 +358,7 @@ def build(
     dataset_fingerprint: str | None, deal: str = STRIDED, segments: list[list[int]] | None = None,
     steps: int = 0, history: History | None = None, excluded: list[int] | None = None,
     handed: list[int] | None = None, excluded_at: list[int] | None = None,
-    parameters: OrderParameters | None = None, ramp: int | None = None,
+    parameters: OrderParameters | None = None, ramp: int | None = None, buckets: str | None = None,
 ) -> dict[str, Any]:
     """The state dict, every field in schema order. Without a ``history``, the run's history starts at
     ``steps`` from the state's own place (what is known of a state built by hand); without ``parameters``,
@@ -373,5 +382,5 @@ def build(
         "steps": steps, "history": history.entries(), "excluded": list(excluded or []),
         "handed": list(handed or []), "excluded_at": list(excluded_at or []),
         "shuffle_block": parameters.shuffle_block, "grid": parameters.grid,
-        "phases": [[start, digest] for start, digest in parameters.phases], "ramp": ramp,
+        "phases": [[start, digest] for start, digest in parameters.phases], "ramp": ramp, "buckets": buckets,
     }

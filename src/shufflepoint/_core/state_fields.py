@@ -9,17 +9,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from shufflepoint._core import buckets as _buckets
 from shufflepoint._core import spans as _spans
 from shufflepoint._core.errors import DAMAGED, Plain, Refused, StateError, field_error, shown
 from shufflepoint._core.exclusion import Exclusion
-from shufflepoint._core.history import History, Place
+from shufflepoint._core.history import Cuts, History, Place
 from shufflepoint._core.plan import STRIDED, Layout, cut
 from shufflepoint._core.spans import NAME as SPANS
 from shufflepoint._core.spanskips import Handed
 
 MAX_INT = 2**63 - 1
 MAX_PARAMETER = 2**62  # a block or a grid: run positions stay int64
-DEALS = (STRIDED, SPANS)
+DEALS = (STRIDED, SPANS, _buckets.NAME)
 
 
 def fail(field: str, found: object, expected: str, fix: str, *, why: str | None = None) -> StateError:
@@ -54,6 +55,15 @@ def check_deal(state: Mapping[str, Any], expected: str, kind: str, layout: Layou
     if deal == STRIDED:
         if segments:
             raise fail("segments", segments, "[] under the strided deal", DAMAGED)
+        return
+    if deal == _buckets.NAME:
+        try:
+            pairs = _buckets.check_segments(state["n"], segments)
+        except Refused as error:
+            raise fail("segments", error.where(), error.expected, DAMAGED) from None
+        if state["cursor"] != _buckets.cursor_of(pairs):
+            raise fail("cursor", state["cursor"], f"{_buckets.cursor_of(pairs)} (batch_size x slots of "
+                       f"segments={segments})", DAMAGED)
         return
     try:
         history = _spans.check_segments(state["n"], segments)
@@ -93,17 +103,33 @@ def legacy_history(state: Mapping[str, Any], layout: Layout, start: Place) -> tu
     return steps, History.begin(n, deal, layout, start, steps)
 
 
-def check_history(state: Mapping[str, Any], excluding: bool = False) -> tuple[int, History]:
+def check_buckets(found: str | None, expected: str | None, kind: str) -> None:
+    """The state's bucket keys are the loader's (both none, or the same fingerprint)."""
+    if found == expected:
+        return
+    if expected is None:
+        raise fail("buckets", found, f"None (this {kind} was built without buckets=)",
+                   f"build the {kind} with the run's buckets=keys to resume it, or start fresh")
+    same_keys = found is not None and found.split(":")[2:] == expected.split(":")[2:]
+    why = ("the run was read without buckets" if not found else "the run was written by another version of the "
+           "bucket interleave" if same_keys else "the keys changed since the checkpoint")
+    raise fail("buckets", found, f"{expected!r} (the keys this {kind} was built with)",
+               "resume with the keys the run was written with (or without buckets= if it had none), or start fresh",
+               why=f"{why}: its positions would point at other samples")
+
+
+def check_history(state: Mapping[str, Any], excluding: bool = False,
+                  cuts: Cuts | None = None) -> tuple[int, History]:
     """The run's history is well formed, ends with the saved layout, and arrives at the saved place
     after ``steps`` batches. With samples ``excluding`` where it arrives needs the order's inverse, so the
-    loader checks it (``_loading/excluded_steps.arrived``), not this."""
+    loader checks it (``_loading/excluded_steps.arrived``), not this. ``cuts``: the deal's own (buckets)."""
     layout = Layout(state["n"], state["world_size"], state["batch_size"], state["drop_last"])
     deal, n = state["deal"], state["n"]
     start = Place(state["epoch"], state["cursor"], tuple((w, t) for w, t in state["segments"]))
     if "history" not in state:
         return legacy_history(state, layout, start)
     try:
-        history = History.from_entries(n, deal, state["history"])
+        history = History.from_entries(n, deal, state["history"], cuts)
     except Refused as error:
         raise fail("history", error.where(), error.expected, DAMAGED, why=error.why) from None
     steps, last = state["steps"], history.legs[-1]
@@ -113,7 +139,10 @@ def check_history(state: Mapping[str, Any], excluding: bool = False) -> tuple[in
                    DAMAGED)
     if steps < last.step:
         raise fail("steps", steps, f"at least {last.step} (the history's last entry)", DAMAGED)
-    arrived, target = history.position(steps), start.normal(layout, deal)
+    try:
+        arrived, target = history.position(steps), history.normal(start, layout)
+    except Refused as error:  # a deal's own cuts (buckets) found segments its keys cannot hold
+        raise fail("segments", error.where(), error.expected, DAMAGED) from None
     if arrived != target and not excluding:
         there = f"epoch {arrived.epoch}, cursor {arrived.cursor}" if arrived else "no batch"
         raise fail("steps", steps, f"a step at which the history arrives at epoch {start.epoch}, cursor "

@@ -9,11 +9,12 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from shufflepoint._core import state as _state
+from shufflepoint._core.buckets import NAME as BUCKETS
 from shufflepoint._core.cut import Cut
-from shufflepoint._core.plan import STRIDED, Layout, StridedCut, cut
+from shufflepoint._core.errors import refusal
+from shufflepoint._core.history import Cuts
+from shufflepoint._core.plan import STRIDED, Layout, cut
 from shufflepoint._core.spans import NAME as SPANS
-from shufflepoint._core.spans import SpanCut
 from shufflepoint._loading.capabilities import deal_for
 from shufflepoint._loading.orders import OrderCache
 from shufflepoint._order import Order
@@ -31,24 +32,40 @@ class Deal:
     ``deal=None`` picks ``spans`` for a corpus order (``blocks``, ``mixture``), so a node reads its
     own share of the shards, and ``strided`` (DistributedSampler's) for anything else. A deal left
     to the default follows the deal a loaded state records (a 0.2 state of a corpus: ``strided``).
+    ``buckets`` is a deal of its own (``_loading/bucketed.py``), built from the keys, never adopted.
     """
 
+    own_cuts: Cuts | None = None  # the history's cuts, for a deal whose cuts need more than a layout (buckets)
+    keys_fingerprint: str | None = None  # the bucket keys' (the state's ``buckets``); None without buckets
+
     def __init__(self, name: str | None, orders: OrderCache) -> None:
+        if name == BUCKETS:
+            raise ValueError(refusal("deal", name, "'strided', 'spans' or None: 'buckets' comes with buckets=keys",
+                                     "pass the run's keys as buckets= (and leave deal unset)"))
         self.chosen = name is not None  # deal_for checks the name, and a dataset that needs one deal (Mixture's)
         self.name: str = deal_for(name, SPANS if orders.is_corpus else STRIDED, orders.dataset)
 
     def for_state(self, state: object) -> Deal:
         """This deal, or the state's when this one was left to the default (adopted once valid)."""
         found = state.get("deal", STRIDED) if isinstance(state, dict) else None
-        if self.chosen or found not in _state.DEALS or found == self.name:
+        if self.chosen or found not in (STRIDED, SPANS) or found == self.name:
             return self
         adopted = Deal.__new__(Deal)
         adopted.chosen, adopted.name = False, str(found)
         return adopted
 
     def cut(self, layout: Layout, cursor: int, segments: list[list[int]],
-            parts: int | None = None) -> StridedCut | SpanCut:
+            parts: int | None = None, *, epoch: int = 0) -> Cut:
+        """The rest of ``epoch`` at (cursor, segments) for ``layout``'s world (``plan.cut``; the epoch is
+        for a deal whose cuts depend on it, ``buckets``)."""
         return cut(layout, self.name, cursor, segments, parts)
+
+    def check_exclusion(self) -> None:
+        """ValueError where this deal cannot skip samples (``buckets``); every other deal can."""
+
+    def epoch_layout(self, layout: Layout, whole: Layout) -> Layout:
+        """A whole epoch's layout for ``len(loader)``: ``whole`` (the excluded samples taken out), or a deal's own."""
+        return whole
 
 
 def warn_if_blocks_exceed_the_share(orders: OrderCache, deal: Deal, n: int, world_size: int) -> None:

@@ -127,10 +127,10 @@ class Excluded:
         ``parts`` (a fixed global batch) applies only while nothing is excluded."""
         if deal.name == STRIDED:
             if not self.exclusion:
-                return deal.cut(layout, cursor, segments, parts)
+                return deal.cut(layout, cursor, segments, parts, epoch=epoch)
             return FilteredStridedCut(layout, cursor, self.skips(orders, epoch))
         if not self.exclusion and handed is None:
-            return deal.cut(layout, cursor, segments, parts)
+            return deal.cut(layout, cursor, segments, parts, epoch=epoch)
         first = handed.first_world_size if handed is not None else (segments[0][0] if segments else layout.world_size)
         positions = self.span_positions(orders, epoch, first) if self.exclusion else Exclusion.empty(orders.n)
         return FilteredSpanCut(layout.n, handed, positions, segments, layout.world_size, layout.batch_size,

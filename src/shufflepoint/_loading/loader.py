@@ -21,6 +21,7 @@ from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.plan import Layout
 from shufflepoint._loading.agreement import agree_on_exclusion, validate_everywhere, watch_gloo_exit
+from shufflepoint._loading.bucketed import bucketed
 from shufflepoint._loading.capabilities import dataset_length
 from shufflepoint._loading.deal import Deal, rank_chunks, warn_if_blocks_exceed_the_share
 from shufflepoint._loading.keyed import Transform, keyed_chunks
@@ -149,6 +150,11 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         process_group: the data-parallel ``ProcessGroup``; rank and world size come from it.
         mesh_dims: the data-parallel dimension name(s) of ``mesh`` (e.g. ``"dp"`` or ``("dp_replicate",
             "dp_shard")``), flattened if several.
+        buckets: one small int >= 0 per sample (a list or integer array of ``len(dataset)``), or the name
+            of the samples' field that holds it (read once; a ``Shards`` corpus keeps them in its cache
+            folder): every per-rank batch then holds one bucket, the buckets' batches interleaved evenly over the epoch;
+            full batches only (what fills none is dropped, at most K*(B-1) + (W-1)*B samples an epoch).
+            ``order`` then orders each bucket. See docs/buckets.md.
         **torch_dataloader_kwargs: passed to ``torch.utils.data.DataLoader`` (``collate_fn``,
             ``pin_memory``, ``prefetch_factor``, ``persistent_workers``, ...), except ``sampler`` and
             ``batch_sampler``: the order is this loader's.
@@ -175,6 +181,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         mesh: Any = None,
         process_group: Any = None,
         mesh_dims: str | tuple[str, ...] | None = None,
+        buckets: Any = None,
         **torch_dataloader_kwargs: Any,
     ) -> None:
         check_arguments(shuffle, torch_dataloader_kwargs)
@@ -186,9 +193,12 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         self._rank = rank
         self._seed = check_int("seed", seed, 0, 2**64 - 1)
         self._shuffle = shuffle
-        orders = OrderCache(order if shuffle else "identity", layout.n, self._seed, dataset=dataset,
-                            shuffle_block=shuffle_block if shuffle else None, grid=world_size * batch_size)
-        dealt = Deal(deal, orders)
+        if buckets is None:
+            orders = OrderCache(order if shuffle else "identity", layout.n, self._seed, dataset=dataset,
+                                shuffle_block=shuffle_block if shuffle else None, grid=world_size * batch_size)
+            dealt = Deal(deal, orders)
+        else:  # every per-rank batch one bucket (bucketed.py)
+            orders, dealt = bucketed(dataset, buckets, layout.n, self._seed, shuffle, order, deal, shuffle_block)
         warn_if_blocks_exceed_the_share(orders, dealt, layout.n, world_size)
         self._identity = Identity(dataset_fingerprint, dataset, orders)
         self._position = LoaderPosition(layout, orders, dealt)
@@ -400,4 +410,5 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             parameters=orders.parameters, phases_changed=identity.compatible,
             explain_order_version=(orders.dataset._explain_order_version
                                    if isinstance(orders.dataset, ExplainsOrderVersion) else None),
+            buckets=deal.keys_fingerprint, cuts=deal.own_cuts,
         )

@@ -8,7 +8,7 @@ Vocabulary::
 
     layout    (n, world_size, batch_size, drop_last): how an epoch is dealt now (``_core/plan.py``)
     orders    the epoch's order, a seekable permutation built once per epoch (``orders.py``)
-    deal      ``strided`` or ``spans``: which rank reads which positions (``deal.py``)
+    deal      ``strided``, ``spans`` or ``buckets``: which rank reads which positions (``deal.py``, ``bucketed.py``)
     cut       the rest of an epoch as the deal gives it to this world (``_core/cut.py``)
     start     the cut the next pass reads from; ``epoch`` the epoch it belongs to
     pass      one ``iter(loader)``: its cut, the step it began at, the batches received of it
@@ -129,7 +129,7 @@ class LoaderPosition:
         self.ramp: int | None = None  # the batch size set_batch_size set, kept by the state and its resumes
         self._ramp_unchecked = False  # a loaded ramp not yet compared with the size the first pass reads at
         self._start: Cut = self.cut(0, 0, [])  # where the next pass starts
-        self.history = History.begin(layout.n, deal.name, layout, Place(0, 0))
+        self.history = History.begin(layout.n, deal.name, layout, Place(0, 0), cuts=deal.own_cuts)
         self._lookup = Lookup()
 
     def __repr__(self) -> str:
@@ -187,7 +187,7 @@ class LoaderPosition:
 
     def epoch_layout(self) -> Layout:
         """A whole epoch's layout with the excluded samples taken out (``len(loader)``)."""
-        return self.excluded.epoch_layout(self.layout)
+        return self.deal.epoch_layout(self.layout, self.excluded.epoch_layout(self.layout))
 
     # -- the cut -----------------------------------------------------------------------------
     def cut(self, epoch: int, cursor: int, segments: list[list[int]], layout: Layout | None = None, *,
@@ -293,6 +293,7 @@ class LoaderPosition:
 
     def exclusion_with(self, indices: Any) -> tuple[Exclusion, Exclusion]:
         """(``indices`` as an exclusion, the excluded set with them), checked; nothing changes here."""
+        self.deal.check_exclusion()
         return self.excluded.merged(indices, self.orders)
 
     def exclude(self, merged: Exclusion) -> None:
@@ -377,6 +378,7 @@ class LoaderPosition:
             deal=self.deal.name, segments=segments, steps=self.step, history=self.history,
             excluded=self.excluded.exclusion.to_state(), handed=handed.to_state() if handed else [],
             excluded_at=list(self.excluded_at), parameters=self.orders.parameters, ramp=self.ramp,
+            buckets=self.deal.keys_fingerprint,
         )
 
     def load(self, state: object, expected: Expecting, validate: Validate) -> None:
