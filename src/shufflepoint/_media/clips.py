@@ -2,16 +2,18 @@
 
 Vocabulary: a video has ``frames`` source frames at ``rate`` frames per second (an exact fraction, as the
 container states it). With ``fps`` (optional) the video is *resampled*: its resampled frame ``j`` is the
-source frame shown at time ``j / fps``, ``floor(j * rate / fps)``, and it has ``floor(frames * fps / rate)``
-resampled frames. Without ``fps`` resampled and source frames are the same. A *clip* is ``frames_per_clip``
-consecutive resampled frames; clip ``k`` of a video starts at resampled frame ``k * stride``; a video of
-``m`` resampled frames holds ``(m - frames_per_clip) // stride + 1`` clips (none when ``m < frames_per_clip``).
-Clips are numbered video after video.
+source frame shown at time ``j / fps``, ``floor(j * rate / fps)``, and it has ``ceil(frames * fps / rate)``
+resampled frames (every time ``j / fps`` before the video's end, ``frames / rate``). Without ``fps``
+resampled and source frames are the same. A *clip* is ``frames_per_clip`` consecutive resampled frames;
+clip ``k`` of a video starts at resampled frame ``k * stride``; a video of ``m`` resampled frames holds
+``(m - frames_per_clip) // stride + 1`` clips (none when ``m < frames_per_clip``). Clips are numbered video
+after video.
 
 Worked, with 3 videos of 10, 3 and 7 frames at 25 fps, ``frames_per_clip=4``, ``stride=3``, no ``fps``: the
 videos hold 3, 0 and 2 clips, prefix sums [0, 3, 3, 5], so ``len = 5``; clip 4 is the video whose prefix sums
 bracket it (binary search: video 2, its clip 4 - 3 = 1), frames [3, 4, 5, 6] of video 2. With ``fps=12.5``
-(half the rate) video 0 has 5 resampled frames, 1 clip of source frames [0, 2, 4, 6]
+(half the rate) the videos have 5, 2 and 4 resampled frames (7 / 2 rounded up), 1, 0 and 1 clips: source
+frames [0, 2, 4, 6] of videos 0 and 2
 (``tests/media/test_clips.py`` pins these values).
 
 Per lookup: O(log videos) (``searchsorted`` over the prefix sums), vectorised over many clips at once; the
@@ -35,11 +37,10 @@ def checked_fps(fps: object) -> Fraction | None:
     if isinstance(fps, bool) or not isinstance(fps, (int, float, Fraction, np.integer, np.floating)):
         raise TypeError(refusal("fps", fps, "a frame rate > 0 (int, float or Fraction) or None",
                                 "pass fps=8 (frames per second after resampling), or leave it out"))
-    rate = Fraction(str(fps)) if isinstance(fps, (float, np.floating)) else Fraction(fps)  # type: ignore[arg-type]
-    if rate <= 0 or not np.isfinite(float(rate)):
+    if not np.isfinite(float(fps)) or fps <= 0:
         raise ValueError(refusal("fps", fps, "a frame rate > 0", "pass a positive frames-per-second, or leave it "
                                  "out to keep every source frame"))
-    return rate
+    return Fraction(str(fps)) if isinstance(fps, (float, np.floating)) else Fraction(fps)  # type: ignore[arg-type]
 
 
 def checked_count(field: str, value: object) -> int:
@@ -76,8 +77,9 @@ class ClipTable:
         """Frames per video after resampling to ``fps`` (the source counts without ``fps``)."""
         if self.fps is None:
             return self.frames
-        # floor(frames * fps / rate) = floor(frames * fps_num * rate_den / (fps_den * rate_num)), exactly
-        found: np.ndarray = (self.frames * self.fps.numerator * self.rate_den) // (self.fps.denominator * self.rate_num)
+        # ceil(frames * fps / rate) = -floor(-frames * fps_num * rate_den / (fps_den * rate_num)), exactly
+        found: np.ndarray = -((-self.frames * self.fps.numerator * self.rate_den)
+                              // (self.fps.denominator * self.rate_num))
         return found
 
     @property

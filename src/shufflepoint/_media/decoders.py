@@ -7,7 +7,9 @@ and PyAV (its wheels carry FFmpeg). torchcodec's wheel carries no FFmpeg: it loa
 
 Frames are numbered by their timestamps, ``round((pts - start) * time_base * rate)``: exact for a constant
 frame rate (every MP4 a camera or ffmpeg writes at a fixed rate), the frame shown at that time otherwise.
-A clip is decoded from the keyframe before its first frame to its last frame, never the whole video.
+A clip is decoded from the keyframe before its first frame to its last frame, never the whole video. PyAV
+keeps FFmpeg's default threading: frame threads (``thread_type="AUTO"``) cost 3.5 ms more per clip of a
+small video here (4.9 against 1.4 ms), and the loader's workers are the parallelism.
 """
 
 from __future__ import annotations
@@ -135,7 +137,6 @@ def decode_pyav(source: Any, path: str, wanted: np.ndarray, rate: Fraction) -> t
     needed = set(int(f) for f in wanted)
     last, found = int(wanted[-1]), {}
     try:
-        stream.thread_type = "AUTO"
         time_base, start = Fraction(stream.time_base), stream.start_time or 0
         first_pts = start + int(Fraction(int(wanted[0])) / rate / time_base)
         container.seek(first_pts, stream=stream, backward=True, any_frame=False)

@@ -96,7 +96,8 @@ class VideoClips(torch.utils.data.Dataset[Any]):
     @property
     def frames(self) -> np.ndarray:
         """Source frames per video, as the containers state them (int64)."""
-        return self._table.frames.copy()
+        found: np.ndarray = self._table.frames.copy()
+        return found
 
     @property
     def clips_per_video(self) -> np.ndarray:
