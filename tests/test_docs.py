@@ -204,7 +204,7 @@ def test_every_docs_page_is_linked_from_the_readme() -> None:
 
 # Dataset methods a user calls (the others serve the loader).
 USER_METHODS = {"Shards": ["locate", "columnar"], "Packed": ["locate", "columnar", "varlen_collate", "flatten_collate"],
-                "Mixture": ["locate", "columnar"], "VideoClips": ["locate", "fingerprint"]}
+                "Mixture": ["locate", "columnar"]}
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -242,7 +242,7 @@ def public_api() -> dict[str, set[str]]:
         "Packed": _arguments(shufflepoint.Packed) | set(USER_METHODS["Packed"]),
         "Mixture": _arguments(shufflepoint.Mixture) | set(USER_METHODS["Mixture"]),
         "Shards": set(USER_METHODS["Shards"]),
-        "VideoClips": _arguments(shufflepoint.VideoClips) | set(USER_METHODS["VideoClips"]),
+        "VideoClips": _arguments(shufflepoint.VideoClips),
     }
 
 
