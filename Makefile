@@ -127,7 +127,7 @@ bench-busy: $(STAMP)
 # clips of small and large videos (VideoClips). ~2.5 min; results in benchmarks/results/tail-*.md.
 bench-tail: $(STAMP)
 	$(PY) benchmarks/tail.py
-	$(PY) benchmarks/tail.py --videos --batch-size 4 --step 60 --batches 60 --warmup 4 \
+	$(PY) benchmarks/tail.py --videos --batch-size 4 --step 60 --batches 40 --warmup 4 --rounds 2 \
 	  --only "prefetch_factor=2 (today)|prefetch_factor=8|decode_threads=4"
 
 # Packed rows (issue 21): rows/s against fixed windows of the same tokens, the index, a resume's first

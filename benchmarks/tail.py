@@ -7,9 +7,10 @@ large image). The cost is a sleep, a decoder waiting on I/O or on cores this sha
 have; the CPU-bound variant (``--cpu``) spins instead, and a real-video variant (``--videos``) decodes clips
 of small and large H.264 videos with ``shufflepoint.VideoClips``. The loop "trains" ``--step`` ms per batch
 (a sleep, as a GPU step leaves the CPU free) and times each ``next(batch)``: the data wait. Reported per
-configuration, over the batches after the first ``--warmup`` (worker start-up is not the tail's): the mean
-and p99 wait per batch, the share of the loop's time spent waiting, and whether the batches came in the
-loader's order (``exact``: the indices equal ``loader.which(step)`` for every step).
+configuration, over the batches after the first ``--warmup`` (worker start-up is not the tail's), the
+median over ``--rounds`` interleaved rounds of: the mean and p99 wait per batch, the share of the loop's
+time spent waiting, and whether the batches came in the loader's order (``exact``: batch k holds
+``loader.which(k)``, for clips by the numbers their first frames show).
 
 Configurations: ``shufflepoint.DataLoader`` with 2 workers and torch's ``prefetch_factor`` 2 (today's
 default) and 8; with ``decode_threads=4`` (each worker decodes a batch's samples in 4 threads, in order);
@@ -143,7 +144,7 @@ def video_corpus(args: argparse.Namespace) -> Any:
 
     import video_files
 
-    folder = Path(args.out) / "tail-videos"
+    folder = HERE.parents[1] / "out" / "tail-videos"  # made once, ignored by git
     if not folder.exists():
         folder.mkdir(parents=True)
         for v in range(26):
@@ -176,22 +177,32 @@ def main() -> None:
     parser.add_argument("--step", type=float, default=16.0, help="ms the loop trains per batch")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--batches", type=int, default=300)
+    parser.add_argument("--batches", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3, help="each configuration this many times, interleaved")
     parser.add_argument("--cpu", action="store_true", help="spin instead of sleeping")
     parser.add_argument("--videos", action="store_true", help="decode real clips (VideoClips)")
     parser.add_argument("--only", default=None, help="run the configurations whose name contains this")
     parser.add_argument("--out", default=str(HERE.parent / "results"))
     args = parser.parse_args()
     dataset = make_dataset(args)
-    rows = []
-    for name, options in configurations(args):
-        loader = make_loader(dataset, args, options)
-        found = run(loader, args.step, args.warmup, args.batches)
-        found["exact"] = exact(loader, found.pop("received"), dataset)
-        rows.append({"configuration": name, **found})
-        print(json.dumps(rows[-1]), flush=True)
-    report(args, rows)
+    found: dict[str, list[dict[str, Any]]] = {}
+    for round_ in range(args.rounds):  # interleaved: the machine's other load falls on every configuration alike
+        for name, options in configurations(args):
+            loader = make_loader(dataset, args, options)
+            measured = run(loader, args.step, args.warmup, args.batches)
+            measured["exact"] = exact(loader, measured.pop("received"), dataset)
+            found.setdefault(name, []).append(measured)
+            print(json.dumps({"round": round_, "configuration": name, **measured}), flush=True)
+    report(args, [summary(name, runs) for name, runs in found.items()])
+
+
+def summary(name: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median over rounds of each measure, and the spread of the mean wait."""
+    means = [r["mean_wait_ms"] for r in runs]
+    return {"configuration": name, **{key: float(np.median([r[key] for r in runs]))
+                                      for key in ("mean_wait_ms", "p99_wait_ms", "max_wait_ms", "wait_share")},
+            "spread": (min(means), max(means)), "exact": all(r["exact"] for r in runs)}
 
 
 def report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
@@ -199,13 +210,16 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
     kind = "videos" if args.videos else ("cpu" if args.cpu else "sleep")
     lines = [f"workload: {kind}; batch {args.batch_size}, {args.workers} workers, step {args.step} ms; "
              + ("" if args.videos else f"sample {args.base} ms, {args.slow_share:.0%} at {args.slow} ms; ")
-             + f"{args.batches} batches after {args.warmup}; load {load:.1f}; {platform.node()}", "",
-             "| configuration | mean wait / batch | p99 wait | max wait | share of time waiting | exact order |",
-             "|---|---|---|---|---|---|"]
+             + f"{args.batches} batches after {args.warmup}, median of {args.rounds} interleaved rounds; "
+             f"load {load:.1f}; {platform.node()}", "",
+             "| configuration | mean wait / batch (rounds' range) | p99 wait | max wait | share of time waiting | "
+             "exact order |", "|---|---|---|---|---|---|"]
     base = rows[0]["mean_wait_ms"] if rows else 0
     for row in rows:
         ratio = f" ({row['mean_wait_ms'] / base:.2f}x)" if base else ""
-        lines.append(f"| {row['configuration']} | {row['mean_wait_ms']:.2f} ms{ratio} | {row['p99_wait_ms']:.1f} ms | "
+        low, high = row["spread"]
+        lines.append(f"| {row['configuration']} | {row['mean_wait_ms']:.2f} ms{ratio} ({low:.2f}-{high:.2f}) | "
+                     f"{row['p99_wait_ms']:.1f} ms | "
                      f"{row['max_wait_ms']:.1f} ms | {row['wait_share']:.1%} | {row['exact']} |")
     text = "\n".join(lines)
     print(text)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -168,3 +169,33 @@ def test_the_decoder_falls_back_to_pyav_when_torchcodec_does_not_import(monkeypa
     assert decoders.pick() == "pyav"
     with pytest.raises(ImportError, match=r"^decoder 'torchcodec': found not importable"):
         decoders.pick("torchcodec")
+
+
+def test_frames_the_header_promises_but_the_stream_lacks_are_named(tmp_path):
+    path = encode(str(tmp_path / "short.mp4"), 2, 12)
+    shufflepoint.VideoClips([path], frames_per_clip=4, cache_dir=str(tmp_path / "c"))
+    (kept,) = [tmp_path / "c" / name for name in os.listdir(tmp_path / "c") if name.startswith("videos-")]
+    counts = json.loads(kept.read_text())
+    kept.write_text(json.dumps(dict(counts, frames=[20])))  # a header that overstates the video
+    clips = shufflepoint.VideoClips([path], frames_per_clip=4, cache_dir=str(tmp_path / "c"))
+    assert len(clips) == 5 and read_numbers(clips[2]) == [(2, f) for f in range(8, 12)]
+    with pytest.raises(ValueError, match=r"^video '.*short\.mp4': found frames \[12, 13, 14, 15\] not in the "):
+        clips[3]
+
+
+def test_videos_in_object_storage_are_read_once_into_the_cache(s3_server, tmp_path):
+    local = str(tmp_path / "local")
+    videos(local, [9, 14])
+    s3_server.reset()
+    s3_server.upload("videos-bucket", local, prefix="v/")
+    clips = shufflepoint.VideoClips("s3://videos-bucket/v/*.mp4", frames_per_clip=3, stride=3,
+                                    storage_options=s3_server.storage_options, cache_dir=str(tmp_path / "c"))
+    assert clips.frames.tolist() == [9, 14] and len(clips) == 3 + 4
+    assert [read_numbers(clips[i])[0] for i in range(len(clips))] == [(0, 0), (0, 3), (0, 6), (1, 0), (1, 3),
+                                                                       (1, 6), (1, 9)]
+    assert clips.videos[0].startswith("s3://") and len(os.listdir(tmp_path / "c" / "videos")) == 2
+    shutil.rmtree(tmp_path / "c" / "videos")
+    again = shufflepoint.VideoClips("s3://videos-bucket/v/*.mp4", frames_per_clip=3, stride=3,
+                                    storage_options=s3_server.storage_options, cache_dir=str(tmp_path / "c"))
+    assert again.fingerprint == clips.fingerprint and not os.path.exists(tmp_path / "c" / "videos")  # counts kept
+    assert read_numbers(again[4])[0] == (1, 3) and len(os.listdir(tmp_path / "c" / "videos")) == 1

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,21 +77,22 @@ def load(path: str, videos: int) -> Counted | None:
     return found
 
 
-def load_or_probe(path: str, sources: Sequence[str], names: Sequence[str], decoder: str,
+def load_or_probe(path: str, source: Callable[[int], str], names: Sequence[str], decoder: str,
                   progress: bool) -> Counted:
-    """Every video's count: read from ``path``, else from the headers (and kept there)."""
+    """Every video's count: read from ``path``, else from the headers (and kept there). ``source(v)`` is a
+    local path to read video ``v`` from (a remote one downloaded), asked only when the headers are read."""
     found = load(path, len(names))
     if found is not None:
         return found
     with sidecar.building(os.path.dirname(path), os.path.basename(path)[:-5]):
         found = load(path, len(names))  # another process may have read them while this one waited
         if found is None:
-            found = _probe_all(sources, names, decoder, progress)
+            found = _probe_all(source, names, decoder, progress)
             sidecar.write_json(path, found.to_json())
     return found
 
 
-def _probe_all(sources: Sequence[str], names: Sequence[str], decoder: str, progress: bool) -> Counted:
+def _probe_all(source: Callable[[int], str], names: Sequence[str], decoder: str, progress: bool) -> Counted:
     bar = None
     if progress and len(names) > 100:
         try:
@@ -101,8 +102,8 @@ def _probe_all(sources: Sequence[str], names: Sequence[str], decoder: str, progr
         except ImportError:
             bar = None
     probes = []
-    for source, name in zip(sources, names, strict=True):
-        probes.append(decoders.probe(source, name, decoder))
+    for video, name in enumerate(names):
+        probes.append(decoders.probe(source(video), name, decoder))
         if bar is not None:
             bar.update(1)
     if bar is not None:

@@ -79,8 +79,7 @@ class VideoClips(torch.utils.data.Dataset[Any]):
         self._versions = [info.version for info in infos]
         self._cache_dir = cache_dir or sidecar.default_cache_dir()
         kept = frame_counts.kept_path(self._cache_dir, self._urls, infos)
-        sources = [self._local(v) for v in range(len(self._urls))]
-        counted = frame_counts.load_or_probe(kept, sources, self._urls, self._decoder, progress)
+        counted = frame_counts.load_or_probe(kept, self._local, self._urls, self._decoder, progress)
         self._table = ClipTable(counted.frames, counted.rate_num, counted.rate_den, frames_per_clip, stride, rate)
         self._starts = self._table.starts
         self._transform = transform
