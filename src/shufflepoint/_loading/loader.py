@@ -150,7 +150,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         mesh_dims: the data-parallel dimension name(s) of ``mesh`` (e.g. ``"dp"`` or ``("dp_replicate",
             "dp_shard")``), flattened if several.
         decode_threads: read each batch's samples in this many threads of the worker, in order (a slow
-            sample then costs its batch its own time, not the sum; docs/video.md#slow-samples). Default 0.
+            sample then costs its batch its own time, not the sum; docs/video.md). Default 0.
         **torch_dataloader_kwargs: passed to ``torch.utils.data.DataLoader`` (``collate_fn``,
             ``pin_memory``, ``prefetch_factor``, ``persistent_workers``, ...), except ``sampler`` and
             ``batch_sampler``: the order is this loader's.
