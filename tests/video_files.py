@@ -36,8 +36,9 @@ def read_numbers(frames) -> list[tuple[int, int]]:
 
 
 def encode(path: str, video: int, frames: int, rate: int | Fraction = 25, codec: str = "libx264",
-           gop: int = 12) -> str:
-    """Write ``frames`` numbered frames to ``path`` (the container from its extension)."""
+           gop: int = 12, bframes: int = 0) -> str:
+    """Write ``frames`` numbered frames to ``path`` (the container from its extension); ``bframes`` > 0
+    reorders them (decode order is not presentation order, as in most H.264 a camera or ffmpeg writes)."""
     import av
 
     with av.open(path, "w") as container:
@@ -45,7 +46,8 @@ def encode(path: str, video: int, frames: int, rate: int | Fraction = 25, codec:
         stream.width, stream.height, stream.pix_fmt = WIDTH, HEIGHT, "yuv420p"
         stream.codec_context.gop_size = gop
         if codec == "libx264":
-            stream.options = {"preset": "ultrafast", "crf": "18"}
+            stream.options = {"preset": "ultrafast", "crf": "18"} if not bframes else {"preset": "fast",
+                                                                                        "bf": str(bframes)}
         for number in range(frames):
             image = av.VideoFrame.from_ndarray(frame_image(video, number), format="rgb24")
             for packet in stream.encode(image):

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -50,15 +51,18 @@ def test_every_clip_shows_the_frames_its_arithmetic_names(folder, tmp_path, kwar
         assert clips.locate(0)["frames"] == [0, 2, 4, 6, 8]
 
 
-def test_mpeg4_at_a_fractional_rate_and_a_container_without_a_frame_count(tmp_path):
-    mpeg4 = encode(str(tmp_path / "a.mp4"), 7, 20, rate=shufflepoint._media.clips.Fraction(30000, 1001),
-                   codec="mpeg4")
+def test_mpeg4_at_a_fractional_rate_b_frames_and_a_container_without_a_frame_count(tmp_path):
+    mpeg4 = encode(str(tmp_path / "a.mp4"), 7, 20, rate=Fraction(30000, 1001), codec="mpeg4")
     mkv = encode(str(tmp_path / "b.mkv"), 9, 11)  # Matroska states no frame count: the packets are counted
+    reordered = encode(str(tmp_path / "c.mp4"), 5, 40, gop=10, bframes=3)
     assert decoders.probe(mkv, mkv, "pyav").frames == 11
-    clips = shufflepoint.VideoClips([mpeg4, mkv], frames_per_clip=5, stride=5, cache_dir=str(tmp_path / "c"))
-    assert clips.frames.tolist() == [20, 11] and len(clips) == 4 + 2
+    clips = shufflepoint.VideoClips([mpeg4, mkv, reordered], frames_per_clip=5, stride=5,
+                                    cache_dir=str(tmp_path / "c"))
+    assert clips.frames.tolist() == [20, 11, 40] and len(clips) == 4 + 2 + 8
     assert read_numbers(clips[5]) == [(9, f) for f in range(5, 10)]
-    assert read_numbers(clips[-3]) == [(7, f) for f in range(15, 20)]
+    assert read_numbers(clips[3]) == [(7, f) for f in range(15, 20)]
+    for i in range(6, 14):  # B-frames: each clip still shows its frames, in order
+        assert read_numbers(clips[i]) == [(5, f) for f in clips.locate(i)["frames"]]
 
 
 def test_the_counts_are_kept_and_a_fresh_process_opens_no_header(folder, tmp_path):
