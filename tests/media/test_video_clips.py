@@ -203,3 +203,29 @@ def test_videos_in_object_storage_are_read_once_into_the_cache(s3_server, tmp_pa
                                     storage_options=s3_server.storage_options, cache_dir=str(tmp_path / "c"))
     assert again.fingerprint == clips.fingerprint and not os.path.exists(tmp_path / "c" / "videos")  # counts kept
     assert read_numbers(again[4])[0] == (1, 3) and len(os.listdir(tmp_path / "c" / "videos")) == 1
+
+
+def test_at_a_variable_frame_rate_frame_k_is_the_one_on_screen_at_k_over_the_rate(tmp_path):
+    import av
+
+    from video_files import frame_image
+
+    times = [0, 40, 80, 120, 280, 320, 360, 400, 440, 480, 520, 560]  # ms: 160 ms without a frame after frame 3
+    path = str(tmp_path / "vfr.mkv")
+    with av.open(path, "w") as container:
+        stream = container.add_stream("libx264", rate=25)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        stream.codec_context.time_base = Fraction(1, 1000)
+        for ordinal, time in enumerate(times):
+            image = av.VideoFrame.from_ndarray(frame_image(0, ordinal), format="rgb24")
+            image.pts, image.time_base = time, Fraction(1, 1000)
+            for packet in stream.encode(image):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    clips = shufflepoint.VideoClips([path], frames_per_clip=4, stride=2, cache_dir=str(tmp_path / "c"))
+    shown = [[ordinal for _, ordinal in read_numbers(clips[i])] for i in range(len(clips))]
+    # frame k is due at 40k ms: the frame on screen then is the last one that started at or before it
+    assert shown == [[max(j for j, t in enumerate(times) if t <= 40 * k) for k in clips.locate(i)["frames"]]
+                     for i in range(len(clips))]
+    assert shown[1] == [2, 3, 3, 3]
