@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -133,7 +134,7 @@ def test_a_corrupt_or_cut_video_is_refused_naming_the_file(folder, tmp_path):
     corrupt.write_bytes(np.random.default_rng(0).integers(0, 256, 5000, dtype=np.uint8).tobytes())
     with pytest.raises(ValueError, match=r"^video '.*corrupt\.mp4': found a file FFmpeg cannot open"):
         shufflepoint.VideoClips([str(corrupt)], frames_per_clip=2, cache_dir=str(tmp_path / "c"))
-    whole = open(os.path.join(folder, "clip-000.mp4"), "rb").read()
+    whole = pathlib.Path(folder, "clip-000.mp4").read_bytes()
     cut = tmp_path / "cut.mp4"
     cut.write_bytes(whole[: len(whole) // 2])  # the header (at the end of this MP4) is gone
     with pytest.raises(ValueError, match=r"^video '.*cut\.mp4': found "):
