@@ -113,6 +113,9 @@ def test_workers_serve_every_clip_once_in_the_loaders_order(folder, tmp_path):
     served = [read_numbers(clip)[0] for b in batches for clip in b]
     expected = [(clips.locate(i)["video"], clips.locate(i)["frames"][0]) for i in loader.which(0)[0]]
     assert served[:3] == expected
+    located = loader.which(0, locate=True)[0]
+    assert [(where["video"], where["frames"][0]) for where in located] == expected
+    assert all(where["path"].endswith(f"clip-{where['video']:03d}.mp4") for where in located)
     assert sorted(served) == sorted((clips.locate(i)["video"], clips.locate(i)["frames"][0]) for i in range(len(clips)))
 
 
