@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test test-examples test-wheel test-repeat exit-soak test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards \
-	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-which soak lint clean test-accelerate-matrix test-transformers-matrix
+	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-which bench-tail soak lint clean test-accelerate-matrix test-transformers-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -121,6 +121,14 @@ bench-cold: $(STAMP)
 # token windows and Parquet rows, torch's default threads and one. About 3 minutes.
 bench-busy: $(STAMP)
 	$(PY) benchmarks/busy_machine.py
+
+# A slow sample does not stall the rest (issue 34.4): the loop's data wait with long-tailed sample costs (3% of
+# samples 20x slower), prefetch_factor 2 and 8, decode_threads=4, torch's in_order=False for reference; then real
+# clips of small and large videos (VideoClips). ~2.5 min; results in benchmarks/results/tail-*.md.
+bench-tail: $(STAMP)
+	$(PY) benchmarks/tail.py
+	$(PY) benchmarks/tail.py --videos --batch-size 4 --step 60 --batches 40 --warmup 4 --rounds 2 \
+	  --only "prefetch_factor=2 (today)|prefetch_factor=8|decode_threads=4"
 
 # Packed rows (issue 21): rows/s against fixed windows of the same tokens, the index, a resume's first
 # batch, and at 1e9 tokens against Megatron-Core (computed), Grain (measured in its own venv, no torch,

@@ -61,6 +61,20 @@ def test_the_built_in_datasets_offer_what_they_declare(corpus):
         assert not any(isinstance(plain, getattr(capabilities, p)) for p in dataset_protocols)
 
 
+def test_video_clips_offer_an_identity_and_where_a_clip_lives(tmp_path):
+    pytest.importorskip("av")
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).parent))
+    from video_files import encode
+
+    clips = shufflepoint.VideoClips([encode(str(tmp_path / "v.mp4"), 0, 6)], frames_per_clip=2,
+                                    cache_dir=str(tmp_path / "cache"))
+    found = {name for name, protocol in inspect.getmembers(capabilities, inspect.isclass)
+             if protocol.__module__ == capabilities.__name__ and isinstance(clips, protocol)}
+    assert found == {"Identified", "Locatable", "LocatesRows"}  # a reader's LocatesRows has Locatable's shape
+
+
 def test_a_user_dataset_with_its_own_order_is_read_in_it():
     """A dataset offers ``OwnOrder`` by its members alone: the loader reads its order, names it in the
     state, and refuses another one."""

@@ -24,9 +24,10 @@ ALLOWED: dict[str, set[str]] = {
     "_order": set(),
     "_core": {"_order"},
     "_shards": {"_order", "_core"},
+    "_media": {"_order", "_core", "_shards"},
     "_loading": {"_order", "_core", "_shards"},
     "integrations": {"_order", "_core", "_loading"},
-    "_tools": {"_order", "_core", "_shards", "_loading", "integrations"},
+    "_tools": {"_order", "_core", "_shards", "_media", "_loading", "integrations"},
 }
 # Modules of the package root: the public surface may import every layer.
 ROOT_MODULES = {"__init__", "__main__", "_version"}

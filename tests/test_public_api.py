@@ -15,6 +15,7 @@ EXPECTED = {
     "Shards",
     "STATE_FIELDS",
     "StateError",
+    "VideoClips",
     "__version__",
     "collate",
     "patch_accelerate",

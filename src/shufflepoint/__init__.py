@@ -12,6 +12,7 @@ from shufflepoint._core.state import FIELDS as STATE_FIELDS
 from shufflepoint._loading.loader import DataLoader
 from shufflepoint._loading.randomness import sample_rng, torch_generator
 from shufflepoint._loading.sampler import ResumableSampler
+from shufflepoint._media.video import VideoClips
 from shufflepoint._order import ORDERS, Permutation, permutation
 from shufflepoint._shards.batch import collate
 from shufflepoint._shards.dataset import Shards
@@ -33,6 +34,7 @@ __all__ = [
     "ShardError",
     "Shards",
     "StateError",
+    "VideoClips",
     "__version__",
     "collate",
     "patch_accelerate",

@@ -2,7 +2,10 @@
 row for row, also after a SIGKILL; 2 -> 3 ranks (with 2 workers) serve every row of the interrupted
 epoch once. A corpus in the local S3 server: 2 ranks (2 workers each) SIGKILLed while reading it
 mid-epoch, 3 fresh ranks finish the epoch, every row once, each row's tokens those of a reference
-computed in this process. The S3 case rides in the disk case's launches (a launch costs 10-15 s)."""
+computed in this process. The S3 case rides in the disk case's launches (a launch costs 10-15 s), and so does
+``shufflepoint.VideoClips`` (``DataLoader(shuffle=True)``, 2 workers per rank): 2 ranks stopped mid-epoch
+resume on 2 ranks clip for clip and on 3 ranks (1 worker each) with every clip of the epoch once; a clip is
+recorded by the numbers its decoded frames show (tests/video_files.py), so the pixels are checked too."""
 
 from __future__ import annotations
 
@@ -20,9 +23,12 @@ from shufflepoint._tools.launch import launch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
 from corpus_files import jsonl_documents  # noqa: E402
+from video_files import videos  # noqa: E402
 
 pytestmark = pytest.mark.timeout(900)
 SEQ_LEN, EOS = 16, 10**9
+VIDEO_LENGTHS = [20 + 3 * v for v in range(12)]  # 12 H.264 videos of 20..53 frames
+VIDEO_CLIPS = {"frames_per_clip": 4, "stride": 3, "fps": 12.5}  # 66 clips
 
 
 def scenario(name, corpus, save_at, **kwargs):
@@ -55,6 +61,24 @@ def in_s3(s3_server, out):
     return s3, rows, tokens
 
 
+def video_scenario(out):
+    """12 H.264 videos resampled to 12.5 fps, clips of 4 frames every 3: 66 clips, shuffled, 2 workers."""
+    videos(os.path.join(out, "videos"), VIDEO_LENGTHS)
+    corpus = {"kind": "video", "sources": os.path.join(out, "videos", "*.mp4"), **VIDEO_CLIPS,
+              "cache_dir": os.path.join(out, "video-cache")}
+    return {"name": "video", "corpus": corpus, "batch_size": 4, "seed": 29, "epochs": 2, "save_at": [0, 5],
+            "num_workers": 2}
+
+
+def expected_clips():
+    """Every clip as the worker records it, "video:frame,frame,...": its source frames (12.5 fps halves 25)."""
+    found, length, stride = [], VIDEO_CLIPS["frames_per_clip"], VIDEO_CLIPS["stride"]
+    for video, frames in enumerate(VIDEO_LENGTHS):
+        for first in range(0, -(-frames // 2) - length + 1, stride):
+            found.append(f"{video}:" + ",".join(str(2 * j) for j in range(first, first + length)))
+    return found
+
+
 @pytest.fixture(scope="module")
 def runs(s3_server, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("packed"))
@@ -68,14 +92,20 @@ def runs(s3_server, tmp_path_factory):
         return launch([WORKER, mode, out, json.dumps(scenarios)], nproc, timeout=LAUNCH_TIMEOUT).check()
 
     killed = scenario("packed_killed", corpus, [0, 30], num_workers=2)
-    go("save", [same, elastic], 2)
+    video = video_scenario(out)
+    go("save", [same, elastic, video], 2)
     # Both save, then the processes read the bucket on (2 workers each) until SIGKILLed mid-epoch.
     stopped = launch([WORKER, "save", out, json.dumps([killed, s3])], 2, timeout=LAUNCH_TIMEOUT,
                      kill_when=os.path.join(out, "packed_s3.saved"))
     assert stopped.killed, "the kill scenario was supposed to be SIGKILLed"
-    go("resume", [dict(same, source="packed", saved_world=2), dict(killed, source="packed_killed", saved_world=2)], 2)
+    go("resume", [dict(same, source="packed", saved_world=2), dict(killed, source="packed_killed", saved_world=2),
+                  dict(video, source="video", saved_world=2)], 2)
     go("resume", [dict(elastic, source="packed_to_three", saved_world=2, num_workers=2),
-                  dict(s3, source="packed_s3", saved_world=2, num_workers=0, kill=False)], 3)
+                  dict(s3, source="packed_s3", saved_world=2, num_workers=0, kill=False),
+                  dict(video, name="video_to_three", source="video", saved_world=2, num_workers=1)], 3)
+    for kind in ("ref", "before"):  # the three ranks resumed the two ranks' video run
+        for rank in range(2):
+            os.link(*(os.path.join(out, f"{name}.{kind}.r{rank}.json") for name in ("video", "video_to_three")))
     return out, tokens, (s3, s3_rows, s3_tokens, s3_server.faults.requests)
 
 
@@ -112,3 +142,16 @@ def test_three_ranks_finish_from_s3_what_two_killed_ranks_started_each_row_once(
     assert Counter(served) == Counter(reference)  # every row of the epoch once, its tokens the reference's
     corpus_tokens = Counter(int(t) for row in served for t in row.split("-") if int(t) != EOS)
     assert max(corpus_tokens.values()) == 1 and len(tokens) - len(corpus_tokens) < SEQ_LEN  # only the tail dropped
+
+
+def test_video_clips_with_workers_resume_clip_for_clip(runs):
+    out, *_ = runs
+    check_same_world(out, "video", 2)
+    epoch = [clip for rank in read(out, "video.ref", 2) for clip in flat(rank["0"])]
+    clips = expected_clips()
+    assert len(clips) == 66 and set(epoch) == set(clips) and 0 <= len(epoch) - len(clips) < 2  # tail padding
+
+
+def test_video_clips_on_three_ranks_finish_the_epoch_two_started_each_clip_once(runs):
+    out, *_ = runs
+    check_elastic(out, "video_to_three", 2, 3, expected_clips())

@@ -28,7 +28,7 @@ from shufflepoint._loading.keyed import Transform, keyed_chunks
 from shufflepoint._loading.mesh import resolve_data_parallel
 from shufflepoint._loading.orders import Identity, OrderCache
 from shufflepoint._loading.position import LoaderPosition, Pass
-from shufflepoint._loading.serving import announced, check_arguments, check_keyed, served
+from shufflepoint._loading.serving import announced, check_arguments, check_keyed, served, threaded
 from shufflepoint._order import check_int
 
 _END = object()  # the end of torch's iterator
@@ -155,6 +155,8 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             folder): every per-rank batch then holds one bucket, the buckets' batches interleaved evenly over the epoch;
             full batches only (what fills none is dropped, at most K*(B-1) + (W-1)*B samples an epoch).
             ``order`` then orders each bucket. See docs/buckets.md.
+        decode_threads: read each batch's samples in this many threads of the worker, in order (a slow
+            sample then costs its batch its own time, not the sum; docs/video.md). Default 0.
         **torch_dataloader_kwargs: passed to ``torch.utils.data.DataLoader`` (``collate_fn``,
             ``pin_memory``, ``prefetch_factor``, ``persistent_workers``, ...), except ``sampler`` and
             ``batch_sampler``: the order is this loader's.
@@ -182,6 +184,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         process_group: Any = None,
         mesh_dims: str | tuple[str, ...] | None = None,
         buckets: Any = None,
+        decode_threads: int = 0,
         **torch_dataloader_kwargs: Any,
     ) -> None:
         check_arguments(shuffle, torch_dataloader_kwargs)
@@ -203,8 +206,10 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         self._identity = Identity(dataset_fingerprint, dataset, orders)
         self._position = LoaderPosition(layout, orders, dealt)
         self._keyed = check_keyed(transform, seed_per_sample)
+        threads = threaded(dataset, decode_threads, seed_per_sample)
         dataset = served(dataset, self._seed, transform, seed_per_sample, torch_dataloader_kwargs)
         prefetch = dataset.prefetch if isinstance(dataset, Prefetching) else None
+        dataset = threads(dataset)
         sampler = _PassSampler(self._position, rank, self._keyed, prefetch)
         super().__init__(
             dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last,

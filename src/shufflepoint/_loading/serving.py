@@ -1,17 +1,21 @@
 """What torch's machinery reads for a ``shufflepoint.DataLoader``: the dataset as served (columns for a
-corpus that reads a batch at once, a wrapper for keyed randomness) and index chunks announced ahead."""
+corpus that reads a batch at once, a wrapper for keyed randomness, a batch's samples read in threads) and
+index chunks announced ahead."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import torch.utils.data
 
-from shufflepoint._core.capabilities import ReadsColumns
+from shufflepoint._core.capabilities import ReadsBatches, ReadsColumns
 from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._loading.keyed import KeyedCollate, KeyedDataset, Transform
+from shufflepoint._order import check_int
 from shufflepoint._shards.batch import collate as columnar_collate
 
 Chunk = tuple[np.ndarray, np.ndarray]  # (epoch positions, dataset indices)
@@ -68,3 +72,47 @@ def served(dataset: Any, seed: int, transform: Transform | None, seed_per_sample
             collate = torch_kwargs.get("collate_fn") or torch.utils.data.default_collate
             torch_kwargs["collate_fn"] = KeyedCollate(collate, seed)
     return dataset
+
+
+class ThreadedSamples(torch.utils.data.Dataset[Any]):
+    """The dataset as served, a batch's samples read in ``threads`` threads of the worker, kept in order.
+
+    A batch then takes about its slowest sample's time instead of the sum of its samples' (a decoder that
+    releases the GIL: PyAV, PIL, torchcodec, a download). The order is untouched: the same samples, in the
+    same places of the same batches. The pool is made in the process that reads (a DataLoader worker), never
+    pickled into it."""
+
+    def __init__(self, dataset: Any, threads: int) -> None:
+        self.dataset, self.threads = dataset, threads
+        self._pool: tuple[int, ThreadPoolExecutor] | None = None
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.dataset[index]
+
+    def __getitems__(self, indices: list[Any]) -> list[Any]:
+        if self._pool is None or self._pool[0] != os.getpid():
+            self._pool = (os.getpid(), ThreadPoolExecutor(self.threads, thread_name_prefix="shufflepoint-sample"))
+        return list(self._pool[1].map(self.dataset.__getitem__, indices))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"dataset": self.dataset, "threads": self.threads, "_pool": None}
+
+
+def threaded(dataset: Any, threads: object, seed_per_sample: bool) -> Callable[[Any], Any]:
+    """How the dataset as served is wrapped for ``decode_threads``: read ``threads`` samples at a time in each
+    worker, or left as it is for 0. Checked before anything is built."""
+    threads = check_int("decode_threads", threads, 0, 1024)
+    if not threads:
+        return lambda served: served
+    if seed_per_sample:
+        raise ValueError(refusal("decode_threads", threads, "0 with seed_per_sample=True", "pass decode_threads=0, "
+                                 "or draw randomness from transform's rng instead of seed_per_sample",
+                                 why="seed_per_sample seeds the process's global generators around each sample, "
+                                 "which threads of one process share"))
+    if isinstance(dataset, ReadsBatches):
+        raise ValueError(refusal("decode_threads", threads, f"0 for a {type(dataset).__name__}",
+                                 "pass decode_threads=0", why="it reads a whole batch in one call already"))
+    return lambda served: ThreadedSamples(served, threads)

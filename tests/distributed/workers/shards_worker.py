@@ -5,8 +5,10 @@
 Each scenario names a corpus: ``{"kind": "shards", "sources": ..., "format": ..., ...}`` (the
 keyword arguments of ``shufflepoint.Shards``) or ``{"kind": "mixture", "parts": [[corpus, weight],
 ...], "samples_per_epoch": n}`` or ``{"kind": "packed", "source": corpus, "seq_len": n, ...}`` (the
-keyword arguments of ``shufflepoint.Packed``). Every row of the corpora is ``{"id": int}``, unique per
-corpus; a packed row is recorded as its tokens joined by "-" (unique: every token of the corpus is).
+keyword arguments of ``shufflepoint.Packed``) or ``{"kind": "video", "sources": ..., ...}`` (those of
+``shufflepoint.VideoClips``; a clip is recorded as the (video, frame) numbers its frames show). Every
+row of the corpora is ``{"id": int}``, unique per corpus; a packed row is recorded as its tokens joined
+by "-" (unique: every token of the corpus is).
 
 MODE "save": an uninterrupted reference run (recorded, unless "reference": false), then a fresh run
 to the save point, whose state is written atomically; with "kill": true it keeps training until the
@@ -36,6 +38,8 @@ def corpus(spec):
     if kind == "mixture":
         parts = [(corpus(part), weight) for part, weight in spec["parts"]]
         return shufflepoint.Mixture(parts, samples_per_epoch=spec.get("samples_per_epoch"))
+    if kind == "video":
+        return shufflepoint.VideoClips(spec.pop("sources"), progress=False, **spec)
     if kind == "packed":
         return shufflepoint.Packed(corpus(spec.pop("source")), spec.pop("seq_len"), progress=False, **spec)
     return shufflepoint.Shards(spec.pop("sources"), progress=False, **spec)
@@ -47,6 +51,11 @@ def make(s):
 
 
 def ids(batch):
+    if isinstance(batch, torch.Tensor):  # video clips: what each clip's frames show, "video:frame,frame,..."
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+        from video_files import read_numbers
+
+        return [f"{shown[0][0]}:" + ",".join(str(frame) for _, frame in shown) for shown in map(read_numbers, batch)]
     if "input_ids" in batch:  # a packed row: its tokens
         return ["-".join(map(str, row)) for row in batch["input_ids"].tolist()]
     return batch["id"].tolist()
