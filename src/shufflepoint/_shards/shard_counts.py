@@ -84,7 +84,7 @@ class ShardLoader:
         """These shards counted from their documents (in a pool), each kept in the cache folder."""
         ranges = [(int(self._starts[s]), int(self._starts[s + 1])) for s in shards]
         found = count_ranges(self.dataset, self.count, ranges, workers, progress)
-        by_shard = {s: found[start] for s, (start, _) in zip(shards, ranges, strict=True)}
+        by_shard = dict(zip(shards, found, strict=True))
         for s, counts in by_shard.items():
             count_files.save_kept(self.kept_path(s), counts)
         return by_shard

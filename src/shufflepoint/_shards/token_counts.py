@@ -196,33 +196,30 @@ def count_shards(dataset: Any, count: Count, workers: int | None, progress: bool
     default = _cpus() if len(dataset) > _FORK_ABOVE else 1
     if max(1, min(len(ranges), workers or default)) == 1:
         return count_all(dataset, count, progress)
-    counts = np.empty(len(dataset), dtype=np.int64)
-    for start, found in count_ranges(dataset, count, ranges, workers, progress).items():
-        counts[start:start + found.size] = found
-    return counts
+    return np.concatenate(count_ranges(dataset, count, ranges, workers, progress))
 
 
 def count_ranges(dataset: Any, count: Count, ranges: list[tuple[int, int]], workers: int | None,
-                 progress: bool) -> dict[int, np.ndarray]:
-    """Token counts of these document ranges (shards), ``{start: counts}``, one range per task in a pool of
+                 progress: bool) -> list[np.ndarray]:
+    """Token counts of these document ranges (shards), one array per range, one range per task in a pool of
     ``workers`` (default: the CPUs this process may use; this process alone for a few thousand documents)."""
     documents = sum(stop - start for start, stop in ranges)
     default = _cpus() if documents > _FORK_ABOVE else 1
     size = max(1, min(len(ranges), workers or default))
     bar = _bar(documents, progress)
-    found: dict[int, np.ndarray] = {}
+    found: list[np.ndarray] = [np.empty(0, np.int64)] * len(ranges)
     if size == 1:
-        for start, stop in ranges:
-            found[start] = count_range(dataset, count, start, stop)
+        for k, (start, stop) in enumerate(ranges):
+            found[k] = count_range(dataset, count, start, stop)
             if bar is not None:
                 bar.update(stop - start)
     else:
         with _pool(size, dataset, count) as pool:
-            for future in as_completed([pool.submit(_count_task, start, stop) for start, stop in ranges]):
-                start, counts = future.result()
-                found[start] = counts
+            futures = {pool.submit(_count_task, start, stop): k for k, (start, stop) in enumerate(ranges)}
+            for future in as_completed(futures):
+                found[futures[future]] = future.result()[1]
                 if bar is not None:
-                    bar.update(counts.size)
+                    bar.update(found[futures[future]].size)
     if bar is not None:
         bar.close()
     return found
