@@ -22,6 +22,7 @@ group): a node's own cache only saves it work, never changes who takes part in t
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +30,7 @@ import numpy as np
 import torch.distributed as dist
 
 from shufflepoint._core.errors import Plain, refusal, warn_user
-from shufflepoint._shards import count_files
+from shufflepoint._shards import count_files, sidecar
 from shufflepoint._shards.blocks import BlockOrder, _sub_seed
 from shufflepoint._shards.packed_rows import _DOCUMENTS_TAG
 from shufflepoint._shards.shard_counts import ShardCounts, ShardLoader
@@ -102,8 +103,13 @@ class Resolver:
             if share is not None and distributed():
                 mine = self.unknown[share.owners(self.rows)[self.unknown] == share.rank]
                 self._merge(_exchange(self._fill(mine, node)))
-            self._merge(self._fill(np.flatnonzero(self.totals < 0), node))  # not shared: counted here
-            count_files.save_node_totals(path, self.dataset.index, self.identity, self.totals, self.digests)
+            if (self.totals < 0).any():  # not shared: counted here, by one process of the node at a time
+                with sidecar.building(os.path.dirname(path), os.path.basename(path)[:-5]):
+                    node = count_files.load_node_totals(path, self.identity)  # another may have counted meanwhile
+                    self._merge(self._fill(np.flatnonzero(self.totals < 0), node))
+                    count_files.save_node_totals(path, self.dataset.index, self.identity, self.totals, self.digests)
+            else:
+                count_files.save_node_totals(path, self.dataset.index, self.identity, self.totals, self.digests)
             self.unknown = self.unknown[:0]
         return ShardCounts(self.rows, self.totals, self.digests, self.loader)
 
