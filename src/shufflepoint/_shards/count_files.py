@@ -168,7 +168,7 @@ def publish(storage: Storage, index: _index.CorpusIndex, identity: str, counts: 
     width = 4 if all(c.size == 0 or int(c.max()) < 2**31 for c in counts) else 8
     offsets = np.concatenate(([0], np.cumsum([c.size for c in counts]))).astype(np.int64)
     records = {s.name: Record(s.name, s.size, s.version, s.rows, int(c.sum()), int(o), shard_digest(c))
-               for s, c, o in zip(index.shards, counts, offsets.tolist(), strict=True)}
+               for s, c, o in zip(index.shards, counts, offsets[:-1].tolist(), strict=True)}
     body = np.concatenate(counts).astype("<i4" if width == 4 else "<i8").tobytes() if counts else b""
     totals = Totals(identity, records, os.path.basename(counts_url.rstrip("/")), width)
     text = json.dumps(totals.to_json(), separators=(",", ":")).encode()
