@@ -1,0 +1,212 @@
+"""``Packed(Shards(parquet))`` on 2 nodes x 2 ranks over the local S3 server: each node downloads about its
+share of the corpus (not the whole corpus to count tokens), and the rows are exactly those of counting every
+document in one process (the order does not change).
+
+Nodes are simulated by their own cache folder and their own counting proxy in front of the S3 server, so
+the bytes of every shard GET are counted per node. Ranks are real processes on Gloo (forked: no second
+``import torch``). Without published counts, each rank counts the shards it reads in epoch 0 and the
+per-shard totals are exchanged in one ``all_gather_object``. With ``shufflepoint index --tokens``
+published, nothing is counted. Run as a script (``python tests/distributed/test_packed_share.py``), it
+prints the bytes per node / its share, for any shufflepoint on the path (the number before this change),
+and writes each rank's rows to the path given, to compare two versions' orders.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import multiprocessing
+import os
+import random
+import resource
+import sys
+import threading
+import uuid
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
+from s3_server import Faults, _Proxy, free_port  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300)
+SHARDS, SEQ_LEN, BATCH, BLOCK, SEED = 32, 64, 2, 64, 7
+NODES = (("a", 2), ("b", 2))
+
+
+def parquet_documents(folder: str) -> None:
+    """Parquet shards of documents with an ``input_ids`` list column, lognormal lengths (mean ~40 tokens)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    os.makedirs(folder, exist_ok=True)
+    rng = np.random.default_rng(3)
+    document = 0
+    for shard in range(SHARDS):
+        docs = []
+        for _ in range(int(rng.integers(20, 40))):
+            size = int(min(400, rng.lognormal(3.4, 0.8)))
+            docs.append(list(range(document * 1000, document * 1000 + size)))
+            document += 1
+        pq.write_table(pa.table({"input_ids": docs}), os.path.join(folder, f"part-{shard:05d}.parquet"))
+
+
+class Node:
+    """A node's own way to the S3 server: a proxy counting the bytes of the shards it GETs."""
+
+    def __init__(self, upstream: int) -> None:
+        self.got = [0]
+        got, lock = self.got, threading.Lock()
+
+        def send_header(handler, name, value):
+            if name == "Content-Length" and handler.command == "GET" and "/part-" in handler.path:
+                with lock:
+                    got[0] += int(value)
+            _Proxy.send_header(handler, name, value)
+
+        handler = type("Counting", (_Proxy,), {"upstream": upstream, "faults": Faults(), "send_header": send_header})
+        self.port = free_port()
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def options(self, base: dict) -> dict:
+        return {**base, "client_kwargs": {**base["client_kwargs"], "endpoint_url": f"http://127.0.0.1:{self.port}"}}
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _rank(rank: int, world: int, port: int, sources: str, options: dict, cache: str, out: str) -> None:
+    import torch.distributed as dist
+
+    import shufflepoint
+
+    from shufflepoint._shards import packed as packed_module
+
+    # A read reads on by a window of 2**19 tokens, which may run past a rank's stretch: here that is the whole
+    # corpus, at scale a sliver of a share. A window the size of this corpus's share keeps the ratio honest.
+    packed_module._WINDOW_TOKENS = 8 * SEQ_LEN
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    corpus = shufflepoint.Shards(sources, cache_dir=cache, storage_options=options, progress=False)
+    packed = shufflepoint.Packed(corpus, SEQ_LEN, eos=0, progress=False, count_workers=1)
+    loader = shufflepoint.DataLoader(packed, BATCH, seed=SEED, shuffle_block=BLOCK)
+    rows = [batch["input_ids"].tolist() for batch in loader]
+    kept = getattr(getattr(packed, "_counts", None), "_kept", {})
+    with open(out, "w") as f:
+        json.dump({"rows": rows, "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                   "documents_kept": int(sum(c.size for c in kept.values())), "documents": len(corpus)}, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def run_job(s3, sources: str, folder: str) -> tuple[dict[str, float], list[dict]]:
+    """2 nodes x 2 ranks, one epoch; (bytes each node GOT of shards, each rank's result)."""
+    nodes = {name: Node(s3.port) for name, _ in NODES}
+    port, world = free_port(), sum(n for _, n in NODES)
+    context = multiprocessing.get_context("fork")
+    processes, outs, rank = [], [], 0
+    try:
+        for name, nproc in NODES:
+            for _ in range(nproc):
+                out = os.path.join(folder, f"rank{rank}.json")
+                args = (rank, world, port, sources, nodes[name].options(s3.storage_options),
+                        os.path.join(folder, f"cache-{name}"), out)
+                processes.append(context.Process(target=_rank, args=args))
+                outs.append(out)
+                rank += 1
+        for process in processes:
+            process.start()
+        for process in processes:
+            process.join(240)
+            assert process.exitcode == 0, process.exitcode
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+        for node in nodes.values():
+            node.close()
+    results = []
+    for out in outs:
+        with open(out) as f:
+            results.append(json.load(f))
+    return {name: node.got[0] for name, node in nodes.items()}, results
+
+
+def reference_rows(local: str) -> list[list]:
+    """Each rank's rows with every count in memory, counted in this process (a transform keeps the Shards
+    from per-shard counts: the way counts were taken before)."""
+    import shufflepoint
+
+    corpus = shufflepoint.Shards(os.path.join(local, "*.parquet"), cache_dir=os.path.join(local, "..", "ref"),
+                                 progress=False, transform=lambda sample: sample)
+    packed = shufflepoint.Packed(corpus, SEQ_LEN, eos=0, progress=False)
+    world = sum(n for _, n in NODES)
+    return [[b["input_ids"].tolist() for b in shufflepoint.DataLoader(packed, BATCH, seed=SEED, shuffle_block=BLOCK,
+                                                                       rank=r, world_size=world)] for r in range(world)]
+
+
+@pytest.fixture(scope="module")
+def corpus(s3_server, tmp_path_factory):
+    from shufflepoint._tools.cli import main
+
+    local = str(tmp_path_factory.mktemp("share") / "data")
+    parquet_documents(local)
+    bucket = "share-" + uuid.uuid4().hex[:8]
+    s3_server.create_bucket(bucket)
+    s3_server.upload(bucket, local, prefix="docs/")
+    sources = f"s3://{bucket}/docs/*.parquet"
+    options = json.dumps(s3_server.storage_options)
+    assert main(["index", sources, "--storage-options", options, "--cache-dir", local + "-publisher"]) == 0
+    size = sum(os.path.getsize(os.path.join(local, n)) for n in os.listdir(local) if n.endswith(".parquet"))
+    return {"local": local, "sources": sources, "bytes": size, "options": options}
+
+
+def shares(got: dict[str, float], corpus_bytes: int) -> dict[str, float]:
+    return {name: round(value / (corpus_bytes / len(NODES)), 3) for name, value in got.items()}
+
+
+@pytest.mark.parametrize("published", [False, True], ids=["counted-by-share", "published"])
+def test_each_node_downloads_about_its_share_and_the_rows_do_not_change(s3_server, corpus, tmp_path, published):
+    if published:
+        from shufflepoint._tools.cli import main
+
+        assert main(["index", corpus["sources"], "--tokens", "input_ids", "--storage-options", corpus["options"],
+                     "--cache-dir", str(tmp_path / "publisher"), "--count-workers", "1"]) == 0
+    try:
+        got, results = run_job(s3_server, corpus["sources"], str(tmp_path))
+    finally:
+        if published:
+            for name in [k["Key"] for k in s3_server.client().list_objects_v2(
+                    Bucket=corpus["sources"][5:].split("/")[0], Prefix="docs/.shufflepoint-index-tokens")["Contents"]]:
+                s3_server.delete(corpus["sources"][5:].split("/")[0], name)
+    ratio = shares(got, corpus["bytes"])
+    print(f"GET bytes per node / its share ({'published' if published else 'counted by share'}): {ratio}")
+    assert all(value <= 1.2 for value in ratio.values()), ratio  # before: 2.0 (every node downloaded everything)
+    assert [r["rows"] for r in results] == reference_rows(corpus["local"])
+    for result in results:  # a process holds the counts of what it read, not of the corpus
+        assert result["documents_kept"] < 0.75 * result["documents"], result
+
+
+if __name__ == "__main__":  # the same job for any shufflepoint on the path: python tests/.../test_packed_share.py
+    import tempfile
+
+    from s3_server import S3Server
+
+    from shufflepoint._tools.cli import main as cli
+
+    with S3Server() as server, tempfile.TemporaryDirectory() as tmp:
+        local = os.path.join(tmp, "data")
+        parquet_documents(local)
+        server.create_bucket("share")
+        server.upload("share", local, prefix="docs/")
+        assert cli(["index", "s3://share/docs/*.parquet", "--storage-options", json.dumps(server.storage_options),
+                    "--cache-dir", os.path.join(tmp, "publisher")]) == 0
+        total = sum(os.path.getsize(os.path.join(local, n)) for n in os.listdir(local))
+        got, results = run_job(server, "s3://share/docs/*.parquet", os.path.join(tmp, f"job{random.random()}"))
+        same = [r["rows"] for r in results] == reference_rows(local)
+        if len(sys.argv) > 1:  # the rows, to compare two versions' orders
+            with open(sys.argv[1], "w") as f:
+                json.dump([r["rows"] for r in results], f)
+        print(json.dumps({"bytes_per_node": got, "share_bytes": total / len(NODES), "ratio": shares(got, total),
+                          "rss_mib": [round(r["rss_mib"]) for r in results], "rows_as_reference": same}))
