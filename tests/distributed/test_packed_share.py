@@ -81,7 +81,6 @@ def _rank(rank: int, world: int, port: int, sources: str, options: dict, cache: 
     import torch.distributed as dist
 
     import shufflepoint
-
     from shufflepoint._shards import packed as packed_module
 
     # A read reads on by a window of 2**19 tokens, which may run past a rank's stretch: here that is the whole
@@ -192,7 +191,6 @@ if __name__ == "__main__":  # the same job for any shufflepoint on the path: pyt
     import tempfile
 
     from s3_server import S3Server
-
     from shufflepoint._tools.cli import main as cli
 
     with S3Server() as server, tempfile.TemporaryDirectory() as tmp:

@@ -1,6 +1,6 @@
 """Token counts: counted once per corpus (in parallel, by shard), kept in the cache folder (per shard, and the
-totals) and read back without reading a shard; a ``tokenize`` callable named by its ``tokenizer`` identity, which keys the
-counts and joins the fingerprint."""
+totals) and read back without reading a shard; a ``tokenize`` callable named by its ``tokenizer`` identity,
+which keys the counts and joins the fingerprint."""
 
 from __future__ import annotations
 

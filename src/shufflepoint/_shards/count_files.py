@@ -173,11 +173,15 @@ def publish(storage: Storage, index: _index.CorpusIndex, identity: str, counts: 
     totals = Totals(identity, records, os.path.basename(counts_url.rstrip("/")), width)
     text = json.dumps(totals.to_json(), separators=(",", ":")).encode()
     for url, data in ((counts_url, body), (totals_url, text)):  # the counts first: totals never point at nothing
-        if is_remote(url):
-            storage.write_small(url, data)
-        else:
-            sidecar.write_whole(url, lambda f, data=data: f.write(data))
+        _write(storage, url, data)
     return totals_url, counts_url
+
+
+def _write(storage: Storage, url: str, data: bytes) -> None:
+    if is_remote(url):
+        storage.write_small(url, data)
+    else:
+        sidecar.write_whole(url, lambda f: f.write(data))
 
 
 # -- a node's cache folder -------------------------------------------------------------------------

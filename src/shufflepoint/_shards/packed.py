@@ -259,7 +259,10 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
                           "state was taken with another tokenizer (or the tokens field)" if source.tokenize
                           else f"the tokens changed: this Packed reads the field {source.field!r}, the state was "
                           "taken with another field or a tokenizer"),
-               "counts": "the documents' token counts changed",
+               "counts": "the documents' token counts changed" + (
+                   " (or the state was saved before shufflepoint counted tokens per shard, whose digest of a Shards "
+                   "corpus's counts was taken over all of them at once: with the same corpus and tokens, load with "
+                   "strict=False to resume)" if self._counts.digest.startswith("shards:") else ""),
                "packing": self._explain_packing(clear)}
         found = [why[name] for name in changed]
         if not clear and not changed:

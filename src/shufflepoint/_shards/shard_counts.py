@@ -139,7 +139,7 @@ class ShardCounts:
         if found is not None:
             self._kept.move_to_end(shard)
             return found
-        found = self._load(shard, int(self.totals[shard]), self._digests[shard])
+        found = np.asarray(self._load(shard, int(self.totals[shard]), self._digests[shard]), dtype=np.int64)
         self._kept[shard] = found
         self._kept_documents += found.size
         while self._kept_documents > _KEPT_DOCUMENTS and len(self._kept) > 1:
@@ -169,7 +169,7 @@ class ShardCounts:
         first, documents = np.asarray(first, np.int64), np.asarray(documents, np.int64)
         shard = np.searchsorted(self._starts, first, side="right") - 1
         whole = (self._starts[shard] == first) & (self.rows[shard] == documents)
-        found = self.totals[shard] + self.extra * documents
+        found: np.ndarray = self.totals[shard] + self.extra * documents
         for k in np.flatnonzero(~whole).tolist():
             found[k] = int(self.sizes(np.arange(first[k], first[k] + documents[k])).sum())
         return found
