@@ -48,7 +48,7 @@ def shard_counts(counts, rows, extra=0, loads=None):
     return ShardCounts(np.asarray(rows), totals, digests, load).framed(extra)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(rows=shard_rows, world=st.integers(1, 9), seed=st.one_of(st.none(), st.integers(0, 2**64 - 1)))
 def test_every_shard_is_counted_by_exactly_one_rank_about_its_stretch(rows, world, seed):
     rows = np.asarray(rows, dtype=np.int64)
@@ -63,7 +63,7 @@ def test_every_shard_is_counted_by_exactly_one_rank_about_its_stretch(rows, worl
             assert abs(counted - documents / world) <= biggest, (rank, counted, documents / world)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(rows=shard_rows, data=st.data(), extra=st.integers(0, 2), world=st.integers(1, 6))
 def test_per_shard_totals_give_what_every_count_in_memory_gives(rows, data, extra, world):
     """Totals exchanged from any world's shares are the totals; the per-document sizes, the runs' tokens, and
