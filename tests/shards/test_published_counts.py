@@ -64,7 +64,7 @@ def test_published_counts_are_read_by_shard_and_give_the_rows_of_counting(tmp_pa
     counted = counted_shards(monkeypatch)
     reads = []
     original = count_files.read_range
-    monkeypatch.setattr(count_files, "read_range", lambda *a: reads.append(a[3].name) or original(*a))
+    monkeypatch.setattr(count_files, "read_range", lambda *a: reads.append(a[2].names[a[3]]) or original(*a))
     packed = Packed(corpus(tmp_path), 16, eos=0, progress=False)
     assert counted == [] and reads == [] and not packed._counts._kept  # opened from the totals alone: O(shards)
     assert packed.fingerprint == counting.fingerprint  # the same counts digest, published or counted
@@ -100,9 +100,10 @@ def test_damaged_published_counts_are_refused_by_name(tmp_path, capsys):
     with pytest.raises(ValueError, match=r"tokens-.*\.bin: found the counts of shard part-00000.jsonl do not "
                                          r"match their digest\n.*\n  why: the counts file is damaged"):
         rows_of(packed)
-    value = json.load(open(totals))
-    value["shards"][1][4] += 1  # a shard's total edited
-    json.dump(value, open(totals, "w"))
+    head, body = open(totals, "rb").read().split(b"\n", 1)
+    value = json.loads(body)
+    value["tokens"][1] += 1  # a shard's total edited
+    open(totals, "wb").write(head + b"\n" + json.dumps(value).encode())
     with pytest.raises(ValueError, match=r"tokens-.*\.json: found damaged token totals\n.*\n  why: its records do "
                                          r"not match their check.*\n  fix: re-run `shufflepoint index"):
         Packed(corpus(tmp_path, "other"), 4, progress=False)

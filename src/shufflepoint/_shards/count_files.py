@@ -4,17 +4,19 @@
 each document's count of the shards it reads. So the counts are laid out by shard:
 
 - *Published* by ``shufflepoint index SOURCES --tokens FIELD`` beside the corpus (like the row index):
-  ``.shufflepoint-index-tokens-<key>.json``, one record per shard ``[name, size, version, documents,
-  tokens, offset, digest]`` (O(shards)), and ``.shufflepoint-index-tokens-<key>.bin``, every shard's
-  counts end to end (little-endian, ``width`` bytes each), of which a node reads the byte range of a
-  shard it reads (``Storage.ranges``: one ranged GET). ``key`` hashes the reader, its options and what
+  ``.shufflepoint-index-tokens-<key>.json``, a header line (what it is, and the sha256 of the rest),
+  then one column per field (``names, sizes, versions, documents, tokens, offsets, digests``, a shard
+  per row: O(shards), parsed and matched in vectorised steps), and
+  ``.shufflepoint-index-tokens-<key>.bin``, every shard's counts end to end (little-endian, ``width``
+  bytes each), of which a node reads the byte range of a shard it reads (``Storage.ranges``: one
+  ranged GET). ``key`` hashes the reader, its options and what
   a token is (field or tokenizer).
 - *Kept* by a node in its cache folder: the counts of each shard it counted (``tokens/<key>.npy``),
   and the totals of every shard of one corpus (``tokens-<key>.json``, the same records without a file).
 
 A record is matched to a shard by (name, size, version, documents), as the row index is: a shard
 rewritten since is *stale* and its counts are counted again. A shard's digest is the sha256 of its
-counts as int64 (32 hex digits); the corpus's is the sha256 of every shard's ``[tokens, digest]``,
+counts as int64 (32 hex digits); the corpus's is the sha256 of every shard's total and digest,
 so a node that holds its share's counts only still names them all (``Packed``'s fingerprint).
 """
 
@@ -44,9 +46,11 @@ def shard_digest(counts: np.ndarray) -> str:
 
 
 def corpus_digest(totals: np.ndarray, digests: list[str]) -> str:
-    """The digest of every count of the corpus, from its shards' totals and digests (O(shards))."""
-    text = json.dumps([[int(t), d] for t, d in zip(totals.tolist(), digests, strict=True)], separators=(",", ":"))
-    return "shards:" + hashlib.sha256(text.encode()).hexdigest()
+    """The digest of every count of the corpus, from its shards' totals (int64) and digests (O(shards), no
+    Python step per shard but the join)."""
+    found = hashlib.sha256(np.ascontiguousarray(totals, dtype="<i8").tobytes())
+    found.update(",".join(digests).encode())
+    return "shards:" + found.hexdigest()
 
 
 def published_key(reader: str, options: dict[str, Any], identity: str) -> str:
@@ -60,50 +64,54 @@ def published_urls(index: _index.CorpusIndex, identity: str) -> tuple[str, str]:
     return _index.join(index.root, base + ".json"), _index.join(index.root, base + ".bin")
 
 
-@dataclass(frozen=True)
-class Record:
-    name: str
-    size: int
-    version: str
-    documents: int
-    tokens: int
-    offset: int  # in counts (not bytes) into the published counts file; -1 where there is none
-    digest: str
+COLUMNS = ("names", "sizes", "versions", "documents", "tokens", "offsets", "digests")
 
 
 @dataclass(frozen=True)
 class Totals:
-    """Per-shard token totals of one token source, as published or kept; ``counts`` the file holding the
-    per-document counts (published only), ``width`` its bytes per count."""
+    """Per-shard token totals of one token source, as published or kept, one column per field (a shard per
+    row: numpy arrays and lists, so that 1e5 shards parse and match in vectorised steps); ``counts`` the
+    file holding the per-document counts (published only), ``width`` its bytes per count."""
 
     identity: str
-    records: dict[str, Record]
+    names: list[str]
+    sizes: np.ndarray
+    versions: list[str]
+    documents: np.ndarray
+    tokens: np.ndarray
+    offsets: np.ndarray  # in counts (not bytes) into the published counts file; -1 where there is none
+    digests: list[str]
     counts: str | None = None
     width: int = 8
 
-    def to_json(self) -> dict[str, Any]:
-        shards = [[r.name, r.size, r.version, r.documents, r.tokens, r.offset, r.digest] for r in self.records.values()]
-        return {"format": FORMAT, "version": VERSION, "tokens": self.identity, "counts": self.counts,
-                "width": self.width, "shards": shards, "check": _check(shards)}
+    def to_bytes(self) -> bytes:
+        """A header line (what the file is, and the sha256 of the body), then the columns as one JSON object."""
+        columns = {"names": self.names, "sizes": self.sizes.tolist(), "versions": self.versions,
+                   "documents": self.documents.tolist(), "tokens": self.tokens.tolist(),
+                   "offsets": self.offsets.tolist(), "digests": self.digests}
+        body = json.dumps(columns, separators=(",", ":")).encode()
+        head = {"format": FORMAT, "version": VERSION, "tokens": self.identity, "counts": self.counts,
+                "width": self.width, "shards": len(self.names), "check": hashlib.sha256(body).hexdigest()}
+        return json.dumps(head, separators=(",", ":")).encode() + b"\n" + body
 
-    def matching(self, index: _index.CorpusIndex) -> dict[int, Record]:
-        """The records of the index's shards that still hold: same name, size, version and documents."""
-        found = {}
-        for shard in range(len(index.shards)):
-            record = self.matching_one(index, shard)
-            if record is not None:
-                found[shard] = record
-        return found
-
-    def matching_one(self, index: _index.CorpusIndex, shard: int) -> Record | None:
-        s = index.shards[shard]
-        record = self.records.get(s.name)
-        same = record is not None and (record.size, record.version, record.documents) == (s.size, s.version, s.rows)
-        return record if same else None
-
-
-def _check(shards: list[list[Any]]) -> str:
-    return hashlib.sha256(json.dumps(shards, separators=(",", ":")).encode()).hexdigest()
+    def matching(self, index: _index.CorpusIndex) -> np.ndarray:
+        """For each shard of the index, its row here when the row still holds (same name, size, version and
+        documents, as the row index matches a shard), else -1."""
+        names = [s.name for s in index.shards]
+        if names == self.names:
+            rows = np.arange(len(names), dtype=np.int64)
+        else:
+            where = {name: k for k, name in enumerate(self.names)}
+            rows = np.fromiter((where.get(name, -1) for name in names), np.int64, len(names))
+        known = rows >= 0
+        at = rows[known]
+        sizes = np.fromiter((s.size for s in index.shards), np.int64, len(names))[known]
+        versions = [s.version for s, k in zip(index.shards, known.tolist(), strict=True) if k]
+        same = (self.sizes[at] == sizes) & (self.documents[at] == np.asarray(index.rows, np.int64)[known])
+        same &= np.fromiter((self.versions[r] == v for r, v in zip(at.tolist(), versions, strict=True)), bool,
+                            at.size)
+        rows[np.flatnonzero(known)[~same]] = -1
+        return rows
 
 
 def parse(data: bytes, where: str, identity: str) -> Totals:
@@ -111,27 +119,32 @@ def parse(data: bytes, where: str, identity: str) -> Totals:
     def damaged(why: str) -> ValueError:
         return ValueError(refusal(where, Plain("damaged token totals"), "a shufflepoint token totals file",
                                   REPUBLISH, why=why))
+    line, _, body = data.partition(b"\n")
     try:
-        value = json.loads(data)
+        head = json.loads(line)
     except ValueError as error:
         raise damaged(str(error)) from None
-    if not isinstance(value, dict) or value.get("format") != FORMAT or value.get("version") != VERSION:
-        raise damaged(f"format {value.get('format') if isinstance(value, dict) else None!r}, expected {FORMAT!r} "
+    if not isinstance(head, dict) or head.get("format") != FORMAT or head.get("version") != VERSION:
+        raise damaged(f"format {head.get('format') if isinstance(head, dict) else None!r}, expected {FORMAT!r} "
                       f"version {VERSION}")
-    shards = value.get("shards")
-    if not isinstance(shards, list) or value.get("check") != _check(shards):
+    if head.get("check") != hashlib.sha256(body).hexdigest():
         raise damaged("its records do not match their check (edited, truncated or half written)")
-    if value.get("tokens") != identity:
-        raise damaged(f"counts of {value.get('tokens')!r}, not of {identity!r}")
+    if head.get("tokens") != identity:
+        raise damaged(f"counts of {head.get('tokens')!r}, not of {identity!r}")
     try:
-        records = {str(r[0]): Record(str(r[0]), int(r[1]), str(r[2]), int(r[3]), int(r[4]), int(r[5]), str(r[6]))
-                   for r in shards}
-        width = int(value["width"])
-    except (IndexError, KeyError, TypeError, ValueError) as error:
+        columns = json.loads(body)
+        found = Totals(identity, list(map(str, columns["names"])), np.asarray(columns["sizes"], np.int64),
+                       list(map(str, columns["versions"])), np.asarray(columns["documents"], np.int64),
+                       np.asarray(columns["tokens"], np.int64), np.asarray(columns["offsets"], np.int64),
+                       list(map(str, columns["digests"])), head.get("counts"), int(head["width"]))
+    except (KeyError, TypeError, ValueError) as error:
         raise damaged(repr(error)) from None
-    if width not in (4, 8) or any(r.tokens < 0 or r.documents < 0 for r in records.values()):
-        raise damaged(f"width {width} or a negative count")
-    return Totals(identity, records, value.get("counts"), width)
+    lengths = {len(found.names), found.sizes.size, len(found.versions), found.documents.size, found.tokens.size,
+               found.offsets.size, len(found.digests)}
+    if lengths != {int(head.get("shards", -1))} or found.width not in (4, 8) or (found.tokens < 0).any() \
+            or (found.documents < 0).any():
+        raise damaged(f"columns of lengths {sorted(lengths)}, width {found.width}, or a negative count")
+    return found
 
 
 def read_published(storage: Storage, index: _index.CorpusIndex, identity: str) -> tuple[Totals, str] | None:
@@ -143,36 +156,45 @@ def read_published(storage: Storage, index: _index.CorpusIndex, identity: str) -
     return parse(data, totals_url, identity), counts_url
 
 
-def read_range(storage: Storage, url: str, totals: Totals, record: Record) -> np.ndarray:
-    """One shard's counts from the published counts file: a ranged read of its bytes only; checked against
-    the shard's digest (a refusal naming the file when it does not match)."""
-    start, end = record.offset * totals.width, (record.offset + record.documents) * totals.width
+def read_range(storage: Storage, url: str, totals: Totals, row: int) -> np.ndarray:
+    """One shard's counts (row ``row`` of the totals) from the published counts file: a ranged read of its bytes
+    only; checked against the shard's digest (a refusal naming the file when it does not match)."""
+    name, documents, digest = totals.names[row], int(totals.documents[row]), totals.digests[row]
+    start, end = int(totals.offsets[row]) * totals.width, (int(totals.offsets[row]) + documents) * totals.width
     try:
         info = storage.info(url)
         with storage.ranges(url, info.size, info.version) as read:
             data = read(start, end) if end > start else b""
     except OSError as error:
-        raise ValueError(refusal(url, Plain(f"no counts of shard {record.name}"), "the counts published with the "
+        raise ValueError(refusal(url, Plain(f"no counts of shard {name}"), "the counts published with the "
                                  "totals", REPUBLISH, why=str(error))) from error
     counts = np.frombuffer(data, dtype="<i4" if totals.width == 4 else "<i8").astype(np.int64)
-    if counts.size != record.documents or shard_digest(counts) != record.digest:
-        raise ValueError(refusal(url, Plain(f"the counts of shard {record.name} do not match their digest"),
-                                 f"{record.documents} counts of digest {record.digest}", REPUBLISH,
+    if counts.size != documents or shard_digest(counts) != digest:
+        raise ValueError(refusal(url, Plain(f"the counts of shard {name} do not match their digest"),
+                                 f"{documents} counts of digest {digest}", REPUBLISH,
                                  why="the counts file is damaged, or was published apart from its totals"))
     return counts
+
+
+def of_index(index: _index.CorpusIndex, identity: str, tokens: np.ndarray, digests: list[str],
+             offsets: np.ndarray | None = None, counts: str | None = None, width: int = 8) -> Totals:
+    """The totals of the index's shards (offsets -1: no counts file)."""
+    shards = index.shards
+    return Totals(identity, [s.name for s in shards], np.fromiter((s.size for s in shards), np.int64, len(shards)),
+                  [s.version for s in shards], np.asarray(index.rows, np.int64), np.asarray(tokens, np.int64),
+                  np.full(len(shards), -1, np.int64) if offsets is None else offsets, list(digests), counts, width)
 
 
 def publish(storage: Storage, index: _index.CorpusIndex, identity: str, counts: list[np.ndarray]) -> tuple[str, str]:
     """Write the counts, then the totals that point into them, beside the corpus; returns their URLs."""
     totals_url, counts_url = published_urls(index, identity)
     width = 4 if all(c.size == 0 or int(c.max()) < 2**31 for c in counts) else 8
-    offsets = np.concatenate(([0], np.cumsum([c.size for c in counts]))).astype(np.int64)
-    records = {s.name: Record(s.name, s.size, s.version, s.rows, int(c.sum()), int(o), shard_digest(c))
-               for s, c, o in zip(index.shards, counts, offsets[:-1].tolist(), strict=True)}
+    offsets = np.concatenate(([0], np.cumsum([c.size for c in counts]))).astype(np.int64)[:-1]
+    tokens = np.array([int(c.sum()) for c in counts], dtype=np.int64)
     body = np.concatenate(counts).astype("<i4" if width == 4 else "<i8").tobytes() if counts else b""
-    totals = Totals(identity, records, os.path.basename(counts_url.rstrip("/")), width)
-    text = json.dumps(totals.to_json(), separators=(",", ":")).encode()
-    for url, data in ((counts_url, body), (totals_url, text)):  # the counts first: totals never point at nothing
+    totals = of_index(index, identity, tokens, [shard_digest(c) for c in counts], offsets,
+                      os.path.basename(counts_url.rstrip("/")), width)
+    for url, data in ((counts_url, body), (totals_url, totals.to_bytes())):  # counts first: totals never dangle
         _write(storage, url, data)
     return totals_url, counts_url
 
@@ -229,10 +251,8 @@ def load_node_totals(path: str, identity: str) -> Totals | None:
 
 def save_node_totals(path: str, index: _index.CorpusIndex, identity: str, totals: np.ndarray,
                      digests: list[str]) -> None:
-    records = {s.name: Record(s.name, s.size, s.version, s.rows, int(t), -1, d)
-               for s, t, d in zip(index.shards, totals.tolist(), digests, strict=True)}
-    text = json.dumps(Totals(identity, records).to_json(), separators=(",", ":")).encode()
+    data = of_index(index, identity, totals, digests).to_bytes()
     try:
-        sidecar.write_whole(path, lambda f: f.write(text))
+        sidecar.write_whole(path, lambda f: f.write(data))
     except OSError:
         pass

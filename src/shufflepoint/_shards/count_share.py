@@ -75,9 +75,13 @@ class Resolver:
         self.rows = np.asarray(index.rows, dtype=np.int64)
         self.totals = np.full(shards, -1, dtype=np.int64)
         self.digests = [""] * shards
+        self.loader = ShardLoader(dataset, count, identity, published)
         if published is not None:
-            for shard, record in published[0].matching(index).items():
-                self.totals[shard], self.digests[shard] = record.tokens, record.digest
+            rows = self.loader.published_rows()
+            known = np.flatnonzero(rows >= 0)
+            self.totals[known] = published[0].tokens[rows[known]]
+            digests = published[0].digests
+            self.digests = [digests[row] if row >= 0 else "" for row in rows.tolist()]
         empty = np.flatnonzero((self.rows == 0) & (self.totals < 0))
         self.totals[empty] = 0
         for shard in empty.tolist():
@@ -89,7 +93,6 @@ class Resolver:
                       f"match {self.unknown.size} shard(s) (e.g. {', '.join(names)}: rewritten or added since they "
                       "were published); those shards are counted again. Re-run `shufflepoint index SOURCES --tokens "
                       "FIELD` to publish them.")
-        self.loader = ShardLoader(dataset, count, identity, published)
 
     @property
     def complete(self) -> bool:
@@ -116,13 +119,13 @@ class Resolver:
     def _fill(self, shards: np.ndarray, node: count_files.Totals | None) -> dict[int, tuple[int, str]]:
         """(total, digest) of these shards: from the node's totals or kept counts, else counted (in a pool)."""
         found: dict[int, tuple[int, str]] = {}
-        known = node.matching(self.dataset.index) if node is not None and shards.size else {}
+        rows = node.matching(self.dataset.index) if node is not None and shards.size else None
         todo = []
         for shard in shards.tolist():
-            record = known.get(shard)
-            kept = self.loader.kept(shard) if record is None else None
-            if record is not None:
-                found[shard] = (record.tokens, record.digest)
+            row = -1 if rows is None else int(rows[shard])
+            kept = self.loader.kept(shard) if row < 0 else None
+            if node is not None and row >= 0:
+                found[shard] = (int(node.tokens[row]), node.digests[row])
             elif kept is not None:
                 found[shard] = (int(kept.sum()), count_files.shard_digest(kept))
             else:

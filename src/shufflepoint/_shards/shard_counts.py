@@ -71,6 +71,14 @@ class ShardLoader:
         self.dataset, self.count, self.identity, self.published = dataset, count, identity, published
         index = dataset.index
         self._starts = np.concatenate(([0], np.cumsum(index.rows))).astype(np.int64)
+        self._published_rows: np.ndarray | None = None
+
+    def published_rows(self) -> np.ndarray:
+        """Each shard's row in the published totals, or -1 where they do not hold it (matched once)."""
+        if self._published_rows is None:
+            assert self.published is not None
+            self._published_rows = self.published[0].matching(self.dataset.index)
+        return self._published_rows
 
     def kept_path(self, shard: int) -> str:
         record = self.dataset.index.shards[shard]
@@ -94,9 +102,9 @@ class ShardLoader:
         source = "kept in the cache folder"
         if found is None and self.published is not None:
             totals, url = self.published
-            record = totals.matching_one(self.dataset.index, shard)
-            if record is not None:
-                found, source = count_files.read_range(self.dataset._storage, url, totals, record), url
+            row = int(self.published_rows()[shard])
+            if row >= 0:
+                found, source = count_files.read_range(self.dataset._storage, url, totals, row), url
                 count_files.save_kept(self.kept_path(shard), found)
         if found is None:
             start, stop = int(self._starts[shard]), int(self._starts[shard + 1])
