@@ -207,4 +207,6 @@ if __name__ == "__main__":  # the same job for any shufflepoint on the path: pyt
             with open(sys.argv[1], "w") as f:
                 json.dump([r["rows"] for r in results], f)
         print(json.dumps({"bytes_per_node": got, "share_bytes": total / len(NODES), "ratio": shares(got, total),
-                          "rss_mib": [round(r["rss_mib"]) for r in results], "rows_as_reference": same}))
+                          "rss_mib": [round(r["rss_mib"]) for r in results], "rows_as_reference": same,
+                          "documents_kept": [r["documents_kept"] for r in results],
+                          "documents": results[0]["documents"]}))
