@@ -82,6 +82,11 @@ def _rank(rank: int, world: int, port: int, sources: str, options: dict, cache: 
 
     import shufflepoint
     from shufflepoint._shards import packed as packed_module
+    from shufflepoint._shards import shard_counts
+
+    counted: list[list[int]] = []  # the document ranges this rank counted (before a read: by share)
+    count = shard_counts.count_ranges
+    shard_counts.count_ranges = lambda d, c, ranges, *a: counted.extend(map(list, ranges)) or count(d, c, ranges, *a)
 
     # A read reads on by a window of 2**19 tokens, which may run past a rank's stretch: here that is the whole
     # corpus, at scale a sliver of a share. A window the size of this corpus's share keeps the ratio honest.
@@ -90,11 +95,13 @@ def _rank(rank: int, world: int, port: int, sources: str, options: dict, cache: 
     corpus = shufflepoint.Shards(sources, cache_dir=cache, storage_options=options, progress=False)
     packed = shufflepoint.Packed(corpus, SEQ_LEN, eos=0, progress=False, count_workers=1)
     loader = shufflepoint.DataLoader(packed, BATCH, seed=SEED, shuffle_block=BLOCK)
+    before_reading = list(counted)
     rows = [batch["input_ids"].tolist() for batch in loader]
     kept = getattr(getattr(packed, "_counts", None), "_kept", {})
     with open(out, "w") as f:
         json.dump({"rows": rows, "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                   "documents_kept": int(sum(c.size for c in kept.values())), "documents": len(corpus)}, f)
+                   "documents_kept": int(sum(c.size for c in kept.values())), "documents": len(corpus),
+                   "counted": before_reading, "shard_rows": corpus.shard_rows.tolist()}, f)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -185,6 +192,12 @@ def test_each_node_downloads_about_its_share_and_the_rows_do_not_change(s3_serve
     assert [r["rows"] for r in results] == reference_rows(corpus["local"])
     for result in results:  # a process holds the counts of what it read, not of the corpus
         assert result["documents_kept"] < 0.75 * result["documents"], result
+    counted = sorted(tuple(r) for result in results for r in result["counted"])
+    if published:  # nothing counted: totals from the published file, each read shard's counts by range
+        assert counted == []
+    else:  # each shard counted by exactly one rank before the exchange
+        ends = np.cumsum(results[0]["shard_rows"]).tolist()
+        assert counted == [(a, b) for a, b in zip([0] + ends[:-1], ends) if b > a]
 
 
 if __name__ == "__main__":  # the same job for any shufflepoint on the path: python tests/.../test_packed_share.py
