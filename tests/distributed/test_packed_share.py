@@ -223,3 +223,39 @@ if __name__ == "__main__":  # the same job for any shufflepoint on the path: pyt
                           "rss_mib": [round(r["rss_mib"]) for r in results], "rows_as_reference": same,
                           "documents_kept": [r["documents_kept"] for r in results],
                           "documents": results[0]["documents"]}))
+
+
+def _failing_rank(rank: int, port: int, folder: str, queue) -> None:
+    import torch.distributed as dist
+
+    import shufflepoint
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    corpus = shufflepoint.Shards(os.path.join(folder, "*.jsonl"), cache_dir=os.path.join(folder, f"c{rank}"),
+                                 progress=False)
+    packed = shufflepoint.Packed(corpus, 4, progress=False, count_workers=1)
+    try:
+        shufflepoint.DataLoader(packed, 2, seed=1)
+        queue.put((rank, "built"))
+    except Exception as error:
+        queue.put((rank, f"{type(error).__name__}: {error}"))
+
+
+def test_a_rank_that_fails_to_count_fails_every_rank_instead_of_a_hang(tmp_path):
+    """A bad document in one rank's share: that rank raises its own error, the other a refusal naming it."""
+    for shard in range(6):
+        lines = [json.dumps({"input_ids": [shard, i, i]}) for i in range(3)]
+        if shard == 4:
+            lines[1] = json.dumps({"input_ids": [1.5]})
+        (tmp_path / f"part-{shard}.jsonl").write_text("\n".join(lines) + "\n")
+    context = multiprocessing.get_context("fork")
+    queue, port = context.Queue(), free_port()
+    processes = [context.Process(target=_failing_rank, args=(r, port, str(tmp_path), queue)) for r in range(2)]
+    for process in processes:
+        process.start()
+    found = dict(queue.get(timeout=120) for _ in processes)
+    for process in processes:
+        process.join(60)
+    errors = sorted(found.values())
+    assert errors[0].startswith("RuntimeError: token counts: found rank ") and "failed to count" in errors[0], found
+    assert errors[1].startswith("TypeError: ") and "float64" in errors[1], found

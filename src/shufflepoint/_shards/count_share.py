@@ -105,7 +105,11 @@ class Resolver:
             node = count_files.load_node_totals(path, self.identity)
             if share is not None and distributed():
                 mine = self.unknown[share.owners(self.rows)[self.unknown] == share.rank]
-                self._merge(_exchange(self._fill(mine, node)))
+                try:
+                    counted: dict[int, tuple[int, str]] | BaseException = self._fill(mine, node)
+                except Exception as error:  # still exchanged: every rank raises, none waits for this one
+                    counted = error
+                self._merge(_exchange(counted))
             if (self.totals < 0).any():  # not shared: counted here, by one process of the node at a time
                 with sidecar.building(os.path.dirname(path), os.path.basename(path)[:-5]):
                     node = count_files.load_node_totals(path, self.identity)  # another may have counted meanwhile
@@ -145,8 +149,17 @@ class Resolver:
             self.totals[shard], self.digests[shard] = total, digest
 
 
-def _exchange(mine: dict[int, tuple[int, str]]) -> dict[int, tuple[int, str]]:
-    """Every process's counted totals, in one collective over the default process group."""
+def _exchange(mine: dict[int, tuple[int, str]] | BaseException) -> dict[int, tuple[int, str]]:
+    """Every process's counted totals, in one collective over the default process group. A process whose
+    counting failed sends its error instead: it raises its own, every other process a refusal naming it."""
     gathered: list[Any] = [None] * dist.get_world_size()
+    if isinstance(mine, BaseException):
+        dist.all_gather_object(gathered, f"{type(mine).__name__}: {mine}")
+        raise mine
     dist.all_gather_object(gathered, sorted((s, t, d) for s, (t, d) in mine.items()))
+    for rank, part in enumerate(gathered):
+        if isinstance(part, str):
+            raise RuntimeError(refusal("token counts", Plain(f"rank {rank} failed to count its shards ({part})"),
+                                       "every rank's counts of its share", "fix what that rank names",
+                                       why="the totals are exchanged by every rank at once"))
     return {int(s): (int(t), str(d)) for part in gathered for s, t, d in part}

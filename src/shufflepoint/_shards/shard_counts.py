@@ -21,10 +21,12 @@ from typing import Any
 import numpy as np
 
 from shufflepoint._core.errors import Plain, refusal
+from shufflepoint._order.distinct import distinct
 from shufflepoint._shards import count_files
 from shufflepoint._shards.token_counts import count_range, count_ranges, digest
 
 _KEPT_DOCUMENTS = 1 << 22  # per-document counts kept in memory, whole shards (32 MB of int64)
+_MASKED = 16  # shards in one lookup found by a mask each; more: by one sort
 _RECOUNT = "build the Packed again (the corpus changed since its counts were taken)"
 
 
@@ -72,6 +74,7 @@ class ShardLoader:
         index = dataset.index
         self._starts = np.concatenate(([0], np.cumsum(index.rows))).astype(np.int64)
         self._published_rows: np.ndarray | None = None
+        self._paths: dict[int, str] = {}
 
     def published_rows(self) -> np.ndarray:
         """Each shard's row in the published totals, or -1 where they do not hold it (matched once)."""
@@ -81,9 +84,13 @@ class ShardLoader:
         return self._published_rows
 
     def kept_path(self, shard: int) -> str:
-        record = self.dataset.index.shards[shard]
-        return count_files.kept_path(self.dataset._cache_dir, self.dataset.index.url(shard),
-                                     (record.size, record.version, record.rows), self.identity)
+        found = self._paths.get(shard)
+        if found is None:
+            record = self.dataset.index.shards[shard]
+            found = self._paths[shard] = count_files.kept_path(
+                self.dataset._cache_dir, self.dataset.index.url(shard), (record.size, record.version, record.rows),
+                self.identity)
+        return found
 
     def kept(self, shard: int) -> np.ndarray | None:
         return count_files.load_kept(self.kept_path(shard), int(self.dataset.index.rows[shard]))
@@ -161,15 +168,28 @@ class ShardCounts:
         if not documents.size:
             return found
         shard = np.searchsorted(self._starts, documents, side="right") - 1
-        by_shard = np.argsort(shard, kind="stable")
-        sorted_shards = shard[by_shard]
-        edges = np.flatnonzero(np.diff(sorted_shards)) + 1
-        for lo, hi in zip([0, *edges.tolist()], [*edges.tolist(), sorted_shards.size], strict=True):
-            s = int(sorted_shards[lo])
-            where = by_shard[lo:hi]
-            found[where] = self.shard(s)[documents[where] - self._starts[s]]
+        lowest, highest = int(shard.min()), int(shard.max())
+        if lowest == highest:  # a block of one shard: no grouping
+            found[...] = self.shard(lowest)[documents - self._starts[lowest]]
+        else:
+            touched = distinct(shard.reshape(-1))
+            if touched.size <= _MASKED:  # a block holds whole shards, a window a few blocks: a mask per shard
+                for s in touched.tolist():
+                    where = shard == s
+                    found[where] = self.shard(s)[documents[where] - self._starts[s]]
+            else:  # many small shards: grouped by one sort
+                self._grouped(documents.reshape(-1), shard.reshape(-1), found.reshape(-1))
         found += self.extra
         return found
+
+    def _grouped(self, documents: np.ndarray, shard: np.ndarray, found: np.ndarray) -> None:
+        by_shard = np.argsort(shard, kind="stable")
+        ordered = shard[by_shard]
+        edges = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
+        for lo, hi in zip([0, *edges.tolist()], [*edges.tolist(), ordered.size], strict=True):
+            s = int(ordered[lo])
+            where = by_shard[lo:hi]
+            found[where] = self.shard(s)[documents[where] - self._starts[s]]
 
     def run_tokens(self, first: np.ndarray, documents: np.ndarray) -> np.ndarray:
         """Tokens of each run ``[first, first + documents)``: a whole shard's total (O(1) each, no per-document
