@@ -5,6 +5,7 @@ exchange of totals, for any corpus, world and seed."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -107,3 +108,44 @@ def test_the_counts_kept_in_memory_are_bounded_by_documents(monkeypatch):
     assert sum(c.size for c in lazy._kept.values()) <= 10 and loads == list(range(6))
     lazy.sizes(np.array([23]))
     assert loads == list(range(6))  # the last shard is still kept
+
+
+@pytest.mark.parametrize("world", [2, 3, 5])
+def test_resolvers_of_every_rank_count_their_share_and_agree_after_the_exchange(tmp_path, monkeypatch, world):
+    """The ranks' Resolvers, the exchange stood in for by the union of what each counted: every shard counted by
+    one rank, every rank then holds the totals and digest one process counting everything finds."""
+    import shufflepoint
+    from corpus_files import jsonl_documents
+    from shufflepoint._shards import count_share, shard_counts, token_counts
+
+    jsonl_documents(str(tmp_path / "data"), 9, rows=(0, 6))
+
+    def corpus(rank):
+        return shufflepoint.Shards(str(tmp_path / "data" / "*.jsonl"), cache_dir=str(tmp_path / f"c{rank}"),
+                                   progress=False)
+
+    source = token_counts.TokenSource.checked(None, None, None)
+    alone = count_share.Resolver(corpus("alone"), source.count, source.identity, 1, False).finish(None)
+    counted: dict[int, list[tuple[int, int]]] = {}
+    parts = {}
+    resolvers = []
+    original = shard_counts.count_ranges
+    for rank in range(world):
+        resolver = count_share.Resolver(corpus(rank), source.count, source.identity, 1, False)
+        monkeypatch.setattr(shard_counts, "count_ranges",
+                            lambda d, c, ranges, *a, rank=rank: counted.setdefault(rank, []).extend(ranges)
+                            or original(d, c, ranges, *a))
+        share = count_share.Share(rank, world, seed=11)
+        mine = resolver.unknown[share.owners(resolver.rows)[resolver.unknown] == rank]
+        parts[rank] = resolver._fill(mine, None)
+        monkeypatch.setattr(shard_counts, "count_ranges", original)
+        resolvers.append((resolver, share))
+    union = {s: v for part in parts.values() for s, v in part.items()}
+    monkeypatch.setattr(count_share, "distributed", lambda: True)
+    monkeypatch.setattr(count_share, "_exchange", lambda mine: union)
+    for resolver, share in resolvers:
+        found = resolver.finish(share)
+        assert found.totals.tolist() == alone.totals.tolist() and found.digest == alone.digest
+    ranges = sorted(r for rs in counted.values() for r in rs)
+    ends = np.cumsum(alone.rows).tolist()
+    assert ranges == [(a, b) for a, b in zip([0] + ends[:-1], ends, strict=True) if b > a]  # each by one rank
