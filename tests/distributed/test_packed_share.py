@@ -197,7 +197,7 @@ def test_each_node_downloads_about_its_share_and_the_rows_do_not_change(s3_serve
         assert counted == []
     else:  # each shard counted by exactly one rank before the exchange
         ends = np.cumsum(results[0]["shard_rows"]).tolist()
-        assert counted == [(a, b) for a, b in zip([0] + ends[:-1], ends) if b > a]
+        assert counted == [(a, b) for a, b in zip([0] + ends[:-1], ends, strict=True) if b > a]
 
 
 if __name__ == "__main__":  # the same job for any shufflepoint on the path: python tests/.../test_packed_share.py
