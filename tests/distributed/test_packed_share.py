@@ -82,11 +82,16 @@ def _rank(rank: int, world: int, port: int, sources: str, options: dict, cache: 
 
     import shufflepoint
     from shufflepoint._shards import packed as packed_module
-    from shufflepoint._shards import shard_counts
 
     counted: list[list[int]] = []  # the document ranges this rank counted (before a read: by share)
-    count = shard_counts.count_ranges
-    shard_counts.count_ranges = lambda d, c, ranges, *a: counted.extend(map(list, ranges)) or count(d, c, ranges, *a)
+    try:
+        from shufflepoint._shards import shard_counts
+    except ImportError:  # run as a script on a version before per-shard counts
+        shard_counts = None
+    if shard_counts is not None:
+        count = shard_counts.count_ranges
+        shard_counts.count_ranges = lambda d, c, ranges, *a: counted.extend(map(list, ranges)) or count(d, c, ranges,
+                                                                                                        *a)
 
     # A read reads on by a window of 2**19 tokens, which may run past a rank's stretch: here that is the whole
     # corpus, at scale a sliver of a share. A window the size of this corpus's share keeps the ratio honest.
