@@ -177,7 +177,9 @@ def shares(got: dict[str, float], corpus_bytes: int) -> dict[str, float]:
     return {name: round(value / (corpus_bytes / len(NODES)), 3) for name, value in got.items()}
 
 
-@pytest.mark.parametrize("published", [False, True], ids=["counted-by-share", "published"])
+@pytest.mark.parametrize("published", [False, pytest.param(True, marks=pytest.mark.examples)],
+                         ids=["counted-by-share", "published"])  # published: make test-examples (a lower-level
+# test, test_published_counts.py, reads published counts from S3 by range); counted by share: make test
 def test_each_node_downloads_about_its_share_and_the_rows_do_not_change(s3_server, corpus, tmp_path, published):
     if published:
         from shufflepoint._tools.cli import main
