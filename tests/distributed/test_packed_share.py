@@ -266,3 +266,47 @@ def test_a_rank_that_fails_to_count_fails_every_rank_instead_of_a_hang(tmp_path)
     errors = sorted(found.values())
     assert errors[0].startswith("RuntimeError: token counts: found rank ") and "failed to count" in errors[0], found
     assert errors[1].startswith("TypeError: ") and "float64" in errors[1], found
+
+
+def _mixture_rank(rank: int, port: int, folder: str, queue) -> None:
+    import torch.distributed as dist
+
+    import shufflepoint
+    from shufflepoint._shards import shard_counts
+
+    counted: list[tuple[str, int, int]] = []
+    count = shard_counts.count_ranges
+    shard_counts.count_ranges = lambda d, c, ranges, *a: counted.extend(
+        (d.index.root, a0, b0) for a0, b0 in ranges) or count(d, c, ranges, *a)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    sources = [shufflepoint.Packed(shufflepoint.Shards(os.path.join(folder, name, "*.jsonl"),
+                                                       cache_dir=os.path.join(folder, f"c{rank}"), progress=False),
+                                   4, progress=False, count_workers=1) for name in ("web", "code")]
+    mixture = shufflepoint.Mixture([(sources[0], 0.7), (sources[1], 0.3)])  # asks the lengths: counted here
+    loader = shufflepoint.DataLoader(mixture, 2, seed=3)
+    next(iter(loader))
+    queue.put((rank, sorted(counted), mixture.fingerprint))
+
+
+def test_a_mixture_of_packed_sources_counts_each_shard_once_across_the_ranks(tmp_path):
+    """A Mixture asks its Packed sources' lengths when built, before any loader: the ranks still split the
+    counting (contiguous runs of shards) and exchange the totals."""
+    for name, shards in (("web", 5), ("code", 3)):
+        (tmp_path / name).mkdir()
+        for shard in range(shards):
+            lines = [json.dumps({"input_ids": list(range(shard + i + 2))}) for i in range(4)]
+            (tmp_path / name / f"part-{shard}.jsonl").write_text("\n".join(lines) + "\n")
+    context = multiprocessing.get_context("fork")
+    queue, port = context.Queue(), free_port()
+    processes = [context.Process(target=_mixture_rank, args=(r, port, str(tmp_path), queue)) for r in range(2)]
+    for process in processes:
+        process.start()
+    found = dict((rank, (counted, fingerprint)) for rank, counted, fingerprint in
+                 (queue.get(timeout=120) for _ in processes))
+    for process in processes:
+        process.join(60)
+        assert process.exitcode == 0
+    assert found[0][1] == found[1][1]  # the same totals, the same fingerprint
+    counted = sorted(r for rank in found for r in found[rank][0])
+    assert len(counted) == 5 + 3 and len(set(counted)) == 8  # every shard of both corpora counted once
+    assert found[0][0] and found[1][0]  # by both ranks
