@@ -45,11 +45,11 @@ def shard_digest(counts: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(counts, dtype="<i8").tobytes()).hexdigest()[:32]
 
 
-def corpus_digest(totals: np.ndarray, digests: list[str]) -> str:
+def corpus_digest(totals: np.ndarray, digests: list[str] | np.ndarray) -> str:
     """The digest of every count of the corpus, from its shards' totals (int64) and digests (O(shards), no
     Python step per shard but the join)."""
     found = hashlib.sha256(np.ascontiguousarray(totals, dtype="<i8").tobytes())
-    found.update(",".join(digests).encode())
+    found.update(np.asarray(digests, dtype="S32").tobytes())
     return "shards:" + found.hexdigest()
 
 
@@ -156,10 +156,10 @@ def read_published(storage: Storage, index: _index.CorpusIndex, identity: str) -
     return parse(data, totals_url, identity), counts_url
 
 
-def read_range(storage: Storage, url: str, totals: Totals, row: int) -> np.ndarray:
-    """One shard's counts (row ``row`` of the totals) from the published counts file: a ranged read of its bytes
-    only; checked against the shard's digest (a refusal naming the file when it does not match)."""
-    name, documents, digest = totals.names[row], int(totals.documents[row]), totals.digests[row]
+def read_range(storage: Storage, url: str, totals: Totals, row: int, name: str) -> np.ndarray:
+    """Shard ``name``'s counts (row ``row`` of the totals) from the published counts file: a ranged read of its
+    bytes only; checked against the shard's digest (a refusal naming the file when it does not match)."""
+    documents, digest = int(totals.documents[row]), totals.digests[row]
     start, end = int(totals.offsets[row]) * totals.width, (int(totals.offsets[row]) + documents) * totals.width
     try:
         info = storage.info(url)

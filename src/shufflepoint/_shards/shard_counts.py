@@ -15,6 +15,7 @@ counts or of their prefix sums is ever made.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections import OrderedDict
 from typing import Any
 
@@ -80,7 +81,9 @@ class ShardLoader:
         """Each shard's row in the published totals, or -1 where they do not hold it (matched once)."""
         if self._published_rows is None:
             assert self.published is not None
-            self._published_rows = self.published[0].matching(self.dataset.index)
+            totals, url = self.published
+            self._published_rows = totals.matching(self.dataset.index)
+            self.published = (dataclasses.replace(totals, names=[], versions=[]), url)  # matched: not kept
         return self._published_rows
 
     def kept_path(self, shard: int) -> str:
@@ -111,7 +114,8 @@ class ShardLoader:
             totals, url = self.published
             row = int(self.published_rows()[shard])
             if row >= 0:
-                found, source = count_files.read_range(self.dataset._storage, url, totals, row), url
+                name = self.dataset.index.shards[shard].name
+                found, source = count_files.read_range(self.dataset._storage, url, totals, row, name), url
                 count_files.save_kept(self.kept_path(shard), found)
         if found is None:
             start, stop = int(self._starts[shard]), int(self._starts[shard + 1])
@@ -132,7 +136,8 @@ class ShardCounts:
                  extra: int = 0) -> None:
         self.rows = np.asarray(rows, dtype=np.int64)
         self.totals = np.asarray(totals, dtype=np.int64)
-        self._digests, self._load, self.extra = digests, load, extra
+        self._digests = np.asarray(digests, dtype="S32")  # 32 B a shard, not a Python string each
+        self._load, self.extra = load, extra
         self._starts = np.concatenate(([0], np.cumsum(self.rows))).astype(np.int64)
         self.documents = int(self._starts[-1])
         self.digest = count_files.corpus_digest(self.totals, digests)
@@ -154,7 +159,8 @@ class ShardCounts:
         if found is not None:
             self._kept.move_to_end(shard)
             return found
-        found = np.asarray(self._load(shard, int(self.totals[shard]), self._digests[shard]), dtype=np.int64)
+        digest = self._digests[shard].decode()
+        found = np.asarray(self._load(shard, int(self.totals[shard]), digest), dtype=np.int64)
         self._kept[shard] = found
         self._kept_documents += found.size
         while self._kept_documents > _KEPT_DOCUMENTS and len(self._kept) > 1:
