@@ -112,7 +112,8 @@ def main() -> None:
         loader = shufflepoint.DataLoader(packed, BATCH, seed=1, shuffle_block=BLOCK)
         loader.seek(0, len(loader) // 2)
         resume = statistics.median(resume_first_batch(packed, loader.state_dict()) for _ in range(args.repeats))
-        index_bytes = packed.lengths.nbytes + packed._cumulative.nbytes
+        counts = packed._counts  # per-shard totals, and the per-document counts of the shards read, kept
+        index_bytes = counts.totals.nbytes + sum(c.nbytes for c in getattr(counts, "_kept", {}).values())
     rows = [
         ("corpus", f"{documents:,} documents, {packed.tokens_per_epoch:,} tokens, {len(packed):,} rows of {SEQ_LEN}"),
         ("rows/s, Packed (Parquet documents)", f"{statistics.median(packed_rates):,.0f}"),

@@ -122,7 +122,7 @@ def child(kind: str, state_path: str, counts_path: str | None) -> dict[str, Any]
         dataset: Any = range(ARRAY_N)
     else:
         assert counts_path is not None
-        token_counts.load_or_count = lambda *args, **kwargs: token_counts.load(counts_path, DOCUMENTS)  # kept
+        token_counts.count_all = lambda *args, **kwargs: np.load(counts_path, mmap_mode="r")  # kept
         dataset = shufflepoint.Packed(LongDocuments(DOCUMENTS), SEQ_LEN, progress=False)
     dataset_s = time.perf_counter() - start
     built = time.perf_counter()
@@ -213,15 +213,15 @@ def main() -> None:
         counts = os.path.join(folder, "tokens.npy")
         from shufflepoint._shards import token_counts
 
-        token_counts.save(counts, lengths)  # as a Shards corpus keeps them: counts, prefix sums, digest
-        keep = token_counts.load_or_count
-        token_counts.load_or_count = lambda *a, **k: token_counts.load(counts, DOCUMENTS)
+        np.save(counts, lengths.astype(np.int32))  # counts kept on disk (a list-like dataset has no per-shard file)
+        keep = token_counts.count_all
+        token_counts.count_all = lambda *a, **k: np.load(counts, mmap_mode="r")
         try:
             packed = shufflepoint.Packed(LongDocuments(DOCUMENTS), SEQ_LEN, progress=False)
             packed_state = state_at(shufflepoint.DataLoader(packed, BATCH, seed=7, world_size=WORLD, rank=0),
                                     SAVED_AT, [(0, WORLD, BATCH)])
         finally:
-            token_counts.load_or_count = keep
+            token_counts.count_all = keep
         report["packed"] = cold("packed", packed_state, counts, args.repeats)
         report["packed"].update(tokens=int(lengths.sum()), documents=DOCUMENTS, rows=len(packed),
                                 counts_bytes=os.path.getsize(counts))

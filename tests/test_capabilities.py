@@ -46,12 +46,13 @@ def test_the_built_in_datasets_offer_what_they_declare(corpus):
                             "LegacyIdentified", "ReadsBatches", "ReadsColumns", "ReadsIds", "ReadsIdsAscending",
                             "Prefetching", "ReadsAhead",
                             "Locatable"}),
-        "Packed": (packed, {"OwnOrder", "Identified", "ExplainsFingerprint", "ReadsBatches", "ReadsColumns",
-                            "Prefetching", "Locatable"}),
+        "Packed": (packed, {"OwnOrder", "CountsShare", "Identified", "ExplainsFingerprint", "ReadsBatches",
+                            "ReadsColumns", "Prefetching", "Locatable"}),
         "Mixture": (mixture, {"OwnOrder", "Scheduled", "Identified", "ExplainsFingerprint", "LegacyIdentified",
                               "ExplainsOrderVersion", "ReadsBatches", "ReadsColumns", "Prefetching", "Locatable"}),
     }
-    dataset_protocols = ["OwnOrder", "ShardedCorpus", "KeepsShardsOpen", "FitsDecodeBudget", "Scheduled", "Identified",
+    dataset_protocols = ["OwnOrder", "CountsShare", "ShardedCorpus", "KeepsShardsOpen", "FitsDecodeBudget", "Scheduled",
+                         "Identified",
                          "ExplainsFingerprint", "LegacyIdentified", "ExplainsOrderVersion", "ReadsBatches",
                          "ReadsColumns", "ReadsIds", "ReadsIdsAscending", "Prefetching", "ReadsAhead", "Locatable"]
     for name, (dataset, expected) in offers.items():

@@ -46,8 +46,8 @@ def expected_stream(packed, seed, epoch, shuffle_block):
     """The epoch's stream built the slow way: every document in the epoch's order, framed, end to end."""
     packed.epoch_order(seed, epoch, shuffle_block)
     table = packed._table(epoch)
-    order = table._order.take(np.arange(len(packed.lengths))).tolist()
-    assert sorted(order) == list(range(len(packed.lengths)))  # each document once per epoch
+    order = table._order.take(np.arange(packed.documents)).tolist()
+    assert sorted(order) == list(range(packed.documents))  # each document once per epoch
     stream = []
     for d in order:
         ids = packed.dataset[d]["input_ids"]

@@ -1,6 +1,6 @@
-"""Token counts: counted once per corpus (in parallel, by shard), kept in the cache folder and read back
-without reading a shard; a ``tokenize`` callable named by its ``tokenizer`` identity, which keys the
-counts and joins the fingerprint."""
+"""Token counts: counted once per corpus (in parallel, by shard), kept in the cache folder (per shard, and the
+totals) and read back without reading a shard; a ``tokenize`` callable named by its ``tokenizer`` identity,
+which keys the counts and joins the fingerprint."""
 
 from __future__ import annotations
 
@@ -25,7 +25,18 @@ def corpus(tmp_path, **kwargs):
 
 
 def counts_files(tmp_path):
-    return sorted(f for f in glob.glob(str(tmp_path / "cache" / "tokens-*.npy")) if not f.endswith(".cumulative.npy"))
+    """The totals a node keeps, one file per corpus and token source."""
+    return sorted(glob.glob(str(tmp_path / "cache" / "tokens-*.json")))
+
+
+def shard_files(tmp_path):
+    """The per-document counts a node keeps, one file per shard it counted or read."""
+    return sorted(glob.glob(str(tmp_path / "cache" / "tokens" / "*.npy")))
+
+
+def all_counts(packed):
+    """Every document's token count (bos/eos aside): loads every shard's counts, for the tests' checks."""
+    return packed._token_counts.sizes(np.arange(packed.documents)).tolist()
 
 
 def refuse_reads(monkeypatch):
@@ -40,14 +51,15 @@ def refuse_reads(monkeypatch):
 def test_counted_once_in_parallel_then_read_back_without_reading_a_shard(tmp_path, monkeypatch):
     tokens = jsonl_documents(str(tmp_path / "data"), 7, rows=(0, 30))
     first = Packed(corpus(tmp_path), 16, count_workers=2)  # two worker processes, a progress bar
-    assert int(first.lengths.sum()) == len(tokens)
+    assert first.tokens_per_epoch == len(tokens)
     expected = [len(sample["input_ids"]) for sample in corpus(tmp_path)]
-    assert first.lengths.tolist() == expected
-    (kept,) = counts_files(tmp_path)
-    assert np.load(kept).dtype == np.int32 and np.load(kept).tolist() == expected  # 4 bytes a document
+    assert all_counts(first) == expected
+    assert len(counts_files(tmp_path)) == 1 and len(shard_files(tmp_path)) == 7  # the totals, and each shard's
+    kept = np.concatenate([np.load(f) for f in shard_files(tmp_path)])
+    assert kept.dtype == np.int32 and sorted(kept.tolist()) == sorted(expected)  # 4 bytes a document
     refuse_reads(monkeypatch)
     again = Packed(corpus(tmp_path), 16, progress=False)  # a restarted job: a new Shards, a new Packed
-    assert again.lengths.tolist() == expected and again.fingerprint == first.fingerprint
+    assert all_counts(again) == expected and again.fingerprint == first.fingerprint
     with pytest.raises(AssertionError, match="a shard was read"):  # the refusal would have caught a read
         Packed(corpus(tmp_path), 16, tokens="id", progress=False)
 
@@ -63,32 +75,35 @@ def test_the_counts_are_keyed_by_the_corpus_and_the_tokens(tmp_path):
     lines = shard.read_text().splitlines()
     shard.write_text("\n".join(lines[:-1] + [json.dumps({"id": 99, "input_ids": [1, 2, 3, 4, 5, 6, 7]})]) + "\n")
     rewritten = Packed(corpus(tmp_path), 4, progress=False)  # the corpus fingerprint changed: counted again
-    assert len(counts_files(tmp_path)) == 3 and 7 in rewritten.lengths.tolist()
-    assert [len(s["input_ids"]) for s in corpus(tmp_path)] == rewritten.lengths.tolist()
+    assert len(counts_files(tmp_path)) == 3 and 7 in all_counts(rewritten)
+    assert [len(s["input_ids"]) for s in corpus(tmp_path)] == all_counts(rewritten)
 
 
-def test_a_damaged_counts_file_is_named(tmp_path):
-    jsonl_documents(str(tmp_path / "data"), 2, rows=(2, 3))
-    Packed(corpus(tmp_path), 2, progress=False)
-    (kept,) = counts_files(tmp_path)
-    np.save(kept, np.array([1, 2], dtype=np.float32))
-    with pytest.raises(ValueError, match=r"tokens-.*\.npy: found token counts of shape \(2,\) and dtype float32\n"
-                                         r"  expected: \(6,\) non-negative integers"):
-        Packed(corpus(tmp_path), 2, progress=False)
-    with open(kept, "wb") as f:
-        f.write(b"not a numpy file")
-    with pytest.raises(ValueError, match=r"tokens-.*\.npy: found unreadable token counts\n.*\n  why: .+\n"
-                                         r"  fix: delete it"):
-        Packed(corpus(tmp_path), 2, progress=False)
+def test_damaged_kept_counts_are_counted_again_for_those_shards_only(tmp_path, monkeypatch):
+    """A node's kept files are its own cache: a damaged one is not refused but counted again (that shard only)."""
+    jsonl_documents(str(tmp_path / "data"), 3, rows=(2, 3))
+    first = Packed(corpus(tmp_path), 2, progress=False)
+    expected = all_counts(first)
+    (totals,) = counts_files(tmp_path)
+    with open(totals, "w") as f:
+        f.write("{not json")
+    damaged = shard_files(tmp_path)[1]
+    np.save(damaged, np.array([1, 2], dtype=np.float32))
+    counted = []
+    original = token_counts.count_range
+    monkeypatch.setattr(token_counts, "count_range", lambda d, c, a, b: counted.append((a, b)) or original(d, c, a, b))
+    again = Packed(corpus(tmp_path), 2, progress=False, count_workers=1)
+    assert len(counted) == 1 and all_counts(again) == expected and again.fingerprint == first.fingerprint
+    assert np.load(damaged).dtype == np.int32  # written again
 
 
 def test_a_transform_or_a_list_is_counted_every_time_and_kept_nowhere(tmp_path):
     jsonl_documents(str(tmp_path / "data"), 2, rows=(2, 3))
     doubled = corpus(tmp_path, transform=lambda s: {"input_ids": s["input_ids"] * 2})
     packed = Packed(doubled, 2, progress=False)
-    assert packed.lengths.tolist() == [2 * len(s["input_ids"]) for s in corpus(tmp_path)]
+    assert all_counts(packed) == [2 * len(s["input_ids"]) for s in corpus(tmp_path)]
     Packed([{"input_ids": [1, 2]}], 1, progress=False)
-    assert counts_files(tmp_path) == []
+    assert counts_files(tmp_path) == [] and shard_files(tmp_path) == []
 
 
 def _construct(folder: str, log: str, queue: multiprocessing.Queue) -> None:
@@ -100,7 +115,7 @@ def _construct(folder: str, log: str, queue: multiprocessing.Queue) -> None:
     packed = Packed(shufflepoint.Shards(os.path.join(folder, "data", "*.jsonl"),
                                         cache_dir=os.path.join(folder, "cache"), progress=False),
                     4, tokenize=tokenize, tokenizer="identity@1", progress=False)
-    queue.put(packed.lengths.tolist())
+    queue.put(all_counts(packed))
 
 
 def test_ranks_constructing_at_once_count_once(tmp_path):
@@ -134,7 +149,7 @@ def test_tokenize_packs_the_same_rows_as_the_token_field():
     tokenized = [{"input_ids": torch.tensor(byte_tokenize(t), dtype=torch.int32)} for t in texts]
     by_text = Packed(texts, 5, tokenize=byte_tokenize, tokenizer="bytes@utf-8", eos=256, progress=False)
     by_field = Packed(tokenized, 5, eos=256, progress=False)
-    assert by_text.lengths.tolist() == [len(t.encode()) for t in TEXTS]
+    assert all_counts(by_text) == [len(t.encode()) for t in TEXTS]
     for packed in (by_text, by_field):
         packed.epoch_order(3, 0, 4)
     assert len(by_text) == len(by_field) == (sum(len(t.encode()) + 1 for t in TEXTS)) // 5
@@ -152,12 +167,12 @@ def test_tokenizer_counts_are_kept_per_tokenizer(tmp_path, monkeypatch):
         return sample["input_ids"][::2]
 
     first = Packed(corpus(tmp_path), 2, tokenize=tokenize, tokenizer="halves@1", progress=False)
-    assert len(calls) == len(first.lengths)
+    assert len(calls) == first.documents
     Packed(corpus(tmp_path), 2, tokenize=tokenize, tokenizer="halves@2", progress=False)  # another identity
-    assert len(calls) == 2 * len(first.lengths) and len(counts_files(tmp_path)) == 2
+    assert len(calls) == 2 * first.documents and len(counts_files(tmp_path)) == 2
     refuse_reads(monkeypatch)
     again = Packed(corpus(tmp_path), 2, tokenize=tokenize, tokenizer="halves@1", progress=False)
-    assert again.lengths.tolist() == first.lengths.tolist() and len(calls) == 2 * len(first.lengths)
+    assert all_counts(again) == all_counts(first) and len(calls) == 2 * first.documents
 
 
 def loader(tokenizer, texts=TEXTS):
@@ -234,46 +249,23 @@ def test_a_bad_document_counted_in_a_worker_process_is_named(tmp_path):
     assert counts_files(tmp_path) == []  # nothing half-written
 
 
-def test_kept_counts_open_in_constant_time_with_their_prefix_sums_and_digest(tmp_path, monkeypatch):
-    """Beside the counts: their prefix sums (memory-mapped) and their digest, so that a Packed over a corpus
-    whose counts are kept makes no pass over its documents; the fingerprint and the rows are the same."""
+def test_kept_counts_open_in_O_shards_and_framing_makes_no_copy(tmp_path, monkeypatch):
+    """A Packed over a corpus whose totals are kept reads no per-document count to open, with or without
+    bos/eos (no shifted prefix sums); its rows and fingerprint are those of the first construction."""
     jsonl_documents(str(tmp_path / "data"), 4, rows=(1, 20))
     first = Packed(corpus(tmp_path), 8, progress=False)
     framed = Packed(corpus(tmp_path), 8, bos=0, eos=1, progress=False)
-    (kept,) = counts_files(tmp_path)
-    assert os.path.exists(kept[:-4] + ".cumulative.npy") and os.path.exists(kept[:-4] + ".sha256")
-    fingerprints = first.fingerprint, framed.fingerprint
-    monkeypatch.setattr(token_counts, "digest", lambda counts: pytest.fail("the counts were hashed again"))
+    monkeypatch.setattr(token_counts, "count_range", lambda *a: pytest.fail("a shard was counted again"))
     again = Packed(corpus(tmp_path), 8, progress=False)
-    assert isinstance(again._cumulative, np.memmap) and isinstance(again.lengths, np.memmap)
-    assert again.fingerprint == fingerprints[0] and again._cumulative.tolist() == first._cumulative.tolist()
+    framed_again = Packed(corpus(tmp_path), 8, bos=0, eos=1, progress=False)
+    for packed in (again, framed_again):
+        assert not packed._counts._kept  # no shard's per-document counts loaded: O(shards) to open
+    assert again.fingerprint == first.fingerprint and framed_again.fingerprint == framed.fingerprint
+    assert framed_again.tokens_per_epoch == first.tokens_per_epoch + 2 * first.documents
+
     def first_rows(packed):
         return [b.tolist() for b in shufflepoint.DataLoader(packed, 2, seed=3, collate_fn=lambda b: b[0]["input_ids"])]
 
-    rows = [first_rows(packed) for packed in (again, first)]
-    assert rows[0] == rows[1] and len(rows[0]) == -(-len(first) // 2)
-    framed_again = Packed(corpus(tmp_path), 8, bos=0, eos=1, progress=False)
-    expected = np.concatenate(([0], np.cumsum(np.asarray(first.lengths) + 2)))
-    assert framed_again._cumulative.tolist() == framed._cumulative.tolist() == expected.tolist()
-    assert framed_again.fingerprint == fingerprints[1]
-
-
-@pytest.mark.parametrize("damage", ["missing", "truncated", "garbled digest"])
-def test_counts_kept_without_their_prefix_sums_are_read_whole_and_completed(tmp_path, damage):
-    """Counts kept by 0.3 (no prefix sums, no digest) or beside a damaged one: read and checked whole, the
-    same fingerprint, and what is kept beside them written again."""
-    jsonl_documents(str(tmp_path / "data"), 3, rows=(1, 9))
-    first = Packed(corpus(tmp_path), 4, progress=False)
-    (kept,) = counts_files(tmp_path)
-    sums, digest = kept[:-4] + ".cumulative.npy", kept[:-4] + ".sha256"
-    if damage == "missing":
-        os.remove(sums), os.remove(digest)
-    elif damage == "truncated":
-        np.save(sums, np.load(sums)[:-1])
-    else:
-        with open(digest, "w") as f:
-            f.write("not a digest")
-    again = Packed(corpus(tmp_path), 4, progress=False)
-    assert again.fingerprint == first.fingerprint and again.lengths.tolist() == first.lengths.tolist()
-    assert np.load(sums).tolist() == first._cumulative.tolist() and len(open(digest).read()) == 64
-    assert isinstance(Packed(corpus(tmp_path), 4, progress=False)._cumulative, np.memmap)  # kept again
+    for a, b in ((again, first), (framed_again, framed)):
+        rows = [first_rows(a), first_rows(b)]
+        assert rows[0] == rows[1] and len(rows[0]) == -(-len(b) // 2)

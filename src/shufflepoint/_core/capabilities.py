@@ -44,6 +44,14 @@ class OwnOrder(Protocol):
 
 
 @runtime_checkable
+class CountsShare(Protocol):
+    """A dataset that takes part of its setup by share (``Packed``: the token counts of the shards this
+    process reads, exchanged with the other processes): the loader says its seed, rank and world size first."""
+
+    def _count_share(self, seed: int, rank: int, world_size: int) -> None: ...
+
+
+@runtime_checkable
 class ShardedCorpus(Protocol):
     """Rows grouped in shards (``Shards``): read in the ``blocks`` order, a shuffled run of shards at a time."""
 

@@ -13,7 +13,7 @@ import functools
 from collections.abc import Callable, Sized
 from typing import Any
 
-from shufflepoint._core.capabilities import Scheduled
+from shufflepoint._core.capabilities import CountsShare, Scheduled
 from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._core.state import DEALS
 
@@ -56,6 +56,13 @@ def check_grid(dataset: Any, grid: int | None, global_batch: int) -> None:
     another global batch, or ``set_batch_size``)."""
     if grid is not None and isinstance(dataset, Scheduled):
         dataset._check_global_batch(global_batch, grid)
+
+
+def tell_share(dataset: object, seed: int, rank: int, world_size: int) -> None:
+    """Tell a dataset that sets itself up by share (``Packed``'s token counts) this loader's seed, rank and
+    world size, before its length is asked. Every rank builds its loader, so a collective here is safe."""
+    if isinstance(dataset, CountsShare):
+        dataset._count_share(seed, rank, world_size)
 
 
 def dataset_length(dataset: object) -> int:

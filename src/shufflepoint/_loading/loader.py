@@ -22,7 +22,7 @@ from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.plan import Layout
 from shufflepoint._loading.agreement import agree_on_exclusion, validate_everywhere, watch_gloo_exit
 from shufflepoint._loading.bucketed import bucketed
-from shufflepoint._loading.capabilities import dataset_length
+from shufflepoint._loading.capabilities import dataset_length, tell_share
 from shufflepoint._loading.deal import Deal, rank_chunks, warn_if_blocks_exceed_the_share
 from shufflepoint._loading.keyed import Transform, keyed_chunks
 from shufflepoint._loading.mesh import resolve_data_parallel
@@ -191,10 +191,11 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         world_size, rank, self._groups = resolve_data_parallel(world_size, rank, mesh=mesh, process_group=process_group,
                                                                mesh_dims=mesh_dims)
         watch_gloo_exit()  # a finished run's Gloo group is ended safely at exit (agreement.py)
+        self._seed = check_int("seed", seed, 0, 2**64 - 1)
+        tell_share(dataset, self._seed, rank, world_size)  # Packed: counts its share's tokens, exchanges totals
         layout = Layout(dataset_length(dataset), world_size, batch_size, drop_last)
         self._verify_ranks = bool(verify_ranks)
         self._rank = rank
-        self._seed = check_int("seed", seed, 0, 2**64 - 1)
         self._shuffle = shuffle
         if buckets is None:
             orders = OrderCache(order if shuffle else "identity", layout.n, self._seed, dataset=dataset,

@@ -43,11 +43,13 @@ from shufflepoint._core.capabilities import (
     ReadsAhead,
     ReadsIds,
     ReadsIdsAscending,
+    ShardedCorpus,
 )
 from shufflepoint._core.errors import Plain, Refused, refusal
 from shufflepoint._order import check_int
 from shufflepoint._shards import packed_collate, token_counts
 from shufflepoint._shards.batch import Columnar
+from shufflepoint._shards.count_share import Resolver, Share, distributed
 from shufflepoint._shards.locate import packed_location
 from shufflepoint._shards.packed_rows import (
     _SAMPLED,
@@ -60,6 +62,7 @@ from shufflepoint._shards.packed_rows import (
     _cut,
     build_window,
 )
+from shufflepoint._shards.shard_counts import FullCounts, ShardCounts
 from shufflepoint._shards.shown import shown
 from shufflepoint._shards.token_counts import TokenSource, read
 
@@ -142,16 +145,8 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         if count_workers is not None:
             check_int("count_workers", count_workers, 1, 4096)
         self.dataset, self.bos, self.eos = dataset, bos, eos
-        counted = token_counts.load_or_count(dataset, self.source.count, self.source.identity,
-                                             workers=count_workers, progress=progress)
-        self.lengths, self._counted = counted.lengths, counted
-        extra = (bos is not None) + (eos is not None)
-        self._cumulative = counted.token_starts(extra)
-        self.tokens_per_epoch = int(self._cumulative[-1])
-        self.rows_per_epoch = self.tokens_per_epoch // self.seq_len
-        if self.rows_per_epoch == 0:
-            raise ValueError(refusal("seq_len", seq_len, f"at most {self.tokens_per_epoch}, the corpus's tokens "
-                                     "(with bos/eos): one full row", "use a smaller seq_len or more documents"))
+        self._resolver: Resolver | None = None  # counts still to take by share: _count_share
+        self._count(count_workers, progress)
         self._bound: tuple[int, int] | None = None
         self._tables: dict[int, EpochTable] = {}
         self._framing_checked = bos is None and eos is None
@@ -159,6 +154,64 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         self._window: TokenWindow | None = None  # a stretch of the token stream read at once: _from_window
         self._no_window = False
         self._reads_window: tuple[Any, bool] | None = None  # (dataset, whether it reads ids ascending)
+
+    def _count(self, workers: int | None, progress: bool) -> None:
+        """The token counts: a ``Shards`` corpus's per-shard totals (published, kept or counted; in a process
+        group, counted by share once the loader tells this ``Packed`` its share), any other dataset's counted."""
+        dataset, source = self.dataset, self.source
+        if token_counts.cacheable(dataset):
+            resolver = Resolver(dataset, source.count, source.identity, workers, progress)
+            if resolver.complete or not distributed():
+                self._set_counts(resolver.finish(None))
+            else:
+                self._resolver = resolver
+        elif isinstance(dataset, ShardedCorpus):
+            self._set_counts(FullCounts(token_counts.count_shards(dataset, source.count, workers, progress)))
+        else:
+            self._set_counts(FullCounts(token_counts.count_all(dataset, source.count, progress)))
+
+    def _set_counts(self, counts: ShardCounts | FullCounts) -> None:
+        extra = (self.bos is not None) + (self.eos is not None)
+        self._token_counts, self._counts = counts, counts.framed(extra)
+        self._tokens, self._resolver = self._counts.tokens, None
+        self._row_count = self._tokens // self.seq_len
+        if self._row_count == 0:
+            raise ValueError(refusal("seq_len", self.seq_len, f"at most {self._tokens}, the corpus's tokens "
+                                     "(with bos/eos): one full row", "use a smaller seq_len or more documents"))
+
+    def _count_share(self, seed: int, rank: int, world_size: int) -> None:
+        """The loader's seed, rank and world size, before it asks the length: counts still to take are taken
+        now, this process counting the shards it reads in epoch 0 and exchanging the totals (count_share)."""
+        if self._resolver is not None:
+            self._set_counts(self._resolver.finish(Share(rank, world_size, seed)))
+
+    def _resolved(self) -> None:
+        """Counts asked before a loader said the share (a ``Mixture`` asks the length when built): contiguous
+        runs of shards per process, exchanged."""
+        if self._resolver is not None:
+            import torch.distributed as dist
+
+            self._set_counts(self._resolver.finish(Share(dist.get_rank(), dist.get_world_size())))
+
+    @property
+    def rows_per_epoch(self) -> int:
+        """Rows per epoch, ``tokens_per_epoch // seq_len``."""
+        if self._resolver is not None:
+            self._resolved()
+        return self._row_count
+
+    @property
+    def tokens_per_epoch(self) -> int:
+        """Tokens per epoch, bos and eos counted."""
+        if self._resolver is not None:
+            self._resolved()
+        return self._tokens
+
+    @property
+    def documents(self) -> int:
+        """The documents packed (every epoch holds each once)."""
+        self._resolved()
+        return self._counts.documents
 
     def __len__(self) -> int:
         return self.rows_per_epoch
@@ -168,8 +221,9 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         own fingerprint, else its length), what a token is (field or tokenizer), every document's
         token count, and the packing."""
         own = self.dataset.fingerprint if isinstance(self.dataset, Identified) else None
-        return {"documents": own or f"len={len(self.lengths)}",
-                "tokens": self.source.identity, "counts": self._counted.counts_digest(),
+        self._resolved()
+        return {"documents": own or f"len={self._counts.documents}",
+                "tokens": self.source.identity, "counts": self._counts.digest,
                 "packing": json.dumps({"seq_len": self.seq_len, "bos": self.bos, "eos": self.eos})}
 
     @property
@@ -205,7 +259,10 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
                           "state was taken with another tokenizer (or the tokens field)" if source.tokenize
                           else f"the tokens changed: this Packed reads the field {source.field!r}, the state was "
                           "taken with another field or a tokenizer"),
-               "counts": "the documents' token counts changed",
+               "counts": "the documents' token counts changed" + (
+                   " (or the state was saved before shufflepoint counted tokens per shard, whose digest of a Shards "
+                   "corpus's counts was taken over all of them at once: with the same corpus and tokens, load with "
+                   "strict=False to resume)" if self._counts.digest.startswith("shards:") else ""),
                "packing": self._explain_packing(clear)}
         found = [why[name] for name in changed]
         if not clear and not changed:
@@ -257,7 +314,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         if found is None:
             if len(self._tables) >= _CACHED_EPOCHS:
                 self._tables.pop(next(iter(self._tables)))
-            found = self._tables[epoch] = EpochTable(self.dataset, self._cumulative, *self._bound, epoch)
+            found = self._tables[epoch] = EpochTable(self.dataset, self._counts, *self._bound, epoch)
         return found
 
     def _decode(self, index: Any) -> tuple[int, int]:
@@ -366,7 +423,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
                 self._no_window = True
                 return None
             window, documents, sizes, sample = built
-            wrong = np.flatnonzero(sizes != self.lengths[documents])
+            wrong = np.flatnonzero(sizes != self._token_counts.sizes(documents))
             if wrong.size:
                 raise self._changed(int(documents[wrong[0]]), int(sizes[wrong[0]]))
             if not self._framing_checked:
@@ -391,9 +448,10 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         arrays = self.dataset._read_ids(documents, field) if field is not None and reads_ids else None
         samples = arrays if arrays is not None else read(self.dataset, documents)
         found = []
-        for document, sample in zip(documents, samples, strict=True):
+        counted = self._token_counts.sizes(np.asarray(documents, dtype=np.int64)).tolist()
+        for document, sample, size in zip(documents, samples, counted, strict=True):
             ids = sample if arrays is not None else self.source.ids(sample, document)  # cast once, in _rows
-            if ids.size != self.lengths[document]:
+            if ids.size != size:
                 raise self._changed(document, ids.size)
             found.append(ids)
         if not self._framing_checked:
@@ -402,7 +460,8 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
 
     def _changed(self, document: int, size: int) -> ValueError:
         what = "tokens" if self.source.tokenize is None else f"tokenize (tokenizer {self.source.tokenizer!r})"
-        return ValueError(f"{what}: document {document} now holds {size} tokens, {self.lengths[document]} when "
+        counted = int(self._token_counts.sizes(np.array([document]))[0])
+        return ValueError(f"{what}: document {document} now holds {size} tokens, {counted} when "
                           "counted; the corpus or the tokenizer changed, build the Packed again")
 
     def _check_framing(self, documents: list[int], found: list[np.ndarray]) -> None:
@@ -447,8 +506,9 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         source = self.source
         tokens_from = f"tokenizer={source.tokenizer!r}" if source.tokenize is not None else f"field={source.field!r}"
         bound = "" if self._bound is None else f", seed={self._bound[0]}, shuffle_block={self._bound[1]:,}"
-        return (f"Packed(seq_len={self.seq_len:,}, documents={len(self.lengths):,}, tokens={self.tokens_per_epoch:,}, "
-                f"rows={self.rows_per_epoch:,}, {tokens_from}, bos={self.bos}, eos={self.eos}{bound}, "
+        counted = (f"documents={self._counts.documents:,}, tokens={self._tokens:,}, rows={self._row_count:,}"
+                   if self._resolver is None else "counts to take by share")  # a repr takes no collective
+        return (f"Packed(seq_len={self.seq_len:,}, {counted}, {tokens_from}, bos={self.bos}, eos={self.eos}{bound}, "
                 f"dataset={shown(self.dataset)})")
 
     varlen_collate = staticmethod(packed_collate.varlen_collate)

@@ -108,22 +108,22 @@ class EpochTable:
     """One epoch's token stream: documents in the ``blocks`` order, O(blocks) table plus cached blocks.
 
     ``dataset`` is the ``Packed``'s documents (its ``shard_rows``, where it has them, are the blocks
-    order's shards); ``token_starts`` the framed documents' token starts end to end (one more than the
-    documents: the last is the total)."""
+    order's shards); ``counts`` their framed token counts (``shard_counts``): ``run_tokens`` of a run of
+    documents (a shard's total: O(shards) per epoch, no per-document count read) and ``sizes`` of the
+    documents of a block read."""
 
-    def __init__(self, dataset: Any, token_starts: np.ndarray, seed: int, shuffle_block: int, epoch: int) -> None:
+    def __init__(self, dataset: Any, counts: Any, seed: int, shuffle_block: int, epoch: int) -> None:
         rows: np.ndarray | list[int]
         if isinstance(dataset, ShardedCorpus):
             rows = dataset.shard_rows
         else:  # chunks of consecutive documents stand in for shards
-            documents, chunk = len(token_starts) - 1, max(1, shuffle_block // _CHUNKS_PER_BLOCK)
+            documents, chunk = counts.documents, max(1, shuffle_block // _CHUNKS_PER_BLOCK)
             rows = [chunk] * (documents // chunk) + ([documents % chunk] if documents % chunk else [])
         self._order = BlockOrder(rows, _sub_seed(seed, _DOCUMENTS_TAG), epoch, shuffle_block)
-        self._cumulative = token_starts
+        self._counts = counts
         order = self._order  # runs of one shard's documents, in stream order
         run_documents = np.diff(np.append(order._stream_start, order.n))
-        first = order._dataset_start
-        run_tokens = self._cumulative[first + run_documents] - self._cumulative[first]
+        run_tokens = counts.run_tokens(order._dataset_start, run_documents)
         run_token_start = np.concatenate(([0], np.cumsum(run_tokens))).astype(np.int64)
         opens = np.searchsorted(order._stream_start, order._block_start)
         self.block_token_start = run_token_start[opens]
@@ -137,7 +137,7 @@ class EpochTable:
                 self._blocks.pop(next(iter(self._blocks)))
             start, stop = self._order.block_bounds(block)
             documents = self._order.take(np.arange(start, stop, dtype=np.int64))
-            sizes = self._cumulative[documents + 1] - self._cumulative[documents]
+            sizes = self._counts.sizes(documents)
             found = self._blocks[block] = (documents, np.concatenate(([0], np.cumsum(sizes))).astype(np.int64))
         return found
 

@@ -1,14 +1,10 @@
-"""A document's tokens (a field, or a tokenizer run on it) and their counts, counted once per corpus.
+"""A document's tokens (a field, or a tokenizer run on it), and counting them.
 
-``Packed`` needs every document's token count. ``TokenSource`` says where a document's token ids
-come from: the ``tokens`` field of the sample, or a ``tokenize`` callable named by a ``tokenizer``
-identity. For a ``Shards`` corpus the counts are counted shard by shard in a pool of worker
-processes (one shard per task, a progress bar over documents) and written to
-``tokens-<key>.npy`` in the corpus's cache folder (beside its ``corpus-<key>.json`` index), where
-``key`` hashes the corpus fingerprint (its content hash: every shard's name, size, version and
-rows) and the token source's identity. A restarted job, or another rank on the node, reads that
-file and no shard. Several processes constructing the same ``Packed`` at once take a lock: one
-counts, the others read.
+``Packed`` needs every shard's token total, and the per-document counts of the shards it reads.
+``TokenSource`` says where a document's token ids come from: the ``tokens`` field of the sample, or
+a ``tokenize`` callable named by a ``tokenizer`` identity. Counting here is shard by shard in a
+pool of worker processes (one shard per task, a progress bar over documents); where the counts of a
+``Shards`` corpus are published, kept or exchanged is ``count_files`` and ``count_share``.
 
 Any other dataset (a list, a map-style dataset of the user's) is counted at every construction, in
 this process, and kept nowhere: nothing on disk names its content. So is a ``Shards`` with a
@@ -39,15 +35,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from shufflepoint._core.capabilities import ReadsIds, ShardedCorpus
+from shufflepoint._core.capabilities import ReadsIds
 from shufflepoint._core.errors import Plain, refusal
-from shufflepoint._shards import sidecar
 from shufflepoint._shards.dataset import Shards
 
-VERSION = 1  # of the counts file; part of its key
 COUNT_BATCH = 1024  # documents read at once
 _FORK_ABOVE = 4 * COUNT_BATCH  # documents; fewer are counted faster than worker processes start
-_COUNT_AGAIN = "delete it to count again"
 Count = Callable[[Any, int], int]  # (sample, document) -> its token count
 
 
@@ -177,123 +170,9 @@ def cacheable(dataset: Any) -> bool:
     return isinstance(dataset, Shards) and getattr(dataset, "_transform", None) is None
 
 
-def counts_path(dataset: Any, identity: str) -> str:
-    """Where a ``Shards`` corpus keeps the token counts of one tokenization (``identity``)."""
-    text = json.dumps({"corpus": dataset.fingerprint, "tokens": identity, "version": VERSION}, sort_keys=True)
-    key = hashlib.sha256(text.encode()).hexdigest()[:24]
-    cache_dir = getattr(dataset, "_cache_dir", None) or sidecar.default_cache_dir()
-    return os.path.join(cache_dir, f"tokens-{key}.npy")
-
-
-@dataclass(frozen=True)
-class Counted:
-    """Every document's token count, and what a ``Packed`` derives from them, kept so that a corpus whose
-    counts are on disk is opened in O(1): the counts and their prefix sums memory-mapped, their digest read
-    (a cold ``which`` at 1e7 documents: no O(documents) pass, benchmarks/which.py)."""
-
-    lengths: np.ndarray  # int64, or the kept file memory-mapped (int32 where every count fits)
-    cumulative: np.ndarray | None = None  # [0, l0, l0 + l1, ...]: documents + 1 int64s, or None
-    digest: str | None = None  # sha256 of the counts as int64 bytes (part of Packed's fingerprint), or None
-
-    def counts_digest(self) -> str:
-        return self.digest or digest(self.lengths)
-
-    def token_starts(self, extra: int) -> np.ndarray:
-        """Where each document starts in the token stream, and its end: ``documents + 1`` int64s, each document
-        with ``extra`` framing tokens (bos/eos). Kept prefix sums without framing are used as they are (O(1))."""
-        if self.cumulative is not None and not extra:
-            return self.cumulative
-        if self.cumulative is not None:  # + extra tokens for every document before
-            found: np.ndarray = self.cumulative + extra * np.arange(len(self.lengths) + 1, dtype=np.int64)
-            return found
-        return np.concatenate(([0], np.cumsum(np.asarray(self.lengths, dtype=np.int64) + extra))).astype(np.int64)
-
-
 def digest(counts: np.ndarray) -> str:
-    """The sha256 of the counts as int64 bytes: what ``Packed``'s fingerprint holds of them."""
+    """The sha256 of the counts as int64 bytes: what ``Packed``'s fingerprint holds of a dataset counted whole."""
     return hashlib.sha256(np.ascontiguousarray(counts, dtype=np.int64).tobytes()).hexdigest()
-
-
-def _kept(path: str) -> tuple[str, str]:
-    """The files kept beside a counts file: its prefix sums and its digest."""
-    return path[:-4] + ".cumulative.npy", path[:-4] + ".sha256"
-
-
-def load(path: str, documents: int) -> Counted | None:
-    """The counts kept at ``path``, or None when there are none; an error naming a damaged file. With their
-    prefix sums and digest beside them, all memory-mapped or read in O(1); else checked whole and the two
-    written (counts kept by shufflepoint 0.3)."""
-    try:
-        found = np.load(path, allow_pickle=False, mmap_mode="r")
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as error:
-        raise ValueError(refusal(f"{path}", Plain("unreadable token counts"), "a .npy file of token counts",
-                                 _COUNT_AGAIN, why=str(error))) from error
-    if found.shape != (documents,) or found.dtype.kind not in "iu":
-        raise ValueError(refusal(f"{path}", Plain(f"token counts of shape {found.shape} and dtype {found.dtype}"),
-                                 f"({documents},) non-negative integers", _COUNT_AGAIN, why="the file is damaged"))
-    kept = _load_kept(path, documents)
-    if kept is not None:
-        return Counted(found, *kept)
-    counts: np.ndarray = np.asarray(found, dtype=np.int64)
-    if counts.size and counts.min() < 0:
-        raise ValueError(refusal(f"{path}", Plain("negative token counts"), "counts >= 0", _COUNT_AGAIN,
-                                 why="the file is damaged"))
-    return _save_kept(path, counts)
-
-
-def _load_kept(path: str, documents: int) -> tuple[np.ndarray, str] | None:
-    cumulative_path, digest_path = _kept(path)
-    try:
-        cumulative = np.load(cumulative_path, allow_pickle=False, mmap_mode="r")
-        with open(digest_path) as f:
-            text = f.read().strip()
-    except (OSError, ValueError):
-        return None  # not kept (yet), or half written: derived from the counts again
-    if cumulative.shape != (documents + 1,) or cumulative.dtype != np.int64 or int(cumulative[0]) != 0 \
-            or len(text) != 64 or text.strip("0123456789abcdef"):
-        return None
-    return cumulative, text
-
-
-def _save_kept(path: str, counts: np.ndarray) -> Counted:
-    """Write the prefix sums and the digest beside the counts (each whole or not at all; best effort: a
-    read-only cache folder only costs the O(documents) pass at every construction)."""
-    cumulative_path, digest_path = _kept(path)
-    sums = np.concatenate(([0], np.cumsum(counts, dtype=np.int64))).astype(np.int64)
-    found = Counted(counts, sums, digest(counts))
-    try:
-        sidecar.write_whole(cumulative_path, lambda f: np.save(f, sums, allow_pickle=False))
-        sidecar.write_whole(digest_path, lambda f: f.write(found.counts_digest().encode()))
-    except OSError:
-        pass
-    return found
-
-
-def save(path: str, counts: np.ndarray) -> Counted:
-    """Write whole or not at all (int32 where every count fits, else int64), then what is kept beside."""
-    small = counts.size == 0 or int(counts.max()) < 2**31
-    sidecar.write_whole(path, lambda f: np.save(f, counts.astype(np.int32 if small else np.int64), allow_pickle=False))
-    return _save_kept(path, counts)
-
-
-def load_or_count(dataset: Any, count: Count, identity: str, *, workers: int | None = None,
-                  progress: bool = True) -> Counted:
-    """Every document's token count: read from the corpus's counts file, else counted (and kept)."""
-    if not cacheable(dataset):
-        sharded = isinstance(dataset, ShardedCorpus)
-        return Counted(count_shards(dataset, count, workers, progress) if sharded
-                       else count_all(dataset, count, progress))
-    path = counts_path(dataset, identity)
-    found = load(path, len(dataset))
-    if found is not None:
-        return found
-    with sidecar.building(os.path.dirname(path), os.path.basename(path)[:-4]):
-        found = load(path, len(dataset))  # another process may have counted while this one waited
-        if found is None:
-            found = save(path, count_shards(dataset, count, workers, progress))
-    return found
 
 
 def _cpus() -> int:
@@ -315,21 +194,35 @@ def count_shards(dataset: Any, count: Count, workers: int | None, progress: bool
     ends = np.cumsum(np.asarray(dataset.shard_rows, dtype=np.int64)).tolist()
     ranges = [(start, stop) for start, stop in zip([0] + ends[:-1], ends, strict=True) if stop > start]
     default = _cpus() if len(dataset) > _FORK_ABOVE else 1
-    size = max(1, min(len(ranges), workers or default))
-    if size == 1:
+    if max(1, min(len(ranges), workers or default)) == 1:
         return count_all(dataset, count, progress)
-    counts = np.empty(len(dataset), dtype=np.int64)
-    bar = _bar(len(dataset), progress)
-    with _pool(size, dataset, count) as pool:
-        futures = [pool.submit(_count_task, start, stop) for start, stop in ranges]
-        for future in as_completed(futures):
-            start, found = future.result()
-            counts[start:start + found.size] = found
+    return np.concatenate(count_ranges(dataset, count, ranges, workers, progress))
+
+
+def count_ranges(dataset: Any, count: Count, ranges: list[tuple[int, int]], workers: int | None,
+                 progress: bool) -> list[np.ndarray]:
+    """Token counts of these document ranges (shards), one array per range, one range per task in a pool of
+    ``workers`` (default: the CPUs this process may use; this process alone for a few thousand documents)."""
+    documents = sum(stop - start for start, stop in ranges)
+    default = _cpus() if documents > _FORK_ABOVE else 1
+    size = max(1, min(len(ranges), workers or default))
+    bar = _bar(documents, progress)
+    found: list[np.ndarray] = [np.empty(0, np.int64)] * len(ranges)
+    if size == 1:
+        for k, (start, stop) in enumerate(ranges):
+            found[k] = count_range(dataset, count, start, stop)
             if bar is not None:
-                bar.update(found.size)
+                bar.update(stop - start)
+    else:
+        with _pool(size, dataset, count) as pool:
+            futures = {pool.submit(_count_task, start, stop): k for k, (start, stop) in enumerate(ranges)}
+            for future in as_completed(futures):
+                found[futures[future]] = future.result()[1]
+                if bar is not None:
+                    bar.update(found[futures[future]].size)
     if bar is not None:
         bar.close()
-    return counts
+    return found
 
 
 def _init(dataset: Any, count: Count) -> None:

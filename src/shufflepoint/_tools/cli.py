@@ -5,6 +5,7 @@
     shufflepoint inspect PATH             # what a checkpoint holds, and whether its order survives
     shufflepoint inspect --verify CORPUS  # is every shard still the one the corpus index recorded?
     shufflepoint index SOURCES            # count a corpus's rows once, publish the index beside it
+    shufflepoint index SOURCES --tokens input_ids  # and the token counts, for Packed on every node
     shufflepoint doctor                   # versions, and whether the installed Accelerate has #4195
     shufflepoint which CKPT --step N --dataset TARGET  # the samples of step N, from the checkpoint alone
 
@@ -120,6 +121,13 @@ def _inspect_and_index_parsers(commands: Any) -> None:
     index.add_argument("--checksum", action="store_true",
                        help="also record each shard's sha256 (for Shards(verify='checksum'); reads every shard)")
     _corpus_options(index)
+    index.add_argument("--tokens", metavar="FIELD",
+                       help="also count the token ids of FIELD in every document and publish the counts beside the "
+                       "corpus, for Packed(Shards(...), tokens=FIELD) on every node to read its share of them only")
+    index.add_argument("--tokenize", metavar="MODULE:FUNCTION",
+                       help="count the tokens of FUNCTION(sample) instead (Packed's tokenize=); needs --tokenizer")
+    index.add_argument("--tokenizer", metavar="NAME", help="the tokenizer's identity, as Packed(tokenizer=) names it")
+    index.add_argument("--count-workers", type=int, metavar="N", help="processes counting tokens (default: the CPUs)")
     index.add_argument("--json", metavar="PATH", help="write the result as JSON (- for stdout)")
 
 
@@ -279,7 +287,10 @@ def _index(args: argparse.Namespace) -> int:
             dtype=args.dtype, options=corpus_index.storage_options(args.storage_options), cache_dir=args.cache_dir,
             verify="checksum" if args.checksum else "version")
         found = corpus_index.index_and_publish(corpus)
-    except (ValueError, OSError, ImportError) as error:
+        source = corpus_index.token_source(args.tokens, args.tokenize, args.tokenizer)
+        if source is not None:
+            found.update(corpus_index.publish_token_counts(corpus, source, args.count_workers))
+    except (ValueError, TypeError, OSError, ImportError) as error:
         return _usage_error("index", str(error))
     print(corpus_index.render(found), file=_out(args.json), flush=True)
     _write_json(args.json, found)

@@ -5,16 +5,24 @@ shard to count it. Run this once (on any machine that can write to the bucket or
 builds the index as ``Shards`` does and writes it beside the corpus, where every node's ``Shards``
 finds it (one small GET) and reads only the shards it trains on. A shard changed since is noticed
 by its (size, version) and counted again by the node that meets it, with a warning to re-run this.
+
+With ``--tokens FIELD`` (or ``--tokenize MODULE:FUNCTION --tokenizer NAME``) it also counts every
+document's tokens and publishes them beside the corpus (``_shards/count_files.py``): the per-shard
+totals (O(shards), read whole by every node) and the per-document counts, of which each node reads
+the byte ranges of the shards it reads. ``Packed`` then counts nothing and reads only its share.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from shufflepoint._shards import count_files
 from shufflepoint._shards.indexing import publish
+from shufflepoint._shards.token_counts import TokenSource, count_ranges
 
 
 def sources_of(given: Sequence[str]) -> str | list[str]:
@@ -53,11 +61,40 @@ def index_and_publish(corpus: Any) -> dict[str, Any]:
             "checksums": all(s.checksum for s in index.shards), "fingerprint": corpus.fingerprint}
 
 
+def token_source(field: str | None, tokenize: str | None, tokenizer: str | None) -> TokenSource | None:
+    """What a token is, as ``Packed`` will be told: ``--tokens FIELD``, or ``--tokenize MODULE:FUNCTION`` named by
+    ``--tokenizer``; None when neither is asked."""
+    if field is None and tokenize is None and tokenizer is None:
+        return None
+    function = None
+    if tokenize is not None:
+        module, _, name = tokenize.partition(":")
+        if not module or not name:
+            raise ValueError(f"--tokenize: found {tokenize!r}, expected MODULE:FUNCTION (an importable function)")
+        function = getattr(importlib.import_module(module), name)
+    return TokenSource.checked(field, function, tokenizer)
+
+
+def publish_token_counts(corpus: Any, source: TokenSource, workers: int | None) -> dict[str, Any]:
+    """Count every document's tokens (a pool over shards) and publish them beside the corpus."""
+    index = corpus.index
+    starts = [0, *index.rows.cumsum().tolist()]
+    ranges = [(a, b) for a, b in zip(starts[:-1], starts[1:], strict=True)]
+    counts = count_ranges(corpus, source.count, ranges, workers, True)
+    totals_url, counts_url = count_files.publish(corpus._storage, index, source.identity, counts)
+    return {"token_totals": totals_url, "token_counts": counts_url, "tokens": int(sum(int(c.sum()) for c in counts)),
+            "token_source": source.identity}
+
+
 def render(found: dict[str, Any]) -> str:
+    tokens = [] if "token_totals" not in found else [
+        f"  tokens     : {found['tokens']:,} ({found['token_source']}), per-shard totals at {found['token_totals']}, "
+        f"per-document counts at {found['token_counts']}",
+        "  every node's Packed over this corpus now reads these totals and its own shards' counts only"]
     return "\n".join([
         f"  published  : {found['published']}",
         f"  corpus     : {found['shards']:,} {found['reader']} shards under {found['root']}, {found['rows']:,} rows, "
         f"{found['bytes']:,} bytes" + (" (sha256 of each recorded)" if found["checksums"] else ""),
         f"  fingerprint: {found['fingerprint']}",
         "  every node's Shards over these sources now reads this index instead of counting rows",
-    ])
+    ] + tokens)
