@@ -323,7 +323,7 @@ def test_a_packed_mixture_resumes_exactly_or_each_row_once(sources, length, seed
                                        collate_fn=lambda batch: [ids(row) for row in batch])
 
     try:
-        reference = loader(0, 1, 1)
+        loader(0, 1, 1)
     except ValueError as error:
         assert "weights" in str(error) or "shuffle_block" in str(error)
         return

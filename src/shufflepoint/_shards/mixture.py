@@ -101,8 +101,9 @@ class Mixture(torch.utils.data.Dataset[Any]):
     >>> mixture.counts
     [6, 2]
 
-    With a schedule the weights change as training goes; it needs the ``strided`` deal (the loader's
-    default for it), and ``counts`` is then the first epoch's. See docs/shards.md.
+    With a schedule the weights change as training goes, and ``counts`` is then the first epoch's. Under the
+    ``spans`` deal (the loader's default) each rank draws every source from its own stretch of it, so a node
+    keeps its share of every source across epochs (``mixture_stretches.py``). See docs/shards.md.
 
     >>> annealed = Mixture([list(range(10)), list(range(100, 104))], samples_per_epoch=8,
     ...                    schedule=[(0, [3, 1]), (6, [0, 1])])

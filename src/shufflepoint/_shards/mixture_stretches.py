@@ -157,7 +157,7 @@ class StretchedMixtureOrder:
         if self._packed and not far:
             far = ((epoch + 1) * longest // max(shortest, 1) + 2) * int(self._offsets[-1]) >= _MAX_STREAM
         if far:
-            # LIMIT(mixture-last-epoch): docs/shards.md#limits
+            # LIMIT(stretched-mixture-last-epoch): docs/shards.md#limits
             raise Refused("epoch", epoch, "an epoch whose stream positions stay below 2**62",
                           "read an earlier epoch (set_epoch), or a larger dataset per epoch")
 
