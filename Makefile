@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-examples test-wheel test-repeat exit-soak test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards \
+.PHONY: setup demo test test-examples test-locality test-wheel test-repeat exit-soak test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards \
 	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-which soak lint clean test-accelerate-matrix test-transformers-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
@@ -29,6 +29,10 @@ test: $(STAMP)
 # quick start's stop and resume and an epoch of the sharded example from the installed wheel).
 test-examples: $(STAMP)
 	$(PY) -m pytest -q -m examples tests/distributed
+
+# GET bytes per simulated node (own cache folder and S3 key) for a Mixture under spans, ~1 min (issue 33)
+test-locality: $(STAMP)
+	$(PY) -m pytest -q -s -m locality tests/distributed
 
 # The release a user installs (tests/ci/check_wheel.py): python -m build (sdist, then the wheel from it); the wheel
 # carries py.typed and nothing of tests/ or benchmarks/; installed into a fresh venv (torch==2.13.0 first and

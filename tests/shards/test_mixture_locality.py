@@ -36,6 +36,8 @@ def mixtures(draw, scheduled):
     if scheduled:
         return Mixture(sources, samples_per_epoch=length, schedule=draw(schedules(count)))
     weights = draw(st.lists(st.integers(1, 5), min_size=count, max_size=count))
+    if draw(st.booleans()):  # weights = rows: each source read once an epoch
+        weights, length = [len(source) for source in sources], sum(len(source) for source in sources)
     try:
         return Mixture(list(zip(sources, weights, strict=True)), samples_per_epoch=length)
     except ValueError:  # a source whose share rounds to 0
@@ -83,9 +85,10 @@ def test_each_part_reads_only_its_own_stretch_of_every_source_in_every_epoch(dat
     its share, the same in every epoch."""
     mixture = data.draw(mixtures(scheduled))
     found, _ = per_part(mixture, seed, block, parts, epochs)
+    order = mixture.epoch_order(seed, 0, block, stretches=parts)
     for s, dataset in enumerate(mixture.sources):
-        if mixture.lengths[s] < parts:
-            continue  # a part without rows of the source reads the whole source
+        if any(order._stretch(s, part)[1] == 0 for part in range(parts)):
+            continue  # a part without rows of a source (fewer than its share of slots) reads the whole source
         rows = [set(found.get((part, s), ())) for part in range(parts)]
         assert sum(len(r) for r in rows) == len(set().union(*rows)), (s, rows)
         if isinstance(dataset, FakeCorpus):
@@ -99,7 +102,8 @@ def test_each_part_reads_only_its_own_stretch_of_every_source_in_every_epoch(dat
 def test_without_a_schedule_every_epoch_holds_exactly_the_counts_and_a_part_covers_its_stretch_in_turn(
         mixture, parts, seed, block, epochs):
     """The parts together: ``counts[s]`` of source s every epoch. A part reads its stretch of a source pass by
-    pass: every row of its stretch as often as any other, to within one."""
+    pass: every row of its stretch as often as any other, to within one; a source read once an epoch
+    (``counts[s] == len``) is read once, every row, by the parts together."""
     starts, lengths = stretches(mixture.samples_per_epoch, parts)
     streams: dict[tuple[int, int], list[int]] = {}
     for epoch in range(epochs):
@@ -109,11 +113,16 @@ def test_without_a_schedule_every_epoch_holds_exactly_the_counts_and_a_part_cove
         for part, (a, n) in enumerate(zip(starts, lengths, strict=True)):
             for s, row in located[int(a):int(a + n)]:
                 streams.setdefault((part, s), []).append(row)
+    order = mixture.epoch_order(seed, 0, block, stretches=parts)
     for (part, s), rows in streams.items():
-        stretch = int(stretches(mixture.lengths[s], parts)[1][part]) or mixture.lengths[s]
+        stretch = order._stretch(s, part)[1] or mixture.lengths[s]
         times = Counter(rows)
         assert len(times) == min(stretch, len(rows)), (part, s, rows)  # its stretch, pass after pass
         assert max(times.values()) - min(times.values()) <= 1, (part, s, rows)
+    for s, (count, length) in enumerate(zip(mixture.counts, mixture.lengths, strict=True)):
+        if count == length:
+            read = Counter(row for (part, source), rows in streams.items() if source == s for row in rows)
+            assert read == Counter({row: epochs for row in range(length)})
 
 
 @settings(max_examples=50, deadline=None)

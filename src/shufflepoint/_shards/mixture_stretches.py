@@ -108,6 +108,15 @@ class _PartCounts:
         grown = self._counts.counts_many(origin + start + length) - self._counts.counts_many(origin + start)
         return np.concatenate((np.zeros((1, self.sources), dtype=np.int64), np.cumsum(grown, axis=0)))
 
+    def parts_before(self, part: int) -> np.ndarray:
+        """Without a schedule: how many positions of each source the parts before ``part`` hold per epoch (in
+        each window, the parts before it tile the window's virtual stretch up to its piece)."""
+        k = np.arange(self.windows(0), dtype=np.int64)
+        start, _ = self._pieces(part, k)
+        first, _ = self._pieces(0, k)
+        found: np.ndarray = (self._counts.counts_many(start) - self._counts.counts_many(first)).sum(axis=0)
+        return found
+
     def _before(self, part: int, epoch: int) -> np.ndarray:
         """Counts of part's positions in the epochs before ``epoch``."""
         if not self._scheduled:
@@ -142,20 +151,35 @@ class StretchedMixtureOrder:
         self._counts = _PartCounts(mixture, self._parts, self._window, schedule)
         self._offsets = offsets(mixture.lengths)
         self._packed = is_packed(mixture.sources[0])
-        self._source_stretches = [stretches(length, self._parts) for length in mixture.lengths]
+        self._stretch_of: dict[tuple[int, int], tuple[int, int]] = {}
         self._orders: dict[tuple[int, int], Any] = {}
         self._check_epoch(epoch)
         if self._packed:  # bind each Packed source to (seed, shuffle_block) before workers copy it
             for s in range(len(mixture.sources)):
                 self._source_pass(s, 0)
 
+    def _stretch(self, s: int, part: int) -> tuple[int, int]:
+        """(first row, rows) of part's stretch of source s along the source's layout: the parts' shares of the
+        source's slots per epoch (without a schedule; so a source read once an epoch is read once by the parts
+        together), or of the epoch's positions (with one), of its rows."""
+        found = self._stretch_of.get((s, part))
+        if found is None:
+            total = self._mixture.lengths[s]
+            if self._mixture.schedule is None:
+                count = self._mixture.counts[s]
+                before = int(self._counts.parts_before(part)[s])
+                held = int(self._counts.table(part, 0)[-1][s])
+                edge, end = total * before // count, total * (before + held) // count
+            else:
+                start, length = int(self._starts[part]), int(self._lengths[part])
+                edge, end = total * start // self.n, total * (start + length) // self.n
+            found = self._stretch_of[(s, part)] = (edge, end - edge)
+        return found
+
     def _check_epoch(self, epoch: int) -> None:
-        longest, shortest = int(self._lengths.max()), min(int(length.min()) or int(total) for total, (_, length)
-                                                          in zip(self._mixture.lengths, self._source_stretches,
-                                                                 strict=True))
         far = (epoch + 1) * self.n >= _MAX_STREAM
-        if self._packed and not far:
-            far = ((epoch + 1) * longest // max(shortest, 1) + 2) * int(self._offsets[-1]) >= _MAX_STREAM
+        if self._packed and not far:  # a part's pass of a Packed source: its stretch, at least one row
+            far = ((epoch + 1) * int(self._lengths.max()) + 2) * int(self._offsets[-1]) >= _MAX_STREAM
         if far:
             # LIMIT(stretched-mixture-last-epoch): docs/shards.md#limits
             raise Refused("epoch", epoch, "an epoch whose stream positions stay below 2**62",
@@ -194,8 +218,7 @@ class StretchedMixtureOrder:
 
     def _from_stream(self, s: int, part: int, stream: np.ndarray) -> np.ndarray:
         """Mixture indices of rows ``stream`` of part ``part``'s own stream of source s."""
-        edges, lengths = self._source_stretches[s]
-        edge, length = int(edges[part]), int(lengths[part])
+        edge, length = self._stretch(s, part)
         if length == 0:  # fewer rows than parts: this part draws from the whole source
             edge, length = 0, self._mixture.lengths[s]
         passes, rows = np.divmod(stream, length)
@@ -208,14 +231,20 @@ class StretchedMixtureOrder:
     def _in_pass(self, s: int, part: int, p: int, edge: int, length: int, rows: np.ndarray) -> np.ndarray:
         """Indices of source s (``p * len + row`` for a Packed source) of rows of its stretch in pass p."""
         dataset = self._mixture.sources[s]
-        if self._packed or isinstance(dataset, ShardedCorpus):
+        if self._packed:
             found: np.ndarray = self._source_pass(s, p).take(edge + rows)
             return found
+        if isinstance(dataset, ShardedCorpus):  # the shards laid out by the seed, cut at this part's stretch
+            within: np.ndarray = self._source_pass(s, p, part, edge).take(edge + rows)
+            return within
         inside = self._source_pass(s, p, part, length).take(rows)  # a new order inside the stretch each pass
         laid: np.ndarray = self._source_pass(s, -1).take(edge + inside)  # the seed's layout, the same every pass
         return laid
 
     def _source_pass(self, s: int, p: int, part: int = -1, length: int = 0) -> Order | Any:
+        """Source s's pass p: a Packed source's packed epoch; a sharded one's ``StretchBlockOrder`` cut at
+        part's stretch (``length`` is then its first row); any other's order inside part's stretch of
+        ``length`` rows (p = -1: the seed's layout of the source)."""
         key = (s, p) if part < 0 else (s, p, part)
         found = self._orders.get(key)  # type: ignore[call-overload]
         if found is None:
@@ -225,7 +254,9 @@ class StretchedMixtureOrder:
             if self._packed:  # its own packed epoch p: indices p * len + row
                 found = dataset.epoch_order(seed, p, self._block)
             elif isinstance(dataset, ShardedCorpus):
-                found = StretchBlockOrder(dataset.shard_rows, seed, p, self._block, self._parts)
+                edge, rows = self._stretch(s, part)
+                found = StretchBlockOrder(dataset.shard_rows, seed, p, self._block, 3,
+                                          edges=np.array([0, edge, edge + rows, self._mixture.lengths[s]]))
             elif p < 0:
                 found = FeistelOrder(self._mixture.lengths[s], _sub_seed(seed, _LAYOUT_TAG), 0)
             else:
