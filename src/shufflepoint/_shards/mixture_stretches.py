@@ -2,10 +2,12 @@
 a node reads its share of every source, and the same share every epoch.
 
 Under ``spans`` rank r of the epoch's first world reads its *part*, positions ``[a_r, a_r + n_r)`` of the
-epoch (``spans.py``'s stretches of W parts). Each source's rows are cut into W stretches the same way,
-along a layout that depends on the seed only (``StretchBlockOrder`` for a sharded source, a fixed keyed
-permutation for any other, a ``Packed`` source's own rows), and part r draws source s only from its
-stretch r of s: its own stream of s, pass after pass, each pass in a new order inside the stretch. A node
+epoch (``spans.py``'s stretches of W parts). Each source's rows are cut into W stretches, along a layout
+that depends on the seed only (``StretchBlockOrder`` for a sharded source, a fixed keyed permutation for
+any other, a ``Packed`` source's own rows), stretch r in proportion to part r's share of the source's
+slots per epoch (without a schedule; with one, of the epoch's positions), and part r draws source s only
+from its stretch r of s: its own stream of s, pass after pass, each pass in a new order inside the
+stretch (a source read once an epoch is then read once, every row, by the parts together). A node
 then reads about 1/nodes of every source, the same rows every epoch on an unchanged world, so a cache that
 holds its share serves every later epoch (version 1 reads each source's stream across all the ranks, in a
 new order each pass: no node keeps its shards).
@@ -25,8 +27,8 @@ r's window k holds ``C(end) - C(start)`` of its virtual piece, shuffled by a key
   (without a schedule each epoch is the same; with one, the epochs before are summed once per order).
 
 The t-th slot of source s in a part is row ``q = t`` of the part's stream of s: pass ``q // len_r(s)``, row
-``q % len_r(s)`` of its stretch. A source with fewer rows than parts gives a part without rows of it the
-whole source instead.
+``q % len_r(s)`` of its stretch. A part whose stretch of a source is empty (a source with fewer rows than
+its share of slots) draws from the whole source instead.
 
 Every position is one index, whatever world reads it (a resize re-deals positions, ``spans.py``). Not
 kept: a part's streams restart from its counts when the next epoch begins on another world (its
