@@ -113,10 +113,13 @@ class _PartCounts:
     def parts_before(self, part: int) -> np.ndarray:
         """Without a schedule: how many positions of each source the parts before ``part`` hold per epoch (in
         each window, the parts before it tile the window's virtual stretch up to its piece)."""
-        k = np.arange(self.windows(0), dtype=np.int64)
-        start, _ = self._pieces(part, k)
-        first, _ = self._pieces(0, k)
-        found: np.ndarray = (self._counts.counts_many(start) - self._counts.counts_many(first)).sum(axis=0)
+        found = self._totals.get((part, -1))
+        if found is None:
+            k = np.arange(self.windows(0), dtype=np.int64)
+            start, _ = self._pieces(part, k)
+            first, _ = self._pieces(0, k)
+            found = (self._counts.counts_many(start) - self._counts.counts_many(first)).sum(axis=0)
+            self._totals[(part, -1)] = found
         return found
 
     def _before(self, part: int, epoch: int) -> np.ndarray:
