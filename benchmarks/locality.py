@@ -280,6 +280,8 @@ def write(out: Path, result: dict) -> None:
              "|---|---|---|---|"]
     for row in result["rows"]:
         index = ", ".join(str(v) for v in row["index_bytes"].values()) if "index_bytes" in row else ""
+        if "index_ratio" in row:  # bytes before the first batch, per node / its share (Packed counts tokens)
+            index = ", ".join(f"{r:.3f}" for r in row["index_ratio"]) + " of the share"
         lines.append(f"| {row['scenario']} | {', '.join(f'{r:.3f}' for r in row['ratio'])} | "
                      f"{max(row['ratio']):.3f} | {index} |")
     (out / f"{name}.md").write_text("\n".join(lines) + "\n")

@@ -56,6 +56,7 @@ VERSION, SCHEDULED_VERSION = 3, 4
 _PART_TAG, _LAYOUT_TAG, _STRETCH_TAG = 0x50415254, 0x4C415954, 0x53545245
 _WINDOW_TAG = 0x57494E44
 _CACHED_ORDERS = 32
+_SUMMED = 1 << 16  # windows of earlier epochs a scheduled order sums exactly (_PartCounts._before)
 
 
 def stretches(n: int, parts: int) -> tuple[np.ndarray, np.ndarray]:
@@ -123,10 +124,18 @@ class _PartCounts:
         return found
 
     def _before(self, part: int, epoch: int) -> np.ndarray:
-        """Counts of part's positions in the epochs before ``epoch``."""
+        """Counts of part's positions in the epochs before ``epoch``: exact without a schedule (every epoch is
+        the same), and with one while the epochs before hold at most ``_SUMMED`` windows (each summed once);
+        past that, the part's share of the schedule's counts at the epoch's start (a seek to a far epoch
+        stays O(windows); the part's streams may then start a few rows off where the epoch before ended)."""
         if not self._scheduled:
             return epoch * self._total(part, 0)
-        return sum((self._total(part, e) for e in range(epoch)), np.zeros(self.sources, dtype=np.int64))
+        if epoch * self.windows(part) <= _SUMMED:
+            return sum((self._total(part, e) for e in range(epoch)), np.zeros(self.sources, dtype=np.int64))
+        counts = self._counts.counts_many(np.array([epoch * self.n]))[0].astype(object)
+        share = self._base + int(part < self._extra)
+        found: np.ndarray = (counts * share // self.n).astype(np.int64)
+        return found
 
     def _total(self, part: int, epoch: int) -> np.ndarray:
         found = self._totals.get((part, epoch))
