@@ -166,7 +166,7 @@ class StretchedMixtureOrder:
         self._offsets = offsets(mixture.lengths)
         self._packed = is_packed(mixture.sources[0])
         self._stretch_of: dict[tuple[int, int], tuple[int, int]] = {}
-        self._orders: dict[tuple[int, int], Any] = {}
+        self._orders: dict[tuple[int, ...], Any] = {}
         self._check_epoch(epoch)
         if self._packed:  # bind each Packed source to (seed, shuffle_block) before workers copy it
             for s in range(len(mixture.sources)):
@@ -260,7 +260,7 @@ class StretchedMixtureOrder:
         part's stretch (``length`` is then its first row); any other's order inside part's stretch of
         ``length`` rows (p = -1: the seed's layout of the source)."""
         key = (s, p) if part < 0 else (s, p, part)
-        found = self._orders.get(key)  # type: ignore[call-overload]
+        found = self._orders.get(key)
         if found is None:
             if len(self._orders) >= _CACHED_ORDERS:
                 self._orders.pop(next(iter(self._orders)))
@@ -275,5 +275,5 @@ class StretchedMixtureOrder:
                 found = FeistelOrder(self._mixture.lengths[s], _sub_seed(seed, _LAYOUT_TAG), 0)
             else:
                 found = FeistelOrder(length, _sub_seed(_sub_seed(seed, _STRETCH_TAG, part), _STRETCH_TAG, p), 0)
-            self._orders[key] = found  # type: ignore[index]
+            self._orders[key] = found
         return found
