@@ -4,6 +4,7 @@ phases stay those of the whole epoch (any world, resizes, ramps)."""
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
 import numpy as np
@@ -179,3 +180,23 @@ def test_a_state_of_the_order_before_it_was_laid_on_stretches_resumes_in_that_or
         version_1 = MixtureOrder(mixture, 8, 0, 8).take(np.arange(12 * rank, 12 * rank + 12))  # rank's stretch
         assert unlaid == [mixture[int(i)] for i in version_1]
         assert unlaid != [x for batch in make(rank) for x in batch]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_sampler_resumed_with_a_phase_appended_inside_its_window_reads_on_as_the_run_did(seed):
+    """3 replicas, shuffle_block 8: a part's window is 2 positions, 6 of the run (window 2: run positions
+    12-17). Stopped after 5 samples per replica (run position 15), a phase appended at 16 (where the state's
+    check of the phases reached, the end of its shuffle_block window) starts on the next window edge, 18, in
+    the resumed run as in the uninterrupted one (starting it at 16 changed the window part 2 had begun)."""
+    def sampler(rank, schedule):
+        mixture = Mixture([tagged("a", 40), tagged("b", 40)], samples_per_epoch=40, schedule=schedule)
+        return shufflepoint.ResumableSampler(mixture, 3, rank, seed=seed, shuffle_block=8)
+
+    longer = [(0, [1, 1]), (16, [0, 1])]
+    for rank in range(3):
+        first = sampler(rank, [(0, [1, 1])])
+        before = list(itertools.islice(iter(first), 5))
+        state = first.state_dict()
+        resumed = sampler(rank, longer)
+        resumed.load_state_dict(state)
+        assert before + list(resumed) == list(sampler(rank, longer))

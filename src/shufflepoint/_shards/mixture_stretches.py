@@ -15,8 +15,10 @@ new order each pass: no node keeps its shards).
 Which source each position of a part holds comes from one count for the whole epoch, as in versions 1 and
 2: ``C(g)``, how many of the first g run positions belong to each source (the epoch's ``counts`` by a chain
 of floors, ``c(n) == counts``; or the schedule, phases on the loader's grid, counted by their chains of
-floors). A part's positions are cut into windows of w positions (a loader's grid G: ``w = G / W``, its
-global batches; else ``shuffle_block / W``), and window k of every part is one *virtual* stretch of the
+floors; a phase starts on the first window edge at or after its start). A part's positions are cut into
+windows of w positions (a loader's grid G: ``w = G / W``, its global batches; else ``shuffle_block // W``,
+so that a phase a resume appends after the window a state reached never changes a window already dealt),
+and window k of every part is one *virtual* stretch of the
 epoch, the parts' pieces laid end to end (``kWw .. (k+1)Ww``: with ``w = G / W`` the global batch k). Part
 r's window k holds ``C(end) - C(start)`` of its virtual piece, shuffled by a keyed Feistel permutation, so:
 
@@ -158,10 +160,12 @@ class StretchedMixtureOrder:
         self._parts = check_int("parts", parts, 1, _MAX_STREAM)
         self.version = VERSION if mixture.schedule is None else SCHEDULED_VERSION
         self._starts, self._lengths = stretches(self.n, self._parts)
+        self._window = max(1, (self._block if grid is None else check_int("grid", grid, 1, _MAX_STREAM))
+                           // self._parts)  # a part's share of a global batch, or of a shuffle_block window
         schedule = mixture.schedule
-        if schedule is not None and grid is not None:
-            schedule = mixture._schedule_on_grid(check_int("grid", grid, 1, _MAX_STREAM))
-        self._window = max(1, (self._block if grid is None else grid) // self._parts)  # a part's share of it
+        if schedule is not None:  # phases on the edges of the windows (a sampler's too: a resume may append
+            # phases after the window reached, which then starts them on the next edge as the run did)
+            schedule = mixture._schedule_on_grid(grid if grid is not None else self._window * self._parts)
         self._counts = _PartCounts(mixture, self._parts, self._window, schedule)
         self._offsets = offsets(mixture.lengths)
         self._packed = is_packed(mixture.sources[0])
