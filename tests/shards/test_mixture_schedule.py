@@ -380,7 +380,7 @@ def test_bad_ramps_are_refused_naming_the_phase(schedule, words):
         Schedule(schedule, sources=2)
 
 
-@settings(max_examples=int(__import__("os").environ.get("STRESS", 60)), deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(world=st.integers(1, 5), batch=st.integers(1, 6), sources=st.integers(2, 4), data=st.data(),
        seed=st.integers(0, 2**32), epochs=st.integers(1, 2), block=st.integers(1, 50))
 def test_every_global_batch_follows_the_phase_of_its_first_sample_and_holds_its_share(
