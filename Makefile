@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-examples test-wheel test-repeat exit-soak test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards \
+.PHONY: setup demo test test-examples test-locality test-wheel test-repeat exit-soak test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards \
 	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-which bench-tail soak lint clean test-accelerate-matrix test-transformers-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
@@ -29,6 +29,10 @@ test: $(STAMP)
 # quick start's stop and resume and an epoch of the sharded example from the installed wheel).
 test-examples: $(STAMP)
 	$(PY) -m pytest -q -m examples tests/distributed
+
+# GET bytes per simulated node (own cache folder and S3 key) for a Mixture under spans, ~1 min (issue 33)
+test-locality: $(STAMP)
+	$(PY) -m pytest -q -s -m locality tests/distributed
 
 # The release a user installs (tests/ci/check_wheel.py): python -m build (sdist, then the wheel from it); the wheel
 # carries py.typed and nothing of tests/ or benchmarks/; installed into a fresh venv (torch==2.13.0 first and
@@ -93,7 +97,7 @@ bench-scaling: $(STAMP)
 # resizes 4 -> 2, 3, 6 at a fixed global batch (issues 18, 27; benchmarks/locality.py). Full corpus
 # (1.28 GB, built once in .bench-cache/) ~15 min; QUICK=1: 26 MB, ~5 min; RESIZES=1: the resizes only.
 bench-locality: $(STAMP)
-	$(PY) benchmarks/locality.py $(if $(QUICK),--quick) $(if $(RESIZES),--resizes)
+	$(PY) benchmarks/locality.py $(if $(QUICK),--quick) $(if $(RESIZES),--resizes) $(if $(MIXTURES),--mixtures)
 
 # GET bytes per node before the first batch: 8 fresh nodes index Parquet, tokens and JSONL (with and
 # without a published index) on the tests' S3 server behind the byte-counting proxy (issue 18.7).

@@ -80,7 +80,7 @@ def free_port() -> int:
 
 
 def run_job(server: s3_server.S3Server, url: str, work: Path, spec: dict, nodes: list[str], phases: list[str],
-            **job: object) -> dict[str, dict[str, int]]:
+            nproc: int = 1, **job: object) -> dict[str, dict[str, int]]:
     """One job on ``nodes`` (cache folders ``work/cache-<node>``): bytes per node fetched in each phase."""
     marks = Path(tempfile.mkdtemp(dir=work, prefix="marks-"))
     options = dict(server.storage_options)
@@ -92,7 +92,7 @@ def run_job(server: s3_server.S3Server, url: str, work: Path, spec: dict, nodes:
         env = dict(os.environ, SP_NODE=node, SP_CACHE=str(work / f"cache-{node}"), OMP_NUM_THREADS="1",
                    TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
         cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={len(nodes)}", f"--node-rank={rank}",
-               "--nproc-per-node=1", "--master-addr=127.0.0.1", f"--master-port={port}", str(WORKER),
+               f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1", f"--master-port={port}", str(WORKER),
                json.dumps(spec)]
         log = open(marks / f"agent-{node}.log", "w")
         agents.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env))
@@ -144,10 +144,75 @@ def resizes(server: s3_server.S3Server, url: str, spec: dict, corpus_bytes: int,
     return rows
 
 
+def upload_mixture_sources(server: s3_server.S3Server, tokens: Path, work: Path) -> dict[str, object]:
+    """The token shards dealt alternately to two sources (``web/``, ``books/``), and Parquet documents of 20-300
+    tokens cut from them (``docs-web/``, ``docs-books/``, an ``input_ids`` column) for ``Packed``; their bytes."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    client = server.client()
+    paths = sorted(tokens.glob("*.bin"))
+    sizes = {"web": 0, "books": 0, "docs-web": 0, "docs-books": 0}
+    rng = np.random.default_rng(0)
+    folder = work / "docs"
+    folder.mkdir(parents=True, exist_ok=True)
+    for number, path in enumerate(paths):
+        name = ("web", "books")[number % 2]
+        data = path.read_bytes()
+        client.put_object(Bucket="bench", Key=f"{name}/{path.name}", Body=data)
+        sizes[name] += len(data)
+        ids = np.frombuffer(data, dtype=np.uint16).astype(np.int32)
+        cuts = np.cumsum(rng.integers(20, 300, size=ids.size // 20))
+        cuts = cuts[cuts < ids.size]
+        table = pa.table({"input_ids": pa.array([part.tolist() for part in np.split(ids, cuts)],
+                                                type=pa.list_(pa.int32()))})
+        out = folder / f"part-{number:05d}.parquet"
+        pq.write_table(table, out, row_group_size=256)
+        client.put_object(Bucket="bench", Key=f"docs-{name}/{out.name}", Body=out.read_bytes())
+        sizes[f"docs-{name}"] += out.stat().st_size
+    return sizes
+
+
+def mixtures(server: s3_server.S3Server, tokens: Path, spec: dict, fresh) -> list[dict]:
+    """Issue 33: the LLM pipelines on 2 nodes x 2 ranks (each node its own cache and S3 key), two epochs:
+    token windows, a Mixture of two sources (weights = rows: each once an epoch) and a scheduled one (3:1, then
+    1:3 from the first epoch's middle), each under spans and strided, and Packed documents alone and mixed."""
+    sizes = upload_mixture_sources(server, tokens, fresh("docs-build"))
+    tokens_both = ["s3://bench/web/part-*.bin", "s3://bench/books/part-*.bin"]
+    docs_both = ["s3://bench/docs-web/part-*.parquet", "s3://bench/docs-books/part-*.parquet"]
+    both, docs = sizes["web"] + sizes["books"], sizes["docs-web"] + sizes["docs-books"]
+    plans = [
+        ("Shards (token windows)", dict(urls=tokens_both[:1]), sizes["web"]),
+        ("Mixture of 2 Shards, weights = rows", dict(urls=tokens_both, pipeline="mixture"), both),
+        ("Mixture of 2 Shards, scheduled 3:1 -> 1:3", dict(urls=tokens_both, pipeline="scheduled"), both),
+        ("Packed(Shards(parquet))", dict(urls=docs_both[:1], packed=spec["seq_len"]), sizes["docs-web"]),
+        ("Mixture of 2 Packed, weights = rows", dict(urls=docs_both, packed=spec["seq_len"], pipeline="mixture"),
+         docs),
+        ("Mixture of 2 Packed, scheduled 3:1 -> 1:3", dict(urls=docs_both, packed=spec["seq_len"],
+                                                             pipeline="scheduled"), docs),
+    ]
+    rows: list[dict] = []
+    for scenario, job, corpus_bytes in plans:
+        for deal in ("spans", "strided"):
+            if deal == "strided" and "Mixture" not in scenario:
+                continue
+            found = run_job(server, "", fresh(f"mix-{len(rows)}"), spec, ["n0", "n1"],
+                            ["indexed", "epoch-0", "epoch-1"], nproc=2, epochs=[0, 1], deal=deal, **job)
+            share = corpus_bytes / 2
+            first, second = ratios(found["epoch-0"], share), ratios(found["epoch-1"], share)
+            rows.append({"scenario": f"{scenario}, {deal}: epoch 1 (2 nodes x 2 ranks)", "nodes": 2, "ratio": first,
+                         "bytes": found["epoch-0"], "index_ratio": ratios(found["indexed"], share)})
+            rows.append({"scenario": f"{scenario}, {deal}: epoch 2, same caches", "nodes": 2, "ratio": second,
+                         "bytes": found["epoch-1"]})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="the small corpus (100 shards of 2,000 windows)")
     parser.add_argument("--resizes", action="store_true", help="only the resizes at 50%% of an epoch")
+    parser.add_argument("--mixtures", action="store_true", help="only the LLM pipelines: Packed, Mixture, scheduled")
     parser.add_argument("--out", default=str(HERE / "results"))
     args = parser.parse_args()
     root = HERE.parent / ".bench-cache" / "shards" / ("quick" if args.quick else "full")
@@ -173,7 +238,9 @@ def main() -> None:
             folder.mkdir()
             return folder
 
-        for count in () if args.resizes else (1, 2, 4, 8):
+        if args.mixtures:
+            rows += mixtures(server, tokens, spec, fresh)
+        for count in () if args.resizes or args.mixtures else (1, 2, 4, 8):
             nodes = [f"n{k}" for k in range(count)]
             found = run_job(server, url, fresh(f"whole-{count}"), spec, nodes, ["indexed", "epoch-0", "epoch-1"],
                             epochs=[0, 1])
@@ -183,8 +250,9 @@ def main() -> None:
                          "bytes": found["epoch-0"], "run": found["_run"]})
             rows.append({"scenario": f"{count} node(s), epoch 2, same caches", "nodes": count,
                          "ratio": ratios(found["epoch-1"], share), "bytes": found["epoch-1"]})
-        rows += resizes(server, url, spec, corpus_bytes, fresh)
-        if not args.resizes:
+        if not args.mixtures:
+            rows += resizes(server, url, spec, corpus_bytes, fresh)
+        if not args.resizes and not args.mixtures:
             found = run_job(server, url, fresh("strided-2"), spec, ["n0", "n1"], ["indexed", "epoch-0"], epochs=[0],
                             deal="strided")
             rows.append({"scenario": "2 nodes, strided deal (0.2's), epoch 1", "nodes": 2,
@@ -193,12 +261,13 @@ def main() -> None:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
     write(Path(args.out), {"spec": spec, "corpus_bytes": corpus_bytes, "rows": rows, "quick": args.quick,
-                           "resizes": args.resizes, "load_average": os.getloadavg()})
+                           "resizes": args.resizes, "mixtures": args.mixtures, "load_average": os.getloadavg()})
 
 
 def write(out: Path, result: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    name = ("locality_quick" if result["quick"] else "locality") + ("_resizes" if result.get("resizes") else "")
+    name = ("locality_quick" if result["quick"] else "locality") + ("_resizes" if result.get("resizes") else "") + (
+        "_mixtures" if result.get("mixtures") else "")
     (out / f"{name}.json").write_text(json.dumps(result, indent=1))
     spec = result["spec"]
     lines = [f"# make bench-locality{' (QUICK=1)' if result['quick'] else ''}", "",
@@ -211,6 +280,8 @@ def write(out: Path, result: dict) -> None:
              "|---|---|---|---|"]
     for row in result["rows"]:
         index = ", ".join(str(v) for v in row["index_bytes"].values()) if "index_bytes" in row else ""
+        if "index_ratio" in row:  # bytes before the first batch, per node / its share (Packed counts tokens)
+            index = ", ".join(f"{r:.3f}" for r in row["index_ratio"]) + " of the share"
         lines.append(f"| {row['scenario']} | {', '.join(f'{r:.3f}' for r in row['ratio'])} | "
                      f"{max(row['ratio']):.3f} | {index} |")
     (out / f"{name}.md").write_text("\n".join(lines) + "\n")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_mixture import ids, packed, tagged
+from test_mixture import ids, packed, read_whole, tagged
 
 import shufflepoint
 from resume_contract import Component, assert_resume_contract, run_epochs, served_across_a_resize
@@ -124,17 +124,14 @@ def test_a_loader_over_a_scheduled_mixture_honours_the_resume_contract(world_siz
 @SPLIT_BATCH
 @pytest.mark.parametrize("first,then", [((2, 3), (3, 1)), ((3, 1), (2, 2)), ((1, 4), (4, 1))])
 def test_a_resize_serves_every_slot_of_the_epoch_once(first, then):
-    # the run's first global batch places the phases (its grid): one process reading it whole is the reference
-    reference = shufflepoint.DataLoader(
-        Mixture([tagged("a", 17), tagged("b", 5)], samples_per_epoch=24,
-                schedule=[(0, [3, 1]), (30, [1, 3]), (55, [0, 1])]),
-        first[0] * first[1], seed=4, collate_fn=list, shuffle_block=6)
-    reference.set_epoch(1)  # epoch 1: run positions 24..47, phases 0 and 1
-    expected = Counter(x for batch in reference for x in batch)
-    seen = served_across_a_resize(lambda r, w, b: shufflepoint.DataLoader(
-        Mixture([tagged("a", 17), tagged("b", 5)], samples_per_epoch=24,
-                schedule=[(0, [3, 1]), (30, [1, 3]), (55, [0, 1])]),
-        b, seed=4, rank=r, world_size=w, collate_fn=list, shuffle_block=6), first, then, steps=2)
+    def make_loader(r, w, b):
+        return shufflepoint.DataLoader(Mixture([tagged("a", 17), tagged("b", 5)], samples_per_epoch=24,
+                                               schedule=[(0, [3, 1]), (30, [1, 3]), (55, [0, 1])]),
+                                       b, seed=4, rank=r, world_size=w, collate_fn=list, shuffle_block=6)
+
+    # the run's first world and global batch place the phases (its grid and its stretches): the reference
+    expected = read_whole(make_loader, *first, epoch=1)  # epoch 1: run positions 24..47, phases 0 and 1
+    seen = served_across_a_resize(make_loader, first, then, steps=2)
     assert seen == expected
 
 
@@ -229,13 +226,14 @@ def test_bad_schedules_are_refused_naming_the_argument(kwargs, error, words):
         Mixture([tagged("a", 5), tagged("b", 5)], **kwargs)
 
 
-def test_weighted_pairs_with_a_schedule_and_the_spans_deal_are_refused():
+def test_weighted_pairs_with_a_schedule_are_refused_and_either_deal_reads_it():
     with pytest.raises(TypeError, match=r"sources\[0\]: found a \(dataset, weight\) pair"):
         Mixture([(tagged("a", 5), 1), (tagged("b", 5), 1)], schedule=[(0, [1, 1])])
     mixture = Mixture([tagged("a", 5), tagged("b", 5)], schedule=[(0, [1, 1])])
-    assert shufflepoint.DataLoader(mixture, 2).deal == "strided"  # the default for a schedule
-    with pytest.raises(ValueError, match="deal: found 'spans'"):
-        shufflepoint.DataLoader(mixture, 2, deal="spans")
+    spans = shufflepoint.DataLoader(mixture, 2)
+    assert spans.deal == "spans" and spans.state_dict()["order_version"] == 4  # laid along the stretches
+    strided = shufflepoint.DataLoader(mixture, 2, deal="strided")
+    assert strided.state_dict()["order_version"] == 2
 
 
 def test_a_global_batch_that_does_not_fit_the_run_s_grid_is_warned_about():
@@ -300,11 +298,11 @@ def test_any_schedule_resumed_on_any_world_serves_each_slot_once_and_the_same_wo
         return shufflepoint.DataLoader(make(lengths, schedule, length), batch_size, seed=seed, rank=rank,
                                        world_size=world_size, collate_fn=list, shuffle_block=block)
 
-    whole = make_loader(0, 1, first[0] * first[1])  # one process on the first run's global batch (its grid)
-    whole.set_epoch(epoch)
-    expected = Counter(x for batch in whole for x in batch)
+    expected = read_whole(make_loader, *first, epoch=epoch)  # the first run's world and global batch (its grid)
     steps = min(steps, length // (first[0] * first[1]))
-    assert served_across_a_resize(make_loader, first, then, steps=steps, epoch=epoch) == expected
+    seen = served_across_a_resize(make_loader, first, then, steps=steps, epoch=epoch)
+    if steps:  # an epoch not begun is laid by the world that reads it (spans)
+        assert seen == expected
     # the same world: the rest of every rank's stream, batch for batch
     for rank in range(first[0]):
         reference = make_loader(rank, *first)
@@ -320,12 +318,10 @@ def test_any_schedule_resumed_on_any_world_serves_each_slot_once_and_the_same_wo
         assert list(resumed) == batches[min(steps, len(batches)):]
 
 
-def test_the_sampler_reads_a_scheduled_mixture_under_strided_and_refuses_spans():
+def test_the_sampler_reads_a_scheduled_mixture_under_either_deal():
     mixture = Mixture([tagged("a", 5), tagged("b", 5)], schedule=[(0, [1, 1])])
-    assert shufflepoint.ResumableSampler(mixture, 2, 0).deal == "strided"
-    with pytest.raises(ValueError, match=r"deal: found 'spans'\n  expected: 'strided', the only deal this Mixture is "
-                                         r"read under"):
-        shufflepoint.ResumableSampler(mixture, 2, 0, deal="spans")
+    assert shufflepoint.ResumableSampler(mixture, 2, 0).deal == "spans"
+    assert shufflepoint.ResumableSampler(mixture, 2, 0, deal="strided").deal == "strided"
     with pytest.raises(ValueError, match=r"deal: found 'diagonal'\n  expected: one of"):
         shufflepoint.ResumableSampler(mixture, 2, 0, deal="diagonal")
 
@@ -385,7 +381,7 @@ def test_bad_ramps_are_refused_naming_the_phase(schedule, words):
 
 
 @settings(max_examples=60, deadline=None)
-@given(world=st.integers(1, 3), batch=st.integers(1, 6), sources=st.integers(2, 3), data=st.data(),
+@given(world=st.integers(1, 5), batch=st.integers(1, 6), sources=st.integers(2, 4), data=st.data(),
        seed=st.integers(0, 2**32), epochs=st.integers(1, 2), block=st.integers(1, 50))
 def test_every_global_batch_follows_the_phase_of_its_first_sample_and_holds_its_share(
         world, batch, sources, data, seed, epochs, block):
@@ -443,9 +439,10 @@ def test_a_fixed_global_batch_gives_the_same_global_batches_of_a_schedule_on_any
             found.append(sorted(x for b in batches for x in b))
         return found
 
-    reference = global_batches(loaders(2, 6)) + global_batches(loaders(2, 6, epoch=1))
-    assert len(reference) == 16
     for (w1, b1), (w2, b2) in [((2, 6), (3, 4)), ((4, 3), (12, 1)), ((12, 1), (2, 6))]:
+        # under spans the first world lays the order (its stretches), then kept at this global batch
+        reference = global_batches(loaders(w1, b1)) + global_batches(loaders(w1, b1, epoch=1))
+        assert len(reference) == 16
         first = loaders(w1, b1)
         head = global_batches(first, steps=5)
         second = loaders(w2, b2)

@@ -75,6 +75,21 @@ class FitsDecodeBudget(Protocol):
 
 
 @runtime_checkable
+class LaysOnStretches(Protocol):
+    """A dataset whose own order is laid along the ``spans`` deal's stretches under that deal, each rank reading
+    its own share of every source (``shufflepoint.Mixture``): ``epoch_order`` takes ``stretches``, and the order
+    has its own version there."""
+
+    @property
+    def _stretched_version(self) -> int:
+        """The version of the order laid along the stretches (a state records it under ``spans``)."""
+
+    def epoch_order(self, seed: int, epoch: int, shuffle_block: int, grid: int | None = None,
+                    stretches: int | None = None) -> Any:
+        """The order of one epoch, laid along ``stretches`` (the ``spans`` deal's first world size) when given."""
+
+
+@runtime_checkable
 class Scheduled(Protocol):
     """A dataset whose order follows a schedule (``shufflepoint.Mixture(..., schedule=...)``)."""
 

@@ -206,6 +206,15 @@ class Schedule:
         found._finish()
         return found
 
+    def chained(self) -> Schedule:
+        """This schedule's phases counted by their chains of floors alone (a ``GridSchedule``'s edges kept, its
+        largest remainders not): every source's count then grows by at most one per position, anywhere."""
+        found = object.__new__(Schedule)
+        found.sources, found._phases = self.sources, self._phases
+        found.starts, found.shares, found._origins = list(self.starts), list(self.shares), list(self._origins)
+        found._finish()
+        return found
+
     def identities(self) -> list[tuple[int, str]]:
         """One ``(start, hash)`` per phase as written (start in positions; the hash of its exact shares, and for
         a ramp its steps and the next phase it ramps to): a few bytes per phase, however many steps."""
@@ -349,3 +358,4 @@ def compatible(saved: list[tuple[int, str]], current: list[tuple[int, str]], rea
         return None
     return next((i for i, (a, b) in enumerate(zip(past_saved, past_current, strict=False)) if a != b),
                 min(len(past_saved), len(past_current)))
+

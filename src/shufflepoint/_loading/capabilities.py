@@ -1,8 +1,9 @@
 """What the loader asks of a dataset through its declared capabilities (``_core/capabilities.py``): its
 length, the deal a ``Scheduled`` dataset needs, its fingerprint check and its grid warning.
 
-A ``Mixture`` declares them: with a schedule it is read under one deal only (``_required_deal``), says
-when a global batch no longer fits the grid its phases follow (``_check_global_batch``), records its phases
+A ``Mixture`` declares them: it needs no one deal (``_required_deal`` is None: under ``spans`` its order is
+laid along the stretches, ``mixture_stretches.py``), says when a global batch no longer fits the grid its
+phases follow (``_check_global_batch``), records its phases
 in the state (``phases``), and a resume whose phases changed may still be its own run with phases appended
 (``_phase_changed``).
 """
@@ -32,8 +33,7 @@ def deal_for(name: str | None, default: str, dataset: Any) -> str:
         raise ValueError(refusal(
             "deal", name, f"{needed!r}, the only deal this {type(dataset).__name__} is read under",
             f"leave deal unset (or pass deal={needed!r})",
-            why="a scheduled Mixture starts each phase at the sample it names, which only a deal that consumes the "
-            "epoch's positions in order keeps"))
+            why="this dataset starts each phase at the sample it names only under that deal"))
     return str(needed)
 
 

@@ -410,7 +410,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         identity = self._identity.for_orders(orders)
         return _state.Expected(
             kind="loader", n=self._position.layout.n, seed=self._seed, shuffle=self._shuffle,
-            order=orders.name, order_version=orders.version,
+            order=orders.name, order_version=orders.version_for(deal.name),
             dataset_fingerprint=identity.fingerprint, explain_fingerprint=identity.explain, deal=deal.name,
             legacy_fingerprint=identity.legacy_for(state), layout=self._position.layout,
             parameters=orders.parameters, phases_changed=identity.compatible,

@@ -13,6 +13,7 @@ from shufflepoint._core.capabilities import (
     ExplainsFingerprint,
     Identified,
     KeepsShardsOpen,
+    LaysOnStretches,
     LegacyIdentified,
     OwnOrder,
     Scheduled,
@@ -138,6 +139,9 @@ class OrderCache:
         # a loader's global batch, for a dataset whose schedule follows it (Mixture(schedule=...)); in the fingerprint
         scheduled = isinstance(dataset, Scheduled) and dataset.schedule is not None
         self.grid = grid if self.shuffle_block is not None and scheduled else None
+        # a dataset's own order laid along the spans deal's stretches (Mixture), unless a state of the order
+        # before it was laid so is resumed (for_state)
+        self._stretched = self.shuffle_block is not None and isinstance(dataset, LaysOnStretches)
         self._epoch: tuple[int, int | None] | None = None
         self._order: Order | None = None
         if self.shuffle_block is not None and self._rows is None:
@@ -149,9 +153,21 @@ class OrderCache:
         the default and the state records another default (0.1's ``feistel``), that one, so an
         upgrade resumes a run in the order it started with. Adopted only once the state is valid."""
         found = state.get("order") if isinstance(state, dict) else None
+        if self._stretched and isinstance(state, dict) and state.get("deal") == SPANS and \
+                state.get("order_version") == self.version:  # written before Mixture laid its order on stretches
+            unlaid = copy.copy(self)
+            unlaid._stretched, unlaid._epoch, unlaid._order = False, None, None
+            return unlaid
         if self.chosen or self.shuffle_block is not None or found == self.name or found not in DEFAULT_ORDERS:
             return self
         return OrderCache(str(found), self.n, self.seed, dataset=self._dataset)
+
+    def version_for(self, deal: str) -> int:
+        """The order's version read under ``deal``: a dataset's order laid along the ``spans`` stretches has
+        its own (``LaysOnStretches``)."""
+        if deal == SPANS and self._stretched:
+            return int(self._dataset._stretched_version)
+        return self.version
 
     @property
     def dataset(self) -> Any:
@@ -184,7 +200,8 @@ class OrderCache:
 
     def get(self, epoch: int, deal: Cut) -> Order:
         """The epoch's order; under ``spans`` the ``blocks`` order is laid along the epoch's first stretches."""
-        stretches = deal.first_world_size if deal.name == SPANS and self._rows is not None else None
+        laid = self._rows is not None or self._stretched
+        stretches = deal.first_world_size if deal.name == SPANS and laid else None
         if self._order is None or self._epoch != (epoch, stretches):
             if self.shuffle_block is None:
                 self._order = make_order(self.name, self.n, self.seed, epoch)
@@ -192,6 +209,9 @@ class OrderCache:
                 self._order = StretchBlockOrder(self._rows, self.seed, epoch, self.shuffle_block, stretches)
             elif self._rows is not None:
                 self._order = BlockOrder(self._rows, self.seed, epoch, self.shuffle_block)
+            elif stretches is not None:
+                self._order = self._dataset.epoch_order(self.seed, epoch, self.shuffle_block, grid=self.grid,
+                                                        stretches=stretches)
             elif self.grid is not None:
                 self._order = self._dataset.epoch_order(self.seed, epoch, self.shuffle_block, grid=self.grid)
             else:

@@ -373,7 +373,7 @@ class LoaderPosition:
         layout = self.layout
         return _state.build(
             kind=kind, seed=seed, epoch=self.epoch, cursor=cursor, n=layout.n, shuffle=shuffle,
-            order=self.orders.name, order_version=self.orders.version, world_size=layout.world_size,
+            order=self.orders.name, order_version=self.orders.version_for(self.deal.name), world_size=layout.world_size,
             batch_size=layout.batch_size, drop_last=layout.drop_last, dataset_fingerprint=dataset_fingerprint,
             deal=self.deal.name, segments=segments, steps=self.step, history=self.history,
             excluded=self.excluded.exclusion.to_state(), handed=handed.to_state() if handed else [],

@@ -194,7 +194,7 @@ class ResumableSampler(DistributedSampler[int]):
         identity = self._identity.for_orders(orders)
         return _state.Expected(
             kind="sampler", n=self._position.layout.n, seed=self.seed, shuffle=self.shuffle,
-            order=orders.name, order_version=orders.version,
+            order=orders.name, order_version=orders.version_for(deal.name),
             dataset_fingerprint=identity.fingerprint, explain_fingerprint=identity.explain, deal=deal.name,
             legacy_fingerprint=identity.legacy_for(state), layout=self._position.layout,
             parameters=orders.parameters, phases_changed=identity.compatible,

@@ -208,7 +208,9 @@ class StretchBlockOrder(_BlockTable):
     _block_tag = _STRETCH_BLOCK_TAG
 
     def __init__(self, rows: np.ndarray | list[int], seed: int, epoch: int, shuffle_block: int,
-                 stretches: int) -> None:
+                 stretches: int, edges: np.ndarray | None = None) -> None:
+        """``edges``: the stretches' starts and the end (``stretches + 1`` of them, from 0 to the rows), where
+        they are not the near-equal ones (a ``Mixture`` source cut in its ranks' shares of it)."""
         rows = _checked_rows(rows, shuffle_block)
         if stretches < 1:
             raise ValueError(refusal("stretches", stretches, "an int >= 1", "pass stretches >= 1"))
@@ -220,9 +222,11 @@ class StretchBlockOrder(_BlockTable):
         laid = laid[rows[laid] > 0]
         base_start = np.concatenate(([0], np.cumsum(rows[laid]))) if laid.size else np.zeros(1, np.int64)
         # Stretch edges (spans.py's formula) split the shards they fall inside into two pieces.
-        base, extra = divmod(n, stretches)
-        ranks = np.arange(stretches + 1, dtype=np.int64)
-        edges = distinct(ranks * base + np.minimum(ranks, extra))
+        if edges is None:
+            base, extra = divmod(n, stretches)
+            ranks = np.arange(stretches + 1, dtype=np.int64)
+            edges = ranks * base + np.minimum(ranks, extra)
+        edges = distinct(np.asarray(edges, dtype=np.int64))
         cuts = distinct(np.concatenate((base_start, edges)))
         cuts = cuts[cuts < n] if n else cuts[:0]
         shard_at = np.searchsorted(base_start, cuts, side="right") - 1

@@ -47,6 +47,9 @@ from shufflepoint._shards.batch import Batch, Columnar, Rows, checked_indices, g
 from shufflepoint._shards.locate import mixture_location
 from shufflepoint._shards.mixture_order import _MAX_STREAM, NAME, VERSION, MixtureOrder, decode, offsets
 from shufflepoint._shards.mixture_sources import check_sources, is_packed
+from shufflepoint._shards.mixture_stretches import SCHEDULED_VERSION as STRETCHED_SCHEDULED
+from shufflepoint._shards.mixture_stretches import VERSION as STRETCHED
+from shufflepoint._shards.mixture_stretches import StretchedMixtureOrder
 from shufflepoint._shards.scheduled_mixture import VERSION as SCHEDULED  # the order's version with a schedule
 from shufflepoint._shards.scheduled_mixture import ScheduledMixtureOrder, check_global_batch
 from shufflepoint._shards.shown import shown
@@ -98,8 +101,9 @@ class Mixture(torch.utils.data.Dataset[Any]):
     >>> mixture.counts
     [6, 2]
 
-    With a schedule the weights change as training goes; it needs the ``strided`` deal (the loader's
-    default for it), and ``counts`` is then the first epoch's. See docs/shards.md.
+    With a schedule the weights change as training goes, and ``counts`` is then the first epoch's. Under the
+    ``spans`` deal (the loader's default) each rank draws every source from its own stretch of it, so a node
+    keeps its share of every source across epochs (``mixture_stretches.py``). See docs/shards.md.
 
     >>> annealed = Mixture([list(range(10)), list(range(100, 104))], samples_per_epoch=8,
     ...                    schedule=[(0, [3, 1]), (6, [0, 1])])
@@ -233,8 +237,13 @@ class Mixture(torch.utils.data.Dataset[Any]):
 
     def _explain_order_version(self, saved: int) -> str | None:
         """Why a state of another order version is refused, where it is this mixture's other kind."""
-        if {saved, self.order_version} != {VERSION, SCHEDULED}:
+        if saved not in (VERSION, SCHEDULED, STRETCHED, STRETCHED_SCHEDULED):
             return None
+        if (saved in (SCHEDULED, STRETCHED_SCHEDULED)) == (self.schedule is not None):
+            return (f"The state was written in mixture order version {saved} (3 and 4: laid along the 'spans' "
+                    "deal's stretches; 1 and 2: not), which this loader does not read under its deal: resume with "
+                    "the deal the run used, or start fresh.")
+        saved = SCHEDULED if saved in (SCHEDULED, STRETCHED_SCHEDULED) else VERSION
         was, now = ("with", "without") if saved == SCHEDULED else ("without", "with")
         return (f"The state was written by a Mixture {was} a schedule, and this one is built {now}: build the "
                 "Mixture as the run did (its sources and their weights or schedule) to resume it, or start fresh.")
@@ -262,13 +271,23 @@ class Mixture(torch.utils.data.Dataset[Any]):
 
     @property
     def _required_deal(self) -> str | None:
-        """The deal this dataset needs, if any: ``strided`` with a schedule (a phase's start is then the
-        samples consumed; ``spans`` reads a stretch of the epoch per rank)."""
-        return "strided" if self.schedule is not None else None
+        """None: a Mixture, scheduled or not, is read under either deal (under ``spans`` in the order laid
+        along its stretches, ``mixture_stretches.py``, where a phase starts at the global batch it names)."""
+        return None
 
-    def epoch_order(self, seed: int, epoch: int, shuffle_block: int, grid: int | None = None) -> MixtureOrder:
+    @property
+    def _stretched_version(self) -> int:
+        """The order's version under ``spans`` (``mixture_stretches.py``): 3, or 4 with a schedule."""
+        return STRETCHED if self.schedule is None else STRETCHED_SCHEDULED
+
+    def epoch_order(self, seed: int, epoch: int, shuffle_block: int, grid: int | None = None,
+                    stretches: int | None = None) -> MixtureOrder | StretchedMixtureOrder:
         """The order of one epoch; ``grid`` (a loader's global batch) places a schedule's phases and shares on
-        its global batches (``scheduled_mixture.py``); without a schedule it changes nothing."""
+        its global batches (``scheduled_mixture.py``); without a schedule it changes nothing. ``stretches``
+        (the ``spans`` deal's first world size) lays the order along the deal's stretches, each rank drawing
+        every source from its own stretch of it (``mixture_stretches.py``)."""
+        if stretches is not None:
+            return StretchedMixtureOrder(self, seed, epoch, shuffle_block, stretches, grid)
         if self.schedule is not None:
             return ScheduledMixtureOrder(self, seed, epoch, shuffle_block, grid)
         return MixtureOrder(self, seed, epoch, shuffle_block)

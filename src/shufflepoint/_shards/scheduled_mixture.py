@@ -20,9 +20,9 @@ batches unknown) reads the ``shuffle_block`` windows above, phases starting at t
 
 Position -> (source, row of its stream) is then one binary search over the phase starts and one per
 window, whatever the epoch. Under the ``strided`` deal ``g`` is what training consumed; a phase
-appended by a resume after the window it reached changes nothing before it. The ``spans`` deal would
-read the epoch's later positions first on other ranks, so a scheduled mixture requires ``strided``
-(``Mixture._required_deal``).
+appended by a resume after the window it reached changes nothing before it. Under ``spans`` a scheduled
+mixture is read in the order laid along the deal's stretches instead (version 4, ``mixture_stretches.py``),
+whose global batches are window k of every rank's stretch.
 """
 
 from __future__ import annotations
