@@ -116,7 +116,8 @@ bench-gpu: $(STAMP)
 # Decoded images per second (issue 34; benchmarks/images.py): skimage's photos as WebDataset JPEGs, decode +
 # random resized crop to 224 + flip, 2 workers, against webdataset (dev venv), Megatron-Energon and LitData,
 # one run, ratios. The two peers go into .venv-peers/ with --no-deps (each would pull a CUDA torch): the modules
-# their import needs, found by importing. Corpus and conversions cached in .bench-cache/images. About 2 minutes.
+# their import needs, found by importing. Corpus and conversions cached in .bench-cache/images (the first run
+# writes them, ~1 min). About 4 minutes on a quiet 2-core machine, 8 at a load average of 10.
 ENERGON_PEER := .venv-peers/energon/.installed
 LITDATA_PEER := .venv-peers/litdata/.installed
 
