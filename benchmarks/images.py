@@ -62,7 +62,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--loaders", default=",".join(LOADERS))
     parser.add_argument("--cache", default=os.path.join(ROOT, ".bench-cache", "images"))  # then /<sizes>-<samples>
-    parser.add_argument("--out", default=os.path.join(HERE, "results", "images.json"))
+    parser.add_argument("--out", default=None, help="JSON results (default: benchmarks/results/images-<sizes>.json, "
+                        "and the table beside it as .md)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is None:  # a child is handed the corpus's own folder
@@ -337,10 +338,15 @@ def main(argv: list[str] | None = None) -> int:
     results["rounds"] = rounds
     results["decoders"] = decoder_table(args)
     results["load_after"] = [round(x, 2) for x in os.getloadavg()]
-    print(report(results))
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
+    table = report(results)
+    print(table)
+    out = args.out or os.path.join(HERE, "results", f"images-{args.sizes}.json")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
         json.dump(results, f, indent=1)
+    with open(os.path.splitext(out)[0] + ".md", "w") as f:
+        f.write(f"make bench-images (benchmarks/images.py --sizes {args.sizes} --samples {args.samples})\n\n```\n"
+                f"{table}\n```\n")
     return 0
 
 

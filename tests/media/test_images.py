@@ -115,6 +115,7 @@ def test_the_gpu_path_plans_in_the_worker_and_needs_a_cuda_device(photo) -> None
     box = shufflepoint.DecodeImage(32).plan(600, 400, shufflepoint.sample_rng(0, 0, 1))
     assert out["image"]["bytes"] == data
     assert out["image"]["crop"].tolist() == [box.left, box.top, box.width, box.height, int(box.flip)]
+    assert decode(data, shufflepoint.sample_rng(0, 0, 1))["crop"].tolist() == out["image"]["crop"].tolist()
     batch = torch.utils.data.default_collate([out, out])
     with pytest.raises(ValueError, match=r"device: found 'cpu'\n  expected: a CUDA device"):
         decode.to_device(batch, "cpu")

@@ -140,7 +140,7 @@ class DecodeImage:
         name, data = image_field(sample, self.field)
         if self.decoder == "nvjpeg":
             planned = self._planned(sample, name, data, rng)
-            return _replaced(sample, name, self.into, planned)
+            return planned if name is None else _replaced(sample, name, self.into, planned)
         try:
             array, _box = self._decode(data, lambda w, h: self.plan(w, h, rng), self.size)
         except self._errors as error:
