@@ -27,7 +27,7 @@ test: $(STAMP)
 # (~1.5 min): the packed example killed and resumed, `shufflepoint audit` on the Hugging Face Trainer; the
 # quick-start and sharded examples stopped and resumed (~1.3 min at load 5; make test-wheel, in CI, runs the
 # quick start's stop and resume and an epoch of the sharded example from the installed wheel); the images
-# example killed and resumed on 2 ranks and on 3 (147 s at load 15; tests/distributed/test_images_resume.py
+# example killed and resumed on 2 ranks and on 3 (81 s at load 6, 147 s at load 15; tests/distributed/test_images_resume.py
 # keeps a fresh-process resume with workers in make test).
 test-examples: $(STAMP)
 	$(PY) -m pytest -q -m examples tests/distributed
