@@ -41,21 +41,23 @@ def test_a_random_box_lies_inside_the_image_with_an_area_and_aspect_in_range(wid
 
 
 @settings(max_examples=200, deadline=None)
-@given(width=st.integers(1, 5000), height=st.integers(1, 5000), size=st.integers(1, 1024),
-       left=st.integers(0, 4999), top=st.integers(0, 4999))
-def test_the_reduction_keeps_the_box_at_least_the_target_size(width, height, size, left, top) -> None:
+@given(width=st.integers(1, 5000), height=st.integers(1, 5000), out_w=st.integers(1, 1024),
+       out_h=st.integers(1, 1024), left=st.integers(0, 4999), top=st.integers(0, 4999))
+def test_the_reduction_keeps_the_box_at_least_the_target_size(width, height, out_w, out_h, left, top) -> None:
     box = Box(min(left, width - 1), min(top, height - 1), width - min(left, width - 1), height - min(top, height - 1))
-    factor = crops.reduction(box, size)
+    factor = crops.reduction(box, (out_w, out_h))
     assert factor in (1, 2, 4, 8)
     if factor > 1:
-        assert min(box.width, box.height) / factor >= size
+        assert box.width / factor >= out_w and box.height / factor >= out_h
     if factor < 8:
-        assert min(box.width, box.height) / (factor * 2) < size
+        assert box.width / (factor * 2) < out_w or box.height / (factor * 2) < out_h
 
 
-def test_the_centre_box_is_the_largest_centred_square() -> None:
+def test_the_centre_box_is_the_largest_centred_box_of_the_aspect() -> None:
     assert crops.center_box(640, 480) == Box(80, 0, 480, 480)
     assert crops.center_box(300, 451) == Box(0, 75, 300, 300)
+    assert crops.center_box(640, 480, 2.0) == Box(0, 80, 640, 320)
+    assert crops.center_box(640, 480, 0.5) == Box(200, 0, 240, 480)
 
 
 @pytest.mark.parametrize("name,value", [("scale", (0.0, 1.0)), ("scale", (0.5, 0.2)), ("scale", (0.1, 1.5)),

@@ -98,7 +98,8 @@ def test_a_random_crop_without_a_generator_is_refused(photo) -> None:
 
 
 @pytest.mark.parametrize("arguments,match", [
-    ({"size": 0}, r"size: found 0"), ({"size": True}, r"size: found True"),
+    ({"size": 0}, r"size: found 0"), ({"size": True}, r"size: found True"), ({"size": (8,)}, r"size: found \(8,\)"),
+    ({"size": (8, 0)}, r"size: found \(8, 0\)\n  expected: an int in \[1, 16384\], or a \(height, width\) pair"),
     ({"size": 8, "crop": "left"}, r"crop: found 'left'\n  expected: one of 'random', 'center'"),
     ({"size": 8, "decoder": "cv2"}, r"decoder: found 'cv2'"), ({"size": 8, "flip": 1}, r"flip: found 1"),
     ({"size": 8, "scale": (0.5, 2.0)}, r"scale: found \(0.5, 2.0\)"),
@@ -153,11 +154,55 @@ def test_the_gpu_half_s_crop_and_resize_match_pillow_on_the_cpu(photo) -> None:
 
     image = torch.from_numpy(photo).permute(2, 0, 1)
     for box in (Box(100, 0, 400, 400, False), Box(37, 51, 301, 217, True), Box(0, 0, 600, 400, True)):
-        out = device_decode._finish(image, box, 96)
+        out = device_decode._finish(image, box, (96, 96))
         expected = reference(photo, (box.left, box.top, box.left + box.width, box.top + box.height), 96, box.flip)
         difference = np.abs(out.permute(1, 2, 0).numpy().astype(int) - expected.astype(int))
         assert out.dtype == torch.uint8 and difference.mean() < 1.5 and difference.max() <= 40, (box, difference.mean())
     png = _photos.encoded(photo, "PNG")
     box = Box(10, 20, 200, 100, True)
-    assert torch.equal(device_decode._cpu_image(png, box, 32).permute(1, 2, 0),
+    assert torch.equal(device_decode._cpu_image(png, box, (32, 32)).permute(1, 2, 0),
                        torch.from_numpy(reference(photo, (10, 20, 210, 120), 32, True).copy()))
+
+
+def test_a_height_and_width_give_that_shape_and_a_centre_crop_of_that_aspect(photo) -> None:
+    """An aspect-ratio bucket's resolution: (height, width), centre crops of its aspect, random crops too."""
+    data = _photos.encoded(photo, "PNG")  # 400 x 600: no reduced JPEG decode, so Pillow is the reference
+    decode = shufflepoint.DecodeImage((48, 96), crop="center")
+    out = decode({"png": data})["image"]
+    assert out.shape == (3, 48, 96) and decode.size == (48, 96)
+    box = decode.plan(600, 400, None)
+    assert (box.left, box.top, box.width, box.height) == (0, 50, 600, 300)
+    expected = np.asarray(Image.fromarray(photo).resize((96, 48), Image.Resampling.BILINEAR, box=(0, 50, 600, 350)))
+    assert np.array_equal(out.permute(1, 2, 0).numpy(), expected)
+    tall = shufflepoint.DecodeImage((64, 32), ratio=(0.4, 0.6))({"png": data}, np.random.default_rng(2))["image"]
+    assert tall.shape == (3, 64, 32)
+
+
+class BucketShapes:
+    """One ``DecodeImage`` per aspect-ratio bucket, picked by the sample's key: every batch one shape."""
+
+    def __init__(self, keys, shapes) -> None:
+        self.decoders = {k: shufflepoint.DecodeImage(shape, ratio=(0.9 * shape[1] / shape[0], 1.1 * shape[1] /
+                                                                   shape[0])) for k, shape in shapes.items()}
+        self.keys = keys
+
+    def __call__(self, sample, rng):
+        return self.decoders[self.keys[int(sample["__key__"])]](sample, rng)
+
+
+def test_aspect_ratio_buckets_give_every_batch_one_shape(tmp_path) -> None:
+    """``buckets=keys`` from the headers (wide, square, tall), a ``DecodeImage((h, w))`` per bucket."""
+    paths = _photos.write_shards(str(tmp_path / "photos"), 40, 10, sizes="small")
+    corpus = shufflepoint.Shards(str(tmp_path / "photos" / "*.tar"), cache_dir=str(tmp_path / "cache"),
+                                 progress=False)
+    sizes = [decoders.header_size(corpus[i]["jpg"]) for i in range(len(corpus))]
+    keys = [0 if w > 1.25 * h else 2 if h > 1.25 * w else 1 for w, h in sizes]
+    shapes = {0: (24, 40), 1: (32, 32), 2: (40, 24)}
+    loader = shufflepoint.DataLoader(corpus, batch_size=3, seed=4, buckets=keys,
+                                     transform=BucketShapes(keys, shapes))
+    seen = 0
+    for batch in loader:
+        bucket = {keys[int(k)] for k in batch["__key__"]}
+        assert len(bucket) == 1 and batch["image"].shape[2:] == shapes[bucket.pop()]
+        seen += len(batch["__key__"])
+    assert len(paths) == 4 and seen >= 40 - 3 * (3 - 1)  # the tail: at most K * (B - 1) samples dropped

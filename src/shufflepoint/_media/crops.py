@@ -87,16 +87,19 @@ def fallback_box(width: int, height: int, ratio: tuple[float, float]) -> Box:
     return Box((width - w) // 2, (height - h) // 2, w, h)
 
 
-def center_box(width: int, height: int) -> Box:
-    """The largest centred square (an evaluation crop: resize the short side, keep the middle)."""
-    side = min(width, height)
-    return Box((width - side) // 2, (height - side) // 2, side, side)
+def center_box(width: int, height: int, aspect: float = 1.0) -> Box:
+    """The largest centred box of ``aspect`` (width / height; a square by default): an evaluation crop,
+    the short side resized, the middle kept."""
+    w, h = (max(1, min(width, round(height * aspect))), height) if width / height > aspect else \
+        (width, max(1, min(height, round(width / aspect))))
+    return Box((width - w) // 2, (height - h) // 2, w, h)
 
 
-def reduction(box: Box, size: int) -> int:
+def reduction(box: Box, size: tuple[int, int]) -> int:
     """The largest of 1, 2, 4, 8 by which the image may be shrunk while decoding and the box still spans at
-    least ``size`` pixels each way (a JPEG decodes at that fraction for a fraction of the work)."""
+    least ``size`` (width, height) pixels (a JPEG decodes at that fraction for a fraction of the work)."""
     factor = 1
-    while factor * 2 <= MAX_REDUCTION and min(box.width, box.height) >= size * factor * 2:
+    while (factor * 2 <= MAX_REDUCTION and box.width >= size[0] * factor * 2
+           and box.height >= size[1] * factor * 2):
         factor *= 2
     return factor

@@ -42,26 +42,27 @@ def _box(crop: torch.Tensor) -> Box:
     return Box(left, top, width, height, bool(flip))
 
 
-def _finish(image: torch.Tensor, box: Box, size: int) -> torch.Tensor:
-    """Crop ``box`` from a CHW uint8 image on the device, resize to ``size``, mirror: uint8 again."""
+def _finish(image: torch.Tensor, box: Box, size: tuple[int, int]) -> torch.Tensor:
+    """Crop ``box`` from a CHW uint8 image on the device, resize to ``size`` (width, height), mirror: uint8."""
     piece = image[:, box.top:box.top + box.height, box.left:box.left + box.width].unsqueeze(0).float()
-    resized = torch.nn.functional.interpolate(piece, size=(size, size), mode="bilinear", antialias=True,
+    resized = torch.nn.functional.interpolate(piece, size=(size[1], size[0]), mode="bilinear", antialias=True,
                                               align_corners=False)
     out = resized.squeeze(0).round_().clamp_(0, 255).to(torch.uint8)
     return out.flip(-1) if box.flip else out
 
 
-def _cpu_image(data: bytes, box: Box, size: int) -> torch.Tensor:
+def _cpu_image(data: bytes, box: Box, size: tuple[int, int]) -> torch.Tensor:
     with Image.open(io.BytesIO(data)) as image:
         rgb = image.convert("RGB")
-    out = rgb.resize((size, size), Image.Resampling.BILINEAR, box=box.scaled(1.0, 1.0))
+    out = rgb.resize(size, Image.Resampling.BILINEAR, box=box.scaled(1.0, 1.0))
     if box.flip:
         out = out.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
     return torch.from_numpy(np.array(out)).permute(2, 0, 1)
 
 
-def decode_batch(blobs: Sequence[bytes], planned: torch.Tensor, size: int, device: torch.device) -> torch.Tensor:
-    """uint8 ``[B, 3, size, size]`` on ``device`` from the batch's bytes and its planned crops ``[B, 5]``."""
+def decode_batch(blobs: Sequence[bytes], planned: torch.Tensor, size: tuple[int, int],
+                 device: torch.device) -> torch.Tensor:
+    """uint8 ``[B, 3, height, width]`` on ``device`` from the batch's bytes and its planned crops ``[B, 5]``."""
     if device.type != "cuda":
         raise ValueError(refusal("device", str(device), "a CUDA device for decoder='nvjpeg'",
                                  "pass a CUDA device, or use decoder='auto' (CPU decoding in the workers)"))
@@ -69,7 +70,7 @@ def decode_batch(blobs: Sequence[bytes], planned: torch.Tensor, size: int, devic
     jpegs = [i for i, data in enumerate(blobs) if is_jpeg(data)]
     encoded = [torch.frombuffer(bytearray(blobs[i]), dtype=torch.uint8) for i in jpegs]
     decoded = decode_jpeg(encoded, device=device, mode=_rgb_mode()) if encoded else []
-    out = torch.empty((len(blobs), 3, size, size), dtype=torch.uint8, device=device)
+    out = torch.empty((len(blobs), 3, size[1], size[0]), dtype=torch.uint8, device=device)
     for i, image in zip(jpegs, decoded, strict=True):
         out[i] = _finish(image, _box(planned[i]), size)
     for i in sorted(set(range(len(blobs))) - set(jpegs)):

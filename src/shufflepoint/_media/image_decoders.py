@@ -1,4 +1,4 @@
-"""Image bytes -> a ``size x size`` RGB array, the crop chosen from the header before a pixel is decoded.
+"""Image bytes -> an RGB array of ``size`` (width, height), the crop chosen from the header before a pixel is decoded.
 
 Two CPU decoders behind one signature, ``decode(data, plan, size) -> (HWC uint8 array, Box)``, where
 ``plan(width, height) -> Box`` picks the crop (``crops``):
@@ -36,11 +36,11 @@ def is_jpeg(data: bytes | memoryview) -> bool:
     return bytes(data[:3]) == JPEG_MAGIC
 
 
-def _resized(image: Image.Image, box: Box, sx: float, sy: float, size: int) -> np.ndarray:
+def _resized(image: Image.Image, box: Box, sx: float, sy: float, size: tuple[int, int]) -> np.ndarray:
     """Crop ``box`` (in the full image's pixels; the image was decoded at ``sx`` x ``sy``), resize, mirror."""
     if image.mode not in ("RGB", "L"):
         image = image.convert("RGB")
-    out = image.resize((size, size), Image.Resampling.BILINEAR, box=box.scaled(sx, sy))
+    out = image.resize(size, Image.Resampling.BILINEAR, box=box.scaled(sx, sy))
     if out.mode != "RGB":
         out = out.convert("RGB")
     if box.flip:
@@ -48,7 +48,7 @@ def _resized(image: Image.Image, box: Box, sx: float, sy: float, size: int) -> n
     return np.array(out)  # a writable copy (torch.from_numpy warns on Pillow's read-only view)
 
 
-def decode_pil(data: bytes, plan: Plan, size: int, draft: bool = True) -> tuple[np.ndarray, Box]:
+def decode_pil(data: bytes, plan: Plan, size: tuple[int, int], draft: bool = True) -> tuple[np.ndarray, Box]:
     """Pillow, with a reduced JPEG decode when the box allows (``draft``)."""
     image = Image.open(io.BytesIO(data))
     width, height = image.size
@@ -60,7 +60,7 @@ def decode_pil(data: bytes, plan: Plan, size: int, draft: bool = True) -> tuple[
     return _resized(image, box, image.size[0] / width, image.size[1] / height, size), box
 
 
-def decode_simplejpeg(data: bytes, plan: Plan, size: int) -> tuple[np.ndarray, Box]:
+def decode_simplejpeg(data: bytes, plan: Plan, size: tuple[int, int]) -> tuple[np.ndarray, Box]:
     """libjpeg-turbo via simplejpeg (a JPEG), else Pillow."""
     if not is_jpeg(data):
         return decode_pil(data, plan, size)
@@ -86,7 +86,7 @@ def has_simplejpeg() -> bool:
     return importlib.util.find_spec("simplejpeg") is not None
 
 
-def cpu_decoder(name: str) -> Callable[[bytes, Plan, int], tuple[np.ndarray, Box]]:
+def cpu_decoder(name: str) -> Callable[[bytes, Plan, tuple[int, int]], tuple[np.ndarray, Box]]:
     """The decode function ``name`` stands for (``auto``: simplejpeg when installed, else Pillow)."""
     if name == "simplejpeg" or (name == "auto" and has_simplejpeg()):
         return decode_simplejpeg

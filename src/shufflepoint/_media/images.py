@@ -78,12 +78,14 @@ def _key(sample: Mapping[str, Any]) -> str:
 
 
 class DecodeImage:
-    """Decode a sample's image, crop and resize it to ``size x size``, maybe mirror it: uint8, CHW.
+    """Decode a sample's image, crop and resize it to ``size``, maybe mirror it: uint8, CHW.
 
     Args:
-        size (int): the side of the square output, in pixels. Required.
+        size (int | tuple[int, int]): the output in pixels: an int for a square, or ``(height, width)`` (an
+            aspect-ratio bucket's resolution, say; pass a ``ratio`` around its aspect). Required.
         crop (str): ``"random"`` (default): a random resized crop drawn from the sample's generator, the
-            ImageNet recipe (``scale``, ``ratio``); ``"center"``: the largest centred square, no randomness.
+            ImageNet recipe (``scale``, ``ratio``); ``"center"``: the largest centred box of the output's
+            aspect, no randomness.
         scale (tuple[float, float]): the crop's share of the image's area, (min, max). Default (0.08, 1.0).
         ratio (tuple[float, float]): the crop's width / height, (min, max), drawn log-uniformly.
             Default (3/4, 4/3).
@@ -99,11 +101,10 @@ class DecodeImage:
     >>> loader = shufflepoint.DataLoader(corpus, batch_size=64, seed=0, transform=decode)  # doctest: +SKIP
     """
 
-    def __init__(self, size: int, *, crop: str = "random", scale: tuple[float, float] = (0.08, 1.0),
+    def __init__(self, size: int | tuple[int, int], *, crop: str = "random", scale: tuple[float, float] = (0.08, 1.0),
                  ratio: tuple[float, float] = (3 / 4, 4 / 3), flip: bool = True, field: str | None = None,
                  into: str = "image", decoder: str = "auto") -> None:
-        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or not 1 <= size <= 16384:
-            raise ValueError(refusal("size", size, "an int in [1, 16384]", "pass size=224, say"))
+        height, width = _checked_size(size)
         for name, value, allowed in (("crop", crop, CROPS), ("decoder", decoder, DECODERS)):
             if value not in allowed:
                 raise ValueError(refusal(name, value, f"one of {', '.join(map(repr, allowed))}",
@@ -114,8 +115,9 @@ class DecodeImage:
                                      "pass decoder='auto'", why="simplejpeg is not installed here"))
         if not isinstance(flip, bool):
             raise ValueError(refusal("flip", flip, "a bool", "pass flip=True or False"))
-        self.size, self.crop, self.flip, self.field, self.into, self.decoder = \
-            int(size), crop, flip, field, into, decoder
+        self.size = height if height == width else (height, width)
+        self._out = (width, height)  # Pillow's order
+        self.crop, self.flip, self.field, self.into, self.decoder = crop, flip, field, into, decoder
         self.scale = crops.check_range("scale", scale, 0.0, 1.0)
         self.ratio = crops.check_range("ratio", ratio, 0.0, float("inf"))
         self._decode = decoders.cpu_decoder(decoder)
@@ -128,7 +130,7 @@ class DecodeImage:
     def plan(self, width: int, height: int, rng: np.random.Generator | None) -> Box:
         """The crop of an image of ``width x height``; random draws come from ``rng`` alone."""
         if self.crop == "center":
-            return crops.center_box(width, height)
+            return crops.center_box(width, height, self._out[0] / self._out[1])
         if rng is None:
             raise ValueError(refusal("DecodeImage rng", None, "the sample's generator for crop='random'",
                                      "pass it as DataLoader(..., transform=decode), which calls decode(sample, "
@@ -142,7 +144,7 @@ class DecodeImage:
             planned = self._planned(sample, name, data, rng)
             return planned if name is None else _replaced(sample, name, self.into, planned)
         try:
-            array, _box = self._decode(data, lambda w, h: self.plan(w, h, rng), self.size)
+            array, _box = self._decode(data, lambda w, h: self.plan(w, h, rng), self._out)
         except self._errors as error:
             raise _corrupt(sample, name, data, error) from error
         image = torch.from_numpy(array).permute(2, 0, 1)
@@ -158,16 +160,26 @@ class DecodeImage:
         return {"bytes": data, "crop": torch.tensor([box.left, box.top, box.width, box.height, int(box.flip)])}
 
     def to_device(self, batch: Any, device: torch.device | str, non_blocking: bool = True) -> torch.Tensor:
-        """The batch's images as uint8 ``[B, 3, size, size]`` on ``device``: a copy of what the workers
+        """The batch's images as uint8 ``[B, 3, height, width]`` on ``device``: a copy of what the workers
         decoded, or (``decoder="nvjpeg"``) the batch decoded on the GPU from the bytes and crops they planned."""
         images = batch[self.into] if isinstance(batch, Mapping) else batch
         if self.decoder != "nvjpeg":
             copied: torch.Tensor = images.to(device, non_blocking=non_blocking)
             return copied
         device_decode = _imported("shufflepoint._media.device_decode")
-        decoded: torch.Tensor = device_decode.decode_batch(images["bytes"], images["crop"], self.size,
+        decoded: torch.Tensor = device_decode.decode_batch(images["bytes"], images["crop"], self._out,
                                                            torch.device(device))
         return decoded
+
+
+def _checked_size(size: object) -> tuple[int, int]:
+    """(height, width) of ``size``: an int for a square, or a (height, width) pair, each in [1, 16384]."""
+    pair = (size, size) if not isinstance(size, (tuple, list)) else tuple(size)
+    if len(pair) != 2 or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 1 <= v <= 16384
+                                 for v in pair):
+        raise ValueError(refusal("size", size, "an int in [1, 16384], or a (height, width) pair of them",
+                                 "pass size=224, or size=(256, 384)"))
+    return int(pair[0]), int(pair[1])
 
 
 def _replaced(sample: Mapping[str, Any], name: str | None, into: str, value: Any) -> dict[str, Any]:
