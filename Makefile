@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test test-examples test-locality test-wheel test-repeat exit-soak test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards \
-	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-which bench-tail soak lint clean test-accelerate-matrix test-transformers-matrix
+	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-images bench-which bench-tail soak lint clean test-accelerate-matrix test-transformers-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,9 @@ test: $(STAMP)
 # End-to-end runs a lower-level test already covers, kept out of `make test` for its time budget
 # (~1.5 min): the packed example killed and resumed, `shufflepoint audit` on the Hugging Face Trainer; the
 # quick-start and sharded examples stopped and resumed (~1.3 min at load 5; make test-wheel, in CI, runs the
-# quick start's stop and resume and an epoch of the sharded example from the installed wheel).
+# quick start's stop and resume and an epoch of the sharded example from the installed wheel); the images
+# example killed and resumed on 2 ranks and on 3 (81 s at load 6, 147 s at load 15; tests/distributed/test_images_resume.py
+# keeps a fresh-process resume with workers in make test).
 test-examples: $(STAMP)
 	$(PY) -m pytest -q -m examples tests/distributed
 
@@ -109,6 +111,29 @@ bench-indexing: $(STAMP)
 # with bitwise-equal losses. Where CUDA is absent it says "no GPU" and exits 0 (nothing measured).
 bench-gpu: $(STAMP)
 	$(PY) benchmarks/gpu_feed.py
+	$(PY) benchmarks/gpu_images.py
+
+# Decoded images per second (issue 34; benchmarks/images.py): skimage's photos as WebDataset JPEGs, decode +
+# random resized crop to 224 + flip, 2 workers, against webdataset (dev venv), Megatron-Energon and LitData,
+# one run, ratios. The two peers go into .venv-peers/ with --no-deps (each would pull a CUDA torch): the modules
+# their import needs, found by importing. Corpus and conversions cached in .bench-cache/images (the first run
+# writes them, ~1 min). About 4 minutes on a quiet 2-core machine, 8 at a load average of 10.
+ENERGON_PEER := .venv-peers/energon/.installed
+LITDATA_PEER := .venv-peers/litdata/.installed
+
+$(ENERGON_PEER): $(STAMP)
+	$(PY) -m pip install -q --no-deps --target .venv-peers/energon megatron-energon==7.4.1 multi-storage-client==1.3.1 \
+	  bracex==3.2.4 wcmatch==12.0.4 filetype==1.2.0 lark==1.3.1 mfusepy==3.1.1 rapidyaml==0.15.2 prettytable==3.19.0 \
+	  wcwidth==0.9.4 deprecation==2.1.0 obstore==0.12.1 xattr==1.3.1 opentelemetry-api==1.45.3
+	touch $@
+
+$(LITDATA_PEER): $(STAMP)
+	$(PY) -m pip install -q --no-deps --target .venv-peers/litdata litdata==0.2.76 lightning-utilities==0.15.3 \
+	  filelock==4.3.2
+	touch $@
+
+bench-images: $(STAMP) $(ENERGON_PEER) $(LITDATA_PEER)
+	$(PY) benchmarks/images.py
 
 # The read path against issue 19's targets: Parquet rows vs pyarrow's sequential decode, token windows
 # per second, workers 0 and 2 (first batch and rate apart). About 2 minutes; QUICK=1 a tenth of the corpus.

@@ -4,6 +4,7 @@ import shufflepoint
 
 EXPECTED = {
     "DataLoader",
+    "DecodeImage",
     "Locatable",
     "Mixture",
     "Packed",
@@ -11,6 +12,7 @@ EXPECTED = {
     "Permutation",
     "ResumableSampler",
     "ResumeWarning",
+    "SampleError",
     "ShardError",
     "Shards",
     "STATE_FIELDS",

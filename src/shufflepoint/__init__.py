@@ -7,11 +7,12 @@ a handful of integers that are the same on every rank.
 from __future__ import annotations
 
 from shufflepoint._core.capabilities import Locatable
-from shufflepoint._core.errors import ResumeWarning, ShardError, StateError
+from shufflepoint._core.errors import ResumeWarning, SampleError, ShardError, StateError
 from shufflepoint._core.state import FIELDS as STATE_FIELDS
 from shufflepoint._loading.loader import DataLoader
 from shufflepoint._loading.randomness import sample_rng, torch_generator
 from shufflepoint._loading.sampler import ResumableSampler
+from shufflepoint._media.images import DecodeImage
 from shufflepoint._media.video import VideoClips
 from shufflepoint._order import ORDERS, Permutation, permutation
 from shufflepoint._shards.batch import collate
@@ -25,12 +26,14 @@ __all__ = [
     "ORDERS",
     "STATE_FIELDS",
     "DataLoader",
+    "DecodeImage",
     "Locatable",
     "Mixture",
     "Packed",
     "Permutation",
     "ResumableSampler",
     "ResumeWarning",
+    "SampleError",
     "ShardError",
     "Shards",
     "StateError",

@@ -26,6 +26,13 @@ class ShardError(OSError):
         self.shard = shard
 
 
+class SampleError(ValueError):
+    """One sample's content cannot become what the transform makes of it: an image that does not decode, a
+    field that is missing. Raised by the transform, which knows the sample's key but not its file; the
+    loader (and ``Shards``) re-raise it as a :class:`ShardError` naming the shard and the row, because a
+    bad sample is reported, never skipped."""
+
+
 REPLACE_SHARD = "replace the shard with a good copy (no sample is skipped in its place)"
 
 

@@ -17,7 +17,9 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
+from shufflepoint._core.errors import SampleError
 from shufflepoint._loading.randomness import batch_rng, sample_rng, saved_globals, seed_globals, seeded_globals
+from shufflepoint._shards.locate import located_error
 
 Key = tuple[int, int, int]  # (epoch, position in the epoch's global stream, dataset index)
 Transform = Callable[[Any, np.random.Generator], Any]
@@ -61,7 +63,14 @@ class KeyedDataset(torch.utils.data.Dataset[Any]):
         if self.seed_per_sample:
             seed_globals(rng)
         sample = self.dataset[index]
-        return sample if self.transform is None else self.transform(sample, rng)
+        return sample if self.transform is None else self._transformed(self.transform, sample, rng, index)
+
+    def _transformed(self, transform: Transform, sample: Any, rng: np.random.Generator, index: int) -> Any:
+        """``transform(sample, rng)``; a bad sample (``SampleError``) is re-raised naming its shard and row."""
+        try:
+            return transform(sample, rng)
+        except SampleError as error:
+            raise located_error(error, self.dataset, index) from error
 
     def __getitem__(self, key: Key) -> Any:
         epoch, _position, index = key
@@ -75,7 +84,7 @@ class KeyedDataset(torch.utils.data.Dataset[Any]):
         if fetch is not None and not self.seed_per_sample:  # batched reads stay batched
             samples = fetch([index for _epoch, _position, index in keys])
             if self.transform is not None:
-                samples = [self.transform(sample, sample_rng(self.seed, epoch, index))
+                samples = [self._transformed(self.transform, sample, sample_rng(self.seed, epoch, index), index)
                            for sample, (epoch, _position, index) in zip(samples, keys, strict=True)]
         else:  # with seed_per_sample, the global states are saved once per batch (numpy's costs ~50 us)
             with saved_globals() if self.seed_per_sample else contextlib.nullcontext():

@@ -1,2 +1,3 @@
-"""Media datasets: video clips (``video.py``) decoded in the loader's workers, exact and elastic like any
-map-style dataset. Layer: imports ``_core`` and ``_shards`` (storage, the cache folder), never the loader."""
+"""Media: video clips (``video.py``) and images (``images.py``), decoded in the loader's workers, exact and
+elastic like any map-style dataset, their random augmentation drawn from the sample's own generator. Layer:
+imports ``_core`` and ``_shards`` (storage, the cache folder), never the loader."""

@@ -18,7 +18,7 @@ import numpy as np
 import torch.utils.data
 
 from shufflepoint._core.capabilities import MeasuresDecodedRows, TakesIds
-from shufflepoint._core.errors import Plain, ShardError, refusal
+from shufflepoint._core.errors import Plain, SampleError, ShardError, refusal
 from shufflepoint._order.distinct import in_first_seen_order
 from shufflepoint._shards import index as _index
 from shufflepoint._shards import sidecar
@@ -28,7 +28,7 @@ from shufflepoint._shards.cache import NodeCache
 from shufflepoint._shards.decode_budget import fitting_block, warn_if_redecoding
 from shufflepoint._shards.indexing import Indexer
 from shufflepoint._shards.integrity import check_checksum, check_verify
-from shufflepoint._shards.locate import shard_location
+from shufflepoint._shards.locate import located_error, shard_location
 from shufflepoint._shards.prefetch import Prefetcher
 from shufflepoint._shards.readers import infer_format, make_reader, saved_dataset_files
 from shufflepoint._shards.readers._decoded import GROUPS
@@ -243,7 +243,15 @@ class Shards(torch.utils.data.Dataset[Any]):
                                      "pass an index of the corpus's rows"))
         shard, row = self.shard_of(int(index))
         sample = self._open(shard)[row]
-        return self._transform(sample) if self._transform is not None else sample
+        return self._transformed(sample, int(index)) if self._transform is not None else sample
+
+    def _transformed(self, sample: Any, index: int) -> Any:
+        """``transform(sample)``; a bad sample (``SampleError``) is re-raised naming its shard and row."""
+        assert self._transform is not None
+        try:
+            return self._transform(sample)
+        except SampleError as error:
+            raise located_error(error, self, index) from error
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
         """``[self[i] for i in indices]``, read a batch at once (torch's DataLoader calls this)."""
@@ -262,7 +270,8 @@ class Shards(torch.utils.data.Dataset[Any]):
             batch = gather(shards, lambda shard, where: self._open(shard).take(rows[where]))
         if self._transform is None:
             return batch
-        return Rows([self._transform(sample) for sample in batch.samples()])
+        return Rows([self._transformed(sample, index) for sample, index in zip(batch.samples(), flat.tolist(),
+                                                                                strict=True)])
 
     def _read_laid_out(self, shards: np.ndarray, rows: np.ndarray) -> Batch | None:
         """The batch from the decoded columns of its files laid out side by side (``readers/_flat``):

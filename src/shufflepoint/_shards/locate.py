@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from shufflepoint._core.capabilities import Locatable, LocatesRows
+from shufflepoint._core.errors import SampleError, ShardError
 
 
 def below(dataset: Any, index: int) -> dict[str, Any] | None:
@@ -66,3 +67,14 @@ def mixture_location(index: int, source: int, within: int, dataset: Any) -> dict
     if where is not None:
         found["where"] = where
     return found
+
+
+def located_error(error: SampleError, dataset: Any, index: int) -> Exception:
+    """A bad sample's error, said where it lives: a ``ShardError`` naming the shard and row when ``dataset``
+    can ``locate`` it down to a file (through a ``Mixture`` too), else the ``SampleError`` with its index."""
+    where = below(dataset, index)
+    while where is not None and "url" not in where:
+        where = where.get("where")
+    if where is None:
+        return SampleError(f"dataset index {index}: {error}")
+    return ShardError(str(where["url"]), f"row {where['row']} (dataset index {index}): {error}")
