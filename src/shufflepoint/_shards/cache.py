@@ -85,6 +85,18 @@ class NodeCache:
                     os.unlink(tmp)
         return path
 
+    def find(self, url: str, version: str) -> str | None:
+        """The complete entry (url, version), marked used, or None: for entries whose size is known
+        only once they are made (``kept_ids``); entries are published whole, so one found is complete."""
+        path = self.entry(url, version)
+        try:
+            os.utime(path)
+        except FileNotFoundError:
+            return None
+        except OSError:  # another user's file in a shared cache: still a hit
+            return path if os.path.exists(path) else None
+        return path
+
     def release(self, url: str, version: str) -> None:
         """A hint: this node is done with the shard for this epoch; evict it first."""
         with contextlib.suppress(OSError):

@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
-from shufflepoint._core.capabilities import MeasuresDecodedRows, TakesIds
+from shufflepoint._core.capabilities import KeepsDecodedIds, MeasuresDecodedRows, TakesIds
 from shufflepoint._core.errors import Plain, ShardError, refusal
 from shufflepoint._order.distinct import in_first_seen_order
 from shufflepoint._shards import index as _index
-from shufflepoint._shards import sidecar
+from shufflepoint._shards import kept_ids, sidecar
 from shufflepoint._shards.batch import Batch, Columnar, Rows, Stacked, checked_indices, gather
 from shufflepoint._shards.blocks import DEFAULT_SHUFFLE_BLOCK
 from shufflepoint._shards.cache import NodeCache
@@ -406,6 +406,8 @@ class Shards(torch.utils.data.Dataset[Any]):
             opened.close()
             raise ShardError(url, f"has {len(opened)} rows, the index says {record.rows}: it changed since "
                                   "the index was built; rebuild the index (delete its sidecar) and restart the epoch")
+        if isinstance(opened, KeepsDecodedIds):  # Parquet: token ids decoded once per node, then mapped
+            opened.keep_ids_in(kept_ids.store(self._cache_dir))
         join = getattr(opened, "_join_layout", None)
         if join is not None:
             if self._layout is None:  # an arena of about two blocks: a block's files side by side

@@ -360,8 +360,9 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
             field = str(self.source.field)
             spans = getattr(dataset, "_read_id_spans_ascending", None)  # Shards: no array per document
             reads = spans if spans is not None else dataset._read_ids_ascending
+            self._window = None  # its arrays are written again by the new window (no batch holds them)
             built = build_window(self._table(epoch), epoch, begin, stop, (self.bos, self.eos),
-                                 lambda documents: reads(documents, field))
+                                 lambda documents: reads(documents, field), self.seq_len, window)
             if built is None:  # the corpus's reader holds no arrays (JSON Lines): asked once
                 self._no_window = True
                 return None
@@ -372,7 +373,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
             if not self._framing_checked:
                 self._check_framing(documents[:_FRAMING_CHECKED].tolist(), sample[:_FRAMING_CHECKED])
             self._window = window
-        return PackedBatch(*window.rows(begin, len(rows), self.seq_len, IGNORE_INDEX))
+        return PackedBatch(*window.rows(begin, len(rows), IGNORE_INDEX))
 
     def _reads_ids(self, dataset: Any) -> bool:
         """Whether ``dataset`` reads ids ascending (``ReadsIdsAscending``), asked once per dataset: a
