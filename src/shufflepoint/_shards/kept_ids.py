@@ -9,7 +9,8 @@ copy, no decode). What a later epoch then reads is what the ``.bin`` windows rea
 
 One entry per (file, column, unit), ``<cache_dir>/ids/<key>.ids.shard`` (a ``NodeCache``: LRU, at
 most ``SHUFFLEPOINT_KEPT_IDS_BYTES``, default 8 GiB; 0 keeps nothing). The key hashes the file's
-path, size, mtime and inode, so a rewritten file (or a re-downloaded copy) is decoded afresh. An
+path, size, mtime, inode and last 64 KiB (the footer), so a rewritten file (or a re-downloaded copy)
+is decoded afresh. An
 entry: a 32-byte header (magic, the values' dtype, rows, values), ``rows + 1`` int64 offsets, then
 the values, as uint16 where every value fits (half of int32's bytes, as the ``.bin`` windows hold
 them), else as decoded. Published whole (a temporary file, then ``os.replace``); one whose size
@@ -21,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+
 import numpy as np
 
 from shufflepoint._core.errors import refusal
@@ -31,6 +33,7 @@ DEFAULT_LIMIT = 8 << 30
 _MAGIC = b"SPIDS1\0\0"
 _HEADER = 32
 _NARROW = np.dtype("<u2")
+_TAIL = 64 << 10
 
 
 def _limit() -> int:
@@ -45,10 +48,14 @@ def _limit() -> int:
 
 
 def file_key(path: str) -> str:
-    """The identity of one local file's content as this node sees it (path, size, mtime, inode)."""
-    stat = os.stat(path)
-    text = f"{os.path.realpath(path)}\0{stat.st_size}\0{stat.st_mtime_ns}\0{stat.st_ino}"
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    """The identity of one local file's content as this node sees it: path, size, mtime, inode, and its
+    last ``_TAIL`` bytes (a Parquet footer: the row groups' sizes and statistics), since a file rewritten
+    in place within the filesystem's timestamp granularity keeps its mtime."""
+    with open(path, "rb") as handle:
+        stat = os.fstat(handle.fileno())
+        tail = os.pread(handle.fileno(), _TAIL, max(0, stat.st_size - _TAIL))
+    text = f"{os.path.realpath(path)}\0{stat.st_size}\0{stat.st_mtime_ns}\0{stat.st_ino}\0"
+    return hashlib.sha256(text.encode() + tail).hexdigest()[:32]
 
 
 class KeptIds:

@@ -340,9 +340,12 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         dataset = self.dataset
         if self._no_window or len(indices) == 0 or self.source.tokenize is not None or not self._reads_ids(dataset):
             return None
-        if not all(isinstance(index, (int, np.integer)) and not isinstance(index, bool) for index in indices):
+        if set(map(type, indices)) == {int}:  # the loader's batches: Python ints (a bool is not one of them)
+            rows = indices if isinstance(indices, list) else list(indices)
+        elif all(isinstance(index, (int, np.integer)) and not isinstance(index, bool) for index in indices):
+            rows = [int(index) for index in indices]  # a batch: a few ints, cheaper in Python than in numpy
+        else:
             return None  # the per-document path says what is wrong with it
-        rows = [int(index) for index in indices]  # a batch: a few ints, cheaper in Python than in numpy
         if rows != list(range(rows[0], rows[0] + len(rows))) or rows[0] < 0:
             return None
         epoch, row = self._decode(rows[0])
