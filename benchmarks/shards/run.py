@@ -199,6 +199,7 @@ def main() -> None:
     records: list = []
     found_versions = versions()
     out, name = Path(args.out), "shards_quick" if args.quick else "shards"
+    out.mkdir(parents=True, exist_ok=True)
 
     def save(done: bool = False) -> None:
         """The records so far (``partial`` until the end), so that a run cut short still leaves its figures."""

@@ -46,6 +46,19 @@ def _is_remote(url: str) -> bool:
     return "://" in url and not url.startswith("file://")
 
 
+_KEEPS_IDS: dict[type, bool] = {}
+
+
+def _keeps_ids(opened: OpenShard) -> bool:
+    """``isinstance(opened, KeepsDecodedIds)``, asked once per reader class: a runtime Protocol's check
+    walks its members (~10 µs), and a resume's first batch opens ~110 token shards."""
+    kind = type(opened)
+    found = _KEEPS_IDS.get(kind)
+    if found is None:
+        found = _KEEPS_IDS[kind] = isinstance(opened, KeepsDecodedIds)
+    return found
+
+
 class Shards(torch.utils.data.Dataset[Any]):
     """The rows of many shard files, in shard order, as one map-style dataset.
 
@@ -279,15 +292,16 @@ class Shards(torch.utils.data.Dataset[Any]):
         return found
 
     def _read_windows(self, shards: np.ndarray, rows: np.ndarray) -> Batch | None:
-        """Token windows from several shards written into one (n, seq_len + 1) int64 array, each shard's
-        rows in place (``OpenTokens.take_into``): no array per shard, no join, no reorder. A resume's
+        """Token windows from several shards written into one (n, seq_len + 1) array of the tokens' type,
+        each shard's rows in place (``OpenTokens.take_into``: a pread straight into its row), then cast to
+        int64 at once: no array per shard, no join, no reorder, no bytes object per window. A resume's
         first batch reads ~2 windows from each of ~110 shards. A batch inside one shard is its ``take``;
         None for the other readers."""
         if not isinstance(self._reader, TokensReader) or not shards.size:
             return None
         if shards[0] == shards[-1] and (shards == shards[0]).all():  # the usual batch: one index into one shard
             return self._open(int(shards[0])).take(rows)
-        out = np.empty((shards.size, self._reader.window_width), dtype=np.int64)
+        out = np.empty((shards.size, self._reader.window_width), dtype=self._reader.token_type)  # as stored
         by_shard = np.argsort(shards, kind="stable")
         ordered = shards[by_shard]
         bounds = [0, *(np.flatnonzero(ordered[1:] != ordered[:-1]) + 1).tolist(), shards.size]
@@ -296,7 +310,7 @@ class Shards(torch.utils.data.Dataset[Any]):
             opened = self._open(int(ordered[first]))
             assert isinstance(opened, OpenTokens)  # what a TokensReader opens
             opened.take_into(out, where, rows[where])
-        return Stacked(torch.from_numpy(out))
+        return Stacked(torch.from_numpy(out.astype(np.int64)))  # one cast for the batch
 
     def _read_ids(self, indices: Sequence[int] | np.ndarray, column: str) -> list[np.ndarray] | None:
         """Each sample's ``column`` as a 1-D integer array, where the reader holds it as one (a
@@ -406,7 +420,7 @@ class Shards(torch.utils.data.Dataset[Any]):
             opened.close()
             raise ShardError(url, f"has {len(opened)} rows, the index says {record.rows}: it changed since "
                                   "the index was built; rebuild the index (delete its sidecar) and restart the epoch")
-        if isinstance(opened, KeepsDecodedIds):  # Parquet: token ids decoded once per node, then mapped
+        if _keeps_ids(opened):  # Parquet: token ids decoded once per node, then mapped
             opened.keep_ids_in(kept_ids.store(self._cache_dir))
         join = getattr(opened, "_join_layout", None)
         if join is not None:
