@@ -129,7 +129,7 @@ INDEXGEN_SIZES = (10**6, 2**24 + 1, 10**8, 2**30 + 1, 10**9, 10**12, 2**62)
 
 
 def indexgen(sink: Sink, quick: bool) -> None:
-    from shufflepoint._core.plan import Layout
+    from shufflepoint._core.plan import Layout, StridedCut
     from shufflepoint._loading.deal import rank_index_chunks
     from shufflepoint._order import make_order
 
@@ -148,7 +148,7 @@ def indexgen(sink: Sink, quick: bool) -> None:
         stream_count = min(n // L.WORLD, 1 << 20)
 
         def stream(order=order, layout=layout, stream_count=stream_count) -> None:
-            chunks = itertools.chain.from_iterable(rank_index_chunks(order, layout, 0, 0))
+            chunks = itertools.chain.from_iterable(rank_index_chunks(order, StridedCut(layout, 0), 0))
             for _ in itertools.islice(chunks, 0, stream_count, L.BATCH):  # consumed in C, one per batch
                 pass
 

@@ -6,10 +6,11 @@ the framed document (bos/eos counted). ``EpochTable`` holds an O(blocks) table p
 few blocks' documents; ``pieces`` lists the pieces of one token range as tuples, ``piece_arrays`` finds
 the same pieces as three arrays. ``TokenWindow``
 is a stretch of the epoch's token stream laid out flat (``window_tokens`` tokens, from a row start):
-a run of consecutive rows inside it is one slice, with ``position_ids`` the position inside each
-document capped by the position inside the row. It is built from one read of its documents' tokens
-as flat arrays (``Shards._read_ids_ascending``: a Parquet list column, no Python object per document), so
-a batch costs a few numpy calls instead of a walk and a read per document.
+a run of consecutive rows inside it is one slice of each of its arrays, copied out as int64, with
+``position_ids`` the position inside each document capped by the position inside the row. It is
+built from one read of its documents' tokens as spans of flat arrays (``Shards._read_id_spans_ascending``:
+a Parquet list column, or the ids kept from an earlier decode, no Python object per document), so a
+batch costs a few numpy calls instead of a walk and a read per document.
 
 Worked (``tests/shards/test_packed_window.py`` pins it): documents of 3, 5, 2 and 4 tokens laid as
 [d2, d1, d3, d0] (``Packed``'s worked example), seq_len 4. A window from token 0 holds the stream
