@@ -229,8 +229,9 @@ def state(sink: Sink, quick: bool) -> None:
     widest = shufflepoint.DataLoader(L.Ids(2**62), batch_size=2**31, seed=2**63 - 1, world_size=2**31,
                                      rank=2**31 - 1, drop_last=True)
     saved = widest.state_dict()
-    saved["epoch"], saved["cursor"], saved["steps"] = 2**62, 2**62 - 1, 2**63 - 1
-    saved["history"] = [[2**63 - 1, 2**31, 2**31, 1, 2**62, 2**62 - 1]]  # one leg, starting there
+    # epoch and steps: 2**62 is the largest a state takes (room to count on, _core/state.py MAX_EPOCH)
+    saved["epoch"], saved["cursor"], saved["steps"] = 2**62, 2**62 - 1, 2**62
+    saved["history"] = [[2**62, 2**31, 2**31, 1, 2**62, 2**62 - 1]]  # one leg, starting there
     widest.load_state_dict(saved)
     sink.write({"section": "state_size", "case": "widest: n=2**62, seed=2**63-1, epoch=2**62, W=B=2**31",
                 "json_bytes": len(json.dumps(widest.state_dict()).encode()), "state": widest.state_dict()})
