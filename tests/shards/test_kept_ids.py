@@ -109,6 +109,15 @@ def test_zero_bytes_keeps_nothing(tmp_path, monkeypatch):
         kept_ids.KeptIds(str(tmp_path / "ids"))
 
 
+def test_a_cache_folder_that_cannot_be_written_keeps_nothing(tmp_path, monkeypatch):
+    monkeypatch.delenv(kept_ids.ENV, raising=False)
+    (tmp_path / "file").write_text("")
+    store = kept_ids.KeptIds(str(tmp_path / "file" / "ids"))  # below a file: no folder can be made
+    assert not store.enabled
+    write(tmp_path / "f.parquet", [[1, 2], [3]])
+    assert spans(opened_with(tmp_path / "f.parquet", store), [0, 1]) == [[1, 2], [3]]
+
+
 def test_packed_rows_are_the_same_from_the_kept_ids(tmp_path, monkeypatch):
     """Two epochs of ``Packed`` over Parquet: the first decodes (and keeps), the second maps; a fresh
     cache folder (nothing kept) gives the same batches."""
@@ -118,12 +127,12 @@ def test_packed_rows_are_the_same_from_the_kept_ids(tmp_path, monkeypatch):
         write(tmp_path / f"p{shard}.parquet", [rng.integers(0, 60000, size=int(n)).tolist()
                                                for n in rng.integers(0, 40, size=30)], row_group_size=7)
 
-    def epochs(cache):
+    def epochs(cache, workers=0):
         decoded.clear()
         decodes = []
         corpus = shufflepoint.Shards(str(tmp_path / "p*.parquet"), progress=False, cache_dir=str(tmp_path / cache))
         packed = shufflepoint.Packed(corpus, 16, eos=65000, progress=False)
-        loader = shufflepoint.DataLoader(packed, 4, seed=5, shuffle_block=16)
+        loader = shufflepoint.DataLoader(packed, 4, seed=5, shuffle_block=16, num_workers=workers)
         found = []
         for epoch in range(2):
             loader.set_epoch(epoch)
@@ -139,3 +148,5 @@ def test_packed_rows_are_the_same_from_the_kept_ids(tmp_path, monkeypatch):
     assert 0 < decodes[0] == decodes[1]  # the first epoch decodes (and keeps), the second maps
     again, decodes = epochs("two")  # a fresh cache folder: decoded again, the same batches
     assert kept == again and kept[0] != kept[1] and decodes[0] > 0
+    # two workers writing and mapping the same entries (one writes each, NodeCache's lock): the same batches
+    assert epochs("three", workers=2)[0] == kept and entries(tmp_path / "three" / "ids")

@@ -63,7 +63,10 @@ class KeptIds:
 
     def __init__(self, directory: str) -> None:
         limit = _limit()
-        self._cache = NodeCache(directory, limit) if limit > 0 else None
+        self._cache: NodeCache | None = None
+        if limit > 0:
+            with contextlib.suppress(OSError):  # a cache folder that cannot be written: decode every epoch
+                self._cache = NodeCache(directory, limit)
 
     @property
     def enabled(self) -> bool:
