@@ -82,7 +82,7 @@ class OpenParquet:
         """Keep decoded token ids in ``kept`` (a ``kept_ids.KeptIds``) and map them from there when an
         earlier open kept them: ``take_id_spans_ascending`` then decodes nothing."""
         if kept.enabled:
-            self._kept, self._file_key = kept, kept.file_key(self._path)
+            self._kept = kept  # the file's key is read when ids are first asked for: plain rows pay nothing
 
     def __len__(self) -> int:
         return int(self._ends[-1]) if self._ends.size else 0
@@ -194,7 +194,10 @@ class OpenParquet:
         held = (unit, column)
         if held in self._kept_units:
             return self._kept_units[held]
-        kept, key = self._kept, f"{self._file_key}-{unit}-{column}"
+        kept = self._kept
+        if kept is not None and not self._file_key:
+            self._file_key = kept.file_key(self._path)
+        key = f"{self._file_key}-{unit}-{column}"
         ids = kept.load(key) if kept is not None else None
         if ids is None:
             group = self._group(unit)
