@@ -150,3 +150,18 @@ def test_packed_rows_are_the_same_from_the_kept_ids(tmp_path, monkeypatch):
     assert kept == again and kept[0] != kept[1] and decodes[0] > 0
     # two workers writing and mapping the same entries (one writes each, NodeCache's lock): the same batches
     assert epochs("three", workers=2)[0] == kept and entries(tmp_path / "three" / "ids")
+
+
+def test_kept_ids_stay_within_their_limit(tmp_path, monkeypatch):
+    """Beyond ``SHUFFLEPOINT_KEPT_IDS_BYTES`` the least recently used entries go (checked each time a
+    process has kept 1/64 of the limit more; here every entry is larger than that)."""
+    monkeypatch.setenv(kept_ids.ENV, "3000")
+    store = kept_ids.KeptIds(str(tmp_path / "ids"))
+    rng = np.random.default_rng(0)
+    for k in range(12):
+        store.save(f"k{k}", rng.integers(0, 70000, size=100).astype(np.int32), np.array([0, 40, 100]))
+        used = store._cache.bytes_used()
+        assert used <= 3000 + 500, (k, used)  # an entry is 32 + 24 + 400 bytes
+    values, offsets = store.load("k11")
+    assert offsets.tolist() == [0, 40, 100] and values.size == 100
+    assert store.load("k0") is None  # the oldest went

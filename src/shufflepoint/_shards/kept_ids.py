@@ -120,7 +120,7 @@ class KeptIds:
                 handle.write(memoryview(np.ascontiguousarray(stored)).cast("B"))
 
         with contextlib.suppress(OSError):
-            self._cache.path_for(key + ".ids", "", size, write)
+            self._cache.keep(key + ".ids", "", size, write)
 
 
 _STORES: dict[str, KeptIds] = {}
