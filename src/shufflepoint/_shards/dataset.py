@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch.utils.data
@@ -46,16 +46,17 @@ def _is_remote(url: str) -> bool:
     return "://" in url and not url.startswith("file://")
 
 
-_KEEPS_IDS: dict[type, bool] = {}
+_OFFERS: dict[tuple[type, type], bool] = {}
 
 
-def _keeps_ids(opened: OpenShard) -> bool:
-    """``isinstance(opened, KeepsDecodedIds)``, asked once per reader class: a runtime Protocol's check
-    walks its members (~10 µs), and a resume's first batch opens ~110 token shards."""
-    kind = type(opened)
-    found = _KEEPS_IDS.get(kind)
+def _offers(opened: OpenShard, capability: type) -> bool:
+    """``isinstance(opened, capability)`` for a reader capability, asked once per reader class: a runtime
+    Protocol's check walks its members (~10 µs), and a resume's first batch opens ~110 token shards,
+    a window of ``Packed`` reads several Parquet shards."""
+    key = (type(opened), capability)
+    found = _OFFERS.get(key)
     if found is None:
-        found = _KEEPS_IDS[kind] = isinstance(opened, KeepsDecodedIds)
+        found = _OFFERS[key] = isinstance(opened, capability)
     return found
 
 
@@ -327,7 +328,8 @@ class Shards(torch.utils.data.Dataset[Any]):
         found: list[np.ndarray] = [np.empty(0)] * flat.size
         for shard, where in places.items():
             opened = self._open(shard)
-            part = opened.take_ids([rows[p] for p in where], column) if isinstance(opened, TakesIds) else None
+            takes = cast(TakesIds, opened) if _offers(opened, TakesIds) else None
+            part = takes.take_ids([rows[p] for p in where], column) if takes is not None else None
             if part is None:
                 return None
             for place, ids in zip(where, part, strict=True):
@@ -359,7 +361,8 @@ class Shards(torch.utils.data.Dataset[Any]):
             if not where.size:
                 continue
             opened = self._open(int(shards[where[0]]))
-            part = opened.take_ids_ascending(rows[where], column) if isinstance(opened, TakesIds) else None
+            takes = cast(TakesIds, opened) if _offers(opened, TakesIds) else None
+            part = takes.take_ids_ascending(rows[where], column) if takes is not None else None
             if part is None:
                 return None
             found += part
@@ -384,7 +387,8 @@ class Shards(torch.utils.data.Dataset[Any]):
             if first == last:
                 continue
             opened = self._open(int(shards[first]))
-            part = opened.take_id_spans_ascending(rows[first:last], column) if isinstance(opened, TakesIds) else None
+            takes = cast(TakesIds, opened) if _offers(opened, TakesIds) else None
+            part = takes.take_id_spans_ascending(rows[first:last], column) if takes is not None else None
             if part is None:
                 return None
             for values, opens, closes in part:
@@ -420,8 +424,8 @@ class Shards(torch.utils.data.Dataset[Any]):
             opened.close()
             raise ShardError(url, f"has {len(opened)} rows, the index says {record.rows}: it changed since "
                                   "the index was built; rebuild the index (delete its sidecar) and restart the epoch")
-        if _keeps_ids(opened):  # Parquet: token ids decoded once per node, then mapped
-            opened.keep_ids_in(kept_ids.store(self._cache_dir))
+        if _offers(opened, KeepsDecodedIds):  # Parquet: token ids decoded once per node, then mapped
+            cast(KeepsDecodedIds, opened).keep_ids_in(kept_ids.store(self._cache_dir))
         join = getattr(opened, "_join_layout", None)
         if join is not None:
             if self._layout is None:  # an arena of about two blocks: a block's files side by side

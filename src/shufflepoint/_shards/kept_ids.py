@@ -116,8 +116,8 @@ class KeptIds:
         def write(tmp: str) -> None:
             with open(tmp, "wb") as handle:
                 handle.write(header)
-                handle.write(memoryview(spans).cast("B"))
-                handle.write(memoryview(np.ascontiguousarray(stored)).cast("B"))
+                handle.write(spans.data)
+                handle.write(np.ascontiguousarray(stored).data)
 
         with contextlib.suppress(OSError):
             self._cache.keep(key + ".ids", "", size, write)

@@ -192,7 +192,7 @@ class TokenWindow:
         counting = np.int32 if stream.size < 2**31 else np.int64
         kind = np.dtype(np.uint16 if seq_len <= 2**16 else counting)  # a position is below seq_len
         held = reuse.positions if reuse is not None else None
-        self.positions = held.base[:stream.size] if held is not None and held.base is not None and \
+        self.positions: np.ndarray = held.base[:stream.size] if held is not None and held.base is not None and \
             held.dtype == kind and held.base.size >= stream.size else _buffer(stream.size, kind)
         starts = np.repeat(self.bounds.astype(counting), np.diff(self.bounds, append=stream.size))
         np.subtract(_counting(stream.size, counting), starts, out=self.positions, casting="unsafe")  # < seq_len
@@ -201,7 +201,8 @@ class TokenWindow:
     def offsets(self) -> np.ndarray:
         """Each token's offset in its framed document (before the cap by the row), for checks."""
         sizes = np.diff(self._first, append=self.stream.size)
-        return np.arange(self.stream.size, dtype=np.int64) - np.repeat(self._first - self._starts, sizes)
+        found: np.ndarray = np.arange(self.stream.size, dtype=np.int64) - np.repeat(self._first - self._starts, sizes)
+        return found
 
     def covers(self, epoch: int, begin: int, end: int) -> bool:
         return epoch == self.epoch and self.begin <= begin and end <= self.end

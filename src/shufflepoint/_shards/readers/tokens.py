@@ -219,7 +219,8 @@ class TokensReader:
     @property
     def token_type(self) -> np.dtype[Any]:
         """The type a ``.bin`` shard holds its tokens in (little-endian): what a batch is read in first."""
-        return _LITTLE[self.dtype]
+        found: np.dtype[Any] = _LITTLE[self.dtype]
+        return found
 
     @property
     def window_width(self) -> int:
