@@ -129,7 +129,7 @@ INDEXGEN_SIZES = (10**6, 2**24 + 1, 10**8, 2**30 + 1, 10**9, 10**12, 2**62)
 
 
 def indexgen(sink: Sink, quick: bool) -> None:
-    from shufflepoint._core.plan import Layout
+    from shufflepoint._core.plan import Layout, StridedCut
     from shufflepoint._loading.deal import rank_index_chunks
     from shufflepoint._order import make_order
 
@@ -148,7 +148,7 @@ def indexgen(sink: Sink, quick: bool) -> None:
         stream_count = min(n // L.WORLD, 1 << 20)
 
         def stream(order=order, layout=layout, stream_count=stream_count) -> None:
-            chunks = itertools.chain.from_iterable(rank_index_chunks(order, layout, 0, 0))
+            chunks = itertools.chain.from_iterable(rank_index_chunks(order, StridedCut(layout, 0), 0))
             for _ in itertools.islice(chunks, 0, stream_count, L.BATCH):  # consumed in C, one per batch
                 pass
 
@@ -229,8 +229,9 @@ def state(sink: Sink, quick: bool) -> None:
     widest = shufflepoint.DataLoader(L.Ids(2**62), batch_size=2**31, seed=2**63 - 1, world_size=2**31,
                                      rank=2**31 - 1, drop_last=True)
     saved = widest.state_dict()
-    saved["epoch"], saved["cursor"], saved["steps"] = 2**62, 2**62 - 1, 2**63 - 1
-    saved["history"] = [[2**63 - 1, 2**31, 2**31, 1, 2**62, 2**62 - 1]]  # one leg, starting there
+    # epoch and steps: 2**62 is the largest a state takes (room to count on, _core/state.py MAX_EPOCH)
+    saved["epoch"], saved["cursor"], saved["steps"] = 2**62, 2**62 - 1, 2**62
+    saved["history"] = [[2**62, 2**31, 2**31, 1, 2**62, 2**62 - 1]]  # one leg, starting there
     widest.load_state_dict(saved)
     sink.write({"section": "state_size", "case": "widest: n=2**62, seed=2**63-1, epoch=2**62, W=B=2**31",
                 "json_bytes": len(json.dumps(widest.state_dict()).encode()), "state": widest.state_dict()})

@@ -181,6 +181,8 @@ def write(result: dict, out: Path, name: str) -> None:
              + (" **so far: the run did not finish; the tables hold what it measured**." if result.get("partial")
                 else "."),
              "", "Versions: " + "; ".join(f"{k}: {v}" for k, v in result["versions"].items()), "",
+             *([("**Left out of this run** (no venv): " + "; ".join(f"{k}: {v}" for k, v in result["skipped"].items())
+                 + "."), ""] if result.get("skipped") else []),
              load_line(result), "",
              "## Targets", "", *targets(records, amplification), "",
              "## Samples/s, token windows (rank 0 of 1)", "",

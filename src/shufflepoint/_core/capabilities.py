@@ -15,7 +15,7 @@ four groups:
   announced ahead), ``ReadsAhead``,
   ``Locatable`` (where an index lives).
 - **readers** (one format's shards): ``CountsRowsFromSize``, ``CountsRowsFromMetadata``,
-  ``MeasuresDecodedRows``, ``TakesIds``, ``LocatesRows``.
+  ``MeasuresDecodedRows``, ``TakesIds``, ``KeepsDecodedIds``, ``LocatesRows``.
 
 A capability's absence is never an error by itself: the caller then does without (no prefetch, a
 row at a time, ...). ``tests/test_capabilities.py`` checks which built-in class offers which.
@@ -237,6 +237,14 @@ class TakesIds(Protocol):
     def take_ids_ascending(self, rows: np.ndarray, column: str) -> list[np.ndarray] | None: ...
 
     def take_id_spans_ascending(self, rows: np.ndarray, column: str) -> list[Any] | None: ...
+
+
+@runtime_checkable
+class KeepsDecodedIds(Protocol):
+    """An opened shard that keeps its decoded token ids where it is told (Parquet: in the node's cache
+    folder, ``_shards/kept_ids``), so a later open maps them instead of decoding again."""
+
+    def keep_ids_in(self, kept: Any) -> None: ...
 
 
 @runtime_checkable

@@ -52,6 +52,7 @@ class NodeCache:
             raise ValueError(refusal("cache_limit", max_bytes, "an int >= 1 (bytes) or None",
                                      "pass the cache's size in bytes, or None for no limit"))
         self.directory, self.max_bytes = directory, max_bytes
+        self._kept_bytes, self._scanned = 0, False  # what keep() added since its last scan for room
         os.makedirs(directory, exist_ok=True)
 
     def entry(self, url: str, version: str) -> str:
@@ -84,6 +85,43 @@ class NodeCache:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
         return path
+
+    def find(self, url: str, version: str) -> str | None:
+        """The complete entry (url, version), marked used, or None: for entries whose size is known
+        only once they are made (``kept_ids``); entries are published whole, so one found is complete."""
+        path = self.entry(url, version)
+        try:
+            os.utime(path)
+        except FileNotFoundError:
+            return None
+        except OSError:  # another user's file in a shared cache: still a hit
+            return path if os.path.exists(path) else None
+        return path
+
+    def keep(self, url: str, version: str, size: int, write: Callable[[str], None]) -> None:
+        """Publish an entry made on this node (``write(tmp)`` writes its ``size`` bytes): a temporary
+        file, then ``os.replace``, as ``path_for`` does, but room is made (the LRU scan, a stat per
+        entry) only each time this process has kept ``max_bytes / 64`` more bytes, not per entry: many
+        small entries (``kept_ids``: one per decoded unit) would make every keep a scan of them all.
+        The cache may so exceed its limit by that much per process between scans. Two processes
+        keeping the same entry write the same bytes; the last replace wins."""
+        path = self.entry(url, version)
+        if os.path.exists(path):
+            return
+        self._kept_bytes += size
+        if self.max_bytes is not None and (self._kept_bytes >= self.max_bytes // 64 or not self._scanned):
+            with self._locked(_EVICT):
+                self._evict_until(self.max_bytes - self._kept_bytes)
+            self._kept_bytes, self._scanned = 0, True
+        handle, tmp = tempfile.mkstemp(prefix=f"{_TMP}{_key(url, version)}-{size}-", dir=self.directory)
+        os.close(handle)
+        try:
+            write(tmp)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
 
     def release(self, url: str, version: str) -> None:
         """A hint: this node is done with the shard for this epoch; evict it first."""

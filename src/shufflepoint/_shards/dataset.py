@@ -12,16 +12,16 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch.utils.data
 
-from shufflepoint._core.capabilities import MeasuresDecodedRows, TakesIds
+from shufflepoint._core.capabilities import KeepsDecodedIds, MeasuresDecodedRows, TakesIds
 from shufflepoint._core.errors import Plain, SampleError, ShardError, refusal
 from shufflepoint._order.distinct import in_first_seen_order
 from shufflepoint._shards import index as _index
-from shufflepoint._shards import sidecar
+from shufflepoint._shards import kept_ids, sidecar
 from shufflepoint._shards.batch import Batch, Columnar, Rows, Stacked, checked_indices, gather
 from shufflepoint._shards.blocks import DEFAULT_SHUFFLE_BLOCK
 from shufflepoint._shards.cache import NodeCache
@@ -44,6 +44,20 @@ _MAX_OPEN_CAP = 512  # open shards per process when a block spans many small sha
 
 def _is_remote(url: str) -> bool:
     return "://" in url and not url.startswith("file://")
+
+
+_OFFERS: dict[tuple[type, type], bool] = {}
+
+
+def _offers(opened: OpenShard, capability: type) -> bool:
+    """``isinstance(opened, capability)`` for a reader capability, asked once per reader class: a runtime
+    Protocol's check walks its members (~10 µs), and a resume's first batch opens ~110 token shards,
+    a window of ``Packed`` reads several Parquet shards."""
+    key = (type(opened), capability)
+    found = _OFFERS.get(key)
+    if found is None:
+        found = _OFFERS[key] = isinstance(opened, capability)
+    return found
 
 
 class Shards(torch.utils.data.Dataset[Any]):
@@ -288,15 +302,16 @@ class Shards(torch.utils.data.Dataset[Any]):
         return found
 
     def _read_windows(self, shards: np.ndarray, rows: np.ndarray) -> Batch | None:
-        """Token windows from several shards written into one (n, seq_len + 1) int64 array, each shard's
-        rows in place (``OpenTokens.take_into``): no array per shard, no join, no reorder. A resume's
+        """Token windows from several shards written into one (n, seq_len + 1) array of the tokens' type,
+        each shard's rows in place (``OpenTokens.take_into``: a pread straight into its row), then cast to
+        int64 at once: no array per shard, no join, no reorder, no bytes object per window. A resume's
         first batch reads ~2 windows from each of ~110 shards. A batch inside one shard is its ``take``;
         None for the other readers."""
         if not isinstance(self._reader, TokensReader) or not shards.size:
             return None
         if shards[0] == shards[-1] and (shards == shards[0]).all():  # the usual batch: one index into one shard
             return self._open(int(shards[0])).take(rows)
-        out = np.empty((shards.size, self._reader.window_width), dtype=np.int64)
+        out = np.empty((shards.size, self._reader.window_width), dtype=self._reader.token_type)  # as stored
         by_shard = np.argsort(shards, kind="stable")
         ordered = shards[by_shard]
         bounds = [0, *(np.flatnonzero(ordered[1:] != ordered[:-1]) + 1).tolist(), shards.size]
@@ -305,7 +320,7 @@ class Shards(torch.utils.data.Dataset[Any]):
             opened = self._open(int(ordered[first]))
             assert isinstance(opened, OpenTokens)  # what a TokensReader opens
             opened.take_into(out, where, rows[where])
-        return Stacked(torch.from_numpy(out))
+        return Stacked(torch.from_numpy(out.astype(np.int64)))  # one cast for the batch
 
     def _read_ids(self, indices: Sequence[int] | np.ndarray, column: str) -> list[np.ndarray] | None:
         """Each sample's ``column`` as a 1-D integer array, where the reader holds it as one (a
@@ -322,7 +337,8 @@ class Shards(torch.utils.data.Dataset[Any]):
         found: list[np.ndarray] = [np.empty(0)] * flat.size
         for shard, where in places.items():
             opened = self._open(shard)
-            part = opened.take_ids([rows[p] for p in where], column) if isinstance(opened, TakesIds) else None
+            takes = cast(TakesIds, opened) if _offers(opened, TakesIds) else None
+            part = takes.take_ids([rows[p] for p in where], column) if takes is not None else None
             if part is None:
                 return None
             for place, ids in zip(where, part, strict=True):
@@ -354,7 +370,8 @@ class Shards(torch.utils.data.Dataset[Any]):
             if not where.size:
                 continue
             opened = self._open(int(shards[where[0]]))
-            part = opened.take_ids_ascending(rows[where], column) if isinstance(opened, TakesIds) else None
+            takes = cast(TakesIds, opened) if _offers(opened, TakesIds) else None
+            part = takes.take_ids_ascending(rows[where], column) if takes is not None else None
             if part is None:
                 return None
             found += part
@@ -379,7 +396,8 @@ class Shards(torch.utils.data.Dataset[Any]):
             if first == last:
                 continue
             opened = self._open(int(shards[first]))
-            part = opened.take_id_spans_ascending(rows[first:last], column) if isinstance(opened, TakesIds) else None
+            takes = cast(TakesIds, opened) if _offers(opened, TakesIds) else None
+            part = takes.take_id_spans_ascending(rows[first:last], column) if takes is not None else None
             if part is None:
                 return None
             for values, opens, closes in part:
@@ -415,6 +433,8 @@ class Shards(torch.utils.data.Dataset[Any]):
             opened.close()
             raise ShardError(url, f"has {len(opened)} rows, the index says {record.rows}: it changed since "
                                   "the index was built; rebuild the index (delete its sidecar) and restart the epoch")
+        if _offers(opened, KeepsDecodedIds):  # Parquet: token ids decoded once per node, then mapped
+            cast(KeepsDecodedIds, opened).keep_ids_in(kept_ids.store(self._cache_dir))
         join = getattr(opened, "_join_layout", None)
         if join is not None:
             if self._layout is None:  # an arena of about two blocks: a block's files side by side

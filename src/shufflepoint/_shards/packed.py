@@ -397,9 +397,12 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         dataset = self.dataset
         if self._no_window or len(indices) == 0 or self.source.tokenize is not None or not self._reads_ids(dataset):
             return None
-        if not all(isinstance(index, (int, np.integer)) and not isinstance(index, bool) for index in indices):
+        if set(map(type, indices)) == {int}:  # the loader's batches: Python ints (a bool is not one of them)
+            rows = indices if isinstance(indices, list) else list(indices)
+        elif all(isinstance(index, (int, np.integer)) and not isinstance(index, bool) for index in indices):
+            rows = [int(index) for index in indices]  # a batch: a few ints, cheaper in Python than in numpy
+        else:
             return None  # the per-document path says what is wrong with it
-        rows = [int(index) for index in indices]  # a batch: a few ints, cheaper in Python than in numpy
         if rows != list(range(rows[0], rows[0] + len(rows))) or rows[0] < 0:
             return None
         epoch, row = self._decode(rows[0])
@@ -417,8 +420,9 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
             field = str(self.source.field)
             spans = getattr(dataset, "_read_id_spans_ascending", None)  # Shards: no array per document
             reads = spans if spans is not None else dataset._read_ids_ascending
+            self._window = None  # its arrays are written again by the new window (no batch holds them)
             built = build_window(self._table(epoch), epoch, begin, stop, (self.bos, self.eos),
-                                 lambda documents: reads(documents, field))
+                                 lambda documents: reads(documents, field), self.seq_len, window)
             if built is None:  # the corpus's reader holds no arrays (JSON Lines): asked once
                 self._no_window = True
                 return None
@@ -429,7 +433,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
             if not self._framing_checked:
                 self._check_framing(documents[:_FRAMING_CHECKED].tolist(), sample[:_FRAMING_CHECKED])
             self._window = window
-        return PackedBatch(*window.rows(begin, len(rows), self.seq_len, IGNORE_INDEX))
+        return PackedBatch(*window.rows(begin, len(rows), IGNORE_INDEX))
 
     def _reads_ids(self, dataset: Any) -> bool:
         """Whether ``dataset`` reads ids ascending (``ReadsIdsAscending``), asked once per dataset: a

@@ -6,10 +6,11 @@ the framed document (bos/eos counted). ``EpochTable`` holds an O(blocks) table p
 few blocks' documents; ``pieces`` lists the pieces of one token range as tuples, ``piece_arrays`` finds
 the same pieces as three arrays. ``TokenWindow``
 is a stretch of the epoch's token stream laid out flat (``window_tokens`` tokens, from a row start):
-a run of consecutive rows inside it is one slice, with ``position_ids`` the position inside each
-document capped by the position inside the row. It is built from one read of its documents' tokens
-as flat arrays (``Shards._read_ids_ascending``: a Parquet list column, no Python object per document), so
-a batch costs a few numpy calls instead of a walk and a read per document.
+a run of consecutive rows inside it is one slice of each of its arrays, copied out as int64, with
+``position_ids`` the position inside each document capped by the position inside the row. It is
+built from one read of its documents' tokens as spans of flat arrays (``Shards._read_id_spans_ascending``:
+a Parquet list column, or the ids kept from an earlier decode, no Python object per document), so a
+batch costs a few numpy calls instead of a walk and a read per document.
 
 Worked (``tests/shards/test_packed_window.py`` pins it): documents of 3, 5, 2 and 4 tokens laid as
 [d2, d1, d3, d0] (``Packed``'s worked example), seq_len 4. A window from token 0 holds the stream
@@ -172,32 +173,58 @@ class EpochTable:
 
 
 class TokenWindow:
-    """A stretch ``[begin, end)`` of epoch ``epoch``'s token stream, flat: ``tokens`` (int64),
-    ``offsets`` (each token's offset in its framed document; int32 where documents allow) and
-    ``opens`` (where documents start, from ``begin``, ascending). Built by ``build_window``."""
+    """A stretch ``[begin, end)`` of epoch ``epoch``'s token stream (whole rows of ``seq_len``), flat
+    and narrow: ``stream`` (the tokens in their read type: uint16 for a kept corpus of a small
+    vocabulary), ``positions`` (position_ids: 0 at each row start and document start, counting up;
+    uint16 where ``seq_len`` allows) and ``bounds`` (those zeros, ascending: where labels are ignored).
+    A batch copies its rows out as int64 (``rows``), small arrays written while they are in cache: a
+    window laid out whole as three int64 arrays cost more (12 MB written cold per 512 rows, measured).
+    ``first``/``starts`` (each piece's first token in the window and its offset in its framed document)
+    give ``offsets``, each token's offset in its document, for checks. Built by ``build_window``."""
 
-    def __init__(self, epoch: int, begin: int, tokens: np.ndarray, offsets: np.ndarray, opens: np.ndarray) -> None:
-        self.epoch, self.begin, self.end = epoch, begin, begin + int(tokens.size)
-        self.tokens, self.offsets, self.opens = tokens, offsets, opens
-        self._in_row = np.empty(0, np.int64)
+    def __init__(self, epoch: int, begin: int, stream: np.ndarray, seq_len: int,
+                 pieces: tuple[np.ndarray, np.ndarray], reuse: TokenWindow | None) -> None:
+        self.epoch, self.begin, self.end, self.seq_len = epoch, begin, begin + int(stream.size), seq_len
+        self.stream, (self._first, self._starts) = stream, pieces
+        opened = self._first[self._starts == 0]  # where documents start, from begin
+        # where positions are 0 (a document's or a row's start; one at both is there twice: a span of 0)
+        self.bounds = np.sort(np.concatenate((opened, np.arange(0, stream.size, seq_len, dtype=np.int64))))
+        counting = np.int32 if stream.size < 2**31 else np.int64
+        kind = np.dtype(np.uint16 if seq_len <= 2**16 else counting)  # a position is below seq_len
+        held = reuse.positions if reuse is not None else None
+        self.positions: np.ndarray = held.base[:stream.size] if held is not None and held.base is not None and \
+            held.dtype == kind and held.base.size >= stream.size else _buffer(stream.size, kind)
+        starts = np.repeat(self.bounds.astype(counting), np.diff(self.bounds, append=stream.size))
+        np.subtract(_counting(stream.size, counting), starts, out=self.positions, casting="unsafe")  # < seq_len
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Each token's offset in its framed document (before the cap by the row), for checks."""
+        sizes = np.diff(self._first, append=self.stream.size)
+        found: np.ndarray = np.arange(self.stream.size, dtype=np.int64) - np.repeat(self._first - self._starts, sizes)
+        return found
 
     def covers(self, epoch: int, begin: int, end: int) -> bool:
         return epoch == self.epoch and self.begin <= begin and end <= self.end
 
-    def rows(self, begin: int, count: int, seq_len: int, ignore: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``count`` consecutive rows from token ``begin``: input_ids, position_ids, labels (own copies)."""
+    def rows(self, begin: int, count: int, ignore: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``count`` consecutive rows from token ``begin``: input_ids, position_ids, labels (own int64 copies)."""
         first = begin - self.begin
-        stop = first + count * seq_len
-        input_ids = self.tokens[first:stop].reshape(count, seq_len).copy()
-        if self._in_row.size != seq_len:
-            self._in_row = np.arange(seq_len, dtype=np.int64)
-        # 0 at a document start and at the row start: the offset in the document, capped by the one in the row
-        position_ids = np.minimum(self.offsets[first:stop].reshape(count, seq_len), self._in_row)
-        labels = input_ids.copy()  # -100 where position_ids is 0: at the row starts and the documents' starts
-        labels[:, 0] = ignore
-        opens = self.opens[np.searchsorted(self.opens, first):np.searchsorted(self.opens, stop)]
-        labels.reshape(-1)[opens - first] = ignore
-        return input_ids, position_ids, labels
+        stop = first + count * self.seq_len
+        shape = (count, self.seq_len)
+        input_ids = self.stream[first:stop].astype(np.int64).reshape(shape)
+        labels = input_ids.copy()  # ignore where position_ids is 0: at the rows' and the documents' starts
+        low, high = np.searchsorted(self.bounds, (first, stop))
+        labels.reshape(-1)[self.bounds[low:high] - first] = ignore
+        return input_ids, self.positions[first:stop].astype(np.int64).reshape(shape), labels
+
+
+def _buffer(size: int, kind: Any) -> np.ndarray:
+    """A new window array, with room for the usual window (so the next one can reuse it)."""
+    return np.empty(max(size, _ARRAY_SIZE), kind)[:size]
+
+
+_ARRAY_SIZE = 2**19
 
 
 Window = tuple[TokenWindow, np.ndarray, np.ndarray, list[np.ndarray]]
@@ -222,7 +249,7 @@ def _as_spans(found: list[np.ndarray]) -> Spans:
 
 
 def build_window(table: EpochTable, epoch: int, begin: int, end: int, framing: tuple[int | None, int | None],
-                 read: Any) -> Window | None:
+                 read: Any, seq_len: int, reuse: TokenWindow | None = None) -> Window | None:
     """The window of tokens ``[begin, end)``: its pieces (``table.piece_arrays``), its documents' tokens read
     at once (``read(ascending documents)``: an array per document, or spans over a few arrays as
     ``Shards._read_id_spans_ascending`` gives them; None where it cannot) and laid end to end by one
@@ -250,8 +277,16 @@ def build_window(table: EpochTable, epoch: int, begin: int, end: int, framing: t
         parts = [values[a:b] for a, b in zip(low.tolist(), high.tolist(), strict=True)]
     else:
         parts = [arrays[i][a:b] for i, a, b in zip(source.tolist(), low.tolist(), high.tolist(), strict=True)]
-    tokens = np.concatenate(parts, dtype=np.int64, casting="same_kind") if parts else np.empty(0, np.int64)
-    if bos is not None or eos is not None:  # bos before a piece that opens its document, eos after one that closes it
+    if bos is None and eos is None:  # laid out in the values' own type (uint16: a quarter of the bytes), then cast
+        kind = np.result_type(*{array.dtype for array in arrays}) if arrays else np.dtype(np.int64)
+        kind = kind if kind.kind in "iu" else np.dtype(np.int64)
+        size, held = int((high - low).sum()), reuse.stream if reuse is not None else None
+        stream = held.base[:size] if held is not None and held.base is not None and held.dtype == kind and \
+            held.base.size >= size else _buffer(size, kind)
+        if parts:
+            np.concatenate(parts, out=stream, casting="same_kind")
+    else:  # bos before a piece that opens its document, eos after one that closes it
+        body = np.concatenate(parts, dtype=np.int64, casting="same_kind") if parts else np.empty(0, np.int64)
         body_end = np.cumsum(high - low)
         body_start = body_end - (high - low)
         opens = starts == 0 if bos is not None else np.zeros(starts.size, bool)
@@ -259,13 +294,10 @@ def build_window(table: EpochTable, epoch: int, begin: int, end: int, framing: t
         where = np.stack((body_start, body_end), axis=1).reshape(-1)  # in stream order: a piece's bos, then its eos
         kept = np.stack((opens, closes), axis=1).reshape(-1)
         marks = np.tile(np.array([bos or 0, eos or 0], np.int64), starts.size)
-        tokens = np.insert(tokens, where[kept], marks[kept])
+        stream = np.insert(body, where[kept], marks[kept])
     sizes = stops - starts
     first_token = np.cumsum(sizes) - sizes
-    narrow = np.int32 if int(stops.max(initial=0)) < 2**31 else np.int64  # offsets < stops: half the bytes
-    offsets = np.repeat((first_token - starts).astype(narrow), sizes)
-    np.subtract(_counting(end - begin, narrow), offsets, out=offsets)
-    opened = first_token[starts == 0]
     sample = [arrays[i][a:a + n] for i, a, n in zip(source[:_SAMPLED].tolist(), first[:_SAMPLED].tolist(),
                                                      length[:_SAMPLED].tolist(), strict=True)]
-    return TokenWindow(epoch, begin, tokens, offsets, opened), documents, length, sample
+    window = TokenWindow(epoch, begin, stream, seq_len, (first_token, starts), reuse)
+    return window, documents, length, sample

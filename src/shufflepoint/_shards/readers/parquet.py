@@ -75,6 +75,14 @@ class OpenParquet:
         self._rows = len(self)
         self._ends_list, self._starts_list = self._ends.tolist(), self._flat.starts.tolist()
         self._owner = GROUPS.owner()
+        self._path, self._kept, self._file_key = path, None, ""
+        self._kept_units: dict[tuple[int, str], tuple[np.ndarray, np.ndarray] | None] = {}
+
+    def keep_ids_in(self, kept: Any) -> None:
+        """Keep decoded token ids in ``kept`` (a ``kept_ids.KeptIds``) and map them from there when an
+        earlier open kept them: ``take_id_spans_ascending`` then decodes nothing."""
+        if kept.enabled:
+            self._kept = kept  # the file's key is read when ids are first asked for: plain rows pay nothing
 
     def __len__(self) -> int:
         return int(self._ends[-1]) if self._ends.size else 0
@@ -172,14 +180,32 @@ class OpenParquet:
             if first == last:
                 continue
             number = int(numbers[first])
-            group = self._group(number)
-            ids = group.id_offsets(group.names.index(column)) if column in group.names else None
+            ids = self._unit_ids(number, column)
             if ids is None:
                 return None
             values, offsets = ids
             within = rows[first:last] - self._flat.starts[number]
             found.append((values, offsets[within], offsets[within + 1]))
         return found
+
+    def _unit_ids(self, unit: int, column: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """Unit ``unit``'s column as (values, int64 offsets): mapped from the kept ids where an earlier
+        open kept them, else decoded (and kept, where a store was given)."""
+        held = (unit, column)
+        if held in self._kept_units:
+            return self._kept_units[held]
+        kept = self._kept
+        if kept is not None and not self._file_key:
+            self._file_key = kept.file_key(self._path)
+        key = f"{self._file_key}-{unit}-{column}"
+        ids = kept.load(key) if kept is not None else None
+        if ids is None:
+            group = self._group(unit)
+            ids = group.id_offsets(group.names.index(column)) if column in group.names else None
+            if ids is not None and kept is not None:
+                kept.save(key, *ids)
+        self._kept_units[held] = ids
+        return ids
 
     def _group(self, group: int) -> DecodedGroup:
         found: DecodedGroup = GROUPS.get(self._owner, group, lambda: DecodedGroup(self._decode(group), self._pa))
@@ -207,6 +233,7 @@ class OpenParquet:
         return {"row_group": group, "row_in_group": row - (int(sizes[group - 1]) if group else 0)}
 
     def close(self) -> None:
+        self._kept_units.clear()
         GROUPS.drop(self._owner)
         self._file.close()
 

@@ -116,8 +116,9 @@ class OpenTokens:
         return Stacked(torch.from_numpy(windows[rows].astype(np.int64)))
 
     def take_into(self, out: np.ndarray, where: np.ndarray, rows: np.ndarray) -> None:
-        """``take(rows)`` written into rows ``where`` of ``out`` (int64, (n, seq_len + 1)): a batch across
-        many shards is filled in place (``Shards._read_windows``), no array per shard, no join, no reorder."""
+        """``take(rows)`` written into rows ``where`` of ``out`` ((n, seq_len + 1), int64 or the shards'
+        token type): a batch across many shards is filled in place (``Shards._read_windows``), no array per
+        shard, no join, no reorder; in the token type a pread writes the window's bytes where they go."""
         rows = check_rows(rows, self._rows)
         if self._tokens is None and self._preads + rows.size <= _MAP_AFTER:
             self._read_windows(rows.tolist(), out, where.tolist())
@@ -143,14 +144,22 @@ class OpenTokens:
         width, item = self._seq_len + 1, self._dtype.itemsize
         if out is None or where is None:
             out, where = np.empty((len(rows), width), dtype=np.int64), list(range(len(rows)))
-        for i, row in zip(where, rows, strict=True):
-            data = os.pread(self._fd, width * item, self._offset + row * self._seq_len * item)
-            if len(data) != width * item:
-                raise ShardError(self._shard, f"truncated: window {row} ends past the file's end; it changed "
-                                              "since it was opened")
-            out[i] = np.frombuffer(data, self._dtype)
+        if out.dtype == self._dtype:  # rows of the shard's own type: the bytes go straight into place
+            for i, row in zip(where, rows, strict=True):
+                if os.preadv(self._fd, [out[i]], self._offset + row * self._seq_len * item) != width * item:
+                    self._truncated(row)
+        else:
+            for i, row in zip(where, rows, strict=True):
+                data = os.pread(self._fd, width * item, self._offset + row * self._seq_len * item)
+                if len(data) != width * item:
+                    self._truncated(row)
+                out[i] = np.frombuffer(data, self._dtype)
         self._preads += len(rows)
         return out
+
+    def _truncated(self, row: int) -> None:
+        raise ShardError(self._shard, f"truncated: window {row} ends past the file's end; it changed since it was "
+                                      "opened")
 
     def _mapped(self) -> np.ndarray:
         if self._tokens is None:
@@ -206,6 +215,12 @@ class TokensReader:
                                      "pass the dtype the token file was written with"))
         self.seq_len = int(seq_len)
         self.dtype = name
+
+    @property
+    def token_type(self) -> np.dtype[Any]:
+        """The type a ``.bin`` shard holds its tokens in (little-endian): what a batch is read in first."""
+        found: np.dtype[Any] = _LITTLE[self.dtype]
+        return found
 
     @property
     def window_width(self) -> int:
