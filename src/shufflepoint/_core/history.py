@@ -47,6 +47,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from shufflepoint._core import buckets as _buckets
 from shufflepoint._core import spans as _spans
 from shufflepoint._core.cut import Cut
@@ -127,6 +129,17 @@ class Placed:
         size = self.layout.batch_size
         first = self.batch * size
         return self.cut.rank_positions(rank, first, min(first + size, self.cut.samples_per_rank()))
+
+    def world_positions(self) -> np.ndarray:
+        """``rank_positions`` of every rank, one row a rank: in one pass over the world for the deals' own
+        cuts (16,384 ranks in milliseconds), rank by rank for a cut with samples excluded."""
+        size = self.layout.batch_size
+        first = self.batch * size
+        stop = min(first + size, self.cut.samples_per_rank())
+        if type(self.cut) in (StridedCut, SpanCut):  # exactly these: a subclass deals otherwise
+            return self.cut.world_positions(first, stop)  # type: ignore[union-attr]
+        rows = [self.cut.rank_positions(rank, first, stop) for rank in range(self.layout.world_size)]
+        return np.stack(rows) if rows else np.zeros((0, max(stop - first, 0)), dtype=np.int64)
 
 
 class History:

@@ -154,6 +154,23 @@ class SpanCut:
             positions = earlier.back(positions)
         return positions
 
+    def world_positions(self, start: int, stop: int) -> np.ndarray:
+        """``rank_positions(rank, start, stop)`` of every rank at once, one row a rank (``which``): each
+        earlier segment's map runs once over the world's positions, not once per rank."""
+        segment = self._current
+        taken = (np.arange(start, stop, dtype=np.int64) + segment.taken)[None, :]
+        first, length = segment.stretch(np.arange(segment.world_size, dtype=np.int64))
+        first, length = first[:, None], length[:, None]
+        positions = first + np.where(taken < length, taken, taken % np.maximum(length, 1))
+        empty = length[:, 0] == 0
+        if empty.any():  # fewer positions than ranks: a rank with none pads from the whole space
+            positions[empty] = taken % max(segment.size, 1)
+        flat = positions.reshape(-1)
+        for earlier in reversed(self._history):
+            flat = earlier.back(flat)
+        found: np.ndarray = flat.reshape(positions.shape)
+        return found
+
     def after(self, received: int) -> tuple[int, list[list[int]]]:
         """(cursor, segments) once every rank has received ``received`` more samples."""
         current = self._current

@@ -33,8 +33,6 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from shufflepoint._core import state as _state
 from shufflepoint._core.cut import Cut
 from shufflepoint._core.errors import ResumeWarning, refusal, warn_user
@@ -89,10 +87,9 @@ class Lookup:
         check_int("step", step, 0, 2**63 - 1)
         placed = history.place(int(step), cuts)
         order = self.orders(orders).get(placed.epoch, placed.cut)
-        positions = [placed.rank_positions(rank) for rank in range(placed.layout.world_size)]
-        indices = order.take(np.concatenate(positions)).tolist()  # one call for the world, not one per rank
-        bounds = np.cumsum([0] + [len(p) for p in positions]).tolist()
-        return {rank: indices[bounds[rank]:bounds[rank + 1]] for rank in range(len(positions))}
+        positions = placed.world_positions()  # one row a rank, one call for the world, not one per rank
+        indices = order.take(positions.reshape(-1)).reshape(positions.shape).tolist()
+        return dict(enumerate(indices))
 
 
 def warn_of_a_lost_ramp(recorded: int, batch_size: int) -> None:
