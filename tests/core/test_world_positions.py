@@ -53,7 +53,8 @@ def test_span_world_positions_are_each_rank_s_after_any_resizes(n, worlds, batch
 def test_a_take_over_many_blocks_is_each_block_s_own_order(rows, block, stretches, seed, epoch, data):
     if sum(rows) == 0:
         return
-    order = StretchBlockOrder(rows, seed, epoch, block, stretches) if stretches else BlockOrder(rows, seed, epoch, block)
+    order = (StretchBlockOrder(rows, seed, epoch, block, stretches) if stretches
+             else BlockOrder(rows, seed, epoch, block))
     positions = np.asarray(data.draw(st.permutations(range(sum(rows)))), dtype=np.int64)
     one_by_one = [order.index(int(p)) for p in positions.tolist()]  # a block or two per call: each block's own order
     assert order.take(positions).tolist() == one_by_one
