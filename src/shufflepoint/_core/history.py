@@ -343,18 +343,18 @@ def _parse(n: int, deal: str, number: int, entry: object) -> tuple[int, Layout, 
         except Refused as error:
             raise Refused(f"{field} start {error.subject}", error.found, error.expected, error.fix) from None
         return step, layout, Place(epoch, _buckets.cursor_of(pairs), tuple((b, s) for b, s in pairs))
-    segments = _check_start_segments(n, field, start)
-    remaining = segments[-1].remaining() if segments else n
-    pairs = tuple((s.world_size, s.taken) for s in segments)
-    return step, layout, Place(epoch, n - remaining, pairs)
+    left = _check_start_segments(n, field, start)
+    pairs = tuple((int(w), int(t)) for w, t in start)  # type: ignore[union-attr]
+    return step, layout, Place(epoch, n - left, pairs)
 
 
-def _check_start_segments(n: int, field: str, start: object) -> list[Any]:
-    if not (isinstance(start, list) and len(start) <= _spans.MAX_SEGMENTS
+def _check_start_segments(n: int, field: str, start: object) -> int:
+    """The positions a stored start's segments leave (a folded epoch's included: ``spans.py``)."""
+    if not (isinstance(start, list) and len(start) <= _spans.MAX_SEGMENTS + _spans.is_folded(start)
             and all(isinstance(p, list) and len(p) == 2 and all(_is_int(v, 0, _MAX_INT) for v in p) for p in start)):
         raise Refused(f"{field} start", start, f"the epoch's segments, at most {_spans.MAX_SEGMENTS} "
-                      "[world_size, taken] pairs (deal 'spans')", DAMAGED)
+                      "[world_size, taken] pairs and a fold (deal 'spans')", DAMAGED)
     try:
-        return _spans.check_segments(n, start)
+        return _spans.remaining(n, start)
     except Refused as error:
         raise Refused(f"{field} start {error.subject}", error.found, error.expected, error.fix, why=error.why) from None
