@@ -83,14 +83,25 @@ class _Segment:
 
     def back(self, positions: np.ndarray) -> np.ndarray:
         """Positions of the next space (what remains) -> positions of this one."""
+        # Position p of the next space is in the leftover of rank k (the ranks' leftovers laid end to end);
+        # each of the ranks up to k read ``taken`` before it, so it sits at p + (k + 1) * taken here.
         longer, left_long, left_short = self.left_per_rank()
-        split = longer * left_long
-        in_long = positions < split
-        rank = np.where(in_long, positions // max(left_long, 1), longer + (positions - split) // max(left_short, 1))
-        offset = np.where(in_long, positions % max(left_long, 1), (positions - split) % max(left_short, 1))
-        start, _ = self.stretch(rank)
-        found: np.ndarray = start + self.taken + offset
-        return found
+        split = longer * left_long  # the longer stretches' leftovers come first
+        positions = np.asarray(positions, dtype=np.int64)
+        if split == 0 or not positions.size or int(positions.min()) >= split:
+            rank = positions - split
+            rank //= max(left_short, 1)
+            rank += longer + 1
+        elif int(positions.max()) < split:
+            rank = positions // left_long
+            rank += 1
+        else:
+            short = (positions - split) // max(left_short, 1) + longer
+            rank = np.where(positions < split, positions // left_long, short)
+            rank += 1
+        rank *= self.taken
+        rank += positions
+        return rank
 
 
 def check_segments(n: int, segments: Sequence[Sequence[int]]) -> list[_Segment]:
