@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -178,15 +179,18 @@ def build(urls: Sequence[str], *, reader: str, options: dict[str, Any],
         # A local stat takes microseconds: a thread per call would cost more than the call (1,000
         # local shards: 30 ms through the pool, 3 ms here). Remote lookups wait on the network.
         remote = any(is_remote(url) for url in urls)
-        found = list(pool.map(info, urls)) if remote else [info(url) for url in urls]
-        for index in known:
-            if _describes(index, root, urls, found, reader=reader, options=options, checksums=checksums):
-                return index  # a restart: every shard as it was kept, in order (its hash is computed once, here)
+        found = _infos(pool, info, urls) if remote else [info(url) for url in urls]
         records: list[ShardRecord | None] = [None] * len(urls)
         for source in (lambda: known, more_known):
             if source is None or all(records):
                 continue
-            for index in source():
+            indexes = source()
+            if not indexes:
+                continue
+            for index in indexes:  # a restart, or a published index: every shard as it records it, in order
+                if _describes(index, root, urls, found, reader=reader, options=options, checksums=checksums):
+                    return index  # its hash computed once (its check), no lookup per shard
+            for index in indexes:
                 if index.reader == reader and index.options == options:
                     for record in index.shards:
                         reusable.setdefault(record.name, []).append(record)
@@ -199,6 +203,20 @@ def build(urls: Sequence[str], *, reader: str, options: dict[str, Any],
         for i, (rows, checksum) in zip(todo, _with_progress(counted, len(todo), progress), strict=True):
             records[i] = ShardRecord(relative(root, urls[i]), found[i][0], found[i][1], rows, checksum)
     return CorpusIndex(root, reader, dict(options), tuple(r for r in records if r is not None))
+
+
+def _infos(pool: ThreadPoolExecutor, info: Callable[[str], tuple[int, str]], urls: Sequence[str],
+           ) -> list[tuple[int, str]]:
+    """``info`` of every url: one by one while the answers are instant (a listing already gave them: 1e5
+    shards through a thread pool cost seconds of locks), the rest in parallel once lookups wait on the
+    network (64 of them averaging over 2 ms: a pause of the process alone does not pass for that)."""
+    found: list[tuple[int, str]] = []
+    for first in range(0, len(urls), 64):
+        start = time.perf_counter()
+        found += [info(url) for url in urls[first:first + 64]]
+        if time.perf_counter() - start > 64 * 2e-3:
+            return found + list(pool.map(info, urls[first + 64:]))
+    return found
 
 
 def _describes(index: CorpusIndex, root: str, urls: Sequence[str], found: Sequence[tuple[int, str]], *, reader: str,
