@@ -166,8 +166,9 @@ def states(folder: Path, env: dict[str, str]) -> dict[str, str]:
     sys.path.insert(0, str(HERE))
     os.environ.update(env)
     register_stub()
-    import shufflepoint
     from which import state_at
+
+    import shufflepoint
 
     corpus = shufflepoint.Shards(f"{ROOT}/*.bin", seq_len=SEQ_LEN, cache_dir=str(folder / "cache-parent"),
                                  progress=False)
@@ -260,8 +261,9 @@ def gloo(processes: int, folder: Path, env: dict[str, str]) -> dict[str, Any]:
     os.environ.update(env)
     register_stub()
     sys.path.insert(0, str(HERE))
-    import shufflepoint
     from which import state_at
+
+    import shufflepoint
 
     corpus = shufflepoint.Shards(f"{ROOT}/*.bin", seq_len=SEQ_LEN, cache_dir=str(folder / "cache-parent"),
                                  progress=False)
@@ -310,7 +312,8 @@ def report(found: dict[str, Any]) -> str:
     many = found["many_resizes"]
     lines += ["", f"{many['resizes']:,} resizes in one epoch (2, 3, 4 ranks in turn): state {many['state_bytes']:,} "
               f"bytes (version {many['version']}, {many['segments']} segments pairs), a load of it "
-              f"{many['load_s'] * 1e3:.0f} ms, {many['per_resize_s'] * 1e3:.0f} ms per resize (build, load, one batch)."]
+              f"{many['load_s'] * 1e3:.0f} ms, {many['per_resize_s'] * 1e3:.0f} ms per resize (build, load, one "
+              "batch)."]
     if found.get("gloo"):
         g = found["gloo"]
         lines += ["", f"Gloo, {g['processes']} processes on this machine (torch.distributed.run, resumed at 50%): "
