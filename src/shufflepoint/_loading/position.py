@@ -30,6 +30,7 @@ read on with this layout from the saved (epoch, cursor, segments). Nothing chang
 from __future__ import annotations
 
 import copy
+import gc
 from collections.abc import Callable
 from typing import Any
 
@@ -88,8 +89,14 @@ class Lookup:
         placed = history.place(int(step), cuts)
         order = self.orders(orders).get(placed.epoch, placed.cut)
         positions = placed.world_positions()  # one row a rank, one call for the world, not one per rank
-        indices = order.take(positions.reshape(-1)).reshape(positions.shape).tolist()
-        return dict(enumerate(indices))
+        found = order.take(positions.reshape(-1)).reshape(positions.shape)
+        collecting = gc.isenabled()
+        gc.disable()  # 16,384 lists of ints would set off collections of every object torch holds (~0.1 s each)
+        try:
+            return dict(enumerate(found.tolist()))
+        finally:
+            if collecting:
+                gc.enable()
 
 
 def warn_of_a_lost_ramp(recorded: int, batch_size: int) -> None:
