@@ -136,8 +136,10 @@ class Placed:
         size = self.layout.batch_size
         first = self.batch * size
         stop = min(first + size, self.cut.samples_per_rank())
-        if type(self.cut) in (StridedCut, SpanCut):  # exactly these: a subclass deals otherwise
-            return self.cut.world_positions(first, stop)  # type: ignore[union-attr]
+        cut = self.cut
+        if type(cut) is StridedCut or type(cut) is SpanCut:  # exactly these: a subclass deals otherwise
+            assert isinstance(cut, (StridedCut, SpanCut))
+            return cut.world_positions(first, stop)
         rows = [self.cut.rank_positions(rank, first, stop) for rank in range(self.layout.world_size)]
         return np.stack(rows) if rows else np.zeros((0, max(stop - first, 0)), dtype=np.int64)
 
@@ -344,7 +346,7 @@ def _parse(n: int, deal: str, number: int, entry: object) -> tuple[int, Layout, 
             raise Refused(f"{field} start {error.subject}", error.found, error.expected, error.fix) from None
         return step, layout, Place(epoch, _buckets.cursor_of(pairs), tuple((b, s) for b, s in pairs))
     left = _check_start_segments(n, field, start)
-    pairs = tuple((int(w), int(t)) for w, t in start)  # type: ignore[union-attr]
+    pairs = tuple((int(w), int(t)) for w, t in start)
     return step, layout, Place(epoch, n - left, pairs)
 
 

@@ -88,7 +88,7 @@ class CorpusIndex:
         """The content hash as index format 1 (shufflepoint 0.2) computed it: no versions."""
         return self._hash([(s.name, s.size, s.rows) for s in self.shards])
 
-    def _hash(self, shards: list[list[Any]]) -> str:
+    def _hash(self, shards: Sequence[Sequence[Any]]) -> str:
         identity = {"reader": self.reader, "options": self.options, "shards": shards}
         return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
