@@ -346,8 +346,8 @@ def _parse(n: int, deal: str, number: int, entry: object) -> tuple[int, Layout, 
             raise Refused(f"{field} start {error.subject}", error.found, error.expected, error.fix) from None
         return step, layout, Place(epoch, _buckets.cursor_of(pairs), tuple((b, s) for b, s in pairs))
     left = _check_start_segments(n, field, start)
-    pairs = tuple((int(w), int(t)) for w, t in start)
-    return step, layout, Place(epoch, n - left, pairs)
+    stored = tuple((int(w), int(t)) for w, t in start)
+    return step, layout, Place(epoch, n - left, stored)
 
 
 def _check_start_segments(n: int, field: str, start: object) -> int:
