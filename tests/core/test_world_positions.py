@@ -59,3 +59,32 @@ def test_a_take_over_many_blocks_is_each_block_s_own_order(rows, block, stretche
     one_by_one = [order.index(int(p)) for p in positions.tolist()]  # a block or two per call: each block's own order
     assert order.take(positions).tolist() == one_by_one
     assert sorted(order.take(np.arange(sum(rows), dtype=np.int64)).tolist()) == list(range(sum(rows)))
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(20, 300), world=st.integers(1, 9), batch=st.integers(1, 4),
+       deal=st.sampled_from(["strided", "spans"]), drop_last=st.booleans(), data=st.data())
+def test_with_samples_excluded_the_world_is_each_rank_s(n, world, batch, deal, drop_last, data):
+    """The filtered cuts (``exclude``) place a world at once too: row by row each rank's ``rank_positions``."""
+    import shufflepoint
+
+    loader = shufflepoint.DataLoader(list(range(n)), batch, seed=3, rank=0, world_size=world, deal=deal,
+                                     drop_last=drop_last)
+    iterator = iter(loader)
+    for _ in range(data.draw(st.integers(0, 2))):
+        if next(iterator, None) is None:
+            return
+    excluded = data.draw(st.lists(st.integers(0, n - 1), max_size=n // 2, unique=True))
+    if not excluded:
+        return
+    loader.exclude(excluded)
+    position = loader._position
+    step = position.step
+    if position.batches_left() == 0:
+        return
+    placed = position.history.place(step, position._cuts_of(step))
+    found = placed.world_positions()
+    size = placed.layout.batch_size
+    first = placed.batch * size
+    stop = min(first + size, placed.cut.samples_per_rank())
+    assert np.array_equal(found, _rows(placed.cut, first, stop).reshape(world, stop - first))

@@ -53,12 +53,15 @@ from shufflepoint._core import buckets as _buckets
 from shufflepoint._core import spans as _spans
 from shufflepoint._core.cut import Cut
 from shufflepoint._core.errors import DAMAGED, Plain, Refused, refusal
+from shufflepoint._core.exclusion import FilteredStridedCut
 from shufflepoint._core.plan import MAX_N, STRIDED, Layout, StridedCut, cut
 from shufflepoint._core.spans import SpanCut
+from shufflepoint._core.spanskips import FilteredSpanCut
 
 # The cut a layout reads from a place, the excluded samples skipped (``loader._cut``): a history places the steps
 # after an exclusion with it (the legs from the exclusion's step on, each stored with its start).
 Cuts = Callable[["Place", Layout, int], Cut]
+_WHOLE_WORLD = (StridedCut, SpanCut, FilteredStridedCut, FilteredSpanCut)  # cuts that place a world at once
 MAX_ENTRIES = 33  # the leg the history starts with and the 32 latest changes
 MAX_EPOCH = 2**62  # the orders' bound (``_order.MAX_EPOCH``): the last epoch a run can read
 _MAX_INT = 2**63 - 1
@@ -137,8 +140,8 @@ class Placed:
         first = self.batch * size
         stop = min(first + size, self.cut.samples_per_rank())
         cut = self.cut
-        if type(cut) is StridedCut or type(cut) is SpanCut:  # exactly these: a subclass deals otherwise
-            assert isinstance(cut, (StridedCut, SpanCut))
+        if type(cut) in _WHOLE_WORLD:  # exactly these: a subclass (GlobalBatchCut) deals otherwise
+            assert isinstance(cut, _WHOLE_WORLD)
             return cut.world_positions(first, stop)
         rows = [self.cut.rank_positions(rank, first, stop) for rank in range(self.layout.world_size)]
         return np.stack(rows) if rows else np.zeros((0, max(stop - first, 0)), dtype=np.int64)

@@ -143,6 +143,11 @@ class FilteredSpanCut:
         return self.to_epoch(self._inner.rank_positions(rank, start, stop),
                              ascending=True if stop <= self._inner.real_samples(rank) else None)
 
+    def world_positions(self, start: int, stop: int) -> np.ndarray:
+        """``rank_positions(rank, start, stop)`` of every rank at once, one row a rank (``which``)."""
+        inner = self._inner.world_positions(start, stop)
+        return self.to_epoch(inner.reshape(-1), ascending=False).reshape(inner.shape)
+
     def after(self, received: int) -> tuple[int, list[list[int]]]:
         """(cursor, segments) once every rank has received ``received`` more samples: ``cursor`` counts
         the epoch positions that will not be read any more (handed out or gone)."""
