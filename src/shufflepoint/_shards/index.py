@@ -70,6 +70,8 @@ class CorpusIndex:
     options: dict[str, Any]
     shards: tuple[ShardRecord, ...]
     read_as: int = field(default=VERSION, compare=False)  # the format of the sidecar it was read from
+    # The sidecar's bytes as read (format 2): a node keeps a published index by writing them, not re-encoding it.
+    text: bytes = field(default=b"", compare=False, repr=False)
 
     @cached_property
     def rows(self) -> np.ndarray:
@@ -101,9 +103,9 @@ class CorpusIndex:
                 "shards": [[s.name, s.size, s.version, s.rows, s.checksum] for s in self.shards]}
 
     @classmethod
-    def from_json(cls, value: Any, where: str) -> CorpusIndex:
+    def from_json(cls, value: Any, where: str, text: bytes = b"") -> CorpusIndex:
         """Read a sidecar (format 1 or 2); ValueError naming the file and the field for anything
-        malformed."""
+        malformed. ``text``: the bytes ``value`` was parsed from, kept to be written again as they are."""
         if not isinstance(value, dict) or value.get("format") != FORMAT:
             raise ValueError(refusal(where, Plain("no corpus index format"), f"format {FORMAT!r}", _REBUILD,
                                      why="it is not a shufflepoint corpus index"))
@@ -113,7 +115,8 @@ class CorpusIndex:
                                      f"{', '.join(map(str, READS))}", _REBUILD))
         try:
             shards = tuple(_record(entry, version) for entry in value["shards"])
-            index = cls(str(value["root"]), str(value["reader"]), dict(value["options"]), shards, read_as=version)
+            index = cls(str(value["root"]), str(value["reader"]), dict(value["options"]), shards, read_as=version,
+                        text=text if version == VERSION else b"")
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(refusal(where, Plain("a damaged corpus index"), "a corpus index's fields", _REBUILD,
                                      why=repr(error))) from error
@@ -226,7 +229,7 @@ def _describes(index: CorpusIndex, root: str, urls: Sequence[str], found: Sequen
     if (index.reader, index.options, index.root, len(index.shards), index.read_as) != (
             reader, options, root, len(urls), VERSION):
         return False
-    if checksums and not all(s.checksum for s in index.shards):
+    if any(bool(s.checksum) != checksums for s in index.shards):  # records as ``_reuse`` would keep them
         return False
     if root and not root.endswith("/"):  # ``relative``, inlined
         prefix, cut = root + "/", len(root) + 1
