@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test test-examples test-locality test-wheel test-repeat exit-soak test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards \
-	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-images bench-which bench-tail soak lint clean test-accelerate-matrix test-transformers-matrix
+	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-images bench-which bench-tail bench-scale soak lint clean test-accelerate-matrix test-transformers-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -179,6 +179,13 @@ bench-packing: $(STAMP) $(GRAIN_STAMP)
 # per-step log (benchmarks/which.py; about 2 minutes).
 bench-which: $(STAMP)
 	$(PY) benchmarks/which.py
+
+# A 16,384-rank start (issue 33.6): per sampled rank, from construction to its first batch, fresh and resumed,
+# after 16,384 -> 12,288 -> 16,384, over a stub storage serving a published index of 1e5 shards (1e12 tokens);
+# which() at 16,384 ranks; 1,000 resizes in an epoch; and a real 32-process Gloo run (GLOO=0 skips it).
+# benchmarks/scale.py; docs/scale.md. About 3 minutes, plus the Gloo run (minutes on 2 CPUs).
+bench-scale: $(STAMP)
+	$(PY) benchmarks/scale.py --gloo $(or $(GLOO),32)
 
 # Ray Train (issue 14) on a real local Ray cluster: its own venv (1.5 GB), torch first and alone
 # (the local CPU wheel), then the package with its [ray] extra. About 40 s to build, 70 s to run.

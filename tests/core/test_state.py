@@ -36,7 +36,7 @@ def test_state_fields_are_documented_in_order():
 
 @pytest.mark.parametrize("edit, match", [
     (dict(format="torchdata"), "'format': found 'torchdata'"),
-    (dict(version=5), "'version': found 5\n  expected: 1..4\n  fix: it was written by a newer shufflepoint"),
+    (dict(version=6), "'version': found 6\n  expected: 1..5\n  fix: it was written by a newer shufflepoint"),
     (dict(version=True), "'version': found True"),
     (dict(kind="sampler"), "'kind': found 'sampler'"),
     (dict(n=41), "'n': found 41\n  expected: 40.*\n  why: the dataset changed length"),

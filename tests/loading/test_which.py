@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections import Counter
 
 import pytest
 import torch
@@ -267,7 +266,7 @@ def test_every_state_the_loader_writes_loads_at_the_last_epoch():
     assert fresh.state_dict() == state
 
 
-def test_the_65th_world_size_of_an_epoch_is_refused_at_the_resize():
+def test_the_65th_world_size_of_an_epoch_folds_it_and_is_read_on():
     n, state = 4000, None
     for number in range(64):
         size = 2 + number % 2  # 2, 3, 2, 3, ...: a new world size each time
@@ -276,18 +275,15 @@ def test_the_65th_world_size_of_an_epoch_is_refused_at_the_resize():
             loader.load_state_dict(state)
         next(iter(loader))
         state = loader.state_dict()
-    assert len(state["segments"]) == 64
-    same = shufflepoint.DataLoader(list(range(n)), 1, seed=5, rank=0, world_size=3, deal="spans")
-    same.load_state_dict(state)  # the last world size continues its segment
+    assert len(state["segments"]) == 64 and state["version"] == 4
     other = shufflepoint.DataLoader(list(range(n)), 1, seed=5, rank=0, world_size=2, deal="spans")
-    with pytest.raises(StateError, match=r"'segments': found 64 world sizes in epoch 0\n  expected: at most 64 in one "
-                                         r"epoch \(world size 2 would be the 65th\)\n"
-                                         r"  fix: finish epoch 0 on world size 3"):
-        other.load_state_dict(state)
-    assert other.state_dict()["steps"] == 0  # nothing changed
-    same.set_epoch(1)
-    other.load_state_dict(same.state_dict())  # the fix the message gives
-    assert len(Counter(i for batch in other for i in batch.tolist())) == n // 2  # rank 0's half, each once
+    other.load_state_dict(state)  # the 65th world size: the epoch folds (issue 33; no refusal)
+    next(iter(other))
+    folded = other.state_dict()
+    assert folded["segments"][-1] == [0, 2] and len(folded["segments"]) == 65 and folded["version"] == 5
+    fresh = shufflepoint.DataLoader(list(range(n)), 1, seed=5, rank=0, world_size=2, deal="spans")
+    fresh.load_state_dict(folded)
+    assert fresh.state_dict() == folded
 
 
 def test_torch_refuses_batch_size_assignment_so_the_loader_sets_it_itself():

@@ -303,6 +303,17 @@ class FilteredStridedCut:
             positions[~inside] = self.skips.nth(0, (kept[~inside] - self._left) % self.skips.remaining(0))
         return positions
 
+    def world_positions(self, start: int, stop: int) -> np.ndarray:
+        """``rank_positions(rank, start, stop)`` of every rank at once, one row a rank (``which``)."""
+        kept = (np.arange(start, stop, dtype=np.int64)[None, :] * self.world_size
+                + np.arange(self.world_size, dtype=np.int64)[:, None]).reshape(-1)
+        positions = np.empty_like(kept)
+        inside = kept < self._left
+        positions[inside] = self.skips.nth(self.cursor, kept[inside])
+        if not inside.all():  # tail padding: the epoch's first kept positions, in order
+            positions[~inside] = self.skips.nth(0, (kept[~inside] - self._left) % self.skips.remaining(0))
+        return positions.reshape(self.world_size, max(stop - start, 0))
+
     def after(self, received: int) -> tuple[int, list[list[int]]]:
         """(cursor, segments) once every rank has received ``received`` more samples: the position
         after the last kept position handed out (``n`` once the kept positions are all out)."""

@@ -115,6 +115,15 @@ class StridedCut:
     def rank_positions(self, rank: int, start: int, stop: int) -> np.ndarray:
         return self.layout.rank_positions(rank, self.cursor, start, stop)
 
+    def world_positions(self, start: int, stop: int) -> np.ndarray:
+        """``rank_positions(rank, start, stop)`` of every rank at once, one row a rank (``which``)."""
+        layout = self.layout
+        positions = np.arange(start, stop, dtype=np.int64)[None, :] * layout.world_size
+        positions = positions + (self.cursor + np.arange(layout.world_size, dtype=np.int64))[:, None]
+        if positions.size and int(positions[-1, -1]) >= layout.n:
+            np.remainder(positions, layout.n, out=positions)
+        return positions
+
     def after(self, received: int) -> tuple[int, list[list[int]]]:
         """(cursor, segments) once every rank has received ``received`` more samples."""
         return self.layout.cursor_after(self.cursor, min(received, self.samples_per_rank())), []

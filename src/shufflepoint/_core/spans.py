@@ -29,10 +29,22 @@ one shorter repeating its own first sample (padding, only in the epoch's last st
 ``drop_last`` each rank takes ``floor(m / (W*B)) * B``, so fewer than W*B samples of the epoch (the
 ends of the stretches) are never read. With the same world size a resume continues the same
 segment, so it is exact; with another one every remaining sample is read once.
+
+*Any number of resizes* (the fold). Each segment adds a map every position is sent back through, and
+two integers to the state. So an epoch deals at most ``MAX_SEGMENTS`` world sizes in stretches; a
+resize to yet another world size *folds* the epoch: what the segments left (the next space) is read to
+the end of the epoch strided, as the ``strided`` deal reads an epoch, rank r's t-th sample at
+``handed + r + W*t`` of that space, by whatever world reads it, and the state records one more pair,
+``[0, handed]`` (world size 0 marks the fold; ``handed``: positions of the space handed out). Every
+later resize in the epoch only moves ``handed``: the state stays at 65 pairs and the arithmetic exact
+(each remaining sample once, tail padding as ``strided`` pads) however many resizes follow. The price:
+from the fold to the end of the epoch a node reads from the whole remaining space, not its stretch
+(locality is lost for that rest, never exactness); the next epoch deals in stretches again.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -41,7 +53,8 @@ import numpy as np
 from shufflepoint._core.errors import DAMAGED, Refused
 
 NAME = "spans"
-MAX_SEGMENTS = 64  # world-size changes inside one epoch; a state with more is refused as damaged
+MAX_SEGMENTS = 64  # world sizes dealt in stretches inside one epoch; another one folds the epoch (module docstring)
+FOLD = 0  # the world size of the last pair of a folded epoch's segments: [FOLD, handed]
 
 
 @dataclass(frozen=True)
@@ -70,14 +83,25 @@ class _Segment:
 
     def back(self, positions: np.ndarray) -> np.ndarray:
         """Positions of the next space (what remains) -> positions of this one."""
+        # Position p of the next space is in the leftover of rank k (the ranks' leftovers laid end to end);
+        # each of the ranks up to k read ``taken`` before it, so it sits at p + (k + 1) * taken here.
         longer, left_long, left_short = self.left_per_rank()
-        split = longer * left_long
-        in_long = positions < split
-        rank = np.where(in_long, positions // max(left_long, 1), longer + (positions - split) // max(left_short, 1))
-        offset = np.where(in_long, positions % max(left_long, 1), (positions - split) % max(left_short, 1))
-        start, _ = self.stretch(rank)
-        found: np.ndarray = start + self.taken + offset
-        return found
+        split = longer * left_long  # the longer stretches' leftovers come first
+        positions = np.asarray(positions, dtype=np.int64)
+        if split == 0 or not positions.size or int(positions.min()) >= split:
+            rank = positions - split
+            rank //= max(left_short, 1)
+            rank += longer + 1
+        elif int(positions.max()) < split:
+            rank = positions // left_long
+            rank += 1
+        else:
+            short = (positions - split) // max(left_short, 1) + longer
+            rank = np.where(positions < split, positions // left_long, short)
+            rank += 1
+        rank *= self.taken
+        rank += positions
+        return rank
 
 
 def check_segments(n: int, segments: Sequence[Sequence[int]]) -> list[_Segment]:
@@ -100,6 +124,77 @@ def check_segments(n: int, segments: Sequence[Sequence[int]]) -> list[_Segment]:
     return built
 
 
+def split_fold(segments: Sequence[Sequence[int]]) -> tuple[list[list[int]], int | None]:
+    """(the segments dealt in stretches, positions of the folded rest handed out, or None when not folded)."""
+    pairs = [[int(w), int(t)] for w, t in segments]
+    if pairs and pairs[-1][0] == FOLD:
+        return pairs[:-1], pairs[-1][1]
+    return pairs, None
+
+
+def is_folded(segments: Sequence[Sequence[int]]) -> bool:
+    """Whether an epoch's segments end with the fold (a state written with one is format version 5)."""
+    last = segments[-1] if segments else None
+    return isinstance(last, (list, tuple)) and len(last) == 2 and last[0] == FOLD and not isinstance(last[0], bool)
+
+
+def check_fold(n: int, segments: Sequence[Sequence[int]]) -> tuple[list[_Segment], int | None]:
+    """``check_segments`` of a possibly folded epoch: (the stretch segments, the fold's ``handed`` or None).
+    Kept for the latest few epochs' segments: a load places up to 33 history legs, each cutting an epoch
+    of up to 65 segments (0.7 ms of Python each)."""
+    key = tuple((int(w), int(t)) for w, t in segments)
+    built, handed = _checked_fold(n, key)
+    return list(built), handed
+
+
+@functools.lru_cache(maxsize=64)
+def _checked_fold(n: int, segments: tuple[tuple[int, int], ...]) -> tuple[tuple[_Segment, ...], int | None]:
+    pairs, handed = split_fold(segments)
+    built = check_segments(n, pairs)
+    if handed is not None:
+        number = len(pairs)
+        if number != MAX_SEGMENTS:
+            raise Refused(f"segments[{number}]", [FOLD, handed], f"a fold only after {MAX_SEGMENTS} segments",
+                          DAMAGED, why="an epoch folds at the world size past the last it deals in stretches")
+        left = built[-1].remaining()
+        if not 1 <= handed <= left:
+            raise Refused(f"segments[{number}]", [FOLD, handed], f"[{FOLD}, handed] with handed in [1, {left}]",
+                          DAMAGED, why=f"the {MAX_SEGMENTS} segments leave {left} positions")
+    return tuple(built), handed
+
+
+def remaining(n: int, segments: Sequence[Sequence[int]]) -> int:
+    """Positions of the epoch no rank has read yet, at ``segments`` (checked)."""
+    built, handed = check_fold(n, segments)
+    return (built[-1].remaining() if built else n) - (handed or 0)
+
+
+@dataclass(frozen=True)
+class _Fold:
+    """The folded rest of an epoch: a space of ``size`` read strided from ``handed`` by W ranks in batches of B."""
+
+    size: int
+    handed: int
+    world_size: int
+    batch_size: int
+    drop_last: bool
+
+    def samples_per_rank(self) -> int:
+        full, tail = divmod(self.size - self.handed, self.world_size * self.batch_size)
+        return full * self.batch_size + (0 if self.drop_last else -(-tail // self.world_size))
+
+    def real_samples(self, rank: int) -> int:
+        left = self.size - self.handed - rank
+        return min(max(-(-left // self.world_size), 0), self.samples_per_rank())
+
+    def positions(self, ranks: np.ndarray, taken: np.ndarray) -> np.ndarray:
+        """Space positions of each rank's samples ``taken`` (broadcast), past the end wrapped (tail padding)."""
+        found: np.ndarray = self.handed + ranks + self.world_size * taken
+        if found.size and int(found.max()) >= self.size:
+            found = found % self.size
+        return found
+
+
 class SpanCut:
     """The rest of an epoch under the ``spans`` deal, for the current world: what each rank reads.
 
@@ -111,12 +206,15 @@ class SpanCut:
 
     def __init__(self, n: int, segments: Sequence[Sequence[int]], world_size: int, batch_size: int,
                  drop_last: bool) -> None:
-        history = check_segments(n, segments)
+        history, handed = check_fold(n, segments)
         self.n, self.batch_size, self.drop_last = n, batch_size, drop_last
-        if history and history[-1].world_size == world_size:
+        self._fold: _Fold | None = None
+        if handed is None and history and history[-1].world_size == world_size:
             current = history.pop()
         else:
             current = _Segment(history[-1].remaining() if history else n, world_size, 0)
+        if handed is not None or len(history) >= MAX_SEGMENTS:  # the fold: the rest strided (module docstring)
+            self._fold = _Fold(current.size, handed or 0, world_size, batch_size, drop_last)
         self._history, self._current = history, current
 
     @property
@@ -130,6 +228,8 @@ class SpanCut:
 
     def samples_per_rank(self) -> int:
         """How many samples each rank reads from here to the end of the epoch."""
+        if self._fold is not None:
+            return self._fold.samples_per_rank()
         left = self._current.remaining()
         world_size = self._current.world_size
         if self.drop_last:
@@ -138,11 +238,15 @@ class SpanCut:
 
     def real_samples(self, rank: int) -> int:
         """Of those, how many are not padding (the rest repeat the rank's own samples)."""
+        if self._fold is not None:
+            return self._fold.real_samples(rank)
         _, length = self._current.stretch(rank)
         return min(max(int(length) - self._current.taken, 0), self.samples_per_rank())
 
     def rank_positions(self, rank: int, start: int, stop: int) -> np.ndarray:
         """Epoch-stream positions of this rank's samples ``start..stop-1`` (counted from here)."""
+        if self._fold is not None:
+            return self._back(self._fold.positions(np.int64(rank), np.arange(start, stop, dtype=np.int64)))
         segment = self._current
         taken = np.arange(start, stop, dtype=np.int64) + segment.taken
         first, length = (int(v) for v in segment.stretch(rank))
@@ -150,13 +254,39 @@ class SpanCut:
             positions = first + np.where(taken < length, taken, taken % length)
         else:  # fewer positions than ranks: a rank with none pads from the whole space
             positions = taken % max(segment.size, 1)
+        return self._back(positions)
+
+    def _back(self, positions: np.ndarray) -> np.ndarray:
+        """Positions of the current space -> epoch positions, back through every earlier segment."""
         for earlier in reversed(self._history):
             positions = earlier.back(positions)
         return positions
 
+    def world_positions(self, start: int, stop: int) -> np.ndarray:
+        """``rank_positions(rank, start, stop)`` of every rank at once, one row a rank (``which``): each
+        earlier segment's map runs once over the world's positions, not once per rank."""
+        if self._fold is not None:
+            ranks = np.arange(self._fold.world_size, dtype=np.int64)[:, None]
+            folded = self._fold.positions(ranks, np.arange(start, stop, dtype=np.int64)[None, :])
+            return self._back(folded.reshape(-1)).reshape(folded.shape)
+        segment = self._current
+        taken = (np.arange(start, stop, dtype=np.int64) + segment.taken)[None, :]
+        first, length = segment.stretch(np.arange(segment.world_size, dtype=np.int64))
+        first, length = first[:, None], length[:, None]
+        positions = first + np.where(taken < length, taken, taken % np.maximum(length, 1))
+        empty = length[:, 0] == 0
+        if empty.any():  # fewer positions than ranks: a rank with none pads from the whole space
+            positions[empty] = taken % max(segment.size, 1)
+        found: np.ndarray = self._back(positions.reshape(-1)).reshape(positions.shape)
+        return found
+
     def after(self, received: int) -> tuple[int, list[list[int]]]:
         """(cursor, segments) once every rank has received ``received`` more samples."""
-        current = self._current
+        current, fold = self._current, self._fold
+        if fold is not None:  # the fold's rest: only ``handed`` moves
+            handed = min(fold.handed + fold.world_size * min(received, self.samples_per_rank()), fold.size)
+            segments = [[s.world_size, s.taken] for s in self._history]
+            return self.n - fold.size + handed, segments + ([[FOLD, handed]] if handed else [])
         taken = current.taken + min(received, self.samples_per_rank())
         segments = [[s.world_size, s.taken] for s in self._history]
         if taken > 0:

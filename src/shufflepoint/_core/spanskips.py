@@ -36,7 +36,7 @@ import numpy as np
 
 from shufflepoint._core.errors import DAMAGED, Plain, Refused, refusal
 from shufflepoint._core.exclusion import MAX_RANGES, Exclusion
-from shufflepoint._core.spans import NAME, SpanCut, check_segments
+from shufflepoint._core.spans import MAX_SEGMENTS, NAME, SpanCut, check_segments, is_folded
 
 __all__ = ["FilteredSpanCut", "Handed"]
 
@@ -143,6 +143,11 @@ class FilteredSpanCut:
         return self.to_epoch(self._inner.rank_positions(rank, start, stop),
                              ascending=True if stop <= self._inner.real_samples(rank) else None)
 
+    def world_positions(self, start: int, stop: int) -> np.ndarray:
+        """``rank_positions(rank, start, stop)`` of every rank at once, one row a rank (``which``)."""
+        inner = self._inner.world_positions(start, stop)
+        return self.to_epoch(inner.reshape(-1), ascending=False).reshape(inner.shape)
+
     def after(self, received: int) -> tuple[int, list[list[int]]]:
         """(cursor, segments) once every rank has received ``received`` more samples: ``cursor`` counts
         the epoch positions that will not be read any more (handed out or gone)."""
@@ -153,6 +158,11 @@ class FilteredSpanCut:
         """What the epoch has handed out once every rank received ``received`` more samples, as ranges
         (the ``handed`` of an exclusion made there); None when nothing was."""
         _, segments = self._inner.after(received)
+        if is_folded(segments):
+            # LIMIT(exclude-folded-epoch): docs/exclusion.md#limits
+            raise ValueError(refusal("exclude", Plain(f"an epoch folded after {MAX_SEGMENTS} world sizes"),
+                                     "an epoch dealt in stretches", "exclude at the start of the next epoch",
+                                     why="nothing was excluded: what the fold handed out is not kept as ranges"))
         built = check_segments(self.size, segments)
         found: list[tuple[int, int]] = []
         for number, segment in enumerate(built):

@@ -1,6 +1,8 @@
 """The state: a versioned, flat dict of JSON values, the same on every rank. Written and read here.
 
-Fields (format version 4; version 3, written by 0.4, carried the order's parameters inside
+Fields (format version 4, or 5 for a state holding an epoch folded after 64 world sizes: the same fields, and a
+``segments`` or ``history`` start may end with the fold's ``[0, handed]``, ``_core/spans.py``; version 3,
+written by 0.4, carried the order's parameters inside
 ``dataset_fingerprint``; version 2, written by 0.3, had neither ``steps`` nor ``history``, and version 1,
 written by 0.1 and 0.2, had neither ``deal`` nor ``segments``: all still load, turned into version 4's
 shape by ``older_states.upgraded``, see also ``legacy_history``):
@@ -9,7 +11,7 @@ shape by ``older_states.upgraded``, see also ``legacy_history``):
 field                  type         meaning
 =====================  ===========  ==========================================================
 format                 str          always ``"shufflepoint"``
-version                int          format version, 4
+version                int          format version, 4 (5 with a folded epoch)
 kind                   str          ``"loader"`` or ``"sampler"``: which object wrote it
 seed                   int          the order's seed
 epoch                  int          the epoch being read
@@ -71,6 +73,7 @@ from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.history import MAX_EPOCH, Cuts, History, Place
 from shufflepoint._core.older_states import NEWEST_UPGRADED, OLDEST_VERSION, upgraded
 from shufflepoint._core.plan import STRIDED, Layout
+from shufflepoint._core.spans import is_folded
 from shufflepoint._core.spanskips import Handed
 from shufflepoint._core.state_fields import DEALS as DEALS  # re-exported: the deals a state may name
 from shufflepoint._core.state_fields import (
@@ -89,7 +92,8 @@ from shufflepoint._core.state_fields import (
 )
 
 FORMAT = "shufflepoint"
-VERSION = NEWEST_UPGRADED + 1  # 4; older_states reads versions 1-3 (OLDEST_VERSION..NEWEST_UPGRADED) into its shape
+CURRENT = NEWEST_UPGRADED + 1  # 4: the fields of today; older_states reads versions 1-3 into this shape
+VERSION = CURRENT + 1  # 5, the newest read: version 4 plus the fold of an epoch's resizes (written only with one)
 KINDS = ("loader", "sampler")
 MAX_SEED = 2**64 - 1  # seeds span torch's full range; every other int fits an int64
 
@@ -236,10 +240,21 @@ def _check_shape(state: object) -> Mapping[str, Any]:
             raise fail(field, state[field], f"an int in [0, {MAX_EPOCH}]{why}",
                        DAMAGED)
     check_segments_shape(state["segments"])
+    if version < VERSION and _folded([], state.get("history")):  # in segments: check_deal names the pair
+        raise fail("segments", Plain("an epoch folded after 64 world sizes"), f"no fold in a version {version} "
+                   f"state (version {VERSION} records one)", DAMAGED)
     check_order_parameters(state)
     if state["ramp"] is not None and not 1 <= state["ramp"] <= 2**31:
         raise fail("ramp", state["ramp"], "a batch size in [1, 2**31] or None", DAMAGED)
     return state
+
+
+def _folded(segments: list[Any], history: object) -> bool:
+    """Whether an epoch's segments, or a history entry's start, hold a fold (written as version 5)."""
+    starts = [entry[5] for entry in history if isinstance(entry, list) and len(entry) == 6
+              and isinstance(entry[5], list)] if isinstance(history, list) else []
+    return any(is_folded(pairs) for pairs in [segments, *starts]
+               if all(isinstance(p, list) and len(p) == 2 for p in pairs))
 
 
 def _current(state: object, expected: Expected) -> Mapping[str, Any]:
@@ -251,7 +266,7 @@ def _current(state: object, expected: Expected) -> Mapping[str, Any]:
     if written_as == OLDEST_VERSION and expected.legacy_fingerprint is not None \
             and current["dataset_fingerprint"] == expected.legacy_fingerprint:
         current = {**current, "dataset_fingerprint": expected.dataset_fingerprint}
-    if written_as != VERSION and current["shuffle_block"] is None:
+    if written_as not in (CURRENT, VERSION) and current["shuffle_block"] is None:
         current = {**current, "shuffle_block": expected.parameters.shuffle_block}
     return current
 
@@ -343,7 +358,7 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> Posit
     if state["cursor"] > state["n"]:
         raise fail("cursor", state["cursor"], f"an int in [0, n={state['n']}]", DAMAGED)
     check_buckets(state["buckets"], expected.buckets, expected.kind)
-    check_deal(state, expected.deal, expected.kind, expected.layout)
+    check_deal(state, expected.deal, expected.kind)
     steps, history = check_history(state, bool(state["excluded"]), expected.cuts)
     _check_changed(state, expected, strict)
     _warn_if_torch_changed(state)
@@ -368,18 +383,19 @@ def build(
         layout = Layout(n, world_size, batch_size, drop_last)
         place = Place(epoch, cursor, tuple((w, t) for w, t in segments or []))
         history = History.begin(n, deal, layout, place, steps)
-    torch_version = None
+    torch_version, entries = None, history.entries()
     if order == "torch":
         import torch
 
         torch_version = torch.__version__
     return {
-        "format": FORMAT, "version": VERSION, "kind": kind, "seed": seed, "epoch": epoch,
+        "format": FORMAT, "version": VERSION if _folded(segments or [], entries) else CURRENT, "kind": kind,
+        "seed": seed, "epoch": epoch,
         "cursor": cursor, "n": n, "shuffle": shuffle, "order": order, "order_version": order_version,
         "world_size": world_size, "batch_size": batch_size, "drop_last": drop_last,
         "torch_version": torch_version, "dataset_fingerprint": dataset_fingerprint,
         "deal": deal, "segments": [list(pair) for pair in segments or []],
-        "steps": steps, "history": history.entries(), "excluded": list(excluded or []),
+        "steps": steps, "history": entries, "excluded": list(excluded or []),
         "handed": list(handed or []), "excluded_at": list(excluded_at or []),
         "shuffle_block": parameters.shuffle_block, "grid": parameters.grid,
         "phases": [[start, digest] for start, digest in parameters.phases], "ramp": ramp, "buckets": buckets,

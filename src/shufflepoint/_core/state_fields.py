@@ -28,9 +28,9 @@ def fail(field: str, found: object, expected: str, fix: str, *, why: str | None 
 
 
 def check_segments_shape(segments: list[Any]) -> None:
-    if len(segments) > _spans.MAX_SEGMENTS:
+    if len(segments) > _spans.MAX_SEGMENTS + _spans.is_folded(segments):
         raise fail("segments", Plain(f"{len(segments)} segments"), f"at most {_spans.MAX_SEGMENTS} world sizes in one "
-                   "epoch", DAMAGED)
+                   "epoch and its fold", DAMAGED)
     for number, pair in enumerate(segments):
         if not (isinstance(pair, list) and len(pair) == 2
                 and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_INT for v in pair)):
@@ -38,9 +38,9 @@ def check_segments_shape(segments: list[Any]) -> None:
                        DAMAGED)
 
 
-def check_deal(state: Mapping[str, Any], expected: str, kind: str, layout: Layout | None) -> None:
+def check_deal(state: Mapping[str, Any], expected: str, kind: str) -> None:
     """The layout is sane, the deal is the ``expected`` one (what this ``kind`` of object reads with), and
-    its history replays to the state's cursor; a resize to ``layout`` can be recorded."""
+    its history replays to the state's cursor (any resize can be recorded: ``spans.py``, the fold)."""
     for field in ("world_size", "batch_size"):
         if not 1 <= state[field] <= 2**31:
             raise fail(field, state[field], "an int in [1, 2**31]", DAMAGED)
@@ -66,30 +66,21 @@ def check_deal(state: Mapping[str, Any], expected: str, kind: str, layout: Layou
                        f"segments={segments})", DAMAGED)
         return
     try:
-        history = _spans.check_segments(state["n"], segments)
+        cursor = state["n"] - _left(state["n"], segments, folds=state["version"] >= 5)
     except Refused as error:
         raise fail("segments", error.where(), error.expected, DAMAGED, why=error.why) from None
-    cursor = state["n"] - (history[-1].remaining() if history else state["n"])
     if state["cursor"] != cursor and not state["excluded"]:  # with exclusions: checked by the loader (the order)
         raise fail("cursor", state["cursor"], f"{cursor} (what segments={segments} leave of n={state['n']})",
                    DAMAGED)
-    check_recordable(state, layout)
 
 
-def check_recordable(state: Mapping[str, Any], layout: Layout | None) -> None:
-    """A resize to ``layout`` that would open a segment past ``MAX_SEGMENTS`` in this epoch is refused
-    here, at the load, rather than written as a state that no load accepts."""
-    segments = state["segments"]
-    if layout is None or len(segments) < _spans.MAX_SEGMENTS or segments[-1][0] == layout.world_size:
-        return
-    if cut(layout, SPANS, state["cursor"], segments).samples_per_rank() == 0:
-        return  # nothing left to read on the new world: no segment is opened
-    last = segments[-1][0]
-    # LIMIT(world-sizes-per-epoch): docs/state-format.md#fields
-    raise fail("segments", Plain(f"{len(segments)} world sizes in epoch {state['epoch']}"),
-               f"at most {_spans.MAX_SEGMENTS} in one epoch (world size {layout.world_size} would be the "
-               f"{len(segments) + 1}th)", f"finish epoch {state['epoch']} on world size {last} and resize after it "
-               f"(or load on {last}, set_epoch({state['epoch'] + 1}), save, resize)")
+def _left(n: int, segments: list[list[int]], *, folds: bool) -> int:
+    """Positions the epoch's segments leave. A fold (any number of resizes: ``spans.py``) only in a version 5
+    state: in an older one its pair is a world size 0, refused as such."""
+    if folds:
+        return _spans.remaining(n, segments)
+    built = _spans.check_segments(n, segments)
+    return built[-1].remaining() if built else n
 
 
 def legacy_history(state: Mapping[str, Any], layout: Layout, start: Place) -> tuple[int, History]:

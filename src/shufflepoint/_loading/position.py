@@ -30,10 +30,9 @@ read on with this layout from the saved (epoch, cursor, segments). Nothing chang
 from __future__ import annotations
 
 import copy
+import gc
 from collections.abc import Callable
 from typing import Any
-
-import numpy as np
 
 from shufflepoint._core import state as _state
 from shufflepoint._core.cut import Cut
@@ -89,10 +88,15 @@ class Lookup:
         check_int("step", step, 0, 2**63 - 1)
         placed = history.place(int(step), cuts)
         order = self.orders(orders).get(placed.epoch, placed.cut)
-        positions = [placed.rank_positions(rank) for rank in range(placed.layout.world_size)]
-        indices = order.take(np.concatenate(positions)).tolist()  # one call for the world, not one per rank
-        bounds = np.cumsum([0] + [len(p) for p in positions]).tolist()
-        return {rank: indices[bounds[rank]:bounds[rank + 1]] for rank in range(len(positions))}
+        positions = placed.world_positions()  # one row a rank, one call for the world, not one per rank
+        found = order.take(positions.reshape(-1)).reshape(positions.shape)
+        collecting = gc.isenabled()
+        gc.disable()  # 16,384 lists of ints would set off collections of every object torch holds (~0.1 s each)
+        try:
+            return dict(enumerate(found.tolist()))
+        finally:
+            if collecting:
+                gc.enable()
 
 
 def warn_of_a_lost_ramp(recorded: int, batch_size: int) -> None:

@@ -38,27 +38,40 @@ def sub_seeds(seed: np.ndarray | int, tag: int, index: np.ndarray) -> np.ndarray
 
 def take_many(offsets: np.ndarray, pieces: np.ndarray, sizes: np.ndarray, keys: np.ndarray, epoch: int) -> np.ndarray:
     """``FeistelOrder(sizes[p], keys[p], epoch).take(offsets[i])`` with ``p = pieces[i]``, for every i (int64
-    out). ``sizes`` and ``keys`` are per piece (each size <= 2**32): the round keys are derived once a piece."""
+    out). ``sizes`` and ``keys`` are per piece (each size in [1, 2**32]): the round keys are derived once a
+    piece, and one pass runs per Feistel *width* (at most 33), not per size: a ``blocks`` epoch's thousands
+    of blocks of different lengths (``which`` at 16,384 ranks) are a handful of passes."""
     offsets, pieces = np.asarray(offsets, dtype=np.int64), np.asarray(pieces, dtype=np.int64)
     sizes, keys = np.asarray(sizes, dtype=np.int64), np.asarray(keys, dtype=np.uint64)
     out = np.empty(offsets.shape, dtype=np.int64)
-    per_element = sizes[pieces]
-    for size in distinct(sizes).tolist():
-        where = per_element == size
-        same = np.flatnonzero(sizes == size)  # the pieces of this size, renumbered 0..
+    widths = _widths(sizes)
+    per_element = widths[pieces]
+    for width in distinct(widths).tolist():
+        where = per_element == width
+        same = np.flatnonzero(widths == width)  # the pieces of this width, renumbered 0..
         local = np.searchsorted(same, pieces[where])
-        out[where] = _take_one_size(offsets[where], local, int(size), keys[same], epoch)
+        out[where] = _take_one_width(offsets[where], local, int(width), sizes[same], keys[same], epoch)
     return out
 
 
-def _take_one_size(offsets: np.ndarray, pieces: np.ndarray, n: int, keys: np.ndarray, epoch: int) -> np.ndarray:
-    width = max(MIN_WIDTH, (n - 1).bit_length())
+def _widths(sizes: np.ndarray) -> np.ndarray:
+    """``FeistelOrder``'s domain width per size: ``max(MIN_WIDTH, (n - 1).bit_length())``, exactly (integers)."""
+    below = np.maximum(sizes - 1, 0)
+    width = np.zeros(sizes.shape, dtype=np.int64)
+    for bit in range(33):
+        width += below >= (1 << bit)
+    return np.maximum(width, MIN_WIDTH)
+
+
+def _take_one_width(offsets: np.ndarray, pieces: np.ndarray, width: int, sizes: np.ndarray, keys: np.ndarray,
+                    epoch: int) -> np.ndarray:
     first_high, first_low = width - width // 2, width // 2
     splits = [(first_high, first_low) if i % 2 == 0 else (first_low, first_high) for i in range(ROUNDS)]
     base = splitmix64(splitmix64(keys) ^ _U64(epoch & ((1 << 64) - 1)))  # one per piece
     with np.errstate(over="ignore"):
         round_keys = [(splitmix64(base + _U64(i)) & _M32).astype(np.uint32) for i in range(ROUNDS + 1)]
-    pivots = (splitmix64(base ^ _U64(0x5EED)) % _U64(n)).astype(np.int64)
+    pivots = (splitmix64(base ^ _U64(0x5EED)) % sizes.astype(np.uint64)).astype(np.int64)
+    bound = sizes.astype(np.uint64)[pieces]  # each element's own size
 
     def encrypt(values: np.ndarray, at: np.ndarray) -> np.ndarray:
         right = (values & _U64((1 << first_low) - 1)).astype(np.uint32)
@@ -75,13 +88,14 @@ def _take_one_size(offsets: np.ndarray, pieces: np.ndarray, n: int, keys: np.nda
         return found
 
     values = encrypt(offsets.astype(np.uint64), pieces)
-    outside = np.flatnonzero(values >= _U64(n))
-    while outside.size:  # cycle walking, each element with its piece's keys
+    outside = np.flatnonzero(values >= bound)
+    while outside.size:  # cycle walking, each element with its piece's keys and size
         values[outside] = encrypt(values[outside], pieces[outside])
-        outside = outside[values[outside] >= _U64(n)]
+        outside = outside[values[outside] >= bound[outside]]
     x = values.astype(np.int64)
+    n = bound.astype(np.int64)
     partner = pivots[pieces] - x
-    partner[partner < 0] += n
+    partner[partner < 0] += n[partner < 0]
     m = np.maximum(x, partner).astype(np.uint32)  # n <= 2**32: the high half is 0
     with np.errstate(over="ignore"):
         h = m ^ round_keys[ROUNDS][pieces]

@@ -25,8 +25,9 @@ from __future__ import annotations
 import numpy as np
 
 from shufflepoint._core.errors import Plain, refusal
-from shufflepoint._order.distinct import distinct
+from shufflepoint._order.distinct import distinct, distinct_inverse
 from shufflepoint._order.feistel import FeistelOrder, _splitmix64
+from shufflepoint._order.feistel_many import sub_seeds, take_many
 
 NAME = "blocks"
 VERSION = 1
@@ -35,6 +36,7 @@ _M64 = (1 << 64) - 1
 _SHARDS_TAG, _BLOCK_TAG = 0x5A4D5348, 0xB10C5EED  # keep the shard and in-block keys apart
 _LAYOUT_TAG, _PIECES_TAG, _STRETCH_BLOCK_TAG = 0x4C41594F, 0x50494543, 0x5354424B  # the stretch order's keys
 _CACHED_BLOCKS = 8  # in-block permutations kept: a chunk of positions touches one or two blocks
+_MANY_BLOCKS = 32  # past this many blocks in one ``take``, every block's order at once (``_take_many``)
 
 
 def _sub_seed(seed: int, tag: int, index: int = 0) -> int:
@@ -95,12 +97,32 @@ class _BlockTable:
         """Dataset indices (int64) at the given epoch positions (int64, each in [0, n))."""
         positions, flat = checked_positions(positions, self.n)
         block = np.searchsorted(self._block_start, flat, side="right") - 1
-        stream = np.empty_like(flat)
-        for b, where in _runs(block):
-            start = self._block_start[b]
-            stream[where] = start + self._block_order(b).take(flat[where] - start)
+        runs = _runs(block)
+        if runs is None:  # many blocks (``which`` of a whole world): their orders at once, one pass per width
+            stream = self._take_many(flat, block)
+        else:
+            stream = np.empty_like(flat)
+            for b, where in runs:
+                start = self._block_start[b]
+                stream[where] = start + self._block_order(b).take(flat[where] - start)
         piece = np.searchsorted(self._stream_start, stream, side="right") - 1
         found: np.ndarray = (self._dataset_start[piece] + (stream - self._stream_start[piece])).reshape(positions.shape)
+        return found
+
+    def _take_many(self, flat: np.ndarray, block: np.ndarray) -> np.ndarray:
+        """Stream positions of ``flat`` (in blocks ``block``) through every block's order at once
+        (``feistel_many``: the same values as ``_block_order(b).take``), no object or mask per block."""
+        used, local = distinct_inverse(block)
+        sizes = self._block_length[used]
+        if int(sizes.max()) > 1 << 32:  # a block of one shard past 2**32 rows: the orders' own path
+            stream = np.empty_like(flat)
+            for number, b in enumerate(used.tolist()):
+                where = np.flatnonzero(local == number)
+                stream[where] = self._block_start[b] + self._block_order(b).take(flat[where] - self._block_start[b])
+            return stream
+        keys = sub_seeds(self.seed & _M64, self._block_tag, used.astype(np.uint64))
+        starts = self._block_start[block]
+        found: np.ndarray = starts + take_many(flat - starts, local, sizes, keys, self.epoch)
         return found
 
     def positions_of(self, indices: np.ndarray) -> np.ndarray:
@@ -127,14 +149,18 @@ class _BlockTable:
         return found.reshape(indices.shape)
 
 
-def _runs(block: np.ndarray) -> list[tuple[int, slice | np.ndarray]]:
+def _runs(block: np.ndarray) -> list[tuple[int, slice | np.ndarray]] | None:
     """(block, where its positions are) for each block in ``block``. A rank's chunk of positions is
-    ascending (both deals), so its blocks are runs of slices; otherwise a mask per block. Not
+    ascending (both deals), so its blocks are runs of slices; otherwise a mask per block. None past
+    ``_MANY_BLOCKS`` blocks (``which`` of a whole world: an order object, or a mask, per block would cost
+    O(blocks) objects or O(blocks x positions) memory): ``_take_many`` takes them at once. Not
     ``np.unique``: its first call imports ``numpy.ma`` (6 ms, and a full garbage collection of
     torch's objects when it lands on one: 80 ms), in a resume's first batch."""
     if not block.size:
         return []
     edges = np.flatnonzero(block[1:] != block[:-1]) + 1
+    if edges.size >= _MANY_BLOCKS and distinct(block).size > _MANY_BLOCKS:
+        return None
     heads = block[np.concatenate(([0], edges))].tolist()
     if all(a < b for a, b in zip(heads, heads[1:], strict=False)):  # ascending: each block once, as one run
         bounds = [0, *edges.tolist(), block.size]

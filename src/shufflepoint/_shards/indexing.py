@@ -48,7 +48,7 @@ def read_published(storage: Storage, root: str, reader: str, options: dict[str, 
     if data is None:
         return None
     try:
-        return _index.CorpusIndex.from_json(json.loads(data), url)
+        return _index.CorpusIndex.from_json(json.loads(data), url, text=data)
     except ValueError as error:  # json's errors are ValueErrors too
         warnings.warn(f"the published corpus index {url} is not readable ({error}); counting rows here "
                       "instead. Re-run shufflepoint index to publish it again.", stacklevel=5)
