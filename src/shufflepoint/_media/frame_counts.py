@@ -81,15 +81,9 @@ def load_or_probe(path: str, source: Callable[[int], str], names: Sequence[str],
                   progress: bool) -> Counted:
     """Every video's count: read from ``path``, else from the headers (and kept there). ``source(v)`` is a
     local path to read video ``v`` from (a remote one downloaded), asked only when the headers are read."""
-    found = load(path, len(names))
-    if found is not None:
-        return found
-    with sidecar.building(os.path.dirname(path), os.path.basename(path)[:-5]):
-        found = load(path, len(names))  # another process may have read them while this one waited
-        if found is None:
-            found = _probe_all(source, names, decoder, progress)
-            sidecar.write_json(path, found.to_json())
-    return found
+    return sidecar.kept_or_made(path, lambda kept: load(kept, len(names)),
+                                lambda: _probe_all(source, names, decoder, progress),
+                                lambda kept, found: sidecar.write_json(kept, found.to_json()))
 
 
 def _probe_all(source: Callable[[int], str], names: Sequence[str], decoder: str, progress: bool) -> Counted:

@@ -84,12 +84,6 @@ def keys_of_field(dataset: Any, field: str) -> np.ndarray:
     if not cacheable(dataset):
         return read_keys(dataset, field)
     path = keys_path(dataset, field)
-    found = _load(path, len(dataset))
-    if found is not None:
-        return found
-    with sidecar.building(os.path.dirname(path), os.path.basename(path)[:-4]):
-        found = _load(path, len(dataset))  # another process may have read them while this one waited
-        if found is None:
-            found = read_keys(dataset, field)
-            sidecar.write_whole(path, lambda f: np.save(f, found.astype(np.int32), allow_pickle=False))
-    return found
+    return sidecar.kept_or_made(path, lambda kept: _load(kept, len(dataset)), lambda: read_keys(dataset, field),
+                                lambda kept, found: sidecar.write_whole(
+                                    kept, lambda f: np.save(f, found.astype(np.int32), allow_pickle=False)))

@@ -20,10 +20,12 @@ import json
 import os
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._shards.index import CorpusIndex
+
+T = TypeVar("T")
 
 
 def default_cache_dir() -> str:
@@ -55,6 +57,23 @@ def write_whole(path: str, write: Callable[[IO[bytes]], Any]) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def kept_or_made(path: str, load: Callable[[str], T | None], make: Callable[[], T],
+                 save: Callable[[str, T], None]) -> T:
+    """What a node computes once and keeps in its cache folder (frame counts, bucket keys): loaded from
+    ``path``, else made under the folder's lock, loaded again first (another process of the node may have
+    made it while this one waited), and saved whole."""
+    found = load(path)
+    if found is not None:
+        return found
+    stem = os.path.splitext(os.path.basename(path))[0]
+    with building(os.path.dirname(path), stem):
+        found = load(path)
+        if found is None:
+            found = make()
+            save(path, found)
+    return found
 
 
 def write_json(path: str, value: Any) -> None:
