@@ -30,7 +30,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 DISTRIBUTED = "tests/distributed"
 # Test files outside tests/distributed that start processes themselves.
 PROCESS_FILES = [
+    "tests/core/test_fold.py",  # a resume after 100 resizes in a fresh process
     "tests/integrations/test_accelerate_patch.py",
+    "tests/media/test_video_clips.py",  # kept frame counts read in a fresh process
     "tests/order/test_distinct.py",
     "tests/shards/test_cache.py",
     "tests/shards/test_decode_budget.py",
