@@ -1,0 +1,102 @@
+"""Remote Parquet shards read by byte range (``_shards/ranged``), on the local S3 server (moto).
+
+A fresh node's first batch GETs about the row groups it reads plus the footers, not whole shards;
+reading the same rows again GETs nothing; the rows equal those of the whole-download path; a shard
+rewritten under the job is a ShardError; the partial entries count toward the cache limit.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+
+import numpy as np
+import pytest
+
+import shufflepoint
+from shufflepoint._shards import ranged
+from shufflepoint._shards.cache import NodeCache
+
+SHARDS, GROUPS, GROUP_ROWS, BATCH = 3, 24, 1100, 8  # groups past _UNIT_ROWS: a unit each
+
+
+@pytest.fixture()
+def corpus(s3, tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    name = "ranged-" + uuid.uuid4().hex[:8]
+    rng = np.random.default_rng(0)
+    files = {}
+    for s in range(SHARDS):
+        rows = GROUPS * GROUP_ROWS
+        table = pa.table({"id": np.arange(s * rows, (s + 1) * rows),
+                          "text": [rng.bytes(40).hex() for _ in range(rows)]})
+        path = tmp_path / f"part-{s}.parquet"
+        pq.write_table(table, path, row_group_size=GROUP_ROWS, compression="none")
+        files[f"web/part-{s}.parquet"] = path.read_bytes()
+    s3.put_files(name, files)
+    return name, sum(len(b) for b in files.values())
+
+
+def got_bytes(s3, since: int, sizes: dict[str, int]) -> int:
+    """GET bytes of shards (``/part-``) logged after the ``since``-th request, from the Range headers."""
+    total = 0
+    for method, path, header in list(s3.faults.log)[since:]:
+        if method != "GET" or "/part-" not in path:
+            continue
+        found = re.fullmatch(r"bytes=(\d+)-(\d+)", header)
+        total += int(found[2]) - int(found[1]) + 1 if found else sizes[path.split("?")[0].rsplit("/", 1)[-1]]
+    return total
+
+
+def shards(s3, name, cache, **kwargs):
+    return shufflepoint.Shards(f"s3://{name}/web/*.parquet", storage_options=s3.storage_options, cache_dir=cache,
+                               progress=False, **kwargs)
+
+
+def first_batch(corpus):
+    loader = shufflepoint.DataLoader(corpus, batch_size=BATCH, seed=3, shuffle_block=GROUP_ROWS)
+    return next(iter(loader))
+
+
+def test_a_fresh_node_gets_the_row_groups_it_reads_then_nothing(s3, corpus, tmp_path, monkeypatch):
+    name, total = corpus
+    monkeypatch.setattr(ranged, "ENABLED", False)
+    before = shards(s3, name, str(tmp_path / "whole"))
+    sizes = {before.index.url(s).rsplit("/", 1)[-1]: r.size for s, r in enumerate(before.index.shards)}
+    start = len(s3.faults.log)
+    whole = first_batch(before)
+    downloaded = got_bytes(s3, start, sizes)
+    monkeypatch.setattr(ranged, "ENABLED", True)
+    data = shards(s3, name, str(tmp_path / "cache"))
+    start = len(s3.faults.log)
+    batch = first_batch(data)
+    fresh = got_bytes(s3, start, sizes)
+    assert batch["id"].tolist() == whole["id"].tolist() and batch["text"] == whole["text"]
+    # A block is one shard here: the batch's BATCH rows lie in at most BATCH of its GROUPS row groups.
+    group = max(sizes.values()) / GROUPS
+    print(f"first batch, fresh node: {downloaded} bytes whole, {fresh} by range (corpus {total})")
+    assert 0 < fresh <= BATCH * group + 3 * (64 << 10) and fresh < downloaded / 2, (fresh, downloaded, total)
+    start = len(s3.faults.log)
+    again = first_batch(shards(s3, name, str(tmp_path / "cache")))  # a restart on the same node
+    assert got_bytes(s3, start, sizes) == 0
+    assert again["id"].tolist() == whole["id"].tolist()
+    # Every row, read by range, is the row read whole.
+    everything = [data[i]["id"] for i in range(0, len(data), 97)]
+    assert everything == list(range(0, len(data), 97))
+    cache = NodeCache(os.path.join(str(tmp_path / "cache"), "shards"))
+    assert 0 < cache.bytes_used() <= total + 4096 * SHARDS * GROUPS
+
+
+def test_a_shard_rewritten_under_the_job_is_a_shard_error(s3, corpus, tmp_path):
+    name, _ = corpus
+    data = shards(s3, name, str(tmp_path / "cache"))
+    assert data[0]["id"] == 0
+    url = data.index.url(0)
+    key = url.split(f"s3://{name}/", 1)[1]
+    s3.put(name, key, s3.client().get_object(Bucket=name, Key=key)["Body"].read())  # same bytes, new version
+    fresh = shards(s3, name, str(tmp_path / "cache"), retries=0)  # its index still says the old version
+    fresh.index = data.index
+    with pytest.raises(shufflepoint.ShardError, match=r"part-0\.parquet"):
+        [fresh[i] for i in range(0, GROUPS * GROUP_ROWS, GROUP_ROWS)]
