@@ -100,3 +100,27 @@ def test_a_shard_rewritten_under_the_job_is_a_shard_error(s3, corpus, tmp_path):
     assert data[1]["id"] == 1  # held: read locally, as a whole cached shard would be
     with pytest.raises(shufflepoint.ShardError, match=r"part-0\.parquet"):
         data[GROUP_ROWS * (GROUPS - 1)]  # a range not held: fetched at the recorded version, or refused
+
+
+def test_a_token_bin_shard_gets_the_windows_it_reads(s3, tmp_path, monkeypatch):
+    name, seq = "tokens-" + uuid.uuid4().hex[:8], 64
+    tokens = {f"web/part-{s}.bin": (np.arange(1 << 16) + s).astype(np.uint16).tobytes() for s in range(2)}
+    s3.put_files(name, tokens)
+    sizes = {key.rsplit("/", 1)[-1]: len(data) for key, data in tokens.items()}
+
+    def batch(cache):
+        data = shufflepoint.Shards(f"s3://{name}/web/*.bin", seq_len=seq, storage_options=s3.storage_options,
+                                   cache_dir=str(tmp_path / cache), progress=False)
+        start = len(s3.faults.log)
+        found = next(iter(shufflepoint.DataLoader(data, batch_size=BATCH, seed=5)))
+        return found, got_bytes(s3, start, sizes)
+
+    monkeypatch.setattr(ranged, "ENABLED", False)
+    whole, downloaded = batch("whole")
+    monkeypatch.setattr(ranged, "ENABLED", True)
+    windows, fresh = batch("cache")
+    assert windows.tolist() == whole.tolist()
+    print(f"tokens, first batch, fresh node: {downloaded} bytes whole, {fresh} by range")
+    assert 0 < fresh <= BATCH * (256 << 10) and fresh < downloaded / 2, (fresh, downloaded)
+    again, none = batch("cache")
+    assert again.tolist() == whole.tolist() and none == 0

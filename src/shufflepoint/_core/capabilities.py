@@ -250,7 +250,10 @@ class KeepsDecodedIds(Protocol):
 @runtime_checkable
 class OpensRanged(Protocol):
     """A reader that opens a remote shard read by byte range (Parquet: its footer, then the row
-    groups it decodes), given a file object and a hook that fetches ranges ahead (``_shards/ranged``)."""
+    groups it decodes; a ``.bin``: the windows it reads), given a file object and a hook that fetches
+    ranges ahead (``_shards/ranged``); ``ranged_for(shard)``: whether this shard can be (not a ``.npy``)."""
+
+    def ranged_for(self, shard: str) -> bool: ...
 
     def open_ranged(self, ranged: Any, shard: str) -> Any: ...
 

@@ -475,7 +475,7 @@ class Shards(torch.utils.data.Dataset[Any]):
         that can (Parquet), with a version to pin the ranges to and no checksum to check (that needs
         the whole file), and not already whole in the node cache."""
         return (ranged.ENABLED and _is_remote(url) and bool(version) and not checksum
-                and isinstance(self._reader, OpensRanged)
+                and isinstance(self._reader, OpensRanged) and self._reader.ranged_for(url)
                 and not os.path.exists(self._node_cache().entry(url, version)))
 
     def _partial(self, url: str, size: int, version: str) -> ranged.PartialShard:

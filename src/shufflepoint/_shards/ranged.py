@@ -180,6 +180,10 @@ class RangedFile(io.RawIOBase):
     def size(self) -> int:
         return self.shard.size
 
+    def pread(self, start: int, end: int) -> bytes:
+        """Bytes [start, end), the position unmoved (a token window)."""
+        return self.shard.pread(start, end)
+
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
         data = self.shard.pread(self._at, self._at + len(view))

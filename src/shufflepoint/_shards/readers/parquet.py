@@ -273,6 +273,9 @@ class ParquetReader:
     def open(self, path: str, shard: str) -> OpenParquet:
         return OpenParquet(path, shard, self.columns)
 
+    def ranged_for(self, shard: str) -> bool:
+        return True
+
     def open_ranged(self, ranged: Ranged, shard: str) -> OpenParquet:
         """Open a remote shard read by range (``_shards/ranged``): the footer, then each row group's
         column chunks as they are decoded, never the whole file."""
