@@ -3,8 +3,9 @@
 ``len()`` and ``[i]`` work as for any map-style dataset, so ``shufflepoint.DataLoader(Shards(...))``
 is the whole recipe: the loader sees ``shard_rows`` and uses the ``blocks`` order, which keeps
 each stretch of an epoch inside a few shards. Index i is (shard, row) by binary search over the
-prefix sums of the index. A remote shard is fetched whole into the node's cache the first time a
-process needs it (or earlier, by the prefetcher); a local one is read in place.
+prefix sums of the index. A remote Parquet or ``.bin`` shard is read by byte range into a partial
+entry of the node's cache (``_shards/ranged``); another remote shard is fetched whole into it the
+first time a process needs it (or earlier, by the prefetcher); a local one is read in place.
 """
 
 from __future__ import annotations
@@ -95,7 +96,8 @@ class Shards(torch.utils.data.Dataset[Any]):
         retries (int): retries of each storage call (exponential backoff with jitter) before a
             ``ShardError`` names the shard. Default 5; 0 tries once.
         prefetch (int): remote shards downloaded ahead of the loader, in the background. Default 16;
-            0 downloads a shard only when a row of it is read. Local shards are never prefetched.
+            0 downloads a shard only when a row of it is read. Local shards, and remote ones read by
+            byte range (Parquet, ``.bin``), are not prefetched.
         index_threads (int): threads that build the index (one shard each at a time). Default 8.
         progress (bool): show a tqdm bar while the index is built. Default True.
         max_open (int | None): shards kept open per process. Default None: those of two blocks of the
