@@ -124,3 +124,31 @@ def test_a_token_bin_shard_gets_the_windows_it_reads(s3, tmp_path, monkeypatch):
     assert 0 < fresh <= BATCH * (256 << 10) and fresh < downloaded / 2, (fresh, downloaded)
     again, none = batch("cache")
     assert again.tolist() == whole.tolist() and none == 0
+
+
+def test_partial_entries_count_toward_the_cache_limit_and_are_evicted_whole(tmp_path):
+    import contextlib
+
+    blob = np.random.default_rng(1).bytes(1 << 20)
+    asked: list[tuple[int, int]] = []
+
+    @contextlib.contextmanager
+    def read_ranges():
+        yield lambda start, end: asked.append((start, end)) or blob[start:end]
+
+    cache = NodeCache(str(tmp_path / "c"), max_bytes=300 << 10)
+    first = ranged.PartialShard(cache, "s3://b/0.bin", "v1", len(blob), read_ranges)
+    assert first.pread(10, 20) == blob[10:20] and first.pread(100_000, 200_000) == blob[100_000:200_000]
+    assert first.pread(12, 18) == blob[12:18] and len(asked) == 2  # held: nothing fetched again
+    shared = ranged.PartialShard(cache, "s3://b/0.bin", "v1", len(blob), read_ranges)  # another process's view
+    assert shared.pread(150_000, 160_000) == blob[150_000:160_000] and len(asked) == 2
+    assert shared.held() == [(10, 20), (100_000, 200_000)]
+    second = ranged.PartialShard(cache, "s3://b/1.bin", "v1", len(blob), read_ranges)
+    assert second.pread(0, 250 << 10) == blob[: 250 << 10]
+    assert cache.bytes_used() <= 300 << 10  # the first entry (LRU) was evicted to make room
+    data, record, _ = cache.partial("s3://b/0.bin", "v1")
+    assert not os.path.exists(data) and not os.path.exists(record)
+    assert first.pread(100_000, 100_010) == blob[100_000:100_010]  # its own copy stays readable
+    assert first.pread(500_000, 500_010) == blob[500_000:500_010]  # a new range: a new entry, fetched
+    for shard in (first, shared, second):
+        shard.close()
