@@ -508,10 +508,13 @@ class Shards(torch.utils.data.Dataset[Any]):
 
     def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
         """Fetch, in the background, the shards holding these upcoming dataset indices."""
-        if not self._remote or self._prefetch_depth <= 0 or len(indices) == 0 or self._ranged_reader():
+        if not self._remote or self._prefetch_depth <= 0 or len(indices) == 0:
             return
         shards = np.searchsorted(self._ends, np.asarray(indices, dtype=np.int64), side="right")
         upcoming = in_first_seen_order(shards).tolist()  # in the order they will be read
+        if self._ranged_reader():  # read by range: nothing to download ahead, only the done ones to mark
+            self._release_finished(set(upcoming))
+            return
         urls = [self.index.url(s) for s in upcoming[: self._prefetch_depth]]
         if self._prefetcher is None:
             self._prefetcher = Prefetcher(self._prefetch_lookup, max_ahead=self._prefetch_depth)
