@@ -23,6 +23,7 @@ import io
 import json
 import os
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -80,6 +81,7 @@ class PartialShard:
         self._data, self._record, self._key = cache.partial(url, version)
         self._fd = -1
         self._held: list[Span] = []
+        self._thread_lock = threading.Lock()  # the flock excludes processes; this, threads swapping _fd
         with cache.entry_lock(self._key):
             self._open_locked()
 
@@ -122,7 +124,7 @@ class PartialShard:
         wanted = merged([(max(0, a), min(self.size, b)) for a, b in spans])
         if not any(missing(self._held, a, b) for a, b in wanted):
             return
-        with self._cache.entry_lock(self._key):
+        with self._thread_lock, self._cache.entry_lock(self._key):
             if not self._cache.same_file(self._fd, self._data):  # evicted since: start a new entry
                 self._open_locked()
             else:
@@ -145,15 +147,17 @@ class PartialShard:
         if end <= start:
             return b""
         self.ensure([(start, end)])
-        return os.pread(self._fd, end - start, start)
+        with self._thread_lock:
+            return os.pread(self._fd, end - start, start)
 
     def held(self) -> list[Span]:
         return list(self._held)
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        with self._thread_lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
 
 
 class RangedFile(io.RawIOBase):
