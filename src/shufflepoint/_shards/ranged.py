@@ -25,6 +25,7 @@ import os
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from shufflepoint._shards.cache import NodeCache
@@ -32,8 +33,9 @@ from shufflepoint._shards.cache import NodeCache
 ENABLED = True  # off: remote shards are downloaded whole before their first row is read, as before
 Span = tuple[int, int]
 ReadRanges = Callable[[], Any]  # a context manager yielding read(start, end) -> bytes (Storage.ranges)
-_GAP = 256 << 10  # ranges closer than this are fetched as one GET: a request costs more than the bytes
+_GAP = 256 << 10  # ranges at most this close (and their mean size) are one GET: a request costs more
 _PIECE = 8 << 20  # the most one GET asks for
+_LANES = 8  # GETs in flight at once for one shard's missing ranges
 
 
 def identity(url: str, version: str) -> str:
@@ -129,17 +131,27 @@ class PartialShard:
                 self._open_locked()
             else:
                 self._held = self._load_record()
-            need = merged([m for a, b in wanted for m in missing(self._held, a, b)], _GAP)
+            # Joined across gaps up to the wanted ranges' mean size: a GET saved, at most ~2x the bytes.
+            gap = min(_GAP, sum(b - a for a, b in wanted) // len(wanted))
+            need = merged([m for a, b in wanted for m in missing(self._held, a, b)], gap)
             if not need:
                 return
             self._cache.make_room(sum(b - a for a, b in need), self._key)
-            with self._read_ranges() as read:
-                for start, end in need:
-                    for at in range(start, end, _PIECE):
-                        stop = min(end, at + _PIECE)
-                        os.pwrite(self._fd, read(at, stop), at)
+            pieces = [(at, min(end, at + _PIECE)) for start, end in need for at in range(start, end, _PIECE)]
+            lanes = [pieces[k::_LANES] for k in range(min(_LANES, len(pieces)))]
+            if len(lanes) == 1:
+                self._fetch(lanes[0])
+            else:  # a batch's row groups: round trips side by side, not one after another
+                with ThreadPoolExecutor(len(lanes)) as pool:
+                    list(pool.map(self._fetch, lanes))
             self._held = merged([*self._held, *need])
             self._write_record(self._held)
+
+    def _fetch(self, pieces: list[Span]) -> None:
+        """Write ``pieces`` of the object in place, over one look-up of it (its version checked)."""
+        with self._read_ranges() as read:
+            for start, end in pieces:
+                os.pwrite(self._fd, read(start, end), start)
 
     def pread(self, start: int, end: int) -> bytes:
         """Bytes [start, end) of the shard, fetched first where they are not held."""
@@ -183,6 +195,12 @@ class RangedFile(io.RawIOBase):
 
     def size(self) -> int:
         return self.shard.size
+
+    def _fetch(self, pieces: list[Span]) -> None:
+        """Write ``pieces`` of the object in place, over one look-up of it (its version checked)."""
+        with self._read_ranges() as read:
+            for start, end in pieces:
+                os.pwrite(self._fd, read(start, end), start)
 
     def pread(self, start: int, end: int) -> bytes:
         """Bytes [start, end), the position unmoved (a token window)."""

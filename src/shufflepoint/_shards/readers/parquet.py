@@ -116,7 +116,9 @@ class OpenParquet:
         numbers = np.searchsorted(self._ends, rows, side="right")
         held = flat.held[numbers]
         if not held.all():
-            for number in set(numbers[~held].tolist()):
+            wanted = set(numbers[~held].tolist())
+            self._fetch_ahead(wanted)
+            for number in wanted:
                 self._group(number)
             held = flat.held[numbers]
         columns = flat.columns(rows, numbers) if held.all() else None
@@ -227,6 +229,13 @@ class OpenParquet:
         except self._errors as e:
             named = f"row group {groups[0]}" if len(groups) == 1 else f"row groups {groups[0]}-{groups[-1]}"
             raise shard_error(self._shard, f"{named} that cannot be decoded", "Parquet row groups", why=str(e)) from e
+
+    def _fetch_ahead(self, units: set[int]) -> None:
+        """A remote file read by range: the column chunks of every unit a batch needs in one call
+        (one version check, neighbours joined into one GET), not one round trip per unit as each is
+        decoded. (Not for ``take_id_spans_ascending``: its units may map kept ids and need no bytes.)"""
+        if self._ranged is not None and len(units) > 1:
+            self._ranged.ensure([span for unit in sorted(units) for span in self._chunk_spans(self._units[unit][0])])
 
     def _chunk_spans(self, groups: list[int]) -> list[tuple[int, int]]:
         """The byte ranges of the column chunks ``groups`` read (those of ``columns``): what a decode
