@@ -15,7 +15,7 @@ four groups:
   announced ahead), ``ReadsAhead``,
   ``Locatable`` (where an index lives).
 - **readers** (one format's shards): ``CountsRowsFromSize``, ``CountsRowsFromMetadata``,
-  ``MeasuresDecodedRows``, ``TakesIds``, ``KeepsDecodedIds``, ``LocatesRows``.
+  ``MeasuresDecodedRows``, ``TakesIds``, ``KeepsDecodedIds``, ``LocatesRows``, ``OpensRanged``.
 
 A capability's absence is never an error by itself: the caller then does without (no prefetch, a
 row at a time, ...). ``tests/test_capabilities.py`` checks which built-in class offers which.
@@ -245,6 +245,17 @@ class KeepsDecodedIds(Protocol):
     folder, ``_shards/kept_ids``), so a later open maps them instead of decoding again."""
 
     def keep_ids_in(self, kept: Any) -> None: ...
+
+
+@runtime_checkable
+class OpensRanged(Protocol):
+    """A reader that opens a remote shard read by byte range (Parquet: its footer, then the row
+    groups it decodes; a ``.bin``: the windows it reads), given a file object and a hook that fetches
+    ranges ahead (``_shards/ranged``); ``ranged_for(shard)``: whether this shard can be (not a ``.npy``)."""
+
+    def ranged_for(self, shard: str) -> bool: ...
+
+    def open_ranged(self, ranged: Any, shard: str) -> Any: ...
 
 
 @runtime_checkable

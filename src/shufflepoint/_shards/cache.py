@@ -9,6 +9,9 @@ in the filesystem, never in one process's memory:
   ``os.replace``, so no process ever sees half a shard. A process SIGKILLed mid-download leaves
   only this file; the kernel drops its lock, and the next scan removes a temporary file whose
   entry lock is free. Until then its ``<size>`` counts against the byte limit (room is reserved).
+- ``<key><ext>.part`` and ``<key>.ranges``: a partial entry, a sparse file holding the byte ranges
+  of a shard its record lists (``ranged``: row groups read without the whole file); it counts by
+  the blocks it holds on disk and is evicted like a complete one.
 - ``<key>.lock``: the per-entry ``flock``: one process downloads, the others wait, then find the
   entry complete. ``evict.lock`` serialises making room, so the accounting is consistent.
 
@@ -34,6 +37,8 @@ from collections.abc import Callable, Iterator
 from shufflepoint._core.errors import ShardError, refusal
 
 _SUFFIX = ".shard"
+_PARTIAL = ".part"  # a sparse file holding some byte ranges of a shard (``ranged``), with a record:
+_RECORD = ".ranges"  # ``<key>.ranges``, the ranges it holds; it counts by the blocks it has on disk
 _TMP = ".tmp-"
 _EVICT = "evict"
 _KEY_CHARS = 32
@@ -86,6 +91,29 @@ class NodeCache:
                     os.unlink(tmp)
         return path
 
+    def partial(self, url: str, version: str) -> tuple[str, str, str]:
+        """(data file, record file, key) of the partial entry (url, version): see ``ranged``."""
+        key = _key(url, version)
+        data = self.entry(url, version)[: -len(_SUFFIX)] + _PARTIAL
+        return data, os.path.join(self.directory, key + _RECORD), key
+
+    def entry_lock(self, key: str) -> contextlib.AbstractContextManager[bool]:
+        """The entry's lock, held while a partial entry's ranges are fetched and recorded."""
+        return self._locked(key)
+
+    @staticmethod
+    def same_file(handle: int, path: str) -> bool:
+        """Whether the open ``handle`` is still the file at ``path`` (not evicted since)."""
+        return _same_file(handle, path)
+
+    def make_room(self, incoming: int, own: str) -> None:
+        """Evict LRU entries until ``incoming`` more bytes fit (a partial entry growing), under
+        ``evict.lock``; the caller holds its entry's lock, so its own entry is never evicted."""
+        if self.max_bytes is None:
+            return
+        with self._locked(_EVICT):
+            self._evict_until(self.max_bytes - incoming - self._in_flight(own))
+
     def find(self, url: str, version: str) -> str | None:
         """The complete entry (url, version), marked used, or None: for entries whose size is known
         only once they are made (``kept_ids``); entries are published whole, so one found is complete."""
@@ -125,15 +153,17 @@ class NodeCache:
 
     def release(self, url: str, version: str) -> None:
         """A hint: this node is done with the shard for this epoch; evict it first."""
-        with contextlib.suppress(OSError):
-            os.utime(self.entry(url, version), ns=(0, 0))
+        path = self.entry(url, version)
+        for found in (path, path[: -len(_SUFFIX)] + _PARTIAL):
+            with contextlib.suppress(OSError):
+                os.utime(found, ns=(0, 0))
 
     def entries(self) -> list[tuple[float, int, str]]:
-        """(last use, bytes, path) of every complete entry."""
+        """(last use, bytes, path) of every entry (a partial one: the bytes it holds on disk)."""
         return [(mtime_ns / 1e9, size, path) for mtime_ns, size, path in self._complete_entries()]
 
     def bytes_used(self) -> int:
-        """Bytes held by complete entries (downloads in flight not included)."""
+        """Bytes held by complete and partial entries (downloads in flight not included)."""
         return sum(size for _, size, _ in self._complete_entries())
 
     # -- locks -------------------------------------------------------------------------------
@@ -168,11 +198,12 @@ class NodeCache:
     def _complete_entries(self) -> list[tuple[int, int, str]]:
         found = []
         for name in os.listdir(self.directory):
-            if name.endswith(_SUFFIX):
+            if name.endswith(_SUFFIX) or name.endswith(_PARTIAL):
                 path = os.path.join(self.directory, name)
                 with contextlib.suppress(FileNotFoundError):
                     stat = os.stat(path)
-                    found.append((stat.st_mtime_ns, stat.st_size, path))
+                    size = stat.st_size if name.endswith(_SUFFIX) else min(stat.st_size, stat.st_blocks * 512)
+                    found.append((stat.st_mtime_ns, size, path))
         return found
 
     def _in_flight(self, own: str) -> int:
@@ -227,6 +258,9 @@ class NodeCache:
                 os.unlink(path)
             except FileNotFoundError:
                 return False
+            if path.endswith(_PARTIAL):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(self.directory, key + _RECORD))
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(self.directory, key + ".lock"))  # while we hold it; see _locked
             return True

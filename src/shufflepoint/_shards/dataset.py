@@ -3,8 +3,9 @@
 ``len()`` and ``[i]`` work as for any map-style dataset, so ``shufflepoint.DataLoader(Shards(...))``
 is the whole recipe: the loader sees ``shard_rows`` and uses the ``blocks`` order, which keeps
 each stretch of an epoch inside a few shards. Index i is (shard, row) by binary search over the
-prefix sums of the index. A remote shard is fetched whole into the node's cache the first time a
-process needs it (or earlier, by the prefetcher); a local one is read in place.
+prefix sums of the index. A remote Parquet or ``.bin`` shard is read by byte range into a partial
+entry of the node's cache (``_shards/ranged``); another remote shard is fetched whole into it the
+first time a process needs it (or earlier, by the prefetcher); a local one is read in place.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from typing import Any, cast
 import numpy as np
 import torch.utils.data
 
-from shufflepoint._core.capabilities import KeepsDecodedIds, MeasuresDecodedRows, TakesIds
+from shufflepoint._core.capabilities import KeepsDecodedIds, MeasuresDecodedRows, OpensRanged, TakesIds
 from shufflepoint._core.errors import Plain, SampleError, ShardError, refusal
 from shufflepoint._order.distinct import in_first_seen_order
 from shufflepoint._shards import index as _index
-from shufflepoint._shards import kept_ids, sidecar
+from shufflepoint._shards import kept_ids, ranged, sidecar
 from shufflepoint._shards.batch import Batch, Columnar, Rows, Stacked, checked_indices, gather
 from shufflepoint._shards.blocks import DEFAULT_SHUFFLE_BLOCK
 from shufflepoint._shards.cache import NodeCache
@@ -33,7 +34,7 @@ from shufflepoint._shards.prefetch import Prefetcher
 from shufflepoint._shards.readers import infer_format, make_reader, saved_dataset_files
 from shufflepoint._shards.readers._decoded import GROUPS
 from shufflepoint._shards.readers._flat import Layout
-from shufflepoint._shards.readers.base import OpenShard
+from shufflepoint._shards.readers.base import OpenShard, Ranged
 from shufflepoint._shards.readers.tokens import OpenTokens, TokensReader
 from shufflepoint._shards.shown import short
 from shufflepoint._shards.storage import Storage
@@ -95,7 +96,8 @@ class Shards(torch.utils.data.Dataset[Any]):
         retries (int): retries of each storage call (exponential backoff with jitter) before a
             ``ShardError`` names the shard. Default 5; 0 tries once.
         prefetch (int): remote shards downloaded ahead of the loader, in the background. Default 16;
-            0 downloads a shard only when a row of it is read. Local shards are never prefetched.
+            0 downloads a shard only when a row of it is read. Local shards, and remote ones read by
+            byte range (Parquet, ``.bin``), are not prefetched.
         index_threads (int): threads that build the index (one shard each at a time). Default 8.
         progress (bool): show a tqdm bar while the index is built. Default True.
         max_open (int | None): shards kept open per process. Default None: those of two blocks of the
@@ -224,8 +226,15 @@ class Shards(torch.utils.data.Dataset[Any]):
             if isinstance(reader, MeasuresDecodedRows) and nonempty.size:
                 record = self.index.shards[int(nonempty[0])]
                 url = self.index.url(int(nonempty[0]))
-                with self._storage.ranges(url, record.size, record.version) as read:
-                    found = reader.decoded_row_bytes(read, record.size, url)
+                if self._ranged(url, record.version, record.checksum):  # kept: a restart reads it locally
+                    partial = self._partial(url, record.size, record.version)
+                    try:
+                        found = reader.decoded_row_bytes(partial.pread, record.size, url)
+                    finally:
+                        partial.close()
+                else:
+                    with self._storage.ranges(url, record.size, record.version) as read:
+                        found = reader.decoded_row_bytes(read, record.size, url)
             self._row_bytes = (found,)
         return self._row_bytes[0]
 
@@ -424,11 +433,14 @@ class Shards(torch.utils.data.Dataset[Any]):
             return found
         record = self.index.shards[shard]
         url = self.index.url(shard)
-        path = self._fetch(url, record.size, record.version, record.checksum)
-        if record.checksum and shard not in self._verified:  # every copy, once per process
-            check_checksum(url, path, record.checksum)
-            self._verified.add(shard)
-        opened = self._reader.open(path, url)
+        if self._ranged(url, record.version, record.checksum):
+            opened = self._open_ranged(url, record.size, record.version)
+        else:
+            path = self._fetch(url, record.size, record.version, record.checksum)
+            if record.checksum and shard not in self._verified:  # every copy, once per process
+                check_checksum(url, path, record.checksum)
+                self._verified.add(shard)
+            opened = self._reader.open(path, url)
         if len(opened) != record.rows:
             opened.close()
             raise ShardError(url, f"has {len(opened)} rows, the index says {record.rows}: it changed since "
@@ -460,6 +472,28 @@ class Shards(torch.utils.data.Dataset[Any]):
 
         return self._node_cache().path_for(url, version or checksum, size, download)
 
+    def _ranged(self, url: str, version: str, checksum: str) -> bool:
+        """Whether this shard is read by byte range (``_shards/ranged``): a remote shard of a format
+        that can (Parquet), with a version to pin the ranges to and no checksum to check (that needs
+        the whole file), and not already whole in the node cache."""
+        return (ranged.ENABLED and _is_remote(url) and bool(version) and not checksum
+                and isinstance(self._reader, OpensRanged) and self._reader.ranged_for(url)
+                and not os.path.exists(self._node_cache().entry(url, version)))
+
+    def _partial(self, url: str, size: int, version: str) -> ranged.PartialShard:
+        return ranged.PartialShard(self._node_cache(), url, version, size,
+                                   lambda: self._storage.ranges(url, size, version, "reading a range"))
+
+    def _open_ranged(self, url: str, size: int, version: str) -> OpenShard:
+        partial = self._partial(url, size, version)
+        source = ranged.RangedFile(partial)
+        try:
+            return cast(OpensRanged, self._reader).open_ranged(Ranged(source, partial.ensure, ranged.identity(
+                url, version)), url)
+        except BaseException:
+            source.close()
+            raise
+
     def _node_cache(self) -> NodeCache:
         if self._cache is None:
             self._cache = NodeCache(os.path.join(self._cache_dir, "shards"), self._cache_limit)
@@ -478,11 +512,18 @@ class Shards(torch.utils.data.Dataset[Any]):
             return
         shards = np.searchsorted(self._ends, np.asarray(indices, dtype=np.int64), side="right")
         upcoming = in_first_seen_order(shards).tolist()  # in the order they will be read
+        if self._ranged_reader():  # read by range: nothing to download ahead, only the done ones to mark
+            self._release_finished(set(upcoming))
+            return
         urls = [self.index.url(s) for s in upcoming[: self._prefetch_depth]]
         if self._prefetcher is None:
             self._prefetcher = Prefetcher(self._prefetch_lookup, max_ahead=self._prefetch_depth)
         self._prefetcher.schedule(urls)
         self._release_finished(set(upcoming))
+
+    def _ranged_reader(self) -> bool:
+        """Remote shards read by range: a prefetch would download them whole (not done yet by range)."""
+        return ranged.ENABLED and self._verify != "checksum" and isinstance(self._reader, OpensRanged)
 
     def _release_finished(self, announced: set[int]) -> None:
         """Mark first out of the node cache the shards this rank is done with for the epoch: read in

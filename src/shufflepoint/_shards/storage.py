@@ -275,7 +275,8 @@ class Storage:
         return path
 
     @contextlib.contextmanager
-    def ranges(self, url: str, size: int, version: str) -> Iterator[Callable[[int, int], bytes]]:
+    def ranges(self, url: str, size: int, version: str,
+               what: str = "reading its metadata") -> Iterator[Callable[[int, int], bytes]]:
         """``read(start, end)`` of one object at the recorded (size, version), for the few bytes
         of metadata a format keeps (a Parquet footer, an .npy header): indexing without a download.
         Each read is retried; a changed object is a ShardError."""
@@ -297,7 +298,7 @@ class Storage:
                 except Exception:
                     opened.pop().close()  # the retry looks the object up again (it may have changed)
                     raise
-            data: bytes = self._retrying(url, "reading its metadata", once)
+            data: bytes = self._retrying(url, what, once)
             return data
 
         try:

@@ -7,7 +7,8 @@ ranks, caches or torch.distributed; what to read next is decided above them.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -45,3 +46,14 @@ class Reader(Protocol):
         """The options that change what the rows are (columns, seq_len, dtype, ...): they join the
         corpus fingerprint, so a resume with other options is refused."""
         ...
+
+
+class Ranged(NamedTuple):
+    """A remote file read by byte range (``_shards/ranged``): ``source`` the file object a reader
+    opens, ``ensure(spans)`` fetches byte ranges ahead of a decode (one GET for a row group, not one
+    per column chunk), ``identity`` names its content (url and version) where a local file's path,
+    mtime and inode would (``kept_ids``: a partial file's mtime changes as ranges arrive)."""
+
+    source: Any
+    ensure: Callable[[list[tuple[int, int]]], None]
+    identity: str

@@ -24,6 +24,7 @@ from numpy.lib.stride_tricks import as_strided
 from shufflepoint._core.errors import ShardError, refusal, shard_error
 from shufflepoint._shards.batch import Stacked
 from shufflepoint._shards.readers._common import check_row, check_rows, suffix_of
+from shufflepoint._shards.readers.base import Ranged
 
 DTYPES = ("uint16", "uint32", "int32", "int64")
 _SEQ_LEN = "pass seq_len= (the tokens of a row, without the one more its labels read)"
@@ -87,8 +88,9 @@ class OpenTokens:
     shards of their block mapped."""
 
     def __init__(self, fd: int, path: str, shard: str, dtype: np.dtype[Any], offset: int, tokens: int,
-                 seq_len: int) -> None:
+                 seq_len: int, ranged: Ranged | None = None) -> None:
         self._path, self._shard, self._dtype, self._offset = path, shard, dtype, offset
+        self._ranged = ranged  # a remote .bin read by range: its windows fetched, then read; never mapped
         self._size, self._seq_len = tokens, seq_len
         self._rows = max(0, (tokens - 1) // seq_len)
         self._fd: int | None = fd  # None: closed; -1: handed over to the map
@@ -100,14 +102,14 @@ class OpenTokens:
 
     def __getitem__(self, row: int) -> torch.Tensor:
         start = check_row(row, self._rows) * self._seq_len
-        if self._preads < _MAP_AFTER and self._tokens is None:
+        if (self._preads < _MAP_AFTER or self._ranged is not None) and self._tokens is None:
             return torch.from_numpy(self._read_windows([start // self._seq_len])[0])
         return torch.from_numpy(self._mapped()[start:start + self._seq_len + 1].astype(np.int64))
 
     def take(self, rows: np.ndarray) -> Stacked:
         """The windows as one (rows, seq_len + 1) int64 tensor: one fancy index into the map."""
         rows = check_rows(rows, self._rows)
-        if self._tokens is None and self._preads + rows.size <= _MAP_AFTER:
+        if self._tokens is None and (self._preads + rows.size <= _MAP_AFTER or self._ranged is not None):
             return Stacked(torch.from_numpy(self._read_windows(rows.tolist())))
         tokens = self._mapped()
         step = tokens.strides[0]  # the windows as rows of a strided view: a row gather copies
@@ -120,7 +122,7 @@ class OpenTokens:
         token type): a batch across many shards is filled in place (``Shards._read_windows``), no array per
         shard, no join, no reorder; in the token type a pread writes the window's bytes where they go."""
         rows = check_rows(rows, self._rows)
-        if self._tokens is None and self._preads + rows.size <= _MAP_AFTER:
+        if self._tokens is None and (self._preads + rows.size <= _MAP_AFTER or self._ranged is not None):
             self._read_windows(rows.tolist(), out, where.tolist())
             return
         tokens = self._mapped()
@@ -144,7 +146,15 @@ class OpenTokens:
         width, item = self._seq_len + 1, self._dtype.itemsize
         if out is None or where is None:
             out, where = np.empty((len(rows), width), dtype=np.int64), list(range(len(rows)))
-        if out.dtype == self._dtype:  # rows of the shard's own type: the bytes go straight into place
+        if self._ranged is not None:  # the windows' bytes fetched first (few GETs), then read from the partial copy
+            at = [self._offset + row * self._seq_len * item for row in rows]
+            self._ranged.ensure([(a, a + width * item) for a in at])
+            for i, row, a in zip(where, rows, at, strict=True):
+                data = self._ranged.source.pread(a, a + width * item)
+                if len(data) != width * item:
+                    self._truncated(row)
+                out[i] = np.frombuffer(data, self._dtype)
+        elif out.dtype == self._dtype:  # rows of the shard's own type: the bytes go straight into place
             for i, row in zip(where, rows, strict=True):
                 if os.preadv(self._fd, [out[i]], self._offset + row * self._seq_len * item) != width * item:
                     self._truncated(row)
@@ -184,6 +194,8 @@ class OpenTokens:
         if self._fd is not None and self._fd >= 0:
             self._close_fd(self._fd)
         self._fd = None
+        if self._ranged is not None:
+            self._ranged.source.close()
 
     def __del__(self) -> None:
         # Dropped unclosed (its Shards garbage-collected, or a forked worker letting its parent's go):
@@ -241,6 +253,19 @@ class TokensReader:
             if isinstance(e, OSError):
                 raise shard_error(shard, "a file that cannot be read", "a readable file", why=str(e)) from e
             raise
+
+    def ranged_for(self, shard: str) -> bool:
+        """A ``.bin`` shard is read by range (its layout is its size); a ``.npy`` is fetched whole."""
+        return suffix_of(shard).endswith(".bin")
+
+    def open_ranged(self, ranged: Ranged, shard: str) -> OpenTokens:
+        """A remote ``.bin`` read by range (``_shards/ranged``): each window's bytes as it is read."""
+        item = _LITTLE[self.dtype]
+        size = ranged.source.size()
+        if size % item.itemsize:
+            raise ShardError(shard, f"truncated: {size} bytes is not a whole number of {self.dtype} tokens "
+                                    f"({item.itemsize} bytes each); check the file and dtype=")
+        return OpenTokens(-1, "", shard, item, 0, size // item.itemsize, self.seq_len, ranged)
 
     def rows_from_size(self, shard: str, size: int) -> int | None:
         """The windows of a raw ``.bin`` shard follow from its size, so indexing a bucket of them

@@ -1,0 +1,226 @@
+"""Remote shards read by byte range: a fresh node fetches the bytes it reads, not whole shards.
+
+A Parquet shard's rows need its footer and the column chunks of their row groups; fetching the
+whole file first makes a node's first batch wait for every shard it touches. Here the node cache
+holds a *partial entry* per shard (``NodeCache.partial``): a sparse file of the shard's size and a
+small record of the byte ranges it holds. ``PartialShard.ensure(ranges)`` fetches only what the
+record lacks (under the entry's lock, so the node's processes fetch each range once) and adds it;
+``RangedFile`` is the file object a reader opens, reading through ``ensure``. A later read of the
+same rows, in any process of the node, fetches nothing.
+
+Integrity is the storage's: each fetch opens the object at the size and version the index
+recorded (``Storage.ranges``: a HEAD, then ranged GETs that must match it), so a shard rewritten
+under a job is a ``ShardError``, never a mix of two versions. The entry is named by (url, version)
+like a whole one. ``verify="checksum"`` needs the whole file to hash: those shards are downloaded
+whole, as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from shufflepoint._shards.cache import NodeCache
+
+ENABLED = True  # off: remote shards are downloaded whole before their first row is read, as before
+Span = tuple[int, int]
+ReadRanges = Callable[[], Any]  # a context manager yielding read(start, end) -> bytes (Storage.ranges)
+_GAP = 256 << 10  # ranges at most this close (and their mean size) are one GET: a request costs more
+_PIECE = 8 << 20  # the most one GET asks for
+_LANES = 8  # GETs in flight at once for one shard's missing ranges
+
+
+def identity(url: str, version: str) -> str:
+    """The key of a remote shard's content for the kept ids: its URL and version (its local copy's
+    mtime changes as ranges arrive, so ``kept_ids.file_key`` of the path would never hit)."""
+    return "r" + hashlib.sha256(f"{url}\0{version}".encode()).hexdigest()[:31]
+
+
+def merged(spans: Sequence[Span], gap: int = 0) -> list[Span]:
+    """``spans`` sorted and joined where they overlap or lie less than ``gap`` bytes apart."""
+    out: list[Span] = []
+    for start, end in sorted(s for s in spans if s[1] > s[0]):
+        if out and start <= out[-1][1] + gap:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def missing(held: Sequence[Span], start: int, end: int) -> list[Span]:
+    """The parts of [start, end) that ``held`` (merged, sorted) does not cover."""
+    found, at = [], start
+    for first, last in held:
+        if last <= at:
+            continue
+        if first >= end:
+            break
+        if first > at:
+            found.append((at, min(first, end)))
+        at = max(at, last)
+        if at >= end:
+            break
+    if at < end:
+        found.append((at, end))
+    return found
+
+
+class PartialShard:
+    """The byte ranges of one remote shard (``size`` bytes at ``version``) this node holds, fetched
+    on demand with ``read_ranges`` and kept in the node cache."""
+
+    def __init__(self, cache: NodeCache, url: str, version: str, size: int, read_ranges: ReadRanges) -> None:
+        self._cache, self._url, self._version, self.size = cache, url, version, size
+        self._read_ranges = read_ranges
+        self._data, self._record, self._key = cache.partial(url, version)
+        self._fd = -1
+        self._held: list[Span] = []
+        self._thread_lock = threading.Lock()  # the flock excludes processes; this, threads swapping _fd
+        with cache.entry_lock(self._key):
+            self._open_locked()
+
+    def _open_locked(self) -> None:
+        """Open (or create, sparse) the data file and read its record; the entry lock is held."""
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd = os.open(self._data, os.O_RDWR | os.O_CREAT, 0o644)
+        if os.fstat(self._fd).st_size != self.size:
+            os.ftruncate(self._fd, 0)  # a stale or foreign file: start empty
+            os.ftruncate(self._fd, self.size)
+            self._write_record([])
+        self._held = self._load_record()
+        with contextlib.suppress(OSError):
+            os.utime(self._data)  # used: last out of the LRU
+
+    def _load_record(self) -> list[Span]:
+        try:
+            with open(self._record, "rb") as handle:
+                found = json.loads(handle.read() or b"[]")
+            spans = [(int(a), int(b)) for a, b in found]
+        except (FileNotFoundError, ValueError, TypeError):
+            return []
+        return merged([(a, b) for a, b in spans if 0 <= a < b <= self.size])
+
+    def _write_record(self, spans: list[Span]) -> None:
+        handle, tmp = tempfile.mkstemp(prefix=f".tmp-{self._key}-0-", dir=os.path.dirname(self._record))
+        try:
+            with os.fdopen(handle, "w") as out:
+                json.dump([list(s) for s in spans], out)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, self._record)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+    def ensure(self, spans: Sequence[Span]) -> None:
+        """Hold every byte of ``spans`` locally: fetch (in few GETs) what neither this process nor
+        another of the node has fetched yet."""
+        wanted = merged([(max(0, a), min(self.size, b)) for a, b in spans])
+        if not any(missing(self._held, a, b) for a, b in wanted):
+            return
+        with self._thread_lock, self._cache.entry_lock(self._key):
+            if not self._cache.same_file(self._fd, self._data):  # evicted since: start a new entry
+                self._open_locked()
+            else:
+                self._held = self._load_record()
+            # Joined across gaps up to the wanted ranges' mean size: a GET saved, at most ~2x the bytes.
+            gap = min(_GAP, sum(b - a for a, b in wanted) // len(wanted))
+            need = merged([m for a, b in wanted for m in missing(self._held, a, b)], gap)
+            if not need:
+                return
+            self._cache.make_room(sum(b - a for a, b in need), self._key)
+            pieces = [(at, min(end, at + _PIECE)) for start, end in need for at in range(start, end, _PIECE)]
+            lanes = [pieces[k::_LANES] for k in range(min(_LANES, len(pieces)))]
+            if len(lanes) == 1:
+                self._fetch(lanes[0])
+            else:  # a batch's row groups: round trips side by side, not one after another
+                with ThreadPoolExecutor(len(lanes)) as pool:
+                    list(pool.map(self._fetch, lanes))
+            self._held = merged([*self._held, *need])
+            self._write_record(self._held)
+
+    def _fetch(self, pieces: list[Span]) -> None:
+        """Write ``pieces`` of the object in place, over one look-up of it (its version checked)."""
+        with self._read_ranges() as read:
+            for start, end in pieces:
+                os.pwrite(self._fd, read(start, end), start)
+
+    def pread(self, start: int, end: int) -> bytes:
+        """Bytes [start, end) of the shard, fetched first where they are not held."""
+        end = min(end, self.size)
+        if end <= start:
+            return b""
+        self.ensure([(start, end)])
+        with self._thread_lock:
+            return os.pread(self._fd, end - start, start)
+
+    def held(self) -> list[Span]:
+        return list(self._held)
+
+    def close(self) -> None:
+        with self._thread_lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+
+class RangedFile(io.RawIOBase):
+    """A read-only, seekable file over a ``PartialShard``: what pyarrow opens in place of a path."""
+
+    def __init__(self, shard: PartialShard) -> None:
+        super().__init__()
+        self.shard, self._at = shard, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._at
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._at, io.SEEK_END: self.shard.size}[whence]
+        self._at = max(0, base + offset)
+        return self._at
+
+    def size(self) -> int:
+        return self.shard.size
+
+    def _fetch(self, pieces: list[Span]) -> None:
+        """Write ``pieces`` of the object in place, over one look-up of it (its version checked)."""
+        with self._read_ranges() as read:
+            for start, end in pieces:
+                os.pwrite(self._fd, read(start, end), start)
+
+    def pread(self, start: int, end: int) -> bytes:
+        """Bytes [start, end), the position unmoved (a token window)."""
+        return self.shard.pread(start, end)
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        data = self.shard.pread(self._at, self._at + len(view))
+        view[:len(data)] = data
+        self._at += len(data)
+        return len(data)
+
+    def read(self, size: int = -1) -> bytes:
+        end = self.shard.size if size is None or size < 0 else self._at + size
+        data = self.shard.pread(self._at, end)
+        self._at += len(data)
+        return data
+
+    def close(self) -> None:
+        if not self.closed:
+            self.shard.close()
+        super().close()
+

@@ -1,0 +1,154 @@
+"""Remote Parquet shards read by byte range (``_shards/ranged``), on the local S3 server (moto).
+
+A fresh node's first batch GETs about the row groups it reads plus the footers, not whole shards;
+reading the same rows again GETs nothing; the rows equal those of the whole-download path; a shard
+rewritten under the job is a ShardError; the partial entries count toward the cache limit.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+
+import numpy as np
+import pytest
+
+import shufflepoint
+from shufflepoint._shards import ranged
+from shufflepoint._shards.cache import NodeCache
+
+SHARDS, GROUPS, GROUP_ROWS, BATCH = 3, 24, 1100, 8  # groups past _UNIT_ROWS: a unit each
+
+
+@pytest.fixture()
+def corpus(s3, tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    name = "ranged-" + uuid.uuid4().hex[:8]
+    rng = np.random.default_rng(0)
+    files = {}
+    for s in range(SHARDS):
+        rows = GROUPS * GROUP_ROWS
+        table = pa.table({"id": np.arange(s * rows, (s + 1) * rows),
+                          "text": [rng.bytes(40).hex() for _ in range(rows)]})
+        path = tmp_path / f"part-{s}.parquet"
+        pq.write_table(table, path, row_group_size=GROUP_ROWS, compression="none")
+        files[f"web/part-{s}.parquet"] = path.read_bytes()
+    s3.put_files(name, files)
+    return name, sum(len(b) for b in files.values())
+
+
+def got_bytes(s3, since: int, sizes: dict[str, int]) -> int:
+    """GET bytes of shards (``/part-``) logged after the ``since``-th request, from the Range headers."""
+    total = 0
+    for method, path, header in list(s3.faults.log)[since:]:
+        if method != "GET" or "/part-" not in path:
+            continue
+        found = re.fullmatch(r"bytes=(\d+)-(\d+)", header)
+        total += int(found[2]) - int(found[1]) + 1 if found else sizes[path.split("?")[0].rsplit("/", 1)[-1]]
+    return total
+
+
+def shards(s3, name, cache, **kwargs):
+    return shufflepoint.Shards(f"s3://{name}/web/*.parquet", storage_options=s3.storage_options, cache_dir=cache,
+                               progress=False, **kwargs)
+
+
+def first_batch(corpus):
+    loader = shufflepoint.DataLoader(corpus, batch_size=BATCH, seed=3, shuffle_block=GROUP_ROWS)
+    return next(iter(loader))
+
+
+def test_a_fresh_node_gets_the_row_groups_it_reads_then_nothing(s3, corpus, tmp_path, monkeypatch):
+    name, total = corpus
+    monkeypatch.setattr(ranged, "ENABLED", False)
+    before = shards(s3, name, str(tmp_path / "whole"))
+    sizes = {before.index.url(s).rsplit("/", 1)[-1]: r.size for s, r in enumerate(before.index.shards)}
+    start = len(s3.faults.log)
+    whole = first_batch(before)
+    downloaded = got_bytes(s3, start, sizes)
+    monkeypatch.setattr(ranged, "ENABLED", True)
+    data = shards(s3, name, str(tmp_path / "cache"))
+    start = len(s3.faults.log)
+    batch = first_batch(data)
+    fresh = got_bytes(s3, start, sizes)
+    assert batch["id"].tolist() == whole["id"].tolist() and batch["text"] == whole["text"]
+    # A block is one shard here: the batch's BATCH rows lie in at most BATCH of its GROUPS row groups.
+    group = max(sizes.values()) / GROUPS
+    print(f"first batch, fresh node: {downloaded} bytes whole, {fresh} by range (corpus {total})")
+    assert 0 < fresh <= BATCH * group + 3 * (64 << 10) and fresh < downloaded / 2, (fresh, downloaded, total)
+    start = len(s3.faults.log)
+    again = first_batch(shards(s3, name, str(tmp_path / "cache")))  # a restart on the same node
+    assert got_bytes(s3, start, sizes) == 0
+    assert again["id"].tolist() == whole["id"].tolist()
+    # Every row, read by range, is the row read whole.
+    everything = [data[i]["id"] for i in range(0, len(data), 97)]
+    assert everything == list(range(0, len(data), 97))
+    cache = NodeCache(os.path.join(str(tmp_path / "cache"), "shards"))
+    assert 0 < cache.bytes_used() <= total + 4096 * SHARDS * GROUPS
+
+
+def test_a_shard_rewritten_under_the_job_is_a_shard_error(s3, corpus, tmp_path):
+    name, _ = corpus
+    data = shards(s3, name, str(tmp_path / "cache"), retries=0)
+    assert data[0]["id"] == 0  # its first row group and footer are held now
+    key = data.index.url(0).split(f"s3://{name}/", 1)[1]
+    body = bytearray(s3.client().get_object(Bucket=name, Key=key)["Body"].read())
+    body[len(body) // 2] ^= 1  # the same size, another version
+    s3.put(name, key, bytes(body))
+    assert data[1]["id"] == 1  # held: read locally, as a whole cached shard would be
+    with pytest.raises(shufflepoint.ShardError, match=r"part-0\.parquet"):
+        data[GROUP_ROWS * (GROUPS - 1)]  # a range not held: fetched at the recorded version, or refused
+
+
+def test_a_token_bin_shard_gets_the_windows_it_reads(s3, tmp_path, monkeypatch):
+    name, seq = "tokens-" + uuid.uuid4().hex[:8], 64
+    tokens = {f"web/part-{s}.bin": (np.arange(1 << 16) + s).astype(np.uint16).tobytes() for s in range(2)}
+    s3.put_files(name, tokens)
+    sizes = {key.rsplit("/", 1)[-1]: len(data) for key, data in tokens.items()}
+
+    def batch(cache):
+        data = shufflepoint.Shards(f"s3://{name}/web/*.bin", seq_len=seq, storage_options=s3.storage_options,
+                                   cache_dir=str(tmp_path / cache), progress=False)
+        start = len(s3.faults.log)
+        found = next(iter(shufflepoint.DataLoader(data, batch_size=BATCH, seed=5)))
+        return found, got_bytes(s3, start, sizes)
+
+    monkeypatch.setattr(ranged, "ENABLED", False)
+    whole, downloaded = batch("whole")
+    monkeypatch.setattr(ranged, "ENABLED", True)
+    windows, fresh = batch("cache")
+    assert windows.tolist() == whole.tolist()
+    print(f"tokens, first batch, fresh node: {downloaded} bytes whole, {fresh} by range")
+    assert 0 < fresh <= BATCH * (256 << 10) and fresh < downloaded / 2, (fresh, downloaded)
+    again, none = batch("cache")
+    assert again.tolist() == whole.tolist() and none == 0
+
+
+def test_partial_entries_count_toward_the_cache_limit_and_are_evicted_whole(tmp_path):
+    import contextlib
+
+    blob = np.random.default_rng(1).bytes(1 << 20)
+    asked: list[tuple[int, int]] = []
+
+    @contextlib.contextmanager
+    def read_ranges():
+        yield lambda start, end: asked.append((start, end)) or blob[start:end]
+
+    cache = NodeCache(str(tmp_path / "c"), max_bytes=300 << 10)
+    first = ranged.PartialShard(cache, "s3://b/0.bin", "v1", len(blob), read_ranges)
+    assert first.pread(10, 20) == blob[10:20] and first.pread(100_000, 200_000) == blob[100_000:200_000]
+    assert first.pread(12, 18) == blob[12:18] and len(asked) == 2  # held: nothing fetched again
+    shared = ranged.PartialShard(cache, "s3://b/0.bin", "v1", len(blob), read_ranges)  # another process's view
+    assert shared.pread(150_000, 160_000) == blob[150_000:160_000] and len(asked) == 2
+    assert shared.held() == [(10, 20), (100_000, 200_000)]
+    second = ranged.PartialShard(cache, "s3://b/1.bin", "v1", len(blob), read_ranges)
+    assert second.pread(0, 250 << 10) == blob[: 250 << 10]
+    assert cache.bytes_used() <= 300 << 10  # the first entry (LRU) was evicted to make room
+    data, record, _ = cache.partial("s3://b/0.bin", "v1")
+    assert not os.path.exists(data) and not os.path.exists(record)
+    assert first.pread(100_000, 100_010) == blob[100_000:100_010]  # its own copy stays readable
+    assert first.pread(500_000, 500_010) == blob[500_000:500_010]  # a new range: a new entry, fetched
+    for shard in (first, shared, second):
+        shard.close()
