@@ -60,6 +60,12 @@ def first_batch(corpus):
     return next(iter(loader))
 
 
+@pytest.fixture(autouse=True)
+def ranged_on(monkeypatch):
+    """Ranged reads are opt-in (SHUFFLEPOINT_RANGED_READS=1); these tests read with them on unless they say."""
+    monkeypatch.setattr(ranged, "ENABLED", True)
+
+
 def test_a_fresh_node_gets_the_row_groups_it_reads_then_nothing(s3, corpus, tmp_path, monkeypatch):
     name, total = corpus
     monkeypatch.setattr(ranged, "ENABLED", False)

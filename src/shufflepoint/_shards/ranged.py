@@ -30,7 +30,10 @@ from typing import Any
 
 from shufflepoint._shards.cache import NodeCache
 
-ENABLED = True  # off: remote shards are downloaded whole before their first row is read, as before
+# Off by default until read-ahead covers ranged shards (today each range is fetched when a row needs it,
+# while a whole shard is prefetched): SHUFFLEPOINT_RANGED_READS=1 turns it on. Off: remote shards are
+# downloaded whole before their first row is read, as before.
+ENABLED = os.environ.get("SHUFFLEPOINT_RANGED_READS", "0") == "1"
 Span = tuple[int, int]
 ReadRanges = Callable[[], Any]  # a context manager yielding read(start, end) -> bytes (Storage.ranges)
 _GAP = 256 << 10  # ranges at most this close (and their mean size) are one GET: a request costs more
