@@ -24,6 +24,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from shufflepoint._core import collector
 from shufflepoint._core.capabilities import CountsRowsFromMetadata, CountsRowsFromSize
 from shufflepoint._shards import index as _index
 from shufflepoint._shards import sidecar
@@ -48,7 +49,8 @@ def read_published(storage: Storage, root: str, reader: str, options: dict[str, 
     if data is None:
         return None
     try:
-        return _index.CorpusIndex.from_json(json.loads(data), url, text=data)
+        with collector.paused():  # 1e5 shards: ~1e6 small objects (see _core/collector.py)
+            return _index.CorpusIndex.from_json(json.loads(data), url, text=data)
     except ValueError as error:  # json's errors are ValueErrors too
         warnings.warn(f"the published corpus index {url} is not readable ({error}); counting rows here "
                       "instead. Re-run shufflepoint index to publish it again.", stacklevel=5)
