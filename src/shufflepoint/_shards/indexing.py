@@ -97,8 +97,7 @@ class Indexer:
         return found
 
     def _info(self, url: str) -> tuple[int, str]:
-        found = self.storage.info(url)
-        return found.size, found.version
+        return self.storage.info(url)  # an ObjectInfo is the (size, version) tuple itself: no new tuple per shard
 
     def count(self, url: str, size: int, version: str) -> tuple[int, str]:
         """(rows, checksum) of one shard, reading as little of it as its format allows."""
