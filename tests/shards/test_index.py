@@ -97,6 +97,25 @@ def test_common_root_stops_at_a_folder(given, root):
     assert [_index.join(root, _index.relative(root, u)) for u in given] == given
 
 
+def _folder_by_folder_root(urls):
+    """common_root as it was written before it went by the urls' min and max: each url's folder, then
+    their common prefix shortened until every folder is it or under it."""
+    folders = [u.rsplit("/", 1)[0] if "/" in u else "" for u in urls]
+    prefix = os.path.commonprefix(folders)
+    while prefix and not all(f == prefix or f.startswith(prefix.rstrip("/") + "/") for f in folders):
+        prefix = prefix[:-1]
+    return prefix.rstrip("/")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(["a", "b", "/", "//", "ab", "s3://", "x.bin", "a/", "/b"]), max_size=6)
+                .map("".join), min_size=1, max_size=5))
+def test_common_root_by_min_and_max_is_the_folder_by_folder_root(urls):
+    root = _index.common_root(urls)
+    assert root == _folder_by_folder_root(urls)
+    assert all(u.startswith(root + "/") for u in urls) or not root
+
+
 def test_sidecars_round_trip_and_refuse_edits(tmp_path):
     corpus = {u: (100, "v", 5) for u in urls(4)}
     built = _index.build(list(corpus), reader="jsonl", options={}, info=lambda u: corpus[u][:2],

@@ -18,6 +18,7 @@ from typing import Any, cast
 import numpy as np
 import torch.utils.data
 
+from shufflepoint._core import collector
 from shufflepoint._core.capabilities import KeepsDecodedIds, MeasuresDecodedRows, OpensRanged, TakesIds
 from shufflepoint._core.errors import Plain, SampleError, ShardError, refusal
 from shufflepoint._order.distinct import in_first_seen_order
@@ -140,7 +141,8 @@ class Shards(torch.utils.data.Dataset[Any]):
         self._verify = check_verify(verify)
         self._storage = Storage(storage_options=storage_options, retries=retries)
         saved = saved_dataset_files(sources) if isinstance(sources, str) and os.path.isdir(sources) else None
-        urls = saved if saved is not None else self._storage.expand(sources)
+        with collector.paused():  # a listing of 1e5 objects: see _core/collector.py
+            urls = saved if saved is not None else self._storage.expand(sources)
         if not urls:
             raise ValueError(refusal("sources", sources, "at least one shard", "pass where the shards are"))
         name = format or infer_format(urls[0])

@@ -24,6 +24,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from shufflepoint._core import collector
 from shufflepoint._core.capabilities import CountsRowsFromMetadata, CountsRowsFromSize
 from shufflepoint._shards import index as _index
 from shufflepoint._shards import sidecar
@@ -48,7 +49,8 @@ def read_published(storage: Storage, root: str, reader: str, options: dict[str, 
     if data is None:
         return None
     try:
-        return _index.CorpusIndex.from_json(json.loads(data), url, text=data)
+        with collector.paused():  # 1e5 shards: ~1e6 small objects (see _core/collector.py)
+            return _index.CorpusIndex.from_json(json.loads(data), url, text=data)
     except ValueError as error:  # json's errors are ValueErrors too
         warnings.warn(f"the published corpus index {url} is not readable ({error}); counting rows here "
                       "instead. Re-run shufflepoint index to publish it again.", stacklevel=5)
@@ -95,8 +97,7 @@ class Indexer:
         return found
 
     def _info(self, url: str) -> tuple[int, str]:
-        found = self.storage.info(url)
-        return found.size, found.version
+        return self.storage.info(url)  # an ObjectInfo is the (size, version) tuple itself: no new tuple per shard
 
     def count(self, url: str, size: int, version: str) -> tuple[int, str]:
         """(rows, checksum) of one shard, reading as little of it as its format allows."""

@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any, TypeVar
 
+from shufflepoint._core import collector
 from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._shards.index import CorpusIndex
 
@@ -83,14 +84,15 @@ def write_json(path: str, value: Any) -> None:
 
 def _read(path: str) -> CorpusIndex | None:
     try:
-        with open(path) as f:
+        with open(path) as f, collector.paused():  # 1e5 shards: ~1e6 small objects (see _core/collector.py)
             value = json.load(f)
     except FileNotFoundError:
         return None
     except (OSError, json.JSONDecodeError) as error:
         raise ValueError(refusal(path, Plain("an unreadable corpus index"), "a JSON corpus index",
                                  "delete it to rebuild", why=str(error))) from error
-    return CorpusIndex.from_json(value, path)
+    with collector.paused():
+        return CorpusIndex.from_json(value, path)
 
 
 def beside_data(root: str, key: str) -> str | None:
