@@ -53,7 +53,9 @@ def native(directory: str) -> None:
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
     loader = shufflepoint.DataLoader(dataset, batch_size=8, seed=1234)
     saved = os.path.join(directory, "loader.pt")
-    if not os.path.exists(saved):  # the first run writes the state a later one loads (all ranks agree)
+    first_run = not os.path.exists(saved)  # the first run writes the state a later one loads
+    dist.barrier()  # every rank has looked before rank 0 writes it (a slow rank saw it and skipped the barrier)
+    if first_run:
         batches = iter(loader)
         for _ in range(3):
             next(batches)

@@ -42,7 +42,8 @@ import _exit_soak_worker
 _exit_soak_worker.accelerate()
 from shufflepoint._loading import agreement
 
-print("EXIT RELEASE REGISTERED", agreement._release_gloo_at_exit.cache_info().currsize, flush=True)
+# one write of the whole line: both ranks print to one pipe (python -u), and print's pieces interleaved
+sys.stdout.write(f"EXIT RELEASE REGISTERED {{agreement._release_gloo_at_exit.cache_info().currsize}}\\n")
 """
 
 
