@@ -120,7 +120,7 @@ def _mix(values: np.ndarray) -> np.ndarray:
     values = values + np.uint64(0x9E3779B97F4A7C15)
     values = (values ^ (values >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     values = (values ^ (values >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return values ^ (values >> np.uint64(31))
+    return np.asarray(values ^ (values >> np.uint64(31)))
 
 
 def segment_key(seed: int, epoch: int, segment: int) -> int:
@@ -145,7 +145,7 @@ class _Interleave:
         """Each unit's time, (j + h) / u_k: exact up to the one rounding of the division."""
         keyed = _mix(self._key ^ _mix(buckets.astype(np.uint64) * np.uint64(0x100000001B3) ^ units.astype(np.uint64)))
         jitter = (keyed >> np.uint64(64 - _JITTER_BITS)).astype(np.float64) / float(1 << _JITTER_BITS)
-        return (units.astype(np.float64) + jitter) / self._scale[buckets]
+        return np.asarray((units.astype(np.float64) + jitter) / self._scale[buckets])
 
     def count_below(self, threshold: float) -> np.ndarray:
         """Per bucket, its units whose time is below ``threshold``: exact, O(K)."""
@@ -153,7 +153,7 @@ class _Interleave:
         if threshold == -np.inf:
             return counts
         if threshold == np.inf:
-            return self.units.copy()
+            return np.asarray(self.units.copy())
         live = self._live
         guess = np.floor(threshold * self._scale[live]).astype(np.int64)
         low = np.clip(guess - _WINDOW, 0, self.units[live])  # every unit below low is surely below the threshold
@@ -192,7 +192,7 @@ class _Interleave:
     def taken(self, slots: int) -> np.ndarray:
         """Per bucket, its units among the first ``slots`` slots."""
         if slots >= self.total:
-            return self.units.copy()
+            return np.asarray(self.units.copy())
         before, buckets, _ = self.window(slots, slots)
         return before + np.bincount(buckets[:slots - int(before.sum())], minlength=len(self.units))
 
@@ -279,7 +279,7 @@ class BucketCut:
         samples = np.arange(start, stop, dtype=np.int64)
         batch = samples // size - first
         chosen = buckets[batch]
-        return self.table.starts[chosen] + self.consumed[chosen] + units[batch] * size + samples % size
+        return np.asarray(self.table.starts[chosen] + self.consumed[chosen] + units[batch] * size + samples % size)
 
     def _batches(self, rank: int, first: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
         """(bucket, unit) of ``rank``'s batches first..stop-1: the slots between are sorted too, so a wide world
@@ -302,7 +302,7 @@ class BucketCut:
 
     def bucket_of_slots(self, first: int, stop: int) -> np.ndarray:
         """The bucket label of the current segment's slots first..stop-1 (what ``which`` shows of a step)."""
-        return self.table.labels[self._interleave.slots(self.slot + first, self.slot + stop)[0]]
+        return np.asarray(self.table.labels[self._interleave.slots(self.slot + first, self.slot + stop)[0]])
 
 
 def bucket_seed(seed: int, bucket: int) -> int:

@@ -74,7 +74,7 @@ def _load(path: str, n: int) -> np.ndarray | None:
     if found.shape != (n,) or found.dtype != np.int32 or (found.size and int(found.min()) < 0):
         raise ValueError(refusal(path, Plain(f"keys of shape {found.shape} and dtype {found.dtype}"),
                                  f"({n},) int32 keys >= 0", _READ_AGAIN, why="the file is damaged"))
-    return found.astype(np.int64)
+    return np.asarray(found, dtype=np.int64)
 
 
 def keys_of_field(dataset: Any, field: str) -> np.ndarray:

@@ -490,8 +490,8 @@ class Shards(torch.utils.data.Dataset[Any]):
         partial = self._partial(url, size, version)
         source = ranged.RangedFile(partial)
         try:
-            return cast(OpensRanged, self._reader).open_ranged(Ranged(source, partial.ensure, ranged.identity(
-                url, version)), url)
+            handle = Ranged(source, partial.ensure, ranged.identity(url, version))
+            return cast(OpenShard, cast(OpensRanged, self._reader).open_ranged(handle, url))
         except BaseException:
             source.close()
             raise

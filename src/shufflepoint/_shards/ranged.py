@@ -199,12 +199,6 @@ class RangedFile(io.RawIOBase):
     def size(self) -> int:
         return self.shard.size
 
-    def _fetch(self, pieces: list[Span]) -> None:
-        """Write ``pieces`` of the object in place, over one look-up of it (its version checked)."""
-        with self._read_ranges() as read:
-            for start, end in pieces:
-                os.pwrite(self._fd, read(start, end), start)
-
     def pread(self, start: int, end: int) -> bytes:
         """Bytes [start, end), the position unmoved (a token window)."""
         return self.shard.pread(start, end)
