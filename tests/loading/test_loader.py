@@ -249,3 +249,35 @@ def test_a_new_iter_after_every_batch_of_the_epoch_was_received_reads_the_next_e
     resumed = shufflepoint.DataLoader(list(range(12)), 4, seed=1, collate_fn=list)
     resumed.load_state_dict(state)
     assert list(resumed) == [] and resumed.epoch == 3 and len(list(resumed)) == 3
+
+
+class _Announced(torch.utils.data.Dataset):
+    """A dataset told its upcoming indices, which says whether it has anything to fetch ahead."""
+
+    def __init__(self, reads_ahead: bool) -> None:
+        self.reads_ahead, self.told = reads_ahead, []
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+    def prefetch(self, indices) -> None:
+        self.told.append(list(np.asarray(indices).tolist()))
+
+    @property
+    def _reads_ahead(self) -> bool:
+        return self.reads_ahead
+
+
+@pytest.mark.parametrize("reads_ahead", [True, False])
+def test_upcoming_indices_are_announced_only_to_a_dataset_that_reads_ahead(reads_ahead):
+    dataset = _Announced(reads_ahead)
+    loader = shufflepoint.DataLoader(dataset, batch_size=8, seed=3)
+    served = [int(i) for batch in loader for i in batch]
+    if reads_ahead:  # every index told before it is served, in serving order
+        assert [i for chunk in dataset.told for i in chunk] == served
+    else:  # a local corpus: nothing to fetch, so the next chunk is not worked out ahead
+        assert dataset.told == []
+    assert sorted(served) == list(range(64))

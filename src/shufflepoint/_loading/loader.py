@@ -16,7 +16,7 @@ import numpy as np
 import torch.utils.data
 
 from shufflepoint._core import state as _state
-from shufflepoint._core.capabilities import ExplainsOrderVersion, Locatable, Prefetching
+from shufflepoint._core.capabilities import ExplainsOrderVersion, Locatable, Prefetching, ReadsAhead
 from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.plan import Layout
@@ -70,6 +70,14 @@ class _PassSampler(torch.utils.data.Sampler[Any]):
         the loader cannot see the end by itself; this call is how it learns the new epoch.
         """
         self._position.set_epoch(epoch)
+
+
+def _prefetch_of(dataset: Any) -> Callable[[np.ndarray], None] | None:
+    """The dataset's ``prefetch``, or None where it has nothing to fetch ahead (a local corpus): then
+    the sampler does not work out the next chunk before serving the first (0.3 ms of a cold batch)."""
+    if not isinstance(dataset, Prefetching) or (isinstance(dataset, ReadsAhead) and not dataset._reads_ahead):
+        return None
+    return dataset.prefetch
 
 
 class DataLoader(torch.utils.data.DataLoader[Any]):
@@ -209,7 +217,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         self._keyed = check_keyed(transform, seed_per_sample)
         threads = threaded(dataset, decode_threads, seed_per_sample)
         dataset = served(dataset, self._seed, transform, seed_per_sample, torch_dataloader_kwargs)
-        prefetch = dataset.prefetch if isinstance(dataset, Prefetching) else None
+        prefetch = _prefetch_of(dataset)
         dataset = threads(dataset)
         sampler = _PassSampler(self._position, rank, self._keyed, prefetch)
         super().__init__(
