@@ -468,3 +468,47 @@ def test_a_script_that_ends_with_its_shards_open_exits_quietly(tmp_path):
     done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "read 3", done.stderr
     assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+
+READS_WITHOUT_PANDAS = """
+import sys
+import numpy as np
+import shufflepoint
+folder = sys.argv[1]
+for suffix in ("parquet", "arrow"):
+    corpus = shufflepoint.Shards(f"{folder}/*.{suffix}", cache_dir=f"{folder}/cache", progress=False)
+    rows = corpus.read_batch(np.array([39, 0, 21, 5]))
+    one = corpus[22]
+    assert one["id"] == 2 and one["text"] == "r2" and list(one["input_ids"]) == [0, 1, 2, 3, 4], one
+documents = shufflepoint.Shards(f"{folder}/*.parquet", cache_dir=f"{folder}/cache", progress=False)
+packed = shufflepoint.Packed(documents, 64)
+batches = [batch for batch in shufflepoint.DataLoader(packed, batch_size=4, seed=0)]
+assert sum(int(b["input_ids"].shape[0]) for b in batches) == len(packed)
+print("pandas" in sys.modules)
+"""
+
+
+def test_reading_parquet_and_arrow_never_imports_pandas(tmp_path):
+    # pyarrow's to_numpy() and pa.array() import pandas where it is installed: ~300 modules and 0.3 s
+    # of CPU in every process and DataLoader worker (a third of Packed's first epoch on 20M tokens).
+    import subprocess
+    import sys
+
+    pytest.importorskip("pandas")
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.feather as feather
+    import pyarrow.parquet as pq
+
+    ids = [np.arange(n, dtype=np.int32) for n in (3, 70, 5, 400, 9)] * 4
+    columns = [pa.array(list(range(20))), pa.array([0.5] * 20), pa.array([f"r{i}" for i in range(20)]),
+               pa.array(ids, type=pa.list_(pa.int32()))]
+    table = pa.Table.from_arrays(columns, names=["id", "x", "text", "input_ids"])
+    for shard in range(2):
+        pq.write_table(table, tmp_path / f"p{shard}.parquet", row_group_size=7)
+        feather.write_feather(table, str(tmp_path / f"a{shard}.arrow"), compression="uncompressed")
+    script = tmp_path / "script.py"
+    script.write_text(READS_WITHOUT_PANDAS)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False", done.stdout + done.stderr

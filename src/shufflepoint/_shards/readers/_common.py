@@ -26,6 +26,34 @@ def extra(module: str, extra_name: str) -> Any:
                                   f"pip install 'shufflepoint[{extra_name}]'")) from e
 
 
+def numbers_view(array: Any) -> np.ndarray | None:
+    """A pyarrow array of fixed-width numbers without nulls as a read-only numpy view of its buffer, else
+    None. ``Array.to_numpy`` would do the same, but its first call imports pandas where it is installed
+    (~300 modules, ~0.3 s and tens of MB in every process and DataLoader worker that reads a column)."""
+    kind = array.type
+    try:
+        width, dtype = kind.bit_width, np.dtype(kind.to_pandas_dtype())  # numpy's type: no pandas import
+    except (ValueError, NotImplementedError, TypeError):  # strings, lists, structs: no fixed width
+        return None
+    if array.null_count or kind.num_fields:
+        return None
+    if dtype.kind not in "iuf" or dtype.itemsize * 8 != width:  # dates, times, decimals: to_numpy's business
+        return None
+    data = array.buffers()[1]
+    if data is None:
+        return None
+    view = np.frombuffer(data, dtype=dtype, count=len(array), offset=array.offset * dtype.itemsize)
+    view.flags.writeable = False  # Arrow's memory, shared by every batch that views it
+    return view
+
+
+def arrow_indices(rows: np.ndarray, pa: Any) -> Any:
+    """Row numbers as a pyarrow int64 array for ``take``, built on the numpy buffer: ``pa.array`` of a
+    list or numpy array imports pandas where it is installed (see ``numbers_view``)."""
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), int(rows.size), [None, pa.py_buffer(rows)])
+
+
 def check_columns(columns: Sequence[str] | None) -> list[str] | None:
     """``columns=`` as a list of distinct names, or None for every column."""
     if columns is None:

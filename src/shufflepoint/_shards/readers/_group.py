@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from shufflepoint._shards.batch import Column, Columns
+from shufflepoint._shards.readers._common import arrow_indices, numbers_view
 from shufflepoint._shards.readers.arrow import _as_numbers
 
 
@@ -72,10 +73,10 @@ class DecodedGroup:
         return {name: values[offset] for name, values in zip(self.names, self.values, strict=True)
                 if values is not None}
 
-    def convert(self, k: int, offsets: list[int]) -> list[Any]:
+    def convert(self, k: int, offsets: np.ndarray) -> list[Any]:
         """Column k (one left unconverted) at ``offsets``, from one Arrow take: fresh objects."""
         assert self.table is not None  # a column left unconverted keeps the table
-        found: list[Any] = self.table.column(k).take(offsets).to_pylist()
+        found: list[Any] = self.table.column(k).take(arrow_indices(offsets, self._pa)).to_pylist()
         return found
 
     def take(self, offsets: np.ndarray) -> Columns:
@@ -84,7 +85,7 @@ class DecodedGroup:
         columns: list[Column] = []
         for k, values in enumerate(self.values):
             if values is None:
-                columns.append(self.convert(k, picked))
+                columns.append(self.convert(k, offsets))
                 continue
             taken = [values[o] for o in picked]
             kind = self.kinds[k]
@@ -109,6 +110,7 @@ class DecodedGroup:
             if column is not None and (types.is_list(column.type) or types.is_large_list(column.type)) \
                     and types.is_integer(column.type.value_type) and column.null_count == 0:
                 lists = column.combine_chunks()
-                if lists.values.null_count == 0:
-                    self._ids[k] = (lists.values.to_numpy(), lists.offsets.to_numpy().astype(np.int64, copy=False))
+                values, offsets = numbers_view(lists.values), numbers_view(lists.offsets)
+                if values is not None and offsets is not None:
+                    self._ids[k] = (values, offsets.astype(np.int64, copy=False))
         return self._ids[k]

@@ -19,7 +19,15 @@ import numpy as np
 
 from shufflepoint._core.errors import ShardError, shard_error
 from shufflepoint._shards.batch import Column, Columns
-from shufflepoint._shards.readers._common import check_columns, check_row, check_rows, extra, missing_columns
+from shufflepoint._shards.readers._common import (
+    arrow_indices,
+    check_columns,
+    check_row,
+    check_rows,
+    extra,
+    missing_columns,
+    numbers_view,
+)
 
 _FILE_MAGIC = b"ARROW1"
 
@@ -45,10 +53,20 @@ def _as_numbers(column: Any, pa: Any) -> bool:
     return bool(exact and column.null_count == 0)
 
 
+def _numbers(column: Any) -> np.ndarray:
+    """A numeric column as numpy: views of its chunks' buffers where they are fixed-width numbers
+    (``numbers_view``, no pandas import; several chunks joined), else pyarrow's ``to_numpy`` (bools)."""
+    views = [view for view in map(numbers_view, column.chunks) if view is not None]
+    if not views or len(views) != column.num_chunks:
+        found: np.ndarray = column.to_numpy()
+        return found
+    return views[0] if len(views) == 1 else np.concatenate(views)
+
+
 def columns_of(table: Any, pa: Any) -> Columns:
     """An Arrow table as ``Columns``, each column converted once: numbers as numpy arrays, the rest
     as pyarrow's Python values (``to_pylist``, the per-row conversion too)."""
-    columns: list[Column] = [column.to_numpy() if _as_numbers(column, pa) else column.to_pylist()
+    columns: list[Column] = [_numbers(column) if _as_numbers(column, pa) else column.to_pylist()
                              for column in table.columns]
     return Columns(table.column_names, columns, table.num_rows)
 
@@ -85,7 +103,7 @@ class OpenArrow:
     def take(self, rows: np.ndarray) -> Columns:
         """One take over the table, each column converted once."""
         rows = check_rows(rows, len(self))
-        return columns_of(self._table.take(rows), self._pa)
+        return columns_of(self._table.take(arrow_indices(rows, self._pa)), self._pa)
 
     def locate(self, row: int) -> dict[str, Any]:
         """Where row ``row`` lies: its record batch in the file, and its row inside that batch."""
