@@ -30,9 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections import defaultdict
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -48,31 +46,7 @@ GLOBAL_BATCH = 768  # the fixed-global-batch resizes: 4 x 192 -> 2 x 384, 3 x 25
 # The default 65,536 rows for the full corpus (a node's share at 8 nodes is 1.25M rows: 1/19 of it);
 # one shard's rows for the quick one, whose share at 8 nodes is 25,000 rows (docs/shards.md, choosing it).
 SHUFFLE_BLOCK = {"full": 65_536, "quick": 2_000}
-
-
-class _PerKey:
-    """GET body bytes per S3 access key (the proxy's handler threads add to it)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.bytes: dict[str, int] = defaultdict(int)
-
-    def snapshot(self) -> dict[str, int]:
-        with self.lock:
-            return dict(self.bytes)
-
-
-COUNTS = _PerKey()
-
-
-class _CountingProxy(s3_server._Proxy):
-    def send_header(self, keyword: str, value: str) -> None:
-        if keyword.lower() == "content-length" and self.command == "GET" and "/part-" in self.path:
-            auth = self.headers.get("Authorization", "")
-            key = auth.split("Credential=", 1)[1].split("/", 1)[0] if "Credential=" in auth else "?"
-            with COUNTS.lock:
-                COUNTS.bytes[key] += int(value)
-        super().send_header(keyword, value)
+SHARD_PATHS = "/part-"  # the bytes counted: shard GETs (not the index's)
 
 
 def free_port() -> int:
@@ -97,7 +71,7 @@ def run_job(server: s3_server.S3Server, url: str, work: Path, spec: dict, nodes:
         log = open(marks / f"agent-{node}.log", "w")
         agents.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env))
     found: dict[str, dict[str, int]] = {}
-    before = COUNTS.snapshot()
+    before = server.counts.snapshot(SHARD_PATHS)
     try:
         for name in phases:
             while not (marks / name).exists():
@@ -105,7 +79,7 @@ def run_job(server: s3_server.S3Server, url: str, work: Path, spec: dict, nodes:
                     logs = "\n".join((marks / f"agent-{n}.log").read_text()[-2000:] for n in nodes)
                     raise RuntimeError(f"an agent failed before {name}:\n{logs}")
                 time.sleep(0.05)
-            now = COUNTS.snapshot()
+            now = server.counts.snapshot(SHARD_PATHS)
             found[name] = {node: now.get(node, 0) - before.get(node, 0) for node in nodes}
             before = now
             (marks / (name + ".go")).touch()
@@ -221,7 +195,6 @@ def main() -> None:
     root.mkdir(parents=True, exist_ok=True)
     tokens = corpora.build_tokens(root, spec)
     corpus_bytes = corpora.folder_bytes(tokens, (".bin",))
-    s3_server._Proxy = _CountingProxy  # S3Server.start() builds its handler from this name
     server = s3_server.S3Server().start()
     work = Path(tempfile.mkdtemp(prefix="bench-locality-"))
     rows: list[dict] = []
