@@ -37,6 +37,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "shards"))
 sys.path.insert(0, str(HERE.parent / "tests"))
 import corpus as corpora  # noqa: E402  (benchmarks/shards/corpus.py)
+import locality_peers  # noqa: E402  (benchmarks/locality_peers.py)
 
 import s3_server  # noqa: E402  (tests/s3_server.py)
 
@@ -60,18 +61,25 @@ def run_job(server: s3_server.S3Server, url: str, work: Path, spec: dict, nodes:
     options = dict(server.storage_options)
     spec = {"url": url, "storage_options": options, "seq_len": spec["seq_len"], "batch_size": BATCH, "seed": SEED,
             "marks": str(marks), "deal": "spans", "shuffle_block": spec["shuffle_block"], **job}
+    return run_agents(server, work, marks, nodes, phases, [sys.executable, str(WORKER), json.dumps(spec)], nproc)
+
+
+def run_agents(server: s3_server.S3Server, work: Path, marks: Path, nodes: list[str], phases: list[str],
+               script: list[str], nproc: int = 1, counted: str | None = SHARD_PATHS) -> dict[str, dict[str, int]]:
+    """One torchrun agent per node running ``script`` ([python, worker, args...]; each node its cache folder
+    ``work/cache-<node>``, ``SP_NODE`` its S3 key): the GET bytes of paths containing ``counted`` per node in
+    each phase (the workers stop between phases, benchmarks/_phase.py)."""
     port = free_port()
     agents = []
     for rank, node in enumerate(nodes):
         env = dict(os.environ, SP_NODE=node, SP_CACHE=str(work / f"cache-{node}"), OMP_NUM_THREADS="1",
                    TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={len(nodes)}", f"--node-rank={rank}",
-               f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1", f"--master-port={port}", str(WORKER),
-               json.dumps(spec)]
+        cmd = [script[0], "-m", "torch.distributed.run", f"--nnodes={len(nodes)}", f"--node-rank={rank}",
+               f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1", f"--master-port={port}", *script[1:]]
         log = open(marks / f"agent-{node}.log", "w")
         agents.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env))
     found: dict[str, dict[str, int]] = {}
-    before = server.counts.snapshot(SHARD_PATHS)
+    before = server.counts.snapshot(counted)
     try:
         for name in phases:
             while not (marks / name).exists():
@@ -79,7 +87,7 @@ def run_job(server: s3_server.S3Server, url: str, work: Path, spec: dict, nodes:
                     logs = "\n".join((marks / f"agent-{n}.log").read_text()[-2000:] for n in nodes)
                     raise RuntimeError(f"an agent failed before {name}:\n{logs}")
                 time.sleep(0.05)
-            now = server.counts.snapshot(SHARD_PATHS)
+            now = server.counts.snapshot(counted)
             found[name] = {node: now.get(node, 0) - before.get(node, 0) for node in nodes}
             before = now
             (marks / (name + ".go")).touch()
@@ -148,7 +156,7 @@ def upload_mixture_sources(server: s3_server.S3Server, tokens: Path, work: Path)
     return sizes
 
 
-def mixtures(server: s3_server.S3Server, tokens: Path, spec: dict, fresh) -> list[dict]:
+def mixtures(server: s3_server.S3Server, tokens: Path, spec: dict, fresh, peers_only: bool = False) -> list[dict]:
     """Issue 33: the LLM pipelines on 2 nodes x 2 ranks (each node its own cache and S3 key), two epochs:
     token windows, a Mixture of two sources (weights = rows: each once an epoch) and a scheduled one (3:1, then
     1:3 from the first epoch's middle), each under spans and strided, and Packed documents alone and mixed."""
@@ -166,9 +174,11 @@ def mixtures(server: s3_server.S3Server, tokens: Path, spec: dict, fresh) -> lis
         ("Mixture of 2 Packed, scheduled 3:1 -> 1:3", dict(urls=docs_both, packed=spec["seq_len"],
                                                              pipeline="scheduled"), docs),
     ]
+    if peers_only:  # the rows the peers' mixtures compare with
+        plans = [plan for plan in plans if plan[0].startswith("Mixture of 2 Shards")]
     rows: list[dict] = []
     for scenario, job, corpus_bytes in plans:
-        for deal in ("spans", "strided"):
+        for deal in ("spans",) if peers_only else ("spans", "strided"):
             if deal == "strided" and "Mixture" not in scenario:
                 continue
             found = run_job(server, "", fresh(f"mix-{len(rows)}"), spec, ["n0", "n1"],
@@ -186,7 +196,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="the small corpus (100 shards of 2,000 windows)")
     parser.add_argument("--resizes", action="store_true", help="only the resizes at 50%% of an epoch")
-    parser.add_argument("--mixtures", action="store_true", help="only the LLM pipelines: Packed, Mixture, scheduled")
+    parser.add_argument("--mixtures", action="store_true", help="only the LLM pipelines: Packed, Mixture, scheduled, "
+                        "and the peers' mixtures")
+    parser.add_argument("--peers", action="store_true", help="only our token Mixtures and the peers' mixtures")
     parser.add_argument("--out", default=str(HERE / "results"))
     args = parser.parse_args()
     root = HERE.parent / ".bench-cache" / "shards" / ("quick" if args.quick else "full")
@@ -211,9 +223,11 @@ def main() -> None:
             folder.mkdir()
             return folder
 
-        if args.mixtures:
-            rows += mixtures(server, tokens, spec, fresh)
-        for count in () if args.resizes or args.mixtures else (1, 2, 4, 8):
+        if args.mixtures or args.peers:
+            rows += mixtures(server, tokens, spec, fresh, peers_only=args.peers)
+            rows += locality_peers.peer_mixtures(sys.modules[__name__], server, root, tokens, spec, fresh)
+        only = args.resizes or args.mixtures or args.peers
+        for count in () if only else (1, 2, 4, 8):
             nodes = [f"n{k}" for k in range(count)]
             found = run_job(server, url, fresh(f"whole-{count}"), spec, nodes, ["indexed", "epoch-0", "epoch-1"],
                             epochs=[0, 1])
@@ -223,9 +237,9 @@ def main() -> None:
                          "bytes": found["epoch-0"], "run": found["_run"]})
             rows.append({"scenario": f"{count} node(s), epoch 2, same caches", "nodes": count,
                          "ratio": ratios(found["epoch-1"], share), "bytes": found["epoch-1"]})
-        if not args.mixtures:
+        if not (args.mixtures or args.peers):
             rows += resizes(server, url, spec, corpus_bytes, fresh)
-        if not args.resizes and not args.mixtures:
+        if not only:
             found = run_job(server, url, fresh("strided-2"), spec, ["n0", "n1"], ["indexed", "epoch-0"], epochs=[0],
                             deal="strided")
             rows.append({"scenario": "2 nodes, strided deal (0.2's), epoch 1", "nodes": 2,
@@ -234,13 +248,14 @@ def main() -> None:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
     write(Path(args.out), {"spec": spec, "corpus_bytes": corpus_bytes, "rows": rows, "quick": args.quick,
-                           "resizes": args.resizes, "mixtures": args.mixtures, "load_average": os.getloadavg()})
+                           "resizes": args.resizes, "mixtures": args.mixtures, "peers": args.peers,
+                           "load_average": os.getloadavg()})
 
 
 def write(out: Path, result: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
     name = ("locality_quick" if result["quick"] else "locality") + ("_resizes" if result.get("resizes") else "") + (
-        "_mixtures" if result.get("mixtures") else "")
+        "_mixtures" if result.get("mixtures") else "") + ("_peers" if result.get("peers") else "")
     (out / f"{name}.json").write_text(json.dumps(result, indent=1))
     spec = result["spec"]
     lines = [f"# make bench-locality{' (QUICK=1)' if result['quick'] else ''}", "",
@@ -249,14 +264,15 @@ def write(out: Path, result: dict) -> None:
              f"batch {BATCH} a node unless the scenario says, one rank a node. Ratio = GET bytes of a node / its "
              "share (the corpus, or what remained of the epoch, over the nodes); one value per node. Load "
              f"average at the end: {', '.join(f'{v:.1f}' for v in result.get('load_average', ()))}.", "",
-             "| scenario | GET bytes / share, per node | worst | index GET bytes per node |",
-             "|---|---|---|---|"]
+             "| scenario | GET bytes / share, per node | worst | index GET bytes per node | samples (all ranks) |",
+             "|---|---|---|---|---|"]
     for row in result["rows"]:
         index = ", ".join(str(v) for v in row["index_bytes"].values()) if "index_bytes" in row else ""
         if "index_ratio" in row:  # bytes before the first batch, per node / its share (Packed counts tokens)
             index = ", ".join(f"{r:.3f}" for r in row["index_ratio"]) + " of the share"
+        worst = f"{max(row['ratio']):.3f}" if row["ratio"] else "—"
         lines.append(f"| {row['scenario']} | {', '.join(f'{r:.3f}' for r in row['ratio'])} | "
-                     f"{max(row['ratio']):.3f} | {index} |")
+                     f"{worst} | {index} | {row.get('samples', '')} |")
     (out / f"{name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

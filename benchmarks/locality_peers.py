@@ -1,0 +1,92 @@
+"""The peers' mixtures beside ours in ``make bench-locality MIXTURES=1`` (issue 33, item 7): the same token
+shards, dealt to the same two sources (``web``: even shards, ``books``: odd), written in each peer's own format
+(MDS for MosaicML Streaming, ``litdata.optimize`` chunks for LitData; one shard or chunk per source shard) into
+the same local S3 server, read by 2 nodes x 2 ranks under torchrun (benchmarks/_locality_peer_worker.py in the
+peer's venv, ``make bench-shards``'), each node with its own cache folder and S3 key; the same proxy counts every
+GET body byte per node (the peers' index files included). A node's share is the peer's corpus bytes / 2.
+
+Plans: proportions = rows (each source once an epoch) and 3:1 (web over-, books under-sampled), two epochs on
+the same caches; and for Streaming, a resize: 2 x 2 ranks to 50% of the epoch, then 3 nodes x 2 ranks from the
+dataloader's state (Streaming's elastic resume). A peer whose venv is missing is left out, with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+WORKER = HERE / "_locality_peer_worker.py"
+PEERS = {"streaming": "MosaicML Streaming 0.13.0", "litdata": "LitData 0.2.76"}
+
+
+def python(peer: str) -> Path:
+    return HERE.parent / f".venv-bench-{peer}" / "bin" / "python"
+
+
+def build(peer: str, root: Path, tokens: Path, spec: dict, server: Any) -> tuple[list[str], int]:
+    """The two sources in the peer's format (converted once, kept in ``root``), uploaded; their URLs and bytes."""
+    paths = sorted(tokens.glob("part-*.bin"))
+    urls, total = [], 0
+    for name, inputs in (("web", paths[0::2]), ("books", paths[1::2])):
+        out = root / f"mix-{peer}-{name}"
+        if not out.exists():
+            options = {"peer": peer, "out": str(out), "inputs": [str(p) for p in inputs], "seq_len": spec["seq_len"],
+                       "rows": spec["rows"]}
+            subprocess.run([str(python(peer)), str(WORKER), "convert", json.dumps(options)], check=True)
+        client = server.client()
+        for path in sorted(p for p in out.rglob("*") if p.is_file()):
+            data = path.read_bytes()
+            client.put_object(Bucket="bench", Key=f"mix-{peer}-{name}/{path.relative_to(out)}", Body=data)
+            total += len(data)
+        urls.append(f"s3://bench/mix-{peer}-{name}")
+    return urls, total
+
+
+def coverage(marks: Path, epoch: int, samples: int) -> str:
+    """What the ranks read in an epoch: samples read / the corpus', and the distinct ones / the corpus'."""
+    found = [np.load(path) for path in sorted(marks.glob(f"ids-*-{epoch}.npy"))]
+    read = np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+    return f"{read.size / samples:.2f} read, {np.unique(read).size / samples:.2f} distinct"
+
+
+def peer_mixtures(locality: Any, server: Any, root: Path, tokens: Path, spec: dict, fresh: Any) -> list[dict]:
+    """Each peer's plans on 2 nodes x 2 ranks (rows as ``locality.mixtures``'); a missing venv: one row saying so."""
+    rows: list[dict] = []
+    samples = spec["shards"] * spec["rows"]
+    for peer, title in PEERS.items():
+        venv = python(peer).parent.parent
+        if not (venv / ".installed").exists():
+            rows.append({"scenario": f"{title}: not run ({venv.name} not built: make bench-shards builds it)",
+                         "nodes": 2, "ratio": [], "bytes": {}})
+            continue
+        urls, corpus_bytes = build(peer, root, tokens, spec, server)
+        share = corpus_bytes / 2
+        job = {"peer": peer, "urls": urls, "endpoint": server.endpoint_url, "seed": locality.SEED,
+               "batch_size": locality.BATCH}
+        for label, weights in (("proportions = rows", [0.5, 0.5]), ("proportions 3:1", [0.75, 0.25])):
+            folder = fresh(f"peer-{peer}-{len(rows)}")
+            marks = folder / "marks"
+            marks.mkdir()
+            script = [str(python(peer)), str(WORKER), json.dumps({**job, "weights": weights, "epochs": [0, 1],
+                                                                  "marks": str(marks)})]
+            found = locality.run_agents(server, folder, marks, ["n0", "n1"], ["indexed", "epoch-0", "epoch-1"],
+                                        script, nproc=2, counted=None)
+            name = f"{title}, {label}"
+            rows.append({"scenario": f"{name}: epoch 1 (2 nodes x 2 ranks)", "nodes": 2, "peer": peer,
+                         "ratio": locality.ratios(found["epoch-0"], share), "bytes": found["epoch-0"],
+                         "index_ratio": locality.ratios(found["indexed"], share),
+                         "samples": coverage(marks, 0, samples)})
+            rows.append({"scenario": f"{name}: epoch 2, same caches", "nodes": 2, "peer": peer,
+                         "ratio": locality.ratios(found["epoch-1"], share), "bytes": found["epoch-1"],
+                         "samples": coverage(marks, 1, samples)})
+    return rows
+
+
+if __name__ == "__main__":
+    sys.exit("run through benchmarks/locality.py --mixtures (or --peers)")
