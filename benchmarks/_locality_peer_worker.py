@@ -10,7 +10,10 @@ phases (benchmarks/_phase.py); the peers partition by the environment torchrun s
   tagged with the node (two simulated nodes share one /dev/shm here; on two machines they would not collide).
 - LitData 0.2.76: ``CombinedStreamingDataset([StreamingDataset(url), ...], weights, iterate_over_all=False)``.
   Stand-ins: the node count as a GPU cluster would detect it (world // ranks a node; on CPU LitData assumes one
-  node), and obstore's ``allow_http`` (peer_litdata.py: the test server speaks plain http).
+  node), and obstore's ``allow_http`` (peer_litdata.py: the test server speaks plain http). A node's ranks build
+  their datasets one after the other: LitData waits 1 s for the lock of the node's ``index.json`` download, and
+  on this loaded machine the second rank gave up ("ValueError: The provided dataset ... doesn't contain any
+  index.json file"); the bytes are the same (one index download per node either way).
 
 ``convert`` (no torchrun): write a list of .bin token shards as the peer's own format, one shard or chunk per
 source shard. Each rank writes the sample ids it read per epoch to ``<marks>/ids-<rank>-<epoch>.npy``.
@@ -89,8 +92,13 @@ def run(spec: dict[str, Any]) -> None:
                       AWS_DEFAULT_REGION="us-east-1")
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    make = streaming_loader if spec["peer"] == "streaming" else litdata_loader
-    loader = make(spec, os.environ["SP_CACHE"])
+    if spec["peer"] == "streaming":  # it calls barriers of its own while it builds
+        loader = streaming_loader(spec, os.environ["SP_CACHE"])
+    else:  # a node's ranks one after the other (see the module docstring)
+        for turn in range(int(os.environ["LOCAL_WORLD_SIZE"])):
+            if turn == int(os.environ["LOCAL_RANK"]):
+                loader = litdata_loader(spec, os.environ["SP_CACHE"])
+            dist.barrier()
     if spec.get("state_in"):
         loader.load_state_dict(torch.load(spec["state_in"], weights_only=False))
     phase(spec["marks"], "indexed")

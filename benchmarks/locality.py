@@ -189,7 +189,22 @@ def mixtures(server: s3_server.S3Server, tokens: Path, spec: dict, fresh, peers_
                          "bytes": found["epoch-0"], "index_ratio": ratios(found["indexed"], share)})
             rows.append({"scenario": f"{scenario}, {deal}: epoch 2, same caches", "nodes": 2, "ratio": second,
                          "bytes": found["epoch-1"]})
+    rows.append(mixture_resize(server, fresh, spec, dict(urls=tokens_both, pipeline="mixture"), both))
     return rows
+
+
+def mixture_resize(server: s3_server.S3Server, fresh, spec: dict, job: dict, corpus_bytes: int) -> dict:
+    """The Mixture of 2 Shards (weights = rows) on 2 nodes x 2 ranks to 50% of the epoch, then the rest on 3 nodes
+    x 2 ranks (re-dealt, batch 256 a rank; the first 2 nodes keep their caches), as the peers' resizes."""
+    folder = fresh("mix-resize")
+    state = str(folder / "state.pt")
+    run_job(server, "", folder, spec, ["n0", "n1"], ["indexed", "stopped-0"], nproc=2, epochs=[0], stop_after=0.5,
+            state_out=state, **job)
+    rest = run_job(server, "", folder, spec, ["n0", "n1", "n2"], ["indexed", "epoch-0"], nproc=2, epochs=[0],
+                   state_in=state, **job)
+    return {"scenario": "Mixture of 2 Shards, weights = rows, spans: 2 x 2 ranks to 50%, then 3 nodes x 2 ranks: the "
+                        "rest of the epoch", "nodes": 3, "ratio": ratios(rest["epoch-0"], corpus_bytes * 0.5 / 3),
+            "bytes": rest["epoch-0"]}
 
 
 def main() -> None:

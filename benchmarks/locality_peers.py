@@ -85,7 +85,33 @@ def peer_mixtures(locality: Any, server: Any, root: Path, tokens: Path, spec: di
             rows.append({"scenario": f"{name}: epoch 2, same caches", "nodes": 2, "peer": peer,
                          "ratio": locality.ratios(found["epoch-1"], share), "bytes": found["epoch-1"],
                          "samples": coverage(marks, 1, samples)})
+        rows.append(resize(locality, server, fresh, job, title, corpus_bytes, samples))
     return rows
+
+
+def resize(locality: Any, server: Any, fresh: Any, job: dict, title: str, corpus_bytes: int, samples: int) -> dict:
+    """Proportions = rows on 2 nodes x 2 ranks to 50% of the epoch (rank 0 saves the dataloader's state), then
+    the rest on 3 nodes x 2 ranks from that state; the first 2 nodes keep their caches. A refusal is a row."""
+    folder = fresh(f"peer-{job['peer']}-resize")
+    state = str(folder / "state.pt")
+    scenario = f"{title}, proportions = rows: 2 x 2 ranks to 50%, then 3 nodes x 2 ranks: the rest of the epoch"
+    runs = [(["n0", "n1"], ["indexed", "stopped-0"], {"stop_after": samples // 8, "state_out": state}),
+            (["n0", "n1", "n2"], ["indexed", "epoch-0"], {"state_in": state})]
+    for nodes, phases, extra in runs:
+        marks = folder / f"marks-{len(nodes)}"
+        marks.mkdir()
+        script = [str(python(job["peer"])), str(WORKER), json.dumps({**job, "weights": [0.5, 0.5], "epochs": [0],
+                                                                     "marks": str(marks), **extra})]
+        try:
+            found = locality.run_agents(server, folder, marks, nodes, phases, script, nproc=2, counted=None)
+        except RuntimeError as error:  # the peer refused or failed: its first rank's error, no number
+            lines = [line for log in sorted(marks.glob("agent-*.log")) for line in log.read_text().splitlines()]
+            reason = next((line for line in lines if line.startswith("[rank") and "Error: " in line), str(error)[-300:])
+            return {"scenario": f"{scenario}: **refused**, `{reason.split(']: ', 1)[-1].strip()[:300]}`", "nodes": 3,
+                    "ratio": [], "bytes": {}}
+    return {"scenario": scenario, "nodes": 3, "peer": job["peer"], "bytes": found["epoch-0"],
+            "ratio": locality.ratios(found["epoch-0"], corpus_bytes * 0.5 / 3),
+            "samples": coverage(marks, 0, samples) + " (the second job's)"}
 
 
 if __name__ == "__main__":
