@@ -15,10 +15,12 @@ Simulated nodes, as a cluster runs them: one torchrun agent per node (static ren
   6 x 128 (the same global batches as the 4-node run, ``docs/shards.md``, "A fixed global batch");
 - the ``strided`` deal on 2 nodes, for comparison (each node reads the whole corpus).
 
-Peers are not rerun here (their venvs are ``make bench-shards``'); docs/benchmarks-shards.md cites
-their rules and measured figures. Usage: ``python benchmarks/locality.py [--quick] [--resizes]``
-(``--resizes``: only the resizes, both kinds side by side); writes ``results/locality[_quick][_resizes].md``
-and ``.json``.
+With ``--mixtures`` (issue 33) the LLM pipelines on 2 nodes x 2 ranks, and beside them the peers' mixtures
+(benchmarks/locality_peers.py: MosaicML Streaming's streams with proportions, LitData's
+``CombinedStreamingDataset``, in ``make bench-shards``' venvs) over the same shards and the same counter;
+``--peers``: only our token Mixtures and the peers'. The single-stream peers are not rerun here;
+docs/benchmarks-shards.md cites their figures. Usage: ``python benchmarks/locality.py [--quick] [--resizes]
+[--mixtures | --peers]``; writes ``results/locality[_quick][_resizes|_mixtures|_peers].md`` and ``.json``.
 """
 
 from __future__ import annotations
