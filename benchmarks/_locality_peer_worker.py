@@ -49,11 +49,13 @@ def streaming_module() -> Any:
     return streaming
 
 
-def litdata_module() -> Any:
+def litdata_module(cpu_count: bool = False) -> Any:
+    """litdata seeing the nodes a GPU cluster would (world // ranks a node), or with ``cpu_count`` the one node
+    its own detection counts without CUDA."""
     from peer_litdata import import_litdata
 
     world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
-    return import_litdata(rank, world, nodes=world // int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+    return import_litdata(rank, world, nodes=1 if cpu_count else world // int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
 
 
 def streaming_loader(spec: dict[str, Any], cache: str) -> Any:
@@ -67,7 +69,7 @@ def streaming_loader(spec: dict[str, Any], cache: str) -> Any:
 
 
 def litdata_loader(spec: dict[str, Any], cache: str) -> Any:
-    litdata = litdata_module()
+    litdata = litdata_module(spec.get("cpu_count", False))
     sources = [litdata.StreamingDataset(url, shuffle=True, seed=spec["seed"], cache_dir=os.path.join(cache, name),
                                         storage_options={"endpoint_url": spec["endpoint"]})
                for name, url in zip(("web", "books"), spec["urls"], strict=True)]

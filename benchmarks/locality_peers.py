@@ -6,8 +6,9 @@ peer's venv, ``make bench-shards``'), each node with its own cache folder and S3
 GET body byte per node (the peers' index files included). A node's share is the peer's corpus bytes / 2.
 
 Plans: proportions = rows (each source once an epoch) and 3:1 (web over-, books under-sampled), two epochs on
-the same caches; and for Streaming, a resize: 2 x 2 ranks to 50% of the epoch, then 3 nodes x 2 ranks from the
-dataloader's state (Streaming's elastic resume). A peer whose venv is missing is left out, with the reason.
+the same caches (LitData also with the one node it counts on CPU-only machines); and a resize: 2 x 2 ranks to
+50% of the epoch, then 3 nodes x 2 ranks from rank 0's dataloader state (a refusal is a row with the peer's
+error). A peer whose venv is missing is left out, with the reason.
 """
 
 from __future__ import annotations
@@ -69,12 +70,15 @@ def peer_mixtures(locality: Any, server: Any, root: Path, tokens: Path, spec: di
         share = corpus_bytes / 2
         job = {"peer": peer, "urls": urls, "endpoint": server.endpoint_url, "seed": locality.SEED,
                "batch_size": locality.BATCH}
-        for label, weights in (("proportions = rows", [0.5, 0.5]), ("proportions 3:1", [0.75, 0.25])):
+        plans = [("proportions = rows", [0.5, 0.5], {}), ("proportions 3:1", [0.75, 0.25], {})]
+        if peer == "litdata":  # as it counts nodes without CUDA: one
+            plans.append(("proportions = rows, one node as counted on CPU", [0.5, 0.5], {"cpu_count": True}))
+        for label, weights, extra in plans:
             folder = fresh(f"peer-{peer}-{len(rows)}")
             marks = folder / "marks"
             marks.mkdir()
             script = [str(python(peer)), str(WORKER), json.dumps({**job, "weights": weights, "epochs": [0, 1],
-                                                                  "marks": str(marks)})]
+                                                                  "marks": str(marks), **extra})]
             found = locality.run_agents(server, folder, marks, ["n0", "n1"], ["indexed", "epoch-0", "epoch-1"],
                                         script, nproc=2, counted=None)
             name = f"{title}, {label}"
