@@ -98,8 +98,13 @@ bench-scaling: $(STAMP)
 # S3 server under the corpus deals: 1-8 nodes, a second epoch, re-deals 4 -> 3 and 4 -> 6 at 50%,
 # resizes 4 -> 2, 3, 6 at a fixed global batch (issues 18, 27; benchmarks/locality.py). Full corpus
 # (1.28 GB, built once in .bench-cache/) ~15 min; QUICK=1: 26 MB, ~5 min; RESIZES=1: the resizes only.
+# MIXTURES=1: the LLM pipelines (Packed, Mixture, scheduled) and the peers' mixtures (Streaming's streams with
+# proportions, LitData's CombinedStreamingDataset; issue 33.7) in make bench-shards' peer venvs, built here
+# if missing; PEERS=1: only our token Mixtures and the peers' (QUICK=1 PEERS=1: ~10 min on 2 loaded cores).
 bench-locality: $(STAMP)
-	$(PY) benchmarks/locality.py $(if $(QUICK),--quick) $(if $(RESIZES),--resizes) $(if $(MIXTURES),--mixtures)
+	$(if $(MIXTURES)$(PEERS),-$(MAKE) --no-print-directory -k .venv-bench-streaming/.installed .venv-bench-litdata/.installed)
+	$(PY) benchmarks/locality.py $(if $(QUICK),--quick) $(if $(RESIZES),--resizes) $(if $(MIXTURES),--mixtures) \
+	  $(if $(PEERS),--peers)
 
 # GET bytes per node before the first batch: 8 fresh nodes index Parquet, tokens and JSONL (with and
 # without a published index) on the tests' S3 server behind the byte-counting proxy (issue 18.7).

@@ -2,8 +2,8 @@
 torchrun, one agent per node, each with its own cache folder and its own S3 credentials, so the
 counting proxy can tell the nodes apart).
 
-Between phases (index built, each epoch read, a stop) rank 0 writes ``<marks>/<phase>`` and waits
-for ``<marks>/<phase>.go``, so the orchestrator reads the proxy's byte counters between phases.
+Between phases (index built, each epoch read, a stop) every rank waits while the orchestrator reads the
+proxy's byte counters (benchmarks/_phase.py).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from _phase import phase as wait_phase  # benchmarks/_phase.py (the script's folder is on the path)
 
 import shufflepoint
 
@@ -25,13 +26,7 @@ RANK = dist.get_rank()
 
 def phase(name: str) -> None:
     """Every rank done with ``name``; the orchestrator snapshots the counters; then everyone goes on."""
-    dist.barrier()
-    if RANK == 0:
-        marks = SPEC["marks"]
-        open(os.path.join(marks, name), "w").close()
-        while not os.path.exists(os.path.join(marks, name + ".go")):
-            time.sleep(0.02)
-    dist.barrier()
+    wait_phase(SPEC["marks"], name)
 
 
 options = dict(SPEC["storage_options"], key=os.environ["SP_NODE"])  # the proxy counts by access key

@@ -1,6 +1,6 @@
 """GET bytes per node before the first batch, fresh caches, 8 simulated nodes (issue 18 point 7).
 
-The tests' S3 server (moto behind the byte-counting proxy of benchmarks/shards/_s3.py) holds four
+The tests' S3 server (moto behind the tests' byte-counting proxy, tests/s3_server.py) holds four
 corpora of the same shard count; for each, 8 "nodes" in sequence, each with a fresh cache folder,
 build ``Shards`` (the index) and take the first batch of ``shufflepoint.DataLoader(rank=r,
 world_size=8)``. The proxy counts the body bytes of every GET, so each node's figure is what it
@@ -67,30 +67,31 @@ def make_corpora(root: Path, shards: int, rows: int) -> dict[str, Path]:
     return folders
 
 
-def listing_bytes(url: str, options: dict[str, Any]) -> int:
+def listing_bytes(url: str, options: dict[str, Any], counts: Any) -> int:
     """What listing the bucket prefix costs alone (part of any index build)."""
     from shufflepoint._shards.storage import Storage
 
-    _s3.COUNTER.reset()
+    counts.reset()
     Storage(options).expand(url)
-    return _s3.COUNTER.bytes
+    return counts.total()
 
 
-def node(url: str, kwargs: dict[str, Any], rank: int, options: dict[str, Any], cache: str) -> dict[str, Any]:
+def node(url: str, kwargs: dict[str, Any], rank: int, options: dict[str, Any], cache: str,
+         counts: Any) -> dict[str, Any]:
     """One fresh node: the bytes its index cost, then its first batch."""
-    _s3.COUNTER.reset()
+    counts.reset()
     started = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         corpus = shufflepoint.Shards(url, storage_options=options, cache_dir=cache, progress=False, prefetch=0,
                                      **kwargs)
-    index_bytes, index_gets, index_s = _s3.COUNTER.bytes, _s3.COUNTER.gets, time.perf_counter() - started
+    index_bytes, index_gets, index_s = counts.total(), sum(counts.gets().values()), time.perf_counter() - started
     loader = shufflepoint.DataLoader(corpus, batch_size=32, seed=7, rank=rank, world_size=NODES,
                                      shuffle_block=max(1, len(corpus) // (4 * NODES)),
                                      collate_fn=lambda batch: batch)
     next(iter(loader))
     return {"index_bytes": index_bytes, "index_gets": index_gets, "index_s": round(index_s, 3),
-            "first_batch_bytes": _s3.COUNTER.bytes - index_bytes, "before_first_batch": _s3.COUNTER.bytes,
+            "first_batch_bytes": counts.total() - index_bytes, "before_first_batch": counts.total(),
             "warned": [str(w.message)[:80] for w in caught if "indexing downloads" in str(w.message)]}
 
 
@@ -107,13 +108,13 @@ def run(shards: int, rows: int) -> dict[str, Any]:
                 prefix, total = _s3.upload(server, folders[folder], case.replace("+", "-"))
                 url = f"{prefix}/{pattern}"
                 entry: dict[str, Any] = {"corpus_bytes": total, "share_bytes": total / NODES,
-                                         "listing_bytes": listing_bytes(url, options)}
+                                         "listing_bytes": listing_bytes(url, options, server.counts)}
                 if case == "jsonl+published":
-                    _s3.COUNTER.reset()
+                    server.counts.reset()
                     assert cli(["index", url, "--storage-options", json.dumps(options), "--cache-dir",
                                 f"{work}/publisher", "--json", os.devnull]) == 0
-                    entry["publish_once_bytes"] = _s3.COUNTER.bytes
-                entry["per_node"] = [node(url, kwargs, rank, options, f"{work}/{case}-node{rank}")
+                    entry["publish_once_bytes"] = server.counts.total()
+                entry["per_node"] = [node(url, kwargs, rank, options, f"{work}/{case}-node{rank}", server.counts)
                                      for rank in range(NODES)]
                 results["corpora"][case] = entry
                 print(summary_line(case, entry), flush=True)

@@ -15,10 +15,12 @@ Simulated nodes, as a cluster runs them: one torchrun agent per node (static ren
   6 x 128 (the same global batches as the 4-node run, ``docs/shards.md``, "A fixed global batch");
 - the ``strided`` deal on 2 nodes, for comparison (each node reads the whole corpus).
 
-Peers are not rerun here (their venvs are ``make bench-shards``'); docs/benchmarks-shards.md cites
-their rules and measured figures. Usage: ``python benchmarks/locality.py [--quick] [--resizes]``
-(``--resizes``: only the resizes, both kinds side by side); writes ``results/locality[_quick][_resizes].md``
-and ``.json``.
+With ``--mixtures`` (issue 33) the LLM pipelines on 2 nodes x 2 ranks, and beside them the peers' mixtures
+(benchmarks/locality_peers.py: MosaicML Streaming's streams with proportions, LitData's
+``CombinedStreamingDataset``, in ``make bench-shards``' venvs) over the same shards and the same counter;
+``--peers``: only our token Mixtures and the peers'. The single-stream peers are not rerun here;
+docs/benchmarks-shards.md cites their figures. Usage: ``python benchmarks/locality.py [--quick] [--resizes]
+[--mixtures | --peers]``; writes ``results/locality[_quick][_resizes|_mixtures|_peers].md`` and ``.json``.
 """
 
 from __future__ import annotations
@@ -30,15 +32,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections import defaultdict
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "shards"))
 sys.path.insert(0, str(HERE.parent / "tests"))
 import corpus as corpora  # noqa: E402  (benchmarks/shards/corpus.py)
+import locality_peers  # noqa: E402  (benchmarks/locality_peers.py)
 
 import s3_server  # noqa: E402  (tests/s3_server.py)
 
@@ -48,31 +49,7 @@ GLOBAL_BATCH = 768  # the fixed-global-batch resizes: 4 x 192 -> 2 x 384, 3 x 25
 # The default 65,536 rows for the full corpus (a node's share at 8 nodes is 1.25M rows: 1/19 of it);
 # one shard's rows for the quick one, whose share at 8 nodes is 25,000 rows (docs/shards.md, choosing it).
 SHUFFLE_BLOCK = {"full": 65_536, "quick": 2_000}
-
-
-class _PerKey:
-    """GET body bytes per S3 access key (the proxy's handler threads add to it)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.bytes: dict[str, int] = defaultdict(int)
-
-    def snapshot(self) -> dict[str, int]:
-        with self.lock:
-            return dict(self.bytes)
-
-
-COUNTS = _PerKey()
-
-
-class _CountingProxy(s3_server._Proxy):
-    def send_header(self, keyword: str, value: str) -> None:
-        if keyword.lower() == "content-length" and self.command == "GET" and "/part-" in self.path:
-            auth = self.headers.get("Authorization", "")
-            key = auth.split("Credential=", 1)[1].split("/", 1)[0] if "Credential=" in auth else "?"
-            with COUNTS.lock:
-                COUNTS.bytes[key] += int(value)
-        super().send_header(keyword, value)
+SHARD_PATHS = "/part-"  # the bytes counted: shard GETs (not the index's)
 
 
 def free_port() -> int:
@@ -86,18 +63,25 @@ def run_job(server: s3_server.S3Server, url: str, work: Path, spec: dict, nodes:
     options = dict(server.storage_options)
     spec = {"url": url, "storage_options": options, "seq_len": spec["seq_len"], "batch_size": BATCH, "seed": SEED,
             "marks": str(marks), "deal": "spans", "shuffle_block": spec["shuffle_block"], **job}
+    return run_agents(server, work, marks, nodes, phases, [sys.executable, str(WORKER), json.dumps(spec)], nproc)
+
+
+def run_agents(server: s3_server.S3Server, work: Path, marks: Path, nodes: list[str], phases: list[str],
+               script: list[str], nproc: int = 1, counted: str | None = SHARD_PATHS) -> dict[str, dict[str, int]]:
+    """One torchrun agent per node running ``script`` ([python, worker, args...]; each node its cache folder
+    ``work/cache-<node>``, ``SP_NODE`` its S3 key): the GET bytes of paths containing ``counted`` per node in
+    each phase (the workers stop between phases, benchmarks/_phase.py)."""
     port = free_port()
     agents = []
     for rank, node in enumerate(nodes):
         env = dict(os.environ, SP_NODE=node, SP_CACHE=str(work / f"cache-{node}"), OMP_NUM_THREADS="1",
                    TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={len(nodes)}", f"--node-rank={rank}",
-               f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1", f"--master-port={port}", str(WORKER),
-               json.dumps(spec)]
+        cmd = [script[0], "-m", "torch.distributed.run", f"--nnodes={len(nodes)}", f"--node-rank={rank}",
+               f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1", f"--master-port={port}", *script[1:]]
         log = open(marks / f"agent-{node}.log", "w")
         agents.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env))
     found: dict[str, dict[str, int]] = {}
-    before = COUNTS.snapshot()
+    before = server.counts.snapshot(counted)
     try:
         for name in phases:
             while not (marks / name).exists():
@@ -105,7 +89,7 @@ def run_job(server: s3_server.S3Server, url: str, work: Path, spec: dict, nodes:
                     logs = "\n".join((marks / f"agent-{n}.log").read_text()[-2000:] for n in nodes)
                     raise RuntimeError(f"an agent failed before {name}:\n{logs}")
                 time.sleep(0.05)
-            now = COUNTS.snapshot()
+            now = server.counts.snapshot(counted)
             found[name] = {node: now.get(node, 0) - before.get(node, 0) for node in nodes}
             before = now
             (marks / (name + ".go")).touch()
@@ -174,7 +158,7 @@ def upload_mixture_sources(server: s3_server.S3Server, tokens: Path, work: Path)
     return sizes
 
 
-def mixtures(server: s3_server.S3Server, tokens: Path, spec: dict, fresh) -> list[dict]:
+def mixtures(server: s3_server.S3Server, tokens: Path, spec: dict, fresh, peers_only: bool = False) -> list[dict]:
     """Issue 33: the LLM pipelines on 2 nodes x 2 ranks (each node its own cache and S3 key), two epochs:
     token windows, a Mixture of two sources (weights = rows: each once an epoch) and a scheduled one (3:1, then
     1:3 from the first epoch's middle), each under spans and strided, and Packed documents alone and mixed."""
@@ -192,9 +176,11 @@ def mixtures(server: s3_server.S3Server, tokens: Path, spec: dict, fresh) -> lis
         ("Mixture of 2 Packed, scheduled 3:1 -> 1:3", dict(urls=docs_both, packed=spec["seq_len"],
                                                              pipeline="scheduled"), docs),
     ]
+    if peers_only:  # the rows the peers' mixtures compare with
+        plans = [plan for plan in plans if plan[0].startswith("Mixture of 2 Shards")]
     rows: list[dict] = []
     for scenario, job, corpus_bytes in plans:
-        for deal in ("spans", "strided"):
+        for deal in ("spans",) if peers_only else ("spans", "strided"):
             if deal == "strided" and "Mixture" not in scenario:
                 continue
             found = run_job(server, "", fresh(f"mix-{len(rows)}"), spec, ["n0", "n1"],
@@ -205,14 +191,31 @@ def mixtures(server: s3_server.S3Server, tokens: Path, spec: dict, fresh) -> lis
                          "bytes": found["epoch-0"], "index_ratio": ratios(found["indexed"], share)})
             rows.append({"scenario": f"{scenario}, {deal}: epoch 2, same caches", "nodes": 2, "ratio": second,
                          "bytes": found["epoch-1"]})
+    rows.append(mixture_resize(server, fresh, spec, dict(urls=tokens_both, pipeline="mixture"), both))
     return rows
+
+
+def mixture_resize(server: s3_server.S3Server, fresh, spec: dict, job: dict, corpus_bytes: int) -> dict:
+    """The Mixture of 2 Shards (weights = rows) on 2 nodes x 2 ranks to 50% of the epoch, then the rest on 3 nodes
+    x 2 ranks (re-dealt, batch 256 a rank; the first 2 nodes keep their caches), as the peers' resizes."""
+    folder = fresh("mix-resize")
+    state = str(folder / "state.pt")
+    run_job(server, "", folder, spec, ["n0", "n1"], ["indexed", "stopped-0"], nproc=2, epochs=[0], stop_after=0.5,
+            state_out=state, **job)
+    rest = run_job(server, "", folder, spec, ["n0", "n1", "n2"], ["indexed", "epoch-0"], nproc=2, epochs=[0],
+                   state_in=state, **job)
+    return {"scenario": "Mixture of 2 Shards, weights = rows, spans: 2 x 2 ranks to 50%, then 3 nodes x 2 ranks: the "
+                        "rest of the epoch", "nodes": 3, "ratio": ratios(rest["epoch-0"], corpus_bytes * 0.5 / 3),
+            "bytes": rest["epoch-0"]}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="the small corpus (100 shards of 2,000 windows)")
     parser.add_argument("--resizes", action="store_true", help="only the resizes at 50%% of an epoch")
-    parser.add_argument("--mixtures", action="store_true", help="only the LLM pipelines: Packed, Mixture, scheduled")
+    parser.add_argument("--mixtures", action="store_true", help="only the LLM pipelines: Packed, Mixture, scheduled, "
+                        "and the peers' mixtures")
+    parser.add_argument("--peers", action="store_true", help="only our token Mixtures and the peers' mixtures")
     parser.add_argument("--out", default=str(HERE / "results"))
     args = parser.parse_args()
     root = HERE.parent / ".bench-cache" / "shards" / ("quick" if args.quick else "full")
@@ -221,7 +224,6 @@ def main() -> None:
     root.mkdir(parents=True, exist_ok=True)
     tokens = corpora.build_tokens(root, spec)
     corpus_bytes = corpora.folder_bytes(tokens, (".bin",))
-    s3_server._Proxy = _CountingProxy  # S3Server.start() builds its handler from this name
     server = s3_server.S3Server().start()
     work = Path(tempfile.mkdtemp(prefix="bench-locality-"))
     rows: list[dict] = []
@@ -238,9 +240,11 @@ def main() -> None:
             folder.mkdir()
             return folder
 
-        if args.mixtures:
-            rows += mixtures(server, tokens, spec, fresh)
-        for count in () if args.resizes or args.mixtures else (1, 2, 4, 8):
+        if args.mixtures or args.peers:
+            rows += mixtures(server, tokens, spec, fresh, peers_only=args.peers)
+            rows += locality_peers.peer_mixtures(sys.modules[__name__], server, root, tokens, spec, fresh)
+        only = args.resizes or args.mixtures or args.peers
+        for count in () if only else (1, 2, 4, 8):
             nodes = [f"n{k}" for k in range(count)]
             found = run_job(server, url, fresh(f"whole-{count}"), spec, nodes, ["indexed", "epoch-0", "epoch-1"],
                             epochs=[0, 1])
@@ -250,9 +254,9 @@ def main() -> None:
                          "bytes": found["epoch-0"], "run": found["_run"]})
             rows.append({"scenario": f"{count} node(s), epoch 2, same caches", "nodes": count,
                          "ratio": ratios(found["epoch-1"], share), "bytes": found["epoch-1"]})
-        if not args.mixtures:
+        if not (args.mixtures or args.peers):
             rows += resizes(server, url, spec, corpus_bytes, fresh)
-        if not args.resizes and not args.mixtures:
+        if not only:
             found = run_job(server, url, fresh("strided-2"), spec, ["n0", "n1"], ["indexed", "epoch-0"], epochs=[0],
                             deal="strided")
             rows.append({"scenario": "2 nodes, strided deal (0.2's), epoch 1", "nodes": 2,
@@ -261,13 +265,14 @@ def main() -> None:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
     write(Path(args.out), {"spec": spec, "corpus_bytes": corpus_bytes, "rows": rows, "quick": args.quick,
-                           "resizes": args.resizes, "mixtures": args.mixtures, "load_average": os.getloadavg()})
+                           "resizes": args.resizes, "mixtures": args.mixtures, "peers": args.peers,
+                           "load_average": os.getloadavg()})
 
 
 def write(out: Path, result: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
     name = ("locality_quick" if result["quick"] else "locality") + ("_resizes" if result.get("resizes") else "") + (
-        "_mixtures" if result.get("mixtures") else "")
+        "_mixtures" if result.get("mixtures") else "") + ("_peers" if result.get("peers") else "")
     (out / f"{name}.json").write_text(json.dumps(result, indent=1))
     spec = result["spec"]
     lines = [f"# make bench-locality{' (QUICK=1)' if result['quick'] else ''}", "",
@@ -276,14 +281,15 @@ def write(out: Path, result: dict) -> None:
              f"batch {BATCH} a node unless the scenario says, one rank a node. Ratio = GET bytes of a node / its "
              "share (the corpus, or what remained of the epoch, over the nodes); one value per node. Load "
              f"average at the end: {', '.join(f'{v:.1f}' for v in result.get('load_average', ()))}.", "",
-             "| scenario | GET bytes / share, per node | worst | index GET bytes per node |",
-             "|---|---|---|---|"]
+             "| scenario | GET bytes / share, per node | worst | index GET bytes per node | samples (all ranks) |",
+             "|---|---|---|---|---|"]
     for row in result["rows"]:
         index = ", ".join(str(v) for v in row["index_bytes"].values()) if "index_bytes" in row else ""
         if "index_ratio" in row:  # bytes before the first batch, per node / its share (Packed counts tokens)
             index = ", ".join(f"{r:.3f}" for r in row["index_ratio"]) + " of the share"
+        worst = f"{max(row['ratio']):.3f}" if row["ratio"] else "—"
         lines.append(f"| {row['scenario']} | {', '.join(f'{r:.3f}' for r in row['ratio'])} | "
-                     f"{max(row['ratio']):.3f} | {index} |")
+                     f"{worst} | {index} | {row.get('samples', '')} |")
     (out / f"{name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -17,6 +17,12 @@ test) fixtures of ``tests/conftest.py``, or directly::
         s3.faults.injected     # {"fail": n, "drop": n} injected so far; s3.faults.requests: all requests;
                                # s3.faults.log: the latest (method, path, Range header)
         s3.reset()             # forward everything again, counters at 0
+        s3.counts.snapshot("/part-")  # GET body bytes per S3 access key (of paths containing "/part-")
+        s3.counts.reset()
+
+The proxy (``CountingProxy``) adds up the body bytes of every GET it answers per S3 access key and
+path: a client that signs with its own key (``storage_options["key"]``; moto accepts any) is one
+counted node, which is how the locality tests and benchmarks tell simulated nodes apart.
 
 Attributes: ``endpoint_url`` (through the proxy), ``direct_url`` (moto itself, never faulty),
 ``storage_options`` (for s3fs: credentials, the proxy endpoint, botocore's own retries off, so
@@ -169,6 +175,63 @@ class _Proxy(http.server.BaseHTTPRequestHandler):
     do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward  # noqa: N815
 
 
+class GetCounts:
+    """GET body bytes and GETs per (access key, path), added by the proxy's handler threads; read per key."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._bytes: collections.Counter[tuple[str, str]] = collections.Counter()
+        self._gets: collections.Counter[tuple[str, str]] = collections.Counter()
+
+    def add(self, key: str, path: str, size: int) -> None:
+        with self.lock:
+            self._bytes[key, path] += size
+            self._gets[key, path] += 1
+
+    def snapshot(self, only: str | None = None) -> dict[str, int]:
+        """Bytes per access key so far, of the paths containing ``only`` (all paths: None)."""
+        return self._per_key(self._bytes, only)
+
+    def gets(self, only: str | None = None) -> dict[str, int]:
+        """GETs per access key so far, of the paths containing ``only``."""
+        return self._per_key(self._gets, only)
+
+    def total(self, only: str | None = None) -> int:
+        return sum(self.snapshot(only).values())
+
+    def _per_key(self, counter: collections.Counter[tuple[str, str]], only: str | None) -> dict[str, int]:
+        found: collections.Counter[str] = collections.Counter()
+        with self.lock:
+            for (key, path), value in counter.items():
+                if only is None or only in path:
+                    found[key] += value
+        return dict(found)
+
+    def reset(self) -> None:
+        with self.lock:
+            self._bytes.clear()
+            self._gets.clear()
+
+
+def access_key(authorization: str) -> str:
+    """The access key an AWS SigV4 ``Authorization`` header names ("?" when unsigned)."""
+    if "Credential=" not in authorization:
+        return "?"
+    return authorization.split("Credential=", 1)[1].split("/", 1)[0]
+
+
+class CountingProxy(_Proxy):
+    """The proxy, counting the body bytes of every GET it answers per access key and path (``counts``)."""
+
+    counts: GetCounts
+
+    def send_header(self, keyword: str, value: str) -> None:
+        if keyword.lower() == "content-length" and self.command == "GET":
+            self.counts.add(access_key(self.headers.get("Authorization", "")), self.path.split("?", 1)[0],
+                            int(value))
+        super().send_header(keyword, value)
+
+
 class S3Server:
     """moto's S3 server as a subprocess plus the fault-injecting proxy; see the module docstring."""
 
@@ -177,6 +240,7 @@ class S3Server:
         self.direct_url = f"http://127.0.0.1:{self.port}"
         self.endpoint_url = f"http://127.0.0.1:{self.proxy_port}"
         self.faults = Faults()
+        self.counts = GetCounts()
         self._process: subprocess.Popen[bytes] | None = None
         self._proxy: http.server.ThreadingHTTPServer | None = None
         self._client: Any = None
@@ -198,7 +262,8 @@ class S3Server:
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         atexit.register(self.stop)  # even if the fixture's teardown never runs
         self._wait_until_up(timeout)
-        handler = type("Proxy", (_Proxy,), {"upstream": self.port, "faults": self.faults})
+        handler = type("Proxy", (CountingProxy,), {"upstream": self.port, "faults": self.faults,
+                                                   "counts": self.counts})
         self._proxy = http.server.ThreadingHTTPServer(("127.0.0.1", self.proxy_port), handler)
         self._proxy.daemon_threads = True
         threading.Thread(target=self._proxy.serve_forever, name="s3-test-proxy", daemon=True).start()
@@ -257,6 +322,7 @@ class S3Server:
             self.faults.injected = {"fail": 0, "drop": 0}
             self.faults.requests = 0
             self.faults.log.clear()
+        self.counts.reset()
 
     # -- data, straight to moto ----------------------------------------------------------------
     def client(self) -> Any:

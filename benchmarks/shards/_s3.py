@@ -1,10 +1,9 @@
-"""The tests' S3-compatible server (moto in server mode behind a proxy, tests/s3_server.py), with the
-proxy counting the body bytes it sends back for GETs: the bytes a loader read from the bucket."""
+"""The tests' S3-compatible server (moto in server mode behind a proxy, tests/s3_server.py), whose proxy counts
+the body bytes it sends back for GETs (``server.counts``): the bytes a loader read from the bucket."""
 
 from __future__ import annotations
 
 import sys
-import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
@@ -13,32 +12,8 @@ import s3_server  # noqa: E402  (tests/s3_server.py, imported as the tests do)
 BUCKET = "bench"
 
 
-class Counter:
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.bytes = 0
-        self.gets = 0
-
-    def reset(self) -> None:
-        with self.lock:
-            self.bytes, self.gets = 0, 0
-
-
-COUNTER = Counter()
-
-
-class _CountingProxy(s3_server._Proxy):
-    def send_header(self, keyword: str, value: str) -> None:
-        if keyword.lower() == "content-length" and self.command == "GET":
-            with COUNTER.lock:
-                COUNTER.bytes += int(value)
-                COUNTER.gets += 1
-        super().send_header(keyword, value)
-
-
 def start() -> s3_server.S3Server:
-    """moto plus the counting proxy; the caller stops it."""
-    s3_server._Proxy = _CountingProxy  # S3Server.start() builds its handler from this name
+    """moto plus the tests' counting proxy (``server.counts``: GET bytes per access key); the caller stops it."""
     return s3_server.S3Server().start()
 
 

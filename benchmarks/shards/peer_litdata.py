@@ -23,11 +23,13 @@ import numpy as np
 from _harness import decode_ids, main
 
 
-def import_litdata(rank: int, world: int) -> Any:
+def import_litdata(rank: int, world: int, nodes: int | None = None) -> Any:
+    """litdata, seeing rank ``rank`` of ``world`` on ``nodes`` nodes (default: one rank a node)."""
     import litdata
     from litdata.utilities import env
 
-    env._DistributedEnv.detect = classmethod(lambda cls: cls(world, rank, world))  # type: ignore[method-assign]
+    nodes = world if nodes is None else nodes
+    env._DistributedEnv.detect = classmethod(lambda cls: cls(world, rank, nodes))  # type: ignore[method-assign]
     from litdata.streaming import downloader
 
     # Its obstore (Rust) S3 client refuses a plain-http endpoint ("BadScheme") and exposes no option.

@@ -43,11 +43,16 @@ def _never(*args: Any, **kwargs: Any) -> Any:
     raise NotImplementedError("torchvision is a stub in this benchmark venv")
 
 
-def import_streaming(rank: int, world: int) -> Any:
+def stub_torchvision() -> None:
+    """The two torchvision names ``import streaming`` needs (see the module docstring)."""
     _stub("torchvision")
     _stub("torchvision.datasets", VisionDataset=_VisionDataset)
     _stub("torchvision.transforms")
     _stub("torchvision.transforms.functional", to_tensor=_never)
+
+
+def import_streaming(rank: int, world: int) -> Any:
+    stub_torchvision()
     import streaming
     import streaming.base.dataset as dataset_module
 

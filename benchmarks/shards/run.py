@@ -156,11 +156,12 @@ def run_s3(records: list, spec: dict, root: Path, args: argparse.Namespace, save
                                    "--measure", str(args.measure), "--min-seconds", str(args.min_seconds))
                     records.append({"loader": loader, "kind": "throughput", "storage": "s3", "workload": "tokens",
                                     "workers": workers, "repeat": repeat, **result})
-            _s3.COUNTER.reset()
+            server.counts.reset()
             result = child(loader, "epoch", *options, "--world", str(WORLD), "--workers", "4",
                            "--stop-after", str(stop_after))
+            gets = sum(server.counts.gets().values())
             records.append({"loader": loader, "kind": "io", "storage": "s3", "workload": "tokens",
-                            "bytes_read": _s3.COUNTER.bytes, "gets": _s3.COUNTER.gets, "corpus_bytes": corpus_bytes,
+                            "bytes_read": server.counts.total(), "gets": gets, "corpus_bytes": corpus_bytes,
                             "per_rank": per_rank, "world": WORLD, **result})
         finally:
             server.stop()

@@ -13,10 +13,9 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 import uuid
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -30,41 +29,11 @@ WORKER = Path(__file__).parent / "workers" / "mixture_bytes_worker.py"
 SEQ_LEN = 4
 
 
-class _Counts:
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.bytes: dict[str, int] = defaultdict(int)
-
-    def snapshot(self) -> dict[str, int]:
-        with self.lock:
-            return dict(self.bytes)
-
-
-COUNTS = _Counts()
-
-
-class _CountingProxy(s3_server._Proxy):
-    """The tests' proxy, adding up the body bytes of every shard GET per access key (a node)."""
-
-    def send_header(self, keyword: str, value: str) -> None:
-        if keyword.lower() == "content-length" and self.command == "GET" and "/part-" in self.path:
-            auth = self.headers.get("Authorization", "")
-            key = auth.split("Credential=", 1)[1].split("/", 1)[0] if "Credential=" in auth else "?"
-            with COUNTS.lock:
-                COUNTS.bytes[key] += int(value)
-        super().send_header(keyword, value)
-
-
 @pytest.fixture(scope="module")
 def counted(tmp_path_factory):
     """A local S3 server whose proxy counts bytes per node, holding two token corpora (web: 40 shards, books:
     24), and their total bytes."""
-    original = s3_server._Proxy
-    s3_server._Proxy = _CountingProxy  # S3Server.start() builds its handler from this name
-    try:
-        server = s3_server.S3Server().start()
-    finally:
-        s3_server._Proxy = original
+    server = s3_server.S3Server().start()
     bucket = "mixture-" + uuid.uuid4().hex[:8]
     server.create_bucket(bucket)
     folder = tmp_path_factory.mktemp("mixture-corpus")
@@ -94,7 +63,7 @@ def run(server, urls, work: Path, scheduled: bool) -> tuple[dict[str, dict[str, 
         log = open(marks / f"agent-{node}.log", "w")
         agents.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env))
     found: dict[str, dict[str, int]] = {}
-    before = COUNTS.snapshot()
+    before = server.counts.snapshot("/part-")
     try:
         for name in ("indexed", "epoch-0", "epoch-1"):
             deadline = time.monotonic() + 300
@@ -104,7 +73,7 @@ def run(server, urls, work: Path, scheduled: bool) -> tuple[dict[str, dict[str, 
                     logs = "\n".join((marks / f"agent-{n}.log").read_text()[-3000:] for n in ("a", "b"))
                     raise AssertionError(f"the job stopped before {name}:\n{logs}")
                 time.sleep(0.05)
-            now = COUNTS.snapshot()
+            now = server.counts.snapshot("/part-")
             found[name] = {node: now.get(node, 0) - before.get(node, 0) for node in ("a", "b")}
             before = now
             (marks / (name + ".go")).touch()

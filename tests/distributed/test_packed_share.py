@@ -2,8 +2,8 @@
 share of the corpus (not the whole corpus to count tokens), and the rows are exactly those of counting every
 document in one process (the order does not change).
 
-Nodes are simulated by their own cache folder and their own counting proxy in front of the S3 server, so
-the bytes of every shard GET are counted per node. Ranks are real processes on Gloo (forked: no second
+Nodes are simulated by their own cache folder and their own S3 access key: the S3 server's proxy counts
+the bytes of every shard GET per key, so per node. Ranks are real processes on Gloo (forked: no second
 ``import torch``). Without published counts, each rank counts the shards it reads in epoch 0 and the
 per-shard totals are exchanged in one ``all_gather_object``. With ``shufflepoint index --tokens``
 published, nothing is counted. Run as a script (``python tests/distributed/test_packed_share.py``), it
@@ -13,21 +13,19 @@ and writes each rank's rows to the path given, to compare two versions' orders.
 
 from __future__ import annotations
 
-import http.server
 import json
 import multiprocessing
 import os
 import random
 import resource
 import sys
-import threading
 import uuid
 
 import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
-from s3_server import Faults, _Proxy, free_port  # noqa: E402
+from s3_server import free_port  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 SHARDS, SEQ_LEN, BATCH, BLOCK, SEED = 32, 64, 2, 64, 7
@@ -51,30 +49,9 @@ def parquet_documents(folder: str) -> None:
         pq.write_table(pa.table({"input_ids": docs}), os.path.join(folder, f"part-{shard:05d}.parquet"))
 
 
-class Node:
-    """A node's own way to the S3 server: a proxy counting the bytes of the shards it GETs."""
-
-    def __init__(self, upstream: int) -> None:
-        self.got = [0]
-        got, lock = self.got, threading.Lock()
-
-        def send_header(handler, name, value):
-            if name == "Content-Length" and handler.command == "GET" and "/part-" in handler.path:
-                with lock:
-                    got[0] += int(value)
-            _Proxy.send_header(handler, name, value)
-
-        handler = type("Counting", (_Proxy,), {"upstream": upstream, "faults": Faults(), "send_header": send_header})
-        self.port = free_port()
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def options(self, base: dict) -> dict:
-        return {**base, "client_kwargs": {**base["client_kwargs"], "endpoint_url": f"http://127.0.0.1:{self.port}"}}
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+def node_options(base: dict, name: str) -> dict:
+    """A node's S3 options: its own access key, so the server's proxy counts its GET bytes apart."""
+    return {**base, "key": name}
 
 
 def _rank(rank: int, world: int, port: int, sources: str, options: dict, cache: str, out: str) -> None:
@@ -113,7 +90,7 @@ def _rank(rank: int, world: int, port: int, sources: str, options: dict, cache: 
 
 def run_job(s3, sources: str, folder: str) -> tuple[dict[str, float], list[dict]]:
     """2 nodes x 2 ranks, one epoch; (bytes each node GOT of shards, each rank's result)."""
-    nodes = {name: Node(s3.port) for name, _ in NODES}
+    before = s3.counts.snapshot("/part-")
     port, world = free_port(), sum(n for _, n in NODES)
     context = multiprocessing.get_context("fork")
     processes, outs, rank = [], [], 0
@@ -121,7 +98,7 @@ def run_job(s3, sources: str, folder: str) -> tuple[dict[str, float], list[dict]
         for name, nproc in NODES:
             for _ in range(nproc):
                 out = os.path.join(folder, f"rank{rank}.json")
-                args = (rank, world, port, sources, nodes[name].options(s3.storage_options),
+                args = (rank, world, port, sources, node_options(s3.storage_options, name),
                         os.path.join(folder, f"cache-{name}"), out)
                 processes.append(context.Process(target=_rank, args=args))
                 outs.append(out)
@@ -135,13 +112,12 @@ def run_job(s3, sources: str, folder: str) -> tuple[dict[str, float], list[dict]
         for process in processes:
             if process.is_alive():
                 process.kill()
-        for node in nodes.values():
-            node.close()
     results = []
     for out in outs:
         with open(out) as f:
             results.append(json.load(f))
-    return {name: node.got[0] for name, node in nodes.items()}, results
+    after = s3.counts.snapshot("/part-")
+    return {name: after.get(name, 0) - before.get(name, 0) for name, _ in NODES}, results
 
 
 def reference_rows(local: str) -> list[list]:
