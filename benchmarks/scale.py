@@ -98,7 +98,10 @@ def register_stub() -> dict[str, int]:
 
 def publish(path: Path) -> None:
     """The index ``shufflepoint index`` would publish beside the corpus, for every shard as the stub lists it."""
+    import numpy as np
+
     from shufflepoint._shards import index as _index
+    from shufflepoint._shards import index_file
     from shufflepoint._shards.indexing import published_name
     from shufflepoint._shards.readers import make_reader
 
@@ -108,11 +111,12 @@ def publish(path: Path) -> None:
     built = _index.CorpusIndex(ROOT, reader.name, reader.options(), records)
     path.mkdir(parents=True, exist_ok=True)
     target = path / published_name(reader.name, reader.options())
-    target.write_text(json.dumps(built.to_json()))
+    # As ``shufflepoint index scalestub://corpus/*.bin`` writes it: the glob recorded with its shards.
+    target.write_bytes(index_file.encode(built, {"*.bin": np.arange(SHARDS)}))
 
 
 def published_file(folder: Path) -> Path:
-    found = sorted(folder.glob(".shufflepoint-index-*.json"))
+    found = sorted(folder.glob(".shufflepoint-index-*"))
     assert len(found) == 1, found
     return found[0]
 
