@@ -17,8 +17,10 @@ What is still checked, and what is not:
   corpus (and its fingerprint) stays what was published; ``shufflepoint index GLOB`` again adds it (a
   new fingerprint, as a listing that grew would give).
 
-Anything else (a list of sources, a manifest, a glob that was not published, a format not given and not
-inferable from the glob's suffix, an index published by shufflepoint <= 0.4) is listed as before.
+Anything else is listed as before: a local glob (a local listing sends no request to a bucket, and a file
+rewritten in place is met at construction, as before), a list of sources, a manifest, a glob that was not
+published, a format neither given nor inferable from the glob's suffix, ``verify="checksum"``, an index
+published by shufflepoint <= 0.4.
 """
 
 from __future__ import annotations
@@ -50,9 +52,9 @@ def listing(storage: Storage, sources: str | Sequence[str], format: str | None, 
 def from_published(storage: Storage, sources: str | Sequence[str], format: str | None, options: dict[str, Any],
                    cache_dir: str) -> _index.CorpusIndex | None:
     """The published index of exactly the shards ``sources`` (a glob) matched when it was published, or None."""
-    if not isinstance(sources, str) or not _is_glob(sources):
-        return None
-    pattern = sources if is_remote(sources) else os.path.abspath(sources.removeprefix("file://"))
+    if not isinstance(sources, str) or not is_remote(sources) or not _is_glob(sources):
+        return None  # a local folder is listed: no request to a bucket, and a file rewritten in place is met there
+    pattern = sources
     folder = _static_folder(pattern)
     if not folder:
         return None
@@ -69,10 +71,8 @@ def from_published(storage: Storage, sources: str | Sequence[str], format: str |
 
 
 def _published_bytes(storage: Storage, url: str, cache_dir: str) -> bytes | None:
-    """The published file: a local one read as it is; a remote one from the node cache, where it is kept by
-    its (size, version) as one HEAD reports them, else one GET for the node (under the cache's lock)."""
-    if not is_remote(url):
-        return storage.read_small(url)
+    """The published file from the node cache, where it is kept by its (size, version) as one HEAD reports
+    them, else one GET for the node (under the cache's lock)."""
     try:
         info = storage.info(url)
     except ShardError:

@@ -265,7 +265,7 @@ def _verify(args: argparse.Namespace) -> int:
     try:
         storage = Storage(corpus_index.storage_options(args.storage_options))
         first = args.path[0] if isinstance(sources, list) else sources
-        reader = None if first.split("?", 1)[0].endswith(".json") else make_reader(
+        reader = None if first.split("?", 1)[0].endswith((".json", ".idx")) else make_reader(
             args.format or infer_format(storage.expand(sources)[0]), columns=args.columns, seq_len=args.seq_len,
             dtype=args.dtype)
         index, where, listed = inspect_corpus.find_index(sources, storage, reader,
