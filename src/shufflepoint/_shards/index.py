@@ -272,7 +272,10 @@ def _describes(index: CorpusIndex, root: str, urls: Sequence[str], found: Sequen
     if shards.names != names:
         return False
     sizes = np.fromiter(map(_SIZE, found), np.int64, len(found))
-    return bool(np.array_equal(sizes, shards.sizes)) and shards.versions == [str(v) for v in map(_VERSION, found)]
+    if not np.array_equal(sizes, shards.sizes):
+        return False
+    versions = list(map(_VERSION, found))  # str already, from a listing or a stat: no conversion per shard
+    return versions == shards.versions or [str(v) for v in versions] == shards.versions
 
 
 def _reuse(reusable: dict[str, list[ShardRecord]], name: str, size: int, version: str,
