@@ -16,11 +16,12 @@ another fingerprint; the refusal says so, and ``strict=False`` accepts it. The c
 the hash: turning ``verify="checksum"`` on or off keeps the identity.
 
 Index format 1 (shufflepoint 0.2) hashed (name, size, rows) only. Its sidecars still load: their
-rows are reused wherever (size, version) still match the storage, and they are written again as
-format 2. A state saved by 0.2 carries the old hash; ``explain`` recognises it and says how to
-resume (see ``legacy_hash``).
+rows are reused wherever (size, version) still match the storage, and they are written again in the
+current format. Format 2 (0.3-0.4) is JSON; format 3 (``_shards/index_file.py``) holds the same
+records as columns, with the same content hash. A state saved by 0.2 carries the old hash;
+``explain`` recognises it and says how to resume (see ``legacy_hash``).
 
-Sidecars are content-addressed copies in the cache folder (``index-<hash>.json``), plus one
+Sidecars are content-addressed copies in the cache folder (``index-<hash>.idx``), plus one
 beside a local corpus when its folder is writable, or one published beside a remote corpus by
 ``shufflepoint index``. Because old ones stay, a state saved on an older corpus can be refused
 with a message that names the shards that changed.
@@ -43,7 +44,8 @@ import numpy as np
 
 from shufflepoint._core import collector
 from shufflepoint._core.errors import Plain, refusal
-from shufflepoint._shards.records import Columns, ShardRecord
+from shufflepoint._shards.records import Columns as Columns  # the index's shards; re-exported
+from shufflepoint._shards.records import ShardRecord as ShardRecord
 from shufflepoint._shards.storage import is_remote
 
 _REBUILD = "delete it to rebuild (shufflepoint index SOURCES publishes a new one)"
@@ -53,7 +55,6 @@ VERSION = 3  # the columnar file (_shards/index_file.py); 2 is the JSON sidecar,
 JSON_VERSION = 2
 READS = (1, 2, 3)  # index formats this shufflepoint reads
 CURRENT = (2, 3)  # formats whose content hash covers versions: an index read from one is kept as it is
-__all__ = ["ShardRecord", "Columns", "CorpusIndex"]
 
 
 @dataclass(frozen=True)
