@@ -56,6 +56,7 @@ def test_a_published_glob_is_read_from_its_index_not_listed(s3, tmp_path):
     assert len(republished.index.shards) == 7 and republished[first_of_2] == {"id": -1}
     assert republished[len(republished) - 1] == {"id": 1000}
     assert republished.fingerprint == json.loads((tmp_path / "again.json").read_text())["fingerprint"]
+    assert len(list((tmp_path / "fresh").glob("published-*.idx"))) == 1  # the node keeps the newest copy only
 
 
 def test_a_glob_that_was_not_published_is_listed(s3, tmp_path):

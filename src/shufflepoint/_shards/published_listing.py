@@ -25,6 +25,7 @@ published by shufflepoint <= 0.4.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import Sequence
@@ -77,17 +78,27 @@ def _published_bytes(storage: Storage, url: str, cache_dir: str) -> bytes | None
         info = storage.info(url)
     except ShardError:
         return None  # none published (or the storage will not say): listed as before
-    key = hashlib.sha256(f"{url}\0{info.size}\0{info.version}".encode()).hexdigest()[:24]
-    path = os.path.join(cache_dir, f"published-{key}.idx")
+    where = hashlib.sha256(url.encode()).hexdigest()[:16]
+    stem = f"published-{where}-" + hashlib.sha256(f"{info.size}\0{info.version}".encode()).hexdigest()[:16]
+    path = os.path.join(cache_dir, stem + ".idx")
     data = _read(path)
     if data is None:
-        with sidecar.building(cache_dir, f"published-{key}"):
+        with sidecar.building(cache_dir, f"published-{where}"):
             data = _read(path)
             if data is None:
                 data = storage.read_small(url)
                 if data is not None and index_file.is_columnar(data) and info.version:
                     sidecar.write_whole(path, lambda f: f.write(data))
+                    _forget_older(cache_dir, f"published-{where}-", stem + ".idx")
     return data
+
+
+def _forget_older(cache_dir: str, prefix: str, kept: str) -> None:
+    """Copies of earlier versions of the same published file: replaced (an index of 1e6 shards is 46 MB)."""
+    for name in os.listdir(cache_dir):
+        if name.startswith(prefix) and name.endswith(".idx") and name != kept:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(cache_dir, name))
 
 
 def _read(path: str) -> bytes | None:
