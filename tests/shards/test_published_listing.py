@@ -4,6 +4,7 @@ shard rewritten, deleted or added since is never read as if it were the publishe
 from __future__ import annotations
 
 import json
+import re
 import uuid
 
 import pytest
@@ -42,6 +43,14 @@ def test_a_published_glob_is_read_from_its_index_not_listed(s3, tmp_path):
     s3.reset()
     again = shufflepoint.Shards(glob, cache_dir=str(tmp_path / "node"), **options)  # another rank of the node
     assert {m for m, _ in requests(s3, name)} == {"HEAD"} and again.fingerprint == corpus.fingerprint
+    cached = next((tmp_path / "node").glob("published-*.idx"))  # the node's copy, damaged on its disk
+    data = bytearray(cached.read_bytes())
+    data[len(data) // 2] ^= 1
+    cached.write_bytes(bytes(data))
+    with pytest.warns(UserWarning, match=re.escape(str(cached)) + r" is not readable .*found bytes that do not "
+                                         r"match their sha256"):
+        listed = shufflepoint.Shards(glob, cache_dir=str(tmp_path / "node"), **options)
+    assert listed.fingerprint == corpus.fingerprint and not cached.exists()  # listed; fetched again next time
 
     # Added since: not in the corpus until published again. Rewritten since: refused when read, by name.
     s3.put(name, "part-00006.jsonl", b'{"id": 1000}\n')

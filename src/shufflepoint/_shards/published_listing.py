@@ -64,33 +64,38 @@ def from_published(storage: Storage, sources: str | Sequence[str], format: str |
     except ValueError:
         return None  # the listing names what is wrong
     url = _index.join(folder, published_name(reader.name, reader.options()))
-    data = _published_bytes(storage, url, cache_dir)
-    found = parse_published(data, url) if data is not None else None
+    data, kept = _published_bytes(storage, url, cache_dir)
+    found = parse_published(data, kept or url) if data is not None else None
+    if found is None and kept is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(kept)  # a damaged copy (it was checked as written): the next start GETs it again
     if found is None or found.root != folder or (found.reader, found.options) != (reader.name, reader.options()):
         return None
     return index_file.for_glob(found, glob_key(pattern, folder))
 
 
-def _published_bytes(storage: Storage, url: str, cache_dir: str) -> bytes | None:
+def _published_bytes(storage: Storage, url: str, cache_dir: str) -> tuple[bytes | None, str | None]:
     """The published file from the node cache, where it is kept by its (size, version) as one HEAD reports
-    them, else one GET for the node (under the cache's lock)."""
+    them, else one GET for the node (under the cache's lock); and the cached copy's path, if it was read."""
     try:
         info = storage.info(url)
     except ShardError:
-        return None  # none published (or the storage will not say): listed as before
+        return None, None  # none published (or the storage will not say): listed as before
     where = hashlib.sha256(url.encode()).hexdigest()[:16]
     stem = f"published-{where}-" + hashlib.sha256(f"{info.size}\0{info.version}".encode()).hexdigest()[:16]
     path = os.path.join(cache_dir, stem + ".idx")
-    data = _read(path)
-    if data is None:
-        with sidecar.building(cache_dir, f"published-{where}"):
-            data = _read(path)
-            if data is None:
-                data = storage.read_small(url)
-                if data is not None and index_file.is_columnar(data) and info.version:
-                    sidecar.write_whole(path, lambda f: f.write(data))
-                    _forget_older(cache_dir, f"published-{where}-", stem + ".idx")
-    return data
+    data = _read(path, info.size)
+    if data is not None:
+        return data, path
+    with sidecar.building(cache_dir, f"published-{where}"):
+        data = _read(path, info.size)
+        if data is not None:
+            return data, path  # another rank of the node fetched it meanwhile
+        data = storage.read_small(url)
+        if data is not None and index_file.is_columnar(data) and info.version:
+            sidecar.write_whole(path, lambda f: f.write(data))
+            _forget_older(cache_dir, f"published-{where}-", stem + ".idx")
+    return data, None
 
 
 def _forget_older(cache_dir: str, prefix: str, kept: str) -> None:
@@ -101,12 +106,14 @@ def _forget_older(cache_dir: str, prefix: str, kept: str) -> None:
                 os.unlink(os.path.join(cache_dir, name))
 
 
-def _read(path: str) -> bytes | None:
+def _read(path: str, size: int) -> bytes | None:
+    """A cached copy of ``size`` bytes (a shorter one, cut by a full disk or a crash, is none)."""
     try:
         with open(path, "rb") as f:
-            return f.read()
+            data = f.read()
     except FileNotFoundError:
         return None
+    return data if len(data) == size else None
 
 
 def _is_glob(text: str) -> bool:
