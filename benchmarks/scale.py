@@ -6,7 +6,8 @@
   tokens (a ``Shards`` corpus reads token windows; the 1e9 documents of the issue are ``Packed``'s side, whose
   token counts another change publishes). It lives in a storage stub (``scalestub://``, an fsspec filesystem
   registered in every process): it lists the shards (as 100 LIST pages of 1,000 keys would), serves the index
-  ``shufflepoint index`` would publish beside them (written here once, from the same records), and serves a
+  ``shufflepoint index`` would publish beside them (written here once, from the same records; columnar, with the
+  glob recorded, so a rank reads it instead of listing), and serves a
   shard's bytes generated on demand (zeros: token 0), counting every byte and request it serves. No payload
   exists anywhere.
 - Each sampled rank is a fresh process with an empty cache folder (a fresh node): ``Shards()``, ``DataLoader(rank=r,
