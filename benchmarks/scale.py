@@ -6,7 +6,8 @@
   tokens (a ``Shards`` corpus reads token windows; the 1e9 documents of the issue are ``Packed``'s side, whose
   token counts another change publishes). It lives in a storage stub (``scalestub://``, an fsspec filesystem
   registered in every process): it lists the shards (as 100 LIST pages of 1,000 keys would), serves the index
-  ``shufflepoint index`` would publish beside them (written here once, from the same records), and serves a
+  ``shufflepoint index`` would publish beside them (written here once, from the same records; columnar, with the
+  glob recorded, so a rank reads it instead of listing), and serves a
   shard's bytes generated on demand (zeros: token 0), counting every byte and request it serves. No payload
   exists anywhere.
 - Each sampled rank is a fresh process with an empty cache folder (a fresh node): ``Shards()``, ``DataLoader(rank=r,
@@ -98,7 +99,10 @@ def register_stub() -> dict[str, int]:
 
 def publish(path: Path) -> None:
     """The index ``shufflepoint index`` would publish beside the corpus, for every shard as the stub lists it."""
+    import numpy as np
+
     from shufflepoint._shards import index as _index
+    from shufflepoint._shards import index_file
     from shufflepoint._shards.indexing import published_name
     from shufflepoint._shards.readers import make_reader
 
@@ -108,11 +112,12 @@ def publish(path: Path) -> None:
     built = _index.CorpusIndex(ROOT, reader.name, reader.options(), records)
     path.mkdir(parents=True, exist_ok=True)
     target = path / published_name(reader.name, reader.options())
-    target.write_text(json.dumps(built.to_json()))
+    # As ``shufflepoint index scalestub://corpus/*.bin`` writes it: the glob recorded with its shards.
+    target.write_bytes(index_file.encode(built, {"*.bin": np.arange(SHARDS)}))
 
 
 def published_file(folder: Path) -> Path:
-    found = sorted(folder.glob(".shufflepoint-index-*.json"))
+    found = sorted(folder.glob(".shufflepoint-index-*"))
     assert len(found) == 1, found
     return found[0]
 

@@ -126,7 +126,12 @@ def test_sidecars_round_trip_and_refuse_edits(tmp_path):
     assert sidecar.load_latest(cache, "k1", built.root) == built
     assert sidecar.load_by_hash(cache, built.content_hash) == built
     assert sidecar.load_latest(cache, "other", built.root) is None
+    assert sorted(os.listdir(cache)) == ["corpus-k1.idx", f"index-{built.content_hash}.idx"]
+    os.remove(os.path.join(cache, "corpus-k1.idx"))  # a format-2 JSON sidecar, as shufflepoint <= 0.4 wrote it
     path = os.path.join(cache, "corpus-k1.json")
+    sidecar.write_json(path, built.to_json())
+    assert sidecar.load_latest(cache, "k1", built.root) == built
+    assert sidecar.load_latest(cache, "k1", built.root).read_as == 2
     value = json.load(open(path))
     value["shards"][0][3] = 6  # a row count edited by hand
     json.dump(value, open(path, "w"))
@@ -147,7 +152,7 @@ def test_a_local_corpus_gets_a_sidecar_beside_it(tmp_path):
     built = _index.build(list(corpus), reader="jsonl", options={}, info=lambda u: corpus[u][:2],
                          count=lambda u, size, version: (1, ""), progress=False)
     written = sidecar.save(built, str(tmp_path / "cache"), "k")
-    assert str(data / ".shufflepoint-index-k.json") in written
+    assert str(data / ".shufflepoint-index-k.idx") in written
     assert sidecar.load_latest(str(tmp_path / "elsewhere"), "k", str(data)) == built
 
 

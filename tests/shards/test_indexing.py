@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import shufflepoint
 from corpus_files import jsonl_corpus
-from shufflepoint._shards import sidecar
+from shufflepoint._shards import index_file, sidecar
 from shufflepoint._tools.cli import main
 
 
@@ -222,5 +222,7 @@ def test_two_corpora_in_one_folder_share_the_published_file(s3, tmp_path):
     s3.put(name, "part-00001.jsonl", b'{"id": 1}\n')
     assert main(["index", first, *options, "--json", os.devnull]) == 0
     key = next(o["Key"] for o in s3.client().list_objects_v2(Bucket=name)["Contents"] if "shufflepoint" in o["Key"])
-    published = json.loads(s3.client().get_object(Bucket=name, Key=key)["Body"].read())
-    assert [shard[0] for shard in published["shards"]] == [f"part-0000{i}.jsonl" for i in (0, 1, 2, 3, 5)]
+    published = index_file.decode(s3.client().get_object(Bucket=name, Key=key)["Body"].read(), key)
+    assert published.shards.names == [f"part-0000{i}.jsonl" for i in (0, 1, 2, 3, 5)]
+    # The first glob lists from it; the second's record went with its deleted shard: it is listed again.
+    assert {p: v.tolist() for p, v in published.globs.items()} == {"part-0000[0-2].jsonl": [0, 1, 2]}

@@ -196,7 +196,7 @@ def test_plain_http_with_checksums(http_folder, tmp_path):
 
 def test_an_index_of_format_1_still_loads_and_a_state_of_0_2_is_explained(s3, bucket):
     """A 0.2 sidecar (format 1, no versions in its hash): its rows are reused (no shard read), it is
-    rewritten as format 2; a 0.2 state (format 1) resumes; 0.2's fingerprint in a current state is named
+    rewritten as format 3; a 0.2 state (format 1) resumes; 0.2's fingerprint in a current state is named
     as such, and strict=False accepts it."""
     name, cache = bucket
     corpus = open_bucket(s3, name, cache)
@@ -208,7 +208,7 @@ def test_an_index_of_format_1_still_loads_and_a_state_of_0_2_is_explained(s3, bu
     assert _index.CorpusIndex.from_json(old, "old").shards == corpus.index.shards
     again = open_bucket(s3, name, fresh)
     assert again.fingerprint == corpus.fingerprint
-    assert json.load(open(os.path.join(fresh, f"corpus-{key}.json")))["version"] == 2
+    assert sidecar.read_index(os.path.join(fresh, f"corpus-{key}.idx")).read_as == 3  # rewritten, columnar
     state = loader_state(corpus)
     state["dataset_fingerprint"] = "shards:" + corpus.index.legacy_hash
     with pytest.raises(shufflepoint.StateError, match=r"saved by shufflepoint 0\.2, whose corpus fingerprint did not "

@@ -396,17 +396,23 @@ def _sidecar(tmp_path):
 
 def test_inspect_a_corpus_index_sidecar_and_its_folder(tmp_path, capsys):
     data, built = _sidecar(tmp_path)
-    code, out, _ = run(capsys, "inspect", str(data / ".shufflepoint-index-key.json"), "--json", "-")
+    code, out, _ = run(capsys, "inspect", str(data / ".shufflepoint-index-key.idx"), "--json", "-")
     assert code == 0 and json.loads(out)["corpora"][0]["rows"] == 10
-    code, out, _ = run(capsys, "inspect", str(data / ".shufflepoint-index-key.json"))
+    code, out, _ = run(capsys, "inspect", str(data / ".shufflepoint-index-key.idx"))
     assert "5 jsonl shards under" in out and "10 (510 bytes)" in out
     assert f"fingerprint: shards:{built.content_hash}" in out and "empty      : part-0.jsonl" in out
     assert "corpus index valid: yes" in out
-    assert "integrity  : versions of 5 of 5 shards, checksums of 0 (index format 2)" in out
+    assert "integrity  : versions of 5 of 5 shards, checksums of 0 (index format 3)" in out
     code, out, _ = run(capsys, "inspect", str(data))
     assert code == 0 and "a shufflepoint corpus index" in out
-    sidecar_path = tmp_path / "cache" / "corpus-key.json"
-    value = json.loads(sidecar_path.read_text())
+    columnar = tmp_path / "cache" / "corpus-key.idx"
+    data = bytearray(columnar.read_bytes())
+    data[-40] ^= 1  # a byte of the last column
+    columnar.write_bytes(bytes(data))
+    code, out, _ = run(capsys, "inspect", str(columnar))
+    assert code == 1 and "DAMAGED" in out and "found bytes that do not match their sha256" in out
+    sidecar_path = tmp_path / "cache" / "corpus-key.json"  # a JSON sidecar, as shufflepoint <= 0.4 wrote it
+    value = built.to_json()
     value["shards"][1][3] = 7
     sidecar_path.write_text(json.dumps(value))
     code, out, _ = run(capsys, "inspect", str(sidecar_path))

@@ -97,7 +97,8 @@ class Totals:
     def matching(self, index: _index.CorpusIndex) -> np.ndarray:
         """For each shard of the index, its row here when the row still holds (same name, size, version and
         documents, as the row index matches a shard), else -1."""
-        names = [s.name for s in index.shards]
+        shards = index.shards  # columns: whole-list compares, a Python step per shard only where they differ
+        names = shards.names
         if names == self.names:
             rows = np.arange(len(names), dtype=np.int64)
         else:
@@ -105,11 +106,11 @@ class Totals:
             rows = np.fromiter((where.get(name, -1) for name in names), np.int64, len(names))
         known = rows >= 0
         at = rows[known]
-        sizes = np.fromiter((s.size for s in index.shards), np.int64, len(names))[known]
-        versions = [s.version for s, k in zip(index.shards, known.tolist(), strict=True) if k]
-        same = (self.sizes[at] == sizes) & (self.documents[at] == np.asarray(index.rows, np.int64)[known])
-        same &= np.fromiter((self.versions[r] == v for r, v in zip(at.tolist(), versions, strict=True)), bool,
-                            at.size)
+        same = (self.sizes[at] == shards.sizes[known]) & (self.documents[at] == shards.rows[known])
+        if not (at.size == len(self.versions) and shards.versions == self.versions):
+            versions = [v for v, k in zip(shards.versions, known.tolist(), strict=True) if k]
+            same &= np.fromiter((self.versions[r] == v for r, v in zip(at.tolist(), versions, strict=True)), bool,
+                                at.size)
         rows[np.flatnonzero(known)[~same]] = -1
         return rows
 
@@ -180,8 +181,8 @@ def of_index(index: _index.CorpusIndex, identity: str, tokens: np.ndarray, diges
              offsets: np.ndarray | None = None, counts: str | None = None, width: int = 8) -> Totals:
     """The totals of the index's shards (offsets -1: no counts file)."""
     shards = index.shards
-    return Totals(identity, [s.name for s in shards], np.fromiter((s.size for s in shards), np.int64, len(shards)),
-                  [s.version for s in shards], np.asarray(index.rows, np.int64), np.asarray(tokens, np.int64),
+    return Totals(identity, list(shards.names), np.array(shards.sizes, np.int64),
+                  list(shards.versions), np.asarray(index.rows, np.int64), np.asarray(tokens, np.int64),
                   np.full(len(shards), -1, np.int64) if offsets is None else offsets, list(digests), counts, width)
 
 

@@ -81,7 +81,10 @@ class Resolver:
             known = np.flatnonzero(rows >= 0)
             self.totals[known] = published[0].tokens[rows[known]]
             digests = published[0].digests
-            self.digests = [digests[row] if row >= 0 else "" for row in rows.tolist()]
+            if rows.size == len(digests) and bool((rows == np.arange(rows.size)).all()):
+                self.digests = list(digests)  # the published shards, in order: no step per shard
+            else:
+                self.digests = [digests[row] if row >= 0 else "" for row in rows.tolist()]
         empty = np.flatnonzero((self.rows == 0) & (self.totals < 0))
         self.totals[empty] = 0
         for shard in empty.tolist():

@@ -32,6 +32,7 @@ from shufflepoint._shards.indexing import Indexer
 from shufflepoint._shards.integrity import check_checksum, check_verify
 from shufflepoint._shards.locate import located_error, shard_location
 from shufflepoint._shards.prefetch import Prefetcher
+from shufflepoint._shards.published_listing import listing
 from shufflepoint._shards.readers import infer_format, make_reader, saved_dataset_files
 from shufflepoint._shards.readers._decoded import GROUPS
 from shufflepoint._shards.readers._flat import Layout
@@ -141,21 +142,20 @@ class Shards(torch.utils.data.Dataset[Any]):
         self._verify = check_verify(verify)
         self._storage = Storage(storage_options=storage_options, retries=retries)
         saved = saved_dataset_files(sources) if isinstance(sources, str) and os.path.isdir(sources) else None
+        options = {k: v for k, v in (("columns", columns), ("seq_len", seq_len), ("dtype", dtype)) if v is not None}
+        self._cache_dir = cache_dir or sidecar.default_cache_dir()
         with collector.paused():  # a listing of 1e5 objects: see _core/collector.py
-            urls = saved if saved is not None else self._storage.expand(sources)
+            urls, listed = (saved, None) if saved is not None else self._listing(sources, format, options)
         if not urls:
             raise ValueError(refusal("sources", sources, "at least one shard", "pass where the shards are"))
-        name = format or infer_format(urls[0])
-        options = {k: v for k, v in (("columns", columns), ("seq_len", seq_len), ("dtype", dtype)) if v is not None}
-        self._reader = make_reader(name, **options)
-        self._cache_dir = cache_dir or sidecar.default_cache_dir()
+        self._reader = make_reader(format or infer_format(urls[0]), **options)
         self._cache_limit = cache_limit
         self._transform = transform
         self._prefetch_depth = int(prefetch)
         self._max_open = 8 if max_open is None else max(1, int(max_open))
         self._max_open_chosen = max_open is not None
         self._cache = None  # the index build below may already download remote shards
-        self.index = self._load_or_build(urls, index_threads, progress)
+        self.index = self._load_or_build(urls, index_threads, progress, listed)
         rows = self.index.rows
         self._ends = np.cumsum(rows)
         self._starts = self._ends - rows
@@ -165,10 +165,19 @@ class Shards(torch.utils.data.Dataset[Any]):
         self._reset_process_state()
 
     # -- the index ---------------------------------------------------------------------------
-    def _load_or_build(self, urls: list[str], threads: int, progress: bool) -> _index.CorpusIndex:
+    _published_listing = True  # a glob ``shufflepoint index`` published is listed from its index (not by the tool)
+
+    def _listing(self, sources: str | Sequence[str], format: str | None,
+                 options: dict[str, Any]) -> tuple[list[str], _index.CorpusIndex | None]:
+        if not self._published_listing or self._verify == "checksum":
+            return self._storage.expand(sources), None
+        return listing(self._storage, sources, format, options, self._cache_dir)
+
+    def _load_or_build(self, urls: list[str], threads: int, progress: bool,
+                       listed: _index.CorpusIndex | None) -> _index.CorpusIndex:
         indexer = Indexer(self._storage, self._reader, self._cache_dir, self._fetch_for_index,
                           checksums=self._verify == "checksum")
-        return indexer.load_or_build(urls, threads, progress)
+        return indexer.load_or_build(urls, threads, progress, listed)
 
     def _fetch_for_index(self, url: str, size: int, version: str) -> str:
         return self._fetch(url, size, version, "")
@@ -572,3 +581,10 @@ class Shards(torch.utils.data.Dataset[Any]):
         from the index in memory (its content hash is computed once, when it is built or read)."""
         return (f"Shards({self._reader.name}, {len(self.index.shards):,} shards, {len(self):,} rows, "
                 f"fingerprint={short(self.fingerprint)}, root={self.index.root!r})")
+
+
+class ListedShards(Shards):
+    """``Shards`` that lists the storage even for a glob a published index recorded: what ``shufflepoint index``
+    must see to publish the corpus as it is now (``_shards/published_listing.py``)."""
+
+    _published_listing = False

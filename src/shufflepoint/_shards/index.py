@@ -16,11 +16,12 @@ another fingerprint; the refusal says so, and ``strict=False`` accepts it. The c
 the hash: turning ``verify="checksum"`` on or off keeps the identity.
 
 Index format 1 (shufflepoint 0.2) hashed (name, size, rows) only. Its sidecars still load: their
-rows are reused wherever (size, version) still match the storage, and they are written again as
-format 2. A state saved by 0.2 carries the old hash; ``explain`` recognises it and says how to
-resume (see ``legacy_hash``).
+rows are reused wherever (size, version) still match the storage, and they are written again in the
+current format. Format 2 (0.3-0.4) is JSON; format 3 (``_shards/index_file.py``) holds the same
+records as columns, with the same content hash. A state saved by 0.2 carries the old hash;
+``explain`` recognises it and says how to resume (see ``legacy_hash``).
 
-Sidecars are content-addressed copies in the cache folder (``index-<hash>.json``), plus one
+Sidecars are content-addressed copies in the cache folder (``index-<hash>.idx``), plus one
 beside a local corpus when its folder is writable, or one published beside a remote corpus by
 ``shufflepoint index``. Because old ones stay, a state saved on an older corpus can be refused
 with a message that names the shards that changed.
@@ -37,30 +38,23 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 from operator import itemgetter
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from shufflepoint._core import collector
 from shufflepoint._core.errors import Plain, refusal
+from shufflepoint._shards.records import Columns as Columns  # the index's shards; re-exported
+from shufflepoint._shards.records import ShardRecord as ShardRecord
 from shufflepoint._shards.storage import is_remote
 
 _REBUILD = "delete it to rebuild (shufflepoint index SOURCES publishes a new one)"
 
 FORMAT = "shufflepoint-index"
-VERSION = 2
-READS = (1, 2)  # index formats this shufflepoint reads
-
-
-class ShardRecord(NamedTuple):
-    """One shard as the index records it. A named tuple, not a dataclass: 1e5 of them are read from a
-    sidecar in every process (a frozen dataclass's ``__init__`` cost ~5 us each, 0.5 s at 1e5 shards)."""
-
-    name: str  # relative to the corpus root
-    size: int
-    version: str
-    rows: int
-    checksum: str = ""  # "sha256:<hex>" with verify="checksum", else ""
+VERSION = 3  # the columnar file (_shards/index_file.py); 2 is the JSON sidecar, with the same content hash
+JSON_VERSION = 2
+READS = (1, 2, 3)  # index formats this shufflepoint reads
+CURRENT = (2, 3)  # formats whose content hash covers versions: an index read from one is kept as it is
 
 
 @dataclass(frozen=True)
@@ -70,27 +64,40 @@ class CorpusIndex:
     root: str
     reader: str
     options: dict[str, Any]
-    shards: tuple[ShardRecord, ...]
+    shards: Columns  # any sequence of ShardRecord is taken, and kept as columns
     read_as: int = field(default=VERSION, compare=False)  # the format of the sidecar it was read from
-    # The sidecar's bytes as read (format 2): a node keeps a published index by writing them, not re-encoding it.
+    # The columnar file's bytes as read: a node keeps a published index by writing them, not re-encoding it.
     text: bytes = field(default=b"", compare=False, repr=False)
+    hashed: str = field(default="", compare=False, repr=False)  # the content hash a checked file recorded
+    globs: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # see index_file.for_glob
 
-    @cached_property
+    def __post_init__(self) -> None:
+        if not isinstance(self.shards, Columns):
+            object.__setattr__(self, "shards", Columns.of(self.shards))
+
+    @property
     def rows(self) -> np.ndarray:
-        rows = np.array([s.rows for s in self.shards], dtype=np.int64)
-        rows.flags.writeable = False  # computed once and shared: nobody may change it in place
-        return rows
+        return self.shards.rows  # read-only, shared
 
     @cached_property
     def content_hash(self) -> str:
         """Computed once (a JSON dump and a sha256 of every record: 2 ms at 1,000 shards, asked by
-        the sidecar check, the fingerprint and the loader)."""
-        return self._hash([s[:4] for s in self.shards])  # (name, size, version, rows): json writes a tuple as a list
+        the sidecar check, the fingerprint and the loader), or the one a columnar file recorded."""
+        return self.hashed or self._hash(self.shards.identity())  # json writes a tuple as a list
+
+    def urls(self) -> list[str]:
+        """Every shard's URL or path, in order (``url`` of each, without a call per shard)."""
+        names = self.shards.names
+        if not self.root:
+            return list(names)
+        prefix = self.root.rstrip("/") + "/" if "://" in self.root else os.path.join(self.root, "")
+        return [prefix + name for name in names]
 
     @property
     def legacy_hash(self) -> str:
         """The content hash as index format 1 (shufflepoint 0.2) computed it: no versions."""
-        return self._hash([(s.name, s.size, s.rows) for s in self.shards])
+        shards = self.shards
+        return self._hash(list(zip(shards.names, shards.sizes.tolist(), shards.rows.tolist(), strict=True)))
 
     def _hash(self, shards: Sequence[Sequence[Any]]) -> str:
         identity = {"reader": self.reader, "options": self.options, "shards": shards}
@@ -100,29 +107,28 @@ class CorpusIndex:
         return join(self.root, self.shards[shard].name)
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": FORMAT, "version": VERSION, "root": self.root, "reader": self.reader,
+        return {"format": FORMAT, "version": JSON_VERSION, "root": self.root, "reader": self.reader,
                 "options": self.options, "content_hash": self.content_hash,
                 "shards": [[s.name, s.size, s.version, s.rows, s.checksum] for s in self.shards]}
 
     @classmethod
-    def from_json(cls, value: Any, where: str, text: bytes = b"") -> CorpusIndex:
-        """Read a sidecar (format 1 or 2); ValueError naming the file and the field for anything
-        malformed. ``text``: the bytes ``value`` was parsed from, kept to be written again as they are."""
+    def from_json(cls, value: Any, where: str) -> CorpusIndex:
+        """Read a JSON sidecar (format 1 or 2); ValueError naming the file and the field for anything
+        malformed. (Format 3, the columnar file, is ``index_file.decode``'s.)"""
         if not isinstance(value, dict) or value.get("format") != FORMAT:
             raise ValueError(refusal(where, Plain("no corpus index format"), f"format {FORMAT!r}", _REBUILD,
                                      why="it is not a shufflepoint corpus index"))
         version = value.get("version")
-        if version not in READS:
+        if version not in (1, JSON_VERSION):
             raise ValueError(refusal(where, Plain(f"index version {version!r}"), f"one of "
                                      f"{', '.join(map(str, READS))}", _REBUILD))
         try:
-            shards = tuple(_record(entry, version) for entry in value["shards"])
-            index = cls(str(value["root"]), str(value["reader"]), dict(value["options"]), shards, read_as=version,
-                        text=text if version == VERSION else b"")
+            shards = Columns.of(_record(entry, version) for entry in value["shards"])
+            index = cls(str(value["root"]), str(value["reader"]), dict(value["options"]), shards, read_as=version)
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(refusal(where, Plain("a damaged corpus index"), "a corpus index's fields", _REBUILD,
                                      why=repr(error))) from error
-        if (index.content_hash if version == VERSION else index.legacy_hash) != value.get("content_hash"):
+        if (index.content_hash if version == JSON_VERSION else index.legacy_hash) != value.get("content_hash"):
             raise ValueError(refusal(where, Plain("a content_hash that does not match its shards"), "the hash of "
                                      "its shards", _REBUILD, why="the index was edited or damaged"))
         return index
@@ -132,8 +138,7 @@ def same_sidecar(a: CorpusIndex, b: CorpusIndex) -> bool:
     """Whether the two write the same sidecar (``to_json``): the content hash covers reader, options
     and each shard's name, size, version and rows; root and checksums are compared apart. O(shards)
     string compares, no JSON (the hashes are computed once per index anyway)."""
-    return (a.content_hash == b.content_hash and a.root == b.root
-            and [s.checksum for s in a.shards] == [s.checksum for s in b.shards])
+    return a.content_hash == b.content_hash and a.root == b.root and a.shards.checksums == b.shards.checksums
 
 
 def _record(entry: Any, version: int) -> ShardRecord:
@@ -194,7 +199,7 @@ def build(urls: Sequence[str], *, reader: str, options: dict[str, Any],
         counted = pool.map(lambda i: count(urls[i], *found[i]), todo)
         for i, (rows, checksum) in zip(todo, _with_progress(counted, len(todo), progress), strict=True):
             records[i] = ShardRecord(relative(root, urls[i]), found[i][0], found[i][1], rows, checksum)
-    return CorpusIndex(root, reader, dict(options), tuple(r for r in records if r is not None))
+    return CorpusIndex(root, reader, dict(options), Columns.of(r for r in records if r is not None))
 
 
 def _known(root: str, urls: Sequence[str], found: Sequence[tuple[int, str]],
@@ -247,28 +252,31 @@ def _infos(pool: ThreadPoolExecutor, info: Callable[[str], tuple[int, str]], url
     return found + list(pool.map(info, urls[len(found):]))
 
 
-_NAME, _SIZE_VERSION = itemgetter(0), itemgetter(1, 2)  # of a ShardRecord
+_SIZE, _VERSION = itemgetter(0), itemgetter(1)  # of an ObjectInfo, or a (size, version) pair
 
 
 def _describes(index: CorpusIndex, root: str, urls: Sequence[str], found: Sequence[tuple[int, str]], *, reader: str,
                options: dict[str, Any], checksums: bool) -> bool:
     """Whether ``index`` records exactly these shards, in this order, with these (size, version): then it is
     the index, as a whole. Whole-list compares, not a lookup per shard (1e5 shards: ~30 ms, not 1 s)."""
-    if (index.reader, index.options, index.root, len(index.shards), index.read_as) != (
-            reader, options, root, len(urls), VERSION):
+    if (index.reader, index.options, index.root, len(index.shards)) != (reader, options, root, len(urls)) or \
+            index.read_as not in CURRENT:
         return False
-    if any(bool(s.checksum) != checksums for s in index.shards):  # records as ``_reuse`` would keep them
+    shards = index.shards
+    if "" in shards.checksums if checksums else any(shards.checksums):  # records as ``_reuse`` would keep them
         return False
     if root and not root.endswith("/"):  # ``relative``, inlined
         prefix, cut = root + "/", len(root) + 1
         names = [url[cut:] if url.startswith(prefix) else url for url in urls]
     else:
         names = [relative(root, url) for url in urls]
-    shards = index.shards
-    if list(map(_NAME, shards)) != names:
+    if shards.names != names:
         return False
-    recorded = list(map(_SIZE_VERSION, shards))  # tuples made in C: ~3x faster than a comprehension
-    return recorded == list(found) or recorded == [(int(size), str(version)) for size, version in found]
+    sizes = np.fromiter(map(_SIZE, found), np.int64, len(found))
+    if not np.array_equal(sizes, shards.sizes):
+        return False
+    versions = list(map(_VERSION, found))  # str already, from a listing or a stat: no conversion per shard
+    return versions == shards.versions or [str(v) for v in versions] == shards.versions
 
 
 def _reuse(reusable: dict[str, list[ShardRecord]], name: str, size: int, version: str,

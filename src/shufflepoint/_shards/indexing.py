@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import warnings
 from collections.abc import Callable
 from typing import Any
 
-from shufflepoint._core import collector
+import numpy as np
+
 from shufflepoint._core.capabilities import CountsRowsFromMetadata, CountsRowsFromSize
 from shufflepoint._shards import index as _index
-from shufflepoint._shards import sidecar
+from shufflepoint._shards import index_file, sidecar
 from shufflepoint._shards.integrity import file_checksum
 from shufflepoint._shards.readers.base import Reader
 from shufflepoint._shards.storage import PUBLISHED_PREFIX, Storage, is_remote
@@ -37,23 +39,33 @@ Fetch = Callable[[str, int, str], str]  # (url, size, version) -> a local path h
 
 def published_name(reader: str, options: dict[str, Any]) -> str:
     """The published index's file name: by reader and options only, so a corpus that grows keeps
-    finding it (its records are matched to shards by name, size and version)."""
+    finding it (its records are matched to shards by name, size and version). Columnar (``.idx``)."""
     key = hashlib.sha256(json.dumps({"reader": reader, "options": options}, sort_keys=True).encode()).hexdigest()
-    return f"{PUBLISHED_PREFIX}-{key[:16]}.json"
+    return f"{PUBLISHED_PREFIX}-{key[:16]}.idx"
+
+
+def published_names(reader: str, options: dict[str, Any]) -> tuple[str, str]:
+    """Where a published index may be: the columnar file, then the JSON one shufflepoint <= 0.4 published."""
+    name = published_name(reader, options)
+    return name, name[:-len(".idx")] + ".json"
 
 
 def read_published(storage: Storage, root: str, reader: str, options: dict[str, Any]) -> _index.CorpusIndex | None:
     """The index published beside the corpus at ``root``, if any (a damaged one: a warning, None)."""
-    url = _index.join(root, published_name(reader, options))
-    data = storage.read_small(url)
-    if data is None:
-        return None
+    for name in published_names(reader, options):
+        url = _index.join(root, name)
+        data = storage.read_small(url)
+        if data is not None:
+            return parse_published(data, url)
+    return None
+
+
+def parse_published(data: bytes, url: str) -> _index.CorpusIndex | None:
     try:
-        with collector.paused():  # 1e5 shards: ~1e6 small objects (see _core/collector.py)
-            return _index.CorpusIndex.from_json(json.loads(data), url, text=data)
+        return sidecar.parse(data, url)
     except ValueError as error:  # json's errors are ValueErrors too
         warnings.warn(f"the published corpus index {url} is not readable ({error}); counting rows here "
-                      "instead. Re-run shufflepoint index to publish it again.", stacklevel=5)
+                      "instead. Re-run shufflepoint index to publish it again.", stacklevel=6)
         return None
 
 
@@ -65,9 +77,17 @@ class Indexer:
         self.fetch, self.checksums = fetch, checksums
         self.published: str | None = None  # the published index found, if any
 
-    def load_or_build(self, urls: list[str], threads: int, progress: bool) -> _index.CorpusIndex:
+    def load_or_build(self, urls: list[str], threads: int, progress: bool,
+                      listed: _index.CorpusIndex | None = None) -> _index.CorpusIndex:
+        """``listed``: the published index these ``urls`` were read from (``published_listing``): it is the
+        index, kept in the node cache as it was read."""
         options = self.reader.options()
         key = sidecar.corpus_key(urls, self.reader.name, options)
+        if listed is not None:
+            with sidecar.building(self.cache_dir, key):
+                sidecar.save(listed, self.cache_dir, key, unless_same=True)
+            self._warn_unversioned(listed, urls)
+            return listed
         root = _index.common_root(urls)
         with sidecar.building(self.cache_dir, key):
             latest = sidecar.load_latest(self.cache_dir, key, root)
@@ -82,13 +102,19 @@ class Indexer:
                                  before_counting=self._before_counting)
             if latest is None or latest.read_as != _index.VERSION or not _index.same_sidecar(latest, built):
                 sidecar.save(built, self.cache_dir, key)
-        unversioned = [s.name for s, url in zip(built.shards, urls, strict=True) if is_remote(url) and not s.version]
-        if unversioned and not self.checksums:
+        self._warn_unversioned(built, urls)
+        return built
+
+    def _warn_unversioned(self, built: _index.CorpusIndex, urls: list[str]) -> None:
+        if "" not in built.shards.versions or self.checksums:  # the usual case: one C-level scan
+            return
+        unversioned = [name for name, version, url in zip(built.shards.names, built.shards.versions, urls, strict=True)
+                       if is_remote(url) and not version]
+        if unversioned:
             warnings.warn(f"the storage reports no version for {len(unversioned)} shard(s) (e.g. {unversioned[0]}; "
                           "plain HTTP without ETag or Last-Modified?): one rewritten with the same size would be read "
                           "without notice. Pass verify='checksum' to check every copy's content.",
-                          UserWarning, stacklevel=4)
-        return built
+                          UserWarning, stacklevel=5)
 
     def read_published(self, root: str, options: dict[str, Any]) -> _index.CorpusIndex | None:
         found = read_published(self.storage, root, self.reader.name, options)
@@ -151,15 +177,18 @@ class Indexer:
                       UserWarning, stacklevel=6)
 
 
-def publish(index: _index.CorpusIndex, storage: Storage) -> str:
+def publish(index: _index.CorpusIndex, storage: Storage, glob: str | None = None) -> str:
     """Write ``index`` beside its corpus, where every node's ``Shards`` looks; returns the URL or path.
 
     One file per folder, reader and options: the records of other shards it already holds (another
     glob over the same folder) are kept after this index's while those shards are still there,
-    unchanged, so publishing one corpus never makes another one's nodes scan again."""
+    unchanged, so publishing one corpus never makes another one's nodes scan again. ``glob``: the
+    pattern that listed ``index``'s shards, recorded with them so that a ``Shards`` over it reads them
+    from this file instead of listing the storage; another glob recorded before is kept while all of
+    its shards are."""
     url = _index.join(index.root, published_name(index.reader, index.options))
     existing = read_published(storage, index.root, index.reader, index.options)
-    ours = {s.name for s in index.shards}
+    ours = set(index.shards.names)
     others = [s for s in existing.shards if s.name not in ours] if existing is not None else []
     if others:
         listed = {_index.relative(index.root, u) for u in storage.expand(_index.join(index.root, "**"))}
@@ -169,11 +198,33 @@ def publish(index: _index.CorpusIndex, storage: Storage) -> str:
             return (found.size, found.version) == (record.size, record.version)
 
         others = [s for s in others if s.name in listed and unchanged(s)]
-    kept = tuple(others)
-    merged = _index.CorpusIndex(index.root, index.reader, dict(index.options), index.shards + kept)
+    shards = _index.Columns.of((*index.shards, *others))
+    merged = _index.CorpusIndex(index.root, index.reader, dict(index.options), shards)
+    globs = _kept_globs(existing, merged)
+    if glob is not None:
+        globs[glob_key(glob, index.root)] = np.arange(len(index.shards))
+    data = index_file.encode(merged, globs)
     if is_remote(url):
-        storage.write_small(url, json.dumps(merged.to_json(), separators=(",", ":")).encode())
+        storage.write_small(url, data)
     else:
-        sidecar.write_json(url, merged.to_json())
+        sidecar.write_whole(url, lambda f: f.write(data))
     return url
 
+
+def _kept_globs(existing: _index.CorpusIndex | None, merged: _index.CorpusIndex) -> dict[str, np.ndarray]:
+    """The globs ``existing`` recorded whose shards are all in ``merged``, unchanged: their positions there."""
+    if existing is None or not existing.globs:
+        return {}
+    at = {record: i for i, record in enumerate(merged.shards)}
+    kept = {}
+    for pattern, positions in existing.globs.items():
+        found = [at.get(existing.shards[i]) for i in positions.tolist()]
+        if None not in found:
+            kept[pattern] = np.array(found, dtype=np.int64)
+    return kept
+
+
+def glob_key(pattern: str, root: str) -> str:
+    """How a glob is recorded in a published index: relative to the corpus root (local paths absolute first)."""
+    absolute = pattern if is_remote(pattern) else os.path.abspath(pattern.removeprefix("file://"))
+    return _index.relative(root, absolute)

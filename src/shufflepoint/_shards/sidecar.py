@@ -1,11 +1,12 @@
 """Where corpus indexes live on disk: written atomically, found again, built by one process at a time.
 
-Two names per index, both small JSON files:
+Two names per index, both columnar files (index format 3, ``_shards/index_file.py``; the JSON
+sidecars of formats 1 and 2, ``.json``, are still read where no ``.idx`` is):
 
-- ``corpus-<key>.json``: the latest index of one *source list* (the same sources, reader and
+- ``corpus-<key>.idx``: the latest index of one *source list* (the same sources, reader and
   options give the same key), beside a local corpus when its folder is writable and always in the
   cache folder. This is what a restarted job reads instead of counting rows again.
-- ``index-<content hash>.json`` in the cache folder: every index ever built, by content. A state
+- ``index-<content hash>.idx`` in the cache folder: every index ever built, by content. A state
   records only the content hash; this copy lets a refused resume name the shards that changed.
 
 Several ranks constructing the same ``Shards`` at once take a lock: one builds, the others read.
@@ -24,6 +25,7 @@ from typing import IO, Any, TypeVar
 
 from shufflepoint._core import collector
 from shufflepoint._core.errors import Plain, refusal
+from shufflepoint._shards import index_file
 from shufflepoint._shards.index import CorpusIndex
 
 T = TypeVar("T")
@@ -82,30 +84,52 @@ def write_json(path: str, value: Any) -> None:
     write_whole(path, lambda f: f.write(json.dumps(value, separators=(",", ":")).encode()))
 
 
-def _read(path: str) -> CorpusIndex | None:
+def read_index(path: str) -> CorpusIndex | None:
+    """The index in a sidecar file of any format (by its first bytes), None when there is no such file;
+    ValueError naming the file for anything unreadable."""
     try:
-        with open(path) as f, collector.paused():  # 1e5 shards: ~1e6 small objects (see _core/collector.py)
-            value = json.load(f)
+        with open(path, "rb") as f:
+            data = f.read()
     except FileNotFoundError:
         return None
-    except (OSError, json.JSONDecodeError) as error:
-        raise ValueError(refusal(path, Plain("an unreadable corpus index"), "a JSON corpus index",
+    except OSError as error:
+        raise ValueError(refusal(path, Plain("an unreadable corpus index"), "a corpus index file",
                                  "delete it to rebuild", why=str(error))) from error
+    return parse(data, path)
+
+
+def parse(data: bytes, where: str) -> CorpusIndex:
+    """An index from a file's bytes: the columnar format 3, or a JSON sidecar (formats 1 and 2)."""
+    if index_file.is_columnar(data):
+        return index_file.decode(data, where)
+    try:
+        with collector.paused():  # 1e5 shards: ~1e6 small objects (see _core/collector.py)
+            value = json.loads(data)
+    except ValueError as error:
+        raise ValueError(refusal(where, Plain("an unreadable corpus index"), "a corpus index (a columnar file "
+                                 f"starting {index_file.MAGIC!r}, or JSON)", "delete it to rebuild",
+                                 why=str(error))) from error
     with collector.paused():
-        return CorpusIndex.from_json(value, path)
+        return CorpusIndex.from_json(value, where)
+
+
+def _either(stem: str) -> CorpusIndex | None:
+    """``stem.idx``, else the ``stem.json`` an older shufflepoint wrote."""
+    found = read_index(stem + ".idx")
+    return found if found is not None else read_index(stem + ".json")
 
 
 def beside_data(root: str, key: str) -> str | None:
-    """The sidecar path beside a local corpus, or None for a remote one."""
+    """The sidecar path beside a local corpus (without its suffix), or None for a remote one."""
     if not root or "://" in root:
         return None
-    return os.path.join(root, f".shufflepoint-index-{key}.json")
+    return os.path.join(root, f".shufflepoint-index-{key}")
 
 
 def load_latest(cache_dir: str, key: str, root: str) -> CorpusIndex | None:
-    for path in (beside_data(root, key), os.path.join(cache_dir, f"corpus-{key}.json")):
-        if path is not None:
-            found = _read(path)
+    for stem in (beside_data(root, key), os.path.join(cache_dir, f"corpus-{key}")):
+        if stem is not None:
+            found = _either(stem)
             if found is not None:
                 return found
     return None
@@ -113,25 +137,37 @@ def load_latest(cache_dir: str, key: str, root: str) -> CorpusIndex | None:
 
 def load_by_hash(cache_dir: str, content_hash: str) -> CorpusIndex | None:
     try:
-        return _read(os.path.join(cache_dir, f"index-{content_hash}.json"))
+        return _either(os.path.join(cache_dir, f"index-{content_hash}"))
     except ValueError:
         return None
 
 
-def save(index: CorpusIndex, cache_dir: str, key: str) -> list[str]:
-    """Write the index under both names; returns the paths written."""
-    # Once for every copy; a published index as it was read (1e5 shards: 0.2 s to encode again).
-    data = index.text or json.dumps(index.to_json(), separators=(",", ":")).encode()
-    written = []
-    for path in (os.path.join(cache_dir, f"index-{index.content_hash}.json"),
-                 os.path.join(cache_dir, f"corpus-{key}.json")):
-        write_whole(path, lambda f: f.write(data))
-        written.append(path)
+def save(index: CorpusIndex, cache_dir: str, key: str, *, unless_same: bool = False) -> list[str]:
+    """Write the index under both names (columnar); returns the paths written. ``unless_same``: leave a file
+    that already holds these bytes (a node that starts again from the same published index)."""
+    # Once for every copy; a published index as it was read (1e5 shards: no encoding at all).
+    data = index.text or index_file.encode(index)
+    paths = [os.path.join(cache_dir, f"index-{index.content_hash}.idx"), os.path.join(cache_dir, f"corpus-{key}.idx")]
     beside = beside_data(index.root, key)
     if beside is not None and os.access(index.root, os.W_OK):
-        write_whole(beside, lambda f: f.write(data))
-        written.append(beside)
+        paths.append(beside + ".idx")
+    written = []
+    for path in paths:
+        if unless_same and _holds(path, data):
+            continue
+        write_whole(path, lambda f: f.write(data))
+        written.append(path)
     return written
+
+
+def _holds(path: str, data: bytes) -> bool:
+    try:
+        if os.path.getsize(path) != len(data):
+            return False
+        with open(path, "rb") as f:
+            return f.read() == data
+    except FileNotFoundError:
+        return False
 
 
 @contextlib.contextmanager

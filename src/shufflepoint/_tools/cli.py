@@ -265,7 +265,7 @@ def _verify(args: argparse.Namespace) -> int:
     try:
         storage = Storage(corpus_index.storage_options(args.storage_options))
         first = args.path[0] if isinstance(sources, list) else sources
-        reader = None if first.split("?", 1)[0].endswith(".json") else make_reader(
+        reader = None if first.split("?", 1)[0].endswith((".json", ".idx")) else make_reader(
             args.format or infer_format(storage.expand(sources)[0]), columns=args.columns, seq_len=args.seq_len,
             dtype=args.dtype)
         index, where, listed = inspect_corpus.find_index(sources, storage, reader,
@@ -282,11 +282,12 @@ def _index(args: argparse.Namespace) -> int:
     from shufflepoint._tools import corpus_index
 
     try:
+        sources = corpus_index.sources_of(args.sources)
         corpus = corpus_index.open_corpus(
-            corpus_index.sources_of(args.sources), format=args.format, columns=args.columns, seq_len=args.seq_len,
-            dtype=args.dtype, options=corpus_index.storage_options(args.storage_options), cache_dir=args.cache_dir,
-            verify="checksum" if args.checksum else "version")
-        found = corpus_index.index_and_publish(corpus)
+            sources, format=args.format, columns=args.columns, seq_len=args.seq_len, dtype=args.dtype,
+            options=corpus_index.storage_options(args.storage_options), cache_dir=args.cache_dir,
+            verify="checksum" if args.checksum else "version", list_storage=True)
+        found = corpus_index.index_and_publish(corpus, sources)
         source = corpus_index.token_source(args.tokens, args.tokenize, args.tokenizer)
         if source is not None:
             found.update(corpus_index.publish_token_counts(corpus, source, args.count_workers))

@@ -43,22 +43,29 @@ def storage_options(text: str | None) -> dict[str, Any]:
 
 
 def open_corpus(sources: str | list[str], *, format: str | None, columns: list[str] | None, seq_len: int | None,
-                dtype: str | None, options: dict[str, Any], cache_dir: str | None, verify: str) -> Any:
-    """The ``Shards`` the training job would build (its index counted, or read where it can be)."""
-    from shufflepoint._shards.dataset import Shards
+                dtype: str | None, options: dict[str, Any], cache_dir: str | None, verify: str,
+                list_storage: bool = False) -> Any:
+    """The ``Shards`` the training job would build (its index counted, or read where it can be).
+    ``list_storage``: list the shards in the storage even where a published index recorded the glob
+    (``shufflepoint index`` publishes what is there now)."""
+    from shufflepoint._shards.dataset import ListedShards, Shards
 
     with warnings.catch_warnings():  # the advice to run this command, given while running it
         warnings.filterwarnings("ignore", message="indexing downloads")
-        return Shards(sources, format=format, columns=columns, seq_len=seq_len, dtype=dtype, cache_dir=cache_dir,
-                      storage_options=options, verify=verify, progress=True)
+        kind = ListedShards if list_storage else Shards
+        return kind(sources, format=format, columns=columns, seq_len=seq_len, dtype=dtype, cache_dir=cache_dir,
+                    storage_options=options, verify=verify, progress=True)
 
 
-def index_and_publish(corpus: Any) -> dict[str, Any]:
+def index_and_publish(corpus: Any, sources: str | list[str] | None = None) -> dict[str, Any]:
+    """Publish ``corpus``'s index; ``sources``: a glob it was listed by, recorded with it (see
+    ``_shards/published_listing.py``)."""
     index = corpus.index
-    where = publish(index, corpus._storage)
+    glob = sources if isinstance(sources, str) and any(c in sources for c in "*?[") else None
+    where = publish(index, corpus._storage, glob=glob)
     return {"published": where, "root": index.root, "reader": index.reader, "options": index.options,
-            "shards": len(index.shards), "rows": int(index.rows.sum()), "bytes": sum(s.size for s in index.shards),
-            "checksums": all(s.checksum for s in index.shards), "fingerprint": corpus.fingerprint}
+            "shards": len(index.shards), "rows": int(index.rows.sum()), "bytes": int(index.shards.sizes.sum()),
+            "checksums": all(index.shards.checksums), "fingerprint": corpus.fingerprint}
 
 
 def token_source(field: str | None, tokenize: str | None, tokenizer: str | None) -> TokenSource | None:

@@ -248,7 +248,7 @@ def inspect_path(path: str) -> dict[str, Any]:
                         continue  # a directory may hold other files; only loader states count
             result.update(kind="directory", states=states, notes=[])
     else:
-        corpus = _corpus.describe_file(path) if path.endswith(".json") else None
+        corpus = _corpus.describe_file(path) if path.endswith((".json", ".idx")) else None
         if corpus is not None:
             result.update(kind="corpus_index", states=[], notes=[], corpora=[corpus],
                           recoverable=corpus["damaged"] is None)

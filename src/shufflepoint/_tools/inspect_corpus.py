@@ -1,8 +1,8 @@
 """``shufflepoint inspect`` on a corpus index sidecar: what a sharded corpus holds, as the loader sees it,
 and with ``--verify``, whether every shard is still the one the index recorded.
 
-A sidecar (``.shufflepoint-index-<key>.json`` beside the data, ``corpus-<key>.json`` or
-``index-<hash>.json`` in the cache) is read and checked as ``Shards`` reads it: its content hash
+A sidecar (``.shufflepoint-index-<key>.idx`` beside the data, ``corpus-<key>.idx`` or ``index-<hash>.idx``
+in the cache, or the ``.json`` ones older versions wrote) is read and checked as ``Shards`` reads it: its content hash
 must match its shards. A loader state whose ``dataset_fingerprint`` is ``shards:<hash>`` names
 the same hash, so the two can be matched by eye or by ``--json``.
 """
@@ -20,10 +20,11 @@ import numpy as np
 
 from shufflepoint._core.errors import ShardError
 from shufflepoint._shards import index as _index
-from shufflepoint._shards import sidecar
+from shufflepoint._shards import index_file, sidecar
 from shufflepoint._shards.index import FORMAT, CorpusIndex
-from shufflepoint._shards.indexing import published_name
+from shufflepoint._shards.indexing import published_names
 from shufflepoint._shards.integrity import Finding, verify_shard
+from shufflepoint._shards.records import Columns
 from shufflepoint._shards.storage import Storage
 
 
@@ -34,13 +35,14 @@ def is_index(value: Any) -> bool:
 def sidecars_in(folder: str, names: list[str]) -> list[str]:
     """The index sidecars among a folder's files."""
     return [os.path.join(folder, n) for n in names
-            if n.endswith(".json") and n.startswith((".shufflepoint-index-", "corpus-", "index-"))]
+            if n.endswith((".json", ".idx")) and n.startswith((".shufflepoint-index-", "corpus-", "index-"))]
 
 
 def describe(path: str, value: Any) -> dict[str, Any]:
-    """A JSON-ready summary of one sidecar; ``damaged`` with the reason when it does not validate."""
+    """A JSON-ready summary of one sidecar (its JSON value, or a columnar file's bytes); ``damaged`` with the
+    reason when it does not validate."""
     try:
-        index = CorpusIndex.from_json(value, path)
+        index = sidecar.parse(value, path) if isinstance(value, bytes) else CorpusIndex.from_json(value, path)
     except ValueError as error:
         return {"file": os.path.basename(path), "damaged": str(error)}
     rows = index.rows
@@ -48,20 +50,23 @@ def describe(path: str, value: Any) -> dict[str, Any]:
         "file": os.path.basename(path), "damaged": None, "root": index.root, "reader": index.reader,
         "options": index.options, "content_hash": index.content_hash,
         "fingerprint": "shards:" + index.content_hash, "shards": len(index.shards), "rows": int(rows.sum()),
-        "bytes": sum(s.size for s in index.shards),
+        "bytes": int(index.shards.sizes.sum()),
         "rows_per_shard": {"min": int(rows.min()), "median": float(np.median(rows)), "max": int(rows.max())}
         if rows.size else None,
         "empty_shards": [s.name for s in index.shards if s.rows == 0][:10],
-        "index_format": index.read_as, "versioned": sum(1 for s in index.shards if s.version),
-        "checksums": sum(1 for s in index.shards if s.checksum),
+        "index_format": index.read_as, "versioned": sum(1 for v in index.shards.versions if v),
+        "checksums": sum(1 for c in index.shards.checksums if c),
     }
 
 
 def describe_file(path: str) -> dict[str, Any] | None:
     """The summary of ``path`` when it is a sidecar, else None."""
     try:
-        with open(path) as f:
-            value = json.load(f)
+        with open(path, "rb") as f:
+            data = f.read()
+        if index_file.is_columnar(data):
+            return describe(path, data)
+        value = json.loads(data)
     except (OSError, ValueError):
         return None
     return describe(path, value) if is_index(value) else None
@@ -89,23 +94,25 @@ def render(corpus: dict[str, Any]) -> list[str]:
 # -- inspect --verify: the corpus against its index -------------------------------------------------
 def find_index(sources: str | list[str], storage: Storage, reader: Any,
                cache_dir: str) -> tuple[CorpusIndex, str, list[str] | None]:
-    """The index of a corpus given as a sidecar (``.json``, local or remote) or as its sources: the
+    """The index of a corpus given as a sidecar (``.idx`` or ``.json``, local or remote) or as its sources: the
     one published beside it, beside a local corpus, or in the cache; where it was found; the shards
     listed now (None for a sidecar). LookupError when none is found."""
-    if isinstance(sources, str) and sources.split("?", 1)[0].endswith(".json"):
+    if isinstance(sources, str) and sources.split("?", 1)[0].endswith((".json", ".idx")):
         data = storage.read_small(sources)
         if data is None:
             raise LookupError(f"{sources}: no such index file")
-        return CorpusIndex.from_json(json.loads(data), sources), sources, None
+        return sidecar.parse(data, sources), sources, None
     urls = storage.expand(sources)
     root, options = _index.common_root(urls), reader.options()
     key = sidecar.corpus_key(urls, reader.name, options)
-    places = [_index.join(root, published_name(reader.name, options)), sidecar.beside_data(root, key),
-              os.path.join(cache_dir, f"corpus-{key}.json")]
+    beside = sidecar.beside_data(root, key)
+    places = [_index.join(root, name) for name in published_names(reader.name, options)]
+    places += [beside + suffix for suffix in (".idx", ".json")] if beside is not None else []
+    places += [os.path.join(cache_dir, f"corpus-{key}{suffix}") for suffix in (".idx", ".json")]
     for place in places:
-        data = storage.read_small(place) if place is not None else None
-        if place is not None and data is not None:
-            return _only(CorpusIndex.from_json(json.loads(data), place), sources, urls), place, urls
+        data = storage.read_small(place)
+        if data is not None:
+            return _only(sidecar.parse(data, place), sources, urls), place, urls
     raise LookupError(f"no index of {sources!r} ({reader.name}) was found beside it or in {cache_dir}: publish one "
                       "with `shufflepoint index SOURCES` (or construct Shards over it once)")
 
@@ -119,7 +126,7 @@ def _only(index: CorpusIndex, sources: str | list[str], urls: list[str]) -> Corp
         pattern = os.path.abspath(pattern)
     kept = tuple(s for s in index.shards if _index.join(index.root, s.name) in listed
                  or (pattern is not None and fnmatch.fnmatchcase(_index.join(index.root, s.name), pattern)))
-    return CorpusIndex(index.root, index.reader, index.options, kept, read_as=index.read_as)
+    return CorpusIndex(index.root, index.reader, index.options, Columns.of(kept), read_as=index.read_as)
 
 
 def verify(index: CorpusIndex, where: str, storage: Storage, listed: list[str] | None = None,
