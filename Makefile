@@ -28,7 +28,9 @@ test: $(STAMP)
 # quick-start and sharded examples stopped and resumed (~1.3 min at load 5; make test-wheel, in CI, runs the
 # quick start's stop and resume and an epoch of the sharded example from the installed wheel); the images
 # example killed and resumed on 2 ranks and on 3 (81 s at load 6, 147 s at load 15; tests/distributed/test_images_resume.py
-# keeps a fresh-process resume with workers in make test).
+# keeps a fresh-process resume with workers in make test); the Accelerate patched and native examples, the
+# Hugging Face Trainer example and the augmentation example stopped and resumed (~55 s; each test names the
+# scenario of make test that covers its path).
 test-examples: $(STAMP)
 	$(PY) -m pytest -q -m examples tests/distributed
 

@@ -14,6 +14,9 @@ HANGS = [r"Timeout \(>[0-9.]+s\) from pytest-timeout", r"worker launch timed out
 
 
 def pytest_collection_modifyitems(config, items):
+    # The process tests first: they hold most of make test's 14 minutes and most of its failures, so a
+    # failure there shows minutes earlier. A stable sort: each file stays whole and in its own order.
+    items.sort(key=lambda item: os.sep + "distributed" + os.sep not in str(item.fspath))
     if not config.pluginmanager.hasplugin("rerunfailures"):
         return
     for item in items:

@@ -127,6 +127,9 @@ def _steps(record: str, rank: int) -> dict[int, dict]:
     return {row["step"]: row for row in rows}
 
 
+# make test-examples: test_resume_is_exact_step_for_step[native_mid_epoch] above covers the same path in make test
+# (accelerator.prepare(shufflepoint.DataLoader), save_state / load_state, step for step in fresh processes on 2 ranks).
+@pytest.mark.examples
 def test_native_example_resumes_exactly_after_a_stop(tmp_path) -> None:
     """examples/accelerate_native.py: stop after step 12 (checkpoint at 10), rerun, compare."""
     script = os.path.join(EXAMPLES, "accelerate_native.py")

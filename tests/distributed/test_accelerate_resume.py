@@ -136,6 +136,9 @@ def _steps(record: str, rank: int) -> dict[int, list[int]]:
     return {row["step"]: row["ids"] for row in rows}
 
 
+# make test-examples: test_resume_is_exact[acc_plain] above covers the same path in make test (patch_accelerate, a
+# stock loader prepared, accelerator.save_state / load_state, resumed batch for batch in fresh processes on 2 ranks).
+@pytest.mark.examples
 def test_patched_example_resumes_exactly_after_a_stop(tmp_path) -> None:
     """examples/accelerate_patched.py: stop after step 12 (checkpoint at 10), rerun, compare."""
     script = os.path.join(EXAMPLES, "accelerate_patched.py")

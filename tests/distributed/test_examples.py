@@ -47,6 +47,9 @@ def augmented(prefix, world):
     return found
 
 
+# make test-examples: test_augment_resume.py covers the promise in make test (every sample of every epoch
+# bit-identical to an uninterrupted run's after resumes from 2 to 3 ranks with other worker counts).
+@pytest.mark.examples
 def test_the_augmentation_example_keeps_every_augmentation_on_three_ranks(tmp_path):
     whole, parts, checkpoint = tmp_path / "whole", tmp_path / "parts", str(tmp_path / "b.pt")
     launch([AUGMENT, "--checkpoint", str(tmp_path / "a.pt"), "--record", str(whole)], 2).check()

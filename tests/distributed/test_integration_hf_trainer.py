@@ -17,6 +17,10 @@ EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "hf_tr
 N, SEED, BATCH, EPOCHS = 64, 1234, 4, 3  # 8 steps per epoch on 2 ranks
 
 
+# make test-examples: test_integration_transformers.py's "kill" scenario covers the same path in make test (the
+# shufflepoint Trainer on 2 ranks SIGKILLed right after a checkpoint, resume_from_checkpoint in fresh processes,
+# every rank's batches those of the uninterrupted run).
+@pytest.mark.examples
 def test_the_example_resumes_exactly_after_sigkill(tmp_path):
     output_dir, record = str(tmp_path / "out"), str(tmp_path / "record")
     common = [EXAMPLE, "--output-dir", output_dir, "--samples", str(N), "--epochs", str(EPOCHS), "--record", record]

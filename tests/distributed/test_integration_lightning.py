@@ -8,15 +8,18 @@ checkpoint and resumed in fresh processes with trainer.fit(..., ckpt_path=...).
   in the DataModule's state_dict; killed right after the checkpoint at the end of an epoch.
 """
 
+import importlib.util
 import os
 
 import pytest
+from integration_checks import batches, read_records, reference
 
-pytest.importorskip("lightning", reason="the lightning extra is not installed: pip install 'shufflepoint[lightning]'")
+from shufflepoint._tools.launch import launch
 
-from integration_checks import batches, read_records, reference  # noqa: E402
-
-from shufflepoint._tools.launch import launch  # noqa: E402
+# Looked up, not imported: only the launched processes use Lightning, and its import costs ~3 s of CPU
+# in the pytest process at every collection.
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("lightning") is None,
+                                reason="the lightning extra is not installed: pip install 'shufflepoint[lightning]'")
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
 N, SEED, BATCH, EPOCHS = 64, 1234, 4, 3  # 8 steps per epoch

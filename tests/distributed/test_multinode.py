@@ -2,7 +2,8 @@
 
 Each "node" is its own agent on 127.0.0.1 with its own shard cache folder, shared by its local
 ranks (``LOCAL_RANK`` != ``RANK`` on the second node). The shards live in the local S3 server, so
-the cache is exercised as on a cluster. Elastic jobs meet in a c10d rendezvous (``--nnodes=1:3``);
+the cache is exercised as on a cluster. Elastic jobs meet in a c10d rendezvous (``--nnodes=1:2``: the
+first round completes as soon as both nodes are in, instead of waiting out ``last_call`` for a third);
 the fixed-topology job uses torchrun's static rendezvous with ``--node-rank``. Judged by sample ids
 from the job's committed log (tests/distributed/workers/multinode_worker.py):
 
@@ -134,9 +135,10 @@ def test_a_node_killed_mid_epoch_re_forms_with_fewer_nodes_and_trains_every_samp
     job = Job(str(tmp_path / "job"), corpus, pause_at=PAUSE)
     jobs.append(job)
     port = free_port()
-    job.start("a", 2, elastic("1:3", port, last_call=8))  # a hosts the rendezvous store
+    # a hosts the rendezvous store; b must join within a's last call (8 s), else a trains alone first
+    job.start("a", 2, elastic("1:2", port, last_call=8))
     time.sleep(1)
-    job.start("b", 1, elastic("1:3", port, last_call=8))
+    job.start("b", 1, elastic("1:2", port, last_call=8))
     job.paused(3)  # both nodes in one world, past the checkpoint of step 15
     job.kill("b")
     open(os.path.join(job.out, "release"), "w").close()  # a's ranks go on, and fail at the next collective

@@ -43,10 +43,13 @@ def runs(tmp_path_factory):
     def go(mode, scenarios, nproc, **kwargs):
         return launch([WORKER, mode, out, json.dumps(scenarios)], nproc, **kwargs)
 
-    go("save", SAVE_2, 2).check()
-    go("save", SAVE_3, 3).check()
-    killed = go("save", KILL_2, 2, kill_when=os.path.join(out, "killed.saved"))
+    # The 2-rank saves ride in the launch that ends with the kill scenario (one launch fewer): each is
+    # written before the next starts, and the SIGKILL comes only after the last one saved.
+    killed = go("save", SAVE_2 + KILL_2, 2, kill_when=os.path.join(out, "killed.saved"))
+    if not killed.killed:
+        killed.check()  # a save before the kill failed: raises with the workers' stderr
     assert killed.killed, "the kill scenario was supposed to be SIGKILLed"
+    go("save", SAVE_3, 3).check()
     go("resume", [resume(s, 2) for s in SAVE_2 if s["name"] != "to_three"]
        + [resume(KILL_2[0], 2, kill=False),
           resume(SAVE_3[1], 3, name="from_three"),

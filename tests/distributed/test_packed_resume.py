@@ -93,10 +93,12 @@ def runs(s3_server, tmp_path_factory):
 
     killed = scenario("packed_killed", corpus, [0, 30], num_workers=2)
     video = video_scenario(out)
-    go("save", [same, elastic, video], 2)
-    # Both save, then the processes read the bucket on (2 workers each) until SIGKILLed mid-epoch.
-    stopped = launch([WORKER, "save", out, json.dumps([killed, s3])], 2, timeout=LAUNCH_TIMEOUT,
+    # Every 2-rank save in one launch (a launch fewer); the last, from the bucket, then reads on (2 workers
+    # each) until the launcher SIGKILLs every process mid-epoch.
+    stopped = launch([WORKER, "save", out, json.dumps([same, elastic, video, killed, s3])], 2, timeout=LAUNCH_TIMEOUT,
                      kill_when=os.path.join(out, "packed_s3.saved"))
+    if not stopped.killed:
+        stopped.check()  # a save before the kill failed: raises with the workers' stderr
     assert stopped.killed, "the kill scenario was supposed to be SIGKILLed"
     go("resume", [dict(same, source="packed", saved_world=2), dict(killed, source="packed_killed", saved_world=2),
                   dict(video, source="video", saved_world=2)], 2)

@@ -1,8 +1,16 @@
-"""The resume contract on a sharded corpus of 1,000+ shards on disk, in real, fresh processes.
+"""The resume contract on a sharded corpus, in real, fresh processes: 1,000+ shards on disk, and 250 in
+the local S3 server (moto over HTTP, read through s3fs) while its proxy answers 500s and drops
+connections (each fault is retried, none becomes a gap).
 
 2 and 3 ranks, ``num_workers`` 0 and 2, SIGKILL, elastic 2 -> 3 and 3 -> 2, and a mixture resumed
-across an epoch boundary. Exactly-once is checked by sample ids: every row carries its own id.
-The same contract over the local S3 server is in ``test_shards_s3.py``.
+across an epoch boundary, on disk and in S3 alike. Exactly-once is checked by sample ids: every row
+carries its own id.
+
+The disk and S3 scenarios share five launches (a launch costs seconds of imports on a 2-core CI
+machine): the scenarios saved on 2 ranks ride in the launch that ends with its corpus's SIGKILL
+scenario, one such launch per corpus, then one launch saves on 3 ranks and one resumes on each world
+size. The S3 corpus has 250 shards, not 1,000: every shard is a GET through the proxy and moto on its
+first read (that module alone was 50 s of ``make test``), and nothing here depends on the count.
 """
 
 from __future__ import annotations
@@ -10,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import uuid
 from collections import Counter
 
 import pytest
@@ -19,12 +28,13 @@ from shufflepoint._tools.launch import launch
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
 from corpus_files import jsonl_corpus, parquet_corpus  # noqa: E402
 
-# A launch takes 5-15 s here; a hung one fails after LAUNCH_TIMEOUT with every process's stack
-# (py-spy), well inside the module's own limit, so a hang is diagnosed instead of cut off.
-LAUNCH_TIMEOUT = 150
-pytestmark = pytest.mark.timeout(1200)
+# A launch takes 5-30 s on a quiet 2-core machine (several minutes at a load of 20); a hung one fails
+# after LAUNCH_TIMEOUT with every process's stack (py-spy), inside the module's own limit (five
+# launches), so a hang is diagnosed instead of cut off.
+LAUNCH_TIMEOUT = 240
+pytestmark = pytest.mark.timeout(1500)
 WORKER = os.path.join(os.path.dirname(__file__), "workers", "shards_worker.py")
-SHARDS = 1000
+SHARDS, S3_SHARDS = 1000, 250
 
 
 def corpora(root):
@@ -40,6 +50,22 @@ def corpora(root):
     return disk, mixture, web_ids, books_ids
 
 
+def s3_corpora(root, s3_server):
+    """The S3 corpus (~500 rows in 250 shards) and a mixture of it with 40 Parquet shards, in one bucket."""
+    bucket = "shards-" + uuid.uuid4().hex[:8]
+    ids = jsonl_corpus(os.path.join(root, "s3-local"), S3_SHARDS, rows=(1, 3), gz_every=10)
+    s3_server.upload(bucket, os.path.join(root, "s3-local"), prefix="web/")
+    parquet_corpus(os.path.join(root, "s3-books"), 40, first_id=10**6)
+    s3_server.upload(bucket, os.path.join(root, "s3-books"), prefix="books/")
+    remote = {"kind": "shards", "storage_options": s3_server.storage_options,
+              "cache_dir": os.path.join(root, "node-cache"), "retries": 8}
+    corpus = dict(remote, sources=f"s3://{bucket}/web/part-*")
+    mixture = {"kind": "mixture", "samples_per_epoch": 400,
+               "parts": [[corpus, 0.75],
+                         [dict(remote, sources=f"s3://{bucket}/books/*.parquet", columns=["id"]), 0.25]]}
+    return corpus, mixture, ids
+
+
 def scenario(name, corpus, save_at, **kwargs):
     return {"name": name, "corpus": corpus, "batch_size": 8, "seed": 17, "epochs": 2, "save_at": save_at,
             "shuffle_block": 64, **kwargs}
@@ -49,32 +75,54 @@ def resume(s, saved_world, **changes):
     return dict(s, source=s["name"], saved_world=saved_world, **changes)
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("shards"))
+def plan(out, s3_server):
+    """Every scenario, by the launch that saves it. Disk: ~125 steps an epoch on 2 ranks, ~83 on 3 (the
+    mixture: 75 on 2); S3 (seed 23): ~31 on 2, ~21 on 3 (its mixture: 25 on 2). Every save is mid-epoch."""
     disk, mixture, web_ids, books_ids = corpora(out)
-    plan = {
-        "save2": [scenario("disk", disk, [1, 20]), scenario("disk_workers", disk, [0, 50], num_workers=2),
+    remote, remote_mixture, s3_ids = s3_corpora(out, s3_server)
+    s3 = lambda *args, **kwargs: scenario(*args, **{"seed": 23, **kwargs})  # noqa: E731
+    saves = {
+        "disk2": [scenario("disk", disk, [1, 20]), scenario("disk_workers", disk, [0, 50], num_workers=2),
                   scenario("to_three", disk, [0, 60]),
                   scenario("mixture", mixture, [0, 70], epochs=3),
-                  scenario("mixture_to_three", mixture, [0, 30], epochs=3, num_workers=2)],
-        "save3": [scenario("three", disk, [0, 30]), scenario("to_two", disk, [1, 10], num_workers=2)],
-        "kill2": [scenario("killed", disk, [0, 40], num_workers=2, kill=True)],
+                  scenario("mixture_to_three", mixture, [0, 30], epochs=3, num_workers=2),
+                  scenario("killed", disk, [0, 40], num_workers=2, kill=True)],  # last: SIGKILLed after its save
+        "s3_2": [s3("s3", remote, [1, 8], num_workers=2), s3("s3_to_three", remote, [0, 12]),
+                 s3("s3_mixture", remote_mixture, [0, 13], epochs=3),
+                 s3("s3_killed", remote, [0, 10], num_workers=2, kill=True)],
+        "three": [scenario("three", disk, [0, 30]), scenario("to_two", disk, [1, 10], num_workers=2),
+                  s3("s3_three", remote, [0, 7]), s3("s3_to_two", remote, [1, 5], num_workers=2)],
     }
+    return saves, {"web": web_ids, "books": books_ids, "s3": s3_ids}
+
+
+@pytest.fixture(scope="module")
+def runs(s3_server, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("shards"))
+    saves, ids = plan(out, s3_server)
 
     def go(mode, scenarios, nproc, **kwargs):
         return launch([WORKER, mode, out, json.dumps(scenarios)], nproc, timeout=LAUNCH_TIMEOUT, **kwargs)
 
-    go("save", plan["save2"], 2).check()
-    go("save", plan["save3"], 3).check()
-    killed = go("save", plan["kill2"], 2, kill_when=os.path.join(out, "killed.saved"))
-    assert killed.killed, "the kill scenario was supposed to be SIGKILLed"
-    s2, s3, k2 = ({s["name"]: s for s in plan[key]} for key in ("save2", "save3", "kill2"))
-    go("resume", [resume(s2["disk"], 2), resume(s2["disk_workers"], 2), resume(s2["mixture"], 2),
-                  resume(k2["killed"], 2, kill=False), resume(s3["to_two"], 3, num_workers=0)], 2).check()
-    go("resume", [resume(s3["three"], 3), resume(s2["to_three"], 2, num_workers=2),
-                  resume(s2["mixture_to_three"], 2)], 3).check()
-    return out, {"web": web_ids, "books": books_ids}
+    for key, killed in (("disk2", "killed"), ("s3_2", "s3_killed")):
+        if key == "s3_2":
+            s3_server.fail_next(6)  # the index build and first reads meet 500s (fewer than retries: each is retried)
+            s3_server.drop_next(10)  # and connections dropped mid-shard
+        result = go("save", saves[key], 2, kill_when=os.path.join(out, f"{killed}.saved"))
+        if not result.killed:
+            result.check()  # a scenario before the kill failed: raises with the workers' stderr
+        assert result.killed, f"the kill scenario {killed} was supposed to be SIGKILLed"
+    assert s3_server.faults.injected["fail"] == 6 and s3_server.faults.injected["drop"] == 10
+    go("save", saves["three"], 3).check()
+    s = {s["name"]: s for scenarios in saves.values() for s in scenarios}
+    go("resume", [resume(s["disk"], 2), resume(s["disk_workers"], 2), resume(s["mixture"], 2),
+                  resume(s["killed"], 2, kill=False), resume(s["to_two"], 3, num_workers=0),
+                  resume(s["s3"], 2), resume(s["s3_mixture"], 2), resume(s["s3_killed"], 2, kill=False),
+                  resume(s["s3_to_two"], 3, num_workers=0)], 2).check()
+    go("resume", [resume(s["three"], 3), resume(s["to_three"], 2, num_workers=2),
+                  resume(s["mixture_to_three"], 2),
+                  resume(s["s3_to_three"], 2, num_workers=2), resume(s["s3_three"], 3)], 3).check()
+    return out, ids
 
 
 def read(out, name, world):
@@ -151,3 +199,16 @@ def test_the_mixture_crosses_its_epoch_boundary_with_exact_shares(runs):
     assert sum(web_served.values()) == 2700
     full = 2700 // len(ids["web"])  # whole passes over the web corpus: every row as often, +1 at most
     assert set(web_served) == set(ids["web"]) and set(web_served.values()) <= {full, full + 1}
+
+
+def test_same_world_and_sigkill_resume_exactly_from_s3(runs):
+    out, _ = runs
+    for name, world in [("s3", 2), ("s3_killed", 2), ("s3_three", 3)]:
+        check_same_world(out, name, world)
+    check_same_world(out, "s3_mixture", 2)  # a mixture of two buckets' corpora, across its epoch boundary
+
+
+def test_elastic_resume_from_s3_sees_every_sample_once(runs):
+    out, ids = runs
+    check_elastic(out, "s3_to_three", 2, 3, ids["s3"])
+    check_elastic(out, "s3_to_two", 3, 2, ids["s3"])
