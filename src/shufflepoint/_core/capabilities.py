@@ -251,11 +251,15 @@ class KeepsDecodedIds(Protocol):
 class OpensRanged(Protocol):
     """A reader that opens a remote shard read by byte range (Parquet: its footer, then the row
     groups it decodes; a ``.bin``: the windows it reads), given a file object and a hook that fetches
-    ranges ahead (``_shards/ranged``); ``ranged_for(shard)``: whether this shard can be (not a ``.npy``)."""
+    ranges ahead (``_shards/ranged``); ``ranged_for(shard)``: whether this shard can be (not a ``.npy``);
+    ``ranged_plan(ranged, shard)``: a function of rows giving the byte ranges their read will need, so
+    read-ahead fetches them before the loader asks (Parquet reads the footer for it)."""
 
     def ranged_for(self, shard: str) -> bool: ...
 
     def open_ranged(self, ranged: Any, shard: str) -> Any: ...
+
+    def ranged_plan(self, ranged: Any, shard: str) -> Any: ...
 
 
 @runtime_checkable

@@ -32,6 +32,7 @@ from shufflepoint._shards.indexing import Indexer
 from shufflepoint._shards.integrity import check_checksum, check_verify
 from shufflepoint._shards.locate import located_error, shard_location
 from shufflepoint._shards.prefetch import Prefetcher
+from shufflepoint._shards.ranged_ahead import RangedAhead, jobs
 from shufflepoint._shards.readers import infer_format, make_reader, saved_dataset_files
 from shufflepoint._shards.readers._decoded import GROUPS
 from shufflepoint._shards.readers._flat import Layout
@@ -115,6 +116,7 @@ class Shards(torch.utils.data.Dataset[Any]):
     _opened: OrderedDict[int, OpenShard]
     _cache: NodeCache | None
     _prefetcher: Prefetcher | None
+    _ranged_ahead: RangedAhead | None
     _shard_by_url: dict[str, int] | None
     _announced: tuple[set[int], set[int]]
     _layout: Layout | None
@@ -509,23 +511,44 @@ class Shards(torch.utils.data.Dataset[Any]):
         return bool(self._remote and self._prefetch_depth > 0)
 
     def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
-        """Fetch, in the background, the shards holding these upcoming dataset indices."""
+        """Fetch, in the background, what these upcoming dataset indices read: the ranges of their
+        rows in a shard read by range (every such shard of the chunk, ``ranged_ahead``), the first
+        ``prefetch`` other shards whole."""
         if not self._remote or self._prefetch_depth <= 0 or len(indices) == 0:
             return
-        shards = np.searchsorted(self._ends, np.asarray(indices, dtype=np.int64), side="right")
+        indices = np.asarray(indices, dtype=np.int64)
+        shards = np.searchsorted(self._ends, indices, side="right")
         upcoming = in_first_seen_order(shards).tolist()  # in the order they will be read
-        if self._ranged_reader():  # read by range: nothing to download ahead, only the done ones to mark
-            self._release_finished(set(upcoming))
-            return
-        urls = [self.index.url(s) for s in upcoming[: self._prefetch_depth]]
-        if self._prefetcher is None:
-            self._prefetcher = Prefetcher(self._prefetch_lookup, max_ahead=self._prefetch_depth)
-        self._prefetcher.schedule(urls)
+        whole = upcoming
+        if self._ranged_reader():
+            by_range = [s for s in upcoming if self._ranged_shard(s)]
+            if by_range:
+                if self._ranged_ahead is None:
+                    self._ranged_ahead = RangedAhead(self._ahead_partial, cast(OpensRanged, self._reader).ranged_plan)
+                self._ranged_ahead.schedule(jobs(shards, indices - self._starts[shards], by_range))
+                taken = set(by_range)
+                whole = [s for s in upcoming if s not in taken]
+        if whole:
+            if self._prefetcher is None:
+                self._prefetcher = Prefetcher(self._prefetch_lookup, max_ahead=self._prefetch_depth)
+            self._prefetcher.schedule([self.index.url(s) for s in whole[: self._prefetch_depth]])
         self._release_finished(set(upcoming))
 
     def _ranged_reader(self) -> bool:
-        """Remote shards read by range: a prefetch would download them whole (not done yet by range)."""
+        """Whether some remote shards may be read by range (then read ahead by range, not whole)."""
         return ranged.ENABLED and self._verify != "checksum" and isinstance(self._reader, OpensRanged)
+
+    def _ranged_shard(self, shard: int) -> bool:
+        record = self.index.shards[shard]
+        return self._ranged(self.index.url(shard), record.version, record.checksum)
+
+    def _ahead_partial(self, shard: int) -> tuple[ranged.PartialShard, str] | None:
+        """The partial entry a read-ahead job of ``shard`` fills, or None where the shard is no
+        longer read by range (whole in the cache since)."""
+        record, url = self.index.shards[shard], self.index.url(shard)
+        if not self._ranged(url, record.version, record.checksum):
+            return None
+        return self._partial(url, record.size, record.version), url
 
     def _release_finished(self, announced: set[int]) -> None:
         """Mark first out of the node cache the shards this rank is done with for the epoch: read in
@@ -554,12 +577,13 @@ class Shards(torch.utils.data.Dataset[Any]):
         self._verified: set[int] = set()  # shards whose copy this process hashed (verify="checksum")
         self._cache = None
         self._prefetcher = None
+        self._ranged_ahead = None
         self._shard_by_url = None
         self._layout = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("_opened", "_cache", "_prefetcher", "_shard_by_url", "_layout"):
+        for name in ("_opened", "_cache", "_prefetcher", "_ranged_ahead", "_shard_by_url", "_layout"):
             state[name] = None
         return state
 

@@ -12,7 +12,7 @@ Integrity is the storage's: each fetch opens the object at the size and version 
 recorded (``Storage.ranges``: a HEAD, then ranged GETs that must match it), so a shard rewritten
 under a job is a ``ShardError``, never a mix of two versions. The entry is named by (url, version)
 like a whole one. ``verify="checksum"`` needs the whole file to hash: those shards are downloaded
-whole, as before.
+whole, as before. Read-ahead of the ranges upcoming rows need is ``ranged_ahead``.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from typing import Any
 
 from shufflepoint._shards.cache import NodeCache
 
-# Off by default until read-ahead covers ranged shards (today each range is fetched when a row needs it,
-# while a whole shard is prefetched): SHUFFLEPOINT_RANGED_READS=1 turns it on. Off: remote shards are
-# downloaded whole before their first row is read, as before.
-ENABLED = os.environ.get("SHUFFLEPOINT_RANGED_READS", "0") == "1"
+# On by default: read-ahead fetches the ranges of upcoming rows (``ranged_ahead``) as it would whole
+# shards. SHUFFLEPOINT_RANGED_READS=0 turns it off: remote shards are then downloaded whole before their
+# first row is read (the node then keeps whole shards: a later epoch reading other rows fetches nothing).
+ENABLED = os.environ.get("SHUFFLEPOINT_RANGED_READS", "1") != "0"
 Span = tuple[int, int]
 ReadRanges = Callable[[], Any]  # a context manager yielding read(start, end) -> bytes (Storage.ranges)
 _GAP = 256 << 10  # ranges at most this close (and their mean size) are one GET: a request costs more

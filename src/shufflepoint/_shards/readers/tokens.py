@@ -268,6 +268,16 @@ class TokensReader:
                                     f"({item.itemsize} bytes each); check the file and dtype=")
         return OpenTokens(-1, "", shard, item, 0, size // item.itemsize, self.seq_len, ranged)
 
+    def ranged_plan(self, ranged: Ranged, shard: str) -> Callable[[np.ndarray], list[tuple[int, int]]]:
+        """What read-ahead fetches for windows of a remote ``.bin`` (``_shards/ranged``): their bytes,
+        from arithmetic alone (no read)."""
+        item = _LITTLE[self.dtype].itemsize
+        step, width = self.seq_len * item, (self.seq_len + 1) * item
+
+        def plan(rows: np.ndarray) -> list[tuple[int, int]]:
+            return [(start, start + width) for start in (np.unique(rows) * step).tolist()]
+        return plan
+
     def rows_from_size(self, shard: str, size: int) -> int | None:
         """The windows of a raw ``.bin`` shard follow from its size, so indexing a bucket of them
         downloads nothing; None for anything else (a ``.npy`` header says) or a size that is not

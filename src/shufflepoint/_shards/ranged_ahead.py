@@ -1,0 +1,100 @@
+"""Read-ahead for shards read by byte range: the ranges this rank's upcoming rows need, fetched early.
+
+A shard read by range (``_shards/ranged``) is never downloaded whole, so the whole-shard prefetch
+has nothing to do for it; without this, every range would be fetched when a row asks for it and a
+steady loop would wait on a round trip per shard it enters. The loader announces each chunk of
+upcoming indices one chunk early (``Shards.prefetch``); here each shard of the chunk becomes a job:
+its rows in that chunk. A background thread opens the shard's partial entry, asks the reader for
+the ranges those rows read (``ranged_plan``: Parquet reads the footer once, then maps rows to the
+column chunks of their row groups; a ``.bin`` maps windows to bytes) and ``ensure``s them. The read
+then finds them held and fetches nothing.
+
+Everything the foreground relies on stays in ``PartialShard``: the entry lock (a range is fetched
+once per node, whichever thread or process asks first), the version check of every fetch (a
+rewritten shard fails the job; the foreground read then meets it as a ``ShardError``), and the
+cache budget (``make_room`` before a fetch). A job is keyed by (shard, its rows' digest), so the
+same rows announced twice are fetched once; a shard's later rows are a new job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from shufflepoint._shards.prefetch import Prefetcher
+from shufflepoint._shards.ranged import PartialShard, RangedFile
+from shufflepoint._shards.readers.base import Ranged
+
+Plan = Callable[[np.ndarray], list[tuple[int, int]]]
+_THREADS = 4  # jobs in flight: each is a look-up and a few GETs, mostly waiting on the network
+_JOBS_AHEAD = 1024  # a chunk (<= 8,192 rows) may touch hundreds of small shards: all of them ahead
+_PLANS_KEPT = 4096  # footers parsed, per process
+
+
+class Job:
+    """Rows of one shard a chunk will read; equal (and hashed) by (shard, digest of the rows)."""
+
+    __slots__ = ("shard", "rows", "_key")
+
+    def __init__(self, shard: int, rows: np.ndarray) -> None:
+        self.shard, self.rows = shard, rows
+        self._key = (shard, hashlib.blake2b(rows.tobytes(), digest_size=8).digest())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Job) and other._key == self._key
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+
+def jobs(shards: np.ndarray, rows: np.ndarray, order: list[int]) -> list[Job]:
+    """One job per shard of ``order`` (the shards to read ahead, in reading order): the ``rows`` whose
+    ``shards`` entry is it, sorted."""
+    by = np.argsort(shards, kind="stable")
+    sorted_shards = shards[by]
+    found = []
+    for shard in order:
+        first, last = np.searchsorted(sorted_shards, [shard, shard + 1])
+        found.append(Job(shard, np.unique(rows[by[first:last]])))
+    return found
+
+
+class RangedAhead:
+    """A process's read-ahead of ranges: ``schedule(jobs)`` never blocks. ``partial(shard)`` opens a
+    shard's partial entry (None: not read by range now, e.g. whole in the cache since);
+    ``planner(ranged, shard)`` is the reader's ``ranged_plan``."""
+
+    def __init__(self, partial: Callable[[int], tuple[PartialShard, str] | None],
+                 planner: Callable[[Ranged, str], Plan]) -> None:
+        self._partial, self._planner = partial, planner
+        self._plans: dict[int, Plan] = {}
+        self.prefetcher = Prefetcher(self._run, max_ahead=_JOBS_AHEAD, threads=_THREADS)
+
+    def schedule(self, found: list[Job]) -> None:
+        self.prefetcher.schedule(found)
+
+    def _run(self, job: Any) -> None:
+        """Fetch the ranges ``job``'s rows read into the shard's partial entry (a background thread)."""
+        opened = self._partial(job.shard)
+        if opened is None:
+            return
+        partial, url = opened
+        source = RangedFile(partial)
+        try:
+            plan = self._plans.get(job.shard)
+            if plan is None:
+                plan = self._planner(Ranged(source, partial.ensure, ""), url)
+                if len(self._plans) >= _PLANS_KEPT:
+                    self._plans.clear()
+                self._plans[job.shard] = plan
+            spans = plan(job.rows)
+            if spans:
+                partial.ensure(spans)
+        finally:
+            source.close()
+
+    def close(self) -> None:
+        self.prefetcher.close()
