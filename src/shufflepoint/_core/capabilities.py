@@ -12,7 +12,7 @@ four groups:
   ``LegacyIdentified`` (the fingerprint shufflepoint 0.2 wrote), ``ExplainsOrderVersion``.
 - **reading**: ``ReadsBatches`` (a whole batch at once), ``ReadsColumns`` (``columnar()``),
   ``ReadsIds``, ``ReadsIdsAscending`` (a token column as arrays), ``Prefetching`` (upcoming indices
-  announced ahead), ``ReadsAhead``,
+  announced ahead), ``PrefetchesDealt`` (and how densely this rank reads there), ``ReadsAhead``,
   ``Locatable`` (where an index lives).
 - **readers** (one format's shards): ``CountsRowsFromSize``, ``CountsRowsFromMetadata``,
   ``MeasuresDecodedRows``, ``TakesIds``, ``KeepsDecodedIds``, ``LocatesRows``, ``OpensRanged``.
@@ -182,6 +182,17 @@ class Prefetching(Protocol):
     """A dataset told its upcoming indices ahead (its shards download while the current ones are read)."""
 
     def prefetch(self, indices: Sequence[int] | np.ndarray) -> None: ...
+
+
+@runtime_checkable
+class PrefetchesDealt(Protocol):
+    """A ``Prefetching`` dataset also told how densely this rank reads the order where the indices lie:
+    ``density``, its positions over the span of positions they cover (1.0 under ``spans``: it reads the
+    rest of those blocks next; ~1/k when k ranks split every global batch; 1/world under ``strided``).
+    A shard read by byte range is then fetched in wide spans (dense) or row by row (sparse: the rows in
+    between are other ranks'), see ``_shards/ranged_ahead``."""
+
+    def prefetch_dealt(self, indices: Sequence[int] | np.ndarray, density: float) -> None: ...
 
 
 @runtime_checkable

@@ -511,9 +511,12 @@ class Shards(torch.utils.data.Dataset[Any]):
         return bool(self._remote and self._prefetch_depth > 0)
 
     def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
+        self.prefetch_dealt(indices, 1.0)
+
+    def prefetch_dealt(self, indices: Sequence[int] | np.ndarray, density: float) -> None:
         """Fetch, in the background, what these upcoming dataset indices read: the ranges of their
-        rows in a shard read by range (every such shard of the chunk, ``ranged_ahead``), the first
-        ``prefetch`` other shards whole."""
+        rows in a shard read by range (every such shard of the chunk, in wide spans where this rank
+        reads densely, ``ranged_ahead``), the first ``prefetch`` other shards whole."""
         if not self._remote or self._prefetch_depth <= 0 or len(indices) == 0:
             return
         indices = np.asarray(indices, dtype=np.int64)
@@ -525,7 +528,7 @@ class Shards(torch.utils.data.Dataset[Any]):
             if by_range:
                 if self._ranged_ahead is None:
                     self._ranged_ahead = RangedAhead(self._ahead_partial, cast(OpensRanged, self._reader).ranged_plan)
-                self._ranged_ahead.schedule(jobs(shards, indices - self._starts[shards], by_range))
+                self._ranged_ahead.schedule(jobs(shards, indices - self._starts[shards], by_range, density))
                 taken = set(by_range)
                 whole = [s for s in upcoming if s not in taken]
         if whole:
@@ -543,12 +546,9 @@ class Shards(torch.utils.data.Dataset[Any]):
         return self._ranged(self.index.url(shard), record.version, record.checksum)
 
     def _ahead_partial(self, shard: int) -> tuple[ranged.PartialShard, str] | None:
-        """The partial entry a read-ahead job of ``shard`` fills, or None where the shard is no
-        longer read by range (whole in the cache since)."""
+        """A read-ahead job's partial entry; None: the shard is no longer read by range (whole since)."""
         record, url = self.index.shards[shard], self.index.url(shard)
-        if not self._ranged(url, record.version, record.checksum):
-            return None
-        return self._partial(url, record.size, record.version), url
+        return (self._partial(url, record.size, record.version), url) if self._ranged_shard(shard) else None
 
     def _release_finished(self, announced: set[int]) -> None:
         """Mark first out of the node cache the shards this rank is done with for the epoch: read in

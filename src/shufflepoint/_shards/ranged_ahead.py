@@ -25,22 +25,29 @@ from typing import Any
 import numpy as np
 
 from shufflepoint._shards.prefetch import Prefetcher
-from shufflepoint._shards.ranged import PartialShard, RangedFile
+from shufflepoint._shards.ranged import PartialShard, RangedFile, merged
 from shufflepoint._shards.readers.base import Ranged
 
 Plan = Callable[[np.ndarray], list[tuple[int, int]]]
 _THREADS = 4  # jobs in flight: each is a look-up and a few GETs, mostly waiting on the network
 _JOBS_AHEAD = 1024  # a chunk (<= 8,192 rows) may touch hundreds of small shards: all of them ahead
 _PLANS_KEPT = 4096  # footers parsed, per process
+# A rank reading at least this share of the positions it spans reads the rows between a chunk's rows of
+# a shard in its next chunks (``spans``: all of them): those gaps are fetched too, up to _WIDE bytes each,
+# in few large GETs. Below it, the rows between are other ranks' (a global batch split k ways after a
+# resize, ``strided``): only the chunk's own ranges are fetched, joined where a GET costs more (``ensure``).
+_DENSE = 0.5
+_WIDE = 1 << 20  # a round trip to an object store costs about this many bytes of transfer
 
 
 class Job:
-    """Rows of one shard a chunk will read; equal (and hashed) by (shard, digest of the rows)."""
+    """Rows of one shard a chunk will read (``dense``: this rank reads the rows in between next);
+    equal (and hashed) by (shard, digest of the rows)."""
 
-    __slots__ = ("shard", "rows", "_key")
+    __slots__ = ("shard", "rows", "dense", "_key")
 
-    def __init__(self, shard: int, rows: np.ndarray) -> None:
-        self.shard, self.rows = shard, rows
+    def __init__(self, shard: int, rows: np.ndarray, dense: bool) -> None:
+        self.shard, self.rows, self.dense = shard, rows, dense
         self._key = (shard, hashlib.blake2b(rows.tobytes(), digest_size=8).digest())
 
     def __eq__(self, other: object) -> bool:
@@ -50,15 +57,16 @@ class Job:
         return hash(self._key)
 
 
-def jobs(shards: np.ndarray, rows: np.ndarray, order: list[int]) -> list[Job]:
+def jobs(shards: np.ndarray, rows: np.ndarray, order: list[int], density: float) -> list[Job]:
     """One job per shard of ``order`` (the shards to read ahead, in reading order): the ``rows`` whose
-    ``shards`` entry is it, sorted."""
+    ``shards`` entry is it, sorted; dense where this rank reads at least half the positions it spans
+    (``PrefetchesDealt``)."""
     by = np.argsort(shards, kind="stable")
     sorted_shards = shards[by]
     found = []
     for shard in order:
         first, last = np.searchsorted(sorted_shards, [shard, shard + 1])
-        found.append(Job(shard, np.unique(rows[by[first:last]])))
+        found.append(Job(shard, np.unique(rows[by[first:last]]), density >= _DENSE))
     return found
 
 
@@ -91,6 +99,8 @@ class RangedAhead:
                     self._plans.clear()
                 self._plans[job.shard] = plan
             spans = plan(job.rows)
+            if spans and job.dense:
+                spans = merged(spans, _WIDE)
             if spans:
                 partial.ensure(spans)
         finally:
