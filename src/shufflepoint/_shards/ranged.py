@@ -17,10 +17,12 @@ whole, as before. Read-ahead of the ranges upcoming rows need is ``ranged_ahead`
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import hashlib
 import io
 import json
+import mmap
 import os
 import tempfile
 import threading
@@ -39,6 +41,7 @@ ReadRanges = Callable[[], Any]  # a context manager yielding read(start, end) ->
 _GAP = 256 << 10  # ranges at most this close (and their mean size) are one GET: a request costs more
 _PIECE = 8 << 20  # the most one GET asks for
 _LANES = 8  # GETs in flight at once for one shard's missing ranges
+_REFETCH = 16 << 10  # a held range at most this long may be fetched again inside a joined GET
 
 
 def identity(url: str, version: str) -> str:
@@ -59,9 +62,10 @@ def merged(spans: Sequence[Span], gap: int = 0) -> list[Span]:
 
 
 def missing(held: Sequence[Span], start: int, end: int) -> list[Span]:
-    """The parts of [start, end) that ``held`` (merged, sorted) does not cover."""
+    """The parts of [start, end) that ``held`` (merged, sorted) does not cover. From the first held
+    range that could cover ``start`` (a bisection: a shard read window by window holds thousands)."""
     found, at = [], start
-    for first, last in held:
+    for first, last in held[max(0, bisect.bisect_right(held, (start, end)) - 1):]:
         if last <= at:
             continue
         if first >= end:
@@ -86,6 +90,8 @@ class PartialShard:
         self._data, self._record, self._key = cache.partial(url, version)
         self._fd = -1
         self._held: list[Span] = []
+        self._map: mmap.mmap | None = None
+        self._generation, self._mapped = 0, -1  # the data file opened, and the one mapped
         self._thread_lock = threading.Lock()  # the flock excludes processes; this, threads swapping _fd
         with cache.entry_lock(self._key):
             self._open_locked()
@@ -95,6 +101,7 @@ class PartialShard:
         if self._fd >= 0:
             os.close(self._fd)
         self._fd = os.open(self._data, os.O_RDWR | os.O_CREAT, 0o644)
+        self._generation += 1
         if os.fstat(self._fd).st_size != self.size:
             os.ftruncate(self._fd, 0)  # a stale or foreign file: start empty
             os.ftruncate(self._fd, self.size)
@@ -137,6 +144,10 @@ class PartialShard:
             # Joined across gaps up to the wanted ranges' mean size: a GET saved, at most ~2x the bytes.
             gap = min(_GAP, sum(b - a for a, b in wanted) // len(wanted))
             need = merged([m for a, b in wanted for m in missing(self._held, a, b)], gap)
+            # ... but never across a held range worth a GET: read ahead in wide spans, a shard's next
+            # chunk would otherwise fetch again the span its last one fetched.
+            kept = [span for span in self._held if span[1] - span[0] > _REFETCH]
+            need = [m for a, b in need for m in missing(kept, a, b)]
             if not need:
                 return
             self._cache.make_room(sum(b - a for a, b in need), self._key)
@@ -168,8 +179,19 @@ class PartialShard:
     def held(self) -> list[Span]:
         return list(self._held)
 
+    def view(self) -> memoryview:
+        """The local copy mapped, to read ranges ``ensure`` made held (the rest reads as zeros): a
+        token window is then a slice, not a syscall. Mapped again when the entry was evicted and
+        started over (``ensure`` then writes to a new file)."""
+        with self._thread_lock:
+            if self._mapped != self._generation:
+                self._map = mmap.mmap(self._fd, self.size, prot=mmap.PROT_READ) if self.size else None
+                self._mapped = self._generation
+            return memoryview(self._map) if self._map is not None else memoryview(b"")
+
     def close(self) -> None:
         with self._thread_lock:
+            self._map = None  # unmapped once no view of it is left
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
@@ -202,6 +224,10 @@ class RangedFile(io.RawIOBase):
     def pread(self, start: int, end: int) -> bytes:
         """Bytes [start, end), the position unmoved (a token window)."""
         return self.shard.pread(start, end)
+
+    def view(self) -> memoryview:
+        """The local copy, mapped (``PartialShard.view``): read only what ``ensure`` made held."""
+        return self.shard.view()
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")

@@ -150,11 +150,11 @@ class OpenTokens:
         if self._ranged is not None:  # the windows' bytes fetched first (few GETs), then read from the partial copy
             at = [self._offset + row * self._seq_len * item for row in rows]
             self._ranged.ensure([(a, a + width * item) for a in at])
-            for i, row, a in zip(where, rows, at, strict=True):
-                data = self._ranged.source.pread(a, a + width * item)
-                if len(data) != width * item:
-                    self._truncated(row)
-                out[i] = np.frombuffer(data, self._dtype)
+            held = np.frombuffer(self._ranged.source.view(), self._dtype)  # mapped: one index for the windows
+            step = held.strides[0]
+            windows = as_strided(held, shape=(self._rows, width), strides=(step * self._seq_len, step),
+                                 writeable=False)
+            out[where] = windows[rows]
         elif out.dtype == self._dtype:  # rows of the shard's own type: the bytes go straight into place
             for i, row in zip(where, rows, strict=True):
                 if os.preadv(self._fd, [out[i]], self._offset + row * self._seq_len * item) != width * item:
