@@ -32,10 +32,11 @@ Plan = Callable[[np.ndarray], list[tuple[int, int]]]
 _THREADS = 4  # jobs in flight: each is a look-up and a few GETs, mostly waiting on the network
 _JOBS_AHEAD = 1024  # a chunk (<= 8,192 rows) may touch hundreds of small shards: all of them ahead
 _PLANS_KEPT = 4096  # footers parsed, per process
-# A rank reading at least this share of the positions it spans (a stretch of its own: 1.0; strided on 2: 0.5) reads the rows between a chunk's rows of
-# a shard in its next chunks (``spans``: all of them): those gaps are fetched too, up to _WIDE bytes each,
-# in few large GETs. Below it, the rows between are other ranks' (a global batch split k ways after a
-# resize, ``strided``): only the chunk's own ranges are fetched, joined where a GET costs more (``ensure``).
+# A rank reading at least this share of the positions it spans (a stretch of its own: 1.0; strided on 2
+# ranks: 0.5) reads the rows between a chunk's rows of a shard in its next chunks (``spans``: all of them):
+# those gaps are fetched too, up to _WIDE bytes each, in few large GETs. Below it, the rows between are
+# other ranks' (a global batch split k ways after a resize, ``strided``): only the chunk's own ranges are
+# fetched, joined where a GET costs more (``ensure``).
 _DENSE = 0.9
 _WIDE = 1 << 20  # a round trip to an object store costs about this many bytes of transfer
 
