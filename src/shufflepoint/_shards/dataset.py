@@ -527,8 +527,10 @@ class Shards(torch.utils.data.Dataset[Any]):
             by_range = [s for s in upcoming if self._ranged_shard(s)]
             if by_range:
                 if self._ranged_ahead is None:
-                    self._ranged_ahead = RangedAhead(self._ahead_partial, cast(OpensRanged, self._reader).ranged_plan)
-                self._ranged_ahead.schedule(jobs(shards, indices - self._starts[shards], by_range, density))
+                    planner = cast(OpensRanged, self._reader).ranged_plan
+                    self._ranged_ahead = RangedAhead(self._ahead_partial, planner)
+                rows = indices - self._starts[shards]
+                self._ranged_ahead.schedule(jobs(shards, rows, by_range, density, self.index.rows))
                 taken = set(by_range)
                 whole = [s for s in upcoming if s not in taken]
         if whole:

@@ -30,6 +30,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
+
 from shufflepoint._shards.cache import NodeCache
 
 # On by default: read-ahead fetches the ranges of upcoming rows (``ranged_ahead``) as it would whole
@@ -90,6 +92,7 @@ class PartialShard:
         self._data, self._record, self._key = cache.partial(url, version)
         self._fd = -1
         self._held: list[Span] = []
+        self._starts = self._ends = np.empty(0, np.int64)  # _held as arrays, for a batch's many windows
         self._map: mmap.mmap | None = None
         self._generation, self._mapped = 0, -1  # the data file opened, and the one mapped
         self._thread_lock = threading.Lock()  # the flock excludes processes; this, threads swapping _fd
@@ -106,7 +109,7 @@ class PartialShard:
             os.ftruncate(self._fd, 0)  # a stale or foreign file: start empty
             os.ftruncate(self._fd, self.size)
             self._write_record([])
-        self._held = self._load_record()
+        self._set_held(self._load_record())
         with contextlib.suppress(OSError):
             os.utime(self._data)  # used: last out of the LRU
 
@@ -130,19 +133,41 @@ class PartialShard:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
 
-    def ensure(self, spans: Sequence[Span]) -> None:
+    def _set_held(self, spans: list[Span]) -> None:
+        self._held = spans
+        self._starts = np.fromiter((a for a, _ in spans), np.int64, len(spans))
+        self._ends = np.fromiter((b for _, b in spans), np.int64, len(spans))
+
+    def _covers(self, spans: np.ndarray) -> bool:
+        """Whether ``spans`` ((n, 2) array) are all held (per this process's view of the record)."""
+        if not self._held:
+            return not spans.size
+        inside = np.searchsorted(self._starts, spans[:, 0], side="right") - 1
+        return bool(np.all((inside >= 0) & (spans[:, 1] <= self._ends[np.maximum(inside, 0)])))
+
+    def ensure(self, spans: Sequence[Span] | np.ndarray, join: bool = True) -> None:
         """Hold every byte of ``spans`` locally: fetch (in few GETs) what neither this process nor
-        another of the node has fetched yet."""
-        wanted = merged([(max(0, a), min(self.size, b)) for a, b in spans])
-        if not any(missing(self._held, a, b) for a, b in wanted):
+        another of the node has fetched yet. Held already (the common case): two array lookups; held
+        since by another thread or process (read-ahead): the record read again, without the lock
+        (it is replaced whole), so a read never waits on a read-ahead of other ranges. ``join=False``:
+        never fetch bytes between the spans (a rank reading 1/k of a shard: they are other ranks')."""
+        found = np.asarray(spans, dtype=np.int64).reshape(-1, 2).clip(0, self.size)
+        found = found[found[:, 1] > found[:, 0]]
+        if self._covers(found):
             return
+        fresh = self._load_record()
+        if self._cache.same_file(self._fd, self._data):  # the record is of the file we have open
+            self._set_held(fresh)
+            if self._covers(found):
+                return
+        wanted = merged([(a, b) for a, b in found.tolist()])
         with self._thread_lock, self._cache.entry_lock(self._key):
             if not self._cache.same_file(self._fd, self._data):  # evicted since: start a new entry
                 self._open_locked()
             else:
-                self._held = self._load_record()
+                self._set_held(self._load_record())
             # Joined across gaps up to the wanted ranges' mean size: a GET saved, at most ~2x the bytes.
-            gap = min(_GAP, sum(b - a for a, b in wanted) // len(wanted))
+            gap = min(_GAP, sum(b - a for a, b in wanted) // len(wanted)) if join else 0
             need = merged([m for a, b in wanted for m in missing(self._held, a, b)], gap)
             # ... but never across a held range worth a GET: read ahead in wide spans, a shard's next
             # chunk would otherwise fetch again the span its last one fetched.
@@ -158,7 +183,7 @@ class PartialShard:
             else:  # a batch's row groups: round trips side by side, not one after another
                 with ThreadPoolExecutor(len(lanes)) as pool:
                     list(pool.map(self._fetch, lanes))
-            self._held = merged([*self._held, *need])
+            self._set_held(merged([*self._held, *need]))
             self._write_record(self._held)
 
     def _fetch(self, pieces: list[Span]) -> None:
@@ -179,6 +204,10 @@ class PartialShard:
     def held(self) -> list[Span]:
         return list(self._held)
 
+    def complete(self) -> bool:
+        """Whether this process has seen every byte of the shard held (then nothing is fetched again)."""
+        return self._held == [(0, self.size)]
+
     def view(self) -> memoryview:
         """The local copy mapped, to read ranges ``ensure`` made held (the rest reads as zeros): a
         token window is then a slice, not a syscall. Mapped again when the entry was evicted and
@@ -187,7 +216,7 @@ class PartialShard:
             if self._mapped != self._generation:
                 self._map = mmap.mmap(self._fd, self.size, prot=mmap.PROT_READ) if self.size else None
                 self._mapped = self._generation
-            return memoryview(self._map) if self._map is not None else memoryview(b"")
+            return memoryview(self._map if self._map is not None else b"")
 
     def close(self) -> None:
         with self._thread_lock:
@@ -228,6 +257,9 @@ class RangedFile(io.RawIOBase):
     def view(self) -> memoryview:
         """The local copy, mapped (``PartialShard.view``): read only what ``ensure`` made held."""
         return self.shard.view()
+
+    def complete(self) -> bool:
+        return self.shard.complete()
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")

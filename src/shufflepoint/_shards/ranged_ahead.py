@@ -39,16 +39,21 @@ _PLANS_KEPT = 4096  # footers parsed, per process
 # fetched, joined where a GET costs more (``ensure``).
 _DENSE = 0.9
 _WIDE = 1 << 20  # a round trip to an object store costs about this many bytes of transfer
+# Dense, and a chunk reads 1/_WHOLE of a shard's rows: the whole shard in one go (the rank reads all of it
+# within a few chunks; a loop past its first chunks then finds every shard of its block whole, as the
+# whole-shard prefetch did). The first chunks (256, 1,024 rows) read fewer: a fresh node fetches their rows.
+_WHOLE = 16
 
 
 class Job:
-    """Rows of one shard a chunk will read (``dense``: this rank reads the rows in between next);
-    equal (and hashed) by (shard, digest of the rows)."""
+    """Rows of one shard a chunk will read (``dense``: this rank reads the rows in between next;
+    ``whole``: and so much of the shard that one GET of all of it is cheapest); equal (and hashed)
+    by (shard, digest of the rows)."""
 
-    __slots__ = ("shard", "rows", "dense", "_key")
+    __slots__ = ("shard", "rows", "dense", "whole", "_key")
 
-    def __init__(self, shard: int, rows: np.ndarray, dense: bool) -> None:
-        self.shard, self.rows, self.dense = shard, rows, dense
+    def __init__(self, shard: int, rows: np.ndarray, dense: bool, whole: bool) -> None:
+        self.shard, self.rows, self.dense, self.whole = shard, rows, dense, whole
         self._key = (shard, hashlib.blake2b(rows.tobytes(), digest_size=8).digest())
 
     def __eq__(self, other: object) -> bool:
@@ -58,16 +63,19 @@ class Job:
         return hash(self._key)
 
 
-def jobs(shards: np.ndarray, rows: np.ndarray, order: list[int], density: float) -> list[Job]:
+def jobs(shards: np.ndarray, rows: np.ndarray, order: list[int], density: float,
+         shard_rows: np.ndarray) -> list[Job]:
     """One job per shard of ``order`` (the shards to read ahead, in reading order): the ``rows`` whose
-    ``shards`` entry is it, sorted; dense where this rank reads at least half the positions it spans
-    (``PrefetchesDealt``)."""
+    ``shards`` entry is it, sorted; dense where this rank reads nearly all the positions it spans
+    (``PrefetchesDealt``), whole where it also reads 1/_WHOLE of the shard (``shard_rows``) in this chunk."""
     by = np.argsort(shards, kind="stable")
     sorted_shards = shards[by]
     found = []
     for shard in order:
         first, last = np.searchsorted(sorted_shards, [shard, shard + 1])
-        found.append(Job(shard, np.unique(rows[by[first:last]]), density >= _DENSE))
+        mine = np.unique(rows[by[first:last]])
+        dense = density >= _DENSE
+        found.append(Job(shard, mine, dense, dense and mine.size * _WHOLE >= int(shard_rows[shard])))
     return found
 
 
@@ -93,6 +101,9 @@ class RangedAhead:
         partial, url = opened
         source = RangedFile(partial)
         try:
+            if job.whole:
+                partial.ensure([(0, partial.size)])
+                return
             plan = self._plans.get(job.shard)
             if plan is None:
                 plan = self._planner(Ranged(source, partial.ensure, ""), url)
@@ -103,7 +114,7 @@ class RangedAhead:
             if spans and job.dense:
                 spans = merged(spans, _WIDE)
             if spans:
-                partial.ensure(spans)
+                partial.ensure(spans, join=job.dense)
         finally:
             source.close()
 
