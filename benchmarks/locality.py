@@ -218,8 +218,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="the small corpus (100 shards of 2,000 windows)")
     parser.add_argument("--resizes", action="store_true", help="only the resizes at 50%% of an epoch")
     parser.add_argument("--mixtures", action="store_true", help="only the LLM pipelines: Packed, Mixture, scheduled")
-    parser.add_argument("--ranged-both", action="store_true",
-                        help="only the fixed-global-batch resizes, with ranged reads off and on side by side")
+    parser.add_argument("--ranged-both", action="store_true", help="fixed-global-batch resizes, ranged off and on")
     parser.add_argument("--out", default=str(HERE / "results"))
     args = parser.parse_args()
     root = HERE.parent / ".bench-cache" / "shards" / ("quick" if args.quick else "full")
