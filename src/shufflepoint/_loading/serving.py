@@ -42,10 +42,12 @@ def density(positions: np.ndarray) -> float:
 
 def announced(chunks: Iterator[Chunk], prefetch: Announce) -> Iterator[Chunk]:
     """Tell the dataset (``Shards``) each chunk of upcoming indices one chunk before it is served,
-    so that its shards are downloading while the current chunk is read."""
+    so that its shards are downloading while the current chunk is read. The first chunk is read at
+    once: announced with density 0, only its own rows are fetched (a fresh node's first batch then
+    waits for its rows, not for the wide spans read ahead for the chunks after it)."""
     current = next(chunks, None)
     if current is not None:
-        prefetch(current[1], density(current[0]))
+        prefetch(current[1], 0.0)
     while current is not None:
         upcoming = next(chunks, None)
         if upcoming is not None:

@@ -38,7 +38,7 @@ _PLANS_KEPT = 4096  # footers parsed, per process
 # other ranks' (a global batch split k ways after a resize, ``strided``): only the chunk's own ranges are
 # fetched, joined where a GET costs more (``ensure``).
 _DENSE = 0.9
-_WIDE = 1 << 20  # a round trip to an object store costs about this many bytes of transfer
+_WIDE = 64 << 10  # gaps fetched with their neighbours: a fraction of what a round trip costs in transfer
 # Dense, and a chunk reads 1/_WHOLE of a shard's rows: the whole shard in one go (the rank reads all of it
 # within a few chunks; a loop past its first chunks then finds every shard of its block whole, as the
 # whole-shard prefetch did). The first chunks (256, 1,024 rows) read fewer: a fresh node fetches their rows.
