@@ -63,8 +63,7 @@ def first_batch(corpus):
 
 @pytest.fixture(autouse=True)
 def ranged_on(monkeypatch):
-    """These tests read with ranged reads on (the default; SHUFFLEPOINT_RANGED_READS=0 turns them off)
-    unless they say."""
+    """Ranged reads are opt-in (SHUFFLEPOINT_RANGED_READS=1); these tests read with them on unless they say."""
     monkeypatch.setattr(ranged, "ENABLED", True)
 
 

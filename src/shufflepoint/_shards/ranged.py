@@ -34,10 +34,11 @@ import numpy as np
 
 from shufflepoint._shards.cache import NodeCache
 
-# On by default: read-ahead fetches the ranges of upcoming rows (``ranged_ahead``) as it would whole
-# shards. SHUFFLEPOINT_RANGED_READS=0 turns it off: remote shards are then downloaded whole before their
-# first row is read (the node then keeps whole shards: a later epoch reading other rows fetches nothing).
-ENABLED = os.environ.get("SHUFFLEPOINT_RANGED_READS", "1") != "0"
+# Opt-in (SHUFFLEPOINT_RANGED_READS=1): read-ahead now fetches the ranges of upcoming rows
+# (``ranged_ahead``), and token windows keep whole-shard prefetching's steady rate, but a Parquet loop is
+# still slower by range (0.5x the rate, 0.14x with 4 workers: docs/benchmarks-shards.md, ranged reads).
+# Off: remote shards are downloaded whole before their first row is read.
+ENABLED = os.environ.get("SHUFFLEPOINT_RANGED_READS", "0") == "1"
 Span = tuple[int, int]
 ReadRanges = Callable[[], Any]  # a context manager yielding read(start, end) -> bytes (Storage.ranges)
 _GAP = 256 << 10  # ranges at most this close (and their mean size) are one GET: a request costs more
