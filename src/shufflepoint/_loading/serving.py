@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
-from shufflepoint._core.capabilities import PrefetchesDealt, Prefetching, ReadsBatches, ReadsColumns
+from shufflepoint._core.capabilities import PrefetchesDealt, Prefetching, ReadsAhead, ReadsBatches, ReadsColumns
 from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._loading.keyed import KeyedCollate, KeyedDataset, Transform
 from shufflepoint._order import check_int
@@ -24,7 +24,10 @@ Announce = Callable[[np.ndarray, float], None]  # (indices, density)
 
 def announcer(dataset: Any) -> Announce | None:
     """How to tell ``dataset`` its upcoming indices: with this rank's density (``PrefetchesDealt``), the
-    indices alone (``Prefetching``), or not at all."""
+    indices alone (``Prefetching``), or not at all (also where it has nothing to fetch ahead, a local
+    corpus: then the sampler does not work out the next chunk before serving the first)."""
+    if isinstance(dataset, ReadsAhead) and not dataset._reads_ahead:
+        return None
     if isinstance(dataset, PrefetchesDealt):
         return dataset.prefetch_dealt
     if isinstance(dataset, Prefetching):

@@ -32,7 +32,7 @@ from shufflepoint._shards.indexing import Indexer
 from shufflepoint._shards.integrity import check_checksum, check_verify
 from shufflepoint._shards.locate import located_error, shard_location
 from shufflepoint._shards.prefetch import Prefetcher
-from shufflepoint._shards.ranged_ahead import RangedAhead, jobs
+from shufflepoint._shards.ranged_ahead import RangedAhead
 from shufflepoint._shards.readers import infer_format, make_reader, saved_dataset_files
 from shufflepoint._shards.readers._decoded import GROUPS
 from shufflepoint._shards.readers._flat import Layout
@@ -524,15 +524,9 @@ class Shards(torch.utils.data.Dataset[Any]):
         upcoming = in_first_seen_order(shards).tolist()  # in the order they will be read
         whole = upcoming
         if self._ranged_reader():
-            by_range = [s for s in upcoming if self._ranged_shard(s)]
-            if by_range:
-                if self._ranged_ahead is None:
-                    planner = cast(OpensRanged, self._reader).ranged_plan
-                    self._ranged_ahead = RangedAhead(self._ahead_partial, planner)
-                rows = indices - self._starts[shards]
-                self._ranged_ahead.schedule(jobs(shards, rows, by_range, density, self.index.rows))
-                taken = set(by_range)
-                whole = [s for s in upcoming if s not in taken]
+            if self._ranged_ahead is None:
+                self._ranged_ahead = RangedAhead(self, cast(OpensRanged, self._reader).ranged_plan)
+            whole = self._ranged_ahead.announce(upcoming, shards, indices - self._starts[shards], density)
         if whole:
             if self._prefetcher is None:
                 self._prefetcher = Prefetcher(self._prefetch_lookup, max_ahead=self._prefetch_depth)
@@ -546,11 +540,6 @@ class Shards(torch.utils.data.Dataset[Any]):
     def _ranged_shard(self, shard: int) -> bool:
         record = self.index.shards[shard]
         return self._ranged(self.index.url(shard), record.version, record.checksum)
-
-    def _ahead_partial(self, shard: int) -> tuple[ranged.PartialShard, str] | None:
-        """A read-ahead job's partial entry; None: the shard is no longer read by range (whole since)."""
-        record, url = self.index.shards[shard], self.index.url(shard)
-        return (self._partial(url, record.size, record.version), url) if self._ranged_shard(shard) else None
 
     def _release_finished(self, announced: set[int]) -> None:
         """Mark first out of the node cache the shards this rank is done with for the epoch: read in

@@ -80,18 +80,31 @@ def jobs(shards: np.ndarray, rows: np.ndarray, order: list[int], density: float,
 
 
 class RangedAhead:
-    """A process's read-ahead of ranges: ``schedule(jobs)`` never blocks. ``partial(shard)`` opens a
-    shard's partial entry (None: not read by range now, e.g. whole in the cache since);
+    """A process's read-ahead of ranges for ``corpus`` (a ``Shards``): ``announce`` never blocks.
     ``planner(ranged, shard)`` is the reader's ``ranged_plan``."""
 
-    def __init__(self, partial: Callable[[int], tuple[PartialShard, str] | None],
-                 planner: Callable[[Ranged, str], Plan]) -> None:
-        self._partial, self._planner = partial, planner
+    def __init__(self, corpus: Any, planner: Callable[[Ranged, str], Plan]) -> None:
+        self._corpus, self._planner = corpus, planner
         self._plans: dict[int, Plan] = {}
         self.prefetcher = Prefetcher(self._run, max_ahead=_JOBS_AHEAD, threads=_THREADS)
 
-    def schedule(self, found: list[Job]) -> None:
-        self.prefetcher.schedule(found)
+    def announce(self, upcoming: list[int], shards: np.ndarray, rows: np.ndarray, density: float) -> list[int]:
+        """Schedule the jobs of the ``upcoming`` shards read by range (``shards``/``rows``: each index's
+        shard and row in it); the others, in order, for the caller to download whole."""
+        by_range = [s for s in upcoming if self._corpus._ranged_shard(s)]
+        if not by_range:
+            return upcoming
+        self.prefetcher.schedule(jobs(shards, rows, by_range, density, self._corpus.index.rows))
+        taken = set(by_range)
+        return [s for s in upcoming if s not in taken]
+
+    def _partial(self, shard: int) -> tuple[PartialShard, str] | None:
+        """A job's partial entry; None: the shard is no longer read by range (whole in the cache since)."""
+        corpus = self._corpus
+        if not corpus._ranged_shard(shard):
+            return None
+        record, url = corpus.index.shards[shard], corpus.index.url(shard)
+        return corpus._partial(url, record.size, record.version), url
 
     def _run(self, job: Any) -> None:
         """Fetch the ranges ``job``'s rows read into the shard's partial entry (a background thread)."""
