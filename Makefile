@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-examples test-locality test-wheel test-repeat exit-soak test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards \
+.PHONY: setup demo test test-examples test-locality test-wheel test-repeat exit-soak test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards bench-ranged \
 	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-images bench-which bench-tail bench-scale soak lint clean test-accelerate-matrix test-transformers-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
@@ -99,14 +99,21 @@ bench-scaling: $(STAMP)
 # Bytes each simulated node (a torchrun agent with its own cache and S3 key) fetches from the local
 # S3 server under the corpus deals: 1-8 nodes, a second epoch, re-deals 4 -> 3 and 4 -> 6 at 50%,
 # resizes 4 -> 2, 3, 6 at a fixed global batch (issues 18, 27; benchmarks/locality.py). Full corpus
-# (1.28 GB, built once in .bench-cache/) ~15 min; QUICK=1: 26 MB, ~5 min; RESIZES=1: the resizes only.
+# (1.28 GB, built once in .bench-cache/) ~15 min; QUICK=1: 26 MB, ~5 min; RESIZES=1: the resizes only;
+# RANGED=1: the fixed-global-batch resizes with ranged reads off and on, side by side.
 # MIXTURES=1: the LLM pipelines (Packed, Mixture, scheduled) and the peers' mixtures (Streaming's streams with
 # proportions, LitData's CombinedStreamingDataset; issue 33.7) in make bench-shards' peer venvs, built here
 # if missing; PEERS=1: only our token Mixtures and the peers' (QUICK=1 PEERS=1: ~10 min on 2 loaded cores).
 bench-locality: $(STAMP)
 	$(if $(MIXTURES)$(PEERS),-$(MAKE) --no-print-directory -k .venv-bench-streaming/.installed .venv-bench-litdata/.installed)
 	$(PY) benchmarks/locality.py $(if $(QUICK),--quick) $(if $(RESIZES),--resizes) $(if $(MIXTURES),--mixtures) \
-	  $(if $(PEERS),--peers)
+	  $(if $(PEERS),--peers) $(if $(RANGED),--ranged-both)
+
+# Ranged reads on and off side by side over the S3 server (issue 33.4): the first batch, the steady rate
+# (workers 0 and 4) and the GET bytes of a rank's share, tokens and Parquet, bench-shards' small corpus.
+# About 5 minutes on 2 CPUs.
+bench-ranged: $(STAMP)
+	$(PY) benchmarks/shards/ranged.py $(if $(REPEATS),--repeats $(REPEATS))
 
 # GET bytes per node before the first batch: 8 fresh nodes index Parquet, tokens and JSONL (with and
 # without a published index) on the tests' S3 server behind the byte-counting proxy (issue 18.7).

@@ -108,14 +108,19 @@ def ratios(bytes_by_node: dict[str, int], share: float) -> list[float]:
     return [round(b / share, 3) for b in bytes_by_node.values()]
 
 
-def resizes(server: s3_server.S3Server, url: str, spec: dict, corpus_bytes: int, fresh) -> list[dict]:
+def resizes(server: s3_server.S3Server, url: str, spec: dict, corpus_bytes: int, fresh,
+            fixed_only: bool = False) -> list[dict]:
     """4 nodes to 50% of an epoch, then the rest on other node counts: re-deals at batch 256 a node (the
-    global batch changes), and resizes at a fixed global batch (the same global batches, ``docs/shards.md``)."""
-    plans = [(new, BATCH, BATCH, f"4 nodes to 50%, then {new} nodes: the rest of the epoch") for new in (3, 6)]
+    global batch changes), and resizes at a fixed global batch (the same global batches, ``docs/shards.md``).
+    The scenarios say whether remote shards were read by range (``SHUFFLEPOINT_RANGED_READS``)."""
+    plans = [] if fixed_only else [(new, BATCH, BATCH, f"4 nodes to 50%, then {new} nodes: the rest of the epoch")
+                                   for new in (3, 6)]
     plans += [(new, GLOBAL_BATCH // 4, GLOBAL_BATCH // new, f"4 x {GLOBAL_BATCH // 4} to 50%, then {new} x "
                f"{GLOBAL_BATCH // new} (global batch {GLOBAL_BATCH} kept): the rest of the epoch") for new in (2, 3, 6)]
+    reads = "ranged reads" if os.environ.get("SHUFFLEPOINT_RANGED_READS", "0") == "1" else "whole shards"
     rows: list[dict] = []
     for new, before, after, scenario in plans:
+        scenario = f"{scenario}, {reads}"
         folder = fresh(f"resize-{new}-{after}")
         state = str(folder / "state.pt")
         half = run_job(server, url, folder, spec, [f"n{k}" for k in range(4)], ["indexed", "stopped-0"], epochs=[0],
@@ -209,15 +214,20 @@ def mixture_resize(server: s3_server.S3Server, fresh, spec: dict, job: dict, cor
             "bytes": rest["epoch-0"]}
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="the small corpus (100 shards of 2,000 windows)")
     parser.add_argument("--resizes", action="store_true", help="only the resizes at 50%% of an epoch")
     parser.add_argument("--mixtures", action="store_true", help="only the LLM pipelines: Packed, Mixture, scheduled, "
                         "and the peers' mixtures")
     parser.add_argument("--peers", action="store_true", help="only our token Mixtures and the peers' mixtures")
+    parser.add_argument("--ranged-both", action="store_true", help="fixed-global-batch resizes, ranged off and on")
     parser.add_argument("--out", default=str(HERE / "results"))
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = arguments()
     root = HERE.parent / ".bench-cache" / "shards" / ("quick" if args.quick else "full")
     spec = dict(corpora.QUICK if args.quick else corpora.FULL)
     spec["shuffle_block"] = SHUFFLE_BLOCK["quick" if args.quick else "full"]
@@ -243,7 +253,7 @@ def main() -> None:
         if args.mixtures or args.peers:
             rows += mixtures(server, tokens, spec, fresh, peers_only=args.peers)
             rows += locality_peers.peer_mixtures(sys.modules[__name__], server, root, tokens, spec, fresh)
-        only = args.resizes or args.mixtures or args.peers
+        only = args.resizes or args.mixtures or args.peers or args.ranged_both
         for count in () if only else (1, 2, 4, 8):
             nodes = [f"n{k}" for k in range(count)]
             found = run_job(server, url, fresh(f"whole-{count}"), spec, nodes, ["indexed", "epoch-0", "epoch-1"],
@@ -254,7 +264,11 @@ def main() -> None:
                          "bytes": found["epoch-0"], "run": found["_run"]})
             rows.append({"scenario": f"{count} node(s), epoch 2, same caches", "nodes": count,
                          "ratio": ratios(found["epoch-1"], share), "bytes": found["epoch-1"]})
-        if not (args.mixtures or args.peers):
+        if args.ranged_both:
+            for value in ("0", "1"):
+                os.environ["SHUFFLEPOINT_RANGED_READS"] = value
+                rows += resizes(server, url, spec, corpus_bytes, fresh, fixed_only=True)
+        elif not (args.mixtures or args.peers):
             rows += resizes(server, url, spec, corpus_bytes, fresh)
         if not only:
             found = run_job(server, url, fresh("strided-2"), spec, ["n0", "n1"], ["indexed", "epoch-0"], epochs=[0],
@@ -265,14 +279,15 @@ def main() -> None:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
     write(Path(args.out), {"spec": spec, "corpus_bytes": corpus_bytes, "rows": rows, "quick": args.quick,
-                           "resizes": args.resizes, "mixtures": args.mixtures, "peers": args.peers,
-                           "load_average": os.getloadavg()})
+                           "resizes": args.resizes or args.ranged_both, "mixtures": args.mixtures, "peers": args.peers,
+                           "ranged_both": args.ranged_both, "load_average": os.getloadavg()})
 
 
 def write(out: Path, result: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
     name = ("locality_quick" if result["quick"] else "locality") + ("_resizes" if result.get("resizes") else "") + (
-        "_mixtures" if result.get("mixtures") else "") + ("_peers" if result.get("peers") else "")
+        "_mixtures" if result.get("mixtures") else "") + ("_peers" if result.get("peers") else "") + (
+        "_ranged" if result.get("ranged_both") else "")
     (out / f"{name}.json").write_text(json.dumps(result, indent=1))
     spec = result["spec"]
     lines = [f"# make bench-locality{' (QUICK=1)' if result['quick'] else ''}", "",

@@ -292,7 +292,7 @@ def gloo(processes: int, folder: Path, env: dict[str, str]) -> dict[str, Any]:
 def report(found: dict[str, Any]) -> str:
     lines = [f"# bench-scale: a {WORLD:,}-rank start over {SHARDS:,} shards ({found['rows']:,} windows, 1e12 tokens)",
              "", f"Machine: {found['machine']}; load before the run: {found['load']}. Wall times on a shared 2-CPU box "
-             "are inflated; CPU seconds are given beside them.", "",
+             f"are inflated; CPU seconds are given beside them. Remote shards read {found.get('reads', 'whole')}.", "",
              "| start | rank | Shards() wall / CPU | DataLoader() | load_state_dict | first batch | to first batch, "
              "wall / CPU | bytes before the first batch (index + data) | requests (LIST pages, data GETs) "
              "| peak RSS |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -349,7 +349,9 @@ def main() -> None:
         publish(folder / "published")
         env = dict(os.environ, SCALE_PUBLISHED=str(published_file(folder / "published")))
         found: dict[str, Any] = {"machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python "
-                                 f"{platform.python_version()}", "load": os.getloadavg()[0]}
+                                 f"{platform.python_version()}", "load": os.getloadavg()[0],
+                                 "reads": "by range (SHUFFLEPOINT_RANGED_READS=1)"
+                                 if os.environ.get("SHUFFLEPOINT_RANGED_READS") == "1" else "whole"}
         paths = states(folder, env)
         found["rows"] = int(paths["rows"])
         found["ranks"] = []

@@ -44,17 +44,19 @@ def test_the_built_in_datasets_offer_what_they_declare(corpus):
     offers = {
         "Shards": (corpus, {"ShardedCorpus", "KeepsShardsOpen", "FitsDecodeBudget", "Identified", "ExplainsFingerprint",
                             "LegacyIdentified", "ReadsBatches", "ReadsColumns", "ReadsIds", "ReadsIdsAscending",
-                            "Prefetching", "ReadsAhead",
+                            "Prefetching", "PrefetchesDealt", "ReadsAhead",
                             "Locatable"}),
         "Packed": (packed, {"OwnOrder", "CountsShare", "Identified", "ExplainsFingerprint", "ReadsBatches",
-                            "ReadsColumns", "Prefetching", "Locatable"}),
+                            "ReadsColumns", "Prefetching", "PrefetchesDealt", "Locatable"}),
         "Mixture": (mixture, {"OwnOrder", "Scheduled", "Identified", "ExplainsFingerprint", "LegacyIdentified",
-                              "ExplainsOrderVersion", "ReadsBatches", "ReadsColumns", "Prefetching", "Locatable"}),
+                              "ExplainsOrderVersion", "ReadsBatches", "ReadsColumns", "Prefetching", "PrefetchesDealt",
+                              "Locatable"}),
     }
     dataset_protocols = ["OwnOrder", "CountsShare", "ShardedCorpus", "KeepsShardsOpen", "FitsDecodeBudget", "Scheduled",
                          "Identified",
                          "ExplainsFingerprint", "LegacyIdentified", "ExplainsOrderVersion", "ReadsBatches",
-                         "ReadsColumns", "ReadsIds", "ReadsIdsAscending", "Prefetching", "ReadsAhead", "Locatable"]
+                         "ReadsColumns", "ReadsIds", "ReadsIdsAscending", "Prefetching", "PrefetchesDealt",
+                         "ReadsAhead", "Locatable"]
     for name, (dataset, expected) in offers.items():
         found = {p for p in dataset_protocols if isinstance(dataset, getattr(capabilities, p))}
         assert found == expected, (name, found ^ expected)

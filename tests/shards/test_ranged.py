@@ -1,6 +1,7 @@
 """Remote Parquet shards read by byte range (``_shards/ranged``), on the local S3 server (moto).
 
 A fresh node's first batch GETs about the row groups it reads plus the footers, not whole shards;
+read-ahead fetches the ranges of the rows a chunk will read, and the reads then GET nothing;
 reading the same rows again GETs nothing; the rows equal those of the whole-download path; a shard
 rewritten under the job is a ShardError; the partial entries count toward the cache limit.
 """
@@ -75,7 +76,7 @@ def test_a_fresh_node_gets_the_row_groups_it_reads_then_nothing(s3, corpus, tmp_
     whole = first_batch(before)
     downloaded = got_bytes(s3, start, sizes)
     monkeypatch.setattr(ranged, "ENABLED", True)
-    data = shards(s3, name, str(tmp_path / "cache"))
+    data = shards(s3, name, str(tmp_path / "cache"), prefetch=0)  # the reads alone (read-ahead: below)
     start = len(s3.faults.log)
     batch = first_batch(data)
     fresh = got_bytes(s3, start, sizes)
@@ -85,7 +86,7 @@ def test_a_fresh_node_gets_the_row_groups_it_reads_then_nothing(s3, corpus, tmp_
     print(f"first batch, fresh node: {downloaded} bytes whole, {fresh} by range (corpus {total})")
     assert 0 < fresh <= BATCH * group + 3 * (64 << 10) and fresh < downloaded / 2, (fresh, downloaded, total)
     start = len(s3.faults.log)
-    again = first_batch(shards(s3, name, str(tmp_path / "cache")))  # a restart on the same node
+    again = first_batch(shards(s3, name, str(tmp_path / "cache"), prefetch=0))  # a restart on the same node
     assert got_bytes(s3, start, sizes) == 0
     assert again["id"].tolist() == whole["id"].tolist()
     # Every row, read by range, is the row read whole.
@@ -116,7 +117,7 @@ def test_a_token_bin_shard_gets_the_windows_it_reads(s3, tmp_path, monkeypatch):
 
     def batch(cache):
         data = shufflepoint.Shards(f"s3://{name}/web/*.bin", seq_len=seq, storage_options=s3.storage_options,
-                                   cache_dir=str(tmp_path / cache), progress=False)
+                                   cache_dir=str(tmp_path / cache), progress=False, prefetch=0)
         start = len(s3.faults.log)
         found = next(iter(shufflepoint.DataLoader(data, batch_size=BATCH, seed=5)))
         return found, got_bytes(s3, start, sizes)
@@ -158,3 +159,44 @@ def test_partial_entries_count_toward_the_cache_limit_and_are_evicted_whole(tmp_
     assert first.pread(500_000, 500_010) == blob[500_000:500_010]  # a new range: a new entry, fetched
     for shard in (first, shared, second):
         shard.close()
+
+
+def test_read_ahead_fetches_a_chunks_ranges_and_the_reads_fetch_nothing(s3, corpus, tmp_path):
+    name, total = corpus
+    data = shards(s3, name, str(tmp_path / "cache"))
+    sizes = {data.index.url(s).rsplit("/", 1)[-1]: r.size for s, r in enumerate(data.index.shards)}
+    start = len(s3.faults.log)
+    batches = iter(shufflepoint.DataLoader(data, batch_size=BATCH, seed=3, shuffle_block=GROUP_ROWS))
+    first = next(batches)  # the first chunk (256 rows) and the next (1,024) are announced: read ahead
+    assert data._ranged_ahead is not None and data._ranged_ahead.prefetcher.wait(60)
+    assert not data._ranged_ahead.prefetcher.errors
+    ahead = got_bytes(s3, start, sizes)
+    print(f"first batch and two chunks read ahead, fresh node: {ahead} bytes (corpus {total})")
+    assert 0 < ahead < total / 2, (ahead, total)  # row groups, not whole shards
+    start = len(s3.faults.log)
+    rest = [next(batches)["id"] for _ in range(256 // BATCH - 1)]  # the first chunk's other batches: held
+    assert got_bytes(s3, start, sizes) == 0 and len(first["id"]) == BATCH and all(len(r) == BATCH for r in rest)
+    # Rows scattered over 12 row groups of the three shards: announced, fetched, then read with no GET.
+    rows = np.arange(5, len(data), 3 * GROUP_ROWS + 7)[:12]
+    data.prefetch(rows)
+    assert data._ranged_ahead.prefetcher.wait(60) and not data._ranged_ahead.prefetcher.errors
+    assert got_bytes(s3, start, sizes) > 0
+    start = len(s3.faults.log)
+    assert [data[int(i)]["id"] for i in rows] == rows.tolist()
+    assert got_bytes(s3, start, sizes) == 0
+
+
+def test_read_ahead_of_a_rewritten_shard_leaves_the_read_a_shard_error(s3, corpus, tmp_path):
+    name, _ = corpus
+    data = shards(s3, name, str(tmp_path / "cache"), retries=0)
+    assert data[0]["id"] == 0  # its footer and first row group are held
+    key = data.index.url(0).split(f"s3://{name}/", 1)[1]
+    body = bytearray(s3.client().get_object(Bucket=name, Key=key)["Body"].read())
+    body[len(body) // 2] ^= 1
+    s3.put(name, key, bytes(body))
+    last = GROUP_ROWS * (GROUPS - 1)
+    data.prefetch([last])
+    assert data._ranged_ahead is not None and data._ranged_ahead.prefetcher.wait(60)
+    assert list(data._ranged_ahead.prefetcher.errors.values())  # kept for the read, not raised
+    with pytest.raises(shufflepoint.ShardError, match=r"part-0\.parquet"):
+        data[last]

@@ -12,7 +12,7 @@ four groups:
   ``LegacyIdentified`` (the fingerprint shufflepoint 0.2 wrote), ``ExplainsOrderVersion``.
 - **reading**: ``ReadsBatches`` (a whole batch at once), ``ReadsColumns`` (``columnar()``),
   ``ReadsIds``, ``ReadsIdsAscending`` (a token column as arrays), ``Prefetching`` (upcoming indices
-  announced ahead), ``ReadsAhead``,
+  announced ahead), ``PrefetchesDealt`` (and how densely this rank reads there), ``ReadsAhead``,
   ``Locatable`` (where an index lives).
 - **readers** (one format's shards): ``CountsRowsFromSize``, ``CountsRowsFromMetadata``,
   ``MeasuresDecodedRows``, ``TakesIds``, ``KeepsDecodedIds``, ``LocatesRows``, ``OpensRanged``.
@@ -185,6 +185,17 @@ class Prefetching(Protocol):
 
 
 @runtime_checkable
+class PrefetchesDealt(Protocol):
+    """A ``Prefetching`` dataset also told how densely this rank reads the order where the indices lie:
+    ``density``, its positions over the span of positions they cover (1.0 under ``spans``: it reads the
+    rest of those blocks next; ~1/k when k ranks split every global batch; 1/world under ``strided``).
+    A shard read by byte range is then fetched in wide spans (dense) or row by row (sparse: the rows in
+    between are other ranks'), see ``_shards/ranged_ahead``."""
+
+    def prefetch_dealt(self, indices: Sequence[int] | np.ndarray, density: float) -> None: ...
+
+
+@runtime_checkable
 class ReadsAhead(Protocol):
     """A ``Prefetching`` dataset that says whether it has anything to fetch ahead (False: local files)."""
 
@@ -251,11 +262,15 @@ class KeepsDecodedIds(Protocol):
 class OpensRanged(Protocol):
     """A reader that opens a remote shard read by byte range (Parquet: its footer, then the row
     groups it decodes; a ``.bin``: the windows it reads), given a file object and a hook that fetches
-    ranges ahead (``_shards/ranged``); ``ranged_for(shard)``: whether this shard can be (not a ``.npy``)."""
+    ranges ahead (``_shards/ranged``); ``ranged_for(shard)``: whether this shard can be (not a ``.npy``);
+    ``ranged_plan(ranged, shard)``: a function of rows giving the byte ranges their read will need, so
+    read-ahead fetches them before the loader asks (Parquet reads the footer for it)."""
 
     def ranged_for(self, shard: str) -> bool: ...
 
     def open_ranged(self, ranged: Any, shard: str) -> Any: ...
+
+    def ranged_plan(self, ranged: Any, shard: str) -> Any: ...
 
 
 @runtime_checkable

@@ -16,7 +16,7 @@ import numpy as np
 import torch.utils.data
 
 from shufflepoint._core import state as _state
-from shufflepoint._core.capabilities import ExplainsOrderVersion, Locatable, Prefetching, ReadsAhead
+from shufflepoint._core.capabilities import ExplainsOrderVersion, Locatable
 from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.plan import Layout
@@ -28,7 +28,7 @@ from shufflepoint._loading.keyed import Transform, keyed_chunks
 from shufflepoint._loading.mesh import resolve_data_parallel
 from shufflepoint._loading.orders import Identity, OrderCache
 from shufflepoint._loading.position import LoaderPosition, Pass
-from shufflepoint._loading.serving import announced, check_arguments, check_keyed, served, threaded
+from shufflepoint._loading.serving import announced, announcer, check_arguments, check_keyed, served, threaded
 from shufflepoint._order import check_int
 
 _END = object()  # the end of torch's iterator
@@ -39,7 +39,7 @@ class _PassSampler(torch.utils.data.Sampler[Any]):
     (keys ``(epoch, position, index)`` instead when samples draw keyed randomness)."""
 
     def __init__(self, position: LoaderPosition, rank: int, keyed: bool,
-                 prefetch: Callable[[np.ndarray], None] | None) -> None:
+                 prefetch: Callable[[np.ndarray, float], None] | None) -> None:
         self._position, self._rank, self._keyed, self._prefetch = position, rank, keyed, prefetch
 
     def __iter__(self) -> Iterator[Any]:
@@ -70,14 +70,6 @@ class _PassSampler(torch.utils.data.Sampler[Any]):
         the loader cannot see the end by itself; this call is how it learns the new epoch.
         """
         self._position.set_epoch(epoch)
-
-
-def _prefetch_of(dataset: Any) -> Callable[[np.ndarray], None] | None:
-    """The dataset's ``prefetch``, or None where it has nothing to fetch ahead (a local corpus): then
-    the sampler does not work out the next chunk before serving the first (0.3 ms of a cold batch)."""
-    if not isinstance(dataset, Prefetching) or (isinstance(dataset, ReadsAhead) and not dataset._reads_ahead):
-        return None
-    return dataset.prefetch
 
 
 class DataLoader(torch.utils.data.DataLoader[Any]):
@@ -217,7 +209,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         self._keyed = check_keyed(transform, seed_per_sample)
         threads = threaded(dataset, decode_threads, seed_per_sample)
         dataset = served(dataset, self._seed, transform, seed_per_sample, torch_dataloader_kwargs)
-        prefetch = _prefetch_of(dataset)
+        prefetch = announcer(dataset)
         dataset = threads(dataset)
         sampler = _PassSampler(self._position, rank, self._keyed, prefetch)
         super().__init__(

@@ -12,25 +12,49 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
-from shufflepoint._core.capabilities import ReadsBatches, ReadsColumns
+from shufflepoint._core.capabilities import PrefetchesDealt, Prefetching, ReadsAhead, ReadsBatches, ReadsColumns
 from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._loading.keyed import KeyedCollate, KeyedDataset, Transform
 from shufflepoint._order import check_int
 from shufflepoint._shards.batch import collate as columnar_collate
 
 Chunk = tuple[np.ndarray, np.ndarray]  # (epoch positions, dataset indices)
+Announce = Callable[[np.ndarray, float], None]  # (indices, density)
 
 
-def announced(chunks: Iterator[Chunk], prefetch: Callable[[np.ndarray], None]) -> Iterator[Chunk]:
+def announcer(dataset: Any) -> Announce | None:
+    """How to tell ``dataset`` its upcoming indices: with this rank's density (``PrefetchesDealt``), the
+    indices alone (``Prefetching``), or not at all (also where it has nothing to fetch ahead, a local
+    corpus: then the sampler does not work out the next chunk before serving the first)."""
+    if isinstance(dataset, ReadsAhead) and not dataset._reads_ahead:
+        return None
+    if isinstance(dataset, PrefetchesDealt):
+        return dataset.prefetch_dealt
+    if isinstance(dataset, Prefetching):
+        prefetch = dataset.prefetch
+        return lambda indices, density: prefetch(indices)
+    return None
+
+
+def density(positions: np.ndarray) -> float:
+    """This rank's epoch positions over the span they cover: 1.0 for a stretch of its own."""
+    if positions.size < 2:
+        return 1.0
+    return float(positions.size / (int(positions.max()) - int(positions.min()) + 1))
+
+
+def announced(chunks: Iterator[Chunk], prefetch: Announce) -> Iterator[Chunk]:
     """Tell the dataset (``Shards``) each chunk of upcoming indices one chunk before it is served,
-    so that its shards are downloading while the current chunk is read."""
+    so that its shards are downloading while the current chunk is read. The first chunk is read at
+    once: announced with density 0, only its own rows are fetched (a fresh node's first batch then
+    waits for its rows, not for the wide spans read ahead for the chunks after it)."""
     current = next(chunks, None)
     if current is not None:
-        prefetch(current[1])
+        prefetch(current[1], 0.0)
     while current is not None:
         upcoming = next(chunks, None)
         if upcoming is not None:
-            prefetch(upcoming[1])
+            prefetch(upcoming[1], density(upcoming[0]))
         yield current
         current = upcoming
 

@@ -33,6 +33,7 @@ from shufflepoint._shards.integrity import check_checksum, check_verify
 from shufflepoint._shards.locate import located_error, shard_location
 from shufflepoint._shards.prefetch import Prefetcher
 from shufflepoint._shards.published_listing import listing
+from shufflepoint._shards.ranged_ahead import RangedAhead
 from shufflepoint._shards.readers import infer_format, make_reader, saved_dataset_files
 from shufflepoint._shards.readers._decoded import GROUPS
 from shufflepoint._shards.readers._flat import Layout
@@ -116,6 +117,7 @@ class Shards(torch.utils.data.Dataset[Any]):
     _opened: OrderedDict[int, OpenShard]
     _cache: NodeCache | None
     _prefetcher: Prefetcher | None
+    _ranged_ahead: RangedAhead | None
     _shard_by_url: dict[str, int] | None
     _announced: tuple[set[int], set[int]]
     _layout: Layout | None
@@ -518,23 +520,35 @@ class Shards(torch.utils.data.Dataset[Any]):
         return bool(self._remote and self._prefetch_depth > 0)
 
     def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
-        """Fetch, in the background, the shards holding these upcoming dataset indices."""
+        self.prefetch_dealt(indices, 1.0)
+
+    def prefetch_dealt(self, indices: Sequence[int] | np.ndarray, density: float) -> None:
+        """Fetch, in the background, what these upcoming dataset indices read: the ranges of their
+        rows in a shard read by range (every such shard of the chunk, in wide spans where this rank
+        reads densely, ``ranged_ahead``), the first ``prefetch`` other shards whole."""
         if not self._remote or self._prefetch_depth <= 0 or len(indices) == 0:
             return
-        shards = np.searchsorted(self._ends, np.asarray(indices, dtype=np.int64), side="right")
+        indices = np.asarray(indices, dtype=np.int64)
+        shards = np.searchsorted(self._ends, indices, side="right")
         upcoming = in_first_seen_order(shards).tolist()  # in the order they will be read
-        if self._ranged_reader():  # read by range: nothing to download ahead, only the done ones to mark
-            self._release_finished(set(upcoming))
-            return
-        urls = [self.index.url(s) for s in upcoming[: self._prefetch_depth]]
-        if self._prefetcher is None:
-            self._prefetcher = Prefetcher(self._prefetch_lookup, max_ahead=self._prefetch_depth)
-        self._prefetcher.schedule(urls)
+        whole = upcoming
+        if self._ranged_reader():
+            if self._ranged_ahead is None:
+                self._ranged_ahead = RangedAhead(self, cast(OpensRanged, self._reader).ranged_plan)
+            whole = self._ranged_ahead.announce(upcoming, shards, indices - self._starts[shards], density)
+        if whole:
+            if self._prefetcher is None:
+                self._prefetcher = Prefetcher(self._prefetch_lookup, max_ahead=self._prefetch_depth)
+            self._prefetcher.schedule([self.index.url(s) for s in whole[: self._prefetch_depth]])
         self._release_finished(set(upcoming))
 
     def _ranged_reader(self) -> bool:
-        """Remote shards read by range: a prefetch would download them whole (not done yet by range)."""
+        """Whether some remote shards may be read by range (then read ahead by range, not whole)."""
         return ranged.ENABLED and self._verify != "checksum" and isinstance(self._reader, OpensRanged)
+
+    def _ranged_shard(self, shard: int) -> bool:
+        record = self.index.shards[shard]
+        return self._ranged(self.index.url(shard), record.version, record.checksum)
 
     def _release_finished(self, announced: set[int]) -> None:
         """Mark first out of the node cache the shards this rank is done with for the epoch: read in
@@ -563,12 +577,13 @@ class Shards(torch.utils.data.Dataset[Any]):
         self._verified: set[int] = set()  # shards whose copy this process hashed (verify="checksum")
         self._cache = None
         self._prefetcher = None
+        self._ranged_ahead = None
         self._shard_by_url = None
         self._layout = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("_opened", "_cache", "_prefetcher", "_shard_by_url", "_layout"):
+        for name in ("_opened", "_cache", "_prefetcher", "_ranged_ahead", "_shard_by_url", "_layout"):
             state[name] = None
         return state
 
@@ -581,10 +596,3 @@ class Shards(torch.utils.data.Dataset[Any]):
         from the index in memory (its content hash is computed once, when it is built or read)."""
         return (f"Shards({self._reader.name}, {len(self.index.shards):,} shards, {len(self):,} rows, "
                 f"fingerprint={short(self.fingerprint)}, root={self.index.root!r})")
-
-
-class ListedShards(Shards):
-    """``Shards`` that lists the storage even for a glob a published index recorded: what ``shufflepoint index``
-    must see to publish the corpus as it is now (``_shards/published_listing.py``)."""
-
-    _published_listing = False

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
-from shufflepoint._core.capabilities import Identified, LegacyIdentified, Prefetching, ReadsBatches
+from shufflepoint._core.capabilities import Identified, LegacyIdentified, PrefetchesDealt, Prefetching, ReadsBatches
 from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._core.schedule import Schedule, changed_phase, unweighted
 from shufflepoint._order import check_int
@@ -303,9 +303,15 @@ class Mixture(torch.utils.data.Dataset[Any]):
                 f"sources=[{', '.join(shown(dataset) for dataset in self.sources)}])")
 
     def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
-        """Pass upcoming indices on to the sources that read ahead (``Shards``)."""
+        self.prefetch_dealt(indices, 1.0)
+
+    def prefetch_dealt(self, indices: Sequence[int] | np.ndarray, density: float) -> None:
+        """Pass upcoming indices on to the sources that read ahead (``Shards``), with this rank's density
+        (a source's rows are read as densely as the mixture's positions)."""
         source, within = self._decode(np.asarray(indices, dtype=np.int64))
         for s in distinct(source).tolist():
             dataset = self.sources[s]
-            if isinstance(dataset, Prefetching):
+            if isinstance(dataset, PrefetchesDealt):
+                dataset.prefetch_dealt(within[source == s], density)
+            elif isinstance(dataset, Prefetching):
                 dataset.prefetch(within[source == s])

@@ -39,6 +39,7 @@ from shufflepoint._core.capabilities import (
     Identified,
     KeepsShardsOpen,
     OwnOrder,
+    PrefetchesDealt,
     Prefetching,
     ReadsAhead,
     ReadsIds,
@@ -357,13 +358,21 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     rows_segments = rows_pieces
 
     def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
-        """Pass the documents of upcoming rows, in reading order, to a dataset that reads ahead (``Shards``)."""
+        self.prefetch_dealt(indices, 1.0)
+
+    def prefetch_dealt(self, indices: Sequence[int] | np.ndarray, density: float) -> None:
+        """Pass the documents of upcoming rows, in reading order, to a dataset that reads ahead (``Shards``),
+        with this rank's density (``PrefetchesDealt``: its documents lie as densely as its rows)."""
         dataset = self.dataset
         idle = isinstance(dataset, ReadsAhead) and not dataset._reads_ahead
         if not isinstance(dataset, Prefetching) or len(indices) == 0 or idle:
             return
-        documents = [d for row in self.rows_pieces(np.asarray(indices).tolist()) for d, _, _ in row]
-        dataset.prefetch(np.asarray(documents, dtype=np.int64))
+        documents = np.asarray([d for row in self.rows_pieces(np.asarray(indices).tolist()) for d, _, _ in row],
+                               dtype=np.int64)
+        if isinstance(dataset, PrefetchesDealt):
+            dataset.prefetch_dealt(documents, density)
+        else:
+            dataset.prefetch(documents)
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         return self.__getitems__([index])[0]

@@ -1,9 +1,11 @@
 """Background downloads of the shards this rank reads next, so a steady loop never waits on storage.
 
 The loader announces each chunk of upcoming indices one chunk early; the dataset turns them into
-shard URLs and schedules them here. A few daemon threads call ``lookup(url)`` (which fetches into
-the node cache), in the order announced; URLs in flight or recently done are skipped, and at most
-``max_ahead`` are outstanding (the rest are announced again with a later chunk). A failure in the
+jobs and schedules them here: a shard URL (downloaded whole), or for a shard read by byte range the
+ranges that chunk's rows of it need (``Shards._ranged_job``). A few daemon threads call
+``lookup(key)`` (which fetches into the node cache), in the order announced; keys in flight or
+recently done are skipped, and at most ``max_ahead`` are outstanding (the rest are announced again
+with a later chunk, or read when the loader gets to them). A failure in the
 background is kept, not raised or printed: the foreground read of that shard calls the same
 lookup and raises the clear ``ShardError`` itself, so nothing is lost and nothing is reported twice.
 
@@ -18,15 +20,17 @@ import os
 import queue
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
 
 from shufflepoint._core.errors import refusal
 
 
 class Prefetcher:
-    """At most ``max_ahead`` shards queued or downloading at once; ``schedule`` never blocks."""
+    """At most ``max_ahead`` jobs (shards, or ranges of one) queued or running at once; ``schedule``
+    never blocks."""
 
-    def __init__(self, lookup: Callable[[str], str], max_ahead: int, threads: int = 2) -> None:
+    def __init__(self, lookup: Callable[[Any], object], max_ahead: int, threads: int = 2) -> None:
         if isinstance(max_ahead, bool) or not isinstance(max_ahead, int) or max_ahead < 1:
             raise ValueError(refusal("prefetch", max_ahead, "an int >= 1 (shards ahead)",
                                      "pass how many shards to fetch ahead"))
@@ -34,19 +38,19 @@ class Prefetcher:
         self._threads_wanted = max(1, min(int(threads), max_ahead))
         self._pid = os.getpid()
         self._cond = threading.Condition()
-        self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
-        self._pending: set[str] = set()  # queued or downloading
-        self._done: OrderedDict[str, None] = OrderedDict()  # recently done, oldest first
+        self._queue: queue.SimpleQueue[Hashable | None] = queue.SimpleQueue()
+        self._pending: set[Hashable] = set()  # queued or downloading
+        self._done: OrderedDict[Hashable, None] = OrderedDict()  # recently done, oldest first
         self._remember = max(64, 8 * max_ahead)
         self._threads: list[threading.Thread] = []
         self._closed = False
-        self.errors: dict[str, BaseException] = {}  # the last background failure per URL, for tests and logs
+        self.errors: dict[Hashable, BaseException] = {}  # the last background failure per key, for tests and logs
 
     def _usable(self) -> bool:
         return not self._closed and os.getpid() == self._pid
 
-    def schedule(self, urls: Sequence[str]) -> None:
-        """Queue ``lookup(url)`` for the URLs not in flight or done, up to ``max_ahead`` outstanding."""
+    def schedule(self, urls: Sequence[Hashable]) -> None:
+        """Queue ``lookup(key)`` for the keys not in flight or done, up to ``max_ahead`` outstanding."""
         if not self._usable():
             return
         with self._cond:
@@ -87,7 +91,7 @@ class Prefetcher:
                         self.errors.pop(next(iter(self.errors)))
                 self._cond.notify_all()
 
-    def forget(self, urls: Sequence[str]) -> None:
+    def forget(self, urls: Sequence[Hashable]) -> None:
         """Shards evicted or released: fetch them again if they are scheduled later."""
         if not self._usable():
             return

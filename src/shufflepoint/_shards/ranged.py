@@ -12,15 +12,17 @@ Integrity is the storage's: each fetch opens the object at the size and version 
 recorded (``Storage.ranges``: a HEAD, then ranged GETs that must match it), so a shard rewritten
 under a job is a ``ShardError``, never a mix of two versions. The entry is named by (url, version)
 like a whole one. ``verify="checksum"`` needs the whole file to hash: those shards are downloaded
-whole, as before.
+whole, as before. Read-ahead of the ranges upcoming rows need is ``ranged_ahead``.
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import hashlib
 import io
 import json
+import mmap
 import os
 import tempfile
 import threading
@@ -28,17 +30,21 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
+
 from shufflepoint._shards.cache import NodeCache
 
-# Off by default until read-ahead covers ranged shards (today each range is fetched when a row needs it,
-# while a whole shard is prefetched): SHUFFLEPOINT_RANGED_READS=1 turns it on. Off: remote shards are
-# downloaded whole before their first row is read, as before.
+# Opt-in (SHUFFLEPOINT_RANGED_READS=1): read-ahead now fetches the ranges of upcoming rows
+# (``ranged_ahead``), and token windows keep whole-shard prefetching's steady rate, but a Parquet loop is
+# still slower by range (0.5x the rate, 0.14x with 4 workers: docs/benchmarks-shards.md, ranged reads).
+# Off: remote shards are downloaded whole before their first row is read.
 ENABLED = os.environ.get("SHUFFLEPOINT_RANGED_READS", "0") == "1"
 Span = tuple[int, int]
 ReadRanges = Callable[[], Any]  # a context manager yielding read(start, end) -> bytes (Storage.ranges)
 _GAP = 256 << 10  # ranges at most this close (and their mean size) are one GET: a request costs more
 _PIECE = 8 << 20  # the most one GET asks for
 _LANES = 8  # GETs in flight at once for one shard's missing ranges
+_REFETCH = 16 << 10  # a held range at most this long may be fetched again inside a joined GET
 
 
 def identity(url: str, version: str) -> str:
@@ -59,9 +65,10 @@ def merged(spans: Sequence[Span], gap: int = 0) -> list[Span]:
 
 
 def missing(held: Sequence[Span], start: int, end: int) -> list[Span]:
-    """The parts of [start, end) that ``held`` (merged, sorted) does not cover."""
+    """The parts of [start, end) that ``held`` (merged, sorted) does not cover. From the first held
+    range that could cover ``start`` (a bisection: a shard read window by window holds thousands)."""
     found, at = [], start
-    for first, last in held:
+    for first, last in held[max(0, bisect.bisect_right(held, (start, end)) - 1):]:
         if last <= at:
             continue
         if first >= end:
@@ -86,6 +93,9 @@ class PartialShard:
         self._data, self._record, self._key = cache.partial(url, version)
         self._fd = -1
         self._held: list[Span] = []
+        self._starts = self._ends = np.empty(0, np.int64)  # _held as arrays, for a batch's many windows
+        self._map: mmap.mmap | None = None
+        self._generation, self._mapped = 0, -1  # the data file opened, and the one mapped
         self._thread_lock = threading.Lock()  # the flock excludes processes; this, threads swapping _fd
         with cache.entry_lock(self._key):
             self._open_locked()
@@ -95,11 +105,12 @@ class PartialShard:
         if self._fd >= 0:
             os.close(self._fd)
         self._fd = os.open(self._data, os.O_RDWR | os.O_CREAT, 0o644)
+        self._generation += 1
         if os.fstat(self._fd).st_size != self.size:
             os.ftruncate(self._fd, 0)  # a stale or foreign file: start empty
             os.ftruncate(self._fd, self.size)
             self._write_record([])
-        self._held = self._load_record()
+        self._set_held(self._load_record())
         with contextlib.suppress(OSError):
             os.utime(self._data)  # used: last out of the LRU
 
@@ -123,20 +134,46 @@ class PartialShard:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
 
-    def ensure(self, spans: Sequence[Span]) -> None:
+    def _set_held(self, spans: list[Span]) -> None:
+        self._held = spans
+        self._starts = np.fromiter((a for a, _ in spans), np.int64, len(spans))
+        self._ends = np.fromiter((b for _, b in spans), np.int64, len(spans))
+
+    def _covers(self, spans: np.ndarray) -> bool:
+        """Whether ``spans`` ((n, 2) array) are all held (per this process's view of the record)."""
+        if not self._held:
+            return not spans.size
+        inside = np.searchsorted(self._starts, spans[:, 0], side="right") - 1
+        return bool(np.all((inside >= 0) & (spans[:, 1] <= self._ends[np.maximum(inside, 0)])))
+
+    def ensure(self, spans: Sequence[Span] | np.ndarray, join: bool = True) -> None:
         """Hold every byte of ``spans`` locally: fetch (in few GETs) what neither this process nor
-        another of the node has fetched yet."""
-        wanted = merged([(max(0, a), min(self.size, b)) for a, b in spans])
-        if not any(missing(self._held, a, b) for a, b in wanted):
+        another of the node has fetched yet. Held already (the common case): two array lookups; held
+        since by another thread or process (read-ahead): the record read again, without the lock
+        (it is replaced whole), so a read never waits on a read-ahead of other ranges. ``join=False``:
+        never fetch bytes between the spans (a rank reading 1/k of a shard: they are other ranks')."""
+        found = np.asarray(spans, dtype=np.int64).reshape(-1, 2).clip(0, self.size)
+        found = found[found[:, 1] > found[:, 0]]
+        if self._covers(found):
             return
+        fresh = self._load_record()
+        if self._cache.same_file(self._fd, self._data):  # the record is of the file we have open
+            self._set_held(fresh)
+            if self._covers(found):
+                return
+        wanted = merged([(a, b) for a, b in found.tolist()])
         with self._thread_lock, self._cache.entry_lock(self._key):
             if not self._cache.same_file(self._fd, self._data):  # evicted since: start a new entry
                 self._open_locked()
             else:
-                self._held = self._load_record()
+                self._set_held(self._load_record())
             # Joined across gaps up to the wanted ranges' mean size: a GET saved, at most ~2x the bytes.
-            gap = min(_GAP, sum(b - a for a, b in wanted) // len(wanted))
+            gap = min(_GAP, sum(b - a for a, b in wanted) // len(wanted)) if join else 0
             need = merged([m for a, b in wanted for m in missing(self._held, a, b)], gap)
+            # ... but never across a held range worth a GET: read ahead in wide spans, a shard's next
+            # chunk would otherwise fetch again the span its last one fetched.
+            kept = [span for span in self._held if span[1] - span[0] > _REFETCH]
+            need = [m for a, b in need for m in missing(kept, a, b)]
             if not need:
                 return
             self._cache.make_room(sum(b - a for a, b in need), self._key)
@@ -147,7 +184,7 @@ class PartialShard:
             else:  # a batch's row groups: round trips side by side, not one after another
                 with ThreadPoolExecutor(len(lanes)) as pool:
                     list(pool.map(self._fetch, lanes))
-            self._held = merged([*self._held, *need])
+            self._set_held(merged([*self._held, *need]))
             self._write_record(self._held)
 
     def _fetch(self, pieces: list[Span]) -> None:
@@ -168,8 +205,23 @@ class PartialShard:
     def held(self) -> list[Span]:
         return list(self._held)
 
+    def complete(self) -> bool:
+        """Whether this process has seen every byte of the shard held (then nothing is fetched again)."""
+        return self._held == [(0, self.size)]
+
+    def view(self) -> memoryview:
+        """The local copy mapped, to read ranges ``ensure`` made held (the rest reads as zeros): a
+        token window is then a slice, not a syscall. Mapped again when the entry was evicted and
+        started over (``ensure`` then writes to a new file)."""
+        with self._thread_lock:
+            if self._mapped != self._generation:
+                self._map = mmap.mmap(self._fd, self.size, prot=mmap.PROT_READ) if self.size else None
+                self._mapped = self._generation
+            return memoryview(self._map if self._map is not None else b"")
+
     def close(self) -> None:
         with self._thread_lock:
+            self._map = None  # unmapped once no view of it is left
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
@@ -202,6 +254,13 @@ class RangedFile(io.RawIOBase):
     def pread(self, start: int, end: int) -> bytes:
         """Bytes [start, end), the position unmoved (a token window)."""
         return self.shard.pread(start, end)
+
+    def view(self) -> memoryview:
+        """The local copy, mapped (``PartialShard.view``): read only what ``ensure`` made held."""
+        return self.shard.view()
+
+    def complete(self) -> bool:
+        return self.shard.complete()
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")

@@ -48,7 +48,12 @@ def open_corpus(sources: str | list[str], *, format: str | None, columns: list[s
     """The ``Shards`` the training job would build (its index counted, or read where it can be).
     ``list_storage``: list the shards in the storage even where a published index recorded the glob
     (``shufflepoint index`` publishes what is there now)."""
-    from shufflepoint._shards.dataset import ListedShards, Shards
+    from shufflepoint._shards.dataset import Shards
+
+    class ListedShards(Shards):
+        """Lists the storage even for a glob a published index recorded (``_shards/published_listing.py``)."""
+
+        _published_listing = False
 
     with warnings.catch_warnings():  # the advice to run this command, given while running it
         warnings.filterwarnings("ignore", message="indexing downloads")

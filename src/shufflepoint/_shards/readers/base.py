@@ -55,5 +55,5 @@ class Ranged(NamedTuple):
     mtime and inode would (``kept_ids``: a partial file's mtime changes as ranges arrive)."""
 
     source: Any
-    ensure: Callable[[list[tuple[int, int]]], None]
+    ensure: Callable[..., None]  # (spans: a list of (start, end) or an (n, 2) array, join=True)
     identity: str

@@ -51,6 +51,23 @@ def _decode_units(rows: list[int], sizes: list[int]) -> list[tuple[list[int], in
     return units
 
 
+def _chunk_spans(meta: Any, groups: list[int], columns: list[str] | None) -> list[tuple[int, int]]:
+    """The byte ranges of the column chunks of ``groups`` that a decode of ``columns`` reads from the
+    file, besides the footer."""
+    spans = []
+    for g in groups:
+        group = meta.row_group(g)
+        for c in range(group.num_columns):
+            chunk = group.column(c)
+            if columns is not None and chunk.path_in_schema.split(".")[0] not in columns:
+                continue
+            start = chunk.data_page_offset
+            if chunk.has_dictionary_page and 0 < chunk.dictionary_page_offset < start:
+                start = chunk.dictionary_page_offset
+            spans.append((int(start), int(start + chunk.total_compressed_size)))
+    return spans
+
+
 class OpenParquet:
     """One Parquet file, its footer read; row groups decoded on demand (small ones together, see
     ``_decode_units``; "group" below means such a unit) and kept in the process's
@@ -238,20 +255,8 @@ class OpenParquet:
             self._ranged.ensure([span for unit in sorted(units) for span in self._chunk_spans(self._units[unit][0])])
 
     def _chunk_spans(self, groups: list[int]) -> list[tuple[int, int]]:
-        """The byte ranges of the column chunks ``groups`` read (those of ``columns``): what a decode
-        of them reads from the file, besides the footer."""
-        meta, spans = self._file.metadata, []
-        for g in groups:
-            group = meta.row_group(g)
-            for c in range(group.num_columns):
-                chunk = group.column(c)
-                if self._columns is not None and chunk.path_in_schema.split(".")[0] not in self._columns:
-                    continue
-                start = chunk.data_page_offset
-                if chunk.has_dictionary_page and 0 < chunk.dictionary_page_offset < start:
-                    start = chunk.dictionary_page_offset
-                spans.append((int(start), int(start + chunk.total_compressed_size)))
-        return spans
+        """The byte ranges of the column chunks ``groups`` read (those of ``columns``)."""
+        return _chunk_spans(self._file.metadata, groups, self._columns)
 
     def locate(self, row: int) -> dict[str, Any]:
         """Where row ``row`` lies: its row group in the file's footer, and its row inside that group."""
@@ -289,6 +294,26 @@ class ParquetReader:
         """Open a remote shard read by range (``_shards/ranged``): the footer, then each row group's
         column chunks as they are decoded, never the whole file."""
         return OpenParquet("", shard, self.columns, ranged)
+
+    def ranged_plan(self, ranged: Ranged, shard: str) -> Callable[[np.ndarray], list[tuple[int, int]]]:
+        """What read-ahead fetches for rows of a remote shard read by range (``_shards/ranged``): its
+        footer now (one ranged read), then ``plan(rows)``: the column chunks of the decode units
+        (``_decode_units``) holding ``rows``, the very ranges ``OpenParquet`` will ensure."""
+        parquet = extra("pyarrow.parquet", "parquet")
+        pa = extra("pyarrow", "parquet")
+        try:
+            meta = parquet.ParquetFile(ranged.source, memory_map=False).metadata
+        except _pyarrow_errors(pa) as e:
+            raise shard_error(shard, "a file that is not readable Parquet", "a Parquet file", why=str(e)) from e
+        groups = [meta.row_group(g) for g in range(meta.num_row_groups)]
+        units = _decode_units([g.num_rows for g in groups], [g.total_byte_size for g in groups])
+        ends = np.cumsum(np.asarray([rows for _, rows in units], np.int64))
+        spans = [_chunk_spans(meta, members, self.columns) for members, _ in units]
+
+        def plan(rows: np.ndarray) -> list[tuple[int, int]]:
+            wanted = np.unique(np.searchsorted(ends, rows, side="right"))
+            return [span for unit in wanted[wanted < len(units)].tolist() for span in spans[unit]]
+        return plan
 
     def options(self) -> dict[str, Any]:
         return {"columns": self.columns}

@@ -91,7 +91,8 @@ class OpenTokens:
     def __init__(self, fd: int, path: str, shard: str, dtype: np.dtype[Any], offset: int, tokens: int,
                  seq_len: int, ranged: Ranged | None = None) -> None:
         self._path, self._shard, self._dtype, self._offset = path, shard, dtype, offset
-        self._ranged = ranged  # a remote .bin read by range: its windows fetched, then read; never mapped
+        self._ranged = ranged  # a remote .bin read by range: its windows fetched, then read from its partial copy
+        self._windows: tuple[Any, np.ndarray, bool] | None = None  # (the partial copy's map, its windows, complete)
         self._size, self._seq_len = tokens, seq_len
         self._rows = max(0, (tokens - 1) // seq_len)
         self._fd: int | None = fd  # None: closed; -1: handed over to the map
@@ -148,13 +149,10 @@ class OpenTokens:
         if out is None or where is None:
             out, where = np.empty((len(rows), width), dtype=np.int64), list(range(len(rows)))
         if self._ranged is not None:  # the windows' bytes fetched first (few GETs), then read from the partial copy
-            at = [self._offset + row * self._seq_len * item for row in rows]
-            self._ranged.ensure([(a, a + width * item) for a in at])
-            for i, row, a in zip(where, rows, at, strict=True):
-                data = self._ranged.source.pread(a, a + width * item)
-                if len(data) != width * item:
-                    self._truncated(row)
-                out[i] = np.frombuffer(data, self._dtype)
+            if self._windows is None or not self._windows[2]:  # the whole file held: nothing to fetch again
+                at = self._offset + np.asarray(rows, np.int64) * (self._seq_len * item)
+                self._ranged.ensure(np.stack([at, at + width * item], axis=1))
+            out[where] = self._held_windows()[rows]
         elif out.dtype == self._dtype:  # rows of the shard's own type: the bytes go straight into place
             for i, row in zip(where, rows, strict=True):
                 if os.preadv(self._fd, [out[i]], self._offset + row * self._seq_len * item) != width * item:
@@ -167,6 +165,22 @@ class OpenTokens:
                 out[i] = np.frombuffer(data, self._dtype)
         self._preads += len(rows)
         return out
+
+    def _held_windows(self) -> np.ndarray:
+        """The windows of a shard read by range, over its partial copy mapped (``PartialShard.view``):
+        made once per copy of the file (a new one after an eviction), read only where ``ensure`` held."""
+        assert self._ranged is not None
+        if self._windows is not None and self._windows[2]:  # complete: its map never changes again
+            return self._windows[1]
+        view = self._ranged.source.view()
+        if self._windows is None or self._windows[0] is not view.obj:
+            held = np.frombuffer(view, self._dtype)
+            step = held.strides[0]
+            self._windows = (view.obj, as_strided(held, shape=(self._rows, self._seq_len + 1),
+                                                  strides=(step * self._seq_len, step), writeable=False), False)
+        if self._ranged.source.complete():  # an evicted copy stays readable while mapped
+            self._windows = (self._windows[0], self._windows[1], True)
+        return self._windows[1]
 
     def _truncated(self, row: int) -> None:
         raise ShardError(self._shard, f"truncated: window {row} ends past the file's end; it changed since it was "
@@ -267,6 +281,16 @@ class TokensReader:
             raise ShardError(shard, f"truncated: {size} bytes is not a whole number of {self.dtype} tokens "
                                     f"({item.itemsize} bytes each); check the file and dtype=")
         return OpenTokens(-1, "", shard, item, 0, size // item.itemsize, self.seq_len, ranged)
+
+    def ranged_plan(self, ranged: Ranged, shard: str) -> Callable[[np.ndarray], list[tuple[int, int]]]:
+        """What read-ahead fetches for windows of a remote ``.bin`` (``_shards/ranged``): their bytes,
+        from arithmetic alone (no read)."""
+        item = _LITTLE[self.dtype].itemsize
+        step, width = self.seq_len * item, (self.seq_len + 1) * item
+
+        def plan(rows: np.ndarray) -> list[tuple[int, int]]:
+            return [(start, start + width) for start in (np.unique(rows) * step).tolist()]
+        return plan
 
     def rows_from_size(self, shard: str, size: int) -> int | None:
         """The windows of a raw ``.bin`` shard follow from its size, so indexing a bucket of them

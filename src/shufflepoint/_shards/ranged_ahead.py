@@ -1,0 +1,135 @@
+"""Read-ahead for shards read by byte range: the ranges this rank's upcoming rows need, fetched early.
+
+A shard read by range (``_shards/ranged``) is never downloaded whole, so the whole-shard prefetch
+has nothing to do for it; without this, every range would be fetched when a row asks for it and a
+steady loop would wait on a round trip per shard it enters. The loader announces each chunk of
+upcoming indices one chunk early (``Shards.prefetch``); here each shard of the chunk becomes a job:
+its rows in that chunk. A background thread opens the shard's partial entry, asks the reader for
+the ranges those rows read (``ranged_plan``: Parquet reads the footer once, then maps rows to the
+column chunks of their row groups; a ``.bin`` maps windows to bytes) and ``ensure``s them. The read
+then finds them held and fetches nothing.
+
+Everything the foreground relies on stays in ``PartialShard``: the entry lock (a range is fetched
+once per node, whichever thread or process asks first), the version check of every fetch (a
+rewritten shard fails the job; the foreground read then meets it as a ``ShardError``), and the
+cache budget (``make_room`` before a fetch). A job is keyed by (shard, its rows' digest), so the
+same rows announced twice are fetched once; a shard's later rows are a new job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from shufflepoint._shards.prefetch import Prefetcher
+from shufflepoint._shards.ranged import PartialShard, RangedFile, merged
+from shufflepoint._shards.readers.base import Ranged
+
+Plan = Callable[[np.ndarray], list[tuple[int, int]]]
+_THREADS = 4  # jobs in flight: each is a look-up and a few GETs, mostly waiting on the network
+_JOBS_AHEAD = 1024  # a chunk (<= 8,192 rows) may touch hundreds of small shards: all of them ahead
+_PLANS_KEPT = 4096  # footers parsed, per process
+# A rank reading at least this share of the positions it spans (a stretch of its own: 1.0; strided on 2
+# ranks: 0.5) reads the rows between a chunk's rows of a shard in its next chunks (``spans``: all of them):
+# those gaps are fetched too, up to _WIDE bytes each, in few large GETs. Below it, the rows between are
+# other ranks' (a global batch split k ways after a resize, ``strided``): only the chunk's own ranges are
+# fetched, joined where a GET costs more (``ensure``).
+_DENSE = 0.9
+_WIDE = 64 << 10  # gaps fetched with their neighbours: a fraction of what a round trip costs in transfer
+# Dense, and a chunk reads 1/_WHOLE of a shard's rows: the whole shard in one go (the rank reads all of it
+# within a few chunks; a loop past its first chunks then finds every shard of its block whole, as the
+# whole-shard prefetch did). The first chunks (256, 1,024 rows) read fewer: a fresh node fetches their rows.
+_WHOLE = 16
+
+
+class Job:
+    """Rows of one shard a chunk will read (``dense``: this rank reads the rows in between next;
+    ``whole``: and so much of the shard that one GET of all of it is cheapest); equal (and hashed)
+    by (shard, digest of the rows)."""
+
+    __slots__ = ("shard", "rows", "dense", "whole", "_key")
+
+    def __init__(self, shard: int, rows: np.ndarray, dense: bool, whole: bool) -> None:
+        self.shard, self.rows, self.dense, self.whole = shard, rows, dense, whole
+        self._key = (shard, hashlib.blake2b(rows.tobytes(), digest_size=8).digest())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Job) and other._key == self._key
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+
+def jobs(shards: np.ndarray, rows: np.ndarray, order: list[int], density: float,
+         shard_rows: np.ndarray) -> list[Job]:
+    """One job per shard of ``order`` (the shards to read ahead, in reading order): the ``rows`` whose
+    ``shards`` entry is it, sorted; dense where this rank reads nearly all the positions it spans
+    (``PrefetchesDealt``), whole where it also reads 1/_WHOLE of the shard (``shard_rows``) in this chunk."""
+    by = np.argsort(shards, kind="stable")
+    sorted_shards = shards[by]
+    found = []
+    for shard in order:
+        first, last = np.searchsorted(sorted_shards, [shard, shard + 1])
+        mine = np.unique(rows[by[first:last]])
+        dense = density >= _DENSE
+        found.append(Job(shard, mine, dense, dense and mine.size * _WHOLE >= int(shard_rows[shard])))
+    return found
+
+
+class RangedAhead:
+    """A process's read-ahead of ranges for ``corpus`` (a ``Shards``): ``announce`` never blocks.
+    ``planner(ranged, shard)`` is the reader's ``ranged_plan``."""
+
+    def __init__(self, corpus: Any, planner: Callable[[Ranged, str], Plan]) -> None:
+        self._corpus, self._planner = corpus, planner
+        self._plans: dict[int, Plan] = {}
+        self.prefetcher = Prefetcher(self._run, max_ahead=_JOBS_AHEAD, threads=_THREADS)
+
+    def announce(self, upcoming: list[int], shards: np.ndarray, rows: np.ndarray, density: float) -> list[int]:
+        """Schedule the jobs of the ``upcoming`` shards read by range (``shards``/``rows``: each index's
+        shard and row in it); the others, in order, for the caller to download whole."""
+        by_range = [s for s in upcoming if self._corpus._ranged_shard(s)]
+        if not by_range:
+            return upcoming
+        self.prefetcher.schedule(jobs(shards, rows, by_range, density, self._corpus.index.rows))
+        taken = set(by_range)
+        return [s for s in upcoming if s not in taken]
+
+    def _partial(self, shard: int) -> tuple[PartialShard, str] | None:
+        """A job's partial entry; None: the shard is no longer read by range (whole in the cache since)."""
+        corpus = self._corpus
+        if not corpus._ranged_shard(shard):
+            return None
+        record, url = corpus.index.shards[shard], corpus.index.url(shard)
+        return corpus._partial(url, record.size, record.version), url
+
+    def _run(self, job: Any) -> None:
+        """Fetch the ranges ``job``'s rows read into the shard's partial entry (a background thread)."""
+        opened = self._partial(job.shard)
+        if opened is None:
+            return
+        partial, url = opened
+        source = RangedFile(partial)
+        try:
+            if job.whole:
+                partial.ensure([(0, partial.size)])
+                return
+            plan = self._plans.get(job.shard)
+            if plan is None:
+                plan = self._planner(Ranged(source, partial.ensure, ""), url)
+                if len(self._plans) >= _PLANS_KEPT:
+                    self._plans.clear()
+                self._plans[job.shard] = plan
+            spans = plan(job.rows)
+            if spans and job.dense:
+                spans = merged(spans, _WIDE)
+            if spans:
+                partial.ensure(spans, join=job.dense)
+        finally:
+            source.close()
+
+    def close(self) -> None:
+        self.prefetcher.close()

@@ -1,0 +1,48 @@
+"""The loader tells a ``PrefetchesDealt`` dataset how densely this rank reads where its upcoming indices
+lie: 0 for the chunk read at once (only its own rows are fetched), then its positions over the span
+they cover (1.0 for a stretch of its own, ~1/k when k ranks share every global batch)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+import shufflepoint
+from shufflepoint._core.capabilities import PrefetchesDealt
+from shufflepoint._loading.serving import density
+
+
+class Told:
+    def __init__(self, rows: int) -> None:
+        self.rows, self.calls = rows, []
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+    def prefetch(self, indices) -> None:
+        raise AssertionError("prefetch_dealt is offered: the loader must use it")
+
+    def prefetch_dealt(self, indices, density: float) -> None:
+        self.calls.append((len(indices), density))
+
+
+@given(st.integers(0, 10**6), st.integers(1, 500), st.integers(1, 16))
+def test_density_is_the_positions_over_the_span_they_cover(start, count, step):
+    positions = start + step * np.arange(count, dtype=np.int64)
+    expected = 1.0 if count == 1 else count / ((count - 1) * step + 1)
+    assert abs(density(positions) - expected) < 1e-12
+    assert density(np.random.default_rng(count).permutation(positions)) == density(positions)
+
+
+def test_the_first_chunk_is_announced_sparse_then_the_rank_s_own_density():
+    data = Told(5000)
+    assert isinstance(data, PrefetchesDealt)
+    for _ in shufflepoint.DataLoader(data, batch_size=100, seed=1):
+        pass
+    assert data.calls[0] == (256, 0.0)  # read at once: only its own rows
+    assert data.calls[1:] and all(d == 1.0 for _, d in data.calls[1:])  # one rank: a stretch of its own
+    assert sum(n for n, _ in data.calls) == 5000
