@@ -448,6 +448,9 @@ class Shards(torch.utils.data.Dataset[Any]):
         url = self.index.url(shard)
         if self._ranged(url, record.version, record.checksum):
             opened = self._open_ranged(url, record.size, record.version)
+        elif isinstance(self._reader, TokensReader) and not (record.checksum or _is_remote(url)):  # one path lookup
+            fd, path = self._storage.open_local(url, record.size, record.version)
+            opened = self._reader.open_descriptor(fd, path, url, record.size)
         else:
             path = self._fetch(url, record.size, record.version, record.checksum)
             if record.checksum and shard not in self._verified:  # every copy, once per process
@@ -515,8 +518,7 @@ class Shards(torch.utils.data.Dataset[Any]):
     # -- read-ahead --------------------------------------------------------------------------
     @property
     def _reads_ahead(self) -> bool:
-        """Whether ``prefetch`` does anything (remote shards and a prefetch depth): a caller can skip
-        working out what to announce."""
+        """Whether ``prefetch`` does anything (remote shards, a prefetch depth): else nothing is announced."""
         return bool(self._remote and self._prefetch_depth > 0)
 
     def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:

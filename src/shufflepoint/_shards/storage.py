@@ -273,6 +273,21 @@ class Storage:
         check_version(url, size, version, *_stat(stat))
         return path
 
+    def open_local(self, url: str, size: int, version: str) -> tuple[int, str]:
+        """A read descriptor of a local shard and its path, checked against the index by the descriptor's
+        own ``fstat`` (``local_path`` less one lookup of the path: a resume's first batch opens ~110 shards)."""
+        path = _local(url)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise ShardError(url, "vanished: it was in the index but the file is gone") from None
+        try:
+            check_version(url, size, version, *_stat(os.fstat(fd)))
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, path
+
     @contextlib.contextmanager
     def ranges(self, url: str, size: int, version: str,
                what: str = "reading its metadata") -> Iterator[Callable[[int, int], bytes]]:

@@ -47,7 +47,7 @@ _MAP_AFTER = 64  # windows a shard serves by pread before it is memory-mapped
 _LITTLE = {name: np.dtype(name).newbyteorder("<") for name in DTYPES}  # a raw .bin's ids
 
 
-def _npy_layout(fd: int, path: str, shard: str, dtype: str) -> tuple[np.dtype[Any], int, int]:
+def _npy_layout(size: int, path: str, shard: str, dtype: str) -> tuple[np.dtype[Any], int, int]:
     """(dtype, byte offset of the data, tokens) of a ``.npy`` shard, from its header, checked."""
     try:
         with open(path, "rb") as f:
@@ -63,16 +63,14 @@ def _npy_layout(fd: int, path: str, shard: str, dtype: str) -> tuple[np.dtype[An
     if found.name != dtype:
         raise ShardError(shard, f"dtype: the .npy holds {found.name}, the reader expects {dtype}; "
                                 f"pass dtype={found.name!r} if that is right")
-    size = os.fstat(fd).st_size
     if offset + shape[0] * found.itemsize > size:
         raise ShardError(shard, f"is not a readable .npy file (truncated or corrupt?): its header says {shape[0]} "
                                 f"tokens ({offset + shape[0] * found.itemsize} bytes), the file has {size}")
     return found, offset, int(shape[0])
 
 
-def _bin_layout(fd: int, path: str, shard: str, dtype: str) -> tuple[np.dtype[Any], int, int]:
+def _bin_layout(size: int, path: str, shard: str, dtype: str) -> tuple[np.dtype[Any], int, int]:
     item = _LITTLE[dtype]
-    size = os.fstat(fd).st_size  # the descriptor in hand, not a second lookup of the path
     if size % item.itemsize:
         raise ShardError(shard, f"truncated: {size} bytes is not a whole number of {dtype} tokens "
                                 f"({item.itemsize} bytes each); check the file and dtype=")
@@ -256,12 +254,22 @@ class TokensReader:
 
     def open(self, path: str, shard: str) -> OpenTokens:
         try:
-            layout = _npy_layout if _is_npy(path, shard) else _bin_layout
             fd = os.open(path, os.O_RDONLY)
         except OSError as e:
             raise shard_error(shard, "a file that cannot be read", "a readable file", why=str(e)) from e
         try:
-            dtype, offset, tokens = layout(fd, path, shard, self.dtype)
+            size = os.fstat(fd).st_size  # the descriptor in hand, not a second lookup of the path
+        except BaseException:
+            os.close(fd)
+            raise
+        return self.open_descriptor(fd, path, shard, size)
+
+    def open_descriptor(self, fd: int, path: str, shard: str, size: int) -> OpenTokens:
+        """``open`` of a descriptor already open on ``path`` whose size is known (``Storage.open_local``
+        checked it against the index); the shard owns ``fd`` from here, closed on any error."""
+        try:
+            layout = _npy_layout if _is_npy(path, shard) else _bin_layout
+            dtype, offset, tokens = layout(size, path, shard, self.dtype)
             return OpenTokens(fd, path, shard, dtype, offset, tokens, self.seq_len)
         except BaseException as e:
             os.close(fd)
