@@ -62,3 +62,17 @@ def test_an_explicit_max_open_is_kept(corpus):
     counts = counted(shards)
     assert sorted(int(i) for batch in loader for i in batch["id"]) == ids  # still right, only slower
     assert counts["open"] > 40
+
+
+def test_a_corpus_of_at_most_32_shards_is_opened_once_not_once_per_epoch(tmp_path):
+    """Reopening a Parquet shard costs its footer and its kept ids' key (~0.6 ms): at 20 shards of 1M tokens
+    it was 9% of a ``Packed`` epoch, so the default keeps 32 shards open, whatever the block."""
+    folder = str(tmp_path / "parquet")
+    ids = parquet_corpus(folder, 20, rows=(8, 12))
+    shards = shufflepoint.Shards(os.path.join(folder, "*.parquet"), cache_dir=str(tmp_path / "cache"), progress=False)
+    loader = shufflepoint.DataLoader(shards, 8, seed=3, shuffle_block=16)  # a block spans 2-3 shards
+    counts = counted(shards)
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        assert sorted(int(i) for batch in loader for i in batch["id"]) == ids
+    assert counts["open"] == 20  # each shard once, in the first epoch

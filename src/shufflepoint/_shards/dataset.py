@@ -43,7 +43,7 @@ from shufflepoint._shards.shown import short
 from shufflepoint._shards.storage import Storage
 
 FINGERPRINT_PREFIX = "shards:"
-_MAX_OPEN_CAP = 512  # open shards per process when a block spans many small shards
+_MIN_OPEN, _MAX_OPEN_CAP = 32, 512  # open shards per process: any block (a reopen costs ~0.6 ms), a block of tiny ones
 
 
 def _is_remote(url: str) -> bool:
@@ -104,7 +104,7 @@ class Shards(torch.utils.data.Dataset[Any]):
         index_threads (int): threads that build the index (one shard each at a time). Default 8.
         progress (bool): show a tqdm bar while the index is built. Default True.
         max_open (int | None): shards kept open per process. Default None: those of two blocks of the
-            loader's order (``_keep_open_for``), at least 8 and at most 512.
+            loader's order (``_keep_open_for``), at least 32 and at most 512.
         verify (str): ``"version"`` (default) reads a shard only at the size and version (S3 ETag, GCS
             generation, local mtime_ns) the index recorded, else a ``ShardError``; ``"checksum"`` also
             records each shard's sha256 at indexing (downloading every shard once) and checks every
@@ -154,7 +154,7 @@ class Shards(torch.utils.data.Dataset[Any]):
         self._cache_limit = cache_limit
         self._transform = transform
         self._prefetch_depth = int(prefetch)
-        self._max_open = 8 if max_open is None else max(1, int(max_open))
+        self._max_open = _MIN_OPEN if max_open is None else max(1, int(max_open))
         self._max_open_chosen = max_open is not None
         self._cache = None  # the index build below may already download remote shards
         self.index = self._load_or_build(urls, index_threads, progress, listed)
