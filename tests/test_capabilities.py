@@ -44,7 +44,7 @@ def test_the_built_in_datasets_offer_what_they_declare(corpus):
     offers = {
         "Shards": (corpus, {"ShardedCorpus", "KeepsShardsOpen", "FitsDecodeBudget", "Identified", "ExplainsFingerprint",
                             "LegacyIdentified", "ReadsBatches", "ReadsColumns", "ReadsIds", "ReadsIdsAscending",
-                            "Prefetching", "PrefetchesDealt", "ReadsAhead",
+                            "ReadsIdSpansAscending", "Prefetching", "PrefetchesDealt", "ReadsAhead",
                             "Locatable"}),
         "Packed": (packed, {"OwnOrder", "CountsShare", "Identified", "ExplainsFingerprint", "ReadsBatches",
                             "ReadsColumns", "Prefetching", "PrefetchesDealt", "Locatable"}),
@@ -55,8 +55,8 @@ def test_the_built_in_datasets_offer_what_they_declare(corpus):
     dataset_protocols = ["OwnOrder", "CountsShare", "ShardedCorpus", "KeepsShardsOpen", "FitsDecodeBudget", "Scheduled",
                          "Identified",
                          "ExplainsFingerprint", "LegacyIdentified", "ExplainsOrderVersion", "ReadsBatches",
-                         "ReadsColumns", "ReadsIds", "ReadsIdsAscending", "Prefetching", "PrefetchesDealt",
-                         "ReadsAhead", "Locatable"]
+                         "ReadsColumns", "ReadsIds", "ReadsIdsAscending", "ReadsIdSpansAscending", "Prefetching",
+                         "PrefetchesDealt", "ReadsAhead", "Locatable"]
     for name, (dataset, expected) in offers.items():
         found = {p for p in dataset_protocols if isinstance(dataset, getattr(capabilities, p))}
         assert found == expected, (name, found ^ expected)
@@ -150,3 +150,10 @@ def test_the_0_2_fingerprint_is_computed_only_for_a_state_0_2_wrote(corpus, monk
     old.update(version=1, dataset_fingerprint="shards:x:blocks=" + str(loader.state_dict()["shuffle_block"]))
     shufflepoint.DataLoader(corpus, 2, seed=1).load_state_dict(old)
     assert asked  # asked for the 0.2 state alone, which it then matches
+
+
+def test_an_opened_parquet_shard_joins_the_layout_and_a_token_shard_does_not(corpus, tmp_path):
+    assert isinstance(corpus._open(0), capabilities.JoinsLayout)
+    np.arange(64, dtype=np.uint16).tofile(tmp_path / "t.bin")
+    tokens = shufflepoint.Shards(str(tmp_path / "t.bin"), seq_len=8, progress=False)
+    assert not isinstance(tokens._open(0), capabilities.JoinsLayout)

@@ -11,11 +11,12 @@ four groups:
 - **identity**: ``Identified`` (a fingerprint string that joins the state), ``ExplainsFingerprint``,
   ``LegacyIdentified`` (the fingerprint shufflepoint 0.2 wrote), ``ExplainsOrderVersion``.
 - **reading**: ``ReadsBatches`` (a whole batch at once), ``ReadsColumns`` (``columnar()``),
-  ``ReadsIds``, ``ReadsIdsAscending`` (a token column as arrays), ``Prefetching`` (upcoming indices
-  announced ahead), ``PrefetchesDealt`` (and how densely this rank reads there), ``ReadsAhead``,
-  ``Locatable`` (where an index lives).
+  ``ReadsIds``, ``ReadsIdsAscending``, ``ReadsIdSpansAscending`` (a token column as arrays),
+  ``Prefetching`` (upcoming indices announced ahead), ``PrefetchesDealt`` (and how densely this rank
+  reads there), ``ReadsAhead``, ``Locatable`` (where an index lives).
 - **readers** (one format's shards): ``CountsRowsFromSize``, ``CountsRowsFromMetadata``,
-  ``MeasuresDecodedRows``, ``TakesIds``, ``KeepsDecodedIds``, ``LocatesRows``, ``OpensRanged``.
+  ``MeasuresDecodedRows``, ``TakesIds``, ``KeepsDecodedIds``, ``JoinsLayout``, ``LocatesRows``,
+  ``OpensRanged``.
 
 A capability's absence is never an error by itself: the caller then does without (no prefetch, a
 row at a time, ...). ``tests/test_capabilities.py`` checks which built-in class offers which.
@@ -178,6 +179,14 @@ class ReadsIdsAscending(Protocol):
 
 
 @runtime_checkable
+class ReadsIdSpansAscending(Protocol):
+    """A ``ReadsIdsAscending`` corpus that also gives the ids as spans of a few flat arrays, no array per
+    index (``Shards``: a decoded group's values): a window of thousands of documents in a few numpy calls."""
+
+    def _read_id_spans_ascending(self, indices: Sequence[int] | np.ndarray, column: str) -> Any: ...
+
+
+@runtime_checkable
 class Prefetching(Protocol):
     """A dataset told its upcoming indices ahead (its shards download while the current ones are read)."""
 
@@ -256,6 +265,14 @@ class KeepsDecodedIds(Protocol):
     folder, ``_shards/kept_ids``), so a later open maps them instead of decoding again."""
 
     def keep_ids_in(self, kept: Any) -> None: ...
+
+
+@runtime_checkable
+class JoinsLayout(Protocol):
+    """An opened shard that lays its decoded columns out beside its neighbours' in one arena per process
+    (Parquet, ``readers/_flat.Layout``), so a batch across files is one gather per column."""
+
+    def _join_layout(self, layout: Any, shard: int) -> None: ...
 
 
 @runtime_checkable

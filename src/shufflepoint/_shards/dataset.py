@@ -19,7 +19,7 @@ import numpy as np
 import torch.utils.data
 
 from shufflepoint._core import collector
-from shufflepoint._core.capabilities import KeepsDecodedIds, MeasuresDecodedRows, OpensRanged, TakesIds
+from shufflepoint._core.capabilities import JoinsLayout, KeepsDecodedIds, MeasuresDecodedRows, OpensRanged, TakesIds
 from shufflepoint._core.errors import Plain, SampleError, ShardError, refusal
 from shufflepoint._order.distinct import in_first_seen_order
 from shufflepoint._shards import index as _index
@@ -463,12 +463,11 @@ class Shards(torch.utils.data.Dataset[Any]):
                                   "the index was built; rebuild the index (delete its sidecar) and restart the epoch")
         if _offers(opened, KeepsDecodedIds):  # Parquet: token ids decoded once per node, then mapped
             cast(KeepsDecodedIds, opened).keep_ids_in(kept_ids.store(self._cache_dir))
-        join = getattr(opened, "_join_layout", None)
-        if join is not None:
+        if _offers(opened, JoinsLayout):  # Parquet: a batch across files is one gather per column
             if self._layout is None:  # an arena of about two blocks: a block's files side by side
                 largest = int(self.index.rows.max())
                 self._layout = Layout(len(self.index.shards), min(len(self), 2 * (self._block + largest)))
-            join(self._layout, shard)
+            cast(JoinsLayout, opened)._join_layout(self._layout, shard)
         self._opened[shard] = opened
         while len(self._opened) > self._max_open:
             self._opened.popitem(last=False)[1].close()

@@ -44,6 +44,7 @@ from shufflepoint._core.capabilities import (
     ReadsAhead,
     ReadsIds,
     ReadsIdsAscending,
+    ReadsIdSpansAscending,
     ShardedCorpus,
 )
 from shufflepoint._core.errors import Plain, Refused, refusal
@@ -154,7 +155,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         self._held: tuple[int, np.ndarray] | None = None  # (document, its framed tokens): see read_batch
         self._window: TokenWindow | None = None  # a stretch of the token stream read at once: _from_window
         self._no_window = False
-        self._reads_window: tuple[Any, bool] | None = None  # (dataset, whether it reads ids ascending)
+        self._reads_window: tuple[Any, bool, bool] | None = None  # (dataset, reads ids ascending, as spans)
 
     def _count(self, workers: int | None, progress: bool) -> None:
         """The token counts: a ``Shards`` corpus's per-shard totals (published, kept or counted; in a process
@@ -427,8 +428,8 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
             rows_per_window = max(1, _WINDOW_TOKENS // self.seq_len) if onward else len(rows)
             stop = min(self.rows_per_epoch * self.seq_len, max(end, begin + rows_per_window * self.seq_len))
             field = str(self.source.field)
-            spans = getattr(dataset, "_read_id_spans_ascending", None)  # Shards: no array per document
-            reads = spans if spans is not None else dataset._read_ids_ascending
+            spans = self._reads_window is not None and self._reads_window[2]  # Shards: no array per document
+            reads = dataset._read_id_spans_ascending if spans else dataset._read_ids_ascending
             self._window = None  # its arrays are written again by the new window (no batch holds them)
             built = build_window(self._table(epoch), epoch, begin, stop, (self.bos, self.eos),
                                  lambda documents: reads(documents, field), self.seq_len, window)
@@ -447,8 +448,9 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     def _reads_ids(self, dataset: Any) -> bool:
         """Whether ``dataset`` reads ids ascending (``ReadsIdsAscending``), asked once per dataset: a
         runtime Protocol's isinstance walks its attributes, ~10 µs a batch."""
-        if self._reads_window is None or self._reads_window[0] is not dataset:
-            self._reads_window = (dataset, isinstance(dataset, ReadsIdsAscending))
+        if self._reads_window is None or self._reads_window[0] is not dataset:  # and as spans (Shards)
+            self._reads_window = (dataset, isinstance(dataset, ReadsIdsAscending),
+                                  isinstance(dataset, ReadsIdSpansAscending))
         return self._reads_window[1]
 
     def columnar(self) -> Columnar:
