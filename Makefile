@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-examples test-locality test-wheel test-repeat exit-soak test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards bench-ranged \
+.PHONY: setup demo test test-examples test-locality test-wheel test-repeat test-explore exit-soak test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards bench-ranged \
 	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-images bench-which bench-tail bench-scale soak lint clean test-accelerate-matrix test-transformers-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
@@ -52,6 +52,13 @@ test-wheel: $(STAMP)
 REPEAT ?= 5
 test-repeat: $(STAMP)
 	$(PY) tests/ci/repeat.py --count $(REPEAT) --log-dir out/test-repeat $(TESTS)
+
+# The property tests with fresh draws (make test draws the same examples every run: tests/conftest.py).
+# A find prints its reproduction blob; pin it as an @example. About 3-4 minutes; RUNS=n repeats it.
+RUNS ?= 1
+test-explore: $(STAMP)
+	for run in $$(seq $(RUNS)); do SHUFFLEPOINT_HYPOTHESIS=explore $(PY) -m pytest -q -p no:cacheprovider \
+	  $$(grep -rl --include='test_*.py' -e 'from hypothesis' -e 'import hypothesis' tests) || exit 1; done
 
 # Finished runs must exit 0 (benchmarks/exit_soak.py): each path (Trainer, a resized Trainer resume with
 # destroy_process_group, native with and without destroy, Accelerate) RUNS times under torchrun, counted as ok,
