@@ -54,7 +54,7 @@ test-repeat: $(STAMP)
 	$(PY) tests/ci/repeat.py --count $(REPEAT) --log-dir out/test-repeat $(TESTS)
 
 # The property tests with fresh draws (make test draws the same examples every run: tests/conftest.py).
-# A find prints its reproduction blob; pin it as an @example. About 3-4 minutes; RUNS=n repeats it.
+# A find prints its reproduction blob; pin it as an @example. About 2 minutes; RUNS=n repeats it.
 RUNS ?= 1
 test-explore: $(STAMP)
 	for run in $$(seq $(RUNS)); do SHUFFLEPOINT_HYPOTHESIS=explore $(PY) -m pytest -q -p no:cacheprovider \
