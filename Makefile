@@ -110,11 +110,12 @@ bench-scaling: $(STAMP)
 # RANGED=1: the fixed-global-batch resizes with ranged reads off and on, side by side.
 # MIXTURES=1: the LLM pipelines (Packed, Mixture, scheduled) and the peers' mixtures (Streaming's streams with
 # proportions, LitData's CombinedStreamingDataset; issue 33.7) in make bench-shards' peer venvs, built here
-# if missing; PEERS=1: only our token Mixtures and the peers' (QUICK=1 PEERS=1: ~10 min on 2 loaded cores).
+# if missing; ONLY=Packed: only the pipelines whose name holds it, no peers; PEERS=1: only our token Mixtures
+# and the peers' (QUICK=1 PEERS=1: ~10 min on 2 loaded cores).
 bench-locality: $(STAMP)
 	$(if $(MIXTURES)$(PEERS),-$(MAKE) --no-print-directory -k .venv-bench-streaming/.installed .venv-bench-litdata/.installed)
 	$(PY) benchmarks/locality.py $(if $(QUICK),--quick) $(if $(RESIZES),--resizes) $(if $(MIXTURES),--mixtures) \
-	  $(if $(PEERS),--peers) $(if $(RANGED),--ranged-both)
+	  $(if $(PEERS),--peers) $(if $(RANGED),--ranged-both) $(if $(ONLY),--only "$(ONLY)")
 
 # Ranged reads on and off side by side over the S3 server (issue 33.4): the first batch, the steady rate
 # (workers 0 and 4) and the GET bytes of a rank's share, tokens and Parquet, bench-shards' small corpus.

@@ -20,7 +20,8 @@ With ``--mixtures`` (issue 33) the LLM pipelines on 2 nodes x 2 ranks, and besid
 ``CombinedStreamingDataset``, in ``make bench-shards``' venvs) over the same shards and the same counter;
 ``--peers``: only our token Mixtures and the peers'. The single-stream peers are not rerun here;
 docs/benchmarks-shards.md cites their figures. Usage: ``python benchmarks/locality.py [--quick] [--resizes]
-[--mixtures | --peers]``; writes ``results/locality[_quick][_resizes|_mixtures|_peers].md`` and ``.json``.
+[--mixtures [--only NAME] | --peers]``; writes ``results/locality[_quick][_resizes|_mixtures[_NAME]|_peers].md``
+and ``.json``.
 """
 
 from __future__ import annotations
@@ -163,10 +164,12 @@ def upload_mixture_sources(server: s3_server.S3Server, tokens: Path, work: Path)
     return sizes
 
 
-def mixtures(server: s3_server.S3Server, tokens: Path, spec: dict, fresh, peers_only: bool = False) -> list[dict]:
+def mixtures(server: s3_server.S3Server, tokens: Path, spec: dict, fresh, peers_only: bool = False,
+             only: str | None = None) -> list[dict]:
     """Issue 33: the LLM pipelines on 2 nodes x 2 ranks (each node its own cache and S3 key), two epochs:
     token windows, a Mixture of two sources (weights = rows: each once an epoch) and a scheduled one (3:1, then
-    1:3 from the first epoch's middle), each under spans and strided, and Packed documents alone and mixed."""
+    1:3 from the first epoch's middle), each under spans and strided, and Packed documents alone and mixed.
+    ``only``: the pipelines whose name holds it (and no resize)."""
     sizes = upload_mixture_sources(server, tokens, fresh("docs-build"))
     tokens_both = ["s3://bench/web/part-*.bin", "s3://bench/books/part-*.bin"]
     docs_both = ["s3://bench/docs-web/part-*.parquet", "s3://bench/docs-books/part-*.parquet"]
@@ -183,6 +186,8 @@ def mixtures(server: s3_server.S3Server, tokens: Path, spec: dict, fresh, peers_
     ]
     if peers_only:  # the rows the peers' mixtures compare with
         plans = [plan for plan in plans if plan[0].startswith("Mixture of 2 Shards")]
+    if only:
+        plans = [plan for plan in plans if only in plan[0]]
     rows: list[dict] = []
     for scenario, job, corpus_bytes in plans:
         for deal in ("spans",) if peers_only else ("spans", "strided"):
@@ -196,7 +201,8 @@ def mixtures(server: s3_server.S3Server, tokens: Path, spec: dict, fresh, peers_
                          "bytes": found["epoch-0"], "index_ratio": ratios(found["indexed"], share)})
             rows.append({"scenario": f"{scenario}, {deal}: epoch 2, same caches", "nodes": 2, "ratio": second,
                          "bytes": found["epoch-1"]})
-    rows.append(mixture_resize(server, fresh, spec, dict(urls=tokens_both, pipeline="mixture"), both))
+    if not only:
+        rows.append(mixture_resize(server, fresh, spec, dict(urls=tokens_both, pipeline="mixture"), both))
     return rows
 
 
@@ -221,6 +227,8 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--mixtures", action="store_true", help="only the LLM pipelines: Packed, Mixture, scheduled, "
                         "and the peers' mixtures")
     parser.add_argument("--peers", action="store_true", help="only our token Mixtures and the peers' mixtures")
+    parser.add_argument("--only", default=None, help="with --mixtures: only the pipelines whose name holds this "
+                        "(e.g. Packed), without the peers")
     parser.add_argument("--ranged-both", action="store_true", help="fixed-global-batch resizes, ranged off and on")
     parser.add_argument("--out", default=str(HERE / "results"))
     return parser.parse_args()
@@ -251,8 +259,9 @@ def main() -> None:
             return folder
 
         if args.mixtures or args.peers:
-            rows += mixtures(server, tokens, spec, fresh, peers_only=args.peers)
-            rows += locality_peers.peer_mixtures(sys.modules[__name__], server, root, tokens, spec, fresh)
+            rows += mixtures(server, tokens, spec, fresh, peers_only=args.peers, only=args.only)
+            if not args.only:
+                rows += locality_peers.peer_mixtures(sys.modules[__name__], server, root, tokens, spec, fresh)
         only = args.resizes or args.mixtures or args.peers or args.ranged_both
         for count in () if only else (1, 2, 4, 8):
             nodes = [f"n{k}" for k in range(count)]
@@ -279,14 +288,16 @@ def main() -> None:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
     write(Path(args.out), {"spec": spec, "corpus_bytes": corpus_bytes, "rows": rows, "quick": args.quick,
-                           "resizes": args.resizes or args.ranged_both, "mixtures": args.mixtures, "peers": args.peers,
+                           "resizes": args.resizes or args.ranged_both, "mixtures": args.mixtures, "only": args.only,
+                           "peers": args.peers,
                            "ranged_both": args.ranged_both, "load_average": os.getloadavg()})
 
 
 def write(out: Path, result: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
+    only = f"_{result['only'].lower()}" if result.get("only") else ""
     name = ("locality_quick" if result["quick"] else "locality") + ("_resizes" if result.get("resizes") else "") + (
-        "_mixtures" if result.get("mixtures") else "") + ("_peers" if result.get("peers") else "") + (
+        "_mixtures" if result.get("mixtures") else "") + only + ("_peers" if result.get("peers") else "") + (
         "_ranged" if result.get("ranged_both") else "")
     (out / f"{name}.json").write_text(json.dumps(result, indent=1))
     spec = result["spec"]
