@@ -15,6 +15,7 @@ import sys
 import uuid
 from collections import Counter
 
+import numpy as np
 import pytest
 from test_shards_resume import LAUNCH_TIMEOUT, WORKER, check_elastic, check_same_world, flat, read
 
@@ -36,12 +37,13 @@ def scenario(name, corpus, save_at, **kwargs):
             "shuffle_block": 64, **kwargs}
 
 
-def reference_rows(folder, seed, shuffle_block):
-    """Epoch 0's rows, in stream order, from the local copy of the corpus, in this process."""
+def reference_rows(folder, seed, shuffle_block, world_size):
+    """Epoch 0's rows, in stream order, from the local copy of the corpus, in this process, laid along the spans
+    deal's stretches of the run's first world (``packed_layout``)."""
     shards = shufflepoint.Shards(os.path.join(folder, "part-*"), progress=False)
     packed = shufflepoint.Packed(shards, SEQ_LEN, eos=EOS, progress=False)
-    packed.epoch_order(seed, 0, shuffle_block)
-    return ["-".join(map(str, row["input_ids"].tolist())) for row in packed.__getitems__(list(range(len(packed))))]
+    indices = packed.epoch_order(seed, 0, shuffle_block, stretches=world_size).take(np.arange(len(packed)))
+    return ["-".join(map(str, row["input_ids"].tolist())) for row in packed.__getitems__(indices.tolist())]
 
 
 def in_s3(s3_server, out):
@@ -54,7 +56,7 @@ def in_s3(s3_server, out):
               "cache_dir": os.path.join(out, "s3-cache")}
     s3 = scenario("packed_s3", {"kind": "packed", "source": shards, "seq_len": SEQ_LEN, "eos": EOS}, None,
                   epochs=1, num_workers=2, kill=True, reference=False)
-    rows = reference_rows(local, s3["seed"], s3["shuffle_block"])
+    rows = reference_rows(local, s3["seed"], s3["shuffle_block"], 2)  # two ranks start it
     # Save where the 3 new ranks split what remains evenly: no tail padding, so "each row once" is exact.
     half, global_batch = len(rows) // (2 * s3["batch_size"]) // 2, 2 * s3["batch_size"]
     s3["save_at"] = [0, next(k for k in range(half, half + 3) if (len(rows) - global_batch * k) % 3 == 0)]

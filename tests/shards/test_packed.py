@@ -16,6 +16,7 @@ import shufflepoint
 from resume_contract import Component, assert_resume_contract, run_epochs, served_across_a_resize
 from shufflepoint._shards.mixture import Mixture
 from shufflepoint._shards.packed import IGNORE_INDEX, Packed
+from shufflepoint._shards.packed_layout import table_key
 
 BOS, EOS = 10**6 + 1, 10**6 + 2
 
@@ -139,11 +140,12 @@ def test_loader_over_packed_rows_honours_the_resume_contract(world_size, rank):
 
 @pytest.mark.parametrize("first,then", [((2, 2), (3, 3)), ((3, 2), (2, 5)), ((2, 3), (1, 1))])
 def test_another_world_or_batch_size_serves_every_row_of_the_epoch_once(first, then):
-    """(world, batch) `first` stops in epoch 1; fresh loaders at `then` load its state and finish."""
-    reference = packed_component(0, 1).make()
-    reference.set_epoch(1)
-    expected = Counter(row for batch in reference for row in batch)
-    assert sum(expected.values()) == len(reference.dataset) and len(expected) == len(reference.dataset)
+    """(world, batch) `first` stops in epoch 1; fresh loaders at `then` load its state and finish: every row of
+    epoch 1 as the first world laid it (under spans the rows follow the epoch's first world: packed_layout)."""
+    packed = Packed(documents(LENGTHS_FIXED), 5, eos=EOS, progress=False)
+    order = packed.epoch_order(4, 1, 4, stretches=first[0])
+    expected = Counter(collate_rows(packed.__getitems__(order.take(np.arange(len(packed))).tolist())))
+    assert sum(expected.values()) == len(packed) and len(expected) == len(packed)
     seen = served_across_a_resize(lambda r, w, b: packed_component(r, w, b).make(), first, then, steps=3)
     assert seen == expected
 
@@ -285,7 +287,8 @@ def test_parquet_token_lists_read_as_arrays_give_the_rows_the_documents_make(tmp
     batches = list(loader)
     assert {batch[key].dtype for batch in batches for key in ("input_ids", "position_ids", "labels")} == {torch.int64}
     served = [row for batch in batches for row in rows_of(batch)]
-    expected = [tuple(t for d, a, b in packed.segments(i) for t in docs[d][a:b]) for i in range(len(packed))]
+    laid = table_key(0, 1) * len(packed)  # one process under spans: epoch 0 laid along 1 stretch
+    expected = [tuple(t for d, a, b in packed.segments(laid + i) for t in docs[d][a:b]) for i in range(len(packed))]
     assert sorted(served) == sorted(expected) and len(served) == len(packed)
     arrays = corpus._read_ids(list(range(len(docs)))[::-1], "input_ids")
     assert arrays is not None and [a.tolist() for a in arrays] == docs[::-1]

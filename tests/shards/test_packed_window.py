@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import shufflepoint
 from shufflepoint._shards import packed as packed_module
 from shufflepoint._shards.packed import Packed
+from shufflepoint._shards.packed_layout import table_key
 
 BOS, EOS = 10**6 + 1, 10**6 + 2
 
@@ -95,8 +96,8 @@ def test_the_loader_reads_windows_and_serves_every_row_once(monkeypatch):
     served = [row for batch in shufflepoint.DataLoader(packed, 3, seed=2, shuffle_block=8)
               for row in map(tuple, batch["input_ids"].tolist())]
     expected = Packed(documents(lengths), 16, eos=EOS, progress=False)
-    expected.epoch_order(2, 0, 8)
-    assert served == [tuple(expected[row]["input_ids"].tolist()) for row in range(len(expected))]
+    laid = expected.epoch_order(2, 0, 8, stretches=1).take(np.arange(len(expected)))  # the loader's: spans, 1 rank
+    assert served == [tuple(expected[int(row)]["input_ids"].tolist()) for row in laid]
     batches = -(-len(packed) // 3)
     # the first batch is read alone (no reading on yet), then one read per window of 3 batches, not per batch
     assert corpus.reads == 1 + -(-(batches - 1) // 3)
@@ -149,7 +150,9 @@ def test_a_corpus_whose_reader_holds_no_arrays_is_asked_once(tmp_path):
     served = [row for batch in shufflepoint.DataLoader(packed, 2, seed=1, shuffle_block=2)
               for row in map(tuple, batch["input_ids"].tolist())]
     docs = [row["input_ids"] for row in documents(lengths)]
-    assert served == [tuple(t for d, a, b in packed.segments(row) for t in docs[d][a:b]) for row in range(len(packed))]
+    laid = table_key(0, 1) * len(packed)  # one process under spans: epoch 0 laid along 1 stretch
+    assert served == [tuple(t for d, a, b in packed.segments(laid + row) for t in docs[d][a:b])
+                      for row in range(len(packed))]
     assert len(asked) == 1 and packed._window is None
 
 

@@ -194,6 +194,15 @@ class BlockOrder(_BlockTable):
         self._set_table(int(rows.sum()), stream_start, dataset_start[kept] if kept.size else kept, first, seed, epoch)
 
 
+def laid_shards(rows: np.ndarray, seed: int) -> np.ndarray:
+    """The non-empty shards in the order ``StretchBlockOrder`` lays them out for ``seed``, every epoch alike
+    (``Packed`` cuts its stretches along it, and counts its tokens by it: ``packed_layout``, ``count_share``)."""
+    layout = FeistelOrder(int(rows.size), _sub_seed(seed, _LAYOUT_TAG), 0)
+    laid = layout.take(np.arange(rows.size, dtype=np.int64)) if rows.size else rows
+    found: np.ndarray = laid[rows[laid] > 0]
+    return found
+
+
 def _checked_rows(rows: np.ndarray | list[int], shuffle_block: int) -> np.ndarray:
     rows = np.asarray(rows, dtype=np.int64)
     if rows.ndim != 1 or (rows < 0).any():
@@ -243,9 +252,7 @@ class StretchBlockOrder(_BlockTable):
         self.shuffle_block, self.stretches = shuffle_block, stretches
         n = int(rows.sum())
         dataset_start = np.concatenate(([0], np.cumsum(rows)[:-1])) if rows.size else rows
-        layout = FeistelOrder(int(rows.size), _sub_seed(seed, _LAYOUT_TAG), 0)  # the same every epoch
-        laid = layout.take(np.arange(rows.size, dtype=np.int64)) if rows.size else rows
-        laid = laid[rows[laid] > 0]
+        laid = laid_shards(rows, seed)  # the same every epoch
         base_start = np.concatenate(([0], np.cumsum(rows[laid]))) if laid.size else np.zeros(1, np.int64)
         # Stretch edges (spans.py's formula) split the shards they fall inside into two pieces.
         if edges is None:

@@ -8,11 +8,12 @@ the shards of its *share* and the per-shard totals are exchanged in one ``all_ga
 (O(shards) bytes per process), so no node downloads a shard it will not read.
 
 The share follows what the process reads: the loader tells ``Packed`` its seed, rank and world size
-before the first batch (``Packed._count_share``); the shards laid end to end in epoch 0's document
-order (the ``blocks`` order's shard permutation, which does not depend on the tokens) are cut into
-``world_size`` stretches of documents, and a shard goes to the rank whose stretch holds its middle
-document. Under the ``spans`` deal a rank reads its stretch of epoch 0's rows, about that stretch of
-documents, so what it counts it reads next (its node's cache keeps the downloaded shards). Asked for
+before the first batch (``Packed._count_share``); the shards laid end to end in the seed's layout (the one
+``Packed`` cuts its stretches along under ``spans``, ``packed_layout``; it does not depend on the tokens)
+are cut into ``world_size`` stretches of documents, and a shard goes to the rank whose stretch holds its
+middle document. Under the ``spans`` deal a rank reads the shards of its stretch of that layout, cut by
+tokens (about that stretch of documents), every epoch, so what it counts it reads next (its node's cache
+keeps the downloaded shards). Asked for
 its length before a loader told it (a ``Mixture`` asks at construction), ``Packed`` exchanges with
 contiguous runs of shards per rank instead: still 1/W of the corpus counted per process.
 
@@ -31,7 +32,7 @@ import torch.distributed as dist
 
 from shufflepoint._core.errors import Plain, refusal, warn_user
 from shufflepoint._shards import count_files, sidecar
-from shufflepoint._shards.blocks import BlockOrder, _sub_seed
+from shufflepoint._shards.blocks import _sub_seed, laid_shards
 from shufflepoint._shards.packed_rows import _DOCUMENTS_TAG
 from shufflepoint._shards.shard_counts import ShardCounts, ShardLoader
 
@@ -57,9 +58,8 @@ class Share:
         documents = int(rows.sum())
         if self.seed is None or not documents:
             return owners
-        order = BlockOrder(rows, _sub_seed(self.seed, _DOCUMENTS_TAG), 0, 1)  # epoch 0: its shards end to end
-        shard = np.searchsorted(np.concatenate(([0], np.cumsum(rows))), order._dataset_start, side="right") - 1
-        middle = order._stream_start + rows[shard] // 2
+        shard = laid_shards(rows, _sub_seed(self.seed, _DOCUMENTS_TAG))  # the layout Packed cuts its stretches on
+        middle = np.concatenate(([0], np.cumsum(rows[shard])[:-1])) + rows[shard] // 2
         owners[shard] = np.minimum(middle * self.world_size // documents, self.world_size - 1)
         return owners
 

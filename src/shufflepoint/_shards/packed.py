@@ -49,11 +49,13 @@ from shufflepoint._core.capabilities import (
 )
 from shufflepoint._core.errors import Plain, Refused, refusal
 from shufflepoint._order import check_int
-from shufflepoint._shards import packed_collate, token_counts
+from shufflepoint._shards import packed_collate, packed_layout, token_counts
 from shufflepoint._shards.batch import Columnar
+from shufflepoint._shards.blocks import _sub_seed
 from shufflepoint._shards.count_share import Resolver, Share, distributed
 from shufflepoint._shards.locate import packed_location
 from shufflepoint._shards.packed_rows import (
+    _DOCUMENTS_TAG,
     _SAMPLED,
     NAME,
     VERSION,
@@ -63,6 +65,7 @@ from shufflepoint._shards.packed_rows import (
     TokenWindow,
     _cut,
     build_window,
+    document_runs,
 )
 from shufflepoint._shards.shard_counts import FullCounts, ShardCounts
 from shufflepoint._shards.shown import shown
@@ -150,7 +153,8 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         self._resolver: Resolver | None = None  # counts still to take by share: _count_share
         self._count(count_workers, progress)
         self._bound: tuple[int, int] | None = None
-        self._tables: dict[int, EpochTable] = {}
+        self._edges: dict[int, np.ndarray] = {}  # stretches -> their document edges
+        self._tables: dict[int, EpochTable] = {}  # by key: the epoch, or (epoch, stretches) laid
         self._framing_checked = bos is None and eos is None
         self._held: tuple[int, np.ndarray] | None = None  # (document, its framed tokens): see read_batch
         self._window: TokenWindow | None = None  # a stretch of the token stream read at once: _from_window
@@ -289,15 +293,23 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         return (f"the packing changed: packing parameter {named}; build the Packed with {fix} to resume this run, "
                 "or start a new run")
 
-    def epoch_order(self, seed: int, epoch: int, shuffle_block: int) -> PackedOrder:
-        """Epoch positions -> row indices (``epoch * len(self) + row``); binds (seed, shuffle_block)."""
+    def epoch_order(self, seed: int, epoch: int, shuffle_block: int, grid: int | None = None,
+                    stretches: int | None = None) -> PackedOrder:
+        """Epoch positions -> row indices (``epoch * len(self) + row``); binds (seed, shuffle_block). With
+        ``stretches`` (the ``spans`` deal's first world size, from the loader) the documents are laid along
+        the stretches (``packed_layout``), the index ``((epoch + 1) * 2**20 + stretches - 1) * len(self) + row``.
+        ``grid`` (a scheduled dataset's) does not apply."""
         check_int("seed", seed, 0, 2**64 - 1)
         check_int("shuffle_block", shuffle_block, 1, 2**62)
+        if stretches is not None:
+            check_int("stretches", stretches, 1, packed_layout.WORLDS - 1)
         last = (_MAX_INDEX - self.rows_per_epoch) // self.rows_per_epoch
+        last = min(packed_layout.WORLDS - 1, last) if stretches is None else last // packed_layout.WORLDS - 2
         if check_int("epoch", epoch, 0, 2**62) > last:
             # LIMIT(packed-last-epoch): docs/packing.md#limits-what-is-not-built
-            raise Refused("epoch", epoch, f"at most {last}: row indices (epoch x rows per epoch + row) stay below "
-                          "2**63", "read an earlier epoch (set_epoch)")
+            raise Refused("epoch", epoch, f"at most {last}: row indices (epoch x rows per epoch + row, with the "
+                          "spans deal's stretches in the epoch's part) stay below 2**63",
+                          "read an earlier epoch (set_epoch)")
         if self._bound is not None and self._bound != (seed, shuffle_block):
             raise ValueError(refusal("seed, shuffle_block", (seed, shuffle_block), f"{self._bound}, what this Packed "
                                      "serves for another loader", "build one Packed per loader"))
@@ -305,26 +317,49 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
             if isinstance(self.dataset, KeepsShardsOpen):  # Shards: a block's shards kept open, as under blocks
                 self.dataset._keep_open_for(shuffle_block)
         self._bound = (seed, shuffle_block)
-        return PackedOrder(self.rows_per_epoch, epoch)
+        return PackedOrder(self.rows_per_epoch, packed_layout.table_key(epoch, stretches),
+                           VERSION if stretches is None else packed_layout.STRETCHED_VERSION)
 
-    def _table(self, epoch: int) -> EpochTable:
+    @property
+    def _stretched_version(self) -> int:
+        """The ``packed`` order's version laid along the spans stretches (``LaysOnStretches``)."""
+        return packed_layout.STRETCHED_VERSION
+
+    def _table(self, key: int) -> EpochTable:
+        """The token stream of the epoch an index's ``key`` names (``_decode``): laid along the stretches or not."""
         if self._bound is None:
             raise RuntimeError(refusal("Packed", Plain("no order yet"), "an order bound by a loader",
                                        "read it through shufflepoint.DataLoader, or call "
                                        "packed.epoch_order(seed, epoch, shuffle_block) first"))
-        found = self._tables.get(epoch)
+        found = self._tables.get(key)
         if found is None:
             if len(self._tables) >= _CACHED_EPOCHS:
                 self._tables.pop(next(iter(self._tables)))
-            found = self._tables[epoch] = EpochTable(self.dataset, self._counts, *self._bound, epoch)
+            epoch, stretches = packed_layout.epoch_of(key)
+            laid = None if stretches is None else (stretches, self._document_edges(stretches))
+            found = self._tables[key] = EpochTable(self.dataset, self._counts, *self._bound, epoch, laid)
+        return found
+
+    def _document_edges(self, stretches: int) -> np.ndarray:
+        """Where the documents' stretches end for ``stretches`` ranks (``packed_layout``), worked out once."""
+        found = self._edges.get(stretches)
+        if found is None:
+            assert self._bound is not None
+            seed, block = self._bound
+            rows = document_runs(self.dataset, self._counts, block)
+            starts = np.concatenate(([0], np.cumsum(rows)[:-1])).astype(np.int64)
+            found = self._edges[stretches] = packed_layout.document_edges(
+                rows, self._counts.run_tokens(starts, rows), _sub_seed(seed, _DOCUMENTS_TAG), stretches,
+                self.rows_per_epoch, self.seq_len)
         return found
 
     def _decode(self, index: Any) -> tuple[int, int]:
+        """(key, row) of an index: ``key`` names its epoch (and stretches, laid), ``_table(key)`` its stream."""
         if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or index < 0:
             raise IndexError(refusal("Packed index", index, f"an int >= 0 (epoch * {len(self)} + row)",
                                      "pass an index the loader's order gives"))
-        epoch, row = divmod(int(index), self.rows_per_epoch)
-        return epoch, row
+        key, row = divmod(int(index), self.rows_per_epoch)
+        return key, row
 
     def pieces(self, index: int) -> list[tuple[int, int, int]]:
         """The (document, start, stop) pieces of row ``index``, in order (offsets count bos/eos)."""
@@ -335,7 +370,8 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         """Where row ``index`` (``epoch * len(self) + row``) comes from: its token span in the epoch's
         stream and its documents, each with its token span (bos/eos counted) and, for a corpus that
         says so (``Shards``), where the document lives. Needs the loader's order (see ``_table``)."""
-        epoch, row = self._decode(index)
+        key, row = self._decode(index)
+        epoch = packed_layout.epoch_of(key)[0]
         return packed_location(int(index), epoch, row, self.seq_len, self.pieces(index), self.dataset)
 
     def rows_pieces(self, indices: Sequence[int]) -> list[list[tuple[int, int, int]]]:

@@ -29,7 +29,7 @@ from torch.utils.data import default_collate
 
 from shufflepoint._core.capabilities import ShardedCorpus
 from shufflepoint._shards.batch import Rows
-from shufflepoint._shards.blocks import BlockOrder, _sub_seed, checked_positions
+from shufflepoint._shards.blocks import BlockOrder, StretchBlockOrder, _sub_seed, checked_positions
 
 NAME = "packed"
 VERSION = 1
@@ -88,13 +88,13 @@ class PackedBatch(Rows):
 
 
 class PackedOrder:
-    """The ``packed`` order of one epoch: position p -> index ``epoch * rows + p``."""
+    """The ``packed`` order of one epoch: position p -> index ``key * rows + p``, ``key`` the epoch (or, laid
+    along the spans stretches, ``packed_layout.table_key``'s (epoch, stretches), with its own version)."""
 
     name = NAME
-    version = VERSION
 
-    def __init__(self, rows: int, epoch: int) -> None:
-        self.n, self.epoch = rows, epoch
+    def __init__(self, rows: int, epoch: int, version: int = VERSION) -> None:
+        self.n, self.epoch, self.version = rows, epoch, version
 
     def index(self, position: int) -> int:
         return int(self.take(np.array([position], dtype=np.int64))[0])
@@ -105,22 +105,30 @@ class PackedOrder:
         return found
 
 
+def document_runs(dataset: Any, counts: Any, shuffle_block: int) -> np.ndarray:
+    """The runs of documents the orders permute: a ``Shards`` corpus's shards, else chunks of consecutive
+    documents (``shuffle_block / 8`` each) standing in for shards."""
+    if isinstance(dataset, ShardedCorpus):
+        return np.asarray(dataset.shard_rows, dtype=np.int64)
+    documents, chunk = counts.documents, max(1, shuffle_block // _CHUNKS_PER_BLOCK)
+    return np.asarray([chunk] * (documents // chunk) + ([documents % chunk] if documents % chunk else []), np.int64)
+
+
 class EpochTable:
     """One epoch's token stream: documents in the ``blocks`` order, O(blocks) table plus cached blocks.
 
     ``dataset`` is the ``Packed``'s documents (its ``shard_rows``, where it has them, are the blocks
     order's shards); ``counts`` their framed token counts (``shard_counts``): ``run_tokens`` of a run of
     documents (a shard's total: O(shards) per epoch, no per-document count read) and ``sizes`` of the
-    documents of a block read."""
+    documents of a block read. ``laid``: (stretches, document edges), the order laid along the ``spans``
+    deal's stretches (``packed_layout``)."""
 
-    def __init__(self, dataset: Any, counts: Any, seed: int, shuffle_block: int, epoch: int) -> None:
-        rows: np.ndarray | list[int]
-        if isinstance(dataset, ShardedCorpus):
-            rows = dataset.shard_rows
-        else:  # chunks of consecutive documents stand in for shards
-            documents, chunk = counts.documents, max(1, shuffle_block // _CHUNKS_PER_BLOCK)
-            rows = [chunk] * (documents // chunk) + ([documents % chunk] if documents % chunk else [])
-        self._order = BlockOrder(rows, _sub_seed(seed, _DOCUMENTS_TAG), epoch, shuffle_block)
+    def __init__(self, dataset: Any, counts: Any, seed: int, shuffle_block: int, epoch: int,
+                 laid: tuple[int, np.ndarray] | None = None) -> None:
+        rows = document_runs(dataset, counts, shuffle_block)
+        seed = _sub_seed(seed, _DOCUMENTS_TAG)
+        self._order: BlockOrder | StretchBlockOrder = BlockOrder(rows, seed, epoch, shuffle_block) if laid is None \
+            else StretchBlockOrder(rows, seed, epoch, shuffle_block, laid[0], edges=laid[1])  # packed_layout
         self._counts = counts
         order = self._order  # runs of one shard's documents, in stream order
         run_documents = np.diff(np.append(order._stream_start, order.n))

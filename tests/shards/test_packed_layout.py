@@ -1,0 +1,96 @@
+"""``Packed`` under the ``spans`` deal lays its documents along the ranks' stretches (``packed_layout``): each
+rank reads its own stretch's shards every epoch (give or take the tokens between its rows' edges and the
+nearest shard boundaries), and every epoch still holds every document's tokens once, the tail dropped."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from shufflepoint._shards.blocks import _sub_seed, laid_shards
+from shufflepoint._shards.packed import Packed
+from shufflepoint._shards.packed_layout import WORLDS, epoch_of, table_key
+from shufflepoint._shards.packed_rows import _DOCUMENTS_TAG
+
+EOS = 10**6 + 2
+
+
+class Sharded(torch.utils.data.Dataset):
+    """Documents in shards (``shard_rows``), as ``Shards`` holds them; document d's tokens are d*1000 + i."""
+
+    def __init__(self, lengths, rows):
+        self.docs = [{"input_ids": list(range(d * 1000, d * 1000 + n))} for d, n in enumerate(lengths)]
+        self.shard_rows, self.fingerprint = np.asarray(rows, dtype=np.int64), "shards:test"
+
+    def __len__(self):
+        return len(self.docs)
+
+    def __getitem__(self, index):
+        return self.docs[index]
+
+
+@st.composite
+def corpora(draw):
+    rows = draw(st.lists(st.integers(0, 6), min_size=1, max_size=8))
+    lengths = draw(st.lists(st.integers(0, 30), min_size=sum(rows), max_size=sum(rows)))
+    return rows, lengths
+
+
+@settings(max_examples=150, deadline=None)
+@example(corpus=([3, 5, 2, 4], [3, 5, 2, 4, 1, 7, 9, 2, 2, 8, 3, 6, 1, 4]), seq_len=4, eos=False, world=2, seed=0,
+         block=3)
+@given(corpora(), st.integers(1, 9), st.booleans(), st.integers(1, 5), st.integers(0, 2**64 - 1), st.integers(1, 16))
+def test_each_rank_reads_its_own_stretch_every_epoch_and_each_epoch_holds_every_token_once(corpus, seq_len, eos,
+                                                                                         world, seed, block):
+    rows, lengths = corpus
+    framed = [n + int(eos) for n in lengths]
+    if sum(framed) < seq_len:
+        return
+    packed = Packed(Sharded(lengths, rows), seq_len, eos=EOS if eos else None, progress=False)
+    n = len(packed)
+    laid = laid_shards(np.asarray(rows), _sub_seed(seed, _DOCUMENTS_TAG))
+    shard_start = np.concatenate(([0], np.cumsum(rows)))
+    edges = packed._document_edges(world) if packed._bound else None
+    base, extra = divmod(n, world)
+    starts = [r * base + min(r, extra) for r in range(world + 1)]  # the spans deal's stretches of rows
+    stretch_of_epoch = []
+    for epoch in range(3):
+        order = packed.epoch_order(seed, epoch, block, stretches=world)
+        indices = order.take(np.arange(n))
+        assert epoch_of(int(indices[0]) // n) == (epoch, world) and order.version == 2
+        covered = {}
+        for index in indices.tolist():
+            for d, a, b in packed.segments(index):
+                covered.setdefault(d, []).append((a, b))
+        whole = 0
+        for spans in covered.values():  # each document's tokens at most once, in one run from its start
+            spans.sort()
+            assert spans[0][0] == 0 and all(x[1] == y[0] for x, y in zip(spans, spans[1:], strict=False))
+            whole += spans[-1][1]
+        assert whole == n * seq_len and sum(framed) - whole < seq_len + max(framed)  # only the tail is dropped
+        edges = packed._document_edges(world)
+        laid_documents = np.concatenate([np.arange(shard_start[s], shard_start[s + 1]) for s in laid]).astype(int)
+        stretch = {int(d): int(np.searchsorted(edges, k, side="right") - 1) for k, d in enumerate(laid_documents)}
+        stretch_of_epoch.append(stretch)
+        token_edge = np.concatenate(([0], np.cumsum([framed[d] for d in laid_documents])))[edges]
+        boundaries = np.concatenate(([0], np.cumsum([sum(framed[shard_start[s]:shard_start[s + 1]]) for s in laid])))
+        for k in range(1, world):  # an inner edge: the shard boundary nearest the rank's first token
+            target = starts[k] * seq_len
+            after = min(max(int(np.searchsorted(boundaries, target)), 1), len(boundaries) - 1)
+            assert abs(int(token_edge[k]) - target) <= min(target - boundaries[after - 1], boundaries[after] - target)
+        for r in range(world):
+            outside = sum(b - a for index in indices[starts[r]:starts[r + 1]].tolist()
+                          for d, a, b in packed.segments(index) if stretch[d] != r)
+            near = [abs(int(token_edge[k]) - starts[k] * seq_len) for k in (r, r + 1)]
+            assert outside <= sum(near)  # only what lies between its rows' edges and its stretch's
+    assert stretch_of_epoch[0] == stretch_of_epoch[1] == stretch_of_epoch[2]  # the same shards, every epoch
+
+
+def test_laid_and_unlaid_indices_never_meet():
+    for epoch in (0, 1, WORLDS - 1):
+        assert epoch_of(table_key(epoch, None)) == (epoch, None)
+    for epoch, world in ((0, 1), (0, WORLDS - 1), (5, 3), (2**30, 7)):
+        key = table_key(epoch, world)
+        assert key >= WORLDS and epoch_of(key) == (epoch, world)
