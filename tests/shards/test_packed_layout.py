@@ -80,11 +80,17 @@ def test_each_rank_reads_its_own_stretch_every_epoch_and_each_epoch_holds_every_
             target = starts[k] * seq_len
             after = min(max(int(np.searchsorted(boundaries, target)), 1), len(boundaries) - 1)
             assert abs(int(token_edge[k]) - target) <= min(target - boundaries[after - 1], boundaries[after] - target)
+        shard_of = np.searchsorted(shard_start, np.arange(len(lengths)), side="right") - 1
+        tokens_of = [sum(framed[shard_start[x]:shard_start[x + 1]]) for x in laid]
+        stretch_shards = [[int(x) for x in laid if stretch[int(shard_start[x])] == r] for r in range(world)]
+        pinned = {x for shards in stretch_shards for x in shards[:1] + shards[-1:]}
         for r in range(world):
-            outside = sum(b - a for index in indices[starts[r]:starts[r + 1]].tolist()
-                          for d, a, b in packed.segments(index) if stretch[d] != r)
+            foreign = [(int(shard_of[d]), b - a) for index in indices[starts[r]:starts[r + 1]].tolist()
+                       for d, a, b in packed.segments(index) if stretch[d] != r]
             near = [abs(int(token_edge[k]) - starts[k] * seq_len) for k in (r, r + 1)]
-            assert outside <= sum(near)  # only what lies between its rows' edges and its stretch's
+            assert sum(t for _, t in foreign) <= sum(near)  # only what lies between its rows' edges and its stretch's
+            if min(tokens_of) > 0 and all(stretch_shards):  # and only from the neighbours' pinned end shards
+                assert {x for x, _ in foreign} <= pinned
     assert stretch_of_epoch[0] == stretch_of_epoch[1] == stretch_of_epoch[2]  # the same shards, every epoch
 
 

@@ -243,9 +243,12 @@ class StretchBlockOrder(_BlockTable):
     _block_tag = _STRETCH_BLOCK_TAG
 
     def __init__(self, rows: np.ndarray | list[int], seed: int, epoch: int, shuffle_block: int,
-                 stretches: int, edges: np.ndarray | None = None) -> None:
+                 stretches: int, edges: np.ndarray | None = None, pinned_ends: bool = False) -> None:
         """``edges``: the stretches' starts and the end (``stretches + 1`` of them, from 0 to the rows), where
-        they are not the near-equal ones (a ``Mixture`` source cut in its ranks' shares of it)."""
+        they are not the near-equal ones (a ``Mixture`` source cut in its ranks' shares of it). ``pinned_ends``:
+        each stretch's first and last piece (in the layout) stay first and last every epoch, each a block of
+        its own, so a rank whose rows reach past its stretch's edge (``Packed``: stretches cut at shard
+        boundaries, rows at token counts) reads the same shard there every epoch."""
         rows = _checked_rows(rows, shuffle_block)
         if stretches < 1:
             raise ValueError(refusal("stretches", stretches, "an int >= 1", "pass stretches >= 1"))
@@ -268,11 +271,18 @@ class StretchBlockOrder(_BlockTable):
         stretch = np.searchsorted(edges, cuts, side="right") - 1
         # Each epoch: the pieces of each stretch in a keyed random order, laid from the stretch's start.
         key = _mix64(np.arange(cuts.size, dtype=np.uint64) ^ np.uint64(_sub_seed(seed, _PIECES_TAG, epoch)))
+        ends = np.zeros((2, cuts.size), dtype=bool)  # each stretch's first and last piece, where pinned
+        if pinned_ends and cuts.size:
+            ends[0] = np.concatenate(([True], stretch[1:] != stretch[:-1]))
+            ends[1] = np.concatenate((stretch[1:] != stretch[:-1], [True]))
+            key[ends[0]], key[ends[1] & ~ends[0]] = np.uint64(0), np.uint64(2**64 - 1)
         order = np.lexsort((key, stretch))
         piece_dataset, piece_length, stretch = piece_dataset[order], piece_length[order], stretch[order]
+        ends = ends[:, order]
         stream_start = np.concatenate(([0], np.cumsum(piece_length)[:-1])) if cuts.size else cuts
         offset = stream_start - edges[stretch] if cuts.size else cuts
         window = offset // shuffle_block
-        opens = np.concatenate(([True], (window[1:] != window[:-1]) | (stretch[1:] != stretch[:-1])))
+        opens = np.concatenate(([True], (window[1:] != window[:-1]) | (stretch[1:] != stretch[:-1])
+                                | ends[0][:-1] | ends[1][1:]))  # a pinned piece is a block of its own
         first = np.flatnonzero(opens) if cuts.size else cuts
         self._set_table(n, stream_start, piece_dataset, first, seed, epoch)

@@ -10,11 +10,11 @@ the shards of its *share* and the per-shard totals are exchanged in one ``all_ga
 The share follows what the process reads: the loader tells ``Packed`` its seed, rank and world size
 before the first batch (``Packed._count_share``); the shards laid end to end in the seed's layout (the one
 ``Packed`` cuts its stretches along under ``spans``, ``packed_layout``; it does not depend on the tokens)
-are cut into ``world_size`` stretches of documents, and a shard goes to the rank whose stretch holds its
-middle document. Under the ``spans`` deal a rank reads the shards of its stretch of that layout, cut by
-tokens (about that stretch of documents), every epoch, so what it counts it reads next (its node's cache
-keeps the downloaded shards). Asked for
-its length before a loader told it (a ``Mixture`` asks at construction), ``Packed`` exchanges with
+are cut into ``world_size`` stretches of bytes, and a shard goes to the rank whose stretch holds its
+middle byte (bytes: what token counts are most alike before they are counted). Under the ``spans`` deal a
+rank reads the shards of its stretch of that layout, cut by tokens (about that stretch of bytes), every
+epoch, so what it counts it reads next (its node's cache keeps the downloaded shards). Asked for its
+length before a loader told it (a ``Mixture`` asks at construction), ``Packed`` exchanges with
 contiguous runs of shards per rank instead: still 1/W of the corpus counted per process.
 
 Whether to exchange is decided on facts every process shares (the published totals, the process
@@ -51,16 +51,17 @@ class Share:
     world_size: int
     seed: int | None = None
 
-    def owners(self, rows: np.ndarray) -> np.ndarray:
-        """The rank that counts each shard: every shard exactly one, each rank about 1/W of the documents."""
+    def owners(self, rows: np.ndarray, sizes: np.ndarray | None = None) -> np.ndarray:
+        """The rank that counts each shard: every shard exactly one, each rank about 1/W of the corpus's bytes
+        (``sizes``, the shards' bytes: what tokens are most alike; else its documents)."""
         shards = int(rows.size)
         owners = np.arange(shards, dtype=np.int64) * self.world_size // max(shards, 1)
-        documents = int(rows.sum())
-        if self.seed is None or not documents:
+        if self.seed is None or not int(rows.sum()):
             return owners
         shard = laid_shards(rows, _sub_seed(self.seed, _DOCUMENTS_TAG))  # the layout Packed cuts its stretches on
-        middle = np.concatenate(([0], np.cumsum(rows[shard])[:-1])) + rows[shard] // 2
-        owners[shard] = np.minimum(middle * self.world_size // documents, self.world_size - 1)
+        weight = np.asarray(rows if sizes is None else sizes, dtype=np.int64)[shard]
+        middle = np.concatenate(([0], np.cumsum(weight)[:-1])) + weight // 2
+        owners[shard] = np.minimum(middle * self.world_size // max(int(weight.sum()), 1), self.world_size - 1)
         return owners
 
 
@@ -73,6 +74,7 @@ class Resolver:
         published = count_files.read_published(dataset._storage, index, identity)  # a damaged one: refused
         shards = len(index.shards)
         self.rows = np.asarray(index.rows, dtype=np.int64)
+        self.sizes = np.asarray(index.shards.sizes, dtype=np.int64)  # whose stretch counts a shard: Share.owners
         self.totals = np.full(shards, -1, dtype=np.int64)
         self.digests = [""] * shards
         self.loader = ShardLoader(dataset, count, identity, published)
@@ -107,7 +109,7 @@ class Resolver:
             path = count_files.node_totals_path(self.dataset._cache_dir, self.dataset.fingerprint, self.identity)
             node = count_files.load_node_totals(path, self.identity)
             if share is not None and distributed():
-                mine = self.unknown[share.owners(self.rows)[self.unknown] == share.rank]
+                mine = self.unknown[share.owners(self.rows, self.sizes)[self.unknown] == share.rank]
                 try:
                     counted: dict[int, tuple[int, str]] | BaseException = self._fill(mine, node)
                 except Exception as error:  # still exchanged: every rank raises, none waits for this one

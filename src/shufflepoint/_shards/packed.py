@@ -463,6 +463,8 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
                 _ONWARD_BATCHES * (end - begin)
             rows_per_window = max(1, _WINDOW_TOKENS // self.seq_len) if onward else len(rows)
             stop = min(self.rows_per_epoch * self.seq_len, max(end, begin + rows_per_window * self.seq_len))
+            # ... never into another rank's stretch (a laid epoch, packed_layout): its shards are not this node's
+            stop = min(stop, max(end, -(-self._table(epoch).window_limit(end) // self.seq_len) * self.seq_len))
             field = str(self.source.field)
             spans = self._reads_window is not None and self._reads_window[2]  # Shards: no array per document
             reads = dataset._read_id_spans_ascending if spans else dataset._read_ids_ascending

@@ -8,7 +8,9 @@ come from other shards each epoch and a node downloads about 0.4 of its share ag
 documents): the shards keep one layout, the seed's (``blocks.laid_shards``), cut into W stretches at the shard
 boundaries nearest the tokens ``a_r * L`` (by the per-shard token totals: O(shards), no per-document count);
 each epoch permutes the shards inside each stretch and the documents inside each block. So rank r reads
-the tokens of its own stretch's shards every epoch, give or take half a shard at each end of its rows.
+the tokens of its own stretch's shards every epoch, give or take half a shard at each end of its rows; that
+half shard is always the same one, as each stretch's first and last shard stay at its ends, each a block of
+its own (``pinned_ends``): a node's cache that holds its share (and those edge shards) serves every epoch.
 
 A laid epoch's rows depend on W, so W is in the index: row p of epoch e laid along W stretches is index
 ``((e + 1) * WORLDS + W - 1) * rows_per_epoch + p``; an unlaid epoch's is ``e * rows_per_epoch + p`` (e below

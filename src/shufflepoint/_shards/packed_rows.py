@@ -128,7 +128,7 @@ class EpochTable:
         rows = document_runs(dataset, counts, shuffle_block)
         seed = _sub_seed(seed, _DOCUMENTS_TAG)
         self._order: BlockOrder | StretchBlockOrder = BlockOrder(rows, seed, epoch, shuffle_block) if laid is None \
-            else StretchBlockOrder(rows, seed, epoch, shuffle_block, laid[0], edges=laid[1])  # packed_layout
+            else StretchBlockOrder(rows, seed, epoch, shuffle_block, laid[0], edges=laid[1], pinned_ends=True)
         self._counts = counts
         order = self._order  # runs of one shard's documents, in stream order
         run_documents = np.diff(np.append(order._stream_start, order.n))
@@ -136,7 +136,23 @@ class EpochTable:
         run_token_start = np.concatenate(([0], np.cumsum(run_tokens))).astype(np.int64)
         opens = np.searchsorted(order._stream_start, order._block_start)
         self.block_token_start = run_token_start[opens]
+        self.tokens = int(run_token_start[-1])
+        # a laid epoch's stretches in tokens (their edges are shard edges: piece starts, or the stream's end)
+        self._stretch_tokens = None if laid is None else \
+            run_token_start[np.searchsorted(np.append(order._stream_start, order.n), laid[1])]
         self._blocks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def window_limit(self, end: int) -> int:
+        """How far a window that must reach token ``end`` may read on: to the end of the stretch that token
+        ``end - 1`` lies in, or of its first block where it lies there (a rank whose rows reach past its own
+        stretch reads only that pinned block of the next: ``packed_layout``); unlaid, the stream's end."""
+        edges = self._stretch_tokens
+        if edges is None:
+            return self.tokens
+        stretch = int(np.searchsorted(edges, end - 1, side="right")) - 1
+        opens = int(np.searchsorted(self.block_token_start, edges[stretch], side="left"))  # its first block
+        first_end = int(self.block_token_start[opens + 1]) if opens + 1 < self.block_token_start.size else self.tokens
+        return first_end if end <= first_end else int(edges[stretch + 1])
 
     def block(self, block: int) -> tuple[np.ndarray, np.ndarray]:
         """(documents of the block in epoch order, their token starts from the block's start)."""
