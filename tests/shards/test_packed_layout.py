@@ -100,3 +100,35 @@ def test_laid_and_unlaid_indices_never_meet():
     for epoch, world in ((0, 1), (0, WORLDS - 1), (5, 3), (2**30, 7)):
         key = table_key(epoch, world)
         assert key >= WORLDS and epoch_of(key) == (epoch, world)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(corpora(), min_size=2, max_size=2), st.integers(2, 8), st.integers(1, 4), st.integers(0, 2**32),
+       st.integers(1, 16))
+def test_a_mixture_of_packed_sources_reads_the_same_shards_of_each_in_every_epoch(sources, seq_len, parts, seed,
+                                                                                  block):
+    """Weights = rows under spans: part r reads each Packed source's rows laid along the parts, so the same
+    shards of it in epochs 0 and 1 (the pinned edge shards included)."""
+    from shufflepoint._shards.mixture import Mixture
+    from shufflepoint._shards.mixture_order import decode, offsets
+    from shufflepoint._shards.mixture_stretches import stretches
+
+    if any(sum(lengths) < seq_len * 4 * parts for _, lengths in sources):
+        return
+    packs = [Packed(Sharded(lengths, rows), seq_len, progress=False) for rows, lengths in sources]
+    mixture = Mixture([(packed, len(packed)) for packed in packs])
+    starts, lengths = stretches(mixture.samples_per_epoch, parts)
+    read = []
+    for epoch in range(2):
+        flat = mixture.epoch_order(seed, epoch, block, stretches=parts).take(np.arange(mixture.samples_per_epoch))
+        source, index = decode(offsets(mixture.lengths), mixture.lengths, flat)
+        shards = []
+        for r in range(parts):
+            held = set()
+            for s, i in zip(source[starts[r]:starts[r] + lengths[r]].tolist(),
+                            index[starts[r]:starts[r] + lengths[r]].tolist(), strict=True):
+                bounds = np.concatenate(([0], np.cumsum(sources[s][0])))
+                held |= {(s, int(np.searchsorted(bounds, d, side="right") - 1)) for d, _, _ in packs[s].segments(i)}
+            shards.append(held)
+        read.append(shards)
+    assert read[0] == read[1]

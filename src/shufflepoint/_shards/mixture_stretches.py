@@ -4,7 +4,8 @@ a node reads its share of every source, and the same share every epoch.
 Under ``spans`` rank r of the epoch's first world reads its *part*, positions ``[a_r, a_r + n_r)`` of the
 epoch (``spans.py``'s stretches of W parts). Each source's rows are cut into W stretches, along a layout
 that depends on the seed only (``StretchBlockOrder`` for a sharded source, a fixed keyed permutation for
-any other, a ``Packed`` source's own rows), stretch r in proportion to part r's share of the source's
+any other, a ``Packed`` source's rows of each pass, its documents laid along the parts: ``packed_layout``),
+stretch r in proportion to part r's share of the source's
 slots per epoch (without a schedule; with one, of the epoch's positions), and part r draws source s only
 from its stretch r of s: its own stream of s, pass after pass, each pass in a new order inside the
 stretch (a source read once an epoch is then read once, every row, by the parts together). A node
@@ -53,6 +54,7 @@ from shufflepoint._order.feistel_many import sub_seeds, take_many
 from shufflepoint._shards.blocks import _M64, StretchBlockOrder, _sub_seed, checked_positions
 from shufflepoint._shards.mixture_order import _MAX_STREAM, _SOURCE_TAG, NAME, MixedSources, encode, offsets
 from shufflepoint._shards.mixture_sources import is_packed
+from shufflepoint._shards.packed_layout import table_key
 
 VERSION, SCHEDULED_VERSION = 3, 4
 _PART_TAG, _LAYOUT_TAG, _STRETCH_TAG = 0x50415254, 0x4C415954, 0x53545245
@@ -196,8 +198,10 @@ class StretchedMixtureOrder:
 
     def _check_epoch(self, epoch: int) -> None:
         far = (epoch + 1) * self.n >= _MAX_STREAM
-        if self._packed and not far:  # a part's pass of a Packed source: its stretch, at least one row
-            far = ((epoch + 1) * int(self._lengths.max()) + 2) * int(self._offsets[-1]) >= _MAX_STREAM
+        if self._packed and not far:  # a part's pass of a Packed source, laid along the parts (its index's key)
+            passes = max((epoch + 1) * int(self._lengths[r]) // max(1, self._stretch(s, r)[1]) + 1
+                         for s in range(len(self._mixture.sources)) for r in range(self._parts))
+            far = (table_key(passes, self._parts) + 1) * int(self._offsets[-1]) >= _MAX_STREAM
         if far:
             # LIMIT(stretched-mixture-last-epoch): docs/shards.md#limits
             raise Refused("epoch", epoch, "an epoch whose stream positions stay below 2**62",
@@ -269,8 +273,8 @@ class StretchedMixtureOrder:
             if len(self._orders) >= _CACHED_ORDERS:
                 self._orders.pop(next(iter(self._orders)))
             dataset, seed = self._mixture.sources[s], _sub_seed(self.seed, _SOURCE_TAG, s)
-            if self._packed:  # its own packed epoch p: indices p * len + row
-                found = dataset.epoch_order(seed, p, self._block)
+            if self._packed:  # its own packed epoch p laid along the parts' stretches (packed_layout), so a part's
+                found = dataset.epoch_order(seed, p, self._block, stretches=self._parts)  # rows are its shards
             elif isinstance(dataset, ShardedCorpus):
                 edge, rows = self._stretch(s, part)
                 found = StretchBlockOrder(dataset.shard_rows, seed, p, self._block, 3,
