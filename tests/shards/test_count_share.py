@@ -50,18 +50,21 @@ def shard_counts(counts, rows, extra=0, loads=None):
 
 
 @settings(max_examples=100, deadline=None)
-@given(rows=shard_rows, world=st.integers(1, 9), seed=st.one_of(st.none(), st.integers(0, 2**64 - 1)))
-def test_every_shard_is_counted_by_exactly_one_rank_about_its_stretch(rows, world, seed):
+@given(rows=shard_rows, world=st.integers(1, 9), data=st.data())
+def test_every_shard_is_counted_by_exactly_one_rank_a_run_of_about_its_bytes(rows, world, data):
     rows = np.asarray(rows, dtype=np.int64)
-    owners = [Share(rank, world, seed).owners(rows) for rank in range(world)]
+    sizes = np.asarray(data.draw(st.lists(st.integers(1, 10**6), min_size=rows.size, max_size=rows.size)), np.int64)
+    owners = [Share(rank, world).owners(rows, sizes) for rank in range(world)]
     assert all((o == owners[0]).all() for o in owners)  # every rank computes the same deal, alone
     owner = owners[0]
     assert owner.shape == rows.shape and ((owner >= 0) & (owner < world)).all()
-    if seed is not None and rows.sum():
-        documents, biggest = int(rows.sum()), int(rows.max())
-        for rank in range(world):  # each rank counts about its stretch of epoch 0's documents
-            counted = int(rows[owner == rank].sum())
-            assert abs(counted - documents / world) <= biggest, (rank, counted, documents / world)
+    assert (np.diff(owner) >= 0).all()  # runs of consecutive shards, in order: what Packed lays each rank on
+    weight = sizes * (rows > 0)
+    if weight.sum():
+        total, biggest = int(weight.sum()), int(weight.max())
+        for rank in range(world):  # each rank counts about its stretch of the corpus's bytes
+            counted = int(weight[owner == rank].sum())
+            assert abs(counted - total / world) <= biggest, (rank, counted, total / world)
 
 
 @settings(max_examples=100, deadline=None)
@@ -73,7 +76,7 @@ def test_per_shard_totals_give_what_every_count_in_memory_gives(rows, data, extr
     counts = np.asarray(data.draw(st.lists(st.integers(0, 9), min_size=documents, max_size=documents)), np.int64)
     rows_array = np.asarray(rows, dtype=np.int64)
     parts = split(counts, rows)
-    owner = Share(0, world, data.draw(st.integers(0, 2**32))).owners(rows_array)
+    owner = Share(0, world).owners(rows_array)
     gathered = [{s: (int(parts[s].sum()), count_files.shard_digest(parts[s])) for s in np.flatnonzero(owner == r)}
                 for r in range(world)]  # what each rank contributes to the all_gather
     merged = {s: v for part in gathered for s, v in part.items()}
@@ -135,8 +138,8 @@ def test_resolvers_of_every_rank_count_their_share_and_agree_after_the_exchange(
         monkeypatch.setattr(shard_counts, "count_ranges",
                             lambda d, c, ranges, *a, rank=rank: counted.setdefault(rank, []).extend(ranges)
                             or original(d, c, ranges, *a))
-        share = count_share.Share(rank, world, seed=11)
-        mine = resolver.unknown[share.owners(resolver.rows)[resolver.unknown] == rank]
+        share = count_share.Share(rank, world)
+        mine = resolver.unknown[share.owners(resolver.rows, resolver.sizes)[resolver.unknown] == rank]
         parts[rank] = resolver._fill(mine, None)
         monkeypatch.setattr(shard_counts, "count_ranges", original)
         resolvers.append((resolver, share))

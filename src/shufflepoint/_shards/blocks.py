@@ -195,8 +195,7 @@ class BlockOrder(_BlockTable):
 
 
 def laid_shards(rows: np.ndarray, seed: int) -> np.ndarray:
-    """The non-empty shards in the order ``StretchBlockOrder`` lays them out for ``seed``, every epoch alike
-    (``Packed`` cuts its stretches along it, and counts its tokens by it: ``packed_layout``, ``count_share``)."""
+    """The non-empty shards in the order ``StretchBlockOrder`` lays them out for ``seed``, every epoch alike."""
     layout = FeistelOrder(int(rows.size), _sub_seed(seed, _LAYOUT_TAG), 0)
     laid = layout.take(np.arange(rows.size, dtype=np.int64)) if rows.size else rows
     found: np.ndarray = laid[rows[laid] > 0]
@@ -243,19 +242,22 @@ class StretchBlockOrder(_BlockTable):
     _block_tag = _STRETCH_BLOCK_TAG
 
     def __init__(self, rows: np.ndarray | list[int], seed: int, epoch: int, shuffle_block: int,
-                 stretches: int, edges: np.ndarray | None = None, pinned_ends: bool = False) -> None:
+                 stretches: int, edges: np.ndarray | None = None, pinned_ends: bool = False,
+                 keyed_layout: bool = True) -> None:
         """``edges``: the stretches' starts and the end (``stretches + 1`` of them, from 0 to the rows), where
         they are not the near-equal ones (a ``Mixture`` source cut in its ranks' shares of it). ``pinned_ends``:
         each stretch's first and last piece (in the layout) stay first and last every epoch, each a block of
         its own, so a rank whose rows reach past its stretch's edge (``Packed``: stretches cut at shard
-        boundaries, rows at token counts) reads the same shard there every epoch."""
+        boundaries, rows at token counts) reads the same shard there every epoch. ``keyed_layout=False``: the
+        shards laid in their own order (``Packed``: a process counts the tokens of its stretch's shards before
+        it knows the seed, ``count_share``)."""
         rows = _checked_rows(rows, shuffle_block)
         if stretches < 1:
             raise ValueError(refusal("stretches", stretches, "an int >= 1", "pass stretches >= 1"))
         self.shuffle_block, self.stretches = shuffle_block, stretches
         n = int(rows.sum())
         dataset_start = np.concatenate(([0], np.cumsum(rows)[:-1])) if rows.size else rows
-        laid = laid_shards(rows, seed)  # the same every epoch
+        laid = laid_shards(rows, seed) if keyed_layout else np.flatnonzero(rows > 0)  # the same every epoch
         base_start = np.concatenate(([0], np.cumsum(rows[laid]))) if laid.size else np.zeros(1, np.int64)
         # Stretch edges (spans.py's formula) split the shards they fall inside into two pieces.
         if edges is None:

@@ -7,15 +7,12 @@ process group (``torch.distributed`` initialised, more than one process), each p
 the shards of its *share* and the per-shard totals are exchanged in one ``all_gather_object``
 (O(shards) bytes per process), so no node downloads a shard it will not read.
 
-The share follows what the process reads: the loader tells ``Packed`` its seed, rank and world size
-before the first batch (``Packed._count_share``); the shards laid end to end in the seed's layout (the one
-``Packed`` cuts its stretches along under ``spans``, ``packed_layout``; it does not depend on the tokens)
-are cut into ``world_size`` stretches of bytes, and a shard goes to the rank whose stretch holds its
-middle byte (bytes: what token counts are most alike before they are counted). Under the ``spans`` deal a
-rank reads the shards of its stretch of that layout, cut by tokens (about that stretch of bytes), every
-epoch, so what it counts it reads next (its node's cache keeps the downloaded shards). Asked for its
-length before a loader told it (a ``Mixture`` asks at construction), ``Packed`` exchanges with
-contiguous runs of shards per rank instead: still 1/W of the corpus counted per process.
+The share follows what the process reads: the shards in their own order are cut into ``world_size``
+stretches of bytes, and a shard goes to the rank whose stretch holds its middle byte (bytes: what token
+counts are most alike before they are counted). Under the ``spans`` deal ``Packed`` lays its documents along
+the same runs of shards, cut by tokens (``packed_layout``), so what a rank counts it reads next, every epoch
+(its node's cache keeps the downloaded shards). No seed enters it: a ``Mixture`` asks its ``Packed`` sources
+their length when built, before a loader says the seed, and the share is the same.
 
 Whether to exchange is decided on facts every process shares (the published totals, the process
 group): a node's own cache only saves it work, never changes who takes part in the collective.
@@ -32,8 +29,6 @@ import torch.distributed as dist
 
 from shufflepoint._core.errors import Plain, refusal, warn_user
 from shufflepoint._shards import count_files, sidecar
-from shufflepoint._shards.blocks import _sub_seed, laid_shards
-from shufflepoint._shards.packed_rows import _DOCUMENTS_TAG
 from shufflepoint._shards.shard_counts import ShardCounts, ShardLoader
 
 
@@ -44,25 +39,22 @@ def distributed() -> bool:
 
 @dataclass(frozen=True)
 class Share:
-    """Which shards this process counts: ``rank`` of ``world_size``, along epoch 0's order of ``seed`` (None:
-    contiguous runs of shards by index)."""
+    """Which shards this process counts: ``rank`` of ``world_size``, a run of consecutive shards."""
 
     rank: int
     world_size: int
-    seed: int | None = None
 
     def owners(self, rows: np.ndarray, sizes: np.ndarray | None = None) -> np.ndarray:
-        """The rank that counts each shard: every shard exactly one, each rank about 1/W of the corpus's bytes
-        (``sizes``, the shards' bytes: what tokens are most alike; else its documents)."""
-        shards = int(rows.size)
-        owners = np.arange(shards, dtype=np.int64) * self.world_size // max(shards, 1)
-        if self.seed is None or not int(rows.sum()):
-            return owners
-        shard = laid_shards(rows, _sub_seed(self.seed, _DOCUMENTS_TAG))  # the layout Packed cuts its stretches on
-        weight = np.asarray(rows if sizes is None else sizes, dtype=np.int64)[shard]
+        """The rank that counts each shard: every shard exactly one, each rank a run of consecutive shards of
+        about 1/W of the corpus's bytes (``sizes``: what token counts are most alike before they are counted;
+        else its documents), the shard going to the rank whose stretch holds its middle byte."""
+        weight = np.asarray(rows if sizes is None else sizes, dtype=np.int64) * (np.asarray(rows) > 0)
+        total = int(weight.sum())
+        if not total:
+            return np.arange(rows.size, dtype=np.int64) * self.world_size // max(int(rows.size), 1)
         middle = np.concatenate(([0], np.cumsum(weight)[:-1])) + weight // 2
-        owners[shard] = np.minimum(middle * self.world_size // max(int(weight.sum()), 1), self.world_size - 1)
-        return owners
+        found: np.ndarray = np.minimum(middle * self.world_size // total, self.world_size - 1)
+        return found
 
 
 class Resolver:

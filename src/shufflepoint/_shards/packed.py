@@ -51,11 +51,9 @@ from shufflepoint._core.errors import Plain, Refused, refusal
 from shufflepoint._order import check_int
 from shufflepoint._shards import packed_collate, packed_layout, token_counts
 from shufflepoint._shards.batch import Columnar
-from shufflepoint._shards.blocks import _sub_seed
 from shufflepoint._shards.count_share import Resolver, Share, distributed
 from shufflepoint._shards.locate import packed_location
 from shufflepoint._shards.packed_rows import (
-    _DOCUMENTS_TAG,
     _SAMPLED,
     NAME,
     VERSION,
@@ -189,7 +187,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         """The loader's seed, rank and world size, before it asks the length: counts still to take are taken
         now, this process counting the shards it reads in epoch 0 and exchanging the totals (count_share)."""
         if self._resolver is not None:
-            self._set_counts(self._resolver.finish(Share(rank, world_size, seed)))
+            self._set_counts(self._resolver.finish(Share(rank, world_size)))
 
     def _resolved(self) -> None:
         """Counts asked before a loader said the share (a ``Mixture`` asks the length when built): contiguous
@@ -345,12 +343,10 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         found = self._edges.get(stretches)
         if found is None:
             assert self._bound is not None
-            seed, block = self._bound
-            rows = document_runs(self.dataset, self._counts, block)
+            rows = document_runs(self.dataset, self._counts, self._bound[1])
             starts = np.concatenate(([0], np.cumsum(rows)[:-1])).astype(np.int64)
             found = self._edges[stretches] = packed_layout.document_edges(
-                rows, self._counts.run_tokens(starts, rows), _sub_seed(seed, _DOCUMENTS_TAG), stretches,
-                self.rows_per_epoch, self.seq_len)
+                rows, self._counts.run_tokens(starts, rows), stretches, self.rows_per_epoch, self.seq_len)
         return found
 
     def _decode(self, index: Any) -> tuple[int, int]:

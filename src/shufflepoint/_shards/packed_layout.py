@@ -5,8 +5,9 @@ near-equal stretches of the epoch's rows): tokens ``[a_r * L, a_{r+1} * L)`` of 
 by the ``blocks`` order, that stream is a new permutation of the shards every epoch, so the rank's rows
 come from other shards each epoch and a node downloads about 0.4 of its share again each epoch (measured,
 ``make bench-locality ONLY=Packed``). Laid along the stretches instead (``StretchBlockOrder`` over the
-documents): the shards keep one layout, the seed's (``blocks.laid_shards``), cut into W stretches at the shard
-boundaries nearest the tokens ``a_r * L`` (by the per-shard token totals: O(shards), no per-document count);
+documents): the shards keep one layout, their own order, cut into W stretches at the shard boundaries
+nearest the tokens ``a_r * L`` (by the per-shard token totals: O(shards), no per-document count), so rank r
+holds a run of consecutive shards, the run ``count_share`` has it count (by bytes, before any seed is known);
 each epoch permutes the shards inside each stretch and the documents inside each block. So rank r reads
 the tokens of its own stretch's shards every epoch, give or take half a shard at each end of its rows; that
 half shard is always the same one, as each stretch's first and last shard stay at its ends, each a block of
@@ -21,8 +22,6 @@ with no state beyond the index, and a loader may ask for both (its construction 
 from __future__ import annotations
 
 import numpy as np
-
-from shufflepoint._shards.blocks import laid_shards
 
 STRETCHED_VERSION = 2  # the packed order laid along the spans stretches (the unlaid one is packed_rows.VERSION)
 WORLDS = 2**20  # a laid epoch's key in the index: epoch * WORLDS + stretches
@@ -41,12 +40,11 @@ def epoch_of(key: int) -> tuple[int, int | None]:
     return epoch - 1, stretches + 1
 
 
-def document_edges(rows: np.ndarray, tokens: np.ndarray, seed: int, stretches: int, row_count: int,
-                   seq_len: int) -> np.ndarray:
-    """The ``stretches + 1`` document edges (along the seed's layout of the shards, ``rows`` documents each,
-    ``tokens`` framed tokens each) at the shard boundaries nearest the first token of each rank's rows."""
+def document_edges(rows: np.ndarray, tokens: np.ndarray, stretches: int, row_count: int, seq_len: int) -> np.ndarray:
+    """The ``stretches + 1`` document edges (along the shards in their order, ``rows`` documents each, ``tokens``
+    framed tokens each) at the shard boundaries nearest the first token of each rank's rows."""
     rows, tokens = np.asarray(rows, np.int64), np.asarray(tokens, np.int64)
-    laid = laid_shards(rows, seed)
+    laid = np.flatnonzero(rows > 0)
     documents = np.concatenate(([0], np.cumsum(rows[laid]))).astype(np.int64)
     laid_tokens = np.concatenate(([0], np.cumsum(tokens[laid]))).astype(np.int64)
     base, extra = divmod(row_count, stretches)

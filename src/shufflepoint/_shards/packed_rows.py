@@ -128,7 +128,8 @@ class EpochTable:
         rows = document_runs(dataset, counts, shuffle_block)
         seed = _sub_seed(seed, _DOCUMENTS_TAG)
         self._order: BlockOrder | StretchBlockOrder = BlockOrder(rows, seed, epoch, shuffle_block) if laid is None \
-            else StretchBlockOrder(rows, seed, epoch, shuffle_block, laid[0], edges=laid[1], pinned_ends=True)
+            else StretchBlockOrder(rows, seed, epoch, shuffle_block, laid[0], edges=laid[1], pinned_ends=True,
+                                   keyed_layout=False)
         self._counts = counts
         order = self._order  # runs of one shard's documents, in stream order
         run_documents = np.diff(np.append(order._stream_start, order.n))
