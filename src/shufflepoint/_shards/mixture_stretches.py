@@ -196,12 +196,13 @@ class StretchedMixtureOrder:
             found = self._stretch_of[(s, part)] = (edge, end - edge)
         return found
 
-    def _check_epoch(self, epoch: int) -> None:
+    def _check_epoch(self, epoch: int, passes: int | None = None) -> None:
+        """Refuse an epoch whose indices pass 2**62: its positions, or a Packed source's pass, laid along the
+        parts (its index's key): the epoch's own pass here, the passes a part reaches as they are read."""
         far = (epoch + 1) * self.n >= _MAX_STREAM
-        if self._packed and not far:  # a part's pass of a Packed source, laid along the parts (its index's key)
-            passes = max((epoch + 1) * int(self._lengths[r]) // max(1, self._stretch(s, r)[1]) + 1
-                         for s in range(len(self._mixture.sources)) for r in range(self._parts))
-            far = (table_key(passes, self._parts) + 1) * int(self._offsets[-1]) >= _MAX_STREAM
+        if self._packed and not far:
+            far = (table_key(epoch if passes is None else passes, self._parts) + 1) * int(self._offsets[-1]) \
+                >= _MAX_STREAM
         if far:
             # LIMIT(stretched-mixture-last-epoch): docs/shards.md#limits
             raise Refused("epoch", epoch, "an epoch whose stream positions stay below 2**62",
@@ -244,6 +245,8 @@ class StretchedMixtureOrder:
         if length == 0:  # fewer rows than parts: this part draws from the whole source
             edge, length = 0, self._mixture.lengths[s]
         passes, rows = np.divmod(stream, length)
+        if self._packed and passes.size:
+            self._check_epoch(self.epoch, int(passes.max()))
         found = np.empty_like(stream)
         for p in distinct(passes).tolist():
             where = passes == p
