@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from shufflepoint._core.errors import ShardError
 from shufflepoint._shards.cache import NodeCache
 
 # Opt-in (SHUFFLEPOINT_RANGED_READS=1): read-ahead now fetches the ranges of upcoming rows
@@ -97,8 +98,28 @@ class PartialShard:
         self._map: mmap.mmap | None = None
         self._generation, self._mapped = 0, -1  # the data file opened, and the one mapped
         self._thread_lock = threading.Lock()  # the flock excludes processes; this, threads swapping _fd
-        with cache.entry_lock(self._key):
-            self._open_locked()
+        if not self._open_existing():
+            with cache.entry_lock(self._key):
+                self._open_locked()
+
+    def _open_existing(self) -> bool:
+        """Open the entry an earlier open made, without the entry lock (a shard reopened, the common
+        case): its data file at its size, then its record, which is the file's while the file is
+        still the one at the path (records are replaced whole; a new entry's empty record is written
+        before its file reaches its size). False: no such file, make it under the lock."""
+        try:
+            handle = os.open(self._data, os.O_RDWR)
+        except FileNotFoundError:
+            return False
+        held = self._load_record() if os.fstat(handle).st_size == self.size else None
+        if held is None or not self._cache.same_file(handle, self._data):
+            os.close(handle)
+            return False
+        self._fd, self._generation = handle, self._generation + 1
+        self._set_held(held)
+        with contextlib.suppress(OSError):
+            os.utime(self._data)  # used: last out of the LRU
+        return True
 
     def _open_locked(self) -> None:
         """Open (or create, sparse) the data file and read its record; the entry lock is held."""
@@ -106,10 +127,10 @@ class PartialShard:
             os.close(self._fd)
         self._fd = os.open(self._data, os.O_RDWR | os.O_CREAT, 0o644)
         self._generation += 1
-        if os.fstat(self._fd).st_size != self.size:
-            os.ftruncate(self._fd, 0)  # a stale or foreign file: start empty
+        if os.fstat(self._fd).st_size != self.size:  # a new entry, or a stale or foreign file: start empty
+            self._write_record([])  # first: a file at its size never has another's record (_open_existing)
+            os.ftruncate(self._fd, 0)
             os.ftruncate(self._fd, self.size)
-            self._write_record([])
         self._set_held(self._load_record())
         with contextlib.suppress(OSError):
             os.utime(self._data)  # used: last out of the LRU
@@ -202,6 +223,25 @@ class PartialShard:
         with self._thread_lock:
             return os.pread(self._fd, end - start, start)
 
+    def holding(self, spans: Sequence[Span] | np.ndarray, join: bool = True) -> memoryview:
+        """``ensure(spans)``, then the map (``view``) of the very copy that holds them: a C reader
+        (pyarrow) may then read ``spans`` from it without a call back into Python. Checked under the
+        thread lock: another thread's ``ensure`` may have started a new copy (the entry evicted by
+        another process) between the two, and the old map lacks what the new copy fetched, while a
+        hole reads as zeros, never as an error. So never a view whose copy is not known to hold them."""
+        with self._thread_lock:
+            if self._fd >= 0 and self._held == [(0, self.size)]:  # every byte held: nothing to check
+                return self._view_locked()
+        found = np.asarray(spans, dtype=np.int64).reshape(-1, 2).clip(0, self.size)
+        found = found[found[:, 1] > found[:, 0]]
+        for _ in range(8):
+            with self._thread_lock:
+                if self._fd >= 0 and self._covers(found):
+                    return self._view_locked()
+            self.ensure(found, join)
+        raise ShardError(self._url, "its partial copy in the node cache was evicted over and over while being read; "
+                                    "raise cache_limit")
+
     def held(self) -> list[Span]:
         return list(self._held)
 
@@ -214,10 +254,13 @@ class PartialShard:
         token window is then a slice, not a syscall. Mapped again when the entry was evicted and
         started over (``ensure`` then writes to a new file)."""
         with self._thread_lock:
-            if self._mapped != self._generation:
-                self._map = mmap.mmap(self._fd, self.size, prot=mmap.PROT_READ) if self.size else None
-                self._mapped = self._generation
-            return memoryview(self._map if self._map is not None else b"")
+            return self._view_locked()
+
+    def _view_locked(self) -> memoryview:
+        if self._mapped != self._generation:
+            self._map = mmap.mmap(self._fd, self.size, prot=mmap.PROT_READ) if self.size else None
+            self._mapped = self._generation
+        return memoryview(self._map if self._map is not None else b"")
 
     def close(self) -> None:
         with self._thread_lock:
@@ -258,6 +301,10 @@ class RangedFile(io.RawIOBase):
     def view(self) -> memoryview:
         """The local copy, mapped (``PartialShard.view``): read only what ``ensure`` made held."""
         return self.shard.view()
+
+    def holding(self, spans: Sequence[Span] | np.ndarray, join: bool = True) -> memoryview:
+        """The local copy mapped, holding ``spans`` (``PartialShard.holding``)."""
+        return self.shard.holding(spans, join)
 
     def complete(self) -> bool:
         return self.shard.complete()
