@@ -245,6 +245,10 @@ class PartialShard:
     def held(self) -> list[Span]:
         return list(self._held)
 
+    def held_bytes(self) -> int:
+        """The bytes this process has seen held (the record may hold more since)."""
+        return int((self._ends - self._starts).sum())
+
     def complete(self) -> bool:
         """Whether this process has seen every byte of the shard held (then nothing is fetched again)."""
         return self._held == [(0, self.size)]

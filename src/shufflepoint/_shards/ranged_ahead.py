@@ -86,22 +86,32 @@ class RangedAhead:
     def __init__(self, corpus: Any, planner: Callable[[Ranged, str], Plan]) -> None:
         self._corpus, self._planner = corpus, planner
         self._plans: dict[int, Plan] = {}
+        self._by_range: dict[int, bool] = {}  # shard -> read by range, asked once per process (a stat each)
         self.prefetcher = Prefetcher(self._run, max_ahead=_JOBS_AHEAD, threads=_THREADS)
 
     def announce(self, upcoming: list[int], shards: np.ndarray, rows: np.ndarray, density: float) -> list[int]:
         """Schedule the jobs of the ``upcoming`` shards read by range (``shards``/``rows``: each index's
         shard and row in it); the others, in order, for the caller to download whole."""
-        by_range = [s for s in upcoming if self._corpus._ranged_shard(s)]
+        by_range = [s for s in upcoming if self._ranged(s)]
         if not by_range:
             return upcoming
         self.prefetcher.schedule(jobs(shards, rows, by_range, density, self._corpus.index.rows))
         taken = set(by_range)
         return [s for s in upcoming if s not in taken]
 
+    def _ranged(self, shard: int) -> bool:
+        """Whether ``shard`` is read by range (not whole in the node cache), asked once: a chunk announces
+        its hundreds of shards again and again. A shard found whole later is still read whole by the
+        read itself (``Shards._open`` asks afresh); only this read-ahead of its ranges is then wasted."""
+        found = self._by_range.get(shard)
+        if found is None:
+            found = self._by_range[shard] = self._corpus._ranged_shard(shard)
+        return found
+
     def _partial(self, shard: int) -> tuple[PartialShard, str] | None:
-        """A job's partial entry; None: the shard is no longer read by range (whole in the cache since)."""
+        """A job's partial entry; None: the shard is not read by range (whole in the node cache)."""
         corpus = self._corpus
-        if not corpus._ranged_shard(shard):
+        if not self._ranged(shard):
             return None
         record, url = corpus.index.shards[shard], corpus.index.url(shard)
         return corpus._partial(url, record.size, record.version), url
@@ -114,9 +124,11 @@ class RangedAhead:
         partial, url = opened
         source = RangedFile(partial)
         try:
-            if job.whole:
+            if job.whole and partial.held_bytes() * 2 < partial.size:  # a fresh shard: all of it in one GET
                 partial.ensure([(0, partial.size)])
                 return
+            # Mostly held already (its rows' ranges, the footer): only what the rows read, not the
+            # leftovers no read needs (a Parquet file's leading magic: one round trip each, for 4 bytes).
             plan = self._plans.get(job.shard)
             if plan is None:
                 plan = self._planner(Ranged(source, partial.ensure, ""), url)
