@@ -245,6 +245,15 @@ class PartialShard:
     def held(self) -> list[Span]:
         return list(self._held)
 
+    @property
+    def path(self) -> str:
+        """The partial copy's path in the node cache."""
+        return self._data
+
+    def inode(self) -> int:
+        """The inode of the copy this process has open (another after an eviction and a new start)."""
+        return os.fstat(self._fd).st_ino
+
     def held_bytes(self) -> int:
         """The bytes this process has seen held (the record may hold more since)."""
         return int((self._ends - self._starts).sum())

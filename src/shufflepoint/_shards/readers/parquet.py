@@ -69,6 +69,8 @@ def _chunk_spans(meta: Any, groups: list[int], columns: list[str] | None) -> lis
             start = chunk.data_page_offset
             if chunk.has_dictionary_page and 0 < chunk.dictionary_page_offset < start:
                 start = chunk.dictionary_page_offset
+            if start == len(_MAGIC):  # the file's first chunk: its leading magic too (in the same GET), so
+                start = 0  # a file read through is complete (``PartialShard.complete``: nothing left to ask)
             spans.append((int(start), int(start + chunk.total_compressed_size) + _CHUNK_PAD))
     return spans
 
