@@ -26,6 +26,7 @@ import mmap
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -45,6 +46,7 @@ ReadRanges = Callable[[], Any]  # a context manager yielding read(start, end) ->
 _GAP = 256 << 10  # ranges at most this close (and their mean size) are one GET: a request costs more
 _PIECE = 8 << 20  # the most one GET asks for
 _LANES = 8  # GETs in flight at once for one shard's missing ranges
+_LOOK_S = 0.05  # how often a reader looks whether its shard became complete (``complete``)
 _REFETCH = 16 << 10  # a held range at most this long may be fetched again inside a joined GET
 
 
@@ -98,6 +100,7 @@ class PartialShard:
         self._map: mmap.mmap | None = None
         self._generation, self._mapped = 0, -1  # the data file opened, and the one mapped
         self._thread_lock = threading.Lock()  # the flock excludes processes; this, threads swapping _fd
+        self._next_look = 0.0  # when ``complete`` may read the record again
         if not self._open_existing():
             with cache.entry_lock(self._key):
                 self._open_locked()
@@ -259,7 +262,15 @@ class PartialShard:
         return int((self._ends - self._starts).sum())
 
     def complete(self) -> bool:
-        """Whether this process has seen every byte of the shard held (then nothing is fetched again)."""
+        """Whether every byte of the shard is held (then nothing is fetched again, nothing checked). Not
+        yet: the record is read again at most every ``_LOOK_S`` seconds, so a reader learns soon that
+        another thread or process (read-ahead) fetched the rest, and stops checking its windows."""
+        if self._held != [(0, self.size)] and time.monotonic() >= self._next_look:
+            self._next_look = time.monotonic() + _LOOK_S
+            fresh = self._load_record()
+            with self._thread_lock:  # the record is of the copy open here, or of a newer one: not ours
+                if fresh == [(0, self.size)] and self._fd >= 0 and self._cache.same_file(self._fd, self._data):
+                    self._set_held(fresh)
         return self._held == [(0, self.size)]
 
     def view(self) -> memoryview:

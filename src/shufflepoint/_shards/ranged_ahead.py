@@ -30,7 +30,7 @@ from shufflepoint._shards.ranged import PartialShard, RangedFile, merged
 from shufflepoint._shards.readers.base import Ranged
 
 Plan = Callable[[np.ndarray], list[tuple[int, int]]]
-_THREADS = 4  # jobs in flight: each is a look-up and a few GETs, mostly waiting on the network
+_THREADS = 16  # jobs in flight: each is a look-up and a few GETs, mostly waiting on the network
 _JOBS_AHEAD = 1024  # a chunk (<= 8,192 rows) may touch hundreds of small shards: all of them ahead
 _PLANS_KEPT = 4096  # footers parsed, per process
 # A rank reading at least this share of the positions it spans (a stretch of its own: 1.0; strided on 2
