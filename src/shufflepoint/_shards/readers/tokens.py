@@ -122,7 +122,10 @@ class OpenTokens:
         token type): a batch across many shards is filled in place (``Shards._read_windows``), no array per
         shard, no join, no reorder; in the token type a pread writes the window's bytes where they go."""
         rows = check_rows(rows, self._rows)
-        if self._tokens is None and (self._preads + rows.size <= _MAP_AFTER or self._ranged is not None):
+        if self._ranged is not None:  # arrays, not lists: a fancy index of the partial copy's windows
+            self._read_windows(rows, out, where)
+            return
+        if self._tokens is None and self._preads + rows.size <= _MAP_AFTER:
             self._read_windows(rows.tolist(), out, where.tolist())
             return
         tokens = self._mapped()
@@ -138,8 +141,8 @@ class OpenTokens:
         return {"token_offset": start, "tokens": self._seq_len + 1, "byte_offset": self._offset + start * item,
                 "bytes": (self._seq_len + 1) * item}
 
-    def _read_windows(self, rows: list[int], out: np.ndarray | None = None,
-                      where: list[int] | None = None) -> np.ndarray:
+    def _read_windows(self, rows: list[int] | np.ndarray, out: np.ndarray | None = None,
+                      where: list[int] | np.ndarray | None = None) -> np.ndarray:
         """Windows ``rows`` by ``os.pread``, as int64 rows of a new array, or into rows ``where`` of ``out``."""
         if self._fd is None:
             raise ValueError("the shard is closed")
