@@ -546,7 +546,7 @@ class Shards(torch.utils.data.Dataset[Any]):
 
     def _ranged_reader(self) -> bool:
         """Whether some remote shards may be read by range (then read ahead by range, not whole)."""
-        return ranged.ENABLED and self._verify != "checksum" and self._opens_ranged
+        return ranged.enabled_for(self._reader.name) and self._verify != "checksum" and self._opens_ranged
 
     def _ranged_shard(self, shard: int) -> bool:
         record = self.index.shards[shard]

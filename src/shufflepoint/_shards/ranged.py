@@ -33,14 +33,35 @@ from typing import Any
 
 import numpy as np
 
-from shufflepoint._core.errors import ShardError
+from shufflepoint._core.errors import ShardError, refusal
 from shufflepoint._shards.cache import NodeCache
 
-# Opt-in (SHUFFLEPOINT_RANGED_READS=1): read-ahead now fetches the ranges of upcoming rows
-# (``ranged_ahead``), and token windows keep whole-shard prefetching's steady rate, but a Parquet loop is
-# still slower by range (0.5x the rate, 0.14x with 4 workers: docs/benchmarks-shards.md, ranged reads).
-# Off: remote shards are downloaded whole before their first row is read.
-ENABLED = os.environ.get("SHUFFLEPOINT_RANGED_READS", "0") == "1"
+# SHUFFLEPOINT_RANGED_READS: unset (or empty), the default: the formats in DEFAULT_FORMATS are read by
+# range, those measured at >= 0.9x whole shards' steady rate in make bench-ranged (Parquet: 1.06x with 0
+# workers, 1.35x with 4; docs/benchmarks-shards.md, ranged reads); token .bin shards are not (0.5-0.7x
+# on a quiet machine: their batches check and gather windows in Python per shard). "1": every format that
+# can (Parquet and .bin); "0": none, every remote shard is downloaded whole before its first row is read.
+# verify="checksum" shards are always downloaded whole (the hash needs every byte).
+DEFAULT_FORMATS = frozenset({"parquet"})
+
+
+def _setting() -> bool | None:
+    text = os.environ.get("SHUFFLEPOINT_RANGED_READS", "").strip()
+    if text not in ("", "0", "1"):
+        raise ValueError(refusal("SHUFFLEPOINT_RANGED_READS", text, "1 (every format that can read by range), 0 "
+                                 "(none: remote shards downloaded whole) or unset (the default: Parquet)",
+                                 "set it to 1 or 0, or unset it"))
+    return None if not text else text == "1"
+
+
+ENABLED: bool | None = _setting()  # None: the default, by format (``enabled_for``)
+
+
+def enabled_for(format: str) -> bool:
+    """Whether remote shards of ``format`` (a reader's name) are read by range."""
+    return format in DEFAULT_FORMATS if ENABLED is None else ENABLED
+
+
 Span = tuple[int, int]
 ReadRanges = Callable[[], Any]  # a context manager yielding read(start, end) -> bytes (Storage.ranges)
 _GAP = 256 << 10  # ranges at most this close (and their mean size) are one GET: a request costs more
