@@ -63,7 +63,8 @@ def first_batch(corpus):
 
 @pytest.fixture(autouse=True)
 def ranged_on(monkeypatch):
-    """Ranged reads are opt-in (SHUFFLEPOINT_RANGED_READS=1); these tests read with them on unless they say."""
+    """Parquet is read by range by default, .bin shards with SHUFFLEPOINT_RANGED_READS=1; these tests read
+    every format that can by range unless they say."""
     monkeypatch.setattr(ranged, "ENABLED", True)
 
 
@@ -200,3 +201,28 @@ def test_read_ahead_of_a_rewritten_shard_leaves_the_read_a_shard_error(s3, corpu
     assert list(data._ranged_ahead.prefetcher.errors.values())  # kept for the read, not raised
     with pytest.raises(shufflepoint.ShardError, match=r"part-0\.parquet"):
         data[last]
+
+
+def test_the_default_reads_parquet_by_range_and_token_shards_whole(s3, corpus, tmp_path, monkeypatch):
+    name, _ = corpus
+    monkeypatch.setattr(ranged, "ENABLED", None)  # SHUFFLEPOINT_RANGED_READS unset
+    assert shards(s3, name, str(tmp_path / "p"))._ranged_reader()
+    tokens = "tokens-" + uuid.uuid4().hex[:8]
+    s3.put_files(tokens, {"web/part-0.bin": np.arange(1 << 12, dtype=np.uint16).tobytes()})
+    data = shufflepoint.Shards(f"s3://{tokens}/web/*.bin", seq_len=64, storage_options=s3.storage_options,
+                               cache_dir=str(tmp_path / "t"), progress=False)
+    assert not data._ranged_reader()
+    monkeypatch.setattr(ranged, "ENABLED", False)  # SHUFFLEPOINT_RANGED_READS=0
+    assert not shards(s3, name, str(tmp_path / "p"))._ranged_reader()
+
+
+@pytest.mark.parametrize(("text", "found"), [("", None), ("1", True), ("0", False), (" 1 ", True)])
+def test_the_setting_is_read_from_the_environment(monkeypatch, text, found):
+    monkeypatch.setenv("SHUFFLEPOINT_RANGED_READS", text)
+    assert ranged._setting() is found
+
+
+def test_a_setting_other_than_0_or_1_is_refused(monkeypatch):
+    monkeypatch.setenv("SHUFFLEPOINT_RANGED_READS", "yes")
+    with pytest.raises(ValueError, match=r"(?s)SHUFFLEPOINT_RANGED_READS.*yes.*1 \(every format"):
+        ranged._setting()
