@@ -71,6 +71,19 @@ _LOOK_S = 0.05  # how often a reader looks whether its shard became complete (``
 _REFETCH = 16 << 10  # a held range at most this long may be fetched again inside a joined GET
 
 
+_POOL: tuple[int, ThreadPoolExecutor] | None = None  # (pid, the process's lane threads)
+
+
+def _lane_pool() -> ThreadPoolExecutor:
+    """The process's threads for a fetch's lanes, made once (a pool per ``ensure`` started 8 threads per
+    fetch: under read-ahead's jobs, a hundred threads at once) and again in a forked process (a fork
+    has none of its parent's threads). A lane never waits on another, so a shared pool cannot deadlock."""
+    global _POOL
+    if _POOL is None or _POOL[0] != os.getpid():
+        _POOL = (os.getpid(), ThreadPoolExecutor(4 * _LANES, thread_name_prefix="shufflepoint-ranged"))
+    return _POOL[1]
+
+
 def identity(url: str, version: str) -> str:
     """The key of a remote shard's content for the kept ids: its URL and version (its local copy's
     mtime changes as ranges arrive, so ``kept_ids.file_key`` of the path would never hit)."""
@@ -227,8 +240,7 @@ class PartialShard:
             if len(lanes) == 1:
                 self._fetch(lanes[0])
             else:  # a batch's row groups: round trips side by side, not one after another
-                with ThreadPoolExecutor(len(lanes)) as pool:
-                    list(pool.map(self._fetch, lanes))
+                list(_lane_pool().map(self._fetch, lanes))
             self._set_held(merged([*self._held, *need]))
             self._write_record(self._held)
 
