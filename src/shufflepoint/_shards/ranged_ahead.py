@@ -97,7 +97,9 @@ class RangedAhead:
         by_range = [s for s in upcoming if self._ranged(s)]
         if not by_range:
             return upcoming
-        self.prefetcher.schedule(jobs(shards, rows, by_range, density, self._corpus.index.rows))
+        wanted = [s for s in by_range if not self._held_whole(s)]  # held whole: no job (each costs the GIL)
+        if wanted:
+            self.prefetcher.schedule(jobs(shards, rows, wanted, density, self._corpus.index.rows))
         taken = set(by_range)
         return [s for s in upcoming if s not in taken]
 
