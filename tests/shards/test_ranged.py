@@ -226,3 +226,26 @@ def test_a_setting_other_than_0_or_1_is_refused(monkeypatch):
     monkeypatch.setenv("SHUFFLEPOINT_RANGED_READS", "yes")
     with pytest.raises(ValueError, match=r"(?s)SHUFFLEPOINT_RANGED_READS.*yes.*1 \(every format"):
         ranged._setting()
+
+
+def test_a_range_is_one_get_checked_by_its_own_response(s3, corpus):
+    """On S3 a range is one GET, checked against the index by its own response (Content-Range: the
+    object's size, ETag: its version), not by an object look-up first (s3fs's open: a round trip per
+    range fetched, on a fresh node). Another version or size is a ShardError."""
+    s3fs = pytest.importorskip("s3fs")
+    from shufflepoint._shards.storage import Storage
+
+    name, _ = corpus
+    s3fs.S3FileSystem.clear_instance_cache()  # a fresh process: nothing listed, nothing cached
+    storage = Storage(storage_options=s3.storage_options, retries=0)
+    url = f"s3://{name}/web/part-0.parquet"
+    head = s3.client().head_object(Bucket=name, Key="web/part-0.parquet")
+    size, version = head["ContentLength"], head["ETag"].strip('"')
+    start = len(s3.faults.log)
+    with storage.ranges(url, size, version) as read:
+        assert read(size - 4, size) == b"PAR1" and read(0, 4) == b"PAR1"
+    assert [method for method, path, _ in list(s3.faults.log)[start:] if "/part-0" in path] == ["GET", "GET"]
+    with pytest.raises(shufflepoint.ShardError, match="rewritten"), storage.ranges(url, size, "0" * 32) as read:
+        read(0, 4)
+    with pytest.raises(shufflepoint.ShardError, match=str(size + 1)), storage.ranges(url, size + 1, version) as read:
+        read(0, 4)
