@@ -37,8 +37,8 @@ from shufflepoint._core.errors import ShardError, refusal
 from shufflepoint._shards.cache import NodeCache
 
 # SHUFFLEPOINT_RANGED_READS: unset (or empty), the default: the formats in DEFAULT_FORMATS are read by
-# range, those measured at >= 0.9x whole shards' steady rate in make bench-ranged (Parquet: 1.06x with 0
-# workers, 1.35x with 4; docs/benchmarks-shards.md, ranged reads); token .bin shards are not (0.5-0.7x
+# range, those measured at >= 0.9x whole shards' steady rate in make bench-ranged (Parquet: 1.14x with 0
+# workers, 0.93x with 4; docs/benchmarks-shards.md, ranged reads); token .bin shards are not (0.5-0.7x
 # on a quiet machine: their batches check and gather windows in Python per shard). "1": every format that
 # can (Parquet and .bin); "0": none, every remote shard is downloaded whole before its first row is read.
 # verify="checksum" shards are always downloaded whole (the hash needs every byte).
