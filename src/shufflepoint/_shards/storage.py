@@ -23,7 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from stat import S_ISREG
-from typing import IO, Any, NamedTuple, TypeVar
+from typing import IO, Any, NamedTuple, TypeVar, cast
 
 from shufflepoint._core.errors import Plain, ShardError, refusal
 from shufflepoint._shards.faults import Truncated, changed, check_version, describe, kind, vanished
@@ -415,7 +415,7 @@ def _s3_range(fs: Any, url: str, start: int, end: int, size: int, version: str) 
         finally:
             response["Body"].close()
 
-    found_size, found_version, data = sync(fs.loop, get)
+    found_size, found_version, data = cast(tuple[int | None, str, bytes], sync(fs.loop, get))
     check_version(url, size, version, found_size, found_version)
     if len(data) != end - start:
         raise Truncated(start + len(data), end)
