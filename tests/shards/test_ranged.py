@@ -249,3 +249,26 @@ def test_a_range_is_one_get_checked_by_its_own_response(s3, corpus):
         read(0, 4)
     with pytest.raises(shufflepoint.ShardError, match=str(size + 1)), storage.ranges(url, size + 1, version) as read:
         read(0, 4)
+
+
+def test_forked_workers_read_by_range_the_rows_read_whole(s3, corpus, tmp_path, monkeypatch):
+    """DataLoader workers (forked: each opens its own partial copies, maps and read-ahead) share the node
+    cache with the parent and each other: their batches by range are the batches read whole."""
+    name, _ = corpus
+
+    def batches(cache: str) -> list[list[int]]:
+        data = shards(s3, name, str(tmp_path / cache))
+        loader = shufflepoint.DataLoader(data, batch_size=64, seed=11, shuffle_block=GROUP_ROWS, num_workers=2)
+        found = []
+        for batch in loader:
+            found.append(batch["id"].tolist())
+            if len(found) == 12:
+                return found
+        return found
+
+    monkeypatch.setattr(ranged, "ENABLED", False)
+    whole = batches("whole")
+    monkeypatch.setattr(ranged, "ENABLED", None)  # the default: Parquet by range
+    assert batches("ranged") == whole and len(whole) == 12
+    kept = [name for _, _, names in os.walk(tmp_path / "ranged") for name in names]
+    assert any(name.endswith(".part") for name in kept)  # read by range: partial copies in the node cache
