@@ -63,7 +63,8 @@ def first_batch(corpus):
 
 @pytest.fixture(autouse=True)
 def ranged_on(monkeypatch):
-    """Ranged reads are opt-in (SHUFFLEPOINT_RANGED_READS=1); these tests read with them on unless they say."""
+    """Parquet is read by range by default, .bin shards with SHUFFLEPOINT_RANGED_READS=1; these tests read
+    every format that can by range unless they say."""
     monkeypatch.setattr(ranged, "ENABLED", True)
 
 
@@ -200,3 +201,74 @@ def test_read_ahead_of_a_rewritten_shard_leaves_the_read_a_shard_error(s3, corpu
     assert list(data._ranged_ahead.prefetcher.errors.values())  # kept for the read, not raised
     with pytest.raises(shufflepoint.ShardError, match=r"part-0\.parquet"):
         data[last]
+
+
+def test_the_default_reads_parquet_by_range_and_token_shards_whole(s3, corpus, tmp_path, monkeypatch):
+    name, _ = corpus
+    monkeypatch.setattr(ranged, "ENABLED", None)  # SHUFFLEPOINT_RANGED_READS unset
+    assert shards(s3, name, str(tmp_path / "p"))._ranged_reader()
+    tokens = "tokens-" + uuid.uuid4().hex[:8]
+    s3.put_files(tokens, {"web/part-0.bin": np.arange(1 << 12, dtype=np.uint16).tobytes()})
+    data = shufflepoint.Shards(f"s3://{tokens}/web/*.bin", seq_len=64, storage_options=s3.storage_options,
+                               cache_dir=str(tmp_path / "t"), progress=False)
+    assert not data._ranged_reader()
+    monkeypatch.setattr(ranged, "ENABLED", False)  # SHUFFLEPOINT_RANGED_READS=0
+    assert not shards(s3, name, str(tmp_path / "p"))._ranged_reader()
+
+
+@pytest.mark.parametrize(("text", "found"), [("", None), ("1", True), ("0", False), (" 1 ", True)])
+def test_the_setting_is_read_from_the_environment(monkeypatch, text, found):
+    monkeypatch.setenv("SHUFFLEPOINT_RANGED_READS", text)
+    assert ranged._setting() is found
+
+
+def test_a_setting_other_than_0_or_1_is_refused(monkeypatch):
+    monkeypatch.setenv("SHUFFLEPOINT_RANGED_READS", "yes")
+    with pytest.raises(ValueError, match=r"(?s)SHUFFLEPOINT_RANGED_READS.*yes.*1 \(every format"):
+        ranged._setting()
+
+
+def test_a_range_is_one_get_checked_by_its_own_response(s3, corpus):
+    """On S3 a range is one GET, checked against the index by its own response (Content-Range: the
+    object's size, ETag: its version), not by an object look-up first (s3fs's open: a round trip per
+    range fetched, on a fresh node). Another version or size is a ShardError."""
+    s3fs = pytest.importorskip("s3fs")
+    from shufflepoint._shards.storage import Storage
+
+    name, _ = corpus
+    s3fs.S3FileSystem.clear_instance_cache()  # a fresh process: nothing listed, nothing cached
+    storage = Storage(storage_options=s3.storage_options, retries=0)
+    url = f"s3://{name}/web/part-0.parquet"
+    head = s3.client().head_object(Bucket=name, Key="web/part-0.parquet")
+    size, version = head["ContentLength"], head["ETag"].strip('"')
+    start = len(s3.faults.log)
+    with storage.ranges(url, size, version) as read:
+        assert read(size - 4, size) == b"PAR1" and read(0, 4) == b"PAR1"
+    assert [method for method, path, _ in list(s3.faults.log)[start:] if "/part-0" in path] == ["GET", "GET"]
+    with pytest.raises(shufflepoint.ShardError, match="rewritten"), storage.ranges(url, size, "0" * 32) as read:
+        read(0, 4)
+    with pytest.raises(shufflepoint.ShardError, match=str(size + 1)), storage.ranges(url, size + 1, version) as read:
+        read(0, 4)
+
+
+def test_forked_workers_read_by_range_the_rows_read_whole(s3, corpus, tmp_path, monkeypatch):
+    """DataLoader workers (forked: each opens its own partial copies, maps and read-ahead) share the node
+    cache with the parent and each other: their batches by range are the batches read whole."""
+    name, _ = corpus
+
+    def batches(cache: str) -> list[list[int]]:
+        data = shards(s3, name, str(tmp_path / cache))
+        loader = shufflepoint.DataLoader(data, batch_size=64, seed=11, shuffle_block=GROUP_ROWS, num_workers=2)
+        found = []
+        for batch in loader:
+            found.append(batch["id"].tolist())
+            if len(found) == 12:
+                return found
+        return found
+
+    monkeypatch.setattr(ranged, "ENABLED", False)
+    whole = batches("whole")
+    monkeypatch.setattr(ranged, "ENABLED", None)  # the default: Parquet by range
+    assert batches("ranged") == whole and len(whole) == 12
+    kept = [name for _, _, names in os.walk(tmp_path / "ranged") for name in names]
+    assert any(name.endswith(".part") for name in kept)  # read by range: partial copies in the node cache

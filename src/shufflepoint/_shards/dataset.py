@@ -151,8 +151,8 @@ class Shards(torch.utils.data.Dataset[Any]):
         if not urls:
             raise ValueError(refusal("sources", sources, "at least one shard", "pass where the shards are"))
         self._reader = make_reader(format or infer_format(urls[0]), **options)
-        self._cache_limit = cache_limit
-        self._transform = transform
+        self._opens_ranged = isinstance(self._reader, OpensRanged)  # asked per open: a Protocol check is slow
+        self._cache_limit, self._transform = cache_limit, transform
         self._prefetch_depth = int(prefetch)
         self._max_open = _MIN_OPEN if max_open is None else max(1, int(max_open))
         self._max_open_chosen = max_open is not None
@@ -491,8 +491,8 @@ class Shards(torch.utils.data.Dataset[Any]):
         """Whether this shard is read by byte range (``_shards/ranged``): a remote shard of a format
         that can (Parquet), with a version to pin the ranges to and no checksum to check (that needs
         the whole file), and not already whole in the node cache."""
-        return (ranged.ENABLED and _is_remote(url) and bool(version) and not checksum
-                and isinstance(self._reader, OpensRanged) and self._reader.ranged_for(url)
+        return (self._ranged_reader() and _is_remote(url) and bool(version) and not checksum
+                and cast(OpensRanged, self._reader).ranged_for(url)
                 and not os.path.exists(self._node_cache().entry(url, version)))
 
     def _partial(self, url: str, size: int, version: str) -> ranged.PartialShard:
@@ -545,7 +545,7 @@ class Shards(torch.utils.data.Dataset[Any]):
 
     def _ranged_reader(self) -> bool:
         """Whether some remote shards may be read by range (then read ahead by range, not whole)."""
-        return ranged.ENABLED and self._verify != "checksum" and isinstance(self._reader, OpensRanged)
+        return ranged.enabled_for(self._reader.name) and self._verify != "checksum" and self._opens_ranged
 
     def _ranged_shard(self, shard: int) -> bool:
         record = self.index.shards[shard]

@@ -26,25 +26,62 @@ import mmap
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
+from shufflepoint._core.errors import ShardError, refusal
 from shufflepoint._shards.cache import NodeCache
 
-# Opt-in (SHUFFLEPOINT_RANGED_READS=1): read-ahead now fetches the ranges of upcoming rows
-# (``ranged_ahead``), and token windows keep whole-shard prefetching's steady rate, but a Parquet loop is
-# still slower by range (0.5x the rate, 0.14x with 4 workers: docs/benchmarks-shards.md, ranged reads).
-# Off: remote shards are downloaded whole before their first row is read.
-ENABLED = os.environ.get("SHUFFLEPOINT_RANGED_READS", "0") == "1"
+# SHUFFLEPOINT_RANGED_READS: unset (or empty), the default: the formats in DEFAULT_FORMATS are read by
+# range, those measured at >= 0.9x whole shards' steady rate in make bench-ranged (Parquet: 1.14x with 0
+# workers, 0.93x with 4; docs/benchmarks-shards.md, ranged reads); token .bin shards are not (0.5-0.7x
+# on a quiet machine: their batches check and gather windows in Python per shard). "1": every format that
+# can (Parquet and .bin); "0": none, every remote shard is downloaded whole before its first row is read.
+# verify="checksum" shards are always downloaded whole (the hash needs every byte).
+DEFAULT_FORMATS = frozenset({"parquet"})
+
+
+def _setting() -> bool | None:
+    text = os.environ.get("SHUFFLEPOINT_RANGED_READS", "").strip()
+    if text not in ("", "0", "1"):
+        raise ValueError(refusal("SHUFFLEPOINT_RANGED_READS", text, "1 (every format that can read by range), 0 "
+                                 "(none: remote shards downloaded whole) or unset (the default: Parquet)",
+                                 "set it to 1 or 0, or unset it"))
+    return None if not text else text == "1"
+
+
+ENABLED: bool | None = _setting()  # None: the default, by format (``enabled_for``)
+
+
+def enabled_for(format: str) -> bool:
+    """Whether remote shards of ``format`` (a reader's name) are read by range."""
+    return format in DEFAULT_FORMATS if ENABLED is None else ENABLED
+
+
 Span = tuple[int, int]
 ReadRanges = Callable[[], Any]  # a context manager yielding read(start, end) -> bytes (Storage.ranges)
 _GAP = 256 << 10  # ranges at most this close (and their mean size) are one GET: a request costs more
 _PIECE = 8 << 20  # the most one GET asks for
 _LANES = 8  # GETs in flight at once for one shard's missing ranges
+_LOOK_S = 0.05  # how often a reader looks whether its shard became complete (``complete``)
 _REFETCH = 16 << 10  # a held range at most this long may be fetched again inside a joined GET
+
+
+_POOL: tuple[int, ThreadPoolExecutor] | None = None  # (pid, the process's lane threads)
+
+
+def _lane_pool() -> ThreadPoolExecutor:
+    """The process's threads for a fetch's lanes, made once (a pool per ``ensure`` started 8 threads per
+    fetch: under read-ahead's jobs, a hundred threads at once) and again in a forked process (a fork
+    has none of its parent's threads). A lane never waits on another, so a shared pool cannot deadlock."""
+    global _POOL
+    if _POOL is None or _POOL[0] != os.getpid():
+        _POOL = (os.getpid(), ThreadPoolExecutor(4 * _LANES, thread_name_prefix="shufflepoint-ranged"))
+    return _POOL[1]
 
 
 def identity(url: str, version: str) -> str:
@@ -97,8 +134,29 @@ class PartialShard:
         self._map: mmap.mmap | None = None
         self._generation, self._mapped = 0, -1  # the data file opened, and the one mapped
         self._thread_lock = threading.Lock()  # the flock excludes processes; this, threads swapping _fd
-        with cache.entry_lock(self._key):
-            self._open_locked()
+        self._next_look = 0.0  # when ``complete`` may read the record again
+        if not self._open_existing():
+            with cache.entry_lock(self._key):
+                self._open_locked()
+
+    def _open_existing(self) -> bool:
+        """Open the entry an earlier open made, without the entry lock (a shard reopened, the common
+        case): its data file at its size, then its record, which is the file's while the file is
+        still the one at the path (records are replaced whole; a new entry's empty record is written
+        before its file reaches its size). False: no such file, make it under the lock."""
+        try:
+            handle = os.open(self._data, os.O_RDWR)
+        except FileNotFoundError:
+            return False
+        held = self._load_record() if os.fstat(handle).st_size == self.size else None
+        if held is None or not self._cache.same_file(handle, self._data):
+            os.close(handle)
+            return False
+        self._fd, self._generation = handle, self._generation + 1
+        self._set_held(held)
+        with contextlib.suppress(OSError):
+            os.utime(self._data)  # used: last out of the LRU
+        return True
 
     def _open_locked(self) -> None:
         """Open (or create, sparse) the data file and read its record; the entry lock is held."""
@@ -106,10 +164,10 @@ class PartialShard:
             os.close(self._fd)
         self._fd = os.open(self._data, os.O_RDWR | os.O_CREAT, 0o644)
         self._generation += 1
-        if os.fstat(self._fd).st_size != self.size:
-            os.ftruncate(self._fd, 0)  # a stale or foreign file: start empty
+        if os.fstat(self._fd).st_size != self.size:  # a new entry, or a stale or foreign file: start empty
+            self._write_record([])  # first: a file at its size never has another's record (_open_existing)
+            os.ftruncate(self._fd, 0)
             os.ftruncate(self._fd, self.size)
-            self._write_record([])
         self._set_held(self._load_record())
         with contextlib.suppress(OSError):
             os.utime(self._data)  # used: last out of the LRU
@@ -182,8 +240,7 @@ class PartialShard:
             if len(lanes) == 1:
                 self._fetch(lanes[0])
             else:  # a batch's row groups: round trips side by side, not one after another
-                with ThreadPoolExecutor(len(lanes)) as pool:
-                    list(pool.map(self._fetch, lanes))
+                list(_lane_pool().map(self._fetch, lanes))
             self._set_held(merged([*self._held, *need]))
             self._write_record(self._held)
 
@@ -202,11 +259,51 @@ class PartialShard:
         with self._thread_lock:
             return os.pread(self._fd, end - start, start)
 
+    def holding(self, spans: Sequence[Span] | np.ndarray, join: bool = True) -> memoryview:
+        """``ensure(spans)``, then the map (``view``) of the very copy that holds them: a C reader
+        (pyarrow) may then read ``spans`` from it without a call back into Python. Checked under the
+        thread lock: another thread's ``ensure`` may have started a new copy (the entry evicted by
+        another process) between the two, and the old map lacks what the new copy fetched, while a
+        hole reads as zeros, never as an error. So never a view whose copy is not known to hold them."""
+        with self._thread_lock:
+            if self._fd >= 0 and self._held == [(0, self.size)]:  # every byte held: nothing to check
+                return self._view_locked()
+        found = np.asarray(spans, dtype=np.int64).reshape(-1, 2).clip(0, self.size)
+        found = found[found[:, 1] > found[:, 0]]
+        for _ in range(8):
+            with self._thread_lock:
+                if self._fd >= 0 and self._covers(found):
+                    return self._view_locked()
+            self.ensure(found, join)
+        raise ShardError(self._url, "its partial copy in the node cache was evicted over and over while being read; "
+                                    "raise cache_limit")
+
     def held(self) -> list[Span]:
         return list(self._held)
 
+    @property
+    def path(self) -> str:
+        """The partial copy's path in the node cache."""
+        return self._data
+
+    def inode(self) -> int:
+        """The inode of the copy this process has open (another after an eviction and a new start)."""
+        return os.fstat(self._fd).st_ino
+
+    def held_bytes(self) -> int:
+        """The bytes this process has seen held (the record may hold more since)."""
+        return int((self._ends - self._starts).sum())
+
     def complete(self) -> bool:
-        """Whether this process has seen every byte of the shard held (then nothing is fetched again)."""
+        """Whether every byte of the shard is held (then nothing is fetched again, nothing checked). Not
+        yet: the record is read again at most every ``_LOOK_S`` seconds, so a reader learns soon that
+        another thread or process (read-ahead) fetched the rest, and stops checking its windows."""
+        if self._held != [(0, self.size)] and time.monotonic() >= self._next_look:
+            self._next_look = time.monotonic() + _LOOK_S
+            fresh = self._load_record()
+            with self._thread_lock:  # the record is of the copy open here, or of a newer one: not ours
+                if fresh == [(0, self.size)] and self._fd >= 0 and self._cache.same_file(self._fd, self._data):
+                    self._set_held(fresh)
         return self._held == [(0, self.size)]
 
     def view(self) -> memoryview:
@@ -214,10 +311,13 @@ class PartialShard:
         token window is then a slice, not a syscall. Mapped again when the entry was evicted and
         started over (``ensure`` then writes to a new file)."""
         with self._thread_lock:
-            if self._mapped != self._generation:
-                self._map = mmap.mmap(self._fd, self.size, prot=mmap.PROT_READ) if self.size else None
-                self._mapped = self._generation
-            return memoryview(self._map if self._map is not None else b"")
+            return self._view_locked()
+
+    def _view_locked(self) -> memoryview:
+        if self._mapped != self._generation:
+            self._map = mmap.mmap(self._fd, self.size, prot=mmap.PROT_READ) if self.size else None
+            self._mapped = self._generation
+        return memoryview(self._map if self._map is not None else b"")
 
     def close(self) -> None:
         with self._thread_lock:
@@ -258,6 +358,10 @@ class RangedFile(io.RawIOBase):
     def view(self) -> memoryview:
         """The local copy, mapped (``PartialShard.view``): read only what ``ensure`` made held."""
         return self.shard.view()
+
+    def holding(self, spans: Sequence[Span] | np.ndarray, join: bool = True) -> memoryview:
+        """The local copy mapped, holding ``spans`` (``PartialShard.holding``)."""
+        return self.shard.holding(spans, join)
 
     def complete(self) -> bool:
         return self.shard.complete()

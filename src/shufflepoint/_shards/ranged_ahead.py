@@ -19,6 +19,7 @@ same rows announced twice are fetched once; a shard's later rows are a new job.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +30,7 @@ from shufflepoint._shards.ranged import PartialShard, RangedFile, merged
 from shufflepoint._shards.readers.base import Ranged
 
 Plan = Callable[[np.ndarray], list[tuple[int, int]]]
-_THREADS = 4  # jobs in flight: each is a look-up and a few GETs, mostly waiting on the network
+_THREADS = 16  # jobs in flight: each is a look-up and a few GETs, mostly waiting on the network
 _JOBS_AHEAD = 1024  # a chunk (<= 8,192 rows) may touch hundreds of small shards: all of them ahead
 _PLANS_KEPT = 4096  # footers parsed, per process
 # A rank reading at least this share of the positions it spans (a stretch of its own: 1.0; strided on 2
@@ -68,15 +69,15 @@ def jobs(shards: np.ndarray, rows: np.ndarray, order: list[int], density: float,
     """One job per shard of ``order`` (the shards to read ahead, in reading order): the ``rows`` whose
     ``shards`` entry is it, sorted; dense where this rank reads nearly all the positions it spans
     (``PrefetchesDealt``), whole where it also reads 1/_WHOLE of the shard (``shard_rows``) in this chunk."""
-    by = np.argsort(shards, kind="stable")
-    sorted_shards = shards[by]
-    found = []
-    for shard in order:
-        first, last = np.searchsorted(sorted_shards, [shard, shard + 1])
-        mine = np.unique(rows[by[first:last]])
-        dense = density >= _DENSE
-        found.append(Job(shard, mine, dense, dense and mine.size * _WHOLE >= int(shard_rows[shard])))
-    return found
+    # One sort of the chunk's (shard, row) pairs, not a np.unique per shard (100 shards: 20 ms of a loop).
+    shards, rows = np.asarray(shards, np.int64), np.asarray(rows, np.int64)
+    span = int(rows.max()) + 1 if rows.size else 1
+    pairs = np.unique(shards * span + rows)
+    by_shard, by_row = pairs // span, pairs % span
+    bounds = np.searchsorted(by_shard, np.stack([order, np.add(order, 1)], axis=1)).tolist()
+    dense = density >= _DENSE
+    return [Job(shard, by_row[first:last], dense, dense and (last - first) * _WHOLE >= int(shard_rows[shard]))
+            for shard, (first, last) in zip(order, bounds, strict=True)]
 
 
 class RangedAhead:
@@ -86,50 +87,83 @@ class RangedAhead:
     def __init__(self, corpus: Any, planner: Callable[[Ranged, str], Plan]) -> None:
         self._corpus, self._planner = corpus, planner
         self._plans: dict[int, Plan] = {}
+        self._by_range: dict[int, bool] = {}  # shard -> read by range, asked once per process (a stat each)
+        self._complete: dict[int, tuple[str, int]] = {}  # shard -> (its partial copy, inode) seen complete
         self.prefetcher = Prefetcher(self._run, max_ahead=_JOBS_AHEAD, threads=_THREADS)
 
     def announce(self, upcoming: list[int], shards: np.ndarray, rows: np.ndarray, density: float) -> list[int]:
         """Schedule the jobs of the ``upcoming`` shards read by range (``shards``/``rows``: each index's
         shard and row in it); the others, in order, for the caller to download whole."""
-        by_range = [s for s in upcoming if self._corpus._ranged_shard(s)]
+        by_range = [s for s in upcoming if self._ranged(s)]
         if not by_range:
             return upcoming
-        self.prefetcher.schedule(jobs(shards, rows, by_range, density, self._corpus.index.rows))
+        wanted = [s for s in by_range if not self._held_whole(s)]  # held whole: no job (each costs the GIL)
+        if wanted:
+            self.prefetcher.schedule(jobs(shards, rows, wanted, density, self._corpus.index.rows))
         taken = set(by_range)
         return [s for s in upcoming if s not in taken]
 
+    def _ranged(self, shard: int) -> bool:
+        """Whether ``shard`` is read by range (not whole in the node cache), asked once: a chunk announces
+        its hundreds of shards again and again. A shard found whole later is still read whole by the
+        read itself (``Shards._open`` asks afresh); only this read-ahead of its ranges is then wasted."""
+        found = self._by_range.get(shard)
+        if found is None:
+            found = self._by_range[shard] = self._corpus._ranged_shard(shard)
+        return found
+
     def _partial(self, shard: int) -> tuple[PartialShard, str] | None:
-        """A job's partial entry; None: the shard is no longer read by range (whole in the cache since)."""
+        """A job's partial entry; None: the shard is not read by range (whole in the node cache)."""
         corpus = self._corpus
-        if not corpus._ranged_shard(shard):
+        if not self._ranged(shard):
             return None
         record, url = corpus.index.shards[shard], corpus.index.url(shard)
         return corpus._partial(url, record.size, record.version), url
 
+    def _held_whole(self, shard: int) -> bool:
+        """Whether ``shard``'s partial entry was seen complete, and is still that file (a stat): a job
+        for it has nothing to fetch, so it opens nothing (a chunk's job per shard, every chunk)."""
+        found = self._complete.get(shard)
+        if found is None:
+            return False
+        try:
+            return os.stat(found[0]).st_ino == found[1]
+        except FileNotFoundError:  # evicted since: read ahead again
+            return False
+
     def _run(self, job: Any) -> None:
         """Fetch the ranges ``job``'s rows read into the shard's partial entry (a background thread)."""
+        if self._held_whole(job.shard):
+            return
         opened = self._partial(job.shard)
         if opened is None:
             return
         partial, url = opened
         source = RangedFile(partial)
         try:
-            if job.whole:
-                partial.ensure([(0, partial.size)])
-                return
-            plan = self._plans.get(job.shard)
-            if plan is None:
-                plan = self._planner(Ranged(source, partial.ensure, ""), url)
-                if len(self._plans) >= _PLANS_KEPT:
-                    self._plans.clear()
-                self._plans[job.shard] = plan
-            spans = plan(job.rows)
-            if spans and job.dense:
-                spans = merged(spans, _WIDE)
-            if spans:
-                partial.ensure(spans, join=job.dense)
+            self._fetch(job, partial, source, url)
+            if partial.complete():
+                self._complete[job.shard] = (partial.path, partial.inode())
         finally:
             source.close()
+
+    def _fetch(self, job: Any, partial: PartialShard, source: RangedFile, url: str) -> None:
+        if job.whole and partial.held_bytes() * 2 < partial.size:  # a fresh shard: all of it in one GET
+            partial.ensure([(0, partial.size)])
+            return
+        # Mostly held already (its rows' ranges, the footer): only what the rows read, not the
+        # leftovers no read needs (one round trip each, for a few bytes, under the entry's lock).
+        plan = self._plans.get(job.shard)
+        if plan is None:
+            plan = self._planner(Ranged(source, partial.ensure, ""), url)
+            if len(self._plans) >= _PLANS_KEPT:
+                self._plans.clear()
+            self._plans[job.shard] = plan
+        spans = plan(job.rows)
+        if spans and job.dense:
+            spans = merged(spans, _WIDE)
+        if spans:
+            partial.ensure(spans, join=job.dense)
 
     def close(self) -> None:
         self.prefetcher.close()

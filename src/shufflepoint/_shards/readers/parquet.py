@@ -31,6 +31,11 @@ def _pyarrow_errors(pa: Any) -> tuple[type[BaseException], ...]:
 
 
 _MAGIC = b"PAR1"
+_TAIL = 64 << 10  # the end of a file pyarrow reads for its footer (and one GET holds most footers)
+# Bytes past a column chunk's recorded end that pyarrow may read: files of old parquet-mr writers left
+# the dictionary page header out of total_compressed_size, and pyarrow pads the chunk by up to 100
+# bytes to make up for it (PARQUET-816). Held too, so a decode never reads past what is held.
+_CHUNK_PAD = 100
 _UNIT_ROWS, _UNIT_BYTES = 1024, 8 << 20  # small row groups are decoded together up to these
 
 
@@ -64,8 +69,33 @@ def _chunk_spans(meta: Any, groups: list[int], columns: list[str] | None) -> lis
             start = chunk.data_page_offset
             if chunk.has_dictionary_page and 0 < chunk.dictionary_page_offset < start:
                 start = chunk.dictionary_page_offset
-            spans.append((int(start), int(start + chunk.total_compressed_size)))
+            if start == len(_MAGIC):  # the file's first chunk: its leading magic too (in the same GET), so
+                start = 0  # a file read through is complete (``PartialShard.complete``: nothing left to ask)
+            spans.append((int(start), int(start + chunk.total_compressed_size) + _CHUNK_PAD))
     return spans
+
+
+def _over(parquet: Any, pa: Any, view: memoryview, meta: Any = None) -> Any:
+    """A ``ParquetFile`` over ``view``, a partial copy's map (``PartialShard.holding``): pyarrow reads
+    the held bytes in C, never through a Python file object. ``meta``: the footer parsed already
+    (nothing is read at open), else parsed from the map (its bytes held first: ``_held_footer``). No
+    pre-buffering: its coalesced reads span the bytes between column chunks, which a partial copy may
+    not hold (zeros: unused, but read); from a map a read is a slice anyway."""
+    return parquet.ParquetFile(pa.BufferReader(pa.py_buffer(view)), metadata=meta, pre_buffer=False)
+
+
+def _held_footer(parquet: Any, pa: Any, ranged: Ranged, shard: str) -> tuple[Any, Any]:
+    """``_over`` the map of a remote file read by range, its footer fetched (the last ``_TAIL`` bytes in
+    one GET, then the rest of a longer footer) and parsed from the map."""
+    size = ranged.source.size()
+    view = ranged.source.holding([(max(0, size - _TAIL), size)])
+    tail = bytes(view[max(0, size - 8):])
+    length = int.from_bytes(tail[:4], "little") if size >= 12 and tail[4:] == _MAGIC else -1
+    if not 0 < length <= size - 12:
+        raise shard_error(shard, "a file that is not readable Parquet", "a Parquet file",
+                          why=f"no footer at the end of its {size} bytes (truncated, or not Parquet)")
+    view = ranged.source.holding([(size - 8 - length, size)])
+    return _over(parquet, pa, view), view.obj
 
 
 class OpenParquet:
@@ -77,10 +107,13 @@ class OpenParquet:
         self._pa = extra("pyarrow", "parquet")
         parquet = extra("pyarrow.parquet", "parquet")
         self._shard, self._columns, self._errors = shard, columns, _pyarrow_errors(self._pa)
-        self._ranged = ranged
+        self._ranged, self._parquet, self._map = ranged, parquet, None
         try:
-            self._file = parquet.ParquetFile(path if ranged is None else ranged.source, memory_map=ranged is None)
-            meta = self._file.metadata
+            if ranged is None:
+                self._file = parquet.ParquetFile(path, memory_map=True)
+            else:
+                self._file, self._map = _held_footer(parquet, self._pa, ranged, shard)
+            meta = self._meta = self._file.metadata
             groups = [meta.row_group(g) for g in range(meta.num_row_groups)]
             self._units = _decode_units([g.num_rows for g in groups], [g.total_byte_size for g in groups])
             names = list(self._file.schema_arrow.names)
@@ -237,15 +270,23 @@ class OpenParquet:
     def _decode(self, unit: int) -> Any:
         """Decode unit ``unit``: one row group, or a run of small ones read at once (``_decode_units``)."""
         groups = self._units[unit][0]
-        if self._ranged is not None:  # a remote file read by range: this unit's column chunks in few GETs
-            self._ranged.ensure(self._chunk_spans(groups))
         try:
+            if self._ranged is not None:  # a remote file read by range: this unit's column chunks in few GETs
+                self._hold(groups)
             # One thread: pyarrow's pool hands a group's columns to its threads, and on a busy machine
             # each waits for a core (measured at load 14: 0.8x the rows per CPU-second, 0.7x the rate).
             return self._file.read_row_groups(groups, columns=self._columns, use_threads=False)
         except self._errors as e:
             named = f"row group {groups[0]}" if len(groups) == 1 else f"row groups {groups[0]}-{groups[-1]}"
             raise shard_error(self._shard, f"{named} that cannot be decoded", "Parquet row groups", why=str(e)) from e
+
+    def _hold(self, groups: list[int]) -> None:
+        """Hold the column chunks of ``groups`` in the partial copy, and read from the map of the copy
+        that holds them: the same map as the last decode but after an eviction (a new copy)."""
+        assert self._ranged is not None
+        view = self._ranged.source.holding(self._chunk_spans(groups))
+        if view.obj is not self._map:
+            self._file, self._map = _over(self._parquet, self._pa, view, self._meta), view.obj
 
     def _fetch_ahead(self, units: set[int]) -> None:
         """A remote file read by range: the column chunks of every unit a batch needs in one call
@@ -256,7 +297,7 @@ class OpenParquet:
 
     def _chunk_spans(self, groups: list[int]) -> list[tuple[int, int]]:
         """The byte ranges of the column chunks ``groups`` read (those of ``columns``)."""
-        return _chunk_spans(self._file.metadata, groups, self._columns)
+        return _chunk_spans(self._meta, groups, self._columns)
 
     def locate(self, row: int) -> dict[str, Any]:
         """Where row ``row`` lies: its row group in the file's footer, and its row inside that group."""
@@ -302,7 +343,7 @@ class ParquetReader:
         parquet = extra("pyarrow.parquet", "parquet")
         pa = extra("pyarrow", "parquet")
         try:
-            meta = parquet.ParquetFile(ranged.source, memory_map=False).metadata
+            meta = _held_footer(parquet, pa, ranged, shard)[0].metadata
         except _pyarrow_errors(pa) as e:
             raise shard_error(shard, "a file that is not readable Parquet", "a Parquet file", why=str(e)) from e
         groups = [meta.row_group(g) for g in range(meta.num_row_groups)]

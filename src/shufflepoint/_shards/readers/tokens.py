@@ -122,7 +122,10 @@ class OpenTokens:
         token type): a batch across many shards is filled in place (``Shards._read_windows``), no array per
         shard, no join, no reorder; in the token type a pread writes the window's bytes where they go."""
         rows = check_rows(rows, self._rows)
-        if self._tokens is None and (self._preads + rows.size <= _MAP_AFTER or self._ranged is not None):
+        if self._ranged is not None:  # arrays, not lists: a fancy index of the partial copy's windows
+            self._read_windows(rows, out, where)
+            return
+        if self._tokens is None and self._preads + rows.size <= _MAP_AFTER:
             self._read_windows(rows.tolist(), out, where.tolist())
             return
         tokens = self._mapped()
@@ -138,8 +141,8 @@ class OpenTokens:
         return {"token_offset": start, "tokens": self._seq_len + 1, "byte_offset": self._offset + start * item,
                 "bytes": (self._seq_len + 1) * item}
 
-    def _read_windows(self, rows: list[int], out: np.ndarray | None = None,
-                      where: list[int] | None = None) -> np.ndarray:
+    def _read_windows(self, rows: list[int] | np.ndarray, out: np.ndarray | None = None,
+                      where: list[int] | np.ndarray | None = None) -> np.ndarray:
         """Windows ``rows`` by ``os.pread``, as int64 rows of a new array, or into rows ``where`` of ``out``."""
         if self._fd is None:
             raise ValueError("the shard is closed")
@@ -147,10 +150,11 @@ class OpenTokens:
         if out is None or where is None:
             out, where = np.empty((len(rows), width), dtype=np.int64), list(range(len(rows)))
         if self._ranged is not None:  # the windows' bytes fetched first (few GETs), then read from the partial copy
+            view = None
             if self._windows is None or not self._windows[2]:  # the whole file held: nothing to fetch again
                 at = self._offset + np.asarray(rows, np.int64) * (self._seq_len * item)
-                self._ranged.ensure(np.stack([at, at + width * item], axis=1))
-            out[where] = self._held_windows()[rows]
+                view = self._ranged.source.holding(np.stack([at, at + width * item], axis=1))
+            out[where] = self._held_windows(view)[rows]
         elif out.dtype == self._dtype:  # rows of the shard's own type: the bytes go straight into place
             for i, row in zip(where, rows, strict=True):
                 if os.preadv(self._fd, [out[i]], self._offset + row * self._seq_len * item) != width * item:
@@ -164,13 +168,14 @@ class OpenTokens:
         self._preads += len(rows)
         return out
 
-    def _held_windows(self) -> np.ndarray:
-        """The windows of a shard read by range, over its partial copy mapped (``PartialShard.view``):
-        made once per copy of the file (a new one after an eviction), read only where ``ensure`` held."""
+    def _held_windows(self, view: memoryview | None) -> np.ndarray:
+        """The windows of a shard read by range, over ``view``, the map of the partial copy that holds
+        the windows read (``PartialShard.holding``): made once per copy of the file (a new one after an
+        eviction, which the map of the old one would read as zeros where the new one fetched since)."""
         assert self._ranged is not None
         if self._windows is not None and self._windows[2]:  # complete: its map never changes again
             return self._windows[1]
-        view = self._ranged.source.view()
+        assert view is not None
         if self._windows is None or self._windows[0] is not view.obj:
             held = np.frombuffer(view, self._dtype)
             step = held.strides[0]
