@@ -44,7 +44,7 @@ def test_the_built_in_datasets_offer_what_they_declare(corpus):
     offers = {
         "Shards": (corpus, {"ShardedCorpus", "KeepsShardsOpen", "FitsDecodeBudget", "Identified", "ExplainsFingerprint",
                             "LegacyIdentified", "ReadsBatches", "ReadsColumns", "ReadsIds", "ReadsIdsAscending",
-                            "ReadsIdSpansAscending", "Prefetching", "PrefetchesDealt", "ReadsAhead",
+                            "ReadsIdSpansAscending", "Prefetching", "PrefetchesDealt", "ReadsAtDensity", "ReadsAhead",
                             "Locatable"}),
         "Packed": (packed, {"OwnOrder", "CountsShare", "Identified", "ExplainsFingerprint", "ReadsBatches",
                             "ReadsColumns", "Prefetching", "PrefetchesDealt", "Locatable"}),
@@ -56,7 +56,7 @@ def test_the_built_in_datasets_offer_what_they_declare(corpus):
                          "Identified",
                          "ExplainsFingerprint", "LegacyIdentified", "ExplainsOrderVersion", "ReadsBatches",
                          "ReadsColumns", "ReadsIds", "ReadsIdsAscending", "ReadsIdSpansAscending", "Prefetching",
-                         "PrefetchesDealt", "ReadsAhead", "Locatable"]
+                         "PrefetchesDealt", "ReadsAtDensity", "ReadsAhead", "Locatable"]
     for name, (dataset, expected) in offers.items():
         found = {p for p in dataset_protocols if isinstance(dataset, getattr(capabilities, p))}
         assert found == expected, (name, found ^ expected)

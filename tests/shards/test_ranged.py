@@ -272,3 +272,23 @@ def test_forked_workers_read_by_range_the_rows_read_whole(s3, corpus, tmp_path, 
     assert batches("ranged") == whole and len(whole) == 12
     kept = [name for _, _, names in os.walk(tmp_path / "ranged") for name in names]
     assert any(name.endswith(".part") for name in kept)  # read by range: partial copies in the node cache
+
+
+@pytest.mark.parametrize(("deal", "by_range"), [("strided", True), ("spans", False)])
+def test_a_rank_reading_sparsely_reads_token_shards_by_range_by_default(s3, tmp_path, monkeypatch, deal, by_range):
+    """By default (SHUFFLEPOINT_RANGED_READS unset) a .bin shard is read by range where the rank reads the order
+    sparsely (``strided`` over 4 ranks: a quarter of the positions its reads span; a global batch split after
+    a resize), else whole: the loader tells ``Shards`` its density before the pass (``ReadsAtDensity``)."""
+    monkeypatch.setattr(ranged, "ENABLED", None)
+    name, seq = "sparse-" + uuid.uuid4().hex[:8], 64
+    tokens = {f"web/part-{s}.bin": (np.arange(1 << 16) + s).astype(np.uint16).tobytes() for s in range(2)}
+    s3.put_files(name, tokens)
+    sizes = {key.rsplit("/", 1)[-1]: len(data) for key, data in tokens.items()}
+    data = shufflepoint.Shards(f"s3://{name}/web/*.bin", seq_len=seq, storage_options=s3.storage_options,
+                               cache_dir=str(tmp_path / "c"), progress=False, prefetch=0)
+    loader = shufflepoint.DataLoader(data, batch_size=BATCH, seed=5, rank=1, world_size=4, deal=deal)
+    start = len(s3.faults.log)
+    next(iter(loader))
+    fetched = got_bytes(s3, start, sizes)
+    assert data._ranged_reader() is by_range and (data._density < 0.5) is by_range
+    assert (fetched < min(sizes.values()) / 2) is by_range, fetched  # a batch's windows, or a whole shard

@@ -13,7 +13,7 @@ four groups:
 - **reading**: ``ReadsBatches`` (a whole batch at once), ``ReadsColumns`` (``columnar()``),
   ``ReadsIds``, ``ReadsIdsAscending``, ``ReadsIdSpansAscending`` (a token column as arrays),
   ``Prefetching`` (upcoming indices announced ahead), ``PrefetchesDealt`` (and how densely this rank
-  reads there), ``ReadsAhead``, ``Locatable`` (where an index lives).
+  reads there), ``ReadsAtDensity``, ``ReadsAhead``, ``Locatable`` (where an index lives).
 - **readers** (one format's shards): ``CountsRowsFromSize``, ``CountsRowsFromMetadata``,
   ``MeasuresDecodedRows``, ``TakesIds``, ``KeepsDecodedIds``, ``JoinsLayout``, ``LocatesRows``,
   ``OpensRanged``.
@@ -28,6 +28,18 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+
+_OFFERED: dict[tuple[type, type], bool] = {}
+
+
+def offered(instance: object, capability: type) -> bool:
+    """``isinstance(instance, capability)`` asked once per class: a runtime Protocol's check walks its members
+    (~10 µs), and a resume's first batch opens ~110 token shards, a window of ``Packed`` several Parquet ones."""
+    key = (type(instance), capability)
+    found = _OFFERED.get(key)
+    if found is None:
+        found = _OFFERED[key] = isinstance(instance, capability)
+    return found
 
 # -- order -------------------------------------------------------------------------------------
 
@@ -202,6 +214,16 @@ class PrefetchesDealt(Protocol):
     between are other ranks'), see ``_shards/ranged_ahead``."""
 
     def prefetch_dealt(self, indices: Sequence[int] | np.ndarray, density: float) -> None: ...
+
+
+@runtime_checkable
+class ReadsAtDensity(Protocol):
+    """A dataset told, before each pass's DataLoader workers start, how densely this rank reads the order
+    (``PrefetchesDealt``'s density, of its first positions): ``Shards`` then reads remote token shards by
+    byte range where a rank reads sparsely (a global batch split among ranks after a resize, ``strided``),
+    whole where it reads a stretch of its own (``_shards/ranged``)."""
+
+    def _read_at_density(self, density: float) -> None: ...
 
 
 @runtime_checkable

@@ -16,7 +16,7 @@ import numpy as np
 import torch.utils.data
 
 from shufflepoint._core import state as _state
-from shufflepoint._core.capabilities import ExplainsOrderVersion, Locatable
+from shufflepoint._core.capabilities import ExplainsOrderVersion, Locatable, ReadsAtDensity
 from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.plan import Layout
@@ -28,7 +28,15 @@ from shufflepoint._loading.keyed import Transform, keyed_chunks
 from shufflepoint._loading.mesh import resolve_data_parallel
 from shufflepoint._loading.orders import Identity, OrderCache
 from shufflepoint._loading.position import LoaderPosition, Pass
-from shufflepoint._loading.serving import announced, announcer, check_arguments, check_keyed, served, threaded
+from shufflepoint._loading.serving import (
+    announced,
+    announcer,
+    check_arguments,
+    check_keyed,
+    rank_density,
+    served,
+    threaded,
+)
 from shufflepoint._order import check_int
 
 _END = object()  # the end of torch's iterator
@@ -291,6 +299,9 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         live = self._position.begin_pass()  # before torch's iterator, whose workers ask the sampler at once
+        dataset = self._position.orders.dataset
+        if isinstance(dataset, ReadsAtDensity):  # before the workers copy it: how it reads remote shards
+            dataset._read_at_density(rank_density(live.cut, self._rank))
         return self._count(super().__iter__(), live)
 
     def _count(self, batches: Iterator[Any], live: Pass) -> Iterator[Any]:

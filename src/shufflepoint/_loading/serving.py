@@ -13,6 +13,7 @@ import numpy as np
 import torch.utils.data
 
 from shufflepoint._core.capabilities import PrefetchesDealt, Prefetching, ReadsAhead, ReadsBatches, ReadsColumns
+from shufflepoint._core.cut import Cut
 from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._loading.keyed import KeyedCollate, KeyedDataset, Transform
 from shufflepoint._order import check_int
@@ -41,6 +42,15 @@ def density(positions: np.ndarray) -> float:
     if positions.size < 2:
         return 1.0
     return float(positions.size / (int(positions.max()) - int(positions.min()) + 1))
+
+
+def rank_density(cut: Cut, rank: int) -> float:
+    """``density`` of this rank's first positions of a pass (up to 4,096), what a ``ReadsAtDensity`` dataset is
+    told before the pass's workers start: about 1 under ``spans``, 1/k where k ranks split each global batch."""
+    return density(cut.rank_positions(rank, 0, min(cut.samples_per_rank(), _DENSITY_POSITIONS)))
+
+
+_DENSITY_POSITIONS = 4096
 
 
 def announced(chunks: Iterator[Chunk], prefetch: Announce) -> Iterator[Chunk]:

@@ -19,7 +19,14 @@ import numpy as np
 import torch.utils.data
 
 from shufflepoint._core import collector
-from shufflepoint._core.capabilities import JoinsLayout, KeepsDecodedIds, MeasuresDecodedRows, OpensRanged, TakesIds
+from shufflepoint._core.capabilities import (
+    JoinsLayout,
+    KeepsDecodedIds,
+    MeasuresDecodedRows,
+    OpensRanged,
+    TakesIds,
+    offered,
+)
 from shufflepoint._core.errors import Plain, SampleError, ShardError, refusal
 from shufflepoint._order.distinct import in_first_seen_order
 from shufflepoint._shards import index as _index
@@ -44,24 +51,11 @@ from shufflepoint._shards.storage import Storage
 
 FINGERPRINT_PREFIX = "shards:"
 _MIN_OPEN, _MAX_OPEN_CAP = 32, 512  # open shards per process: any block (a reopen costs ~0.6 ms), a block of tiny ones
+_SPARSE = 0.5  # a rank reading at most this share of the positions its reads span reads sparsely (ranged.enabled_for)
 
 
 def _is_remote(url: str) -> bool:
     return "://" in url and not url.startswith("file://")
-
-
-_OFFERS: dict[tuple[type, type], bool] = {}
-
-
-def _offers(opened: OpenShard, capability: type) -> bool:
-    """``isinstance(opened, capability)`` for a reader capability, asked once per reader class: a runtime
-    Protocol's check walks its members (~10 µs), and a resume's first batch opens ~110 token shards,
-    a window of ``Packed`` reads several Parquet shards."""
-    key = (type(opened), capability)
-    found = _OFFERS.get(key)
-    if found is None:
-        found = _OFFERS[key] = isinstance(opened, capability)
-    return found
 
 
 class Shards(torch.utils.data.Dataset[Any]):
@@ -152,6 +146,7 @@ class Shards(torch.utils.data.Dataset[Any]):
             raise ValueError(refusal("sources", sources, "at least one shard", "pass where the shards are"))
         self._reader = make_reader(format or infer_format(urls[0]), **options)
         self._opens_ranged = isinstance(self._reader, OpensRanged)  # asked per open: a Protocol check is slow
+        self._density = 1.0  # this rank's positions over their span: _read_at_density, from the loader
         self._cache_limit, self._transform = cache_limit, transform
         self._prefetch_depth = int(prefetch)
         self._max_open = _MIN_OPEN if max_open is None else max(1, int(max_open))
@@ -359,7 +354,7 @@ class Shards(torch.utils.data.Dataset[Any]):
         found: list[np.ndarray] = [np.empty(0)] * flat.size
         for shard, where in places.items():
             opened = self._open(shard)
-            takes = cast(TakesIds, opened) if _offers(opened, TakesIds) else None
+            takes = cast(TakesIds, opened) if offered(opened, TakesIds) else None
             part = takes.take_ids([rows[p] for p in where], column) if takes is not None else None
             if part is None:
                 return None
@@ -392,7 +387,7 @@ class Shards(torch.utils.data.Dataset[Any]):
             if not where.size:
                 continue
             opened = self._open(int(shards[where[0]]))
-            takes = cast(TakesIds, opened) if _offers(opened, TakesIds) else None
+            takes = cast(TakesIds, opened) if offered(opened, TakesIds) else None
             part = takes.take_ids_ascending(rows[where], column) if takes is not None else None
             if part is None:
                 return None
@@ -418,7 +413,7 @@ class Shards(torch.utils.data.Dataset[Any]):
             if first == last:
                 continue
             opened = self._open(int(shards[first]))
-            takes = cast(TakesIds, opened) if _offers(opened, TakesIds) else None
+            takes = cast(TakesIds, opened) if offered(opened, TakesIds) else None
             part = takes.take_id_spans_ascending(rows[first:last], column) if takes is not None else None
             if part is None:
                 return None
@@ -461,9 +456,9 @@ class Shards(torch.utils.data.Dataset[Any]):
             opened.close()
             raise ShardError(url, f"has {len(opened)} rows, the index says {record.rows}: it changed since "
                                   "the index was built; rebuild the index (delete its sidecar) and restart the epoch")
-        if _offers(opened, KeepsDecodedIds):  # Parquet: token ids decoded once per node, then mapped
+        if offered(opened, KeepsDecodedIds):  # Parquet: token ids decoded once per node, then mapped
             cast(KeepsDecodedIds, opened).keep_ids_in(kept_ids.store(self._cache_dir))
-        if _offers(opened, JoinsLayout):  # Parquet: a batch across files is one gather per column
+        if offered(opened, JoinsLayout):  # Parquet: a batch across files is one gather per column
             if self._layout is None:  # an arena of about two blocks: a block's files side by side
                 largest = int(self.index.rows.max())
                 self._layout = Layout(len(self.index.shards), min(len(self), 2 * (self._block + largest)))
@@ -545,7 +540,12 @@ class Shards(torch.utils.data.Dataset[Any]):
 
     def _ranged_reader(self) -> bool:
         """Whether some remote shards may be read by range (then read ahead by range, not whole)."""
-        return ranged.enabled_for(self._reader.name) and self._verify != "checksum" and self._opens_ranged
+        return ranged.enabled_for(self._reader.name, self._density <= _SPARSE) and self._verify != "checksum" \
+            and self._opens_ranged
+
+    def _read_at_density(self, density: float) -> None:
+        """How densely this rank reads the order this pass (``ReadsAtDensity``): told before workers start."""
+        self._density = float(density)
 
     def _ranged_shard(self, shard: int) -> bool:
         record = self.index.shards[shard]

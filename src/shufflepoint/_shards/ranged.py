@@ -43,6 +43,7 @@ from shufflepoint._shards.cache import NodeCache
 # can (Parquet and .bin); "0": none, every remote shard is downloaded whole before its first row is read.
 # verify="checksum" shards are always downloaded whole (the hash needs every byte).
 DEFAULT_FORMATS = frozenset({"parquet"})
+SPARSE_FORMATS = frozenset({"tokens"})  # also by range by default where the rank reads sparsely (enabled_for)
 
 
 def _setting() -> bool | None:
@@ -57,9 +58,13 @@ def _setting() -> bool | None:
 ENABLED: bool | None = _setting()  # None: the default, by format (``enabled_for``)
 
 
-def enabled_for(format: str) -> bool:
-    """Whether remote shards of ``format`` (a reader's name) are read by range."""
-    return format in DEFAULT_FORMATS if ENABLED is None else ENABLED
+def enabled_for(format: str, sparse: bool = False) -> bool:
+    """Whether remote shards of ``format`` (a reader's name) are read by range; ``sparse``: by a rank that reads
+    the order sparsely (a global batch split among ranks after a resize, ``strided``), where a whole shard
+    is mostly other ranks' rows: then token shards too (bytes, not the steady rate, are what is short)."""
+    if ENABLED is not None:
+        return ENABLED
+    return format in DEFAULT_FORMATS or (sparse and format in SPARSE_FORMATS)
 
 
 Span = tuple[int, int]
