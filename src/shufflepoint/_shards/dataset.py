@@ -51,7 +51,7 @@ from shufflepoint._shards.storage import Storage
 
 FINGERPRINT_PREFIX = "shards:"
 _MIN_OPEN, _MAX_OPEN_CAP = 32, 512  # open shards per process: any block (a reopen costs ~0.6 ms), a block of tiny ones
-_SPARSE = 0.5  # a rank reading at most this share of the positions its reads span reads sparsely (ranged.enabled_for)
+_SPARSE = 0.9  # a rank reading at most this share of the positions its reads span reads sparsely (ranged.enabled_for)
 
 
 def _is_remote(url: str) -> bool:
