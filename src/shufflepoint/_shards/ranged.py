@@ -39,7 +39,9 @@ from shufflepoint._shards.cache import NodeCache
 # SHUFFLEPOINT_RANGED_READS: unset (or empty), the default: the formats in DEFAULT_FORMATS are read by
 # range, those measured at >= 0.9x whole shards' steady rate in make bench-ranged (Parquet: 1.14x with 0
 # workers, 0.93x with 4; docs/benchmarks-shards.md, ranged reads); token .bin shards are not (0.5-0.7x
-# on a quiet machine: their batches check and gather windows in Python per shard). "1": every format that
+# on a quiet machine: their batches check and gather windows in Python per shard), except where a rank
+# reads sparsely (SPARSE_FORMATS: a global batch split among ranks, strided; a whole shard is then mostly
+# other ranks' rows, 1.4-3x a node's share after a resize at a fixed global batch). "1": every format that
 # can (Parquet and .bin); "0": none, every remote shard is downloaded whole before its first row is read.
 # verify="checksum" shards are always downloaded whole (the hash needs every byte).
 DEFAULT_FORMATS = frozenset({"parquet"})
