@@ -16,7 +16,7 @@ import numpy as np
 import torch.utils.data
 
 from shufflepoint._core import state as _state
-from shufflepoint._core.capabilities import ExplainsOrderVersion, Locatable, ReadsAtDensity
+from shufflepoint._core.capabilities import ExplainsOrderVersion, Locatable, ReadsAtDensity, offered
 from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.plan import Layout
@@ -300,7 +300,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         live = self._position.begin_pass()  # before torch's iterator, whose workers ask the sampler at once
         dataset = self._position.orders.dataset
-        if isinstance(dataset, ReadsAtDensity):  # before the workers copy it: how it reads remote shards
+        if offered(dataset, ReadsAtDensity):  # before the workers copy it: how it reads remote shards
             dataset._read_at_density(rank_density(live.cut, self._rank))
         return self._count(super().__iter__(), live)
 
