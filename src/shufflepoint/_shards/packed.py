@@ -184,8 +184,9 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
                                      "(with bos/eos): one full row", "use a smaller seq_len or more documents"))
 
     def _count_share(self, seed: int, rank: int, world_size: int) -> None:
-        """The loader's seed, rank and world size, before it asks the length: counts still to take are taken
-        now, this process counting the shards it reads in epoch 0 and exchanging the totals (count_share)."""
+        """The loader's rank and world size, before it asks the length: counts still to take are taken now, this
+        process counting its run of shards (the one it reads under spans) and exchanging the totals
+        (``count_share``). The seed (``CountsShare`` passes it) does not enter the share."""
         if self._resolver is not None:
             self._set_counts(self._resolver.finish(Share(rank, world_size)))
 
