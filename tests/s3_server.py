@@ -19,6 +19,8 @@ test) fixtures of ``tests/conftest.py``, or directly::
         s3.reset()             # forward everything again, counters at 0
         s3.counts.snapshot("/part-")  # GET body bytes per S3 access key (of paths containing "/part-")
         s3.counts.reset()
+        s3.shape(latency_s=0.03, bytes_per_s=100e6)  # each GET's body after 30 ms, at 100 MB/s per
+                               # connection: an object store's round trip and rate (the benchmarks)
 
 The proxy (``CountingProxy``) adds up the body bytes of every GET it answers per S3 access key and
 path: a client that signs with its own key (``storage_options["key"]``; moto accepts any) is one
@@ -70,6 +72,7 @@ class Faults:
         self.requests = 0
         self.injected = {"fail": 0, "drop": 0}
         self.log: collections.deque[tuple[str, str, str]] = collections.deque(maxlen=10_000)
+        self.latency_s, self.bytes_per_s = 0.0, 0.0  # the link's shape for GETs (``S3Server.shape``)
         self.clear()
 
     def clear(self) -> None:
@@ -94,6 +97,9 @@ class Faults:
 class _Proxy(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = 60  # an idle keep-alive connection is closed after this
+    # The headers and a small body are two writes: with Nagle's algorithm the body waited for the client's
+    # delayed ACK of the headers, ~40 ms on every small GET (a byte range), 13x what moto itself takes.
+    disable_nagle_algorithm = True
     upstream: int
     faults: Faults
 
@@ -147,11 +153,25 @@ class _Proxy(http.server.BaseHTTPRequestHandler):
         if self.command == "HEAD":
             return
         if not drop:
-            self.wfile.write(data)
+            self._send(data)
             return
         self.wfile.write(data[: len(data) // 2])
         self.wfile.flush()
         self._cut()
+
+    def _send(self, data: bytes) -> None:
+        """The body, over the link's shape: a GET's first byte after ``latency_s``, then at most
+        ``bytes_per_s`` on this connection (sleeps: the proxy's CPU is not what is shaped)."""
+        latency, rate = self.faults.latency_s, self.faults.bytes_per_s
+        if self.command != "GET" or (latency <= 0 and rate <= 0):
+            self.wfile.write(data)
+            return
+        start = time.monotonic() + latency
+        time.sleep(latency)
+        for at in range(0, len(data), 1 << 16):
+            self.wfile.write(data[at:at + (1 << 16)])
+            if rate > 0:
+                time.sleep(max(0.0, start + (at + (1 << 16)) / rate - time.monotonic()))
 
     def _error(self, status: int) -> None:
         code, message = _ERRORS.get(status, ("InternalError", "injected by the test proxy"))
@@ -301,6 +321,11 @@ class S3Server:
         self.stop()
 
     # -- faults --------------------------------------------------------------------------------
+    def shape(self, latency_s: float = 0.0, bytes_per_s: float = 0.0) -> None:
+        """Shape every GET's body from now on: sent ``latency_s`` after the request, at most ``bytes_per_s``
+        per connection (0: unshaped, the default), as an object store's round trip and per-stream rate."""
+        self.faults.latency_s, self.faults.bytes_per_s = float(latency_s), float(bytes_per_s)
+
     def fail_next(self, n: int, status: int = 500, only: str | None = None, after: int = 0) -> None:
         """Answer the next ``n`` requests (whose path contains ``only``, after letting ``after`` of
         them through) with ``status``: 500 InternalError, or 503 SlowDown."""
@@ -316,8 +341,9 @@ class S3Server:
             f.drop, f.drop_reset, f.drop_only, f.drop_after = n, reset, only, after
 
     def reset(self) -> None:
-        """No more faults, and the counters (``injected``, ``requests``, ``log``) start again."""
+        """No more faults nor shape, and the counters (``injected``, ``requests``, ``log``) start again."""
         self.faults.clear()
+        self.shape()
         with self.faults.lock:
             self.faults.injected = {"fail": 0, "drop": 0}
             self.faults.requests = 0

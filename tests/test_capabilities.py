@@ -157,3 +157,12 @@ def test_an_opened_parquet_shard_joins_the_layout_and_a_token_shard_does_not(cor
     np.arange(64, dtype=np.uint16).tofile(tmp_path / "t.bin")
     tokens = shufflepoint.Shards(str(tmp_path / "t.bin"), seq_len=8, progress=False)
     assert not isinstance(tokens._open(0), capabilities.JoinsLayout)
+
+
+def test_token_readers_tile_their_shards_and_parquet_readers_do_not(corpus, tmp_path):
+    """Read-ahead joins wide gaps only where every byte between two rows is a row a dense rank reads next."""
+    np.arange(64, dtype=np.uint16).tofile(tmp_path / "t.bin")
+    tokens = shufflepoint.Shards(str(tmp_path / "t.bin"), seq_len=8, progress=False)
+    assert isinstance(tokens._reader, capabilities.TilesShards) and tokens._reader.dense_gap() >= 1 << 20
+    assert isinstance(corpus._reader, capabilities.OpensRanged)
+    assert not isinstance(corpus._reader, capabilities.TilesShards)

@@ -1,6 +1,6 @@
 """The loader tells a ``PrefetchesDealt`` dataset how densely this rank reads where its upcoming indices
-lie: 0 for the chunk read at once (only its own rows are fetched), then its positions over the span
-they cover (1.0 for a stretch of its own, ~1/k when k ranks share every global batch)."""
+lie: its positions over the span they cover (1.0 for a stretch of its own, ~1/k when k ranks share every
+global batch), the first chunk (read at once) included: a dense rank fetches its first rows in few GETs."""
 
 from __future__ import annotations
 
@@ -38,11 +38,19 @@ def test_density_is_the_positions_over_the_span_they_cover(start, count, step):
     assert density(np.random.default_rng(count).permutation(positions)) == density(positions)
 
 
-def test_the_first_chunk_is_announced_sparse_then_the_rank_s_own_density():
+def test_every_chunk_the_first_included_is_announced_with_the_rank_s_own_density():
     data = Told(5000)
     assert isinstance(data, PrefetchesDealt)
     for _ in shufflepoint.DataLoader(data, batch_size=100, seed=1):
         pass
-    assert data.calls[0] == (256, 0.0)  # read at once: only its own rows
-    assert data.calls[1:] and all(d == 1.0 for _, d in data.calls[1:])  # one rank: a stretch of its own
+    assert data.calls[0][0] == 256  # the chunk read at once is small
+    assert len(data.calls) > 2 and all(d == 1.0 for _, d in data.calls)  # one rank: a stretch of its own
     assert sum(n for n, _ in data.calls) == 5000
+
+
+def test_a_rank_of_a_strided_deal_is_announced_sparse_from_its_first_chunk():
+    data = Told(6000)
+    for _ in shufflepoint.DataLoader(data, batch_size=100, seed=1, rank=1, world_size=3, deal="strided"):
+        pass
+    assert data.calls and all(abs(d - 1 / 3) < 0.01 for _, d in data.calls), data.calls
+    assert sum(n for n, _ in data.calls) == 2000

@@ -203,7 +203,7 @@ def test_read_ahead_of_a_rewritten_shard_leaves_the_read_a_shard_error(s3, corpu
         data[last]
 
 
-def test_the_default_reads_parquet_by_range_and_token_shards_whole(s3, corpus, tmp_path, monkeypatch):
+def test_the_default_reads_parquet_and_token_shards_by_range(s3, corpus, tmp_path, monkeypatch):
     name, _ = corpus
     monkeypatch.setattr(ranged, "ENABLED", None)  # SHUFFLEPOINT_RANGED_READS unset
     assert shards(s3, name, str(tmp_path / "p"))._ranged_reader()
@@ -211,9 +211,9 @@ def test_the_default_reads_parquet_by_range_and_token_shards_whole(s3, corpus, t
     s3.put_files(tokens, {"web/part-0.bin": np.arange(1 << 12, dtype=np.uint16).tobytes()})
     data = shufflepoint.Shards(f"s3://{tokens}/web/*.bin", seq_len=64, storage_options=s3.storage_options,
                                cache_dir=str(tmp_path / "t"), progress=False)
-    assert not data._ranged_reader()
+    assert data._ranged_reader()
     monkeypatch.setattr(ranged, "ENABLED", False)  # SHUFFLEPOINT_RANGED_READS=0
-    assert not shards(s3, name, str(tmp_path / "p"))._ranged_reader()
+    assert not shards(s3, name, str(tmp_path / "p"))._ranged_reader() and not data._ranged_reader()
 
 
 @pytest.mark.parametrize(("text", "found"), [("", None), ("1", True), ("0", False), (" 1 ", True)])
@@ -274,11 +274,14 @@ def test_forked_workers_read_by_range_the_rows_read_whole(s3, corpus, tmp_path, 
     assert any(name.endswith(".part") for name in kept)  # read by range: partial copies in the node cache
 
 
-@pytest.mark.parametrize(("deal", "by_range"), [("strided", True), ("spans", False)])
-def test_a_rank_reading_sparsely_reads_token_shards_by_range_by_default(s3, tmp_path, monkeypatch, deal, by_range):
-    """By default (SHUFFLEPOINT_RANGED_READS unset) a .bin shard is read by range where the rank reads the order
-    sparsely (``strided`` over 4 ranks: a quarter of the positions its reads span; a global batch split after
-    a resize), else whole: the loader tells ``Shards`` its density before the pass (``ReadsAtDensity``)."""
+@pytest.mark.parametrize(("deal", "dense"), [("strided", False), ("spans", True)])
+def test_a_rank_reading_sparsely_fetches_its_windows_and_one_reading_densely_the_gaps_too(s3, tmp_path, monkeypatch,
+                                                                                          deal, dense):
+    """By default (SHUFFLEPOINT_RANGED_READS unset) a .bin shard is read by range. A rank reading the order
+    sparsely (``strided`` over 4 ranks: a quarter of the positions its reads span; a global batch split after a
+    resize) fetches its own windows; one reading a stretch of its own (``spans``) joins the gaps between them in
+    (it reads them next): a few GETs per shard. The loader tells ``Shards`` its density before the pass
+    (``ReadsAtDensity``); no read-ahead here (``prefetch=0``): the read's own fetch joins them."""
     monkeypatch.setattr(ranged, "ENABLED", None)
     name, seq = "sparse-" + uuid.uuid4().hex[:8], 64
     tokens = {f"web/part-{s}.bin": (np.arange(1 << 16) + s).astype(np.uint16).tobytes() for s in range(2)}
@@ -290,5 +293,9 @@ def test_a_rank_reading_sparsely_reads_token_shards_by_range_by_default(s3, tmp_
     start = len(s3.faults.log)
     next(iter(loader))
     fetched = got_bytes(s3, start, sizes)
-    assert data._ranged_reader() is by_range and (data._density <= 0.9) is by_range
-    assert (fetched < min(sizes.values()) / 2) is by_range, fetched  # a batch's windows, or a whole shard
+    gets = sum(1 for method, path, _ in list(s3.faults.log)[start:] if method == "GET" and "/part-" in path)
+    assert data._ranged_reader() and (data._density >= ranged.DENSE) is dense
+    if dense:  # BATCH windows of a shard of 128 KiB: ~16 KiB apart, joined
+        assert gets <= 2 * len(sizes), gets
+    else:  # a batch's windows alone
+        assert fetched <= BATCH * (seq + 1) * 2 and gets >= BATCH // 2, (fetched, gets)

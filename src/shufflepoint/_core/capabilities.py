@@ -16,7 +16,7 @@ four groups:
   reads there), ``ReadsAtDensity``, ``ReadsAhead``, ``Locatable`` (where an index lives).
 - **readers** (one format's shards): ``CountsRowsFromSize``, ``CountsRowsFromMetadata``,
   ``MeasuresDecodedRows``, ``TakesIds``, ``KeepsDecodedIds``, ``JoinsLayout``, ``LocatesRows``,
-  ``OpensRanged``.
+  ``OpensRanged``, ``TilesShards``.
 
 A capability's absence is never an error by itself: the caller then does without (no prefetch, a
 row at a time, ...). ``tests/test_capabilities.py`` checks which built-in class offers which.
@@ -219,9 +219,10 @@ class PrefetchesDealt(Protocol):
 @runtime_checkable
 class ReadsAtDensity(Protocol):
     """A dataset told, before each pass's DataLoader workers start, how densely this rank reads the order
-    (``PrefetchesDealt``'s density, of its first positions): ``Shards`` then reads remote token shards by
-    byte range where a rank reads sparsely (a global batch split among ranks after a resize, ``strided``),
-    whole where it reads a stretch of its own (``_shards/ranged``)."""
+    (``PrefetchesDealt``'s density, of its first positions): ``Shards`` then fetches the ranges a read needs
+    joined across the gaps between them where a rank reads densely (a stretch of its own: it reads them
+    next), and only its own rows where it reads sparsely (a global batch split among ranks after a resize,
+    ``strided``: the rows between are other ranks'); in every DataLoader worker (``_shards/ranged``)."""
 
     def _read_at_density(self, density: float) -> None: ...
 
@@ -310,6 +311,16 @@ class OpensRanged(Protocol):
     def open_ranged(self, ranged: Any, shard: str) -> Any: ...
 
     def ranged_plan(self, ranged: Any, shard: str) -> Any: ...
+
+
+@runtime_checkable
+class TilesShards(Protocol):
+    """An ``OpensRanged`` reader whose rows' byte ranges tile its shards (token windows, nothing else in the
+    file): the bytes between two rows a rank reading densely reads are rows it reads next, so read-ahead
+    joins gaps up to ``dense_gap()`` bytes (what a GET's round trip costs in transfer), not Parquet's
+    64 KiB (whose gaps may be columns no read asks for)."""
+
+    def dense_gap(self) -> int: ...
 
 
 @runtime_checkable

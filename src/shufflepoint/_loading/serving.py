@@ -55,12 +55,13 @@ _DENSITY_POSITIONS = 4096
 
 def announced(chunks: Iterator[Chunk], prefetch: Announce) -> Iterator[Chunk]:
     """Tell the dataset (``Shards``) each chunk of upcoming indices one chunk before it is served,
-    so that its shards are downloading while the current chunk is read. The first chunk is read at
-    once: announced with density 0, only its own rows are fetched (a fresh node's first batch then
-    waits for its rows, not for the wide spans read ahead for the chunks after it)."""
+    so that its shards are downloading while the current chunk is read. The first chunk, read at once,
+    too: with its own density, so a rank reading densely fetches its rows in few GETs (joined across the
+    small gaps it reads next anyway), not a GET per row; it is small (256 rows), so it reads no shard whole
+    unless the shuffle block is small enough to read shards nearly in order."""
     current = next(chunks, None)
     if current is not None:
-        prefetch(current[1], 0.0)
+        prefetch(current[1], density(current[0]))
     while current is not None:
         upcoming = next(chunks, None)
         if upcoming is not None:

@@ -40,7 +40,7 @@ from shufflepoint._shards.integrity import check_checksum, check_verify
 from shufflepoint._shards.locate import located_error, shard_location
 from shufflepoint._shards.prefetch import Prefetcher
 from shufflepoint._shards.published_listing import listing
-from shufflepoint._shards.ranged_ahead import RangedAhead
+from shufflepoint._shards.ranged_ahead import RangedAhead, ranged_ahead_for
 from shufflepoint._shards.readers import infer_format, make_reader, saved_dataset_files
 from shufflepoint._shards.readers._decoded import GROUPS
 from shufflepoint._shards.readers._flat import Layout
@@ -51,7 +51,6 @@ from shufflepoint._shards.storage import Storage
 
 FINGERPRINT_PREFIX = "shards:"
 _MIN_OPEN, _MAX_OPEN_CAP = 32, 512  # open shards per process: any block (a reopen costs ~0.6 ms), a block of tiny ones
-_SPARSE = 0.9  # a rank reading at most this share of the positions its reads span reads sparsely (ranged.enabled_for)
 
 
 def _is_remote(url: str) -> bool:
@@ -492,7 +491,8 @@ class Shards(torch.utils.data.Dataset[Any]):
 
     def _partial(self, url: str, size: int, version: str) -> ranged.PartialShard:
         return ranged.PartialShard(self._node_cache(), url, version, size,
-                                   lambda: self._storage.ranges(url, size, version, "reading a range"))
+                                   lambda: self._storage.ranges(url, size, version, "reading a range"),
+                                   ranged.join_gap(self._reader, self._density))
 
     def _open_ranged(self, url: str, size: int, version: str) -> OpenShard:
         partial = self._partial(url, size, version)
@@ -530,7 +530,7 @@ class Shards(torch.utils.data.Dataset[Any]):
         whole = upcoming
         if self._ranged_reader():
             if self._ranged_ahead is None:
-                self._ranged_ahead = RangedAhead(self, cast(OpensRanged, self._reader).ranged_plan)
+                self._ranged_ahead = ranged_ahead_for(self, cast(OpensRanged, self._reader))
             whole = self._ranged_ahead.announce(upcoming, shards, indices - self._starts[shards], density)
         if whole:
             if self._prefetcher is None:
@@ -540,7 +540,7 @@ class Shards(torch.utils.data.Dataset[Any]):
 
     def _ranged_reader(self) -> bool:
         """Whether some remote shards may be read by range (then read ahead by range, not whole)."""
-        return ranged.enabled_for(self._reader.name, self._density <= _SPARSE) and self._verify != "checksum" \
+        return ranged.enabled_for(self._reader.name) and self._verify != "checksum" \
             and self._opens_ranged
 
     def _read_at_density(self, density: float) -> None:

@@ -33,19 +33,20 @@ from typing import Any
 
 import numpy as np
 
+from shufflepoint._core.capabilities import TilesShards
 from shufflepoint._core.errors import ShardError, refusal
 from shufflepoint._shards.cache import NodeCache
 
 # SHUFFLEPOINT_RANGED_READS: unset (or empty), the default: the formats in DEFAULT_FORMATS are read by
-# range, those measured at >= 0.9x whole shards' steady rate in make bench-ranged (Parquet: 1.14x with 0
-# workers, 0.93x with 4; docs/benchmarks-shards.md, ranged reads); token .bin shards are not (0.5-0.7x
-# on a quiet machine: their batches check and gather windows in Python per shard), except where a rank
-# reads sparsely (SPARSE_FORMATS: a global batch split among ranks, strided; a whole shard is then mostly
-# other ranks' rows, 1.4-3x a node's share after a resize at a fixed global batch). "1": every format that
-# can (Parquet and .bin); "0": none, every remote shard is downloaded whole before its first row is read.
+# range, those measured at >= 0.9x whole shards' steady rate in make bench-ranged and with a first batch that
+# waits for its rows (Parquet, token .bin shards; docs/benchmarks-shards.md, ranged reads). "1": the same
+# (every format that can); "0": none, every remote shard is downloaded whole before its first row is read.
 # verify="checksum" shards are always downloaded whole (the hash needs every byte).
-DEFAULT_FORMATS = frozenset({"parquet"})
-SPARSE_FORMATS = frozenset({"tokens"})  # also by range by default where the rank reads sparsely (enabled_for)
+DEFAULT_FORMATS = frozenset({"parquet", "tokens"})
+# A rank reading at least this share of the positions its reads span (a stretch of its own: 1.0; strided on
+# 2 ranks: 0.5) reads the bytes between its rows of a shard next (``spans``: all of them), so its fetches
+# join them in where a reader's rows tile the shard (``join_gap``); below it they are other ranks' rows.
+DENSE = 0.9
 
 
 def _setting() -> bool | None:
@@ -60,13 +61,19 @@ def _setting() -> bool | None:
 ENABLED: bool | None = _setting()  # None: the default, by format (``enabled_for``)
 
 
-def enabled_for(format: str, sparse: bool = False) -> bool:
-    """Whether remote shards of ``format`` (a reader's name) are read by range; ``sparse``: by a rank that reads
-    the order sparsely (a global batch split among ranks after a resize, ``strided``), where a whole shard
-    is mostly other ranks' rows: then token shards too (bytes, not the steady rate, are what is short)."""
+def enabled_for(format: str) -> bool:
+    """Whether remote shards of ``format`` (a reader's name) are read by range."""
     if ENABLED is not None:
         return ENABLED
-    return format in DEFAULT_FORMATS or (sparse and format in SPARSE_FORMATS)
+    return format in DEFAULT_FORMATS
+
+
+def join_gap(reader: object, density: float) -> int:
+    """The widest gap a fetch of ``reader``'s rows joins in for a rank reading at ``density`` (0: the default,
+    up to the wanted ranges' mean size): its ``TilesShards.dense_gap`` where the rank reads densely, as
+    read-ahead joins them; so a DataLoader worker that reads ahead of read-ahead fetches a shard in a few
+    GETs, not a GET per window."""
+    return reader.dense_gap() if density >= DENSE and isinstance(reader, TilesShards) else 0
 
 
 Span = tuple[int, int]
@@ -131,8 +138,10 @@ class PartialShard:
     """The byte ranges of one remote shard (``size`` bytes at ``version``) this node holds, fetched
     on demand with ``read_ranges`` and kept in the node cache."""
 
-    def __init__(self, cache: NodeCache, url: str, version: str, size: int, read_ranges: ReadRanges) -> None:
+    def __init__(self, cache: NodeCache, url: str, version: str, size: int, read_ranges: ReadRanges,
+                 gap: int = 0) -> None:
         self._cache, self._url, self._version, self.size = cache, url, version, size
+        self._gap = gap  # the widest gap a joined fetch takes in (``join_gap``); 0: up to the wanted mean size
         self._read_ranges = read_ranges
         self._data, self._record, self._key = cache.partial(url, version)
         self._fd = -1
@@ -232,8 +241,9 @@ class PartialShard:
                 self._open_locked()
             else:
                 self._set_held(self._load_record())
-            # Joined across gaps up to the wanted ranges' mean size: a GET saved, at most ~2x the bytes.
-            gap = min(_GAP, sum(b - a for a, b in wanted) // len(wanted)) if join else 0
+            # Joined across gaps up to the wanted ranges' mean size (a GET saved, at most ~2x the bytes), or the
+            # reader's dense gap where the rank reads the bytes between next anyway (``join_gap``).
+            gap = (self._gap or min(_GAP, sum(b - a for a, b in wanted) // len(wanted))) if join else 0
             need = merged([m for a, b in wanted for m in missing(self._held, a, b)], gap)
             # ... but never across a held range worth a GET: read ahead in wide spans, a shard's next
             # chunk would otherwise fetch again the span its last one fetched.

@@ -25,24 +25,27 @@ from typing import Any
 
 import numpy as np
 
+from shufflepoint._core.capabilities import OpensRanged, TilesShards
 from shufflepoint._shards.prefetch import Prefetcher
-from shufflepoint._shards.ranged import PartialShard, RangedFile, merged
+from shufflepoint._shards.ranged import DENSE, PartialShard, RangedFile, merged
 from shufflepoint._shards.readers.base import Ranged
 
 Plan = Callable[[np.ndarray], list[tuple[int, int]]]
 _THREADS = 16  # jobs in flight: each is a look-up and a few GETs, mostly waiting on the network
 _JOBS_AHEAD = 1024  # a chunk (<= 8,192 rows) may touch hundreds of small shards: all of them ahead
 _PLANS_KEPT = 4096  # footers parsed, per process
-# A rank reading at least this share of the positions it spans (a stretch of its own: 1.0; strided on 2
-# ranks: 0.5) reads the rows between a chunk's rows of a shard in its next chunks (``spans``: all of them):
-# those gaps are fetched too, up to _WIDE bytes each, in few large GETs. Below it, the rows between are
-# other ranks' (a global batch split k ways after a resize, ``strided``): only the chunk's own ranges are
-# fetched, joined where a GET costs more (``ensure``).
-_DENSE = 0.9
+# A rank reading densely (``ranged.DENSE``: a stretch of its own) reads the rows between a chunk's rows of a
+# shard in its next chunks (``spans``: all of them): those gaps are fetched too, up to _WIDE bytes each (a
+# reader whose rows tile its shards says more: ``TilesShards.dense_gap``, 1 MiB for tokens), in few large
+# GETs. Below it, the rows between are other ranks' (a global batch split k ways after a resize,
+# ``strided``): only the chunk's own ranges are fetched, joined where a GET costs more (``ensure``).
 _WIDE = 64 << 10  # gaps fetched with their neighbours: a fraction of what a round trip costs in transfer
 # Dense, and a chunk reads 1/_WHOLE of a shard's rows: the whole shard in one go (the rank reads all of it
 # within a few chunks; a loop past its first chunks then finds every shard of its block whole, as the
-# whole-shard prefetch did). The first chunks (256, 1,024 rows) read fewer: a fresh node fetches their rows.
+# whole-shard prefetch did, and reads it at the whole-shard rate). Where rows tile the shard, all that is
+# missing of it, however much is held (else a shard half held fetched its holes a chunk at a time, in GETs
+# of a few windows each); a Parquet shard half held fetches only its rows' column chunks (the rest may be
+# columns no read asks for). The first chunk (256 rows) reads fewer: a fresh node fetches its rows.
 _WHOLE = 16
 
 
@@ -75,17 +78,19 @@ def jobs(shards: np.ndarray, rows: np.ndarray, order: list[int], density: float,
     pairs = np.unique(shards * span + rows)
     by_shard, by_row = pairs // span, pairs % span
     bounds = np.searchsorted(by_shard, np.stack([order, np.add(order, 1)], axis=1)).tolist()
-    dense = density >= _DENSE
+    dense = density >= DENSE
     return [Job(shard, by_row[first:last], dense, dense and (last - first) * _WHOLE >= int(shard_rows[shard]))
             for shard, (first, last) in zip(order, bounds, strict=True)]
 
 
 class RangedAhead:
     """A process's read-ahead of ranges for ``corpus`` (a ``Shards``): ``announce`` never blocks.
-    ``planner(ranged, shard)`` is the reader's ``ranged_plan``."""
+    ``planner(ranged, shard)`` is the reader's ``ranged_plan``; ``tiles``: the reader's rows tile its shards
+    (``TilesShards``), so a rank reading densely joins gaps up to ``wide`` bytes (``_WIDE`` otherwise)."""
 
-    def __init__(self, corpus: Any, planner: Callable[[Ranged, str], Plan]) -> None:
-        self._corpus, self._planner = corpus, planner
+    def __init__(self, corpus: Any, planner: Callable[[Ranged, str], Plan], tiles: bool = False,
+                 wide: int = _WIDE) -> None:
+        self._corpus, self._planner, self._tiles, self._wide = corpus, planner, tiles, wide
         self._plans: dict[int, Plan] = {}
         self._by_range: dict[int, bool] = {}  # shard -> read by range, asked once per process (a stat each)
         self._complete: dict[int, tuple[str, int]] = {}  # shard -> (its partial copy, inode) seen complete
@@ -148,7 +153,7 @@ class RangedAhead:
             source.close()
 
     def _fetch(self, job: Any, partial: PartialShard, source: RangedFile, url: str) -> None:
-        if job.whole and partial.held_bytes() * 2 < partial.size:  # a fresh shard: all of it in one GET
+        if job.whole and (self._tiles or partial.held_bytes() * 2 < partial.size):  # what is missing, in few GETs
             partial.ensure([(0, partial.size)])
             return
         # Mostly held already (its rows' ranges, the footer): only what the rows read, not the
@@ -161,9 +166,16 @@ class RangedAhead:
             self._plans[job.shard] = plan
         spans = plan(job.rows)
         if spans and job.dense:
-            spans = merged(spans, _WIDE)
+            spans = merged(spans, self._wide)
         if spans:
             partial.ensure(spans, join=job.dense)
 
     def close(self) -> None:
         self.prefetcher.close()
+
+
+def ranged_ahead_for(corpus: Any, reader: OpensRanged) -> RangedAhead:
+    """The read-ahead of ``corpus`` read by ``reader``, joining the gaps its rows leave as widely as they tile."""
+    if isinstance(reader, TilesShards):
+        return RangedAhead(corpus, reader.ranged_plan, True, reader.dense_gap())
+    return RangedAhead(corpus, reader.ranged_plan)
