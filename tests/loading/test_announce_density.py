@@ -54,3 +54,36 @@ def test_a_rank_of_a_strided_deal_is_announced_sparse_from_its_first_chunk():
         pass
     assert data.calls and all(abs(d - 1 / 3) < 0.01 for _, d in data.calls), data.calls
     assert sum(n for n, _ in data.calls) == 2000
+
+
+def test_a_mixture_and_packed_tell_their_shards_how_densely_the_rank_reads(tmp_path):
+    """``ReadsAtDensity`` passes through the compositions: a token source of a Mixture, and the documents of a
+    Packed, learn the rank's density before the pass, so their own reads join gaps (or not) as read-ahead does."""
+    for s in range(2):
+        np.arange(4096, dtype=np.uint16).tofile(tmp_path / f"t{s}.bin")
+    sources = [shufflepoint.Shards(str(tmp_path / f"t{s}.bin"), seq_len=8, progress=False) for s in range(2)]
+    mixture = shufflepoint.Mixture([(sources[0], 0.5), (sources[1], 0.5)])
+    next(iter(shufflepoint.DataLoader(mixture, batch_size=4, seed=1, rank=1, world_size=4, deal="strided")))
+    assert all(abs(source._density - 0.25) < 0.01 for source in sources), [s._density for s in sources]
+    next(iter(shufflepoint.DataLoader(mixture, batch_size=4, seed=1)))
+    assert all(source._density == 1.0 for source in sources)
+    documents = FakeDocuments()
+    packed = shufflepoint.Packed(documents, 8)
+    next(iter(shufflepoint.DataLoader(packed, batch_size=2, seed=1, rank=0, world_size=2, deal="strided")))
+    assert documents.told and abs(documents.told[-1] - 0.5) < 0.05, documents.told  # ~10 rows each: ~1/2
+
+
+class FakeDocuments:
+    """Documents that record what density they are told (``ReadsAtDensity``)."""
+
+    def __init__(self) -> None:
+        self.told: list[float] = []
+
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, index: int) -> dict:
+        return {"input_ids": list(range(1, 3 + index % 5))}
+
+    def _read_at_density(self, density: float) -> None:
+        self.told.append(density)

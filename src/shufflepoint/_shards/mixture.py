@@ -38,7 +38,14 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
-from shufflepoint._core.capabilities import Identified, LegacyIdentified, PrefetchesDealt, Prefetching, ReadsBatches
+from shufflepoint._core.capabilities import (
+    Identified,
+    LegacyIdentified,
+    PrefetchesDealt,
+    Prefetching,
+    ReadsAtDensity,
+    ReadsBatches,
+)
 from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._core.schedule import Schedule, changed_phase, unweighted
 from shufflepoint._order import check_int
@@ -315,3 +322,10 @@ class Mixture(torch.utils.data.Dataset[Any]):
                 dataset.prefetch_dealt(within[source == s], density)
             elif isinstance(dataset, Prefetching):
                 dataset.prefetch(within[source == s])
+
+    def _read_at_density(self, density: float) -> None:
+        """Tell the sources how densely this rank reads (``ReadsAtDensity``): as densely as the mixture's
+        positions, as ``prefetch_dealt`` says; a source's own reads then join gaps (or not) as its read-ahead does."""
+        for dataset in self.sources:
+            if isinstance(dataset, ReadsAtDensity):
+                dataset._read_at_density(density)

@@ -42,6 +42,7 @@ from shufflepoint._core.capabilities import (
     PrefetchesDealt,
     Prefetching,
     ReadsAhead,
+    ReadsAtDensity,
     ReadsIds,
     ReadsIdsAscending,
     ReadsIdSpansAscending,
@@ -407,6 +408,12 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
             dataset.prefetch_dealt(documents, density)
         else:
             dataset.prefetch(documents)
+
+    def _read_at_density(self, density: float) -> None:
+        """Tell the documents' dataset how densely this rank reads (``ReadsAtDensity``): its documents lie as
+        densely as its rows."""
+        if isinstance(self.dataset, ReadsAtDensity):
+            self.dataset._read_at_density(density)
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         return self.__getitems__([index])[0]
