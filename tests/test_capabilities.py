@@ -47,10 +47,10 @@ def test_the_built_in_datasets_offer_what_they_declare(corpus):
                             "ReadsIdSpansAscending", "Prefetching", "PrefetchesDealt", "ReadsAtDensity", "ReadsAhead",
                             "Locatable"}),
         "Packed": (packed, {"OwnOrder", "CountsShare", "Identified", "ExplainsFingerprint", "ReadsBatches",
-                            "ReadsColumns", "Prefetching", "PrefetchesDealt", "Locatable"}),
+                            "ReadsColumns", "Prefetching", "PrefetchesDealt", "ReadsAtDensity", "Locatable"}),
         "Mixture": (mixture, {"OwnOrder", "Scheduled", "Identified", "ExplainsFingerprint", "LegacyIdentified",
                               "ExplainsOrderVersion", "ReadsBatches", "ReadsColumns", "Prefetching", "PrefetchesDealt",
-                              "Locatable"}),
+                              "ReadsAtDensity", "Locatable"}),
     }
     dataset_protocols = ["OwnOrder", "CountsShare", "ShardedCorpus", "KeepsShardsOpen", "FitsDecodeBudget", "Scheduled",
                          "Identified",
