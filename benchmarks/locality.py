@@ -119,7 +119,7 @@ def resizes(server: s3_server.S3Server, url: str, spec: dict, corpus_bytes: int,
     plans += [(new, GLOBAL_BATCH // 4, GLOBAL_BATCH // new, f"4 x {GLOBAL_BATCH // 4} to 50%, then {new} x "
                f"{GLOBAL_BATCH // new} (global batch {GLOBAL_BATCH} kept): the rest of the epoch") for new in (2, 3, 6)]
     reads = {"1": "ranged reads", "0": "whole shards"}.get(os.environ.get("SHUFFLEPOINT_RANGED_READS", "").strip(),
-                                                            "default reads (token shards by range where sparse)")
+                                                            "default reads (Parquet and token shards by range)")
     rows: list[dict] = []
     for new, before, after, scenario in plans:
         scenario = f"{scenario}, {reads}"

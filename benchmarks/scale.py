@@ -350,8 +350,8 @@ def main() -> None:
         env = dict(os.environ, SCALE_PUBLISHED=str(published_file(folder / "published")))
         found: dict[str, Any] = {"machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python "
                                  f"{platform.python_version()}", "load": os.getloadavg()[0],
-                                 "reads": "by range (SHUFFLEPOINT_RANGED_READS=1)"
-                                 if os.environ.get("SHUFFLEPOINT_RANGED_READS") == "1" else "whole"}
+                                 "reads": "whole (SHUFFLEPOINT_RANGED_READS=0)"
+                                 if os.environ.get("SHUFFLEPOINT_RANGED_READS") == "0" else "by range"}
         paths = states(folder, env)
         found["rows"] = int(paths["rows"])
         found["ranks"] = []
