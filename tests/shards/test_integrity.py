@@ -22,8 +22,7 @@ import pytest
 import shufflepoint
 from corpus_files import jsonl_corpus
 from shufflepoint._shards import index as _index
-from shufflepoint._shards import ranged
-from shufflepoint._shards import sidecar
+from shufflepoint._shards import ranged, sidecar
 
 SEQ = 4
 
