@@ -357,5 +357,6 @@ def test_a_shard_is_marked_done_once_two_later_chunks_no_longer_hold_it(s3, s3_b
              (rows_of(3, 5), {0, 1, 2})]
     for chunk, expected in steps:
         corpus.prefetch(np.array(chunk))
-        assert corpus._prefetcher is None or corpus._prefetcher.wait(30)  # None: read by range, not prefetched
+        for ahead in (corpus._prefetcher, corpus._ranged_ahead and corpus._ranged_ahead.prefetcher):
+            assert ahead is None or ahead.wait(30)  # whole shards, or (the default for .bin) their ranges read ahead
         assert released() == expected, chunk
