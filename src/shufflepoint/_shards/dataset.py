@@ -145,7 +145,7 @@ class Shards(torch.utils.data.Dataset[Any]):
             raise ValueError(refusal("sources", sources, "at least one shard", "pass where the shards are"))
         self._reader = make_reader(format or infer_format(urls[0]), **options)
         self._opens_ranged = isinstance(self._reader, OpensRanged)  # asked per open: a Protocol check is slow
-        self._density = 1.0  # this rank's positions over their span: _read_at_density, from the loader
+        self._density, self._at_once = 1.0, False  # how densely this rank reads; the next chunk is a pass's first
         self._cache_limit, self._transform = cache_limit, transform
         self._prefetch_depth = int(prefetch)
         self._max_open = _MIN_OPEN if max_open is None else max(1, int(max_open))
@@ -531,7 +531,8 @@ class Shards(torch.utils.data.Dataset[Any]):
         if self._ranged_reader():
             if self._ranged_ahead is None:
                 self._ranged_ahead = ranged_ahead_for(self, cast(OpensRanged, self._reader))
-            whole = self._ranged_ahead.announce(upcoming, shards, indices - self._starts[shards], density)
+            at_once, self._at_once = self._at_once, False  # the pass's first chunk, read at once
+            whole = self._ranged_ahead.announce(upcoming, shards, indices - self._starts[shards], density, at_once)
         if whole:
             if self._prefetcher is None:
                 self._prefetcher = Prefetcher(self._prefetch_lookup, max_ahead=self._prefetch_depth)
@@ -540,12 +541,12 @@ class Shards(torch.utils.data.Dataset[Any]):
 
     def _ranged_reader(self) -> bool:
         """Whether some remote shards may be read by range (then read ahead by range, not whole)."""
-        return ranged.enabled_for(self._reader.name) and self._verify != "checksum" \
-            and self._opens_ranged
+        return ranged.enabled_for(self._reader.name) and self._verify != "checksum" and self._opens_ranged
 
     def _read_at_density(self, density: float) -> None:
-        """How densely this rank reads the order this pass (``ReadsAtDensity``): told before workers start."""
-        self._density = float(density)
+        """How densely this rank reads the order this pass (``ReadsAtDensity``): told before workers start; the
+        next chunk announced is the pass's first, read at once."""
+        self._density, self._at_once = float(density), True
 
     def _ranged_shard(self, shard: int) -> bool:
         record = self.index.shards[shard]

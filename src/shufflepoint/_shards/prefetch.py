@@ -49,10 +49,12 @@ class Prefetcher:
     def _usable(self) -> bool:
         return not self._closed and os.getpid() == self._pid
 
-    def schedule(self, urls: Sequence[Hashable]) -> None:
-        """Queue ``lookup(key)`` for the keys not in flight or done, up to ``max_ahead`` outstanding."""
+    def schedule(self, urls: Sequence[Hashable]) -> list[Hashable]:
+        """Queue ``lookup(key)`` for the keys not in flight or done, up to ``max_ahead`` outstanding; the
+        keys queued (each reaches ``lookup`` once, unless ``close`` drops it first)."""
         if not self._usable():
-            return
+            return []
+        queued: list[Hashable] = []
         with self._cond:
             for url in urls:
                 if url in self._pending or url in self._done:
@@ -61,10 +63,12 @@ class Prefetcher:
                     break
                 self._pending.add(url)
                 self._queue.put(url)
+                queued.append(url)
             while len(self._threads) < min(self._threads_wanted, len(self._pending)):
                 thread = threading.Thread(target=self._run, name="shufflepoint-prefetch", daemon=True)
                 self._threads.append(thread)
                 thread.start()
+        return queued
 
     def _run(self) -> None:
         while True:

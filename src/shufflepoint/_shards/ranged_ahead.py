@@ -9,6 +9,11 @@ the ranges those rows read (``ranged_plan``: Parquet reads the footer once, then
 column chunks of their row groups; a ``.bin`` maps windows to bytes) and ``ensure``s them. The read
 then finds them held and fetches nothing.
 
+A pass's first chunk is read at once: its jobs fetch its rows joined only across gaps of ``_WIDE`` (a
+fresh node's first batch waits for its rows, not for the wide spans of the chunks after it), and the jobs
+of later chunks start once they are done (``_FIRST_WAIT_S`` at most), so the first batch has the links
+and the entry locks to itself.
+
 Everything the foreground relies on stays in ``PartialShard``: the entry lock (a range is fetched
 once per node, whichever thread or process asks first), the version check of every fetch (a
 rewritten shard fails the job; the foreground read then meets it as a ``ShardError``), and the
@@ -18,8 +23,11 @@ same rows announced twice are fetched once; a shard's later rows are a new job.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
+import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -47,17 +55,18 @@ _WIDE = 64 << 10  # gaps fetched with their neighbours: a fraction of what a rou
 # of a few windows each); a Parquet shard half held fetches only its rows' column chunks (the rest may be
 # columns no read asks for). The first chunk (256 rows) reads fewer: a fresh node fetches its rows.
 _WHOLE = 16
+_FIRST_WAIT_S = 5.0  # the longest a later chunk's job waits for the first chunk's: an ordering, never what is read
 
 
 class Job:
     """Rows of one shard a chunk will read (``dense``: this rank reads the rows in between next;
-    ``whole``: and so much of the shard that one GET of all of it is cheapest); equal (and hashed)
-    by (shard, digest of the rows)."""
+    ``whole``: and so much of the shard that one GET of all of it is cheapest; ``at_once``: of a pass's
+    first chunk, fetched narrowly); equal (and hashed) by (shard, digest of the rows)."""
 
-    __slots__ = ("shard", "rows", "dense", "whole", "_key")
+    __slots__ = ("shard", "rows", "dense", "whole", "at_once", "_key")
 
-    def __init__(self, shard: int, rows: np.ndarray, dense: bool, whole: bool) -> None:
-        self.shard, self.rows, self.dense, self.whole = shard, rows, dense, whole
+    def __init__(self, shard: int, rows: np.ndarray, dense: bool, whole: bool, at_once: bool = False) -> None:
+        self.shard, self.rows, self.dense, self.whole, self.at_once = shard, rows, dense, whole, at_once
         self._key = (shard, hashlib.blake2b(rows.tobytes(), digest_size=8).digest())
 
     def __eq__(self, other: object) -> bool:
@@ -68,7 +77,7 @@ class Job:
 
 
 def jobs(shards: np.ndarray, rows: np.ndarray, order: list[int], density: float,
-         shard_rows: np.ndarray) -> list[Job]:
+         shard_rows: np.ndarray, at_once: bool = False) -> list[Job]:
     """One job per shard of ``order`` (the shards to read ahead, in reading order): the ``rows`` whose
     ``shards`` entry is it, sorted; dense where this rank reads nearly all the positions it spans
     (``PrefetchesDealt``), whole where it also reads 1/_WHOLE of the shard (``shard_rows``) in this chunk."""
@@ -79,8 +88,20 @@ def jobs(shards: np.ndarray, rows: np.ndarray, order: list[int], density: float,
     by_shard, by_row = pairs // span, pairs % span
     bounds = np.searchsorted(by_shard, np.stack([order, np.add(order, 1)], axis=1)).tolist()
     dense = density >= DENSE
-    return [Job(shard, by_row[first:last], dense, dense and (last - first) * _WHOLE >= int(shard_rows[shard]))
+    return [Job(shard, by_row[first:last], dense,
+                not at_once and dense and (last - first) * _WHOLE >= int(shard_rows[shard]), at_once)
             for shard, (first, last) in zip(order, bounds, strict=True)]
+
+
+_LIVE: weakref.WeakSet[RangedAhead] = weakref.WeakSet()
+
+
+@atexit.register
+def _exiting() -> None:
+    """At exit, a job still waiting for the first chunk's starts no fetch: a daemon thread that starts work while
+    the interpreter finalizes can abort the process (a bench child ended 1 run in 20 with SIGABRT)."""
+    for ahead in list(_LIVE):
+        ahead.exit()
 
 
 class RangedAhead:
@@ -94,17 +115,30 @@ class RangedAhead:
         self._plans: dict[int, Plan] = {}
         self._by_range: dict[int, bool] = {}  # shard -> read by range, asked once per process (a stat each)
         self._complete: dict[int, tuple[str, int]] = {}  # shard -> (its partial copy, inode) seen complete
+        self._first = threading.Condition()
+        self._first_left = 0  # the first chunk's jobs not yet run; later jobs wait for 0
+        self._exited = False
+        _LIVE.add(self)
         self.prefetcher = Prefetcher(self._run, max_ahead=_JOBS_AHEAD, threads=_THREADS)
 
-    def announce(self, upcoming: list[int], shards: np.ndarray, rows: np.ndarray, density: float) -> list[int]:
+    def announce(self, upcoming: list[int], shards: np.ndarray, rows: np.ndarray, density: float,
+                 at_once: bool = False) -> list[int]:
         """Schedule the jobs of the ``upcoming`` shards read by range (``shards``/``rows``: each index's
-        shard and row in it); the others, in order, for the caller to download whole."""
+        shard and row in it; ``at_once``: a pass's first chunk); the others, in order, for the caller to
+        download whole."""
         by_range = [s for s in upcoming if self._ranged(s)]
         if not by_range:
             return upcoming
         wanted = [s for s in by_range if not self._held_whole(s)]  # held whole: no job (each costs the GIL)
         if wanted:
-            self.prefetcher.schedule(jobs(shards, rows, wanted, density, self._corpus.index.rows))
+            found = jobs(shards, rows, wanted, density, self._corpus.index.rows, at_once)
+            if at_once:
+                with self._first:
+                    self._first_left += len(found)
+            queued = set(self.prefetcher.schedule(found))
+            for job in found:
+                if at_once and job not in queued:  # in flight or done already: nothing to wait for
+                    self._first_done()
         taken = set(by_range)
         return [s for s in upcoming if s not in taken]
 
@@ -136,8 +170,34 @@ class RangedAhead:
         except FileNotFoundError:  # evicted since: read ahead again
             return False
 
+    def _first_done(self) -> None:
+        with self._first:
+            self._first_left -= 1
+            self._first.notify_all()
+
     def _run(self, job: Any) -> None:
-        """Fetch the ranges ``job``'s rows read into the shard's partial entry (a background thread)."""
+        """Fetch the ranges ``job``'s rows read into the shard's partial entry (a background thread); a
+        later chunk's job once the first chunk's are done."""
+        if job.at_once:
+            try:
+                self._run_job(job)
+            finally:
+                self._first_done()
+            return
+        with self._first:
+            self._first.wait_for(lambda: self._first_left <= 0 or self._exited, _FIRST_WAIT_S)
+            if self._exited:
+                return
+        self._run_job(job)
+
+    def exit(self) -> None:
+        """The interpreter is exiting: jobs still waiting start nothing (``_exiting``)."""
+        with self._first:
+            self._exited = True
+            self._first.notify_all()
+        self.prefetcher.close()
+
+    def _run_job(self, job: Any) -> None:
         if self._held_whole(job.shard):
             return
         opened = self._partial(job.shard)
@@ -165,10 +225,10 @@ class RangedAhead:
                 self._plans.clear()
             self._plans[job.shard] = plan
         spans = plan(job.rows)
-        if spans and job.dense:
-            spans = merged(spans, self._wide)
+        if spans and job.dense:  # the first chunk's joined only where a GET costs more than the gap
+            spans = merged(spans, _WIDE if job.at_once else self._wide)
         if spans:
-            partial.ensure(spans, join=job.dense)
+            partial.ensure(spans, join=job.dense and not job.at_once)
 
     def close(self) -> None:
         self.prefetcher.close()
