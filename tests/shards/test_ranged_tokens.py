@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import shufflepoint
-from shufflepoint._shards import ranged
+from shufflepoint._shards import ranged, ranged_ahead
 
 SEQ, TOKENS, SHARDS = 256, 1 << 20, 3  # 2 MiB shards of uint16 ids, 4,095 windows each
 
@@ -79,3 +79,62 @@ def test_a_sparse_rank_fetches_its_own_windows_not_the_gaps(s3, tokens, tmp_path
     # Two chunks of this rank's indices announced (256 + 1,024 windows of 514 bytes): those windows alone, not
     # the 3 x 3 windows of other ranks around each of them (4x the bytes, the whole corpus here).
     assert 0 < fetched <= 1.1 * (256 + 1024) * (2 * SEQ + 2), fetched
+
+
+class _Partial:
+    """A partial shard that records what read-ahead asks it to hold."""
+
+    size = 64 << 20
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[list, bool]] = []
+
+    def ensure(self, spans, join=True) -> None:
+        self.asked.append(([tuple(s) for s in spans], join))
+
+    def held_bytes(self) -> int:
+        return 0
+
+
+@pytest.mark.parametrize("at_once", [True, False])
+def test_the_first_chunk_is_fetched_narrowly_and_later_ones_widely(at_once):
+    """Windows 512 KiB apart in a 64 MiB shard: the pass's first chunk (read at once) fetches each window alone
+    (the first batch waits for its rows); a later chunk joins the gaps it reads next (``dense_gap``, 1 MiB)."""
+    rows = np.arange(0, 64, 2, dtype=np.int64)  # windows of 256 KiB, every other one
+    [job] = ranged_ahead.jobs(np.zeros(rows.size, np.int64), rows, [0], 1.0, np.array([256]), at_once)
+    assert job.at_once is at_once and job.dense and (job.whole is not at_once)  # 32 of 256 rows: 1/8, "whole"
+    job.whole = False  # the plan's path: what a chunk reading less of the shard fetches
+    ahead = ranged_ahead.RangedAhead(None, lambda ranged, url: lambda r: [(int(x) << 18, (int(x) + 1) << 18)
+                                                                          for x in r], True, 1 << 20)
+    partial = _Partial()
+    ahead._fetch(job, partial, None, "s3://b/0.bin")
+    [(spans, join)] = partial.asked
+    assert len(spans) == (32 if at_once else 1) and join is not at_once, spans[:3]
+    ahead.close()
+
+
+def test_a_later_chunks_read_ahead_starts_once_the_first_chunks_is_done():
+    """The first batch has the links and the entry locks to itself: jobs of a later chunk wait for the first
+    chunk's jobs (read at once), never the other way round."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    corpus = SimpleNamespace(_ranged_shard=lambda shard: True, index=SimpleNamespace(rows=np.full(4, 10_000)))
+    ahead = ranged_ahead.RangedAhead(corpus, lambda ranged, url: None, True, 1 << 20)
+    release, ran = threading.Event(), []
+
+    def run_job(job) -> None:
+        ran.append((job.shard, job.at_once, release.is_set()))
+        if job.at_once:
+            release.wait(10)
+    ahead._run_job = run_job
+    shards = np.array([0, 1, 0, 1])
+    ahead.announce([0, 1], shards, np.array([1, 2, 3, 4]), 1.0, at_once=True)
+    ahead.announce([2, 3], np.array([2, 3]), np.array([5, 6]), 1.0)
+    time.sleep(0.3)
+    assert sorted(ran) == [(0, True, False), (1, True, False)]  # the later chunk's jobs wait
+    release.set()
+    assert ahead.prefetcher.wait(10)
+    assert sorted(ran)[2:] == [(2, False, True), (3, False, True)]
+    ahead.close()
