@@ -251,6 +251,28 @@ def test_a_background_failure_is_kept_and_surfaces_on_the_foreground_read(s3, s3
     prefetcher.close()
 
 
+def test_closed_threads_are_joined_after_their_current_lookup_and_queued_keys_reported():
+    """``schedule`` says which keys it queued (the others were in flight or done); ``join`` after ``close`` waits
+    for the lookup in flight and drops the rest (what the exit hook of read-ahead relies on)."""
+    gate, calls = threading.Event(), []
+
+    def lookup(url: str) -> str:
+        calls.append(url)
+        gate.wait(10)
+        return url
+
+    prefetcher = Prefetcher(lookup, max_ahead=8, threads=1)
+    assert prefetcher.schedule(["a", "b", "a"]) == ["a", "b"]
+    assert prefetcher.schedule(["b", "c"]) == ["c"]
+    time.sleep(0.1)
+    prefetcher.close()
+    prefetcher.join(0.2)
+    assert prefetcher._threads[0].is_alive()  # still in its lookup of "a"
+    gate.set()
+    prefetcher.join(5)
+    assert not prefetcher._threads[0].is_alive() and calls == ["a"]
+
+
 def test_at_most_max_ahead_are_outstanding_and_done_ones_are_skipped():
     gate, calls = threading.Event(), []
 

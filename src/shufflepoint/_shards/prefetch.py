@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
@@ -109,6 +110,14 @@ class Prefetcher:
             return True
         with self._cond:
             return self._cond.wait_for(lambda: not self._pending, timeout)
+
+    def join(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds in all for the threads to end (after ``close``: their current lookup)."""
+        if os.getpid() != self._pid:  # a forked copy has none of these threads
+            return
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def close(self) -> None:
         """Drop what is queued and let the threads end after their current lookup (never waits; a

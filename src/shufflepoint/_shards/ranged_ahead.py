@@ -56,6 +56,7 @@ _WIDE = 64 << 10  # gaps fetched with their neighbours: a fraction of what a rou
 # columns no read asks for). The first chunk (256 rows) reads fewer: a fresh node fetches its rows.
 _WHOLE = 16
 _FIRST_WAIT_S = 5.0  # the longest a later chunk's job waits for the first chunk's: an ordering, never what is read
+_EXIT_WAIT_S = 2.0  # at exit, the longest the jobs in flight are waited for (``_exiting``)
 
 
 class Job:
@@ -98,11 +99,14 @@ _LIVE: weakref.WeakSet[RangedAhead] = weakref.WeakSet()
 
 @atexit.register
 def _exiting() -> None:
-    """At exit, a job still waiting for the first chunk's starts no fetch: the fewer daemon threads at work
-    while the interpreter finalizes, the better (a bench child that exits right after its first batch ended
-    with SIGABRT in 2 of ~130 runs with the wait, 1 of them after this hook; 0 of 32 before the wait)."""
+    """At exit, read-ahead starts nothing more and the jobs in flight get ``_EXIT_WAIT_S`` to end: a daemon thread
+    still at work when the interpreter finalizes is stopped where it next takes the GIL, and inside a C++ frame
+    (numpy's sort under ``np.unique``) that aborts the process ("terminate called without an active
+    exception": a bench child exiting right after its first batch, 2 of ~130 runs without this wait)."""
     for ahead in list(_LIVE):
         ahead.exit()
+    for ahead in list(_LIVE):
+        ahead.prefetcher.join(_EXIT_WAIT_S)
 
 
 class RangedAhead:
