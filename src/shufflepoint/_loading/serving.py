@@ -56,9 +56,9 @@ _DENSITY_POSITIONS = 4096
 def announced(chunks: Iterator[Chunk], prefetch: Announce) -> Iterator[Chunk]:
     """Tell the dataset (``Shards``) each chunk of upcoming indices one chunk before it is served,
     so that its shards are downloading while the current chunk is read. The first chunk, read at once,
-    too: with its own density, so a rank reading densely fetches its rows in few GETs (joined across the
-    small gaps it reads next anyway), not a GET per row; it is small (256 rows), so it reads no shard whole
-    unless the shuffle block is small enough to read shards nearly in order."""
+    too, with the rank's own density: a rank reading densely fetches its rows in few GETs, not a GET per
+    row (``Shards`` fetches a pass's first chunk narrowly and reads ahead of the next ones once it is held:
+    ``_shards/ranged_ahead``)."""
     current = next(chunks, None)
     if current is not None:
         prefetch(current[1], density(current[0]))
