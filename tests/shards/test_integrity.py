@@ -62,10 +62,6 @@ def resume(corpus, state):
     shufflepoint.DataLoader(corpus, batch_size=2, seed=3, shuffle_block=16, rank=0, world_size=1).load_state_dict(state)
 
 
-def shard_gets(s3, key):
-    return [path for method, path, _ in s3.faults.log if method == "GET" and path.split("?")[0].endswith(key)]
-
-
 @pytest.mark.parametrize("whole", [True, False], ids=["whole", "by-range"])
 def test_rewritten_with_the_same_size_before_its_first_read(s3, bucket, monkeypatch, whole):
     monkeypatch.setattr(ranged, "ENABLED", False if whole else None)  # SHUFFLEPOINT_RANGED_READS=0, or the default

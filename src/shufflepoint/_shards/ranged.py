@@ -38,9 +38,10 @@ from shufflepoint._core.errors import ShardError, refusal
 from shufflepoint._shards.cache import NodeCache
 
 # SHUFFLEPOINT_RANGED_READS: unset (or empty), the default: the formats in DEFAULT_FORMATS are read by
-# range: a fresh node's first batch waits for its rows, a cold first epoch runs at 0.8-1.1x whole shards'
-# rate in make bench-ranged and a complete shard at the same rate (Parquet, token .bin shards;
-# docs/benchmarks-shards.md, ranged reads). "1": the same
+# range: a fresh node's first batch waits for its rows, the loop after it in a cold first epoch runs at
+# 0.8-1.1x whole shards' rate in make bench-ranged (a whole cold epoch with 4 workers over 16 MiB token
+# shards behind 30 ms GETs: 1.64x the time) and a complete shard at the same rate (Parquet, token .bin
+# shards; docs/benchmarks-shards.md, ranged reads). "1": the same
 # (every format that can); "0": none, every remote shard is downloaded whole before its first row is read.
 # verify="checksum" shards are always downloaded whole (the hash needs every byte).
 DEFAULT_FORMATS = frozenset({"parquet", "tokens"})
