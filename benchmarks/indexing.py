@@ -69,7 +69,7 @@ def make_corpora(root: Path, shards: int, rows: int) -> dict[str, Path]:
 
 def listing_bytes(url: str, options: dict[str, Any], counts: Any) -> int:
     """What listing the bucket prefix costs alone (part of any index build)."""
-    from shufflepoint._shards.storage import Storage
+    from shufflepoint._shards.storage.storage import Storage
 
     counts.reset()
     Storage(options).expand(url)

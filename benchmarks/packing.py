@@ -10,7 +10,7 @@ Writes ``benchmarks/results/packing.md`` and ``.json`` (``packing_quick`` with `
   ``shufflepoint.DataLoader(Shards(bin, seq_len=SEQ_LEN), batch_size=8)``, ``num_workers=0``, one
   epoch each, each Packed run right after a windows run (ratio per pair). The first pair is the
   Packed corpus's first read on this node: it decodes the Parquet row groups and keeps the decoded
-  ids in the cache folder (``_shards/kept_ids``); the next ``--repeats`` pairs are later epochs,
+  ids in the cache folder (``_shards/storage/kept_ids``); the next ``--repeats`` pairs are later epochs,
   which map the kept ids instead (the median is the headline). Both are reported.
   Target: >= 0.8x (issues 28.4, 35.1).
 - Index: the bytes ``Packed`` holds per corpus (two int64 per document), the time to count the

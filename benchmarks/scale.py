@@ -101,9 +101,9 @@ def publish(path: Path) -> None:
     """The index ``shufflepoint index`` would publish beside the corpus, for every shard as the stub lists it."""
     import numpy as np
 
-    from shufflepoint._shards import index as _index
-    from shufflepoint._shards import index_file
-    from shufflepoint._shards.indexing import published_name
+    from shufflepoint._shards.index import index as _index
+    from shufflepoint._shards.index import index_file
+    from shufflepoint._shards.index.indexing import published_name
     from shufflepoint._shards.readers import make_reader
 
     reader = make_reader("tokens", seq_len=SEQ_LEN)

@@ -79,7 +79,7 @@ def state_bytes() -> dict[str, int]:
 
 def epoch_table(shards: int, rows: int, repeats: int) -> dict[str, float]:
     """Build time and peak traced bytes of one epoch's ``blocks`` table, then one batch's lookups."""
-    from shufflepoint._shards.blocks import BlockOrder
+    from shufflepoint._order.blocks import BlockOrder
 
     counts = np.full(shards, rows, dtype=np.int64)
     builds, firsts, peaks = [], [], []
@@ -102,7 +102,7 @@ def node_reads(shards: int, rows: int, world: int, per_node: int, batch: int, sa
                deal: str = "spans") -> dict:
     """Which shards node 0 (ranks 0..per_node-1) reads in epoch 0 under ``deal``, from the order alone."""
     from shufflepoint._core.plan import Layout, cut
-    from shufflepoint._shards.blocks import BlockOrder, StretchBlockOrder
+    from shufflepoint._order.blocks import BlockOrder, StretchBlockOrder
 
     n = shards * rows
     sizes = np.full(shards, rows, dtype=np.int64)

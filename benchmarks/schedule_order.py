@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from shufflepoint._shards.mixture import Mixture
+from shufflepoint._shards.corpora.mixture.mixture import Mixture
 
 POSITIONS = 200_000
 

@@ -43,8 +43,8 @@ from pathlib import Path
 import numpy as np
 
 from shufflepoint._core.plan import Layout, cut
+from shufflepoint._order.blocks import BlockOrder, StretchBlockOrder
 from shufflepoint._order.feistel import FeistelOrder
-from shufflepoint._shards.blocks import BlockOrder, StretchBlockOrder
 
 RANKS = 8  # the simulated world of the deal rows
 

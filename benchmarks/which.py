@@ -112,7 +112,7 @@ class LongDocuments:
 def child(kind: str, state_path: str, counts_path: str | None) -> dict[str, Any]:
     began = time.perf_counter()
     import shufflepoint
-    from shufflepoint._shards import token_counts
+    from shufflepoint._shards.counting import token_counts
 
     imported = time.perf_counter()
     with open(state_path) as f:
@@ -211,7 +211,7 @@ def main() -> None:
         lengths = np.maximum(1, rng.lognormal(np.log(TOKENS / DOCUMENTS) - 0.5, 1.0, DOCUMENTS)).astype(np.int64)
         lengths = (lengths * (TOKENS / lengths.sum())).astype(np.int64) + 1  # 1e12 tokens, give or take rounding
         counts = os.path.join(folder, "tokens.npy")
-        from shufflepoint._shards import token_counts
+        from shufflepoint._shards.counting import token_counts
 
         np.save(counts, lengths.astype(np.int32))  # counts kept on disk (a list-like dataset has no per-shard file)
         keep = token_counts.count_all

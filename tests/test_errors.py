@@ -1,6 +1,6 @@
 """Refusals in one shape, limits tagged where they live, no message nested in another.
 
-Each refusal reads, one part a line (``_core/errors.py`` ``refusal``)::
+Each refusal reads, one part a line (``_errors.py`` ``refusal``)::
 
     seed: found -1
       expected: an int in [0, 18446744073709551615]
@@ -126,7 +126,7 @@ def test_a_refusal_reads_found_expected_why_fix_one_a_line(subject: str) -> None
 
 
 def test_found_is_cut_at_80_characters() -> None:
-    from shufflepoint._core.errors import Plain, refusal
+    from shufflepoint._errors import Plain, refusal
 
     first = refusal("indices", list(range(100)), "ints", "pass ints").splitlines()[0]
     assert first.endswith("...") and len(first) == len("indices: found ") + 80

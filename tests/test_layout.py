@@ -30,9 +30,19 @@ ALLOWED: dict[str, set[str]] = {
     "_tools": {"_order", "_core", "_shards", "_media", "_loading", "integrations"},
 }
 # Modules of the package root: the public surface may import every layer.
-ROOT_MODULES = {"__init__", "__main__", "_version"}
-# The version, a leaf any layer may read.
-VERSION_MODULES = {"__version__", "_version"}
+ROOT_MODULES = {"__init__", "__main__"}
+# Leaves any layer may read: the version, the house's errors, the settings read when used. A leaf imports
+# no layer, only other leaves.
+LEAF_MODULES = {"__version__", "_version", "_errors", "_settings"}
+# The rooms of ``_shards``: each folder one part of the architecture (docs/development.md says which).
+SHARDS_ROOMS = {"corpora", "counting", "index", "storage", "readers"}
+# Layers that never import torch.distributed (the loader's layers own the process group).
+NO_DISTRIBUTED = {"_order", "_core", "_shards", "_media"}
+# ... but for the one collective a corpus takes before any loader exists, named here with its reason.
+DISTRIBUTED_EXCEPTIONS = {
+    "_shards/counting/count_share.py": "Packed's token totals: each process counts its share of the shards and "
+                                       "one all_gather_object exchanges them (a Mixture asks the length when built)",
+}
 
 
 def _python_files(*roots: pathlib.Path) -> list[pathlib.Path]:
@@ -62,16 +72,47 @@ def _imported_layers(path: pathlib.Path) -> set[tuple[str, int]]:
 
 def test_every_module_in_the_package_belongs_to_a_known_layer() -> None:
     layers = {_layer(p) for p in _python_files(PACKAGE)}
-    assert layers <= set(ALLOWED) | ROOT_MODULES, layers - set(ALLOWED) - ROOT_MODULES
+    assert layers <= set(ALLOWED) | ROOT_MODULES | LEAF_MODULES, layers - set(ALLOWED) - ROOT_MODULES - LEAF_MODULES
+
+
+@pytest.mark.parametrize("leaf", sorted(LEAF_MODULES - {"__version__"}))
+def test_a_leaf_imports_only_leaves(leaf: str) -> None:
+    path = PACKAGE / f"{leaf}.py"
+    wrong = sorted((other, line) for other, line in _imported_layers(path) if other not in LEAF_MODULES)
+    assert not wrong, f"{path.relative_to(ROOT)} is a leaf every layer reads, yet imports {wrong}"
+
+
+def test_shards_is_laid_out_in_rooms() -> None:
+    """``_shards/`` shows its architecture in its folder names: no module lies loose in it, and each room
+    says in its ``__init__`` docstring what it holds."""
+    shards = PACKAGE / "_shards"
+    loose = sorted(p.name for p in shards.glob("*.py") if p.name != "__init__.py")
+    assert not loose, f"modules loose in _shards/ (put each in its room, {sorted(SHARDS_ROOMS)}): {loose}"
+    rooms = {p.name for p in shards.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert rooms == SHARDS_ROOMS, rooms ^ SHARDS_ROOMS
+    for room in rooms:
+        assert ast.get_docstring(ast.parse((shards / room / "__init__.py").read_text())), room
+
+
+@pytest.mark.parametrize("path", [p for p in _python_files(PACKAGE) if _layer(p) in NO_DISTRIBUTED
+                                  and str(p.relative_to(PACKAGE)) not in DISTRIBUTED_EXCEPTIONS],
+                         ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_lower_layers_never_import_torch_distributed(path: pathlib.Path) -> None:
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+            [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+            if isinstance(node, ast.ImportFrom) else [])
+        assert not any(n == "torch.distributed" or n.startswith("torch.distributed.") for n in names), (
+            f"{path.relative_to(ROOT)}:{node.lineno} imports torch.distributed; {_layer(path)} never does")
 
 
 @pytest.mark.parametrize("path", _python_files(PACKAGE), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_imports_point_down_the_layers(path: pathlib.Path) -> None:
     layer = _layer(path)
-    if layer in ROOT_MODULES:
+    if layer in ROOT_MODULES or layer in LEAF_MODULES:
         return
     wrong = sorted((other, line) for other, line in _imported_layers(path)
-                   if other != layer and other not in ALLOWED[layer] and other not in VERSION_MODULES)
+                   if other != layer and other not in ALLOWED[layer] and other not in LEAF_MODULES)
     assert not wrong, f"{path.relative_to(ROOT)} ({layer}) imports {wrong}; {layer} may import {ALLOWED[layer]}"
 
 

@@ -9,7 +9,7 @@ over a link shaped like an object store's (each GET's first byte after 30 ms, 10
 ``S3Server.shape``), each in a fresh process with a fresh cache: the first batch's time, the steady rate
 (workers 0 and 4), and the GET bytes and requests of a run of rank 0 of 2 over its whole share, with
 ``SHUFFLEPOINT_RANGED_READS`` =0 (every remote shard downloaded whole, prefetched ahead) and =1 (Parquet
-and ``.bin`` shards read by byte range, their upcoming ranges read ahead: ``_shards/ranged_ahead``).
+and ``.bin`` shards read by byte range, their upcoming ranges read ahead: ``_shards/storage/ranged_ahead``).
 Alternating off/on per repeat, so the load drifts over both alike. Writes ``results/ranged.md`` and
 ``.json``. Unset, the default reads by range the formats this measured at >= 0.9x whole shards' steady
 rate (``ranged.DEFAULT_FORMATS``).

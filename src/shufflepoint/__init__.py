@@ -7,18 +7,18 @@ a handful of integers that are the same on every rank.
 from __future__ import annotations
 
 from shufflepoint._core.capabilities import Locatable
-from shufflepoint._core.errors import ResumeWarning, SampleError, ShardError, StateError
 from shufflepoint._core.state import FIELDS as STATE_FIELDS
+from shufflepoint._errors import ResumeWarning, SampleError, ShardError, StateError
 from shufflepoint._loading.loader import DataLoader
 from shufflepoint._loading.randomness import sample_rng, torch_generator
 from shufflepoint._loading.sampler import ResumableSampler
 from shufflepoint._media.images import DecodeImage
 from shufflepoint._media.video import VideoClips
 from shufflepoint._order import ORDERS, Permutation, permutation
-from shufflepoint._shards.batch import collate
-from shufflepoint._shards.dataset import Shards
-from shufflepoint._shards.mixture import Mixture
-from shufflepoint._shards.packed import Packed
+from shufflepoint._shards.corpora.mixture.mixture import Mixture
+from shufflepoint._shards.corpora.packed.packed import Packed
+from shufflepoint._shards.corpora.shards.batch import collate
+from shufflepoint._shards.corpora.shards.shards import Shards
 from shufflepoint._version import __version__
 from shufflepoint.integrations.accelerate import patch_accelerate, unpatch_accelerate
 

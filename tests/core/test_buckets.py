@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shufflepoint._core.buckets import BucketCut, BucketOrder, BucketTable, _Interleave, check_segments, describe
-from shufflepoint._core.errors import Refused
+from shufflepoint._errors import Refused
 
 sizes_of_buckets = st.lists(st.integers(1, 60), min_size=1, max_size=8)
 layouts = st.tuples(st.integers(1, 5), st.integers(1, 9))  # (world_size, batch_size)

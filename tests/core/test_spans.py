@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import shufflepoint
 from shufflepoint import StateError
 from shufflepoint._core.spans import SpanCut, check_segments
-from shufflepoint._shards.mixture import Mixture
+from shufflepoint._shards.corpora.mixture.mixture import Mixture
 from simulated import ShardRows
 
 WORLDS = st.integers(1, 64)

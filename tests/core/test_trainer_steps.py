@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shufflepoint._core import trainer_steps
-from shufflepoint._core.errors import StateError
 from shufflepoint._core.trainer_steps import Span, Steps, StepsError, recorded
+from shufflepoint._errors import StateError
 
 
 def test_the_docstring_examples_hold():

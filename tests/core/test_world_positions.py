@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from shufflepoint._core.plan import Layout, StridedCut
 from shufflepoint._core.spans import SpanCut
-from shufflepoint._shards.blocks import BlockOrder, StretchBlockOrder
+from shufflepoint._order.blocks import BlockOrder, StretchBlockOrder
 
 
 def _rows(cut, start, stop):

@@ -60,11 +60,11 @@ def _rank(rank: int, world: int, port: int, sources: str, options: dict, cache: 
     import torch.distributed as dist
 
     import shufflepoint
-    from shufflepoint._shards import packed as packed_module
+    from shufflepoint._shards.corpora.packed import packed as packed_module
 
     counted: list[list[int]] = []  # the document ranges this rank counted (before a read: by share)
     try:
-        from shufflepoint._shards import shard_counts
+        from shufflepoint._shards.counting import shard_counts
     except ImportError:  # run as a script on a version before per-shard counts
         shard_counts = None
     if shard_counts is not None:
@@ -262,7 +262,7 @@ def _mixture_rank(rank: int, port: int, folder: str, queue) -> None:
     import torch.distributed as dist
 
     import shufflepoint
-    from shufflepoint._shards import shard_counts
+    from shufflepoint._shards.counting import shard_counts
 
     counted: list[tuple[str, int, int]] = []
     count = shard_counts.count_ranges

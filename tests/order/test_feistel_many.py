@@ -5,9 +5,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shufflepoint._order.blocks import _sub_seed
 from shufflepoint._order.feistel import FeistelOrder
 from shufflepoint._order.feistel_many import sub_seeds, take_many
-from shufflepoint._shards.blocks import _sub_seed
 
 
 @settings(max_examples=60, deadline=None)

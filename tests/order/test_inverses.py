@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shufflepoint._order import ORDERS, make_order
-from shufflepoint._shards.blocks import BlockOrder, StretchBlockOrder
+from shufflepoint._order.blocks import BlockOrder, StretchBlockOrder
 
 KEYED = ("feistel", "radix-feistel")
 

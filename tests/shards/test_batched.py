@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from torch.utils.data import default_collate
 
 import shufflepoint
-from shufflepoint._shards.batch import Columns, Rows, Stacked
+from shufflepoint._shards.corpora.shards.batch import Columns, Rows, Stacked
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -256,7 +256,7 @@ def test_read_ids_gives_arrays_only_where_the_column_is_a_list_of_integers(corpo
 @given(dtype=st.sampled_from(["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]),
        length=st.integers(1, 2**40), data=st.data())
 def test_index_bounds_are_checked_in_every_integer_dtype(dtype, length, data):
-    from shufflepoint._shards.batch import checked_indices
+    from shufflepoint._shards.corpora.shards.batch import checked_indices
     from shufflepoint._shards.readers._common import check_rows
 
     info = np.iinfo(dtype)

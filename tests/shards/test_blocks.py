@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import shufflepoint
 from resume_contract import Component, assert_resume_contract, run_epochs
-from shufflepoint._shards.blocks import BlockOrder, StretchBlockOrder
+from shufflepoint._order.blocks import BlockOrder, StretchBlockOrder
 
 ROWS = st.lists(st.integers(0, 40), min_size=0, max_size=30)
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import shufflepoint
-from shufflepoint._shards import bucket_keys
+from shufflepoint._shards.counting import bucket_keys
 
 
 def corpus(folder, keys):

@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from shufflepoint._core.errors import ShardError
-from shufflepoint._shards.cache import NodeCache, _key
-from shufflepoint._shards.prefetch import Prefetcher
-from shufflepoint._shards.storage import Storage
+from shufflepoint._errors import ShardError
+from shufflepoint._shards.storage.cache import NodeCache, _key
+from shufflepoint._shards.storage.prefetch import Prefetcher
+from shufflepoint._shards.storage.storage import Storage
 
 FORK = multiprocessing.get_context("fork")
 
@@ -342,7 +342,7 @@ def test_a_rank_marks_first_out_the_shards_it_is_done_with_for_the_epoch(s3, s3_
                      for i in chunk}
     assert still_to_read and len(still_to_read) < 12
     cache = corpus._node_cache()
-    released = {s for s in range(12)  # a whole entry, or a partial one (a .bin read by range, _shards/ranged)
+    released = {s for s in range(12)  # a whole entry, or a partial one (a .bin read by range, _shards/storage/ranged)
                 for path in (cache.entry(corpus.index.url(s), corpus.index.shards[s].version),
                              cache.partial(corpus.index.url(s), corpus.index.shards[s].version)[0])
                 if os.path.exists(path) and os.stat(path).st_mtime_ns == 0}
@@ -367,7 +367,7 @@ def test_a_shard_is_marked_done_once_two_later_chunks_no_longer_hold_it(s3, s3_b
     cache = corpus._node_cache()
 
     def released() -> set[int]:
-        return {s for s in range(6)  # a whole entry, or a partial one (a .bin read by range, _shards/ranged)
+        return {s for s in range(6)  # a whole entry, or a partial one (a .bin read by range, _shards/storage/ranged)
                 for path in (cache.entry(corpus.index.url(s), corpus.index.shards[s].version),
                              cache.partial(corpus.index.url(s), corpus.index.shards[s].version)[0])
                 if os.path.exists(path) and os.stat(path).st_mtime_ns == 0}

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shufflepoint._shards import count_files
-from shufflepoint._shards.count_share import Share
-from shufflepoint._shards.packed_rows import EpochTable
-from shufflepoint._shards.shard_counts import FullCounts, ShardCounts
+from shufflepoint._shards.corpora.packed.rows import EpochTable
+from shufflepoint._shards.counting import count_files
+from shufflepoint._shards.counting.count_share import Share
+from shufflepoint._shards.counting.shard_counts import FullCounts, ShardCounts
 
 shard_rows = st.lists(st.integers(0, 12), min_size=1, max_size=20)
 
@@ -101,7 +101,7 @@ def test_per_shard_totals_give_what_every_count_in_memory_gives(rows, data, extr
 
 
 def test_the_counts_kept_in_memory_are_bounded_by_documents(monkeypatch):
-    from shufflepoint._shards import shard_counts as module
+    from shufflepoint._shards.counting import shard_counts as module
 
     monkeypatch.setattr(module, "_KEPT_DOCUMENTS", 10)
     rows = [4] * 6
@@ -119,7 +119,7 @@ def test_resolvers_of_every_rank_count_their_share_and_agree_after_the_exchange(
     one rank, every rank then holds the totals and digest one process counting everything finds."""
     import shufflepoint
     from corpus_files import jsonl_documents
-    from shufflepoint._shards import count_share, shard_counts, token_counts
+    from shufflepoint._shards.counting import count_share, shard_counts, token_counts
 
     jsonl_documents(str(tmp_path / "data"), 9, rows=(0, 6))
 

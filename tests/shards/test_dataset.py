@@ -12,7 +12,7 @@ import pytest
 import shufflepoint
 from corpus_files import jsonl_corpus, parquet_corpus
 from resume_contract import Component, assert_resume_contract
-from shufflepoint._shards.blocks import StretchBlockOrder
+from shufflepoint._order.blocks import StretchBlockOrder
 
 
 @pytest.fixture()

@@ -16,8 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import shufflepoint
-from shufflepoint._shards.blocks import DEFAULT_SHUFFLE_BLOCK
-from shufflepoint._shards.decode_budget import fitting_block
+from shufflepoint._order.blocks import DEFAULT_SHUFFLE_BLOCK
+from shufflepoint._order.decode_budget import fitting_block
 from shufflepoint._shards.readers import parquet as parquet_reader
 from shufflepoint._shards.readers._decoded import ENV, GROUPS
 from shufflepoint._shards.readers._group import DecodedGroup

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shufflepoint._shards import index as _index
-from shufflepoint._shards import sidecar
+from shufflepoint._shards.index import index as _index
+from shufflepoint._shards.index import sidecar
 
 
 def fake_corpus(sizes):

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shufflepoint._shards import index as _index
-from shufflepoint._shards import index_file, sidecar
+from shufflepoint._shards.index import index as _index
+from shufflepoint._shards.index import index_file, sidecar
 
 # Names and versions as storages spell them: any text, quotes, backslashes, newlines and non-ASCII included.
 text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)

@@ -4,7 +4,7 @@ which recounts only what changed."""
 
 from __future__ import annotations
 
-from shufflepoint._shards import index as _index
+from shufflepoint._shards.index import index as _index
 
 ROOT = "s3://bucket/corpus"
 URLS = [f"{ROOT}/s{i}.bin" for i in range(5)]

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import shufflepoint
 from corpus_files import jsonl_corpus
-from shufflepoint._shards import index_file, sidecar
+from shufflepoint._shards.index import index_file, sidecar
 from shufflepoint._tools.cli import main
 
 

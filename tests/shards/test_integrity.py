@@ -21,8 +21,8 @@ import pytest
 
 import shufflepoint
 from corpus_files import jsonl_corpus
-from shufflepoint._shards import index as _index
-from shufflepoint._shards import ranged, sidecar
+from shufflepoint._shards.index import index as _index
+from shufflepoint._shards.index import sidecar
 
 SEQ = 4
 
@@ -64,7 +64,10 @@ def resume(corpus, state):
 
 @pytest.mark.parametrize("whole", [True, False], ids=["whole", "by-range"])
 def test_rewritten_with_the_same_size_before_its_first_read(s3, bucket, monkeypatch, whole):
-    monkeypatch.setattr(ranged, "ENABLED", False if whole else None)  # SHUFFLEPOINT_RANGED_READS=0, or the default
+    if whole:
+        monkeypatch.setenv("SHUFFLEPOINT_RANGED_READS", "0")
+    else:
+        monkeypatch.delenv("SHUFFLEPOINT_RANGED_READS", raising=False)  # the default
     name, cache = bucket
     corpus = open_bucket(s3, name, cache)
     state = loader_state(open_bucket(s3, name, cache + "-elsewhere"))  # that job's reads fill its own cache
@@ -236,7 +239,7 @@ def test_an_index_of_format_1_still_loads_and_a_state_of_0_2_is_explained(s3, bu
 def test_rewritten_between_the_head_and_the_body(s3, bucket, tmp_path):
     """The object changes after a download looked it up and before its body came: s3fs reads If-Match the
     looked-up ETag, the server refuses, the retry looks again and the new version is a ShardError."""
-    from shufflepoint._shards.storage import Storage
+    from shufflepoint._shards.storage.storage import Storage
 
     name, _ = bucket
     storage = Storage(s3.storage_options, retries=2, backoff=0.01)

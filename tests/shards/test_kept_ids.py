@@ -1,4 +1,4 @@
-"""Decoded token ids kept in the node's cache folder (``_shards/kept_ids``, issue 35.1): a later open maps
+"""Decoded token ids kept in the node's cache folder (``_shards/storage/kept_ids``, issue 35.1): a later open maps
 them instead of decoding the Parquet again, and serves the same ids; a damaged entry, a rewritten file or
 a store turned off falls back to decoding, never to wrong ids."""
 
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import shufflepoint
-from shufflepoint._shards import kept_ids
 from shufflepoint._shards.readers import parquet as parquet_module
 from shufflepoint._shards.readers.parquet import OpenParquet
+from shufflepoint._shards.storage import kept_ids
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")

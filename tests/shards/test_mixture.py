@@ -13,10 +13,10 @@ from test_blocks import FakeCorpus
 
 import shufflepoint
 from resume_contract import Component, assert_resume_contract, run_epochs, served_across_a_resize
-from shufflepoint._shards.blocks import _sub_seed
-from shufflepoint._shards.mixture import Mixture
-from shufflepoint._shards.mixture_order import _SOURCE_TAG
-from shufflepoint._shards.packed import Packed
+from shufflepoint._order.blocks import _sub_seed
+from shufflepoint._shards.corpora.mixture.mixture import Mixture
+from shufflepoint._shards.corpora.mixture.order import _SOURCE_TAG
+from shufflepoint._shards.corpora.packed.packed import Packed
 
 
 def tagged(name, n):

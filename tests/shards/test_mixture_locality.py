@@ -17,9 +17,9 @@ from test_mixture_schedule import schedules
 
 import shufflepoint
 from resume_contract import served_across_a_resize
-from shufflepoint._shards.mixture import Mixture
-from shufflepoint._shards.mixture_order import MixtureOrder
-from shufflepoint._shards.mixture_stretches import stretches
+from shufflepoint._shards.corpora.mixture.mixture import Mixture
+from shufflepoint._shards.corpora.mixture.order import MixtureOrder
+from shufflepoint._shards.corpora.mixture.stretches import stretches
 
 
 @st.composite

@@ -16,7 +16,7 @@ from test_mixture import ids, packed, read_whole, tagged
 import shufflepoint
 from resume_contract import Component, assert_resume_contract, run_epochs, served_across_a_resize
 from shufflepoint._core.schedule import Schedule
-from shufflepoint._shards.mixture import Mixture
+from shufflepoint._shards.corpora.mixture.mixture import Mixture
 
 # Phases that start inside a global batch split it between two phases (warned about: tested below); the
 # order stays exact, and these tests use such starts on purpose.
@@ -484,9 +484,9 @@ def test_three_or_more_sources_stay_within_one_row_of_their_share_since_the_phas
 def _piece_by_piece(order, mixture, flat):
     """The order's definition, one piece (window, phase) at a time: its slots shuffled by a keyed Feistel
     order of the piece, source s owning counts(b) - counts(a) of them (``take`` computes all pieces at once)."""
+    from shufflepoint._order.blocks import _sub_seed
     from shufflepoint._order.feistel import FeistelOrder
-    from shufflepoint._shards.blocks import _sub_seed
-    from shufflepoint._shards.scheduled_mixture import _PHASE_TAG, _PIECE_TAG
+    from shufflepoint._shards.corpora.mixture.scheduled import _PHASE_TAG, _PIECE_TAG
 
     schedule, n, window = order._schedule, order.n, order._window
     found = []

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 import shufflepoint
 from resume_contract import Component, assert_resume_contract, run_epochs, served_across_a_resize
-from shufflepoint._shards.mixture import Mixture
-from shufflepoint._shards.packed import IGNORE_INDEX, Packed
-from shufflepoint._shards.packed_layout import table_key
+from shufflepoint._shards.corpora.mixture.mixture import Mixture
+from shufflepoint._shards.corpora.packed.packed import IGNORE_INDEX, Packed
+from shufflepoint._shards.corpora.packed.stretches import table_key
 
 BOS, EOS = 10**6 + 1, 10**6 + 2
 

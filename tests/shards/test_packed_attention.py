@@ -16,8 +16,8 @@ import math
 import pytest
 import torch
 
-from shufflepoint._shards.packed import Packed
-from shufflepoint._shards.packed_collate import boundaries
+from shufflepoint._shards.corpora.packed.collate import boundaries
+from shufflepoint._shards.corpora.packed.packed import Packed
 
 transformers = pytest.importorskip("transformers")
 flash_utils = pytest.importorskip("transformers.modeling_flash_attention_utils")

@@ -9,8 +9,8 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from shufflepoint._shards.packed import Packed
-from shufflepoint._shards.packed_layout import WORLDS, epoch_of, table_key
+from shufflepoint._shards.corpora.packed.packed import Packed
+from shufflepoint._shards.corpora.packed.stretches import WORLDS, epoch_of, table_key
 
 EOS = 10**6 + 2
 
@@ -107,9 +107,9 @@ def test_a_mixture_of_packed_sources_reads_the_same_shards_of_each_in_every_epoc
                                                                                   block):
     """Weights = rows under spans: part r reads each Packed source's rows laid along the parts, so the same
     shards of it in epochs 0 and 1 (the pinned edge shards included)."""
-    from shufflepoint._shards.mixture import Mixture
-    from shufflepoint._shards.mixture_order import decode, offsets
-    from shufflepoint._shards.mixture_stretches import stretches
+    from shufflepoint._shards.corpora.mixture.mixture import Mixture
+    from shufflepoint._shards.corpora.mixture.order import decode, offsets
+    from shufflepoint._shards.corpora.mixture.stretches import stretches
 
     if any(sum(lengths) < seq_len * 4 * parts for _, lengths in sources):
         return

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import shufflepoint
-from shufflepoint._shards.packed import Packed
-from shufflepoint._shards.packed_layout import table_key
+from shufflepoint._shards.corpora.packed.packed import Packed
+from shufflepoint._shards.corpora.packed.stretches import table_key
 
 # mostly short documents, some that span several batches of 2 rows of 16 tokens (up to 150 tokens)
 LENGTHS = np.random.default_rng(7).choice([3, 9, 14, 20, 31, 47, 150], size=120, p=[.2, .2, .2, .15, .1, .1, .05])

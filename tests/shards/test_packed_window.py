@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shufflepoint
-from shufflepoint._shards import packed as packed_module
-from shufflepoint._shards.packed import Packed
-from shufflepoint._shards.packed_layout import table_key
+from shufflepoint._shards.corpora.packed import packed as packed_module
+from shufflepoint._shards.corpora.packed.packed import Packed
+from shufflepoint._shards.corpora.packed.stretches import table_key
 
 BOS, EOS = 10**6 + 1, 10**6 + 2
 

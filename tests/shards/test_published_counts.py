@@ -13,8 +13,8 @@ import pytest
 
 import shufflepoint
 from corpus_files import jsonl_documents
-from shufflepoint._shards import count_files, token_counts
-from shufflepoint._shards.packed import Packed
+from shufflepoint._shards.corpora.packed.packed import Packed
+from shufflepoint._shards.counting import count_files, token_counts
 from shufflepoint._tools.cli import main
 
 
@@ -41,7 +41,7 @@ def counted_shards(monkeypatch):
     original = token_counts.count_range
     monkeypatch.setattr(token_counts, "count_range",
                         lambda d, c, a, b: counted.append((a, b)) or original(d, c, a, b))
-    from shufflepoint._shards import shard_counts
+    from shufflepoint._shards.counting import shard_counts
     monkeypatch.setattr(shard_counts, "count_range", token_counts.count_range)
     return counted
 

@@ -1,4 +1,4 @@
-"""Remote Parquet shards read by byte range (``_shards/ranged``), on the local S3 server (moto).
+"""Remote Parquet shards read by byte range (``_shards/storage/ranged``), on the local S3 server (moto).
 
 A fresh node's first batch GETs about the row groups it reads plus the footers, not whole shards;
 read-ahead fetches the ranges of the rows a chunk will read, and the reads then GET nothing;
@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 import shufflepoint
-from shufflepoint._shards import ranged
-from shufflepoint._shards.cache import NodeCache
+from shufflepoint import _settings as settings
+from shufflepoint._shards.storage import ranged
+from shufflepoint._shards.storage.cache import NodeCache
 
 SHARDS, GROUPS, GROUP_ROWS, BATCH = 3, 24, 1100, 8  # groups past _UNIT_ROWS: a unit each
 
@@ -65,18 +66,18 @@ def first_batch(corpus):
 def ranged_on(monkeypatch):
     """Parquet is read by range by default, .bin shards with SHUFFLEPOINT_RANGED_READS=1; these tests read
     every format that can by range unless they say."""
-    monkeypatch.setattr(ranged, "ENABLED", True)
+    monkeypatch.setenv("SHUFFLEPOINT_RANGED_READS", "1")
 
 
 def test_a_fresh_node_gets_the_row_groups_it_reads_then_nothing(s3, corpus, tmp_path, monkeypatch):
     name, total = corpus
-    monkeypatch.setattr(ranged, "ENABLED", False)
+    monkeypatch.setenv("SHUFFLEPOINT_RANGED_READS", "0")
     before = shards(s3, name, str(tmp_path / "whole"))
     sizes = {before.index.url(s).rsplit("/", 1)[-1]: r.size for s, r in enumerate(before.index.shards)}
     start = len(s3.faults.log)
     whole = first_batch(before)
     downloaded = got_bytes(s3, start, sizes)
-    monkeypatch.setattr(ranged, "ENABLED", True)
+    monkeypatch.setenv("SHUFFLEPOINT_RANGED_READS", "1")
     data = shards(s3, name, str(tmp_path / "cache"), prefetch=0)  # the reads alone (read-ahead: below)
     start = len(s3.faults.log)
     batch = first_batch(data)
@@ -123,9 +124,9 @@ def test_a_token_bin_shard_gets_the_windows_it_reads(s3, tmp_path, monkeypatch):
         found = next(iter(shufflepoint.DataLoader(data, batch_size=BATCH, seed=5)))
         return found, got_bytes(s3, start, sizes)
 
-    monkeypatch.setattr(ranged, "ENABLED", False)
+    monkeypatch.setenv("SHUFFLEPOINT_RANGED_READS", "0")
     whole, downloaded = batch("whole")
-    monkeypatch.setattr(ranged, "ENABLED", True)
+    monkeypatch.setenv("SHUFFLEPOINT_RANGED_READS", "1")
     windows, fresh = batch("cache")
     assert windows.tolist() == whole.tolist()
     print(f"tokens, first batch, fresh node: {downloaded} bytes whole, {fresh} by range")
@@ -205,27 +206,27 @@ def test_read_ahead_of_a_rewritten_shard_leaves_the_read_a_shard_error(s3, corpu
 
 def test_the_default_reads_parquet_and_token_shards_by_range(s3, corpus, tmp_path, monkeypatch):
     name, _ = corpus
-    monkeypatch.setattr(ranged, "ENABLED", None)  # SHUFFLEPOINT_RANGED_READS unset
+    monkeypatch.delenv("SHUFFLEPOINT_RANGED_READS", raising=False)  # SHUFFLEPOINT_RANGED_READS unset
     assert shards(s3, name, str(tmp_path / "p"))._ranged_reader()
     tokens = "tokens-" + uuid.uuid4().hex[:8]
     s3.put_files(tokens, {"web/part-0.bin": np.arange(1 << 12, dtype=np.uint16).tobytes()})
     data = shufflepoint.Shards(f"s3://{tokens}/web/*.bin", seq_len=64, storage_options=s3.storage_options,
                                cache_dir=str(tmp_path / "t"), progress=False)
     assert data._ranged_reader()
-    monkeypatch.setattr(ranged, "ENABLED", False)  # SHUFFLEPOINT_RANGED_READS=0
+    monkeypatch.setenv("SHUFFLEPOINT_RANGED_READS", "0")  # SHUFFLEPOINT_RANGED_READS=0
     assert not shards(s3, name, str(tmp_path / "p"))._ranged_reader() and not data._ranged_reader()
 
 
 @pytest.mark.parametrize(("text", "found"), [("", None), ("1", True), ("0", False), (" 1 ", True)])
 def test_the_setting_is_read_from_the_environment(monkeypatch, text, found):
     monkeypatch.setenv("SHUFFLEPOINT_RANGED_READS", text)
-    assert ranged._setting() is found
+    assert settings.ranged_reads() is found
 
 
 def test_a_setting_other_than_0_or_1_is_refused(monkeypatch):
     monkeypatch.setenv("SHUFFLEPOINT_RANGED_READS", "yes")
     with pytest.raises(ValueError, match=r"(?s)SHUFFLEPOINT_RANGED_READS.*yes.*1 \(every format"):
-        ranged._setting()
+        settings.ranged_reads()
 
 
 def test_a_range_is_one_get_checked_by_its_own_response(s3, corpus):
@@ -233,7 +234,7 @@ def test_a_range_is_one_get_checked_by_its_own_response(s3, corpus):
     object's size, ETag: its version), not by an object look-up first (s3fs's open: a round trip per
     range fetched, on a fresh node). Another version or size is a ShardError."""
     s3fs = pytest.importorskip("s3fs")
-    from shufflepoint._shards.storage import Storage
+    from shufflepoint._shards.storage.storage import Storage
 
     name, _ = corpus
     s3fs.S3FileSystem.clear_instance_cache()  # a fresh process: nothing listed, nothing cached
@@ -266,9 +267,9 @@ def test_forked_workers_read_by_range_the_rows_read_whole(s3, corpus, tmp_path, 
                 return found
         return found
 
-    monkeypatch.setattr(ranged, "ENABLED", False)
+    monkeypatch.setenv("SHUFFLEPOINT_RANGED_READS", "0")
     whole = batches("whole")
-    monkeypatch.setattr(ranged, "ENABLED", None)  # the default: Parquet by range
+    monkeypatch.delenv("SHUFFLEPOINT_RANGED_READS", raising=False)  # the default: Parquet by range
     assert batches("ranged") == whole and len(whole) == 12
     kept = [name for _, _, names in os.walk(tmp_path / "ranged") for name in names]
     assert any(name.endswith(".part") for name in kept)  # read by range: partial copies in the node cache
@@ -282,7 +283,7 @@ def test_a_rank_reading_sparsely_fetches_its_windows_and_one_reading_densely_the
     resize) fetches its own windows; one reading a stretch of its own (``spans``) joins the gaps between them in
     (it reads them next): a few GETs per shard. The loader tells ``Shards`` its density before the pass
     (``ReadsAtDensity``); no read-ahead here (``prefetch=0``): the read's own fetch joins them."""
-    monkeypatch.setattr(ranged, "ENABLED", None)
+    monkeypatch.delenv("SHUFFLEPOINT_RANGED_READS", raising=False)
     name, seq = "sparse-" + uuid.uuid4().hex[:8], 64
     tokens = {f"web/part-{s}.bin": (np.arange(1 << 16) + s).astype(np.uint16).tobytes() for s in range(2)}
     s3.put_files(name, tokens)

@@ -17,10 +17,10 @@ import os
 import numpy as np
 import pytest
 
-from shufflepoint._shards import ranged
-from shufflepoint._shards.cache import NodeCache
 from shufflepoint._shards.readers.base import Ranged
 from shufflepoint._shards.readers.parquet import ParquetReader
+from shufflepoint._shards.storage import ranged
+from shufflepoint._shards.storage.cache import NodeCache
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")

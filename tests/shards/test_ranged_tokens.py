@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import shufflepoint
-from shufflepoint._shards import ranged, ranged_ahead
+from shufflepoint._shards.storage import ranged_ahead
 
 SEQ, TOKENS, SHARDS = 256, 1 << 20, 3  # 2 MiB shards of uint16 ids, 4,095 windows each
 
@@ -50,9 +50,9 @@ def batches(data, count: int, **kwargs) -> list[np.ndarray]:
 
 
 def test_a_dense_rank_fetches_its_first_windows_in_a_few_gets_per_shard(s3, tokens, tmp_path, monkeypatch):
-    monkeypatch.setattr(ranged, "ENABLED", False)
+    monkeypatch.setenv("SHUFFLEPOINT_RANGED_READS", "0")
     whole = batches(corpus(s3, tokens, str(tmp_path / "whole")), 8)
-    monkeypatch.setattr(ranged, "ENABLED", None)  # the default: token shards by range too
+    monkeypatch.delenv("SHUFFLEPOINT_RANGED_READS", raising=False)  # the default: token shards by range too
     data = corpus(s3, tokens, str(tmp_path / "ranged"))
     start = len(s3.faults.log)
     got = batches(data, 8)
@@ -69,7 +69,7 @@ def test_a_dense_rank_fetches_its_first_windows_in_a_few_gets_per_shard(s3, toke
 def test_a_sparse_rank_fetches_its_own_windows_not_the_gaps(s3, tokens, tmp_path, monkeypatch):
     """Rank 1 of a global batch split 4 ways (``strided``): the windows between its own are other ranks', so
     they are not joined in (a gap is fetched only where a GET costs more: the mean window size)."""
-    monkeypatch.setattr(ranged, "ENABLED", None)
+    monkeypatch.delenv("SHUFFLEPOINT_RANGED_READS", raising=False)
     data = corpus(s3, tokens, str(tmp_path / "c"))
     start = len(s3.faults.log)
     got = batches(data, 2, rank=1, world_size=4, deal="strided")

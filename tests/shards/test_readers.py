@@ -19,7 +19,7 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shufflepoint._core.errors import ShardError
+from shufflepoint._errors import ShardError
 from shufflepoint._shards.readers import READERS, infer_format, make_reader, saved_dataset_files
 from shufflepoint._shards.readers import parquet as parquet_reader
 from shufflepoint._shards.readers._common import extra

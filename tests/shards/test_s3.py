@@ -15,8 +15,8 @@ import pytest
 
 import shufflepoint
 from corpus_files import jsonl_corpus
-from shufflepoint._shards.cache import NodeCache
-from shufflepoint._shards.storage import Storage
+from shufflepoint._shards.storage.cache import NodeCache
+from shufflepoint._shards.storage.storage import Storage
 
 
 @pytest.fixture()

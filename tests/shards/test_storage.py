@@ -16,9 +16,9 @@ import time
 
 import pytest
 
-from shufflepoint._core.errors import ShardError
-from shufflepoint._shards import faults
-from shufflepoint._shards.storage import ObjectInfo, Storage
+from shufflepoint._errors import ShardError
+from shufflepoint._shards.storage import faults
+from shufflepoint._shards.storage.storage import ObjectInfo, Storage
 
 FAST = {"backoff": 0.001}
 

@@ -15,8 +15,8 @@ import torch
 
 import shufflepoint
 from corpus_files import jsonl_documents
-from shufflepoint._shards import token_counts
-from shufflepoint._shards.packed import Packed
+from shufflepoint._shards.corpora.packed.packed import Packed
+from shufflepoint._shards.counting import token_counts
 
 
 def corpus(tmp_path, **kwargs):

@@ -382,8 +382,8 @@ def test_demo_plot_legends_leave_the_checkpoint_mark_and_the_curves_visible():
 
 
 def _sidecar(tmp_path):
-    from shufflepoint._shards import index as _index
-    from shufflepoint._shards import sidecar
+    from shufflepoint._shards.index import index as _index
+    from shufflepoint._shards.index import sidecar
 
     data = tmp_path / "corpus"
     data.mkdir()

@@ -127,7 +127,7 @@ def test_the_run_options_come_back_from_the_state():
 def test_which_answers_a_scheduled_mixture_resized_to_another_global_batch():
     """The run's global batch (its schedule's grid) comes back from the fingerprint: the answers of a state
     saved after a resize from 2 x 3 to 4 x 2 (with a user fingerprint) are what each rank received."""
-    from shufflepoint._shards.mixture import Mixture
+    from shufflepoint._shards.corpora.mixture.mixture import Mixture
 
     def mixture():
         return Mixture([list(range(100)), list(range(1000, 1040))], samples_per_epoch=60,

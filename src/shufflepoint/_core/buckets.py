@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from shufflepoint._core.errors import DAMAGED, Plain, Refused, refusal
+from shufflepoint._errors import DAMAGED, Plain, Refused, refusal
 from shufflepoint._order import Order, check_int, make_order
 from shufflepoint._order.feistel import _base_key, _splitmix64
 

@@ -211,7 +211,7 @@ class PrefetchesDealt(Protocol):
     ``density``, its positions over the span of positions they cover (1.0 under ``spans``: it reads the
     rest of those blocks next; ~1/k when k ranks split every global batch; 1/world under ``strided``).
     A shard read by byte range is then fetched in wide spans (dense) or row by row (sparse: the rows in
-    between are other ranks'), see ``_shards/ranged_ahead``."""
+    between are other ranks'), see ``_shards/storage/ranged_ahead``."""
 
     def prefetch_dealt(self, indices: Sequence[int] | np.ndarray, density: float) -> None: ...
 
@@ -222,7 +222,7 @@ class ReadsAtDensity(Protocol):
     (``PrefetchesDealt``'s density, of its first positions): ``Shards`` then fetches the ranges a read needs
     joined across the gaps between them where a rank reads densely (a stretch of its own: it reads them
     next), and only its own rows where it reads sparsely (a global batch split among ranks after a resize,
-    ``strided``: the rows between are other ranks'); in every DataLoader worker (``_shards/ranged``)."""
+    ``strided``: the rows between are other ranks'); in every DataLoader worker (``_shards/storage/ranged``)."""
 
     def _read_at_density(self, density: float) -> None: ...
 
@@ -285,7 +285,7 @@ class TakesIds(Protocol):
 @runtime_checkable
 class KeepsDecodedIds(Protocol):
     """An opened shard that keeps its decoded token ids where it is told (Parquet: in the node's cache
-    folder, ``_shards/kept_ids``), so a later open maps them instead of decoding again."""
+    folder, ``_shards/storage/kept_ids``), so a later open maps them instead of decoding again."""
 
     def keep_ids_in(self, kept: Any) -> None: ...
 
@@ -302,7 +302,7 @@ class JoinsLayout(Protocol):
 class OpensRanged(Protocol):
     """A reader that opens a remote shard read by byte range (Parquet: its footer, then the row
     groups it decodes; a ``.bin``: the windows it reads), given a file object and a hook that fetches
-    ranges ahead (``_shards/ranged``); ``ranged_for(shard)``: whether this shard can be (not a ``.npy``);
+    ranges ahead (``_shards/storage/ranged``); ``ranged_for(shard)``: whether this shard can be (not a ``.npy``);
     ``ranged_plan(ranged, shard)``: a function of rows giving the byte ranges their read will need, so
     read-ahead fetches them before the loader asks (Parquet reads the footer for it)."""
 

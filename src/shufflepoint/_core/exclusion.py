@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from shufflepoint._core.errors import DAMAGED, Plain, Refused, refusal, shown
 from shufflepoint._core.plan import STRIDED, Layout
+from shufflepoint._errors import DAMAGED, Plain, Refused, refusal, shown
 from shufflepoint._order.distinct import distinct
 
 MAX_RANGES = 1 << 17  # 131,072 ranges: 2 MiB as int64 pairs, under ~1 MiB in a pickled state

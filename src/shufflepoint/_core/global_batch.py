@@ -48,8 +48,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._core.spans import NAME, SpanCut, check_segments
+from shufflepoint._errors import Plain, refusal
 
 
 def keeps_global_batch(segments: Sequence[Sequence[int]], parts: int | None, world_size: int,

@@ -52,11 +52,11 @@ import numpy as np
 from shufflepoint._core import buckets as _buckets
 from shufflepoint._core import spans as _spans
 from shufflepoint._core.cut import Cut
-from shufflepoint._core.errors import DAMAGED, Plain, Refused, refusal
 from shufflepoint._core.exclusion import FilteredStridedCut
 from shufflepoint._core.plan import MAX_N, STRIDED, Layout, StridedCut, cut
 from shufflepoint._core.spans import SpanCut
 from shufflepoint._core.spanskips import FilteredSpanCut
+from shufflepoint._errors import DAMAGED, Plain, Refused, refusal
 
 # The cut a layout reads from a place, the excluded samples skipped (``loader._cut``): a history places the steps
 # after an exclusion with it (the legs from the exclusion's step on, each stored with its start).

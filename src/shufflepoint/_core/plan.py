@@ -31,10 +31,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shufflepoint._core.errors import refusal
 from shufflepoint._core.global_batch import GlobalBatchCut, keeps_global_batch
 from shufflepoint._core.spans import NAME as SPANS
 from shufflepoint._core.spans import SpanCut
+from shufflepoint._errors import refusal
 from shufflepoint._order import check_int
 
 MAX_N = 2**62

@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from shufflepoint._core.errors import Plain, refusal
+from shufflepoint._errors import Plain, refusal
 from shufflepoint._order.distinct import distinct
 
 _LIMIT = 2**62  # run positions stay int64

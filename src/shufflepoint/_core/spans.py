@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shufflepoint._core.errors import DAMAGED, Refused
+from shufflepoint._errors import DAMAGED, Refused
 
 NAME = "spans"
 MAX_SEGMENTS = 64  # world sizes dealt in stretches inside one epoch; another one folds the epoch (module docstring)

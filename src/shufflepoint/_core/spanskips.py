@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from shufflepoint._core.errors import DAMAGED, Plain, Refused, refusal
 from shufflepoint._core.exclusion import MAX_RANGES, Exclusion
 from shufflepoint._core.spans import MAX_SEGMENTS, NAME, SpanCut, check_segments, is_folded
+from shufflepoint._errors import DAMAGED, Plain, Refused, refusal
 
 __all__ = ["FilteredSpanCut", "Handed"]
 

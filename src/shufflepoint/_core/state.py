@@ -68,7 +68,6 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any
 
-from shufflepoint._core.errors import DAMAGED, Plain, ResumeWarning, StateError, refusal
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.history import MAX_EPOCH, Cuts, History, Place
 from shufflepoint._core.older_states import NEWEST_UPGRADED, OLDEST_VERSION, upgraded
@@ -90,6 +89,7 @@ from shufflepoint._core.state_fields import (
     fail,
     parameter_changes,
 )
+from shufflepoint._errors import DAMAGED, Plain, ResumeWarning, StateError, refusal
 
 FORMAT = "shufflepoint"
 CURRENT = NEWEST_UPGRADED + 1  # 4: the fields of today; older_states reads versions 1-3 into this shape

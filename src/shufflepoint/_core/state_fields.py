@@ -11,12 +11,12 @@ from typing import Any
 
 from shufflepoint._core import buckets as _buckets
 from shufflepoint._core import spans as _spans
-from shufflepoint._core.errors import DAMAGED, Plain, Refused, StateError, field_error, shown
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.history import Cuts, History, Place
 from shufflepoint._core.plan import STRIDED, Layout, cut
 from shufflepoint._core.spans import NAME as SPANS
 from shufflepoint._core.spanskips import Handed
+from shufflepoint._errors import DAMAGED, Plain, Refused, StateError, field_error, shown
 
 MAX_INT = 2**63 - 1
 MAX_PARAMETER = 2**62  # a block or a grid: run positions stay int64

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shufflepoint._core.errors import refusal
+from shufflepoint._errors import refusal
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from shufflepoint._core.errors import Plain, StateError, refusal
+from shufflepoint._errors import Plain, StateError, refusal
 
 _NOT_OURS = "the file is damaged or not shufflepoint's; use another checkpoint"
 

@@ -22,9 +22,9 @@ import json
 import time
 from typing import Any
 
-from shufflepoint._core.errors import Plain, StateError, refusal
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.state import Position
+from shufflepoint._errors import Plain, StateError, refusal
 
 
 def group_matches(rank: int, world_size: int) -> bool:

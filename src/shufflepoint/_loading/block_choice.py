@@ -1,7 +1,7 @@
 """The ``blocks`` order's block when the caller gives none, and on a resume, the block the run began with.
 
 A ``Shards`` corpus sizes its default block to the process's decode budget
-(``_shards/decode_budget``), and a budget differs between machines. The block is part of the order,
+(``_order/decode_budget``), and a budget differs between machines. The block is part of the order,
 so the state records it (``shuffle_block``; before state version 4 in the corpus fingerprint,
 ``shards:<hash>:blocks=N``), and a loader whose block was left to the default adopts the one a state
 records: a run resumed on a machine with another budget keeps its order (with a warning where that
@@ -15,8 +15,8 @@ from typing import Any, Protocol
 
 from shufflepoint._core.capabilities import FitsDecodeBudget
 from shufflepoint._core.older_states import recorded_parameter
-from shufflepoint._shards.blocks import DEFAULT_SHUFFLE_BLOCK
-from shufflepoint._shards.blocks import NAME as BLOCKS
+from shufflepoint._order.blocks import DEFAULT_SHUFFLE_BLOCK
+from shufflepoint._order.blocks import NAME as BLOCKS
 
 
 class _Orders(Protocol):

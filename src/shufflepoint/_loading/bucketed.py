@@ -15,13 +15,13 @@ from typing import Any
 from shufflepoint._core.buckets import NAME, BucketCut, BucketOrder, BucketTable
 from shufflepoint._core.capabilities import OwnOrder
 from shufflepoint._core.cut import Cut
-from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._core.history import Place
 from shufflepoint._core.plan import Layout
+from shufflepoint._errors import Plain, refusal
 from shufflepoint._loading.deal import Deal
 from shufflepoint._loading.orders import OrderCache
 from shufflepoint._order import DEFAULT_ORDER, Order
-from shufflepoint._shards.bucket_keys import keys_of_field
+from shufflepoint._shards.counting.bucket_keys import keys_of_field
 
 
 def check_bucketed(dataset: Any, order: str | None, deal: str | None, shuffle_block: int | None) -> str:

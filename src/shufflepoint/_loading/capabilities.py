@@ -15,8 +15,8 @@ from collections.abc import Callable, Sized
 from typing import Any
 
 from shufflepoint._core.capabilities import CountsShare, Scheduled
-from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._core.state import DEALS
+from shufflepoint._errors import Plain, refusal
 
 
 def deal_for(name: str | None, default: str, dataset: Any) -> str:

@@ -11,14 +11,14 @@ import numpy as np
 
 from shufflepoint._core.buckets import NAME as BUCKETS
 from shufflepoint._core.cut import Cut
-from shufflepoint._core.errors import refusal
 from shufflepoint._core.history import Cuts
 from shufflepoint._core.plan import STRIDED, Layout, cut
 from shufflepoint._core.spans import NAME as SPANS
+from shufflepoint._errors import refusal
 from shufflepoint._loading.capabilities import deal_for
 from shufflepoint._loading.orders import OrderCache
 from shufflepoint._order import Order
-from shufflepoint._shards.blocks import NAME as BLOCKS
+from shufflepoint._order.blocks import NAME as BLOCKS
 
 # First chunks are small so a resume reaches its first batch fast; later ones amortise numpy calls.
 # The largest bounds the working set: 8192 indices as Python ints plus numpy temporaries stay

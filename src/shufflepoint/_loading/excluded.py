@@ -24,7 +24,6 @@ from typing import Any, cast
 import numpy as np
 
 from shufflepoint._core.cut import Cut
-from shufflepoint._core.errors import DAMAGED, Plain, Refused, field_error, refusal
 from shufflepoint._core.exclusion import MAX_RANGES, Exclusion, FilteredStridedCut, Skips
 from shufflepoint._core.history import Cuts, History, Place, place_after
 from shufflepoint._core.plan import STRIDED, Layout, StridedCut
@@ -32,6 +31,7 @@ from shufflepoint._core.spans import SpanCut
 from shufflepoint._core.spanskips import FilteredSpanCut, Handed
 from shufflepoint._core.state import Position as SavedPosition
 from shufflepoint._core.state_fields import MAX_EXCLUDED_AT
+from shufflepoint._errors import DAMAGED, Plain, Refused, field_error, refusal
 from shufflepoint._loading.deal import Deal
 from shufflepoint._loading.orders import OrderCache
 from shufflepoint._order import InvertibleOrder

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
-from shufflepoint._core.errors import SampleError
+from shufflepoint._errors import SampleError
 from shufflepoint._loading.randomness import batch_rng, sample_rng, saved_globals, seed_globals, seeded_globals
-from shufflepoint._shards.locate import located_error
+from shufflepoint._shards.corpora.shards.locate import located_error
 
 Key = tuple[int, int, int]  # (epoch, position in the epoch's global stream, dataset index)
 Transform = Callable[[Any, np.random.Generator], Any]

@@ -17,9 +17,9 @@ import torch.utils.data
 
 from shufflepoint._core import state as _state
 from shufflepoint._core.capabilities import ExplainsOrderVersion, Locatable, ReadsAtDensity, offered
-from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.plan import Layout
+from shufflepoint._errors import Plain, refusal
 from shufflepoint._loading.agreement import agree_on_exclusion, validate_everywhere, watch_gloo_exit
 from shufflepoint._loading.bucketed import bucketed
 from shufflepoint._loading.capabilities import dataset_length, tell_share

@@ -20,10 +20,10 @@ from shufflepoint._core.capabilities import (
     ShardedCorpus,
 )
 from shufflepoint._core.cut import Cut
-from shufflepoint._core.errors import Refused, StateError, refusal
 from shufflepoint._core.plan import Layout, StridedCut
 from shufflepoint._core.spans import NAME as SPANS
 from shufflepoint._core.state_fields import OrderParameters
+from shufflepoint._errors import Refused, StateError, refusal
 from shufflepoint._loading.block_choice import default_block
 from shufflepoint._loading.capabilities import phases_of, schedule_hooks
 from shufflepoint._order import (
@@ -35,9 +35,9 @@ from shufflepoint._order import (
     make_order,
     order_version,
 )
-from shufflepoint._shards.blocks import NAME as BLOCKS
-from shufflepoint._shards.blocks import VERSION as BLOCKS_VERSION
-from shufflepoint._shards.blocks import BlockOrder, StretchBlockOrder
+from shufflepoint._order.blocks import NAME as BLOCKS
+from shufflepoint._order.blocks import VERSION as BLOCKS_VERSION
+from shufflepoint._order.blocks import BlockOrder, StretchBlockOrder
 
 
 def resolve_fingerprint(value: str | None, dataset: Any, n: int, *, legacy: bool = False) -> str | None:

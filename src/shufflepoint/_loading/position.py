@@ -36,11 +36,11 @@ from typing import Any
 
 from shufflepoint._core import state as _state
 from shufflepoint._core.cut import Cut
-from shufflepoint._core.errors import ResumeWarning, refusal, warn_user
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.history import MAX_EPOCH, Cuts, History, Place, place_after
 from shufflepoint._core.plan import STRIDED, Layout
 from shufflepoint._core.spanskips import FilteredSpanCut, Handed
+from shufflepoint._errors import ResumeWarning, refusal, warn_user
 from shufflepoint._loading import block_choice
 from shufflepoint._loading.capabilities import check_grid
 from shufflepoint._loading.deal import Deal

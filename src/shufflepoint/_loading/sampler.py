@@ -12,9 +12,9 @@ from torch.utils.data.distributed import DistributedSampler
 
 from shufflepoint._core import state as _state
 from shufflepoint._core.cut import Cut
-from shufflepoint._core.errors import refusal
 from shufflepoint._core.history import MAX_EPOCH
 from shufflepoint._core.plan import Layout
+from shufflepoint._errors import refusal
 from shufflepoint._loading.agreement import validate_everywhere
 from shufflepoint._loading.capabilities import dataset_length
 from shufflepoint._loading.deal import Deal, rank_index_chunks, warn_if_blocks_exceed_the_share

@@ -14,10 +14,10 @@ import torch.utils.data
 
 from shufflepoint._core.capabilities import PrefetchesDealt, Prefetching, ReadsAhead, ReadsBatches, ReadsColumns
 from shufflepoint._core.cut import Cut
-from shufflepoint._core.errors import Plain, refusal
+from shufflepoint._errors import Plain, refusal
 from shufflepoint._loading.keyed import KeyedCollate, KeyedDataset, Transform
 from shufflepoint._order import check_int
-from shufflepoint._shards.batch import collate as columnar_collate
+from shufflepoint._shards.corpora.shards.batch import collate as columnar_collate
 
 Chunk = tuple[np.ndarray, np.ndarray]  # (epoch positions, dataset indices)
 Announce = Callable[[np.ndarray, float], None]  # (indices, density)
@@ -58,7 +58,7 @@ def announced(chunks: Iterator[Chunk], prefetch: Announce) -> Iterator[Chunk]:
     so that its shards are downloading while the current chunk is read. The first chunk, read at once,
     too, with the rank's own density: a rank reading densely fetches its rows in few GETs, not a GET per
     row (``Shards`` fetches a pass's first chunk narrowly and reads ahead of the next ones once it is held:
-    ``_shards/ranged_ahead``)."""
+    ``_shards/storage/ranged_ahead``)."""
     current = next(chunks, None)
     if current is not None:
         prefetch(current[1], density(current[0]))

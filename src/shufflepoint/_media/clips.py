@@ -27,7 +27,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from shufflepoint._core.errors import Plain, refusal
+from shufflepoint._errors import Plain, refusal
 
 
 def checked_fps(fps: object) -> Fraction | None:

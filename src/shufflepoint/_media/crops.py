@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shufflepoint._core.errors import refusal
+from shufflepoint._errors import refusal
 
 TRIES = 10
 MAX_REDUCTION = 8  # JPEG's DCT scaling: 1/2, 1/4, 1/8

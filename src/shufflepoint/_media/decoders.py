@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from shufflepoint._core.errors import Plain, refusal
+from shufflepoint._errors import Plain, refusal
 
 _INSTALL = "pip install 'shufflepoint[video]' (PyAV), or torchcodec with FFmpeg's libraries"
 DECODERS = ("torchcodec", "pyav")

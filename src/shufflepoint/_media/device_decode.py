@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from shufflepoint._core.errors import refusal
+from shufflepoint._errors import refusal
 from shufflepoint._media.crops import Box
 from shufflepoint._media.image_decoders import is_jpeg
 

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shufflepoint._core.errors import Plain, refusal
+from shufflepoint._errors import Plain, refusal
 from shufflepoint._media import decoders
-from shufflepoint._shards import sidecar
-from shufflepoint._shards.storage import ObjectInfo
+from shufflepoint._shards.index import sidecar
+from shufflepoint._shards.storage.storage import ObjectInfo
 
 VERSION = 1  # of the kept file; part of its key
 

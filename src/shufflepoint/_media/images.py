@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from shufflepoint._core.errors import Plain, SampleError, refusal
+from shufflepoint._errors import Plain, SampleError, refusal
 from shufflepoint._media import crops
 from shufflepoint._media.crops import Box
 

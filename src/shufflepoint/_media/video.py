@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from shufflepoint._core.errors import refusal
+from shufflepoint._errors import refusal
 from shufflepoint._media import decoders, frame_counts
 from shufflepoint._media.clips import ClipTable, checked_count, checked_fps
-from shufflepoint._shards import sidecar
-from shufflepoint._shards.storage import Storage, is_remote
+from shufflepoint._shards.index import sidecar
+from shufflepoint._shards.storage.storage import Storage, is_remote
 
 FINGERPRINT_VERSION = 1
 

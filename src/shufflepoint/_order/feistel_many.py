@@ -1,7 +1,7 @@
 """Many small ``feistel`` orders at once: element i is ``FeistelOrder(sizes[i], keys[i], epoch).take(offsets[i])``.
 
 A scheduled ``Mixture`` read by a loader shuffles every global batch by its own keyed Feistel order
-(``_shards/scheduled_mixture.py``). A rank's chunk of 8,192 positions spans thousands of global batches
+(``_shards/corpora/mixture/scheduled.py``). A rank's chunk of 8,192 positions spans thousands of global batches
 when they are small (8 rows: one rank, batch 8), and an order object per global batch costs ~20 us of
 Python each; here the same arithmetic runs on arrays of per-element round keys instead, in one pass per
 distinct size (a global batch, and an epoch's short last one): the same values as ``FeistelOrder``

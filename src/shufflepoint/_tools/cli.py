@@ -256,9 +256,9 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from shufflepoint._shards import sidecar
+    from shufflepoint._shards.index import sidecar
     from shufflepoint._shards.readers import infer_format, make_reader
-    from shufflepoint._shards.storage import Storage
+    from shufflepoint._shards.storage.storage import Storage
     from shufflepoint._tools import corpus_index, inspect_corpus
 
     sources = corpus_index.sources_of(args.path)

@@ -7,7 +7,7 @@ finds it (one small GET) and reads only the shards it trains on. A shard changed
 by its (size, version) and counted again by the node that meets it, with a warning to re-run this.
 
 With ``--tokens FIELD`` (or ``--tokenize MODULE:FUNCTION --tokenizer NAME``) it also counts every
-document's tokens and publishes them beside the corpus (``_shards/count_files.py``): the per-shard
+document's tokens and publishes them beside the corpus (``_shards/counting/count_files.py``): the per-shard
 totals (O(shards), read whole by every node) and the per-document counts, of which each node reads
 the byte ranges of the shards it reads. ``Packed`` then counts nothing and reads only its share.
 """
@@ -20,9 +20,9 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from shufflepoint._shards import count_files
-from shufflepoint._shards.indexing import publish
-from shufflepoint._shards.token_counts import TokenSource, count_ranges
+from shufflepoint._shards.counting import count_files
+from shufflepoint._shards.counting.token_counts import TokenSource, count_ranges
+from shufflepoint._shards.index.indexing import publish
 
 
 def sources_of(given: Sequence[str]) -> str | list[str]:
@@ -48,10 +48,10 @@ def open_corpus(sources: str | list[str], *, format: str | None, columns: list[s
     """The ``Shards`` the training job would build (its index counted, or read where it can be).
     ``list_storage``: list the shards in the storage even where a published index recorded the glob
     (``shufflepoint index`` publishes what is there now)."""
-    from shufflepoint._shards.dataset import Shards
+    from shufflepoint._shards.corpora.shards.shards import Shards
 
     class ListedShards(Shards):
-        """Lists the storage even for a glob a published index recorded (``_shards/published_listing.py``)."""
+        """Lists the storage even for a glob a published index recorded (``_shards/index/published_listing.py``)."""
 
         _published_listing = False
 
@@ -64,7 +64,7 @@ def open_corpus(sources: str | list[str], *, format: str | None, columns: list[s
 
 def index_and_publish(corpus: Any, sources: str | list[str] | None = None) -> dict[str, Any]:
     """Publish ``corpus``'s index; ``sources``: a glob it was listed by, recorded with it (see
-    ``_shards/published_listing.py``)."""
+    ``_shards/index/published_listing.py``)."""
     index = corpus.index
     glob = sources if isinstance(sources, str) and any(c in sources for c in "*?[") else None
     where = publish(index, corpus._storage, glob=glob)

@@ -130,8 +130,8 @@ def classify(state: Mapping[str, Any]) -> dict[str, Any]:
 
 def _classify_own(state: Mapping[str, Any]) -> dict[str, Any]:
     """A state that shufflepoint wrote: valid (recoverable on any world size) or damaged."""
-    from shufflepoint._core.errors import StateError
     from shufflepoint._core.state import _check_shape
+    from shufflepoint._errors import StateError
 
     try:
         _check_shape(state)

@@ -18,14 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from shufflepoint._core.errors import ShardError
-from shufflepoint._shards import index as _index
-from shufflepoint._shards import index_file, sidecar
-from shufflepoint._shards.index import FORMAT, CorpusIndex
-from shufflepoint._shards.indexing import published_names
-from shufflepoint._shards.integrity import Finding, verify_shard
-from shufflepoint._shards.records import Columns
-from shufflepoint._shards.storage import Storage
+from shufflepoint._errors import ShardError
+from shufflepoint._shards.index import index as _index
+from shufflepoint._shards.index import index_file, sidecar
+from shufflepoint._shards.index.index import FORMAT, CorpusIndex
+from shufflepoint._shards.index.indexing import published_names
+from shufflepoint._shards.index.integrity import Finding, verify_shard
+from shufflepoint._shards.index.records import Columns
+from shufflepoint._shards.storage.storage import Storage
 
 
 def is_index(value: Any) -> bool:

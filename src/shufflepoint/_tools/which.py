@@ -5,7 +5,7 @@ history) and the dataset define every step. This module builds the loader as the
 it (the state says seed, order, deal, world size, batch size, tail policy and, in its fingerprint,
 the ``shuffle_block``), loads the state (refused as a resume would be: a changed corpus is named),
 asks ``loader.which(step)`` for each rank's dataset indices and ``dataset.locate(index)`` for where
-each lives (``_shards/locate.py``)::
+each lives (``_shards/corpora/shards/locate.py``)::
 
     $ shufflepoint which checkpoint.pt --step 3 --dataset train.py:dataset
     shufflepoint which checkpoint.pt [loader] (file)
@@ -53,7 +53,7 @@ def _user_fingerprint(saved: str | None, dataset: Any) -> str | None:
 def build_loader(state: dict[str, Any], dataset: Any) -> Any:
     """A ``shufflepoint.DataLoader`` over ``dataset`` as the run that wrote ``state`` built it, the state
     loaded (rank 0 of the saved world; ``which`` answers for every rank from any of them)."""
-    from shufflepoint._core.errors import StateError
+    from shufflepoint._errors import StateError
     from shufflepoint._loading.loader import DataLoader
 
     for name in ("seed", "batch_size", "world_size", "shuffle", "drop_last", "order", "deal"):

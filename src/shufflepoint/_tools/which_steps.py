@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from shufflepoint._core.errors import StateError
 from shufflepoint._core.trainer_steps import Steps, StepsError
+from shufflepoint._errors import StateError
 
 __all__ = ["StepsError", "trainer_loader_steps"]
 

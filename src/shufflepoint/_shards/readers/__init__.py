@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shufflepoint._core.errors import Plain, refusal
+from shufflepoint._errors import Plain, refusal
 from shufflepoint._shards.readers._common import suffix_of
 from shufflepoint._shards.readers.arrow import ArrowReader, data_files_in_state, saved_dataset_files
 from shufflepoint._shards.readers.base import OpenShard, Reader

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from shufflepoint._core.errors import Plain, refusal
-from shufflepoint._shards.batch import checked_indices
+from shufflepoint._errors import Plain, refusal
+from shufflepoint._shards.corpora.shards.batch import checked_indices
 
 
 def extra(module: str, extra_name: str) -> Any:

@@ -17,41 +17,34 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from shufflepoint._core.errors import refusal
+from shufflepoint import _settings as settings
+from shufflepoint._errors import refusal
 
-DEFAULT_LIMIT = 256 << 20
-ENV = "SHUFFLEPOINT_DECODED_BYTES"
-
-
-def _limit_from_env() -> int:
-    text = os.environ.get(ENV, "").strip()
-    if not text:  # unset or empty
-        return DEFAULT_LIMIT
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise ValueError(refusal(ENV, text, "a number of bytes >= 0 (0 keeps no decoded group)",
-                                 f"set {ENV} to a number of bytes, or unset it"))
-    return value
+ENV = settings.DECODED_BYTES
 
 
 class DecodedGroups:
     """(owner, group) -> decoded table, at most ``limit`` bytes in all (``table.nbytes``)."""
 
     def __init__(self, limit: int | None = None) -> None:
-        self.limit = _limit_from_env() if limit is None else int(limit)
+        self._limit = limit  # None: ``SHUFFLEPOINT_DECODED_BYTES``, read at first use (never at import)
         self.held = 0
         self._tables: OrderedDict[tuple[int, int], Any] = OrderedDict()
         self._owners = itertools.count()
         self._pid = os.getpid()
 
+    @property
+    def limit(self) -> int:
+        """The byte budget: the one set, else ``SHUFFLEPOINT_DECODED_BYTES`` (read once, at first use)."""
+        if self._limit is None:
+            self._limit = settings.decoded_bytes()
+        return self._limit
+
     def set_limit(self, limit: int) -> None:
         """A new budget, applied at once (least recently used groups out until it holds)."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise ValueError(refusal("limit", limit, "a number of bytes >= 0", "pass a number of bytes"))
-        self.limit = limit
+        self._limit = limit
         self._evict_until(limit)
 
     def _evict_until(self, budget: int) -> None:

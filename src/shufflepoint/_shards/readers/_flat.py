@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from shufflepoint._shards.batch import Columns
+from shufflepoint._shards.corpora.shards.batch import Columns
 from shufflepoint._shards.readers._group import DecodedGroup
 
 _MAX_CELLS = 1 << 23  # rows x columns: above it (64 MiB of pointers), a file is read group by group

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from shufflepoint._shards.batch import Column, Columns
+from shufflepoint._shards.corpora.shards.batch import Column, Columns
 from shufflepoint._shards.readers._common import arrow_indices, numbers_view
 from shufflepoint._shards.readers.arrow import _as_numbers
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from shufflepoint._core.errors import ShardError, shard_error
-from shufflepoint._shards.batch import Column, Columns
+from shufflepoint._errors import ShardError, shard_error
+from shufflepoint._shards.corpora.shards.batch import Column, Columns
 from shufflepoint._shards.readers._common import (
     arrow_indices,
     check_columns,

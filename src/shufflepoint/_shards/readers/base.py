@@ -12,7 +12,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from shufflepoint._shards.batch import Batch
+from shufflepoint._shards.corpora.shards.batch import Batch
 
 
 class OpenShard(Protocol):
@@ -49,7 +49,7 @@ class Reader(Protocol):
 
 
 class Ranged(NamedTuple):
-    """A remote file read by byte range (``_shards/ranged``): ``source`` the file object a reader
+    """A remote file read by byte range (``_shards/storage/ranged``): ``source`` the file object a reader
     opens, ``ensure(spans)`` fetches byte ranges ahead of a decode (one GET for a row group, not one
     per column chunk), ``identity`` names its content (url and version) where a local file's path,
     mtime and inode would (``kept_ids``: a partial file's mtime changes as ranges arrive)."""

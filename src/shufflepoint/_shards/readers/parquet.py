@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from shufflepoint._core.errors import Plain, ShardError, refusal, shard_error
-from shufflepoint._shards.batch import Batch, Columns, Rows, gather
+from shufflepoint._errors import Plain, ShardError, refusal, shard_error
+from shufflepoint._shards.corpora.shards.batch import Batch, Columns, Rows, gather
 from shufflepoint._shards.readers._common import check_columns, check_row, check_rows, extra, missing_columns
 from shufflepoint._shards.readers._decoded import GROUPS
 from shufflepoint._shards.readers._flat import FlatColumns, Layout
@@ -332,12 +332,12 @@ class ParquetReader:
         return True
 
     def open_ranged(self, ranged: Ranged, shard: str) -> OpenParquet:
-        """Open a remote shard read by range (``_shards/ranged``): the footer, then each row group's
+        """Open a remote shard read by range (``_shards/storage/ranged``): the footer, then each row group's
         column chunks as they are decoded, never the whole file."""
         return OpenParquet("", shard, self.columns, ranged)
 
     def ranged_plan(self, ranged: Ranged, shard: str) -> Callable[[np.ndarray], list[tuple[int, int]]]:
-        """What read-ahead fetches for rows of a remote shard read by range (``_shards/ranged``): its
+        """What read-ahead fetches for rows of a remote shard read by range (``_shards/storage/ranged``): its
         footer now (one ranged read), then ``plan(rows)``: the column chunks of the decode units
         (``_decode_units``) holding ``rows``, the very ranges ``OpenParquet`` will ensure."""
         parquet = extra("pyarrow.parquet", "parquet")

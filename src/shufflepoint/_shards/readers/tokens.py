@@ -21,8 +21,8 @@ import numpy as np
 import torch
 from numpy.lib.stride_tricks import as_strided
 
-from shufflepoint._core.errors import ShardError, refusal, shard_error
-from shufflepoint._shards.batch import Stacked
+from shufflepoint._errors import ShardError, refusal, shard_error
+from shufflepoint._shards.corpora.shards.batch import Stacked
 from shufflepoint._shards.readers._common import check_row, check_rows, suffix_of
 from shufflepoint._shards.readers.base import Ranged
 
@@ -287,7 +287,7 @@ class TokensReader:
         return suffix_of(shard).endswith(".bin")
 
     def open_ranged(self, ranged: Ranged, shard: str) -> OpenTokens:
-        """A remote ``.bin`` read by range (``_shards/ranged``): each window's bytes as it is read."""
+        """A remote ``.bin`` read by range (``_shards/storage/ranged``): each window's bytes as it is read."""
         item = _LITTLE[self.dtype]
         size = ranged.source.size()
         if size % item.itemsize:
@@ -302,7 +302,7 @@ class TokensReader:
         return 1 << 20
 
     def ranged_plan(self, ranged: Ranged, shard: str) -> Callable[[np.ndarray], list[tuple[int, int]]]:
-        """What read-ahead fetches for windows of a remote ``.bin`` (``_shards/ranged``): their bytes,
+        """What read-ahead fetches for windows of a remote ``.bin`` (``_shards/storage/ranged``): their bytes,
         from arithmetic alone (no read)."""
         item = _LITTLE[self.dtype].itemsize
         step, width = self.seq_len * item, (self.seq_len + 1) * item

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from shufflepoint._core.errors import ShardError, shard_error
-from shufflepoint._shards.batch import Rows
+from shufflepoint._errors import ShardError, shard_error
+from shufflepoint._shards.corpora.shards.batch import Rows
 from shufflepoint._shards.readers._common import check_row, check_rows, in_sorted_order
 
 # (field, offset of its bytes in the tar, size)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shufflepoint._core.errors import Plain, refusal
+from shufflepoint._errors import Plain, refusal
 from shufflepoint._loading.agreement import watch_gloo_exit
 
 

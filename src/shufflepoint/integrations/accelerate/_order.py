@@ -8,7 +8,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from shufflepoint._core.errors import ResumeWarning, field_error
+from shufflepoint._errors import ResumeWarning, field_error
 
 ITERATION_KEY = "_iteration"
 BLOCK_KEY = "_shufflepoint"

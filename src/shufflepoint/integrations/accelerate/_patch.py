@@ -8,7 +8,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from shufflepoint._core.errors import Plain, ResumeWarning, refusal
+from shufflepoint._errors import Plain, ResumeWarning, refusal
 from shufflepoint.integrations.accelerate._hooks import (
     _make_begin,
     _make_end,

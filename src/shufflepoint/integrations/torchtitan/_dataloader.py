@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from shufflepoint._core.errors import Plain, refusal
+from shufflepoint._errors import Plain, refusal
 from shufflepoint._loading.loader import DataLoader
 from shufflepoint.integrations.torchtitan._touch import IGNORE_INDEX, BaseDataLoader
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 
-from shufflepoint._core.errors import Plain, refusal
+from shufflepoint._errors import Plain, refusal
 
 TESTED_TORCHTITAN = ("0.3.0",)
 

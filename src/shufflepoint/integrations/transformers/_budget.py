@@ -31,8 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from shufflepoint._core.errors import Plain, StateError, refusal
 from shufflepoint._core.trainer_placement import Placement
+from shufflepoint._errors import Plain, StateError, refusal
 
 Cursor = Callable[[int], int]  # batches per rank -> the epoch's cursor after them
 _DAMAGED = "the file is damaged or not shufflepoint's"

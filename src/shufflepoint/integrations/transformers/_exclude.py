@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import transformers
 
-from shufflepoint._core.errors import Plain, refusal
 from shufflepoint._core.exclusion import Exclusion
+from shufflepoint._errors import Plain, refusal
 from shufflepoint._loading.loader import DataLoader
 from shufflepoint._order import check_int
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from shufflepoint._core.errors import Plain, refusal
+from shufflepoint._errors import Plain, refusal
 
 
 def refuse_a_trainer_before_the_mixin(cls: type, mixin: type) -> None:

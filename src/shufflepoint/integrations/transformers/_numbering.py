@@ -23,8 +23,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from shufflepoint._core.errors import Plain, ResumeWarning, StateError, refusal
 from shufflepoint._core.trainer_steps import Span, Steps, recorded
+from shufflepoint._errors import Plain, ResumeWarning, StateError, refusal
 
 # The saved run's gradient accumulation (TrainerState does not keep it) and its steps' record.
 RUN_FILE = "shufflepoint_run.json"

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from shufflepoint._core.errors import ResumeWarning
+from shufflepoint._errors import ResumeWarning
 
 
 def continue_schedule(scheduler: Any, optimizer: Any, step: int) -> None:

@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from shufflepoint._core.errors import Plain, ResumeWarning, refusal
+from shufflepoint._errors import Plain, ResumeWarning, refusal
 
 # From the first (inclusive) to the second (exclusive): `make test-transformers-matrix` runs the
 # oldest (4.57.1) and the newest (5.25.0) of them.

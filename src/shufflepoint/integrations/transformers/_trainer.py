@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 import torch.utils.data
 
 import shufflepoint.integrations.transformers._touch as _touch
-from shufflepoint._core.errors import Plain, ResumeWarning, refusal
 from shufflepoint._core.trainer_placement import Placement, place, updates_per_epoch
+from shufflepoint._errors import Plain, ResumeWarning, refusal
 from shufflepoint._loading.agreement import settle_gloo_threads
 from shufflepoint._loading.keyed import Transform
 from shufflepoint._loading.loader import DataLoader

@@ -1,0 +1,331 @@
+"""``shufflepoint.Mixture``: several corpora mixed by weight, with an order that is still a pure function.
+
+An epoch of the mixture has ``samples_per_epoch`` positions; source s owns exactly ``count[s]`` of
+them (its weight's share, by largest remainder). The source of a position, and which of the
+source's samples it is, are arithmetic on (seed, epoch, position), so a resume is a seek, across
+epoch boundaries too, and no world size enters it:
+
+1. The epoch is cut into windows of about ``shuffle_block`` positions. Window k gives source s
+   the slots between its cumulative quotas ``c_s(kB)`` and ``c_s((k+1)B)``, where
+   ``c_s(x) = floor(x * count[s] / L)`` for every source but the largest, which takes the rest;
+   the quotas only grow, because each window holds at least ``S - 1`` slots of the largest source
+   (checked). The slots of a window are shuffled (a keyed Feistel permutation per window).
+2. The t-th slot of source s in epoch e is position ``q = e * count[s] + t`` of the source's own
+   endless stream: pass ``q // len(s)``, row ``q % len(s)`` of that pass's order (the ``blocks``
+   order for a sharded source, ``feistel`` for any other map-style dataset), keyed per source and
+   per pass. A source smaller than its share repeats, each pass in a new order; a larger one is
+   covered across mixture epochs before any of its samples repeats: the case a mixture resumed
+   past one epoch gets wrong elsewhere (MosaicML Streaming #869). A ``Packed`` source's pass p is
+   its own ``packed`` epoch p, so its stream position q is exactly its index q.
+
+With ``schedule=`` the weights follow the run's position instead of a count per epoch (order
+version 2, ``scheduled_mixture.py``); everything below 2. is the same. Both orders live beside this module
+(``mixture_order.py``, ``scheduled_mixture.py``) and read the mixture through ``MixedSources``.
+
+The loader sees ``len(mixture) == samples_per_epoch`` and dataset indices into the concatenation
+of the sources (``mixture[i]`` is row ``i - offset[s]`` of source s), so a mixed epoch keeps the
+locality of each source's own order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch.utils.data
+
+from shufflepoint._core.capabilities import (
+    Identified,
+    LegacyIdentified,
+    PrefetchesDealt,
+    Prefetching,
+    ReadsAtDensity,
+    ReadsBatches,
+)
+from shufflepoint._core.schedule import Schedule, changed_phase, unweighted
+from shufflepoint._errors import Plain, refusal
+from shufflepoint._order import check_int
+from shufflepoint._order.distinct import distinct
+from shufflepoint._shards.corpora.mixture.order import _MAX_STREAM, NAME, VERSION, MixtureOrder, decode, offsets
+from shufflepoint._shards.corpora.mixture.scheduled import VERSION as SCHEDULED  # the order's version with a schedule
+from shufflepoint._shards.corpora.mixture.scheduled import ScheduledMixtureOrder, check_global_batch
+from shufflepoint._shards.corpora.mixture.sources import check_sources, is_packed
+from shufflepoint._shards.corpora.mixture.stretches import SCHEDULED_VERSION as STRETCHED_SCHEDULED
+from shufflepoint._shards.corpora.mixture.stretches import VERSION as STRETCHED
+from shufflepoint._shards.corpora.mixture.stretches import StretchedMixtureOrder
+from shufflepoint._shards.corpora.shards.batch import Batch, Columnar, Rows, checked_indices, gather
+from shufflepoint._shards.corpora.shards.locate import mixture_location
+from shufflepoint._shards.corpora.shards.shown import shown
+
+FINGERPRINT_PREFIX = "mixture:"
+
+
+def _apportion(weights: list[float], total: int) -> list[int]:
+    """Integers proportional to ``weights`` that sum to ``total`` (largest remainder, ties by index)."""
+    scale = sum(weights)
+    exact = [w * total / scale for w in weights]
+    counts = [math.floor(e) for e in exact]
+    by_remainder = sorted(range(len(weights)), key=lambda s: (-(exact[s] - counts[s]), s))
+    for s in by_remainder[: total - sum(counts)]:
+        counts[s] += 1
+    return counts
+
+
+def _identity(dataset: Any, *, legacy: bool) -> str | None:
+    """A source's own fingerprint (its 0.2 one where ``legacy`` and it has one), or None."""
+    if legacy and isinstance(dataset, LegacyIdentified) and dataset._legacy_fingerprint:
+        return dataset._legacy_fingerprint
+    return (dataset.fingerprint or None) if isinstance(dataset, Identified) else None
+
+
+def _read_source(dataset: Any, rows: np.ndarray, reads_batches: bool) -> Batch:
+    if reads_batches:
+        found: Batch = dataset.read_batch(rows)
+        return found
+    getitems = getattr(dataset, "__getitems__", None)
+    if callable(getitems):
+        return Rows(list(getitems(rows.tolist())))
+    return Rows([dataset[row] for row in rows.tolist()])
+
+
+class Mixture(torch.utils.data.Dataset[Any]):
+    """Several datasets mixed by weight: ``Mixture([(web, 0.7), (code, 0.3)])``.
+
+    Use it with ``shufflepoint.DataLoader``, which then takes the ``mixture`` order; ``shuffle_block`` is
+    the window and block size of that order. Each source gets its weight's share of a mixed epoch,
+    repeating when it is smaller than that share, each pass in a new order.
+
+    Packed sources (``Mixture([(Packed(web, L), 0.7), (Packed(code, L), 0.3)])``, one ``seq_len``)
+    mix rows of equal token counts, so the weights are shares of tokens; each source's pass p is its
+    own ``packed`` epoch p (keyed by the loader's seed per source, its blocks of ``shuffle_block``
+    documents), so its rows come in its own packing order and resume with it.
+
+    >>> mixture = Mixture([(list(range(10)), 3), (list(range(100, 104)), 1)], samples_per_epoch=8)
+    >>> mixture.counts
+    [6, 2]
+
+    With a schedule the weights change as training goes, and ``counts`` is then the first epoch's. Under the
+    ``spans`` deal (the loader's default) each rank draws every source from its own stretch of it, so a node
+    keeps its share of every source across epochs (``mixture_stretches.py``). See docs/shards.md.
+
+    >>> annealed = Mixture([list(range(10)), list(range(100, 104))], samples_per_epoch=8,
+    ...                    schedule=[(0, [3, 1]), (6, [0, 1])])
+    >>> annealed.counts
+    [5, 3]
+
+    Args:
+        sources (Sequence): the datasets to mix, map-style, none empty: ``(dataset, weight)`` pairs, a
+            weight any finite number > 0 (only their ratios count); with ``schedule``, the datasets alone.
+            Required. A dataset with an order of its own is refused, but ``Packed`` (then every source
+            must be a ``Packed`` of the same ``seq_len``).
+        samples_per_epoch (int | None): positions of a mixed epoch, the loader's ``len``; each source
+            gets its weight's share of them (largest remainder), and a source whose share rounds to 0 is
+            refused. Default None: the sources' total length.
+        schedule (Sequence | None): phases ``(start, weights)``, or ``(start, weights, k)`` to ramp
+            linearly to the next phase's weights in k steps: ``start`` counts the samples consumed since
+            the run began, all ranks together (tokens for ``Packed`` sources), the first phase starting at
+            0, and a weight may be 0 (the source pauses). A resume may append phases after the position it
+            reached, never change one that began. Default None: the weights of ``sources``, the same
+            every epoch.
+    """
+
+    order_name = NAME
+    order_version = VERSION
+
+    def __init__(self, sources: Sequence[Any], *, samples_per_epoch: int | None = None,
+                 schedule: Sequence[tuple[int, Sequence[float]] | tuple[int, Sequence[float], int]] | None = None,
+                 ) -> None:
+        pairs = check_sources(sources if schedule is None else [(dataset, 1.0) for dataset in unweighted(sources)])
+        self.sources = [dataset for dataset, _ in pairs]
+        self._reads_batches = [isinstance(dataset, ReadsBatches) for dataset in self.sources]  # once, not per batch
+        self.weights = [weight for _, weight in pairs]
+        self.lengths = [len(dataset) for dataset in self.sources]
+        self._offsets = offsets(self.lengths)
+        total = int(self._offsets[-1])
+        length = total if samples_per_epoch is None else check_int("samples_per_epoch", samples_per_epoch,
+                                                                     1, _MAX_STREAM)
+        self.samples_per_epoch = length
+        self._packed = is_packed(self.sources[0])
+        self.schedule = None if schedule is None else Schedule(
+            schedule, len(self.sources), unit=self.sources[0].seq_len if self._packed else 1)
+        if self.schedule is not None:
+            self.order_version = SCHEDULED
+            self.weights = [float(share) for share in self.schedule.shares[0]]
+        self.counts = _apportion(self.weights, length) if self.schedule is None else self.schedule.counts(length)
+        empty = [s for s, count in enumerate(self.counts) if count == 0]
+        if empty and self.schedule is None:
+            raise ValueError(refusal("weights", Plain(f"source {empty[0]} gets 0 of the {length} samples per epoch"),
+                                     "a share of at least 1 sample for every source",
+                                     "raise its weight or samples_per_epoch"))
+        self._index_limit = _MAX_STREAM if self._packed else total  # Packed: pass * rows + offset + row
+
+    def __len__(self) -> int:
+        return self.samples_per_epoch
+
+    @property
+    def rows(self) -> int:
+        """The sources' rows, end to end: the range of the indices the mixture order yields (of
+        ``index % rows`` for Packed sources: the index is ``pass * rows + offset[s] + row``)."""
+        return int(self._offsets[-1])
+
+    def __getitem__(self, index: int) -> Any:
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < self._index_limit:
+            raise IndexError(refusal("Mixture index", index, f"an int in [0, {self._index_limit})",
+                                     "pass an index of the mixture's rows"))
+        source, row = self.source_of(int(index))
+        return self.sources[source][row]
+
+    def _decode(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(source, index into that source) of mixture indices: ``pass * rows + offset[s] + row`` is
+        source s's index ``pass * len(s) + row`` (pass 0 but for Packed sources)."""
+        return decode(self._offsets, self.lengths, flat)
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        """``[self[i] for i in indices]``, each source's samples read as one batch."""
+        return self.read_batch(indices).samples()
+
+    def read_batch(self, indices: Sequence[int] | np.ndarray) -> Batch:
+        """The samples at ``indices``, in that order, read source by source: a source's own
+        ``read_batch`` or ``__getitems__`` when it has one, else one ``[i]`` at a time."""
+        source, within = self._decode(checked_indices("Mixture", indices, self._index_limit))
+        return gather(source, lambda s, where: _read_source(self.sources[s], within[where],
+                                                            self._reads_batches[s]))
+
+    def columnar(self) -> Columnar:
+        """This mixture with batches kept as read, for ``shufflepoint.collate`` (see ``Columnar``)."""
+        return Columnar(self)
+
+    def source_of(self, index: int) -> tuple[int, int]:
+        """(source, index into that source) of a mixture index."""
+        source, within = self._decode(np.array([index], dtype=np.int64))
+        return int(source[0]), int(within[0])
+
+    def locate(self, index: int) -> dict[str, Any]:
+        """Where mixture index ``index`` lives: ``{"index", "source", "source_index"}``, plus the
+        source's own ``locate`` under ``"where"`` when it has one (``Shards``, ``Packed``)."""
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < self._index_limit:
+            raise IndexError(refusal("Mixture index", index, f"an int in [0, {self._index_limit})",
+                                     "pass an index of the mixture's rows"))
+        source, within = self.source_of(int(index))
+        return mixture_location(int(index), source, within, self.sources[source])
+
+    @property
+    def fingerprint(self) -> str:
+        """The sources (their own fingerprints, else their lengths), weights and epoch length."""
+        return self._fingerprint("fingerprint")
+
+    @property
+    def _legacy_fingerprint(self) -> str:
+        """As shufflepoint 0.2 computed it, from its sources' 0.2 fingerprints (``Shards._legacy_fingerprint``)."""
+        return self._fingerprint("legacy_fingerprint")
+
+    def _fingerprint(self, attribute: str) -> str:
+        parts = [_identity(d, legacy=attribute == "legacy_fingerprint") or f"len={n}"
+                 for d, n in zip(self.sources, self.lengths, strict=True)]
+        if self.schedule is None:
+            text = json.dumps({"sources": parts, "counts": self.counts})
+            return FINGERPRINT_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:32]
+        # the phases are the state's own field (``phases``), so that a resume may append phases (_phase_changed)
+        text = json.dumps({"sources": parts, "samples_per_epoch": self.samples_per_epoch, "scheduled": True})
+        return FINGERPRINT_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    @property
+    def phases(self) -> tuple[tuple[int, str], ...]:
+        """The schedule's phases as ``(start, hash)`` pairs, recorded in a state (``()`` without a schedule)."""
+        return tuple(self.schedule.identities()) if self.schedule is not None else ()
+
+    def _explain_fingerprint(self, saved: str) -> str:
+        return ("the mixture changed (a source, its weight or samples_per_epoch); each source's own fingerprint "
+                "is part of the mixture's")
+
+    def _explain_order_version(self, saved: int) -> str | None:
+        """Why a state of another order version is refused, where it is this mixture's other kind."""
+        if saved not in (VERSION, SCHEDULED, STRETCHED, STRETCHED_SCHEDULED):
+            return None
+        if (saved in (SCHEDULED, STRETCHED_SCHEDULED)) == (self.schedule is not None):
+            return (f"The state was written in mixture order version {saved} (3 and 4: laid along the 'spans' "
+                    "deal's stretches; 1 and 2: not), which this loader does not read under its deal: resume with "
+                    "the deal the run used, or start fresh.")
+        saved = SCHEDULED if saved in (SCHEDULED, STRETCHED_SCHEDULED) else VERSION
+        was, now = ("with", "without") if saved == SCHEDULED else ("without", "with")
+        return (f"The state was written by a Mixture {was} a schedule, and this one is built {now}: build the "
+                "Mixture as the run did (its sources and their weights or schedule) to resume it, or start fresh.")
+
+    def _phase_changed(self, saved: list[list[Any]], epoch: int, cursor: int, grid: int | None,
+                      shuffle_block: int) -> int | None:
+        """The first of a state's ``saved`` phases this schedule changed before the end of the window a state at
+        (epoch, cursor) had reached (the global batch of ``grid`` rows, else the ``shuffle_block`` window), or
+        None: the same schedule there, phases appended after it."""
+        return changed_phase(saved, self.phases, self.samples_per_epoch, shuffle_block, epoch, cursor, grid)
+
+    def _check_global_batch(self, global_batch: int, grid: int) -> None:
+        """Warn when global batches of ``global_batch`` rows are not whole windows of the run's ``grid``."""
+        if self.schedule is not None:
+            check_global_batch(grid, global_batch)
+
+    def _schedule_on_grid(self, grid: int) -> Schedule:
+        """The schedule with its phases on the edges of global batches of ``grid`` rows (kept per grid)."""
+        assert self.schedule is not None
+        kept = self.__dict__.setdefault("_on_grid", {})
+        if grid not in kept:
+            kept[grid] = self.schedule.on_grid(grid, self.samples_per_epoch)
+        found: Schedule = kept[grid]
+        return found
+
+    @property
+    def _required_deal(self) -> str | None:
+        """None: a Mixture, scheduled or not, is read under either deal (under ``spans`` in the order laid
+        along its stretches, ``mixture_stretches.py``, where a phase starts at the global batch it names)."""
+        return None
+
+    @property
+    def _stretched_version(self) -> int:
+        """The order's version under ``spans`` (``mixture_stretches.py``): 3, or 4 with a schedule."""
+        return STRETCHED if self.schedule is None else STRETCHED_SCHEDULED
+
+    def epoch_order(self, seed: int, epoch: int, shuffle_block: int, grid: int | None = None,
+                    stretches: int | None = None) -> MixtureOrder | StretchedMixtureOrder:
+        """The order of one epoch; ``grid`` (a loader's global batch) places a schedule's phases and shares on
+        its global batches (``scheduled_mixture.py``); without a schedule it changes nothing. ``stretches``
+        (the ``spans`` deal's first world size) lays the order along the deal's stretches, each rank drawing
+        every source from its own stretch of it (``mixture_stretches.py``)."""
+        if stretches is not None:
+            return StretchedMixtureOrder(self, seed, epoch, shuffle_block, stretches, grid)
+        if self.schedule is not None:
+            return ScheduledMixtureOrder(self, seed, epoch, shuffle_block, grid)
+        return MixtureOrder(self, seed, epoch, shuffle_block)
+
+    def __repr__(self) -> str:
+        """``Mixture(2 sources, weights=[0.75, 0.25], counts=[6, 2], samples_per_epoch=8, rows=14, schedule=None,
+        sources=[list of 10 rows, list of 4 rows])``; with a schedule, its phases as written (the weights and
+        counts are then the first phase's and the first epoch's)."""
+        schedule = "None" if self.schedule is None else f"{len(self.schedule.identities())} phases"
+        weights = [round(weight, 4) for weight in self.weights]
+        return (f"Mixture({len(self.sources)} sources, weights={weights}, counts={self.counts}, "
+                f"samples_per_epoch={self.samples_per_epoch:,}, rows={self.rows:,}, schedule={schedule}, "
+                f"sources=[{', '.join(shown(dataset) for dataset in self.sources)}])")
+
+    def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
+        self.prefetch_dealt(indices, 1.0)
+
+    def prefetch_dealt(self, indices: Sequence[int] | np.ndarray, density: float) -> None:
+        """Pass upcoming indices on to the sources that read ahead (``Shards``), with this rank's density
+        (a source's rows are read as densely as the mixture's positions)."""
+        source, within = self._decode(np.asarray(indices, dtype=np.int64))
+        for s in distinct(source).tolist():
+            dataset = self.sources[s]
+            if isinstance(dataset, PrefetchesDealt):
+                dataset.prefetch_dealt(within[source == s], density)
+            elif isinstance(dataset, Prefetching):
+                dataset.prefetch(within[source == s])
+
+    def _read_at_density(self, density: float) -> None:
+        """Tell the sources how densely this rank reads (``ReadsAtDensity``): as densely as the mixture's
+        positions, as ``prefetch_dealt`` says; a source's own reads then join gaps (or not) as its read-ahead does."""
+        for dataset in self.sources:
+            if isinstance(dataset, ReadsAtDensity):
+                dataset._read_at_density(density)

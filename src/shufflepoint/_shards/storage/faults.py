@@ -1,0 +1,118 @@
+"""Storage faults: which are worth retrying, and how an object that changed under the index is named.
+
+Recognised by class name along the MRO and the cause chain, so botocore, aiohttp, urllib3, requests
+and google are never imported here (and a fault wrapped by s3fs in an OSError is still seen)."""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Iterator
+
+from shufflepoint._errors import ShardError
+
+
+class Truncated(OSError):
+    """Fewer bytes than recorded, with no error from the backend: retried, then a ShardError."""
+
+    def __init__(self, got: int, size: int) -> None:
+        super().__init__(f"truncated: got {got} bytes, expected {size}")
+
+
+def vanished(url: str, what: str) -> ShardError:
+    return ShardError(url, f"vanished: {what} found no such object, though it was listed or indexed before; "
+                           "it was deleted or moved: rebuild the index (delete its sidecar) if the corpus changed")
+
+
+def changed(found: int, size: int, more: bool = False) -> str:
+    kind = "truncated" if found < size else "changed"
+    what = f"more than {size} bytes" if more else f"{found} bytes now"
+    return (f"{kind}: the object is {what}, expected {size}: it was rewritten since the index was built; "
+            "rebuild the index (delete its sidecar) and restart the epoch")
+
+
+def check_version(url: str, size: int, version: str, found_size: int | None, found_version: str) -> None:
+    """A ShardError naming what changed when an object is not the one the index recorded: another
+    size (truncated or rewritten), or the same size under another version (rewritten in place).
+    An empty version on either side (storage that reports none) checks the size only."""
+    if isinstance(found_size, int) and found_size != size:
+        raise ShardError(url, changed(found_size, size))
+    if version and found_version and found_version != version:
+        raise ShardError(url, f"rewritten: its version is {found_version} now, {version} in the index (the same "
+                              f"{size} bytes, other content); no byte of it was read. Rebuild the index (delete "
+                              "its sidecar, or re-run shufflepoint index) and restart the epoch")
+
+
+_TRANSIENT_NAMES = frozenset({
+    "TimeoutError", "ConnectionError", "IncompleteRead", "RemoteDisconnected", "FSTimeoutError", "FileExpired",
+    "ClientPayloadError", "ClientConnectionError", "ServerDisconnectedError", "ServerTimeoutError",  # aiohttp
+    "HTTPClientError", "ResponseStreamingError", "IncompleteReadError", "ResponseParserError",  # botocore
+    "ReadTimeoutError", "ConnectTimeoutError", "EndpointConnectionError",
+    "ProtocolError", "ChunkedEncodingError", "TransportError",  # urllib3, requests, google-auth
+    "SSLEOFError", "SSLZeroReturnError",
+    "ServiceUnavailable", "TooManyRequests", "InternalServerError", "BadGateway", "GatewayTimeout",  # google
+})
+_TRANSIENT_CODES = frozenset({"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "InternalError",
+                              "ServiceUnavailable", "RequestLimitExceeded", "TooManyRequestsException",
+                              "BandwidthLimitExceeded", "RequestThrottled"})
+_TRANSIENT_ERRNOS = frozenset(getattr(errno, name) for name in (
+    "EIO", "EREMOTEIO", "EBUSY", "EAGAIN", "ETIMEDOUT", "ECONNRESET", "ECONNABORTED", "ECONNREFUSED", "EPIPE",
+    "ENETUNREACH", "ENETDOWN", "ENETRESET", "EHOSTUNREACH", "EHOSTDOWN") if hasattr(errno, name))
+_STORAGE_MODULES = frozenset({"aiohttp", "botocore", "aiobotocore", "s3fs", "gcsfs", "fsspec", "google", "urllib3",
+                              "requests", "adlfs", "azure", "http", "ssl", "socket"})
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen and len(seen) < 8:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _status(error: BaseException) -> int | None:
+    """The HTTP status an error carries (aiohttp ``status``, gcsfs ``code``, botocore ``response``)."""
+    response = getattr(error, "response", None)
+    if isinstance(response, dict):
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        return status if isinstance(status, int) else None
+    for name in ("status", "status_code", "code"):
+        value = getattr(error, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and 100 <= value < 600:
+            return value
+    return None
+
+
+def _transient(error: BaseException) -> bool:
+    if any(cls.__name__ in _TRANSIENT_NAMES for cls in type(error).__mro__):
+        return True
+    if isinstance(error, OSError) and error.errno in _TRANSIENT_ERRNOS:
+        return True
+    response = getattr(error, "response", None)
+    if isinstance(response, dict) and response.get("Error", {}).get("Code") in _TRANSIENT_CODES:
+        return True
+    status = _status(error)
+    return status is not None and (status >= 500 or status in (408, 429))
+
+
+def kind(error: BaseException) -> str:
+    """"missing", "transient" (retry), "permanent" (a ShardError now) or "bug" (raised as is)."""
+    if isinstance(error, FileNotFoundError) or (isinstance(error, OSError) and error.errno == errno.ENOENT):
+        return "missing"
+    if isinstance(error, (PermissionError, IsADirectoryError, NotADirectoryError)):
+        return "permanent"
+    if isinstance(error, Truncated) or any(_transient(e) for e in _chain(error)):
+        return "transient"
+    if isinstance(error, OSError) or type(error).__module__.split(".", 1)[0] in _STORAGE_MODULES:
+        return "permanent"
+    return "bug"
+
+
+def describe(error: BaseException | None) -> str:
+    if error is None:
+        return "no attempt was made"
+    text = f"{type(error).__name__}: {error}"
+    cause = error.__cause__
+    if cause is not None and str(cause) not in text:
+        text += f" ({type(cause).__name__}: {cause})"
+    return text
