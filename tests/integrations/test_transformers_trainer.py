@@ -111,6 +111,25 @@ def test_a_checkpoint_without_loader_state_is_placed_by_global_step_with_a_warni
     assert trainer.state.global_step == 2 * 6
 
 
+def test_every_callback_sees_the_runs_step_numbers_from_on_train_begin(tmp_path):
+    """Resumed with accumulation 2 from a checkpoint at step 4 of accumulation 1 (4 of 6 batches), the data is
+    placed at step 2 of this run's cut (3 steps an epoch), and the run goes on from its saved global_step 4: a
+    callback passed to the constructor (listed before the integration's own) sees 4, and the run's end,
+    4 + 1 + 3 = 8, from on_train_begin on (4.x numbers the run in a callback's on_train_begin; 5.x before the
+    callbacks are called)."""
+    folder = _train_and_save(tmp_path)
+    seen = []
+
+    class Seen(transformers.TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            seen.append((state.global_step, state.max_steps))
+
+    trainer = Trainer(model=_model(), args=_args(tmp_path, gradient_accumulation_steps=2), train_dataset=Tokens(),
+                      data_collator=_collate, callbacks=[Seen()])
+    trainer.train(resume_from_checkpoint=folder)
+    assert seen == [(4, 8)] and trainer.state.global_step == 8
+
+
 def test_ignore_data_skip_is_refused_on_resume(tmp_path):
     folder = _train_and_save(tmp_path)
     trainer = Trainer(model=_model(), args=_args(tmp_path, ignore_data_skip=True), train_dataset=Tokens(),

@@ -7,6 +7,12 @@ it *trained*: every batch ``training_step`` received, in the epoch the Trainer c
   asks the Trainer to save a checkpoint (and, when interrupting, to stop).
 - resume: a new Trainer from the same factory, ``trainer.train(resume_from_checkpoint=...)``.
 
+The epoch a batch is trained in is the one the Trainer's loop counts, as ``TrainerState.epoch`` says
+at the optimizer step that trains it (the loop's epoch plus the fraction of it done, so the loop's
+epoch is ``ceil(state.epoch) - 1``); the epochs after the first of a ``train()`` follow by its
+``on_epoch_begin`` calls. Not ``global_step // steps_per_epoch``: a shufflepoint Trainer numbers its
+steps on from the saved ``global_step`` on any world size, so its step says nothing of its epoch.
+
 A resumed Trainer may count its first epoch as an earlier one than the save point's: the stock
 Trainer does on fewer processes (``global_step // steps_per_epoch`` with more steps an epoch). What
 it trains in such an epoch is reported as ``replayed`` (a note), and the audited epochs judge only
@@ -17,6 +23,7 @@ The Trainer's ``output_dir`` and ``num_train_epochs`` are set by the audit; ``ma
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from typing import Any
@@ -58,9 +65,9 @@ class TrainerRun:
         trainer.args.output_dir = output_dir
         trainer.args.num_train_epochs = epochs
         self.trainer, self.observe = trainer, observe
-        self.batches: dict[int, list[list[Any]]] = {}  # the Trainer's epoch -> batch ids
-        self.contents: dict[int, list[list[str] | None]] = {}
-        self.epoch = -1
+        # this train()'s epochs in the order its loop began them: (batch ids, content digests) each
+        self.passes: list[tuple[list[list[Any]], list[list[str] | None]]] = []
+        self.first: int | None = None  # the Trainer's epoch of passes[0], known at its first optimizer step
         self.save: SavePoint | None = None
         self.stop = False
         self.saved_to: str | None = None
@@ -70,19 +77,17 @@ class TrainerRun:
 
         class Recorder(TrainerCallback):
             def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-                batches = len(kwargs["train_dataloader"])
-                updates = max(-(-batches // args.gradient_accumulation_steps), 1)
-                run.epoch = state.global_step // updates - 1  # the Trainer's epochs_trained, before its first
+                run.passes, run.first = [], None
 
             def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-                run.epoch += 1
-                run.batches.setdefault(run.epoch, [])
-                run.contents.setdefault(run.epoch, [])
+                run.passes.append(([], []))
 
             def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+                if run.first is None:  # the loop's epoch: state.epoch is epoch + (batches done) / (its batches)
+                    run.first = math.ceil(state.epoch) - len(run.passes)
                 save = run.save
-                if save is not None and run.saved_to is None and run.epoch == save.epoch and len(
-                        run.batches[run.epoch]) == save.step:
+                if save is not None and run.saved_to is None and run.first + len(run.passes) - 1 == save.epoch \
+                        and len(run.passes[-1][0]) == save.step:
                     control.should_save = True
                     control.should_training_stop = run.stop
                     run.saving = True
@@ -98,7 +103,7 @@ class TrainerRun:
         training_step = trainer.training_step
 
         def recording_step(model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
-            run.observe(inputs, run.batches[run.epoch], run.contents[run.epoch])
+            run.observe(inputs, *run.passes[-1])
             return training_step(model, inputs, *args, **kwargs)
 
         trainer.training_step = recording_step
@@ -110,15 +115,23 @@ class TrainerRun:
         self.trainer.train(resume_from_checkpoint=resume_from)
         if save is not None and self.saved_to is None:
             accumulation = self.trainer.args.gradient_accumulation_steps
+            seen = len(self.epochs(save.epoch, save.epoch)[0][0])
             raise UsageError(f"--save-at {save}: the Trainer never stood there; it saves only after an optimizer "
                              f"step ({accumulation} batches each), so STEP must be a multiple of {accumulation} "
-                             f"and less than the epoch's batches ({len(self.batches.get(save.epoch, []))} seen)")
+                             f"and less than the epoch's batches ({seen} seen)")
+
+    def _by_epoch(self) -> dict[int, tuple[list[list[Any]], list[list[str] | None]]]:
+        """The Trainer's epoch -> what it trained in it (nothing before its first optimizer step)."""
+        if self.first is None:
+            return {}
+        return {self.first + number: found for number, found in enumerate(self.passes)}
 
     def epochs(self, first: int, last: int) -> tuple[list[list[list[Any]]], list[list[list[str] | None]]]:
         """The batches and content digests of the Trainer's epochs ``first`` to ``last`` (inclusive)."""
-        return ([self.batches.get(e, []) for e in range(first, last + 1)],
-                [self.contents.get(e, []) for e in range(first, last + 1)])
+        found = self._by_epoch()
+        return ([found[e][0] if e in found else [] for e in range(first, last + 1)],
+                [found[e][1] if e in found else [] for e in range(first, last + 1)])
 
     def replayed(self, before: int) -> dict[str, int]:
         """Samples trained in epochs the resumed Trainer counted as earlier than ``before``."""
-        return {str(e): sum(map(len, b)) for e, b in sorted(self.batches.items()) if e < before and b}
+        return {str(e): sum(map(len, b)) for e, (b, _) in sorted(self._by_epoch().items()) if e < before and b}

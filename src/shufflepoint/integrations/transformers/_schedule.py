@@ -35,7 +35,8 @@ def continue_schedule(scheduler: Any, optimizer: Any, step: int) -> None:
 class ContinueSchedule(TrainerCallback):
     """on_train_begin comes after the Trainer loaded the checkpoint's scheduler: the Trainer then
     moves it to the placed step (``continue_schedule``) and numbers the run on from the saved global_step;
-    on_step_end: the Trainer records the loader steps the optimizer step trained (``_numbering``)."""
+    on_step_end: the Trainer records the loader steps the optimizer step trained (``_numbering``).
+    The Trainer puts it before every other callback, so they see the run's numbers."""
 
     def __init__(self, trainer: Any) -> None:
         self._trainer = weakref.ref(trainer)

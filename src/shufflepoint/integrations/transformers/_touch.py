@@ -40,6 +40,9 @@ TOUCH_POINTS = (
     "current batch size, and the rest of an epoch a set_batch_size fell in is run as one more pass",
     "transformers.TrainerState.train_batch_size: the saved run's per-device batch size; with the same world "
     "size, a resume after a set_batch_size keeps the saved global_step",
+    "transformers.trainer_callback.CallbackHandler.callbacks (called in list order): the integration's own "
+    "callback goes first, so that on 4.x, where global_step becomes the run's number in its on_train_begin, every "
+    "other callback (those passed to the constructor too) sees the run's numbers from on_train_begin on",
     "transformers.Trainer._save_checkpoint / _get_output_dir: the checkpoint folder the loader's state "
     "joins, written before any on_save callback runs",
     "transformers.Trainer._remove_unused_columns / _get_collator_with_removed_columns: the columns "
@@ -125,6 +128,12 @@ def skip_first_batches_passes(is_ours: Callable[[Any], bool], check: Callable[[A
         yield
     finally:
         setattr(trainer_module, name, original)
+
+
+def add_first_callback(trainer: Any, callback: Any) -> None:
+    """Add ``callback`` before every callback the Trainer has (``add_callback`` appends, after those passed to
+    the constructor): the handler calls them in list order."""
+    trainer.callback_handler.callbacks.insert(0, callback)  # TOUCH POINT: CallbackHandler.callbacks
 
 
 def without_unused_columns(trainer: Any, dataset: Any) -> tuple[Any, Any]:

@@ -76,7 +76,8 @@ class ResumableTrainerMixin(_TrainerBase):
         self._shufflepoint_excluded: Any = None  # the loader's excluded set, likewise
         self._shufflepoint_numbering = Numbering()  # the run's own step numbers (_numbering)
         super().__init__(*args, **kwargs)
-        self.add_callback(ContinueSchedule(self))
+        # first: on 4.x its on_train_begin numbers global_step on from the saved one, before any other callback
+        _touch.add_first_callback(self, ContinueSchedule(self))
 
     # -- the loader ----------------------------------------------------------------------------
     def get_train_dataloader(self) -> DataLoader:
@@ -348,7 +349,8 @@ class ResumableTrainerMixin(_TrainerBase):
 
     def _on_train_begin(self, scheduler: Any, optimizer: Any) -> None:
         """After the scheduler was loaded: continue it at the placed step; number the run's steps on from the
-        saved ``global_step`` (where ``_init_training_state`` did not: 4.x) and start the record of its steps."""
+        saved ``global_step`` (where ``_init_training_state`` did not: 4.x) and start the record of its steps.
+        Called by the first callback, so every other callback's ``on_train_begin`` sees the run's numbers."""
         if self._shufflepoint_placement is not None and scheduler is not None and optimizer is not None:
             if self._shufflepoint_saved_step != self._shufflepoint_placement.global_step:
                 continue_schedule(scheduler, optimizer, self._shufflepoint_placement.global_step)
