@@ -47,7 +47,7 @@ _MAP_AFTER = 64  # windows a shard serves by pread before it is memory-mapped
 _LITTLE = {name: np.dtype(name).newbyteorder("<") for name in DTYPES}  # a raw .bin's ids
 
 
-def _npy_layout(size: int, path: str, shard: str, dtype: str) -> tuple[np.dtype[Any], int, int]:
+def _npy_contents(size: int, path: str, shard: str, dtype: str) -> tuple[np.dtype[Any], int, int]:
     """(dtype, byte offset of the data, tokens) of a ``.npy`` shard, from its header, checked."""
     try:
         with open(path, "rb") as f:
@@ -69,7 +69,8 @@ def _npy_layout(size: int, path: str, shard: str, dtype: str) -> tuple[np.dtype[
     return found, offset, int(shape[0])
 
 
-def _bin_layout(size: int, path: str, shard: str, dtype: str) -> tuple[np.dtype[Any], int, int]:
+def _bin_contents(size: int, path: str, shard: str, dtype: str) -> tuple[np.dtype[Any], int, int]:
+    """(dtype, byte offset of the data, tokens) of a raw ``.bin`` shard, from its size, checked."""
     item = _LITTLE[dtype]
     if size % item.itemsize:
         raise ShardError(shard, f"truncated: {size} bytes is not a whole number of {dtype} tokens "
@@ -273,8 +274,8 @@ class TokensReader:
         """``open`` of a descriptor already open on ``path`` whose size is known (``Storage.open_local``
         checked it against the index); the shard owns ``fd`` from here, closed on any error."""
         try:
-            layout = _npy_layout if _is_npy(path, shard) else _bin_layout
-            dtype, offset, tokens = layout(size, path, shard, self.dtype)
+            contents = _npy_contents if _is_npy(path, shard) else _bin_contents
+            dtype, offset, tokens = contents(size, path, shard, self.dtype)
             return OpenTokens(fd, path, shard, dtype, offset, tokens, self.seq_len)
         except BaseException as e:
             os.close(fd)
@@ -283,7 +284,7 @@ class TokensReader:
             raise
 
     def ranged_for(self, shard: str) -> bool:
-        """A ``.bin`` shard is read by range (its layout is its size); a ``.npy`` is fetched whole."""
+        """A ``.bin`` shard is read by range (its size says where each window lies); a ``.npy`` is fetched whole."""
         return suffix_of(shard).endswith(".bin")
 
     def open_ranged(self, ranged: Ranged, shard: str) -> OpenTokens:

@@ -155,7 +155,7 @@ def judge_rank(rank: int, reference: list[Pass], resumed: list[Pass], save: Save
 def tail_allowance(remaining: int, world_size: int, batch_size: int, drop_last: bool) -> tuple[int, int]:
     """(padding, dropped) a loader may add or leave out when dealing ``remaining`` samples.
 
-    A global step takes world_size * batch_size samples. The last, partial step is either
+    A global batch takes world_size * batch_size samples. The last, partial one is either
     dropped (drop_last: at most its size is never served) or completed by repeating samples
     (DistributedSampler pads to a multiple of the world size, Accelerate's even_batches to whole
     batches; both are at most the gap to the next full step).
