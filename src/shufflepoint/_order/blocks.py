@@ -18,6 +18,8 @@ shuffled within itself (``tests/shards/test_blocks.py`` pins these values).
 
 Position -> block by binary search over the block table, then -> (shard, row) by binary search
 over the shard table: O(log S) per position after an O(S) table per epoch; memory O(S), never O(N).
+
+Words: docs/glossary.md (block, shard, extent, stretch order, shuffle block, position, stream, stretch).
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ Accelerate with ``_iteration`` only        only with use_seedable_sampler=True (
 stock Accelerate / torchdata, cursor only  no: right position, wrong order (#4195)
 torchdata with its own RandomSampler       yes, for the same (single) process setup
 =========================================  ==============================================
+
+Words: docs/glossary.md (state, cursor, order, epoch, seed).
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ A sidecar (``.shufflepoint-index-<key>.idx`` beside the data, ``corpus-<key>.idx
 in the cache, or the ``.json`` ones older versions wrote) is read and checked as ``Shards`` reads it: its content hash
 must match its shards. A loader state whose ``dataset_fingerprint`` is ``shards:<hash>`` names
 the same hash, so the two can be matched by eye or by ``--json``.
+
+Words: docs/glossary.md (corpus index, shard, content hash).
 """
 
 from __future__ import annotations

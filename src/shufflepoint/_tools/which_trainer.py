@@ -21,6 +21,8 @@ update 23 is loader step 11 (leg 1); updates 12-22 never ran.
 
 A resize to more ranks moves ``global_step`` back: an update number may then have run twice, once
 per leg; every run of it is returned, the latest first.
+
+Words: docs/glossary.md (optimizer step, step, leg, layout, epoch).
 """
 
 from __future__ import annotations

@@ -25,6 +25,8 @@ Sidecars are content-addressed copies in the cache folder (``index-<hash>.idx``)
 beside a local corpus when its folder is writable, or one published beside a remote corpus by
 ``shufflepoint index``. Because old ones stay, a state saved on an older corpus can be refused
 with a message that names the shards that changed.
+
+Words: docs/glossary.md (corpus index, shard, row, content hash, sidecar, fingerprint).
 """
 
 from __future__ import annotations

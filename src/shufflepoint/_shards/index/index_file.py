@@ -20,6 +20,8 @@ the bytes its writer wrote: a truncated, damaged or edited file is refused by na
 ``globs``: the source globs ``shufflepoint index`` listed to build it, each with the numbers of the
 shards that glob matched then, in listing order. A ``Shards`` over the same glob takes that selection
 as its listing instead of listing the storage (``_shards/index/published_listing.py``).
+
+Words: docs/glossary.md (corpus index, content hash, sidecar, shard).
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ Per shard, the cheapest source of its rows wins:
 
 With ``verify="checksum"`` every shard counted here is downloaded and hashed (sha256), so that a
 download can be checked where the storage reports no version (plain HTTP).
+
+Words: docs/glossary.md (corpus index, shard, node cache, sidecar).
 """
 
 from __future__ import annotations

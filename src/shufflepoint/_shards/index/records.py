@@ -4,6 +4,8 @@
 Python object per shard until one is asked for (``shards[i]``, a ``ShardColumns``), the rows are the int64 array the
 ``blocks`` order needs, and the content hash and the columnar file (``_shards/index/index_file.py``) are
 written from the columns in a few C-level passes.
+
+Words: docs/glossary.md (corpus index, shard, row, block).
 """
 
 from __future__ import annotations

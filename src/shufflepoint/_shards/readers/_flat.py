@@ -14,6 +14,8 @@ batch of the blocks order, ~12 files of a block, is one index per column over th
 process's byte budget (``_decoded.GROUPS``): a group the budget drops is cleared here too
 (``forget``) and decoded again when next asked for; the arena itself holds only references (8 bytes
 a cell) and a numeric copy of number columns, as the per-file arrays did.
+
+Words: docs/glossary.md (dataset arena, row group, block).
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ Row i is found in the footer's row-group sizes as (row group, offset). The foote
 the rows of a shard that is not downloaded (``rows_from_metadata``: two ranged reads). Decoded row groups are kept
 (see ``_decoded``), so the rows of a shuffled block decode their group once; a row is
 ``dict`` column -> Python value (pyarrow's ``to_pylist`` conversion). pyarrow is imported at open.
+
+Words: docs/glossary.md (shard, row, row group, decode unit, id slices, ranged read, byte range).
 """
 
 from __future__ import annotations

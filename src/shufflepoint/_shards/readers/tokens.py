@@ -8,6 +8,8 @@ nanoGPT and Megatron train on them (inputs ``w[:-1]``, targets ``w[1:]``): conse
 share one token, so a shard of n tokens has ``(n - 1) // seq_len`` rows and the tail that does not
 fill a window is not read. Windows never cross shards. A row is a ``torch.int64`` tensor, so the
 default collate stacks a batch into ``(batch, seq_len + 1)``.
+
+Words: docs/glossary.md (token window, shard, row, ranged read).
 """
 
 from __future__ import annotations

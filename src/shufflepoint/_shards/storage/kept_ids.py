@@ -15,6 +15,8 @@ entry: a 32-byte header (magic, the values' dtype, rows, values), ``rows + 1`` i
 the values, as uint16 where every value fits (half of int32's bytes, as the ``.bin`` windows hold
 them), else as decoded. Published whole (a temporary file, then ``os.replace``); one whose size
 disagrees with its header is ignored and decoded again, never read.
+
+Words: docs/glossary.md (kept ids, node cache, decode unit, token window).
 """
 
 from __future__ import annotations

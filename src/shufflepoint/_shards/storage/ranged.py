@@ -13,6 +13,8 @@ recorded (``Storage.ranges``: a HEAD, then ranged GETs that must match it), so a
 under a job is a ``ShardError``, never a mix of two versions. The entry is named by (url, version)
 like a whole one. ``verify="checksum"`` needs the whole file to hash: those shards are downloaded
 whole, as before. Read-ahead of the ranges upcoming rows need is ``ranged_ahead``.
+
+Words: docs/glossary.md (byte range, ranged read, partial entry, node cache, read-ahead, stretch).
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""The judge: pure functions from recorded streams to a verdict. No processes, no torch."""
+"""The judge: pure functions from recorded streams to a verdict. No processes, no torch.
+
+Words: docs/glossary.md (verdict, global batch, tail, world size, elastic).
+"""
 
 from __future__ import annotations
 
