@@ -30,6 +30,7 @@ The rules, for README.md, CHANGELOG.md and every docs/*.md (a "page"):
 
 from __future__ import annotations
 
+import ast
 import inspect
 import pathlib
 import re
@@ -320,3 +321,198 @@ def test_a_name_missing_from_the_api_table_is_found() -> None:
     assert section("## API\n" + table + "## Next\n`step`\n", "API") == table
     required = {"DataLoader": {"exclude", "excluded", "step"}, "Packed": {"Packed", "seq_len", "bos"}}
     assert missing_from_table(table, required) == ["DataLoader: ['step']", "Packed: ['bos']"]
+
+
+# The glossary (docs/glossary.md): every word a module's docstring names has an entry, and every code
+# name and state field the glossary gives exists, so a rename that forgets the glossary fails here.
+
+GLOSSARY = ROOT / "docs" / "glossary.md"
+SOURCE = ROOT / "src"
+WORDS_LINE = re.compile(r"Words: `{0,2}docs/glossary\.md`{0,2} \((?P<words>[^)]*)\)")
+WORD_HEADING = re.compile(r"^### (?P<word>.+?)\s*$", re.M)
+CODE_NAME = re.compile(r"^shufflepoint(?:\.\w+)+$")
+STATE_NAMES = re.compile(r"\*state\*(?P<names>(?:\s*`\w+`,?)+)")
+
+
+def glossary_words(text: str) -> list[str]:
+    """The words the glossary has an entry for: its ``### word`` headings, lower-cased."""
+    return [m["word"].lower() for m in WORD_HEADING.finditer(text)]
+
+
+def words_lines(source: pathlib.Path = SOURCE) -> dict[str, list[str]]:
+    """Module (relative to ``source``) -> the words its docstring's ``Words: docs/glossary.md (...)`` lines name."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(source.rglob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text()), clean=False) or ""
+        words = [w.strip().lower() for m in WORDS_LINE.finditer(doc) for w in m["words"].split(",") if w.strip()]
+        if words:
+            found[str(path.relative_to(source))] = words
+    return found
+
+
+def words_without_entry(glossary: str, source: pathlib.Path = SOURCE) -> list[str]:
+    entries = set(glossary_words(glossary))
+    return [f"{module}: {word!r}" for module, words in words_lines(source).items() for word in words
+            if word not in entries]
+
+
+def glossary_code_names(text: str) -> list[str]:
+    """Every inline code of the glossary (outside code blocks) that is a dotted ``shufflepoint...`` name."""
+    return [m["code"].strip() for line in _without_code_blocks(text) for m in INLINE_CODE.finditer(line)
+            if CODE_NAME.match(m["code"].strip())]
+
+
+def glossary_state_fields(text: str) -> list[str]:
+    return [name for m in STATE_NAMES.finditer(text) for name in re.findall(r"`(\w+)`", m["names"])]
+
+
+def _module_file(parts: list[str], source: pathlib.Path) -> pathlib.Path | None:
+    base = source.joinpath(*parts)
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _targets(node: ast.AST) -> list[ast.expr]:
+    """What an assignment binds, tuples unpacked (``a, b = ...``); nothing for any other statement."""
+    found = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+    return [t for target in found for t in (target.elts if isinstance(target, ast.Tuple) else [target])]
+
+
+def _defined(body: list[ast.stmt], name: str) -> ast.AST | None:
+    """The statement of ``body`` (a module's or a class's, ``if``/``try`` blocks included) that binds ``name``."""
+    for node in body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            return node
+        for target in _targets(node):
+            if isinstance(target, ast.Name) and target.id == name:
+                return node
+            if isinstance(target, ast.Name) and target.id == "__slots__" and isinstance(node, ast.Assign) \
+                    and name in [c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant)]:
+                return node
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name) == name for a in node.names):
+            return node
+        if isinstance(node, (ast.If, ast.Try)):
+            inner = [*node.body, *node.orelse, *getattr(node, "finalbody", [])]
+            found = _defined(inner, name)
+            if found is not None:
+                return found
+    return None
+
+
+def _resolve_in_module(module: list[str], name: str, source: pathlib.Path,
+                       depth: int = 0) -> tuple[list[str], ast.AST] | None:
+    """(module, statement) binding ``name`` in ``module``, through ``from shufflepoint... import`` re-exports."""
+    path = _module_file(module, source)
+    if path is None or depth > 8:
+        return None
+    if _module_file([*module, name], source) is not None:  # a submodule
+        return [*module, name], ast.Module(body=[], type_ignores=[])
+    node = _defined(ast.parse(path.read_text()).body, name)
+    if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "shufflepoint":
+        alias = next(a for a in node.names if (a.asname or a.name) == name)
+        return _resolve_in_module(node.module.split("."), alias.name, source, depth + 1)
+    return None if node is None else (module, node)
+
+
+def _has_member(module: list[str], cls: ast.ClassDef, name: str, source: pathlib.Path,
+                depth: int = 0) -> ast.AST | None:
+    """The statement that binds ``name`` on ``cls``: in its body, as ``self.name`` in a method, or in a base
+    class of shufflepoint's own."""
+    found = _defined(cls.body, name)
+    if found is not None:
+        return found
+    for method in cls.body:
+        if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(method):
+                for t in _targets(node):
+                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self" \
+                            and t.attr == name:
+                        return node
+    for base in cls.bases:
+        if isinstance(base, ast.Name) and depth < 8:
+            where = _resolve_in_module(module, base.id, source)
+            if where is not None and isinstance(where[1], ast.ClassDef):
+                found = _has_member(where[0], where[1], name, source, depth + 1)
+                if found is not None:
+                    return found
+    return None
+
+
+def resolves(dotted: str, source: pathlib.Path = SOURCE) -> bool:
+    """Whether ``dotted`` (``shufflepoint.module.Symbol.member``) names a module, a module-level name or a
+    class member that exists in the source, read with ``ast`` (no import: integrations need their frameworks)."""
+    parts = dotted.split(".")
+    cut = next((k for k in range(len(parts), 0, -1) if _module_file(parts[:k], source)), 0)
+    if not cut:
+        return False
+    module, rest = parts[:cut], parts[cut:]
+    if not rest:
+        return True
+    where = _resolve_in_module(module, rest[0], source)
+    if where is None:
+        return False
+    module, node = where
+    for name in rest[1:]:
+        if not isinstance(node, ast.ClassDef):
+            return False
+        found = _has_member(module, node, name, source)
+        if found is None:
+            return False
+        node = found
+    return True
+
+
+def test_every_word_a_module_names_has_a_glossary_entry() -> None:
+    missing = words_without_entry(GLOSSARY.read_text())
+    assert words_lines(), "no module docstring names its words (Words: docs/glossary.md (...))"
+    assert not missing, "words without an entry (### word) in docs/glossary.md:\n" + "\n".join(missing)
+
+
+def test_every_glossary_word_has_one_entry() -> None:
+    words = glossary_words(GLOSSARY.read_text())
+    assert len(words) > 50 and not sorted({w for w in words if words.count(w) > 1}), words
+
+
+def test_every_code_name_in_the_glossary_exists() -> None:
+    names = glossary_code_names(GLOSSARY.read_text())
+    assert len(names) > 50, names
+    missing = sorted({name for name in names if not resolves(name)})
+    assert not missing, f"docs/glossary.md names code that does not exist (renamed? update the glossary): {missing}"
+
+
+def test_every_state_field_in_the_glossary_exists() -> None:
+    import shufflepoint
+
+    fields = glossary_state_fields(GLOSSARY.read_text())
+    assert fields, "the glossary names no state field (*state* `name`)"
+    assert not sorted(set(fields) - set(shufflepoint.STATE_FIELDS))
+
+
+def test_the_glossary_checks_catch_a_rename(tmp_path: pathlib.Path) -> None:
+    package = tmp_path / "shufflepoint"
+    (package / "_core").mkdir(parents=True)
+    (package / "__init__.py").write_text('"""Words: docs/glossary.md (cut, leg)."""\n'
+                                         "from shufflepoint._core.plan import Layout as Shape\n")
+    (package / "_core" / "__init__.py").write_text("")
+    (package / "_core" / "plan.py").write_text(
+        '"""Plan.\n\nWords: ``docs/glossary.md`` (layout, Cut)."""\n'
+        "from dataclasses import dataclass\n\nSTRIDED, SPANS = 'strided', 'spans'\n\n\nclass _Base:\n"
+        "    def after(self): ...\n\n\n@dataclass\nclass Layout(_Base):\n    n: int\n    __slots__ = ('kept',)\n\n"
+        "    def __init__(self):\n        self.world_size: int = 1\n")
+    glossary = "### Cut\n### layout\n"
+    assert words_without_entry(glossary, tmp_path) == ["shufflepoint/__init__.py: 'leg'"]
+    found = [name for name in ("shufflepoint", "shufflepoint._core.plan", "shufflepoint._core.plan.Layout",
+                               "shufflepoint._core.plan.Layout.n", "shufflepoint._core.plan.Layout.world_size",
+                               "shufflepoint._core.plan.Layout.kept", "shufflepoint._core.plan.Layout.after",
+                               "shufflepoint._core.plan.SPANS", "shufflepoint.Shape.n", "shufflepoint._core")
+             if resolves(name, tmp_path)]
+    assert len(found) == 10, found
+    assert not [name for name in ("shufflepoint._core.plan.Plan", "shufflepoint._core.plan.Layout.batch_size",
+                                  "shufflepoint._core.cut", "shufflepoint._core.plan.STRIDED.x", "shufflepoint.Layout",
+                                  "shufflepoint.Shape.m", "shufflepoint._core.plan.Layout.n.m")
+                if resolves(name, tmp_path)]
+    text = "x `shufflepoint._core.plan.Layout` `plan.Layout` `shufflepoint.x()`\n```\n`shufflepoint.y`\n```\n"
+    assert glossary_code_names(text) == ["shufflepoint._core.plan.Layout"]
+    assert glossary_state_fields("*code* `a.b` · *state* `cursor`, `segments` · *in* `x`") == ["cursor", "segments"]

@@ -110,7 +110,7 @@ def test_an_entry_evicted_under_an_open_reader_is_fetched_again_not_read_as_zero
     os.unlink(record)
     other = partial_of(blob, cache, "s3://b/shard.parquet")
     last = len(opened._units) - 1
-    other.ensure(opened._chunk_spans(opened._units[last][0]))
+    other.ensure(opened._chunk_ranges(opened._units[last][0]))
     garble_unheld(other)
     # This reader's copy still holds unit 0 (the unlinked file stays readable): no GET for it.
     fetched = len(gets)

@@ -409,8 +409,8 @@ def test_an_elastic_resume_with_one_changed_sample_is_content_diverged():
 
 
 def test_rows_shaped_by_another_batch_are_not_compared_on_an_elastic_resume_only():
-    """Digests read LAYOUT:CONTENT; a sample padded to another length in a differently cut batch
-    has another LAYOUT. Elastic: not comparable (counted, noted). Same world: other content."""
+    """Digests read SHAPE:CONTENT; a sample padded to another length in a differently cut batch
+    has another SHAPE. Elastic: not comparable (counted, noted). Same world: other content."""
     from shufflepoint._tools.audit import CONTENT_DIVERGED
 
     def digests(streams, first_epoch, padded):

@@ -18,6 +18,8 @@ frames [0, 2, 4, 6] of videos 0 and 2
 
 Per lookup: O(log videos) (``searchsorted`` over the prefix sums), vectorised over many clips at once; the
 table is O(videos), computed once from the counts, never O(clips) or O(frames).
+
+Words: docs/glossary.md (clip).
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ version (mtime_ns for a local file, the ETag or generation for an object) and th
 the next process (a restart, another rank or worker on the node) reads that file and opens no video.
 A video rewritten in place changes its version, so its counts are read again. Several processes reading
 the same list at once take a lock: one reads the headers, the others the file it wrote.
+
+Words: docs/glossary.md (clip, node cache).
 """
 
 from __future__ import annotations

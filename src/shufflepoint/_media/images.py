@@ -20,6 +20,8 @@ passes through (bytes collate into a list).
 
 A sample whose image does not decode raises ``SampleError`` naming its key and field; the loader
 re-raises it as a ``ShardError`` naming the shard and row. Nothing is skipped.
+
+Words: docs/glossary.md (seed, epoch, index, resume).
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ clip's frames (``decoders.py``), in whichever process asks: a DataLoader worker.
 dataset, so ``shufflepoint.DataLoader`` deals its order, exact and elastic like any other, and its
 ``fingerprint`` (paths, sizes, frame counts, the clip parameters) joins the state: a resume over other
 videos, or clips cut another way, is refused.
+
+Words: docs/glossary.md (clip, fingerprint, state, resume).
 """
 
 from __future__ import annotations

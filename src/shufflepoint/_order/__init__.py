@@ -3,6 +3,8 @@
 Every order is built as ``Order(n, seed, epoch)`` and answers ``index(position) -> int`` and
 ``take(positions: int64 array) -> int64 array``; it has a ``name`` and a ``version`` that the state
 records. ``ORDERS`` is the registry, ``make_order`` the one way in.
+
+Words: docs/glossary.md (order, epoch, position, index, seed).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ enters it. Per epoch:
 
 1. the shards are permuted (a keyed Feistel permutation of ``range(S)``);
 2. the shuffled shards, laid end to end, are cut into *blocks* at shard boundaries: a block is the
-   run of shards whose first row falls in the same window ``[k*B, (k+1)*B)`` of the epoch stream
+   run of shards whose first row falls in the same interval ``[k*B, (k+1)*B)`` of the epoch stream
    (``B = shuffle_block``), so a block holds about ``B`` rows, or one shard larger than ``B``;
 3. the rows inside each block are permuted (keyed by seed, epoch and block).
 
@@ -18,6 +18,8 @@ shuffled within itself (``tests/shards/test_blocks.py`` pins these values).
 
 Position -> block by binary search over the block table, then -> (shard, row) by binary search
 over the shard table: O(log S) per position after an O(S) table per epoch; memory O(S), never O(N).
+
+Words: docs/glossary.md (block, shard, extent, stretch order, shuffle block, position, stream, stretch).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ VERSION = 1
 DEFAULT_SHUFFLE_BLOCK = 1 << 16
 _M64 = (1 << 64) - 1
 _SHARDS_TAG, _BLOCK_TAG = 0x5A4D5348, 0xB10C5EED  # keep the shard and in-block keys apart
-_LAYOUT_TAG, _PIECES_TAG, _STRETCH_BLOCK_TAG = 0x4C41594F, 0x50494543, 0x5354424B  # the stretch order's keys
+_LAY_TAG, _EXTENTS_TAG, _STRETCH_BLOCK_TAG = 0x4C41594F, 0x50494543, 0x5354424B  # the stretch order's keys
 _CACHED_BLOCKS = 8  # in-block permutations kept: a chunk of positions touches one or two blocks
 _MANY_BLOCKS = 32  # past this many blocks in one ``take``, every block's order at once (``_take_many``)
 
@@ -54,7 +56,7 @@ def checked_positions(positions: np.ndarray, n: int) -> tuple[np.ndarray, np.nda
 
 
 class _BlockTable:
-    """Positions -> dataset indices through a table of pieces (runs of one shard's rows) laid end
+    """Positions -> dataset indices through a table of extents (consecutive rows of one shard) laid end
     to end in the epoch stream, cut into blocks whose positions are permuted within themselves."""
 
     name = NAME
@@ -63,7 +65,7 @@ class _BlockTable:
 
     def _set_table(self, n: int, stream_start: np.ndarray, dataset_start: np.ndarray, block_first: np.ndarray,
                    seed: int, epoch: int) -> None:
-        """``block_first``: indices of the pieces that open a block."""
+        """``block_first``: indices of the extents that open a block."""
         self.n, self.seed, self.epoch = n, seed, epoch
         self._stream_start, self._dataset_start = stream_start, dataset_start
         self._block_start = stream_start[block_first]
@@ -105,8 +107,9 @@ class _BlockTable:
             for b, where in runs:
                 start = self._block_start[b]
                 stream[where] = start + self._block_order(b).take(flat[where] - start)
-        piece = np.searchsorted(self._stream_start, stream, side="right") - 1
-        found: np.ndarray = (self._dataset_start[piece] + (stream - self._stream_start[piece])).reshape(positions.shape)
+        extent = np.searchsorted(self._stream_start, stream, side="right") - 1
+        found: np.ndarray = self._dataset_start[extent] + (stream - self._stream_start[extent])
+        found = found.reshape(positions.shape)
         return found
 
     def _take_many(self, flat: np.ndarray, block: np.ndarray) -> np.ndarray:
@@ -128,7 +131,7 @@ class _BlockTable:
     def positions_of(self, indices: np.ndarray) -> np.ndarray:
         """The inverse of ``take``: the epoch position (int64) of each dataset index (int64, in [0, n)).
 
-        Index -> piece by binary search over the pieces sorted by their first dataset index, -> its
+        Index -> extent by binary search over the extents sorted by their first dataset index, -> its
         stream position, -> block by binary search, -> position inside the block by the block's inverse.
         """
         indices = np.asarray(indices, dtype=np.int64)
@@ -137,8 +140,8 @@ class _BlockTable:
             raise IndexError(refusal("indices", Plain(f"{int(flat.min())}..{int(flat.max())}"),
                                      f"each in [0, {self.n})", "pass indices of the dataset"))
         by_dataset = np.argsort(self._dataset_start, kind="stable")
-        piece = by_dataset[np.searchsorted(self._dataset_start[by_dataset], flat, side="right") - 1]
-        stream = self._stream_start[piece] + (flat - self._dataset_start[piece])
+        extent = by_dataset[np.searchsorted(self._dataset_start[by_dataset], flat, side="right") - 1]
+        stream = self._stream_start[extent] + (flat - self._dataset_start[extent])
         block = np.searchsorted(self._block_start, stream, side="right") - 1
         found = np.empty_like(flat)
         for b in distinct(block).tolist():
@@ -189,15 +192,15 @@ class BlockOrder(_BlockTable):
         lengths = rows[kept]
         # Per shard in stream order: where it starts in the epoch stream and in the dataset.
         stream_start = np.concatenate(([0], np.cumsum(lengths)[:-1])) if kept.size else kept
-        window = stream_start // shuffle_block
-        first = np.flatnonzero(np.concatenate(([True], window[1:] != window[:-1]))) if kept.size else kept
+        interval = stream_start // shuffle_block
+        first = np.flatnonzero(np.concatenate(([True], interval[1:] != interval[:-1]))) if kept.size else kept
         self._set_table(int(rows.sum()), stream_start, dataset_start[kept] if kept.size else kept, first, seed, epoch)
 
 
 def laid_shards(rows: np.ndarray, seed: int) -> np.ndarray:
     """The non-empty shards in the order ``StretchBlockOrder`` lays them out for ``seed``, every epoch alike."""
-    layout = FeistelOrder(int(rows.size), _sub_seed(seed, _LAYOUT_TAG), 0)
-    laid = layout.take(np.arange(rows.size, dtype=np.int64)) if rows.size else rows
+    lay = FeistelOrder(int(rows.size), _sub_seed(seed, _LAY_TAG), 0)
+    laid = lay.take(np.arange(rows.size, dtype=np.int64)) if rows.size else rows
     found: np.ndarray = laid[rows[laid] > 0]
     return found
 
@@ -226,8 +229,8 @@ class StretchBlockOrder(_BlockTable):
 
     The shards are laid end to end in one order that depends on the seed only (not the epoch), and
     that stream is cut into the ``stretches`` near-equal stretches the spans deal gives the ranks
-    of the epoch's first world (``spans.py``), a shard crossing an edge being split in two pieces.
-    Each epoch permutes the pieces *inside* each stretch, cuts the stretch into blocks of about
+    of the epoch's first world (``spans.py``), a shard crossing an edge being split in two *extents*.
+    Each epoch permutes the extents *inside* each stretch, cuts the stretch into blocks of about
     ``shuffle_block`` rows (never across a stretch edge) and permutes each block. So a rank reads
     the same rows every epoch on an unchanged world, in a new order, and a node's cache that holds
     its share serves every later epoch; rows still reach every rank in a fresh order.
@@ -246,7 +249,7 @@ class StretchBlockOrder(_BlockTable):
                  keyed_layout: bool = True) -> None:
         """``edges``: the stretches' starts and the end (``stretches + 1`` of them, from 0 to the rows), where
         they are not the near-equal ones (a ``Mixture`` source cut in its ranks' shares of it). ``pinned_ends``:
-        each stretch's first and last piece (in the layout) stay first and last every epoch, each a block of
+        each stretch's first and last extent (as laid) stay first and last every epoch, each a block of
         its own, so a rank whose rows reach past its stretch's edge (``Packed``: stretches cut at shard
         boundaries, rows at token counts) reads the same shard there every epoch. ``keyed_layout=False``: the
         shards laid in their own order (``Packed``: a process counts the tokens of its stretch's shards before
@@ -259,7 +262,7 @@ class StretchBlockOrder(_BlockTable):
         dataset_start = np.concatenate(([0], np.cumsum(rows)[:-1])) if rows.size else rows
         laid = laid_shards(rows, seed) if keyed_layout else np.flatnonzero(rows > 0)  # the same every epoch
         base_start = np.concatenate(([0], np.cumsum(rows[laid]))) if laid.size else np.zeros(1, np.int64)
-        # Stretch edges (spans.py's formula) split the shards they fall inside into two pieces.
+        # Stretch edges (spans.py's formula) split the shards they fall inside into two extents.
         if edges is None:
             base, extra = divmod(n, stretches)
             ranks = np.arange(stretches + 1, dtype=np.int64)
@@ -268,23 +271,23 @@ class StretchBlockOrder(_BlockTable):
         cuts = distinct(np.concatenate((base_start, edges)))
         cuts = cuts[cuts < n] if n else cuts[:0]
         shard_at = np.searchsorted(base_start, cuts, side="right") - 1
-        piece_dataset = dataset_start[laid[shard_at]] + (cuts - base_start[shard_at]) if cuts.size else cuts
-        piece_length = np.diff(np.concatenate((cuts, [n]))) if cuts.size else cuts
+        extent_dataset = dataset_start[laid[shard_at]] + (cuts - base_start[shard_at]) if cuts.size else cuts
+        extent_length = np.diff(np.concatenate((cuts, [n]))) if cuts.size else cuts
         stretch = np.searchsorted(edges, cuts, side="right") - 1
-        # Each epoch: the pieces of each stretch in a keyed random order, laid from the stretch's start.
-        key = _mix64(np.arange(cuts.size, dtype=np.uint64) ^ np.uint64(_sub_seed(seed, _PIECES_TAG, epoch)))
-        ends = np.zeros((2, cuts.size), dtype=bool)  # each stretch's first and last piece, where pinned
+        # Each epoch: the extents of each stretch in a keyed random order, laid from the stretch's start.
+        key = _mix64(np.arange(cuts.size, dtype=np.uint64) ^ np.uint64(_sub_seed(seed, _EXTENTS_TAG, epoch)))
+        ends = np.zeros((2, cuts.size), dtype=bool)  # each stretch's first and last extent, where pinned
         if pinned_ends and cuts.size:
             ends[0] = np.concatenate(([True], stretch[1:] != stretch[:-1]))
             ends[1] = np.concatenate((stretch[1:] != stretch[:-1], [True]))
             key[ends[0]], key[ends[1] & ~ends[0]] = np.uint64(0), np.uint64(2**64 - 1)
         order = np.lexsort((key, stretch))
-        piece_dataset, piece_length, stretch = piece_dataset[order], piece_length[order], stretch[order]
+        extent_dataset, extent_length, stretch = extent_dataset[order], extent_length[order], stretch[order]
         ends = ends[:, order]
-        stream_start = np.concatenate(([0], np.cumsum(piece_length)[:-1])) if cuts.size else cuts
+        stream_start = np.concatenate(([0], np.cumsum(extent_length)[:-1])) if cuts.size else cuts
         offset = stream_start - edges[stretch] if cuts.size else cuts
-        window = offset // shuffle_block
-        opens = np.concatenate(([True], (window[1:] != window[:-1]) | (stretch[1:] != stretch[:-1])
-                                | ends[0][:-1] | ends[1][1:]))  # a pinned piece is a block of its own
+        interval = offset // shuffle_block
+        opens = np.concatenate(([True], (interval[1:] != interval[:-1]) | (stretch[1:] != stretch[:-1])
+                                | ends[0][:-1] | ends[1][1:]))  # a pinned extent is a block of its own
         first = np.flatnonzero(opens) if cuts.size else cuts
-        self._set_table(n, stream_start, piece_dataset, first, seed, epoch)
+        self._set_table(n, stream_start, extent_dataset, first, seed, epoch)

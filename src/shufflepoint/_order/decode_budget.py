@@ -16,6 +16,8 @@ process's own, and may differ on the machine that resumes. The block joins the c
 (``...:blocks=N``), and a loader whose block was left to this default adopts the block a state
 records (``OrderCache.for_state``): a resumed run keeps its order, and ``warn_if_redecoding`` says
 with the numbers when that block no longer fits the budget here.
+
+Words: docs/glossary.md (shuffle block, block, decode budget, row group).
 """
 
 from __future__ import annotations

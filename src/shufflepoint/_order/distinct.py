@@ -4,6 +4,8 @@
 reach the collector's threshold, a full garbage collection of torch's ~170k objects, 80 ms), which
 lands in a restarted job's first batch: the orders and the readers group positions by block,
 window, source, pass and shard with it. Sorting does the same work without the import.
+
+Words: docs/glossary.md (position, block).
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ when they are small (8 rows: one rank, batch 8), and an order object per global 
 Python each; here the same arithmetic runs on arrays of per-element round keys instead, in one pass per
 distinct size (a global batch, and an epoch's short last one): the same values as ``FeistelOrder``
 (tested element by element), at numpy speed.
+
+Words: docs/glossary.md (order, block, chunk, global batch).
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ With ``--tokens FIELD`` (or ``--tokenize MODULE:FUNCTION --tokenizer NAME``) it 
 document's tokens and publishes them beside the corpus (``_shards/counting/count_files.py``): the per-shard
 totals (O(shards), read whole by every node) and the per-document counts, of which each node reads
 the byte ranges of the shards it reads. ``Packed`` then counts nothing and reads only its share.
+
+Words: docs/glossary.md (corpus index, shard, sidecar).
 """
 
 from __future__ import annotations

@@ -16,8 +16,10 @@ shufflepoint.DataLoader / ResumableSampler yes: (seed, epoch, cursor), any world
 Accelerate + patch_accelerate()            yes, unless the sampler is a custom one
 Accelerate with ``_iteration`` only        only with use_seedable_sampler=True (#4238)
 stock Accelerate / torchdata, cursor only  no: right position, wrong order (#4195)
-torchdata with its own RandomSampler       yes, for the same (single) process layout
+torchdata with its own RandomSampler       yes, for the same (single) process setup
 =========================================  ==============================================
+
+Words: docs/glossary.md (state, cursor, order, epoch, seed).
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ A sidecar (``.shufflepoint-index-<key>.idx`` beside the data, ``corpus-<key>.idx
 in the cache, or the ``.json`` ones older versions wrote) is read and checked as ``Shards`` reads it: its content hash
 must match its shards. A loader state whose ``dataset_fingerprint`` is ``shards:<hash>`` names
 the same hash, so the two can be matched by eye or by ``--json``.
+
+Words: docs/glossary.md (corpus index, shard, content hash).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from shufflepoint._shards.index import index_file, sidecar
 from shufflepoint._shards.index.index import FORMAT, CorpusIndex
 from shufflepoint._shards.index.indexing import published_names
 from shufflepoint._shards.index.integrity import Finding, verify_shard
-from shufflepoint._shards.index.records import Columns
+from shufflepoint._shards.index.records import ShardColumns
 from shufflepoint._shards.storage.storage import Storage
 
 
@@ -126,7 +128,7 @@ def _only(index: CorpusIndex, sources: str | list[str], urls: list[str]) -> Corp
         pattern = os.path.abspath(pattern)
     kept = tuple(s for s in index.shards if _index.join(index.root, s.name) in listed
                  or (pattern is not None and fnmatch.fnmatchcase(_index.join(index.root, s.name), pattern)))
-    return CorpusIndex(index.root, index.reader, index.options, Columns.of(kept), read_as=index.read_as)
+    return CorpusIndex(index.root, index.reader, index.options, ShardColumns.of(kept), read_as=index.read_as)
 
 
 def verify(index: CorpusIndex, where: str, storage: Storage, listed: list[str] | None = None,

@@ -17,6 +17,8 @@ each lives (``_shards/corpora/shards/locate.py``)::
 For an HF Trainer checkpoint ``--step`` is the optimizer step (``global_step`` after it): the batches it
 trained, from the run's record of its steps in the checkpoint (``which_steps``), with the layout that ran it,
 before and after every resize.
+
+Words: docs/glossary.md (step, history, leg, layout, state, optimizer step, deal).
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ an HF Trainer ``checkpoint-N`` folder  ``shufflepoint_loader.json``, ``trainer_s
 Files are read as ``shufflepoint inspect`` reads them: ``torch.load(weights_only=True)``, never an
 arbitrary unpickle. A DCP folder's non-tensor entries are pickles that DCP itself reads back, as the
 training job's ``dcp.load`` does.
+
+Words: docs/glossary.md (state, optimizer step, step).
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""The legs of a run, as ``which_trainer`` counts them, from a loaded loader's layout history."""
+"""The legs of a run, as ``which_trainer`` counts them, from a loaded loader's layout history.
+
+Words: docs/glossary.md (leg, history, layout, cut, deal).
+"""
 
 from __future__ import annotations
 

@@ -9,6 +9,8 @@ against the loader's state before anything is answered.
 An older checkpoint (no record) is answered by the closed form of ``which_trainer`` only where that is
 exact: one layout and no exclusion, or resizes whose renumbering left every step number with one run.
 Anything else is refused, never answered wrong.
+
+Words: docs/glossary.md (optimizer step, step, leg, layout, exclusion).
 """
 
 from __future__ import annotations

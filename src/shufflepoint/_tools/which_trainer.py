@@ -8,7 +8,7 @@ optimizer steps, each ``GA`` batches (gradient accumulation), numbered inside ea
     update u      = the u-th optimizer step (global_step is u after it)
                   = epoch E = (u - 1) // nupe, its batches [j * GA, min((j + 1) * GA, L)), j = (u - 1) % nupe
 
-A *leg* of the run (a stretch read with one layout, see ``_core/history``) begins at loader step
+A *leg* of the run (its steps read with one layout from one place, see ``_core/history``) begins at loader step
 ``s`` with ``R`` of its epoch's ``L`` batches left; the Trainer places itself there (``place``) at
 ``global_step g`` with ``k = L - R`` batches of the epoch counted as done. In that leg, batch
 ``kk`` of epoch ``E`` is loader step ``s + (E - E0) * L + kk - k``, and update ``u > g`` is whole
@@ -21,6 +21,8 @@ update 23 is loader step 11 (leg 1); updates 12-22 never ran.
 
 A resize to more ranks moves ``global_step`` back: an update number may then have run twice, once
 per leg; every run of it is returned, the latest first.
+
+Words: docs/glossary.md (optimizer step, step, leg, layout, epoch).
 """
 
 from __future__ import annotations

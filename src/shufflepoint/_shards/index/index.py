@@ -25,6 +25,8 @@ Sidecars are content-addressed copies in the cache folder (``index-<hash>.idx``)
 beside a local corpus when its folder is writable, or one published beside a remote corpus by
 ``shufflepoint index``. Because old ones stay, a state saved on an older corpus can be refused
 with a message that names the shards that changed.
+
+Words: docs/glossary.md (corpus index, shard, row, content hash, sidecar, fingerprint).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ import numpy as np
 
 from shufflepoint._errors import Plain, refusal
 from shufflepoint._shards.index import collector
-from shufflepoint._shards.index.records import Columns as Columns  # the index's shards; re-exported
+from shufflepoint._shards.index.records import ShardColumns as ShardColumns  # the index's shards; re-exported
 from shufflepoint._shards.index.records import ShardRecord as ShardRecord
 from shufflepoint._shards.storage.storage import is_remote
 
@@ -64,7 +66,7 @@ class CorpusIndex:
     root: str
     reader: str
     options: dict[str, Any]
-    shards: Columns  # any sequence of ShardRecord is taken, and kept as columns
+    shards: ShardColumns  # any sequence of ShardRecord is taken, and kept as columns
     read_as: int = field(default=VERSION, compare=False)  # the format of the sidecar it was read from
     # The columnar file's bytes as read: a node keeps a published index by writing them, not re-encoding it.
     text: bytes = field(default=b"", compare=False, repr=False)
@@ -72,8 +74,8 @@ class CorpusIndex:
     globs: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # see index_file.for_glob
 
     def __post_init__(self) -> None:
-        if not isinstance(self.shards, Columns):
-            object.__setattr__(self, "shards", Columns.of(self.shards))
+        if not isinstance(self.shards, ShardColumns):
+            object.__setattr__(self, "shards", ShardColumns.of(self.shards))
 
     @property
     def rows(self) -> np.ndarray:
@@ -123,7 +125,7 @@ class CorpusIndex:
             raise ValueError(refusal(where, Plain(f"index version {version!r}"), f"one of "
                                      f"{', '.join(map(str, READS))}", _REBUILD))
         try:
-            shards = Columns.of(_record(entry, version) for entry in value["shards"])
+            shards = ShardColumns.of(_record(entry, version) for entry in value["shards"])
             index = cls(str(value["root"]), str(value["reader"]), dict(value["options"]), shards, read_as=version)
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(refusal(where, Plain("a damaged corpus index"), "a corpus index's fields", _REBUILD,
@@ -199,7 +201,7 @@ def build(urls: Sequence[str], *, reader: str, options: dict[str, Any],
         counted = pool.map(lambda i: count(urls[i], *found[i]), todo)
         for i, (rows, checksum) in zip(todo, _with_progress(counted, len(todo), progress), strict=True):
             records[i] = ShardRecord(relative(root, urls[i]), found[i][0], found[i][1], rows, checksum)
-    return CorpusIndex(root, reader, dict(options), Columns.of(r for r in records if r is not None))
+    return CorpusIndex(root, reader, dict(options), ShardColumns.of(r for r in records if r is not None))
 
 
 def _known(root: str, urls: Sequence[str], found: Sequence[tuple[int, str]],

@@ -9,7 +9,7 @@ holds the same records as columns, so reading it is a few ``json.loads`` of flat
     {"format": ..., "version": 3, "root", "reader", "options", "content_hash", "shards": n,
      "sections": [[name, bytes], ...], "globs": [pattern, ...]}\\n      (one line of JSON)
     the sections, in that order: sizes and rows (int64, little-endian), names, versions and
-    checksums (each a JSON array of n strings), then one int64 array of shard positions per glob
+    checksums (each a JSON array of n strings), then one int64 array of shard numbers per glob
     32 bytes: the sha256 of everything before them
 
 The content hash is the one the JSON sidecar's records give (``CorpusIndex.content_hash``: the same
@@ -17,9 +17,11 @@ corpus keeps its fingerprint, and states saved with format 2 resume); it is comp
 written and trusted when read, because the trailing sha256 (4 ms at 1e5 shards) proves the file is
 the bytes its writer wrote: a truncated, damaged or edited file is refused by name.
 
-``globs``: the source globs ``shufflepoint index`` listed to build it, each with the positions of the
+``globs``: the source globs ``shufflepoint index`` listed to build it, each with the numbers of the
 shards that glob matched then, in listing order. A ``Shards`` over the same glob takes that selection
 as its listing instead of listing the storage (``_shards/index/published_listing.py``).
+
+Words: docs/glossary.md (corpus index, content hash, sidecar, shard).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import numpy as np
 
 from shufflepoint._errors import Plain, refusal
 from shufflepoint._shards.index.index import FORMAT, VERSION, CorpusIndex
-from shufflepoint._shards.index.records import Columns
+from shufflepoint._shards.index.records import ShardColumns
 
 MAGIC = b"shufflepoint-index 3\n"
 _DIGEST = 32
@@ -46,7 +48,7 @@ def is_columnar(data: bytes) -> bool:
 
 
 def encode(index: CorpusIndex, globs: dict[str, np.ndarray] | None = None) -> bytes:
-    """The file's bytes; ``globs``: pattern -> positions of its shards (default: the index's own)."""
+    """The file's bytes; ``globs``: pattern -> the numbers of its shards (default: the index's own)."""
     shards = index.shards
     chosen = index.globs if globs is None else globs
     sections: list[tuple[str, bytes]] = [(name, getattr(shards, name).astype("<i8").tobytes()) for name in _INTS]
@@ -94,14 +96,14 @@ def _index_of(head: dict[str, Any], payload: memoryview, data: bytes) -> CorpusI
         raise ValueError(f"columns that are not {n} values each (sizes and rows >= 0)")
     globs = {}
     for i, pattern in enumerate(head["globs"]):
-        positions = np.frombuffer(found[f"glob{i}"], dtype="<i8")
-        if positions.size and not (0 <= int(positions.min()) and int(positions.max()) < n):
-            raise ValueError(f"glob {pattern!r}: shard positions outside 0..{n - 1}")
-        globs[str(pattern)] = positions
+        numbers = np.frombuffer(found[f"glob{i}"], dtype="<i8")
+        if numbers.size and not (0 <= int(numbers.min()) and int(numbers.max()) < n):
+            raise ValueError(f"glob {pattern!r}: shard numbers outside 0..{n - 1}")
+        globs[str(pattern)] = numbers
     content_hash = head["content_hash"]
     if not (isinstance(content_hash, str) and len(content_hash) == 64):
         raise ValueError(f"content_hash {content_hash!r}, expected 64 hex digits")
-    shards = Columns(texts[0], ints[0], texts[1], ints[1], texts[2])
+    shards = ShardColumns(texts[0], ints[0], texts[1], ints[1], texts[2])
     return CorpusIndex(str(head["root"]), str(head["reader"]), dict(head["options"]), shards, read_as=VERSION,
                        text=data, hashed=content_hash, globs=globs)
 
@@ -113,10 +115,10 @@ def _damaged(where: str, found: str, expected: str) -> str:
 def for_glob(index: CorpusIndex, pattern: str) -> CorpusIndex | None:
     """The index of the shards ``pattern`` (relative to the root) matched when it was published, in
     listing order; None when the file records no such glob. The whole index when it is all of it."""
-    positions = index.globs.get(pattern)
-    if positions is None:
+    numbers = index.globs.get(pattern)
+    if numbers is None:
         return None
-    if positions.size == len(index.shards) and bool((positions == np.arange(positions.size)).all()):
+    if numbers.size == len(index.shards) and bool((numbers == np.arange(numbers.size)).all()):
         return index
-    return CorpusIndex(index.root, index.reader, dict(index.options), index.shards.take(positions), read_as=VERSION,
-                       globs={pattern: np.arange(positions.size)})
+    return CorpusIndex(index.root, index.reader, dict(index.options), index.shards.take(numbers), read_as=VERSION,
+                       globs={pattern: np.arange(numbers.size)})

@@ -14,6 +14,8 @@ Per shard, the cheapest source of its rows wins:
 
 With ``verify="checksum"`` every shard counted here is downloaded and hashed (sha256), so that a
 download can be checked where the storage reports no version (plain HTTP).
+
+Words: docs/glossary.md (corpus index, shard, node cache, sidecar).
 """
 
 from __future__ import annotations
@@ -198,7 +200,7 @@ def publish(index: _index.CorpusIndex, storage: Storage, glob: str | None = None
             return (found.size, found.version) == (record.size, record.version)
 
         others = [s for s in others if s.name in listed and unchanged(s)]
-    shards = _index.Columns.of((*index.shards, *others))
+    shards = _index.ShardColumns.of((*index.shards, *others))
     merged = _index.CorpusIndex(index.root, index.reader, dict(index.options), shards)
     globs = _kept_globs(existing, merged)
     if glob is not None:
@@ -212,13 +214,13 @@ def publish(index: _index.CorpusIndex, storage: Storage, glob: str | None = None
 
 
 def _kept_globs(existing: _index.CorpusIndex | None, merged: _index.CorpusIndex) -> dict[str, np.ndarray]:
-    """The globs ``existing`` recorded whose shards are all in ``merged``, unchanged: their positions there."""
+    """The globs ``existing`` recorded whose shards are all in ``merged``, unchanged: their numbers there."""
     if existing is None or not existing.globs:
         return {}
     at = {record: i for i, record in enumerate(merged.shards)}
     kept = {}
-    for pattern, positions in existing.globs.items():
-        found = [at.get(existing.shards[i]) for i in positions.tolist()]
+    for pattern, numbers in existing.globs.items():
+        found = [at.get(existing.shards[i]) for i in numbers.tolist()]
         if None not in found:
             kept[pattern] = np.array(found, dtype=np.int64)
     return kept

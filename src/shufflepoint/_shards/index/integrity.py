@@ -4,6 +4,8 @@ The storage layer checks each shard as it is read (size and version, see ``fault
 this module holds what needs more than one object: the content checksum of ``verify="checksum"``
 (sha256, for storage that reports no version, such as plain HTTP) and ``verify_corpus``, which
 ``shufflepoint inspect --verify`` runs over every shard of an index.
+
+Words: docs/glossary.md (shard, corpus index).
 """
 
 from __future__ import annotations

@@ -21,6 +21,8 @@ Anything else is listed as before: a local glob (a local listing sends no reques
 rewritten in place is met at construction, as before), a list of sources, a manifest, a glob that was not
 published, a format neither given nor inferable from the glob's suffix, ``verify="checksum"``, an index
 published by shufflepoint <= 0.4.
+
+Words: docs/glossary.md (corpus index, shard, sidecar, fingerprint).
 """
 
 from __future__ import annotations

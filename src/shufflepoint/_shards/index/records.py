@@ -1,9 +1,11 @@
 """The shards of a corpus index as columns: names, sizes, versions, rows and checksums, one array or list each.
 
 1e5 shards are 1e5 records in every process that builds a ``Shards``; held as five columns they cost no
-Python object per shard until one is asked for (``columns[i]``), the rows are the int64 array the
+Python object per shard until one is asked for (``shards[i]``, a ``ShardColumns``), the rows are the int64 array the
 ``blocks`` order needs, and the content hash and the columnar file (``_shards/index/index_file.py``) are
 written from the columns in a few C-level passes.
+
+Words: docs/glossary.md (corpus index, shard, row, block).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ def _frozen(values: Any) -> np.ndarray:
     return array
 
 
-class Columns(Sequence[ShardRecord]):
+class ShardColumns(Sequence[ShardRecord]):
     """A sequence of ``ShardRecord`` stored as columns; equal to any sequence of the same records."""
 
     __slots__ = ("names", "sizes", "versions", "rows", "checksums")
@@ -46,9 +48,9 @@ class Columns(Sequence[ShardRecord]):
                              f"versions, {len(self.rows)} rows, {len(checksums)} checksums")
 
     @classmethod
-    def of(cls, records: Iterable[Sequence[Any]]) -> Columns:
-        """Columns from records (``ShardRecord`` or plain tuples: name, size, version, rows[, checksum])."""
-        if isinstance(records, Columns):
+    def of(cls, records: Iterable[Sequence[Any]]) -> ShardColumns:
+        """ShardColumns from records (``ShardRecord`` or plain tuples: name, size, version, rows[, checksum])."""
+        if isinstance(records, ShardColumns):
             return records
         found = [ShardRecord(*r) for r in records]
         return cls([str(r.name) for r in found], [int(r.size) for r in found], [str(r.version) for r in found],
@@ -73,7 +75,7 @@ class Columns(Sequence[ShardRecord]):
         return map(ShardRecord, self.names, self.sizes.tolist(), self.versions, self.rows.tolist(), self.checksums)
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, Columns):
+        if isinstance(other, ShardColumns):
             return (self.names == other.names and self.versions == other.versions
                     and self.checksums == other.checksums and bool(np.array_equal(self.sizes, other.sizes))
                     and bool(np.array_equal(self.rows, other.rows)))
@@ -85,14 +87,14 @@ class Columns(Sequence[ShardRecord]):
         return hash((tuple(self.names), self.sizes.tobytes(), tuple(self.versions), self.rows.tobytes()))
 
     def __repr__(self) -> str:
-        return f"Columns({len(self)} shards)"
+        return f"ShardColumns({len(self)} shards)"
 
     def identity(self) -> list[tuple[str, int, str, int]]:
         """(name, size, version, rows) of every shard, as the content hash covers them: tuples made in C."""
         return list(zip(self.names, self.sizes.tolist(), self.versions, self.rows.tolist(), strict=True))
 
-    def take(self, positions: np.ndarray) -> Columns:
-        """The shards at ``positions``, in that order."""
-        at = positions.tolist()
-        return Columns([self.names[i] for i in at], self.sizes[positions], [self.versions[i] for i in at],
-                       self.rows[positions], [self.checksums[i] for i in at])
+    def take(self, numbers: np.ndarray) -> ShardColumns:
+        """The shards numbered ``numbers`` (their places in this sequence), in that order."""
+        at = numbers.tolist()
+        return ShardColumns([self.names[i] for i in at], self.sizes[numbers], [self.versions[i] for i in at],
+                            self.rows[numbers], [self.checksums[i] for i in at])

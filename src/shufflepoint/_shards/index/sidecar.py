@@ -10,6 +10,8 @@ sidecars of formats 1 and 2, ``.json``, are still read where no ``.idx`` is):
   records only the content hash; this copy lets a refused resume name the shards that changed.
 
 Several ranks constructing the same ``Shards`` at once take a lock: one builds, the others read.
+
+Words: docs/glossary.md (sidecar, corpus index, content hash, state).
 """
 
 from __future__ import annotations

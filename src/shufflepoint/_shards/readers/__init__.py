@@ -5,6 +5,8 @@ Suffixes inferred (case-insensitive, a URL's ``?query`` ignored): ``.parquet``/`
 (C4 and the Pile ship JSON Lines under those names) jsonl; ``.tar`` webdataset; ``.bin``/``.npy``
 tokens; ``.arrow`` arrow. A bare ``.json`` is not inferred: it is as often one document as JSON
 Lines, so ``format="jsonl"`` must say so.
+
+Words: docs/glossary.md (shard).
 """
 
 from __future__ import annotations

@@ -95,8 +95,8 @@ def in_sorted_order(rows: np.ndarray, read: Callable[[int], Any]) -> list[Any]:
     order asked."""
     order = np.argsort(rows, kind="stable")
     found: list[Any] = [None] * rows.size
-    for position, row in zip(order.tolist(), rows[order].tolist(), strict=True):
-        found[position] = read(row)
+    for asked, row in zip(order.tolist(), rows[order].tolist(), strict=True):
+        found[asked] = read(row)
     return found
 
 

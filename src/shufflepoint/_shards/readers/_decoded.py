@@ -7,6 +7,8 @@ Up to 0.3 each open file kept 32 MiB, so a process with its default two blocks o
 (``SHUFFLEPOINT_DECODED_BYTES``, default 256 MiB), least recently used group out first; a group
 larger than the whole budget is decoded for its read and not kept. A forked DataLoader worker
 starts with an empty cache (its parent's groups are the parent's).
+
+Words: docs/glossary.md (decode budget, row group, block).
 """
 
 from __future__ import annotations

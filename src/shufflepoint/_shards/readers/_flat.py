@@ -9,11 +9,13 @@ object array. A batch is then ``array[rows]`` per column, whatever groups the ro
 The arrays span more than one file (issue 35): a dataset's files lay their columns side by side in
 one ``Arena`` (each file a slice from its ``base``, given when its first group is laid out), so a
 batch of the blocks order, ~12 files of a block, is one index per column over the arena
-(``Layout.take``) instead of one per file, a join and a reorder (~12 µs a file). A file read alone
+(``DatasetArena.take``) instead of one per file, a join and a reorder (~12 µs a file). A file read alone
 (``OpenParquet`` without a dataset) gets an arena of its own. What a group holds stays under the
 process's byte budget (``_decoded.GROUPS``): a group the budget drops is cleared here too
 (``forget``) and decoded again when next asked for; the arena itself holds only references (8 bytes
 a cell) and a numeric copy of number columns, as the per-file arrays did.
+
+Words: docs/glossary.md (dataset arena, row group, block).
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ class Arena:
         return found
 
 
-class Layout:
+class DatasetArena:
     """The arena the files of one dataset lay their columns in (one per process: ``Shards`` makes it
     anew in a worker). ``base[shard]`` is where a file's rows start in the current arena, -1 where
     it has none; a file that does not fit starts the next arena (the files still laid out in the old
@@ -131,7 +133,7 @@ class Layout:
 
 class FlatColumns:
     """``columns(rows)`` for rows whose groups are all held flat; ``None`` where any is not. The
-    arrays are this file's slice of an ``Arena`` (``layout``'s, where the file belongs to a dataset)."""
+    arrays are this file's slice of an ``Arena`` (its ``DatasetArena``'s, where the file belongs to a dataset)."""
 
     def __init__(self, ends: np.ndarray) -> None:
         self._ends = ends
@@ -144,15 +146,15 @@ class FlatColumns:
         self._numbers: list[np.ndarray | None] = []
         self._objects: list[np.ndarray | None] = []
         self._held_as: list[list[int]] = []  # per column: held groups per status (index = status)
-        self._layout: Layout | None = None
+        self._dataset_arena: DatasetArena | None = None
         self._shard = -1
         self._arena: Arena | None = None
         self._base = 0
 
-    def join(self, layout: Layout, shard: int) -> None:
-        """Lay this file's columns out in ``layout``'s arena, as file ``shard`` (before any group is held)."""
+    def join(self, dataset_arena: DatasetArena, shard: int) -> None:
+        """Lay this file's columns out in ``dataset_arena``, as file ``shard`` (before any group is held)."""
         if not self._held_count:
-            self._layout, self._shard = layout, shard
+            self._dataset_arena, self._shard = dataset_arena, shard
 
     def add(self, number: int, group: DecodedGroup) -> bool:
         """Lay group ``number``'s values into the flat columns; False where the file is too large to
@@ -166,8 +168,8 @@ class FlatColumns:
             self._status = [np.zeros(groups, dtype=np.uint8) for _ in range(columns)]
             self._numbers, self._objects = [None] * columns, [None] * columns
             self._held_as = [[0, 0, 0, 0] for _ in range(columns)]
-            layout = self._layout
-            self._arena, self._base = (layout.place(self._shard, group.names, rows) if layout is not None
+            dataset_arena = self._dataset_arena
+            self._arena, self._base = (dataset_arena.place(self._shard, group.names, rows) if dataset_arena is not None
                                        else (Arena(group.names, rows), 0))
         if group.names != self.names:
             return False  # never within one Parquet file; such a group is read group by group
@@ -219,8 +221,8 @@ class FlatColumns:
                 objects[start:stop] = None
         if not self._held_count:  # nothing held: give the slice back
             self._numbers, self._objects = [None] * len(self._objects), [None] * len(self._objects)
-            if self._layout is not None:
-                self._layout.leave(self._shard, arena)
+            if self._dataset_arena is not None:
+                self._dataset_arena.leave(self._shard, arena)
             self._arena = None
 
     def columns(self, rows: np.ndarray, numbers: np.ndarray | None) -> list[Any]:

@@ -6,6 +6,8 @@ a batch picks, group by group, paid an Arrow ``take`` per group and batch (~40 Â
 of the blocks order touches dozens of groups). Only columns whose values are immutable are kept
 converted (numbers, str, bytes, as Python lists): a row can then share them without a caller's
 mutation reaching the cache. Lists, structs, maps and the rest are converted per batch from Arrow.
+
+Words: docs/glossary.md (row group, block).
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ found by binary search over the batch offsets and returned as ``dict`` column ->
 
 ``saved_dataset_files`` turns a saved-dataset folder into its arrow files in the dataset's row
 order, the order ``state.json`` lists them in (``datasets`` itself concatenates them that way).
+
+Words: docs/glossary.md (shard, row).
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ A plain file is memory-mapped and its line starts are found once at open with nu
 slice of the map. Compressed files have no random access, so the whole shard is decompressed into
 memory once at open (plan memory for the largest decompressed shard times the open shards). The
 compression is recognised by the file's magic bytes, not its name.
+
+Words: docs/glossary.md (shard, row).
 """
 
 from __future__ import annotations

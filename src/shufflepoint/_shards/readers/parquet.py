@@ -4,6 +4,8 @@ Row i is found in the footer's row-group sizes as (row group, offset). The foote
 the rows of a shard that is not downloaded (``rows_from_metadata``: two ranged reads). Decoded row groups are kept
 (see ``_decoded``), so the rows of a shuffled block decode their group once; a row is
 ``dict`` column -> Python value (pyarrow's ``to_pylist`` conversion). pyarrow is imported at open.
+
+Words: docs/glossary.md (shard, row, row group, decode unit, id slices, ranged read, byte range).
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ from shufflepoint._errors import Plain, ShardError, refusal, shard_error
 from shufflepoint._shards.corpora.shards.batch import Batch, Columns, Rows, gather
 from shufflepoint._shards.readers._common import check_columns, check_row, check_rows, extra, missing_columns
 from shufflepoint._shards.readers._decoded import GROUPS
-from shufflepoint._shards.readers._flat import FlatColumns, Layout
+from shufflepoint._shards.readers._flat import DatasetArena, FlatColumns
 from shufflepoint._shards.readers._group import _PER_VALUE, DecodedGroup
 from shufflepoint._shards.readers.base import Ranged
 
-IdSpans = tuple[np.ndarray, np.ndarray, np.ndarray]  # (values, starts, stops): rows of one decoded group
+IdSlices = tuple[np.ndarray, np.ndarray, np.ndarray]  # (values, starts, stops): rows of one decoded group (id slices)
 
 
 def _pyarrow_errors(pa: Any) -> tuple[type[BaseException], ...]:
@@ -56,10 +58,10 @@ def _decode_units(rows: list[int], sizes: list[int]) -> list[tuple[list[int], in
     return units
 
 
-def _chunk_spans(meta: Any, groups: list[int], columns: list[str] | None) -> list[tuple[int, int]]:
+def _chunk_ranges(meta: Any, groups: list[int], columns: list[str] | None) -> list[tuple[int, int]]:
     """The byte ranges of the column chunks of ``groups`` that a decode of ``columns`` reads from the
     file, besides the footer."""
-    spans = []
+    ranges = []
     for g in groups:
         group = meta.row_group(g)
         for c in range(group.num_columns):
@@ -71,8 +73,8 @@ def _chunk_spans(meta: Any, groups: list[int], columns: list[str] | None) -> lis
                 start = chunk.dictionary_page_offset
             if start == len(_MAGIC):  # the file's first chunk: its leading magic too (in the same GET), so
                 start = 0  # a file read through is complete (``PartialShard.complete``: nothing left to ask)
-            spans.append((int(start), int(start + chunk.total_compressed_size) + _CHUNK_PAD))
-    return spans
+            ranges.append((int(start), int(start + chunk.total_compressed_size) + _CHUNK_PAD))
+    return ranges
 
 
 def _over(parquet: Any, pa: Any, view: memoryview, meta: Any = None) -> Any:
@@ -145,10 +147,11 @@ class OpenParquet:
         offset = row - (int(self._ends[group - 1]) if group else 0)
         return self._group(group).row(offset)
 
-    def _join_layout(self, layout: Layout, shard: int) -> None:
-        """Lay this file's decoded columns out in ``layout``'s arena as file ``shard`` of a dataset, so
-        the dataset reads a batch across its files with one index per column (``Layout.take``)."""
-        self._flat.join(layout, shard)
+    def _join_layout(self, dataset_arena: DatasetArena, shard: int) -> None:
+        """Lay this file's decoded columns out in ``dataset_arena`` as file ``shard`` of a dataset, so the
+        dataset reads a batch across its files with one index per column (``DatasetArena.take``). (The name
+        is ``JoinsLayout``'s, ``_core/capabilities.py``.)"""
+        self._flat.join(dataset_arena, shard)
 
     def take(self, rows: np.ndarray) -> Batch:
         """The rows at ``rows``, in that order: one numpy index per column over the file's flat
@@ -201,8 +204,8 @@ class OpenParquet:
         return found
 
     def take_ids_ascending(self, rows: np.ndarray, column: str) -> list[np.ndarray] | None:
-        """``take_ids`` for rows in ascending order (many at once: a window of ``Packed``'s stream): the
-        rows grouped by decoded group with one ``searchsorted``, then one slice each."""
+        """``take_ids`` for rows in ascending order (many at once: the documents of ``Packed``'s ``TokenWindow``):
+        the rows grouped by decoded group with one ``searchsorted``, then one slice each."""
         if rows.size and not (0 <= int(rows[0]) and int(rows[-1]) < self._rows):
             raise IndexError(refusal("rows", Plain(f"{int(rows[0])}..{int(rows[-1])}"), f"rows in [0, {self._rows}) "
                                      f"(out of range for a shard of {self._rows} rows)", "pass rows of the shard"))
@@ -221,14 +224,14 @@ class OpenParquet:
                       for row in (rows[where] - int(self._flat.starts[number])).tolist()]
         return found
 
-    def take_id_spans_ascending(self, rows: np.ndarray, column: str) -> list[IdSpans] | None:
+    def take_id_spans_ascending(self, rows: np.ndarray, column: str) -> list[IdSlices] | None:
         """``take_ids_ascending`` without an array per row: for each decoded group the rows fall in (in
         order), its values and each row's (start, stop) in them, or None where the column holds no
-        integer lists. A window of ``Packed``'s stream is a few groups and thousands of rows."""
+        integer lists. What ``Packed`` reads at once (a ``TokenWindow``) is a few groups and thousands of rows."""
         if rows.size and not (0 <= int(rows[0]) and int(rows[-1]) < self._rows):
             raise IndexError(f"rows {int(rows[0])}..{int(rows[-1])} out of range for a shard of {self._rows} rows")
         numbers = np.searchsorted(self._ends, rows, side="right")
-        found: list[IdSpans] = []
+        found: list[IdSlices] = []
         bounds = [0, *(np.flatnonzero(numbers[1:] != numbers[:-1]) + 1).tolist(), rows.size]
         for first, last in zip(bounds[:-1], bounds[1:], strict=True):
             if first == last:
@@ -284,7 +287,7 @@ class OpenParquet:
         """Hold the column chunks of ``groups`` in the partial copy, and read from the map of the copy
         that holds them: the same map as the last decode but after an eviction (a new copy)."""
         assert self._ranged is not None
-        view = self._ranged.source.holding(self._chunk_spans(groups))
+        view = self._ranged.source.holding(self._chunk_ranges(groups))
         if view.obj is not self._map:
             self._file, self._map = _over(self._parquet, self._pa, view, self._meta), view.obj
 
@@ -293,11 +296,11 @@ class OpenParquet:
         (one version check, neighbours joined into one GET), not one round trip per unit as each is
         decoded. (Not for ``take_id_spans_ascending``: its units may map kept ids and need no bytes.)"""
         if self._ranged is not None and len(units) > 1:
-            self._ranged.ensure([span for unit in sorted(units) for span in self._chunk_spans(self._units[unit][0])])
+            self._ranged.ensure([r for unit in sorted(units) for r in self._chunk_ranges(self._units[unit][0])])
 
-    def _chunk_spans(self, groups: list[int]) -> list[tuple[int, int]]:
+    def _chunk_ranges(self, groups: list[int]) -> list[tuple[int, int]]:
         """The byte ranges of the column chunks ``groups`` read (those of ``columns``)."""
-        return _chunk_spans(self._meta, groups, self._columns)
+        return _chunk_ranges(self._meta, groups, self._columns)
 
     def locate(self, row: int) -> dict[str, Any]:
         """Where row ``row`` lies: its row group in the file's footer, and its row inside that group."""
@@ -349,11 +352,11 @@ class ParquetReader:
         groups = [meta.row_group(g) for g in range(meta.num_row_groups)]
         units = _decode_units([g.num_rows for g in groups], [g.total_byte_size for g in groups])
         ends = np.cumsum(np.asarray([rows for _, rows in units], np.int64))
-        spans = [_chunk_spans(meta, members, self.columns) for members, _ in units]
+        ranges = [_chunk_ranges(meta, members, self.columns) for members, _ in units]
 
         def plan(rows: np.ndarray) -> list[tuple[int, int]]:
             wanted = np.unique(np.searchsorted(ends, rows, side="right"))
-            return [span for unit in wanted[wanted < len(units)].tolist() for span in spans[unit]]
+            return [r for unit in wanted[wanted < len(units)].tolist() for r in ranges[unit]]
         return plan
 
     def options(self) -> dict[str, Any]:

@@ -8,6 +8,8 @@ nanoGPT and Megatron train on them (inputs ``w[:-1]``, targets ``w[1:]``): conse
 share one token, so a shard of n tokens has ``(n - 1) // seq_len`` rows and the tail that does not
 fill a window is not read. Windows never cross shards. A row is a ``torch.int64`` tensor, so the
 default collate stacks a batch into ``(batch, seq_len + 1)``.
+
+Words: docs/glossary.md (token window, shard, row, ranged read).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ _MAP_AFTER = 64  # windows a shard serves by pread before it is memory-mapped
 _LITTLE = {name: np.dtype(name).newbyteorder("<") for name in DTYPES}  # a raw .bin's ids
 
 
-def _npy_layout(size: int, path: str, shard: str, dtype: str) -> tuple[np.dtype[Any], int, int]:
+def _npy_contents(size: int, path: str, shard: str, dtype: str) -> tuple[np.dtype[Any], int, int]:
     """(dtype, byte offset of the data, tokens) of a ``.npy`` shard, from its header, checked."""
     try:
         with open(path, "rb") as f:
@@ -69,7 +71,8 @@ def _npy_layout(size: int, path: str, shard: str, dtype: str) -> tuple[np.dtype[
     return found, offset, int(shape[0])
 
 
-def _bin_layout(size: int, path: str, shard: str, dtype: str) -> tuple[np.dtype[Any], int, int]:
+def _bin_contents(size: int, path: str, shard: str, dtype: str) -> tuple[np.dtype[Any], int, int]:
+    """(dtype, byte offset of the data, tokens) of a raw ``.bin`` shard, from its size, checked."""
     item = _LITTLE[dtype]
     if size % item.itemsize:
         raise ShardError(shard, f"truncated: {size} bytes is not a whole number of {dtype} tokens "
@@ -273,8 +276,8 @@ class TokensReader:
         """``open`` of a descriptor already open on ``path`` whose size is known (``Storage.open_local``
         checked it against the index); the shard owns ``fd`` from here, closed on any error."""
         try:
-            layout = _npy_layout if _is_npy(path, shard) else _bin_layout
-            dtype, offset, tokens = layout(size, path, shard, self.dtype)
+            contents = _npy_contents if _is_npy(path, shard) else _bin_contents
+            dtype, offset, tokens = contents(size, path, shard, self.dtype)
             return OpenTokens(fd, path, shard, dtype, offset, tokens, self.seq_len)
         except BaseException as e:
             os.close(fd)
@@ -283,7 +286,7 @@ class TokensReader:
             raise
 
     def ranged_for(self, shard: str) -> bool:
-        """A ``.bin`` shard is read by range (its layout is its size); a ``.npy`` is fetched whole."""
+        """A ``.bin`` shard is read by range (its size says where each window lies); a ``.npy`` is fetched whole."""
         return suffix_of(shard).endswith(".bin")
 
     def open_ranged(self, ranged: Ranged, shard: str) -> OpenTokens:

@@ -10,6 +10,8 @@ The headers are walked once at open to index where each member's bytes lie; a ro
 slices of the memory-mapped tar, with no TarFile kept. Bytes after the last member must be the
 zero blocks that end a tar (or nothing): a header cut short, garbage, or a second archive appended
 is refused rather than its samples lost. A compressed tar has no random access and is refused.
+
+Words: docs/glossary.md (shard, row).
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ more than ``max_bytes`` while evicted shards are still open). Entries used since
 are spared while older ones can go instead. So a path returned by ``path_for`` can be evicted
 before the caller opens it only when the shards in use at once do not fit in the limit; the caller
 then simply asks again (``FileNotFoundError`` on open means exactly that).
+
+Words: docs/glossary.md (node cache, partial entry, shard, byte range).
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """Storage faults: which are worth retrying, and how an object that changed under the index is named.
 
 Recognised by class name along the MRO and the cause chain, so botocore, aiohttp, urllib3, requests
-and google are never imported here (and a fault wrapped by s3fs in an OSError is still seen)."""
+and google are never imported here (and a fault wrapped by s3fs in an OSError is still seen).
+
+Words: docs/glossary.md (shard, corpus index).
+"""
 
 from __future__ import annotations
 

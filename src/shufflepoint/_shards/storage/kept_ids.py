@@ -15,6 +15,8 @@ entry: a 32-byte header (magic, the values' dtype, rows, values), ``rows + 1`` i
 the values, as uint16 where every value fits (half of int32's bytes, as the ``.bin`` windows hold
 them), else as decoded. Published whole (a temporary file, then ``os.replace``); one whose size
 disagrees with its header is ignored and decoded again, never read.
+
+Words: docs/glossary.md (kept ids, node cache, decode unit, token window).
 """
 
 from __future__ import annotations
@@ -96,15 +98,15 @@ class KeptIds:
         narrow = values.dtype != _NARROW and values.size and values.dtype.kind in "iu" and \
             int(values.min()) >= 0 and int(values.max()) <= np.iinfo(_NARROW).max
         stored = values.astype(_NARROW) if narrow else values.astype(values.dtype.newbyteorder("<"), copy=False)
-        spans = np.ascontiguousarray(offsets, dtype="<i8")
+        stored_offsets = np.ascontiguousarray(offsets, dtype="<i8")
         name = stored.dtype.str.encode("ascii").ljust(8, b"\0")
-        header = _MAGIC + name + (spans.size - 1).to_bytes(8, "little") + stored.size.to_bytes(8, "little")
-        size = _HEADER + spans.nbytes + stored.nbytes
+        header = _MAGIC + name + (stored_offsets.size - 1).to_bytes(8, "little") + stored.size.to_bytes(8, "little")
+        size = _HEADER + stored_offsets.nbytes + stored.nbytes
 
         def write(tmp: str) -> None:
             with open(tmp, "wb") as handle:
                 handle.write(header)
-                handle.write(spans.data)
+                handle.write(stored_offsets.data)
                 handle.write(np.ascontiguousarray(stored).data)
 
         with contextlib.suppress(OSError):

@@ -12,6 +12,8 @@ lookup and raises the clear ``ShardError`` itself, so nothing is lost and nothin
 Daemon threads, so a download in flight never holds up the interpreter's exit (the node cache
 ignores the temporary file it leaves). A copy forked into a DataLoader worker has no threads and
 does nothing: each process makes its own ``Prefetcher``.
+
+Words: docs/glossary.md (prefetch, chunk, shard, node cache).
 """
 
 from __future__ import annotations

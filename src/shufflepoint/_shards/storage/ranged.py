@@ -13,6 +13,8 @@ recorded (``Storage.ranges``: a HEAD, then ranged GETs that must match it), so a
 under a job is a ``ShardError``, never a mix of two versions. The entry is named by (url, version)
 like a whole one. ``verify="checksum"`` needs the whole file to hash: those shards are downloaded
 whole, as before. Read-ahead of the ranges upcoming rows need is ``ranged_ahead``.
+
+Words: docs/glossary.md (byte range, ranged read, partial entry, node cache, read-ahead, stretch).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from shufflepoint._shards.storage.cache import NodeCache
 # (every format that can); "0": none, every remote shard is downloaded whole before its first row is read.
 # verify="checksum" shards are always downloaded whole (the hash needs every byte).
 DEFAULT_FORMATS = frozenset({"parquet", "tokens"})
-# A rank reading at least this share of the positions its reads span (a stretch of its own: 1.0; strided on
+# A rank reading at least this share of the positions its reads cover (a stretch of its own: 1.0; strided on
 # 2 ranks: 0.5) reads the bytes between its rows of a shard next (``spans``: all of them), so its fetches
 # join them in where a reader's rows tile the shard (``join_gap``); below it they are other ranks' rows.
 DENSE = 0.9
@@ -66,10 +68,10 @@ def join_gap(reader: object, density: float) -> int:
     return reader.dense_gap() if density >= DENSE and isinstance(reader, TilesShards) else 0
 
 
-Span = tuple[int, int]
+ByteRange = tuple[int, int]  # [start, end) bytes of one object (docs/glossary.md, byte range)
 ReadRanges = Callable[[], Any]  # a context manager yielding read(start, end) -> bytes (Storage.ranges)
 _GAP = 256 << 10  # ranges at most this close (and their mean size) are one GET: a request costs more
-_PIECE = 8 << 20  # the most one GET asks for
+_MOST_PER_GET = 8 << 20  # the most one GET asks for
 _LANES = 8  # GETs in flight at once for one shard's missing ranges
 _LOOK_S = 0.05  # how often a reader looks whether its shard became complete (``complete``)
 _REFETCH = 16 << 10  # a held range at most this long may be fetched again inside a joined GET
@@ -94,10 +96,10 @@ def identity(url: str, version: str) -> str:
     return "r" + hashlib.sha256(f"{url}\0{version}".encode()).hexdigest()[:31]
 
 
-def merged(spans: Sequence[Span], gap: int = 0) -> list[Span]:
-    """``spans`` sorted and joined where they overlap or lie less than ``gap`` bytes apart."""
-    out: list[Span] = []
-    for start, end in sorted(s for s in spans if s[1] > s[0]):
+def merged(ranges: Sequence[ByteRange], gap: int = 0) -> list[ByteRange]:
+    """``ranges`` sorted and joined where they overlap or lie less than ``gap`` bytes apart."""
+    out: list[ByteRange] = []
+    for start, end in sorted(s for s in ranges if s[1] > s[0]):
         if out and start <= out[-1][1] + gap:
             out[-1] = (out[-1][0], max(out[-1][1], end))
         else:
@@ -105,7 +107,7 @@ def merged(spans: Sequence[Span], gap: int = 0) -> list[Span]:
     return out
 
 
-def missing(held: Sequence[Span], start: int, end: int) -> list[Span]:
+def missing(held: Sequence[ByteRange], start: int, end: int) -> list[ByteRange]:
     """The parts of [start, end) that ``held`` (merged, sorted) does not cover. From the first held
     range that could cover ``start`` (a bisection: a shard read window by window holds thousands)."""
     found, at = [], start
@@ -135,7 +137,7 @@ class PartialShard:
         self._read_ranges = read_ranges
         self._data, self._record, self._key = cache.partial(url, version)
         self._fd = -1
-        self._held: list[Span] = []
+        self._held: list[ByteRange] = []
         self._starts = self._ends = np.empty(0, np.int64)  # _held as arrays, for a batch's many windows
         self._map: mmap.mmap | None = None
         self._generation, self._mapped = 0, -1  # the data file opened, and the one mapped
@@ -178,45 +180,45 @@ class PartialShard:
         with contextlib.suppress(OSError):
             os.utime(self._data)  # used: last out of the LRU
 
-    def _load_record(self) -> list[Span]:
+    def _load_record(self) -> list[ByteRange]:
         try:
             with open(self._record, "rb") as handle:
                 found = json.loads(handle.read() or b"[]")
-            spans = [(int(a), int(b)) for a, b in found]
+            ranges = [(int(a), int(b)) for a, b in found]
         except (FileNotFoundError, ValueError, TypeError):
             return []
-        return merged([(a, b) for a, b in spans if 0 <= a < b <= self.size])
+        return merged([(a, b) for a, b in ranges if 0 <= a < b <= self.size])
 
-    def _write_record(self, spans: list[Span]) -> None:
+    def _write_record(self, ranges: list[ByteRange]) -> None:
         handle, tmp = tempfile.mkstemp(prefix=f".tmp-{self._key}-0-", dir=os.path.dirname(self._record))
         try:
             with os.fdopen(handle, "w") as out:
-                json.dump([list(s) for s in spans], out)
+                json.dump([list(s) for s in ranges], out)
             os.chmod(tmp, 0o644)
             os.replace(tmp, self._record)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
 
-    def _set_held(self, spans: list[Span]) -> None:
-        self._held = spans
-        self._starts = np.fromiter((a for a, _ in spans), np.int64, len(spans))
-        self._ends = np.fromiter((b for _, b in spans), np.int64, len(spans))
+    def _set_held(self, ranges: list[ByteRange]) -> None:
+        self._held = ranges
+        self._starts = np.fromiter((a for a, _ in ranges), np.int64, len(ranges))
+        self._ends = np.fromiter((b for _, b in ranges), np.int64, len(ranges))
 
-    def _covers(self, spans: np.ndarray) -> bool:
-        """Whether ``spans`` ((n, 2) array) are all held (per this process's view of the record)."""
+    def _covers(self, ranges: np.ndarray) -> bool:
+        """Whether ``ranges`` ((n, 2) array) are all held (per this process's view of the record)."""
         if not self._held:
-            return not spans.size
-        inside = np.searchsorted(self._starts, spans[:, 0], side="right") - 1
-        return bool(np.all((inside >= 0) & (spans[:, 1] <= self._ends[np.maximum(inside, 0)])))
+            return not ranges.size
+        inside = np.searchsorted(self._starts, ranges[:, 0], side="right") - 1
+        return bool(np.all((inside >= 0) & (ranges[:, 1] <= self._ends[np.maximum(inside, 0)])))
 
-    def ensure(self, spans: Sequence[Span] | np.ndarray, join: bool = True) -> None:
-        """Hold every byte of ``spans`` locally: fetch (in few GETs) what neither this process nor
+    def ensure(self, ranges: Sequence[ByteRange] | np.ndarray, join: bool = True) -> None:
+        """Hold every byte of ``ranges`` locally: fetch (in few GETs) what neither this process nor
         another of the node has fetched yet. Held already (the common case): two array lookups; held
         since by another thread or process (read-ahead): the record read again, without the lock
         (it is replaced whole), so a read never waits on a read-ahead of other ranges. ``join=False``:
-        never fetch bytes between the spans (a rank reading 1/k of a shard: they are other ranks')."""
-        found = np.asarray(spans, dtype=np.int64).reshape(-1, 2).clip(0, self.size)
+        never fetch bytes between the ranges (a rank reading 1/k of a shard: they are other ranks')."""
+        found = np.asarray(ranges, dtype=np.int64).reshape(-1, 2).clip(0, self.size)
         found = found[found[:, 1] > found[:, 0]]
         if self._covers(found):
             return
@@ -235,15 +237,16 @@ class PartialShard:
             # reader's dense gap where the rank reads the bytes between next anyway (``join_gap``).
             gap = (self._gap or min(_GAP, sum(b - a for a, b in wanted) // len(wanted))) if join else 0
             need = merged([m for a, b in wanted for m in missing(self._held, a, b)], gap)
-            # ... but never across a held range worth a GET: read ahead in wide spans, a shard's next
-            # chunk would otherwise fetch again the span its last one fetched.
-            kept = [span for span in self._held if span[1] - span[0] > _REFETCH]
+            # ... but never across a held range worth a GET: read ahead in wide ranges, a shard's next
+            # chunk would otherwise fetch again the range its last one fetched.
+            kept = [held for held in self._held if held[1] - held[0] > _REFETCH]
             need = [m for a, b in need for m in missing(kept, a, b)]
             if not need:
                 return
             self._cache.make_room(sum(b - a for a, b in need), self._key)
-            pieces = [(at, min(end, at + _PIECE)) for start, end in need for at in range(start, end, _PIECE)]
-            lanes = [pieces[k::_LANES] for k in range(min(_LANES, len(pieces)))]
+            most = _MOST_PER_GET
+            gets = [(at, min(end, at + most)) for start, end in need for at in range(start, end, most)]
+            lanes = [gets[k::_LANES] for k in range(min(_LANES, len(gets)))]
             if len(lanes) == 1:
                 self._fetch(lanes[0])
             else:  # a batch's row groups: round trips side by side, not one after another
@@ -251,10 +254,10 @@ class PartialShard:
             self._set_held(merged([*self._held, *need]))
             self._write_record(self._held)
 
-    def _fetch(self, pieces: list[Span]) -> None:
-        """Write ``pieces`` of the object in place, over one look-up of it (its version checked)."""
+    def _fetch(self, gets: list[ByteRange]) -> None:
+        """Write the ranges ``gets`` of the object in place, over one look-up of it (its version checked)."""
         with self._read_ranges() as read:
-            for start, end in pieces:
+            for start, end in gets:
                 os.pwrite(self._fd, read(start, end), start)
 
     def pread(self, start: int, end: int) -> bytes:
@@ -266,16 +269,16 @@ class PartialShard:
         with self._thread_lock:
             return os.pread(self._fd, end - start, start)
 
-    def holding(self, spans: Sequence[Span] | np.ndarray, join: bool = True) -> memoryview:
-        """``ensure(spans)``, then the map (``view``) of the very copy that holds them: a C reader
-        (pyarrow) may then read ``spans`` from it without a call back into Python. Checked under the
+    def holding(self, ranges: Sequence[ByteRange] | np.ndarray, join: bool = True) -> memoryview:
+        """``ensure(ranges)``, then the map (``view``) of the very copy that holds them: a C reader
+        (pyarrow) may then read ``ranges`` from it without a call back into Python. Checked under the
         thread lock: another thread's ``ensure`` may have started a new copy (the entry evicted by
         another process) between the two, and the old map lacks what the new copy fetched, while a
         hole reads as zeros, never as an error. So never a view whose copy is not known to hold them."""
         with self._thread_lock:
             if self._fd >= 0 and self._held == [(0, self.size)]:  # every byte held: nothing to check
                 return self._view_locked()
-        found = np.asarray(spans, dtype=np.int64).reshape(-1, 2).clip(0, self.size)
+        found = np.asarray(ranges, dtype=np.int64).reshape(-1, 2).clip(0, self.size)
         found = found[found[:, 1] > found[:, 0]]
         for _ in range(8):
             with self._thread_lock:
@@ -285,7 +288,7 @@ class PartialShard:
         raise ShardError(self._url, "its partial copy in the node cache was evicted over and over while being read; "
                                     "raise cache_limit")
 
-    def held(self) -> list[Span]:
+    def held(self) -> list[ByteRange]:
         return list(self._held)
 
     @property
@@ -366,9 +369,9 @@ class RangedFile(io.RawIOBase):
         """The local copy, mapped (``PartialShard.view``): read only what ``ensure`` made held."""
         return self.shard.view()
 
-    def holding(self, spans: Sequence[Span] | np.ndarray, join: bool = True) -> memoryview:
-        """The local copy mapped, holding ``spans`` (``PartialShard.holding``)."""
-        return self.shard.holding(spans, join)
+    def holding(self, ranges: Sequence[ByteRange] | np.ndarray, join: bool = True) -> memoryview:
+        """The local copy mapped, holding ``ranges`` (``PartialShard.holding``)."""
+        return self.shard.holding(ranges, join)
 
     def complete(self) -> bool:
         return self.shard.complete()

@@ -10,6 +10,8 @@ backend's own (botocore's, s3fs's), which stay as the user configured them.
 fsspec is imported only when a URL needs it (the ``[s3]``/``[gcs]``/``[fsspec]`` extras); local
 paths and ``file://`` never touch it. fsspec filesystems hold sockets and an event loop thread,
 so each process (DataLoader workers are forked) makes its own: they are keyed by pid.
+
+Words: docs/glossary.md (shard, byte range).
 """
 
 from __future__ import annotations

@@ -31,6 +31,8 @@ run (an augmentation drew from an RNG the checkpoint does not restore). ``ERROR`
 Modules: ``verdicts`` (the words), ``config`` (TARGET, save point, AuditConfig), ``identity``
 (sample ids and content digests), ``judge``, ``content`` (the content check), ``report``,
 ``runner`` (the phases), ``worker`` (inside the processes).
+
+Words: docs/glossary.md (verdict, resume, elastic).
 """
 
 from shufflepoint._tools.audit.config import AuditConfig, SavePoint, Target, load_target, parse_save_at, parse_target

@@ -42,8 +42,8 @@ class ContentResult:
                 "examples": [{"epoch": e, "id": i} for e, i in self.examples], "unreproducible": self.unreproducible}
 
 
-def _layout(digest: str) -> str:
-    return digest.partition(":")[0]  # see identity.sample_digests: LAYOUT:CONTENT
+def _shape(digest: str) -> str:
+    return digest.partition(":")[0]  # see identity.sample_digests: SHAPE:CONTENT
 
 
 def _expected(reference_ids: Sequence[Sequence[Sequence[Sequence[SampleId]]]],
@@ -81,7 +81,7 @@ def judge_content(reference_ids: Sequence[Sequence[Sequence[Sequence[SampleId]]]
                     wanted = expected.get((save.epoch + offset, sample))
                     if wanted is None:
                         continue  # a sample the ids judge already reports
-                    if elastic and digest not in wanted and _layout(digest) not in {_layout(d) for d in wanted}:
+                    if elastic and digest not in wanted and _shape(digest) not in {_shape(d) for d in wanted}:
                         result.reshaped += 1
                         continue
                     result.compared += 1

@@ -112,7 +112,7 @@ def sample_digests(batch: Any, count: int) -> list[str] | None:
     first dimension is the batch's ``count`` samples. None when no tensor has such rows: content
     cannot be told apart per sample, and is not judged.
 
-    A digest reads ``LAYOUT:CONTENT``. LAYOUT hashes only the dtypes and row shapes, so the judge
+    A digest reads ``SHAPE:CONTENT``. SHAPE hashes only the dtypes and row shapes, so the judge
     can tell "other values" from "other shapes" (a row padded to its batch's longest sample is
     shaped by the batch, and an elastic resume cuts other batches); CONTENT hashes both.
 
@@ -125,12 +125,12 @@ def sample_digests(batch: Any, count: int) -> list[str] | None:
     leaves = _per_sample_rows(batch, count) if count >= 1 else []
     if not leaves:
         return None
-    layout = hashlib.blake2b(b"|".join(header for header, _ in leaves), digest_size=3).hexdigest()
+    shape = hashlib.blake2b(b"|".join(header for header, _ in leaves), digest_size=3).hexdigest()
     digests = []
     for k in range(count):
         digest = hashlib.blake2b(digest_size=8)
         for header, rows in leaves:
             digest.update(header)
             digest.update(rows[k])
-        digests.append(f"{layout}:{digest.hexdigest()}")
+        digests.append(f"{shape}:{digest.hexdigest()}")
     return digests

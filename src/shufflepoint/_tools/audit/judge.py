@@ -1,4 +1,7 @@
-"""The judge: pure functions from recorded streams to a verdict. No processes, no torch."""
+"""The judge: pure functions from recorded streams to a verdict. No processes, no torch.
+
+Words: docs/glossary.md (verdict, global batch, tail, world size, elastic).
+"""
 
 from __future__ import annotations
 
@@ -155,7 +158,7 @@ def judge_rank(rank: int, reference: list[Pass], resumed: list[Pass], save: Save
 def tail_allowance(remaining: int, world_size: int, batch_size: int, drop_last: bool) -> tuple[int, int]:
     """(padding, dropped) a loader may add or leave out when dealing ``remaining`` samples.
 
-    A global step takes world_size * batch_size samples. The last, partial step is either
+    A global batch takes world_size * batch_size samples. The last, partial one is either
     dropped (drop_last: at most its size is never served) or completed by repeating samples
     (DistributedSampler pads to a multiple of the world size, Accelerate's even_batches to whole
     batches; both are at most the gap to the next full step).

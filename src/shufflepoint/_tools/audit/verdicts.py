@@ -1,4 +1,7 @@
-"""The verdict vocabulary of DESIGN.md, its severity order, and the CLI's exit-code contract."""
+"""The verdict vocabulary of DESIGN.md, its severity order, and the CLI's exit-code contract.
+
+Words: docs/glossary.md (verdict).
+"""
 
 from __future__ import annotations
 

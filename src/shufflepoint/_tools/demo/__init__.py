@@ -21,6 +21,8 @@ audit's judge; the final weights are compared with the uninterrupted run's, bit 
 Modules: ``variants`` (what is shown), ``worker`` (inside the launched processes, run as
 ``python -m shufflepoint._tools.demo PHASE OUT VARIANT...``), ``orchestrator`` (the launches and
 the verdicts), ``report`` (the table and the loss plot).
+
+Words: docs/glossary.md (verdict, resume, elastic).
 """
 
 from shufflepoint._tools.demo.orchestrator import run_demo

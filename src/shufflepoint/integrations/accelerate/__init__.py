@@ -44,6 +44,8 @@ Modules, one concern each: ``_patch`` (the machinery and its version range), ``_
 (capturing and restoring a stock sampler's order), ``_hooks`` (the replaced loader methods),
 ``_save_state`` (per-rank ``save_state`` files), ``_native`` and ``_prepared`` (the native
 ``prepare`` path and its wrapper), ``_tail`` (the ``gather_for_metrics`` tail trim's arithmetic).
+
+Words: docs/glossary.md (state, epoch, cursor, resume).
 """
 
 from shufflepoint.integrations.accelerate._patch import (

@@ -42,7 +42,7 @@ def _native_loader_class() -> Any:
 def _prepare_native(accelerator: Any, loader: Any, device_placement: Any) -> Any:
     """Wrap a shufflepoint.DataLoader for Accelerate without re-sharding it.
 
-    Refuses what cannot hold: a loader built for another rank layout than the Accelerator's (built
+    Refuses what cannot hold: a loader built for another rank and world size than the Accelerator's (built
     before ``Accelerator(...)`` started the process group, say), and the DataLoaderConfiguration
     options that change who reads what (``split_batches``, ``dispatch_batches``,
     ``even_batches=False``). ``use_stateful_dataloader``, ``use_seedable_sampler`` and

@@ -16,6 +16,8 @@ row of the interrupted epoch once, and ``Packed`` rows and ``Mixture`` schedules
 
 Modules: ``_touch`` (every touch point on torchtitan, and the version check), ``_dataloader`` (the loader
 and the batch conversion). See examples/torchtitan_loader.py and docs/integrations.md.
+
+Words: docs/glossary.md (state, rank, world size, elastic).
 """
 
 from shufflepoint.integrations.torchtitan._dataloader import ShufflepointDataLoader, next_token_batch

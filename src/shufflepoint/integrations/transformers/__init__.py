@@ -30,6 +30,8 @@ A drop-in for ``transformers.Trainer`` (``pip install 'shufflepoint[transformers
 class that lists a Trainer before it is refused with a ``TypeError`` when it is created.
 Every touch point on transformers' internals is in ``_touch`` (``TOUCH_POINTS``), checked against
 ``TESTED_TRANSFORMERS``.
+
+Words: docs/glossary.md (optimizer step, step, resume, elastic, state).
 """
 
 import transformers

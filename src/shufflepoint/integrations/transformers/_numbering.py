@@ -13,6 +13,8 @@ from the saved one, so the numbers of a run never decrease and no ``checkpoint-N
 Every optimizer step's loader steps are recorded as they run, in a few spans (``_core/trainer_steps``), carried
 from checkpoint to checkpoint, so ``shufflepoint which CKPT --step N`` answers every step of the run, before and
 after each resize, from the newest checkpoint.
+
+Words: docs/glossary.md (optimizer step, step, place, layout).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ from shufflepoint._shards.index.integrity import check_checksum, check_verify
 from shufflepoint._shards.index.published_listing import listing
 from shufflepoint._shards.readers import infer_format, make_reader, saved_dataset_files
 from shufflepoint._shards.readers._decoded import GROUPS
-from shufflepoint._shards.readers._flat import Layout
+from shufflepoint._shards.readers._flat import DatasetArena
 from shufflepoint._shards.readers.base import OpenShard, Ranged
 from shufflepoint._shards.readers.tokens import OpenTokens, TokensReader
 from shufflepoint._shards.storage import kept_ids, ranged
@@ -113,7 +113,7 @@ class Shards(torch.utils.data.Dataset[Any]):
     _ranged_ahead: RangedAhead | None
     _shard_by_url: dict[str, int] | None
     _announced: tuple[set[int], set[int]]
-    _layout: Layout | None
+    _layout: DatasetArena | None
 
     def __init__(
         self,
@@ -460,7 +460,7 @@ class Shards(torch.utils.data.Dataset[Any]):
         if offered(opened, JoinsLayout):  # Parquet: a batch across files is one gather per column
             if self._layout is None:  # an arena of about two blocks: a block's files side by side
                 largest = int(self.index.rows.max())
-                self._layout = Layout(len(self.index.shards), min(len(self), 2 * (self._block + largest)))
+                self._layout = DatasetArena(len(self.index.shards), min(len(self), 2 * (self._block + largest)))
             cast(JoinsLayout, opened)._join_layout(self._layout, shard)
         self._opened[shard] = opened
         while len(self._opened) > self._max_open:
