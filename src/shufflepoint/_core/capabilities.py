@@ -3,7 +3,7 @@
 The loader, the compositions (``Mixture``, ``Packed``) and the tools ask for a capability with
 ``isinstance(dataset, Capability)``, never by probing attribute names. Each capability is a small
 ``typing.Protocol``: a dataset offers it by having its members, no base class needed. They come in
-four groups:
+three groups:
 
 - **order**: ``OwnOrder`` (the dataset deals its own seekable order: ``Mixture``, ``Packed``, or
   yours), ``ShardedCorpus`` (rows grouped in shards, read in the ``blocks`` order: ``Shards``),
@@ -14,9 +14,9 @@ four groups:
   ``ReadsIds``, ``ReadsIdsAscending``, ``ReadsIdSpansAscending`` (a token column as arrays),
   ``Prefetching`` (upcoming indices announced ahead), ``PrefetchesDealt`` (and how densely this rank
   reads there), ``ReadsAtDensity``, ``ReadsAhead``, ``Locatable`` (where an index lives).
-- **readers** (one format's shards): ``CountsRowsFromSize``, ``CountsRowsFromMetadata``,
-  ``MeasuresDecodedRows``, ``TakesIds``, ``KeepsDecodedIds``, ``JoinsLayout``, ``LocatesRows``,
-  ``OpensRanged``, ``TilesShards``.
+
+What one shard format offers (a reader, an opened shard) is declared beside the readers,
+``_shards/readers/base.py``, and asked only inside ``_shards``.
 
 A capability's absence is never an error by itself: the caller then does without (no prefetch, a
 row at a time, ...). ``tests/test_capabilities.py`` checks which built-in class offers which.
@@ -24,7 +24,7 @@ row at a time, ...). ``tests/test_capabilities.py`` checks which built-in class 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -241,90 +241,3 @@ class Locatable(Protocol):
     them), nesting the answer of the dataset below it when that one is ``Locatable`` too."""
 
     def locate(self, index: int) -> dict[str, Any]: ...
-
-
-# -- readers -----------------------------------------------------------------------------------
-
-ReadBytes = Callable[[int, int], bytes]  # (offset, length) -> bytes of one shard
-
-
-@runtime_checkable
-class CountsRowsFromSize(Protocol):
-    """A format whose row count follows from the file size (fixed-width token shards)."""
-
-    def rows_from_size(self, shard: str, size: int) -> int | None: ...
-
-
-@runtime_checkable
-class CountsRowsFromMetadata(Protocol):
-    """A format whose row count is in a footer or header (Parquet, token shards with a header)."""
-
-    def rows_from_metadata(self, read: ReadBytes, size: int, shard: str) -> int | None: ...
-
-
-@runtime_checkable
-class MeasuresDecodedRows(Protocol):
-    """A format that knows a decoded row's size from its metadata (the decode budget's block)."""
-
-    def decoded_row_bytes(self, read: ReadBytes, size: int, shard: str) -> int | None: ...
-
-
-@runtime_checkable
-class TakesIds(Protocol):
-    """An opened shard that reads a token column's rows as arrays (Parquet): ``take_ids_ascending`` for
-    rows already sorted, in one pass; ``take_id_spans_ascending`` as (values, starts, stops) of its decoded
-    groups, no array per row."""
-
-    def take_ids(self, rows: Sequence[int], column: str) -> list[np.ndarray] | None: ...
-
-    def take_ids_ascending(self, rows: np.ndarray, column: str) -> list[np.ndarray] | None: ...
-
-    def take_id_spans_ascending(self, rows: np.ndarray, column: str) -> list[Any] | None: ...
-
-
-@runtime_checkable
-class KeepsDecodedIds(Protocol):
-    """An opened shard that keeps its decoded token ids where it is told (Parquet: in the node's cache
-    folder, ``_shards/storage/kept_ids``), so a later open maps them instead of decoding again."""
-
-    def keep_ids_in(self, kept: Any) -> None: ...
-
-
-@runtime_checkable
-class JoinsLayout(Protocol):
-    """An opened shard that lays its decoded columns out beside its neighbours' in one arena per process
-    (Parquet, ``readers/_flat.Layout``), so a batch across files is one gather per column."""
-
-    def _join_layout(self, layout: Any, shard: int) -> None: ...
-
-
-@runtime_checkable
-class OpensRanged(Protocol):
-    """A reader that opens a remote shard read by byte range (Parquet: its footer, then the row
-    groups it decodes; a ``.bin``: the windows it reads), given a file object and a hook that fetches
-    ranges ahead (``_shards/storage/ranged``); ``ranged_for(shard)``: whether this shard can be (not a ``.npy``);
-    ``ranged_plan(ranged, shard)``: a function of rows giving the byte ranges their read will need, so
-    read-ahead fetches them before the loader asks (Parquet reads the footer for it)."""
-
-    def ranged_for(self, shard: str) -> bool: ...
-
-    def open_ranged(self, ranged: Any, shard: str) -> Any: ...
-
-    def ranged_plan(self, ranged: Any, shard: str) -> Any: ...
-
-
-@runtime_checkable
-class TilesShards(Protocol):
-    """An ``OpensRanged`` reader whose rows' byte ranges tile its shards (token windows, nothing else in the
-    file): the bytes between two rows a rank reading densely reads are rows it reads next, so read-ahead
-    joins gaps up to ``dense_gap()`` bytes (what a GET's round trip costs in transfer), not Parquet's
-    64 KiB (whose gaps may be columns no read asks for)."""
-
-    def dense_gap(self) -> int: ...
-
-
-@runtime_checkable
-class LocatesRows(Protocol):
-    """An opened shard that says where its row lives (byte offset, row group, member name, ...)."""
-
-    def locate(self, row: int) -> dict[str, Any]: ...

@@ -145,7 +145,7 @@ class OpenParquet:
         offset = row - (int(self._ends[group - 1]) if group else 0)
         return self._group(group).row(offset)
 
-    def _join_layout(self, layout: Layout, shard: int) -> None:
+    def join_layout(self, layout: Layout, shard: int) -> None:
         """Lay this file's decoded columns out in ``layout``'s arena as file ``shard`` of a dataset, so
         the dataset reads a batch across its files with one index per column (``Layout.take``)."""
         self._flat.join(layout, shard)

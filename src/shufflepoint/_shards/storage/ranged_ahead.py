@@ -33,8 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from shufflepoint._core.capabilities import OpensRanged, TilesShards
-from shufflepoint._shards.readers.base import Ranged
+from shufflepoint._shards.readers.base import OpensRanged, Ranged, TilesShards
 from shufflepoint._shards.storage.prefetch import Prefetcher
 from shufflepoint._shards.storage.ranged import DENSE, PartialShard, RangedFile, merged
 

@@ -18,14 +18,7 @@ from typing import Any, cast
 import numpy as np
 import torch.utils.data
 
-from shufflepoint._core.capabilities import (
-    JoinsLayout,
-    KeepsDecodedIds,
-    MeasuresDecodedRows,
-    OpensRanged,
-    TakesIds,
-    offered,
-)
+from shufflepoint._core.capabilities import offered
 from shufflepoint._errors import Plain, SampleError, ShardError, refusal
 from shufflepoint._order.blocks import DEFAULT_SHUFFLE_BLOCK
 from shufflepoint._order.decode_budget import fitting_block, warn_if_redecoding
@@ -38,10 +31,11 @@ from shufflepoint._shards.index import index as _index
 from shufflepoint._shards.index.indexing import Indexer
 from shufflepoint._shards.index.integrity import check_checksum, check_verify
 from shufflepoint._shards.index.published_listing import listing
+from shufflepoint._shards.readers import base as formats
 from shufflepoint._shards.readers import infer_format, make_reader, saved_dataset_files
 from shufflepoint._shards.readers._decoded import GROUPS
 from shufflepoint._shards.readers._flat import Layout
-from shufflepoint._shards.readers.base import OpenShard, Ranged
+from shufflepoint._shards.readers.base import OpenShard, OpensRanged, Ranged
 from shufflepoint._shards.readers.tokens import OpenTokens, TokensReader
 from shufflepoint._shards.storage import kept_ids, ranged
 from shufflepoint._shards.storage.cache import NodeCache
@@ -230,7 +224,7 @@ class Shards(torch.utils.data.Dataset[Any]):
             reader = self._reader
             nonempty = np.flatnonzero(self.index.rows)
             found = None
-            if isinstance(reader, MeasuresDecodedRows) and nonempty.size:
+            if isinstance(reader, formats.MeasuresDecodedRows) and nonempty.size:
                 record = self.index.shards[int(nonempty[0])]
                 url = self.index.url(int(nonempty[0]))
                 if self._ranged(url, record.version, record.checksum):  # kept: a restart reads it locally
@@ -353,7 +347,7 @@ class Shards(torch.utils.data.Dataset[Any]):
         found: list[np.ndarray] = [np.empty(0)] * flat.size
         for shard, where in places.items():
             opened = self._open(shard)
-            takes = cast(TakesIds, opened) if offered(opened, TakesIds) else None
+            takes = cast(formats.TakesIds, opened) if offered(opened, formats.TakesIds) else None
             part = takes.take_ids([rows[p] for p in where], column) if takes is not None else None
             if part is None:
                 return None
@@ -386,7 +380,7 @@ class Shards(torch.utils.data.Dataset[Any]):
             if not where.size:
                 continue
             opened = self._open(int(shards[where[0]]))
-            takes = cast(TakesIds, opened) if offered(opened, TakesIds) else None
+            takes = cast(formats.TakesIds, opened) if offered(opened, formats.TakesIds) else None
             part = takes.take_ids_ascending(rows[where], column) if takes is not None else None
             if part is None:
                 return None
@@ -412,7 +406,7 @@ class Shards(torch.utils.data.Dataset[Any]):
             if first == last:
                 continue
             opened = self._open(int(shards[first]))
-            takes = cast(TakesIds, opened) if offered(opened, TakesIds) else None
+            takes = cast(formats.TakesIds, opened) if offered(opened, formats.TakesIds) else None
             part = takes.take_id_spans_ascending(rows[first:last], column) if takes is not None else None
             if part is None:
                 return None
@@ -455,13 +449,13 @@ class Shards(torch.utils.data.Dataset[Any]):
             opened.close()
             raise ShardError(url, f"has {len(opened)} rows, the index says {record.rows}: it changed since "
                                   "the index was built; rebuild the index (delete its sidecar) and restart the epoch")
-        if offered(opened, KeepsDecodedIds):  # Parquet: token ids decoded once per node, then mapped
-            cast(KeepsDecodedIds, opened).keep_ids_in(kept_ids.store(self._cache_dir))
-        if offered(opened, JoinsLayout):  # Parquet: a batch across files is one gather per column
+        if offered(opened, formats.KeepsDecodedIds):  # Parquet: token ids decoded once per node, then mapped
+            cast(formats.KeepsDecodedIds, opened).keep_ids_in(kept_ids.store(self._cache_dir))
+        if offered(opened, formats.JoinsLayout):  # Parquet: a batch across files is one gather per column
             if self._layout is None:  # an arena of about two blocks: a block's files side by side
                 largest = int(self.index.rows.max())
                 self._layout = Layout(len(self.index.shards), min(len(self), 2 * (self._block + largest)))
-            cast(JoinsLayout, opened)._join_layout(self._layout, shard)
+            cast(formats.JoinsLayout, opened).join_layout(self._layout, shard)
         self._opened[shard] = opened
         while len(self._opened) > self._max_open:
             self._opened.popitem(last=False)[1].close()
