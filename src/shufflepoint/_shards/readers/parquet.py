@@ -185,7 +185,7 @@ class OpenParquet:
         lists: dict[int, tuple[np.ndarray, list[int]] | None] = {}
         found: list[np.ndarray] = []
         for row in rows:
-            if not 0 <= row < self._rows:  # ints from Shards._read_ids, already checked there
+            if not 0 <= row < self._rows:  # ints from ShardsHooks.read_ids, already checked there
                 raise IndexError(refusal("row", int(row), f"a row in [0, {self._rows}) (out of range for a shard of "
                                          f"{self._rows} rows)", "pass a row of the shard"))
             number = bisect.bisect_right(ends, row)
@@ -363,7 +363,7 @@ class ParquetReader:
         """About the bytes one row of this shard holds decoded (what ``_decoded.GROUPS`` counts): its
         columns' uncompressed bytes from the footer, plus a Python value's overhead per column; None
         for a shard without rows. From the footer alone (two ranged reads), so the same on every
-        machine: the loader sizes its default ``shuffle_block`` by it (``Shards._fitting_shuffle_block``)."""
+        machine: the loader sizes its default ``shuffle_block`` by it (``ShardAccess.fitting_shuffle_block``)."""
         meta = self._footer(read, size, shard)
         rows = sum(meta.row_group(g).num_rows for g in range(meta.num_row_groups))
         if not rows:
