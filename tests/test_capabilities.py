@@ -1,5 +1,6 @@
 """Capabilities are declared (``_core/capabilities.py``) and asked for with ``isinstance``: which built-in
-class offers which, and that no module probes a declared member by name instead."""
+class offers which (itself, or through its hooks), that no capability is a private name but the entry to the
+hooks, and that no module probes a declared member by name instead."""
 
 import ast
 import inspect
@@ -10,6 +11,8 @@ import pytest
 
 import shufflepoint
 from shufflepoint._core import capabilities
+from shufflepoint._shards.corpora.shards.shards import ShardsHooks
+from shufflepoint._shards.readers import base as reader_capabilities
 
 PACKAGE = pathlib.Path(shufflepoint.__file__).parent
 DECLARED = {name for _, protocol in inspect.getmembers(capabilities, inspect.isclass)
@@ -38,30 +41,74 @@ def corpus(tmp_path):
     return shufflepoint.Shards(str(tmp_path / "*.parquet"), progress=False)
 
 
+PUBLIC = ["OwnOrder", "Identified", "Locatable", "ReadsBatches", "Prefetching"]  # shufflepoint.<name>
+ON_THE_DATASET = [*PUBLIC, "ShardedCorpus", "ReadsColumns", "PrefetchesDealt", "Hooked"]
+ON_THE_HOOKS = ["CountsShare", "KeepsShardsOpen", "FitsDecodeBudget", "LaysOnStretches", "Scheduled",
+                "ExplainsFingerprint", "LegacyIdentified", "ExplainsOrderVersion", "ReadsIds", "ReadsIdsAscending",
+                "ReadsIdSpansAscending", "ReadsAtDensity", "ReadsAhead"]
+
+
+def _offered(dataset) -> tuple[set[str], set[str]]:
+    """(what the dataset offers itself, what its hooks offer)."""
+    hooks = capabilities.hooks_of(dataset)
+    return ({p for p in ON_THE_DATASET if isinstance(dataset, getattr(capabilities, p))},
+            {p for p in ON_THE_HOOKS if isinstance(hooks, getattr(capabilities, p))})
+
+
+def test_every_capability_is_on_the_dataset_or_on_its_hooks():
+    protocols = {name for name, cls in inspect.getmembers(capabilities, inspect.isclass)
+                 if cls.__module__ == capabilities.__name__}
+    assert protocols == set(ON_THE_DATASET) | set(ON_THE_HOOKS)
+    assert set(PUBLIC) <= set(shufflepoint.__all__) and not (protocols - set(PUBLIC)) & set(shufflepoint.__all__)
+
+
+def test_no_capability_declares_a_member_named_with_an_underscore_but_the_entry_to_the_hooks():
+    declared = ast.parse(pathlib.Path(capabilities.__file__).read_text()).body
+    private = {f"{protocol.name}.{member}" for protocol in declared
+               if isinstance(protocol, ast.ClassDef)
+               for item in protocol.body
+               for member in ([item.name] if isinstance(item, ast.FunctionDef) else
+                              [item.target.id] if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+                              else [])
+               if member.startswith("_") and not member.startswith("__")}
+    assert private == {"Hooked._loader_hooks"}
+
+
 def test_the_built_in_datasets_offer_what_they_declare(corpus):
     packed = shufflepoint.Packed(corpus, seq_len=4, tokens="input_ids", progress=False)
     mixture = shufflepoint.Mixture([(corpus, 1), (list(range(7)), 1)])
+    scheduled = shufflepoint.Mixture([corpus, list(range(7))], schedule=[(0, [1, 1]), (6, [1, 0])])
+    reading = {"ReadsBatches", "Prefetching", "Locatable", "ReadsColumns", "PrefetchesDealt", "Hooked"}
     offers = {
-        "Shards": (corpus, {"ShardedCorpus", "KeepsShardsOpen", "FitsDecodeBudget", "Identified", "ExplainsFingerprint",
-                            "LegacyIdentified", "ReadsBatches", "ReadsColumns", "ReadsIds", "ReadsIdsAscending",
-                            "ReadsIdSpansAscending", "Prefetching", "PrefetchesDealt", "ReadsAtDensity", "ReadsAhead",
-                            "Locatable"}),
-        "Packed": (packed, {"OwnOrder", "CountsShare", "Identified", "ExplainsFingerprint", "ReadsBatches",
-                            "ReadsColumns", "Prefetching", "PrefetchesDealt", "ReadsAtDensity", "Locatable"}),
-        "Mixture": (mixture, {"OwnOrder", "Scheduled", "Identified", "ExplainsFingerprint", "LegacyIdentified",
-                              "ExplainsOrderVersion", "ReadsBatches", "ReadsColumns", "Prefetching", "PrefetchesDealt",
-                              "ReadsAtDensity", "Locatable"}),
+        "Shards": (corpus, {"Identified", "ShardedCorpus", *reading},
+                   {"KeepsShardsOpen", "FitsDecodeBudget", "ExplainsFingerprint", "LegacyIdentified", "ReadsIds",
+                    "ReadsIdsAscending", "ReadsIdSpansAscending", "ReadsAtDensity", "ReadsAhead"}),
+        "Packed": (packed, {"OwnOrder", "Identified", *reading},
+                   {"CountsShare", "LaysOnStretches", "ExplainsFingerprint", "ReadsAtDensity"}),
+        "Mixture": (mixture, {"OwnOrder", "Identified", *reading},
+                    {"LaysOnStretches", "ExplainsFingerprint", "LegacyIdentified", "ExplainsOrderVersion",
+                     "ReadsAtDensity"}),
+        "scheduled Mixture": (scheduled, {"OwnOrder", "Identified", *reading},
+                              {"LaysOnStretches", "Scheduled", "ExplainsFingerprint", "LegacyIdentified",
+                               "ExplainsOrderVersion", "ReadsAtDensity"}),
     }
-    dataset_protocols = ["OwnOrder", "CountsShare", "ShardedCorpus", "KeepsShardsOpen", "FitsDecodeBudget", "Scheduled",
-                         "Identified",
-                         "ExplainsFingerprint", "LegacyIdentified", "ExplainsOrderVersion", "ReadsBatches",
-                         "ReadsColumns", "ReadsIds", "ReadsIdsAscending", "ReadsIdSpansAscending", "Prefetching",
-                         "PrefetchesDealt", "ReadsAtDensity", "ReadsAhead", "Locatable"]
-    for name, (dataset, expected) in offers.items():
-        found = {p for p in dataset_protocols if isinstance(dataset, getattr(capabilities, p))}
-        assert found == expected, (name, found ^ expected)
+    for name, (dataset, itself, hooks) in offers.items():
+        assert _offered(dataset) == (itself, hooks), (name, _offered(dataset))
     for plain in (list(range(3)), np.arange(3)):
-        assert not any(isinstance(plain, getattr(capabilities, p)) for p in dataset_protocols)
+        assert _offered(plain) == (set(), set())
+
+
+def test_an_own_order_has_one_signature_per_name():
+    """``OwnOrder.epoch_order`` takes (seed, epoch, shuffle_block) alone; the orders under a deal's stretches or
+    a schedule's grid are the hooks' ``stretched_order`` and ``scheduled_order``: no name means two things."""
+    signatures: dict[str, set[tuple[str, ...]]] = {}
+    for _, cls in inspect.getmembers(capabilities, inspect.isclass):
+        if cls.__module__ == capabilities.__name__:
+            for member, value in cls.__dict__.items():
+                if callable(value) and not member.startswith("__"):
+                    signatures.setdefault(member, set()).add(tuple(inspect.signature(value).parameters))
+    assert {name: found for name, found in signatures.items() if len(found) > 1} == {}
+    assert signatures["epoch_order"] == {("self", "seed", "epoch", "shuffle_block")}
 
 
 def test_video_clips_offer_an_identity_and_where_a_clip_lives(tmp_path):
@@ -75,7 +122,8 @@ def test_video_clips_offer_an_identity_and_where_a_clip_lives(tmp_path):
                                     cache_dir=str(tmp_path / "cache"))
     found = {name for name, protocol in inspect.getmembers(capabilities, inspect.isclass)
              if protocol.__module__ == capabilities.__name__ and isinstance(clips, protocol)}
-    assert found == {"Identified", "Locatable", "LocatesRows"}  # a reader's LocatesRows has Locatable's shape
+    assert found == {"Identified", "Locatable"}
+    assert isinstance(clips, reader_capabilities.LocatesRows)  # a reader's LocatesRows has Locatable's shape
 
 
 def test_a_user_dataset_with_its_own_order_is_read_in_it():
@@ -139,7 +187,7 @@ def test_the_probe_walker_sees_a_probe(tmp_path):
 def test_the_0_2_fingerprint_is_computed_only_for_a_state_0_2_wrote(corpus, monkeypatch):
     """Construction, a state of today and its load never hash the whole index the 0.2 way (O(shards))."""
     asked = []
-    monkeypatch.setattr(type(corpus), "_legacy_fingerprint", property(lambda self: asked.append(1) or "shards:x"))
+    monkeypatch.setattr(ShardsHooks, "legacy_fingerprint", property(lambda self: asked.append(1) or "shards:x"))
     loader = shufflepoint.DataLoader(corpus, 2, seed=1)
     next(iter(loader))
     shufflepoint.DataLoader(corpus, 2, seed=1).load_state_dict(loader.state_dict())
@@ -153,16 +201,17 @@ def test_the_0_2_fingerprint_is_computed_only_for_a_state_0_2_wrote(corpus, monk
 
 
 def test_an_opened_parquet_shard_joins_the_layout_and_a_token_shard_does_not(corpus, tmp_path):
-    assert isinstance(corpus._open(0), capabilities.JoinsLayout)
+    assert isinstance(corpus._access.open(0), reader_capabilities.JoinsArena)
     np.arange(64, dtype=np.uint16).tofile(tmp_path / "t.bin")
     tokens = shufflepoint.Shards(str(tmp_path / "t.bin"), seq_len=8, progress=False)
-    assert not isinstance(tokens._open(0), capabilities.JoinsLayout)
+    assert not isinstance(tokens._access.open(0), reader_capabilities.JoinsArena)
 
 
 def test_token_readers_tile_their_shards_and_parquet_readers_do_not(corpus, tmp_path):
     """Read-ahead joins wide gaps only where every byte between two rows is a row a dense rank reads next."""
     np.arange(64, dtype=np.uint16).tofile(tmp_path / "t.bin")
     tokens = shufflepoint.Shards(str(tmp_path / "t.bin"), seq_len=8, progress=False)
-    assert isinstance(tokens._reader, capabilities.TilesShards) and tokens._reader.dense_gap() >= 1 << 20
-    assert isinstance(corpus._reader, capabilities.OpensRanged)
-    assert not isinstance(corpus._reader, capabilities.TilesShards)
+    reader = tokens._access.reader
+    assert isinstance(reader, reader_capabilities.TilesShards) and reader.dense_gap() >= 1 << 20
+    assert isinstance(corpus._access.reader, reader_capabilities.OpensRanged)
+    assert not isinstance(corpus._access.reader, reader_capabilities.TilesShards)

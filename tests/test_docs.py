@@ -14,8 +14,9 @@ The rules, for README.md, CHANGELOG.md and every docs/*.md (a "page"):
   run). Only trailing whitespace and the indentation common to all the lines (as
   ``textwrap.dedent`` removes it, from the block and from the run alike) are ignored; nothing may be
   elided or edited, and the relative indentation must be the file's. Every
-  ```python block must carry either that marker or ``<!-- sketch -->``, which declares a fragment
-  that is not copied from an example, so that an edited copy of an example cannot go unmarked.
+  ```python block must carry either that marker, or ``<!-- sketch -->``, which declares a fragment
+  that is not copied from an example, so that an edited copy of an example cannot go unmarked, or
+  ``<!-- runs: tests/NAME.py -->``: a whole program that test runs (it must name the page).
   README.md must carry at least one example marker.
 - **Size.** README.md is at most 15 KB (15,360 bytes).
 - **The API table.** README.md's ``## API`` section names, inside code, every name of
@@ -46,6 +47,7 @@ PAGES = [README, CHANGELOG, *sorted((ROOT / "docs").glob("*.md"))]
 
 EXAMPLE_MARKER = re.compile(r"^<!-- example: (?P<path>\S+) -->$")
 SKETCH_MARKER = "<!-- sketch -->"
+RUNS_MARKER = re.compile(r"^<!-- runs: (?P<path>tests/\S+\.py) -->$")
 FENCE = re.compile(r"^ {0,3}(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 LINK = re.compile(r"!?\[[^\]]*\]\((?P<target><[^>]*>|[^)\s]*)(?:\s+\"[^\"]*\")?\)")
 INLINE_CODE = re.compile(r"(`+)(?P<code>.+?)\1")
@@ -125,10 +127,16 @@ def example_problems(page: pathlib.Path, root: pathlib.Path = ROOT) -> list[str]
     problems = []
     fenced_after = {start - 1 for start, _, _, _ in code_blocks(text)}  # line numbers of the markers' lines
     for number, line in enumerate(text.splitlines(), start=1):
-        if (EXAMPLE_MARKER.match(line) or line == SKETCH_MARKER) and number not in fenced_after:
+        if (EXAMPLE_MARKER.match(line) or line == SKETCH_MARKER or RUNS_MARKER.match(line)) and \
+                number not in fenced_after:
             problems.append(f"{page.name}:{number}: marker {line!r} is not followed by a code fence")
     for start, info, previous, body in code_blocks(text):
-        marker = EXAMPLE_MARKER.match(previous)
+        marker, runs = EXAMPLE_MARKER.match(previous), RUNS_MARKER.match(previous)
+        if runs is not None:
+            test = root / runs["path"]
+            if not test.is_file() or page.name not in test.read_text():
+                problems.append(f"{page.name}:{start}: {runs['path']} does not exist or does not name {page.name}")
+            continue
         if marker is None:
             if info.split()[:1] == ["python"] and previous != SKETCH_MARKER:
                 problems.append(f"{page.name}:{start}: python block without <!-- example: ... --> "

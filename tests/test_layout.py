@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 import sys
 
 import pytest
@@ -317,3 +318,113 @@ print(position.step, position.cursor, position.which(1), "torch" in sys.modules)
     assert found.returncode == 0, found.stderr
     step, cursor, *_, loaded = found.stdout.split()
     assert (step, cursor, loaded) == ("2", "8", "False")
+
+
+# -- reaches into another module's private names -------------------------------------------------------
+PRIVATE_MARK = re.compile(r"#\s*private:\s*\S")  # ``# private: <why>`` on the line that reaches
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _defined_private_names(tree: ast.AST) -> set[str]:
+    """The private names a module defines: its functions, classes and methods, every name it assigns (at any
+    level: module, class body, function), and every attribute it assigns on ``self``/``cls``."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            found.add(node.id)
+        elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and isinstance(node.value, ast.Name)
+              and node.value.id in ("self", "cls")):
+            found.add(node.attr)
+    return {name for name in found if _is_private(name)}
+
+
+def _fresh_instances(tree: ast.AST) -> set[str]:
+    """Names bound to a new object of one of the module's own classes, read as ``self``: ``x = copy.copy(self)``,
+    ``x = object.__new__(C)`` with C a class of this module."""
+    classes = {node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute):
+            call, args = node.value.func, node.value.args
+            copied = call.attr == "copy" and args and isinstance(args[0], ast.Name) and args[0].id == "self"
+            made = call.attr == "__new__" and args and isinstance(args[0], ast.Name) and args[0].id in classes
+            if copied or made:
+                found.add(node.targets[0].id)
+    return found
+
+
+def _reaches(node: ast.AST) -> tuple[ast.expr, str] | None:
+    """(object, private name) of ``x._name``, or of ``getattr``/``hasattr``/``setattr(x, "_name", ...)``."""
+    if isinstance(node, ast.Attribute) and _is_private(node.attr):
+        return node.value, node.attr
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr",
+                                                                                         "setattr")
+            and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+            and _is_private(node.args[1].value)):
+        return node.args[0], node.args[1].value
+    return None
+
+
+def private_reaches(package: pathlib.Path) -> list[tuple[str, int, str, bool]]:
+    """(module, line, name, marked) for every reach into a private name the module does not define itself:
+    ``x._name`` (or ``getattr(x, "_name")``) where ``x`` is not ``self``, ``cls``, ``super()`` or a fresh object of
+    the module's own class, and ``_name`` is not among the private names the module defines; that is, a name
+    defined with a leading underscore in another module of the package, or in a library. ``marked``: the line
+    says why (``# private: <reason>``).
+
+    Names alone tell modules apart, not objects: a module that defines ``_name`` itself and reaches the
+    same-named private of another module's object is not seen (none does today)."""
+    files = _python_files(package)
+    trees = {path: ast.parse(path.read_text()) for path in files}
+    found = []
+    for path, tree in trees.items():
+        own, fresh = _defined_private_names(tree), _fresh_instances(tree)
+        lines = path.read_text().splitlines()
+        for node in ast.walk(tree):
+            reach = _reaches(node)
+            if reach is None:
+                continue
+            target, name = reach
+            if isinstance(target, ast.Name) and target.id in ("self", "cls", *fresh):
+                continue
+            if isinstance(target, ast.Call) and isinstance(target.func, ast.Name) and target.func.id == "super":
+                continue
+            if name in own:
+                continue
+            line = node.lineno
+            found.append((str(path.relative_to(package)), line, name, bool(PRIVATE_MARK.search(lines[line - 1]))))
+    return sorted(found)
+
+
+def test_no_module_reaches_into_another_s_private_names_without_saying_why() -> None:
+    """A private name is its module's: another module reaching it (``corpus._storage``, ``order._block_start``,
+    a library's ``fs._call_s3``) either gets a public or room-internal name, or says why on the line:
+    ``# private: <reason>``."""
+    unmarked = [f"{module}:{line} .{name}" for module, line, name, marked in private_reaches(PACKAGE) if not marked]
+    assert not unmarked, "reaches into another module's private names, without # private: <why>:\n" + \
+        "\n".join(unmarked)
+
+
+def test_the_private_reach_walker_sees_a_reach(tmp_path: pathlib.Path) -> None:
+    """``x._name`` of another module's name, a library's, a ``getattr`` probe: seen; ``self``, a fresh copy, the
+    module's own names and a marked line: not (the marked one is seen as marked)."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "a.py").write_text("class A:\n    def __init__(self):\n        self._hidden = 1\n")
+    (package / "b.py").write_text(
+        "import copy, sys\n"
+        "def f(a):\n    return a._hidden\n"
+        "def g():\n    return sys._getframe(1)\n"
+        "def h(a):\n    return getattr(a, '_hidden', None)\n"
+        "class B:\n    def __init__(self):\n        self._mine = 1\n"
+        "    def same(self, other):\n        twin = copy.copy(self)\n        return other._mine, twin._x, self._y\n"
+        "def i(a):\n    return a._hidden  # private: the test says why\n")
+    found = private_reaches(package)
+    assert found == [("b.py", 3, "_hidden", False), ("b.py", 5, "_getframe", False), ("b.py", 7, "_hidden", False),
+                     ("b.py", 15, "_hidden", True)]

@@ -5,7 +5,11 @@ import shufflepoint
 EXPECTED = {
     "DataLoader",
     "DecodeImage",
+    "Identified",
     "Locatable",
+    "OwnOrder",
+    "Prefetching",
+    "ReadsBatches",
     "Mixture",
     "Packed",
     "ORDERS",

@@ -2,11 +2,14 @@
 
 The data order is a pure, seekable function of (seed, epoch, position); a loader's whole state is
 a handful of integers that are the same on every rank.
+
+A dataset of your own plugs in by offering any of five small protocols (``OwnOrder``, ``Identified``,
+``Locatable``, ``ReadsBatches``, ``Prefetching``): docs/extending.md.
 """
 
 from __future__ import annotations
 
-from shufflepoint._core.capabilities import Locatable
+from shufflepoint._core.capabilities import Identified, Locatable, OwnOrder, Prefetching, ReadsBatches
 from shufflepoint._core.state import FIELDS as STATE_FIELDS
 from shufflepoint._errors import ResumeWarning, SampleError, ShardError, StateError
 from shufflepoint._loading.loader import DataLoader
@@ -27,10 +30,14 @@ __all__ = [
     "STATE_FIELDS",
     "DataLoader",
     "DecodeImage",
+    "Identified",
     "Locatable",
     "Mixture",
+    "OwnOrder",
     "Packed",
     "Permutation",
+    "Prefetching",
+    "ReadsBatches",
     "ResumableSampler",
     "ResumeWarning",
     "SampleError",

@@ -105,7 +105,7 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../sh
 def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
     """``warnings.warn`` attributed to the first line outside shufflepoint (the user's call), however deep
     inside the package it is said: a fixed ``stacklevel`` breaks whenever a layer is added."""
-    frame, level = sys._getframe(1), 2  # stacklevel 2: the caller of warn_user
+    frame, level = sys._getframe(1), 2  # private: CPython's documented frame walk; stacklevel 2: warn_user's caller
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE + os.sep):
         frame, level = frame.f_back, level + 1  # type: ignore[assignment]
     warnings.warn(message, category, stacklevel=level)

@@ -4,6 +4,8 @@ global batch), the first chunk (read at once) included: a dense rank fetches its
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
@@ -64,9 +66,9 @@ def test_a_mixture_and_packed_tell_their_shards_how_densely_the_rank_reads(tmp_p
     sources = [shufflepoint.Shards(str(tmp_path / f"t{s}.bin"), seq_len=8, progress=False) for s in range(2)]
     mixture = shufflepoint.Mixture([(sources[0], 0.5), (sources[1], 0.5)])
     next(iter(shufflepoint.DataLoader(mixture, batch_size=4, seed=1, rank=1, world_size=4, deal="strided")))
-    assert all(abs(source._density - 0.25) < 0.01 for source in sources), [s._density for s in sources]
+    assert all(abs(source._access._density - 0.25) < 0.01 for source in sources), [s._access._density for s in sources]
     next(iter(shufflepoint.DataLoader(mixture, batch_size=4, seed=1)))
-    assert all(source._density == 1.0 for source in sources)
+    assert all(source._access._density == 1.0 for source in sources)
     documents = FakeDocuments()
     packed = shufflepoint.Packed(documents, 8)
     next(iter(shufflepoint.DataLoader(packed, batch_size=2, seed=1, rank=0, world_size=2, deal="strided")))
@@ -85,5 +87,5 @@ class FakeDocuments:
     def __getitem__(self, index: int) -> dict:
         return {"input_ids": list(range(1, 3 + index % 5))}
 
-    def _read_at_density(self, density: float) -> None:
-        self.told.append(density)
+    def _loader_hooks(self):  # ReadsAtDensity, as Shards offers it behind its hooks
+        return types.SimpleNamespace(read_at_density=self.told.append)

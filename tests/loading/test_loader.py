@@ -2,6 +2,7 @@
 
 import json
 import threading
+import types
 
 import numpy as np
 import pytest
@@ -266,9 +267,8 @@ class _Announced(torch.utils.data.Dataset):
     def prefetch(self, indices) -> None:
         self.told.append(list(np.asarray(indices).tolist()))
 
-    @property
-    def _reads_ahead(self) -> bool:
-        return self.reads_ahead
+    def _loader_hooks(self):  # ReadsAhead, as a Shards of local files says it has nothing to fetch
+        return types.SimpleNamespace(reads_ahead=self.reads_ahead)
 
 
 @pytest.mark.parametrize("reads_ahead", [True, False])

@@ -242,14 +242,14 @@ def test_a_columnar_loader_gives_the_default_loaders_batches_and_state(corpora, 
 
 
 def test_read_ids_gives_arrays_only_where_the_column_is_a_list_of_integers(corpora):
-    """``Shards._read_ids``: a Parquet list of integers without nulls as arrays, else None (the caller
+    """``ShardsHooks.read_ids``: a Parquet list of integers without nulls as arrays, else None (the caller
     reads samples and gets their errors)."""
     corpus = corpora["parquet"]
-    arrays = corpus._read_ids([5, 0, 13], "vec")
+    arrays = corpus._loader_hooks().read_ids([5, 0, 13], "vec")
     assert arrays is not None and [a.tolist() for a in arrays] == [corpus[i]["vec"] for i in (5, 0, 13)]
-    assert corpus._read_ids([1, 2], "text") is None  # str, not a list of integers
-    assert corpus._read_ids([1, 2], "absent") is None
-    assert corpora["jsonl"]._read_ids([0], "id") is None  # a reader without take_ids
+    assert corpus._loader_hooks().read_ids([1, 2], "text") is None  # str, not a list of integers
+    assert corpus._loader_hooks().read_ids([1, 2], "absent") is None
+    assert corpora["jsonl"]._loader_hooks().read_ids([0], "id") is None  # a reader without take_ids
 
 
 @settings(max_examples=300, deadline=None)

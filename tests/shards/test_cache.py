@@ -341,7 +341,7 @@ def test_a_rank_marks_first_out_the_shards_it_is_done_with_for_the_epoch(s3, s3_
     still_to_read = {corpus.shard_of(i)[0] for chunk in rank_index_chunks(ahead._position.orders.get(0, rest), rest, 0)
                      for i in chunk}
     assert still_to_read and len(still_to_read) < 12
-    cache = corpus._node_cache()
+    cache = corpus._access.node_cache()
     released = {s for s in range(12)  # a whole entry, or a partial one (a .bin read by range, _shards/storage/ranged)
                 for path in (cache.entry(corpus.index.url(s), corpus.index.shards[s].version),
                              cache.partial(corpus.index.url(s), corpus.index.shards[s].version)[0])
@@ -364,7 +364,7 @@ def test_a_shard_is_marked_done_once_two_later_chunks_no_longer_hold_it(s3, s3_b
                                  storage_options=s3.storage_options, cache_dir=str(tmp_path), progress=False)
     for index in range(0, 6 * rows, rows):
         corpus[index]  # every shard in the cache, used now
-    cache = corpus._node_cache()
+    cache = corpus._access.node_cache()
 
     def released() -> set[int]:
         return {s for s in range(6)  # a whole entry, or a partial one (a .bin read by range, _shards/storage/ranged)
@@ -379,6 +379,7 @@ def test_a_shard_is_marked_done_once_two_later_chunks_no_longer_hold_it(s3, s3_b
              (rows_of(3, 5), {0, 1, 2})]
     for chunk, expected in steps:
         corpus.prefetch(np.array(chunk))
-        for ahead in (corpus._prefetcher, corpus._ranged_ahead and corpus._ranged_ahead.prefetcher):
+        access = corpus._access
+        for ahead in (access._prefetcher, access._ranged_ahead and access._ranged_ahead.prefetcher):
             assert ahead is None or ahead.wait(30)  # whole shards, or (the default for .bin) their ranges read ahead
         assert released() == expected, chunk

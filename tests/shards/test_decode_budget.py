@@ -63,19 +63,19 @@ def test_the_estimate_is_what_a_decoded_group_holds(tmp_path, monkeypatch):
     held = DecodedGroup(pq.read_table(tmp_path / "part-0.parquet"), pa).nbytes / ROWS
     # An over-estimate where Parquet's overhead is large (a dictionary page tried on 40 unique 2 KB
     # values: 1.2x here); within 1% on the benchmarks' 1 KiB text and 100 KiB image rows.
-    assert 0.95 * held <= corpus._decoded_row_bytes() <= 1.3 * held
+    assert 0.95 * held <= corpus._access.decoded_row_bytes() <= 1.3 * held
     tokens = tmp_path / "tokens"
     tokens.mkdir()
     np.arange(100, dtype=np.uint16).tofile(tokens / "t.bin")
     assert shufflepoint.Shards(str(tokens / "*.bin"), seq_len=4, cache_dir=str(tmp_path / "c"),
-                               progress=False)._decoded_row_bytes() is None  # windows: nothing kept decoded
+                               progress=False)._access.decoded_row_bytes() is None  # windows: nothing kept decoded
 
 
 def test_the_default_block_fits_the_budget_and_reads_each_group_once(tmp_path, budget, monkeypatch):
     monkeypatch.setattr(parquet_reader, "_UNIT_ROWS", 1)
     pattern = _corpus(str(tmp_path))
     corpus = shufflepoint.Shards(pattern, cache_dir=str(tmp_path / "c"), progress=False)
-    row = corpus._decoded_row_bytes()
+    row = corpus._access.decoded_row_bytes()
     budget(int(3.5 * ROWS * row))  # holds three shards and a half decoded
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the default block fits: no warning
@@ -97,11 +97,11 @@ def _epoch_decodes(loader, monkeypatch):
 
 def test_a_block_that_does_not_fit_is_said_with_the_numbers(tmp_path, budget):
     corpus = shufflepoint.Shards(_corpus(str(tmp_path)), cache_dir=str(tmp_path / "c"), progress=False)
-    budget(int(1.5 * ROWS * corpus._decoded_row_bytes()))
+    budget(int(1.5 * ROWS * corpus._access.decoded_row_bytes()))
     with pytest.warns(UserWarning, match=rf"(?s){ENV}: .* holds up to 320 rows .* decoded ~\d+x each an epoch"
                                          r".*shuffle_block=16 for a new run"):
         shufflepoint.DataLoader(corpus, batch_size=8, seed=3, shuffle_block=1000)
-    budget(int(0.5 * ROWS * corpus._decoded_row_bytes()))  # not even a shard fits
+    budget(int(0.5 * ROWS * corpus._access.decoded_row_bytes()))  # not even a shard fits
     with pytest.warns(UserWarning, match="write shards of <= 10 rows"):
         shufflepoint.DataLoader(corpus, batch_size=8, seed=3)
 
@@ -138,7 +138,7 @@ def _run(pattern: str, cache: str, limit: int, *extra: str) -> dict:
 
 def test_a_resume_keeps_the_block_it_started_with_on_another_budget(tmp_path):
     pattern, cache = _corpus(str(tmp_path)), str(tmp_path / "c")
-    row = shufflepoint.Shards(pattern, cache_dir=cache, progress=False)._decoded_row_bytes()
+    row = shufflepoint.Shards(pattern, cache_dir=cache, progress=False)._access.decoded_row_bytes()
     big, small = 16 * ROWS * row, int(1.5 * ROWS * row)
     saved = _run(pattern, cache, big, "save")  # the default block: 320 rows fit half the budget, 256
     whole = _run(pattern, cache, big, "whole")  # never stopped: the epoch the saved run reads
@@ -172,7 +172,7 @@ def test_a_batch_across_two_blocks_keeps_the_groups_it_still_needs(tmp_path, bud
     next reads the old shard first, so what the new one evicts is done with: every group once."""
     monkeypatch.setattr(parquet_reader, "_UNIT_ROWS", 1)
     corpus = shufflepoint.Shards(_corpus(str(tmp_path)), cache_dir=str(tmp_path / "c"), progress=False)
-    budget(int(1.6 * ROWS * corpus._decoded_row_bytes()))
+    budget(int(1.6 * ROWS * corpus._access.decoded_row_bytes()))
     loader = shufflepoint.DataLoader(corpus, batch_size=12, seed=5, shuffle_block=ROWS)  # a shard a block
     ids, decoded = _epoch_decodes(loader, monkeypatch)
     assert sorted(ids) == list(range(SHARDS * ROWS))

@@ -56,7 +56,7 @@ def test_the_budget_holds_across_every_open_file(corpus, groups_kept):
         assert GROUPS.held == _held_as_counted() <= GROUPS.limit
         assert len(GROUPS._tables) <= groups_kept
     assert groups_kept == 0 or len(GROUPS._tables) == groups_kept  # the budget is used, not just respected
-    flat_held = sum(int(opened._flat.held.sum()) for opened in shards._opened.values())
+    flat_held = sum(int(opened._flat.held.sum()) for opened in shards._access._opened.values())
     assert flat_held == len(GROUPS._tables)  # a file's flat columns hold exactly its kept groups
 
 
@@ -67,7 +67,7 @@ def test_groups_the_budget_lets_go_leave_the_flat_columns(corpus):
     GROUPS.set_limit(100 * group_bytes)
     everything = list(range(len(shards)))
     assert [row["id"] for row in shards.__getitems__(everything)] == everything
-    opened = list(shards._opened.values())
+    opened = list(shards._access._opened.values())
     assert all(o._flat.complete for o in opened)
     GROUPS.set_limit(0)
     assert not any(o._flat.held.any() for o in opened)
@@ -81,7 +81,7 @@ def test_a_closed_file_gives_its_groups_back(corpus):
     GROUPS.set_limit(100 * group_bytes)
     shards.__getitems__(list(range(len(shards))))
     assert len(GROUPS._tables) >= 36
-    for opened in list(shards._opened.values()):
+    for opened in list(shards._access._opened.values()):
         opened.close()
     assert GROUPS.held == _held_as_counted() == 0
 
@@ -102,7 +102,7 @@ def _laid_out(shards, indices):
     """The batch as the layout across files reads it (None where it declines)."""
     indices = np.asarray(indices, dtype=np.int64)
     where = np.searchsorted(shards._ends, indices, side="right")
-    return shards._read_laid_out(where, indices - shards._starts[where])
+    return shards._access.laid_out(where, indices - shards._starts[where])
 
 
 def test_a_batch_across_files_is_one_index_per_column(corpus):
@@ -118,8 +118,8 @@ def test_a_batch_across_files_is_one_index_per_column(corpus):
     assert found.columns[0].dtype == np.int64 and found.columns[0].tolist() == picked.tolist()
     assert found.columns[1] == [f"{i:08d}" * 20 for i in picked.tolist()]
     by_file = shufflepoint.Shards([shards.index.url(s) for s in range(len(shards.index.shards))],
-                                  cache_dir=shards._cache_dir, progress=False, max_open=6)
-    by_file._read_laid_out = lambda *_: None  # the file-by-file path, for the same batch
+                                  cache_dir=shards.cache_dir, progress=False, max_open=6)
+    by_file._access.laid_out = lambda *_: None  # the file-by-file path, for the same batch
     expected = by_file.read_batch(picked)
     assert expected.names == found.names and expected.columns[1] == found.columns[1]
     assert expected.columns[0].dtype == found.columns[0].dtype and (expected.columns[0] == found.columns[0]).all()
@@ -132,14 +132,14 @@ def test_the_arena_follows_the_budget_and_starts_over(corpus, monkeypatch):
     shards, group_bytes = corpus
     GROUPS.set_limit(100 * group_bytes)
     shards.read_batch(np.arange(len(shards)))
-    arena = shards._layout.arena
+    arena = shards._access._layout.arena
     assert arena.held[:len(shards)].all() and arena.live == 6
     GROUPS.set_limit(0)
     assert arena.live == 0 and not arena.held.any()
     assert all(column is None or all(v is None for v in column) for column in arena._objects)
-    assert (shards._layout.base == -1).all()
-    shards._layout.capacity = 2 * ROWS  # two files an arena: a batch over three files reads file by file
-    shards._layout.arena = None
+    assert (shards._access._layout.base == -1).all()
+    shards._access._layout.capacity = 2 * ROWS  # two files an arena: a batch over three files reads file by file
+    shards._access._layout.arena = None
     GROUPS.set_limit(100 * group_bytes)
     rng = np.random.default_rng(1)
     served = 0

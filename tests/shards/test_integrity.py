@@ -194,7 +194,7 @@ def test_plain_http_with_checksums(http_folder, tmp_path):
     (folder / "part-00002.jsonl").write_bytes(data.replace(b'"id": 1', b'"id": 9'))
     os.utime(folder / "part-00002.jsonl", ns=(stat.st_atime_ns, stat.st_mtime_ns))  # Last-Modified unchanged
     fresh = shufflepoint.Shards(urls, cache_dir=str(tmp_path / "cache"), progress=False, verify="checksum")
-    fresh._cache_dir = str(tmp_path / "cold")  # a node whose cache is empty: it must download again
+    fresh._access.cache_dir = str(tmp_path / "cold")  # a node whose cache is empty: it must download again
     with pytest.raises(shufflepoint.ShardError, match=r"part-00002\.jsonl: content changed: the copy .* hashes to"):
         fresh[len(corpus) - 1]
     assert [corpus[i] for i in range(len(corpus))] == first  # the cached, checked copy
@@ -268,7 +268,7 @@ def test_a_damaged_cached_copy_is_caught_with_checksums(s3, bucket):
     name, cache = bucket
     corpus = shufflepoint.Shards(f"s3://{name}/*.bin", seq_len=SEQ, storage_options=s3.storage_options,
                                  cache_dir=cache, progress=False, verify="checksum")
-    entry = corpus._node_cache().entry(corpus.index.url(2), corpus.index.shards[2].version)
+    entry = corpus._access.node_cache().entry(corpus.index.url(2), corpus.index.shards[2].version)
     with open(entry, "r+b") as f:  # the node's copy damaged on disk, its size kept
         f.write(b"\xff\xff")
     again = shufflepoint.Shards(f"s3://{name}/*.bin", seq_len=SEQ, storage_options=s3.storage_options,

@@ -136,7 +136,7 @@ def test_a_schedule_on_a_grid_gives_every_global_batch_exactly_its_counts(data, 
     mixture = data.draw(mixtures(True))
     grid = parts * batch
     n = mixture.samples_per_epoch
-    counts = mixture._schedule_on_grid(grid).chained()
+    counts = mixture.schedule_on_grid(grid).chained()
     _, sources = per_part(mixture, seed, 8, parts, epochs, grid=grid)
     for epoch in range(epochs):
         for k in range(n // grid):

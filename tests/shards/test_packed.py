@@ -4,6 +4,7 @@ row once) through ``shufflepoint.DataLoader``."""
 
 from __future__ import annotations
 
+import types
 from collections import Counter
 
 import numpy as np
@@ -260,7 +261,7 @@ def test_a_sharded_corpus_keeps_the_shards_of_a_block_open():
     """As the loader does for the blocks order: measured 6x more rows/s on Parquet (benchmarks/packing.py)."""
     corpus = ShardedDocuments([3, 5, 2, 4, 7, 1], [2, 2, 2])
     sizes = []
-    corpus._keep_open_for = sizes.append
+    corpus._loader_hooks = lambda: types.SimpleNamespace(keep_open_for=sizes.append)  # KeepsShardsOpen, as Shards
     shufflepoint.DataLoader(Packed(corpus, 4, progress=False), 2, seed=1, shuffle_block=3)
     assert sizes == [3]
 
@@ -270,7 +271,7 @@ def test_a_sharded_corpus_keeps_the_shards_of_a_block_open():
        group=st.integers(1, 7), seq_len=st.integers(1, 24))
 def test_parquet_token_lists_read_as_arrays_give_the_rows_the_documents_make(tmp_path_factory, lengths, kind, group,
                                                                              seq_len):
-    """Packed reads a Parquet list column as numpy views of the decoded group (``Shards._read_ids``):
+    """Packed reads a Parquet list column as numpy views of the decoded group (``ShardsHooks.read_ids``):
     every row is still the documents' tokens its segments name, over shards of several row groups."""
     pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
     if sum(lengths) < seq_len:
@@ -290,19 +291,20 @@ def test_parquet_token_lists_read_as_arrays_give_the_rows_the_documents_make(tmp
     laid = table_key(0, 1) * len(packed)  # one process under spans: epoch 0 laid along 1 stretch
     expected = [tuple(t for d, a, b in packed.segments(laid + i) for t in docs[d][a:b]) for i in range(len(packed))]
     assert sorted(served) == sorted(expected) and len(served) == len(packed)
-    arrays = corpus._read_ids(list(range(len(docs)))[::-1], "input_ids")
+    hooks = corpus._loader_hooks()  # what Packed reads a Shards with (ReadsIds, ReadsIdsAscending, ...)
+    arrays = hooks.read_ids(list(range(len(docs)))[::-1], "input_ids")
     assert arrays is not None and [a.tolist() for a in arrays] == docs[::-1]
     assert all(not a.flags.writeable for a in arrays)  # views of the decoded group: read-only
     picked = sorted(set(range(0, len(docs), 2)) | {len(docs) - 1})  # rows of several groups, some skipped
-    ascending = corpus._read_ids_ascending(picked, "input_ids")
+    ascending = hooks.read_ids_ascending(picked, "input_ids")
     assert ascending is not None and [a.tolist() for a in ascending] == [docs[d] for d in picked]
-    spans = corpus._read_id_spans_ascending(picked, "input_ids")  # what Packed's token windows read
+    spans = hooks.read_id_spans_ascending(picked, "input_ids")  # what Packed's token windows read
     assert spans is not None
     held, source, starts, stops = spans
     assert [held[i][a:b].tolist() for i, a, b in zip(source, starts, stops, strict=True)] == [docs[d] for d in picked]
     assert all(not a.flags.writeable for a in held)
     if len(picked) > 1:
-        for read in (corpus._read_ids_ascending, corpus._read_id_spans_ascending):
+        for read in (hooks.read_ids_ascending, hooks.read_id_spans_ascending):
             with pytest.raises(ValueError, match="found indices out of order\n  expected: ascending indices"):
                 read(picked[::-1], "input_ids")
 

@@ -5,6 +5,7 @@ across window, block and epoch edges, and the same refusals (a changed document,
 from __future__ import annotations
 
 import json
+import types
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ import shufflepoint
 from shufflepoint._shards.corpora.packed import packed as packed_module
 from shufflepoint._shards.corpora.packed.packed import Packed
 from shufflepoint._shards.corpora.packed.stretches import table_key
+from shufflepoint._shards.corpora.shards.shards import ShardsHooks
 
 BOS, EOS = 10**6 + 1, 10**6 + 2
 
@@ -37,7 +39,10 @@ class FlatDocuments(torch.utils.data.Dataset):
     def __getitem__(self, index):
         return self.rows[index]
 
-    def _read_ids_ascending(self, indices, column):
+    def _loader_hooks(self):  # as Shards offers it: ReadsIdsAscending, behind the hooks
+        return types.SimpleNamespace(read_ids_ascending=self.read_ids_ascending)
+
+    def read_ids_ascending(self, indices, column):
         assert list(indices) == sorted(indices)
         self.reads += 1
         return [np.asarray(self.rows[i][column], dtype=np.int32) for i in np.asarray(indices).tolist()]
@@ -134,8 +139,8 @@ def test_a_changed_document_or_a_doubled_bos_is_refused_from_the_window_too():
         packed.read_batch(list(range(len(packed))))
 
 
-def test_a_corpus_whose_reader_holds_no_arrays_is_asked_once(tmp_path):
-    """JSON Lines shards: ``_read_id_spans_ascending`` (what ``Packed`` reads a ``Shards`` window with) says
+def test_a_corpus_whose_reader_holds_no_arrays_is_asked_once(tmp_path, monkeypatch):
+    """JSON Lines shards: ``read_id_spans_ascending`` (what ``Packed`` reads a ``Shards`` window with) says
     None; the rows come document by document."""
     lengths = [5, 9, 3, 14, 2, 7]
     for shard, part in enumerate((lengths[:3], lengths[3:])):
@@ -144,8 +149,8 @@ def test_a_corpus_whose_reader_holds_no_arrays_is_asked_once(tmp_path):
         (tmp_path / f"part-{shard}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     corpus = shufflepoint.Shards(str(tmp_path / "*.jsonl"), progress=False, cache_dir=str(tmp_path / "c"))
     asked = []
-    read = corpus._read_id_spans_ascending
-    corpus._read_id_spans_ascending = lambda *args: asked.append(args) or read(*args)
+    read = ShardsHooks.read_id_spans_ascending
+    monkeypatch.setattr(ShardsHooks, "read_id_spans_ascending", lambda *args: asked.append(args) or read(*args))
     packed = Packed(corpus, 4, progress=False)
     served = [row for batch in shufflepoint.DataLoader(packed, 2, seed=1, shuffle_block=2)
               for row in map(tuple, batch["input_ids"].tolist())]

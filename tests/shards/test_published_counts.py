@@ -66,7 +66,7 @@ def test_published_counts_are_read_by_shard_and_give_the_rows_of_counting(tmp_pa
     original = count_files.read_range
     monkeypatch.setattr(count_files, "read_range", lambda *a: reads.append(a[4]) or original(*a))
     packed = Packed(corpus(tmp_path), 16, eos=0, progress=False)
-    assert counted == [] and reads == [] and not packed._counts._kept  # opened from the totals alone: O(shards)
+    assert counted == [] and reads == [] and not packed._counts.framed._kept  # opened from the totals alone: O(shards)
     assert packed.fingerprint == counting.fingerprint  # the same counts digest, published or counted
     old = reference(tmp_path, eos=0)
     assert len(packed) == len(old)

@@ -170,8 +170,8 @@ def test_read_ahead_fetches_a_chunks_ranges_and_the_reads_fetch_nothing(s3, corp
     start = len(s3.faults.log)
     batches = iter(shufflepoint.DataLoader(data, batch_size=BATCH, seed=3, shuffle_block=GROUP_ROWS))
     first = next(batches)  # the first chunk (256 rows) and the next (1,024) are announced: read ahead
-    assert data._ranged_ahead is not None and data._ranged_ahead.prefetcher.wait(60)
-    assert not data._ranged_ahead.prefetcher.errors
+    assert data._access._ranged_ahead is not None and data._access._ranged_ahead.prefetcher.wait(60)
+    assert not data._access._ranged_ahead.prefetcher.errors
     ahead = got_bytes(s3, start, sizes)
     print(f"first batch and two chunks read ahead, fresh node: {ahead} bytes (corpus {total})")
     assert 0 < ahead < total / 2, (ahead, total)  # row groups, not whole shards
@@ -181,7 +181,7 @@ def test_read_ahead_fetches_a_chunks_ranges_and_the_reads_fetch_nothing(s3, corp
     # Rows scattered over 12 row groups of the three shards: announced, fetched, then read with no GET.
     rows = np.arange(5, len(data), 3 * GROUP_ROWS + 7)[:12]
     data.prefetch(rows)
-    assert data._ranged_ahead.prefetcher.wait(60) and not data._ranged_ahead.prefetcher.errors
+    assert data._access._ranged_ahead.prefetcher.wait(60) and not data._access._ranged_ahead.prefetcher.errors
     assert got_bytes(s3, start, sizes) > 0
     start = len(s3.faults.log)
     assert [data[int(i)]["id"] for i in rows] == rows.tolist()
@@ -198,8 +198,8 @@ def test_read_ahead_of_a_rewritten_shard_leaves_the_read_a_shard_error(s3, corpu
     s3.put(name, key, bytes(body))
     last = GROUP_ROWS * (GROUPS - 1)
     data.prefetch([last])
-    assert data._ranged_ahead is not None and data._ranged_ahead.prefetcher.wait(60)
-    assert list(data._ranged_ahead.prefetcher.errors.values())  # kept for the read, not raised
+    assert data._access._ranged_ahead is not None and data._access._ranged_ahead.prefetcher.wait(60)
+    assert list(data._access._ranged_ahead.prefetcher.errors.values())  # kept for the read, not raised
     with pytest.raises(shufflepoint.ShardError, match=r"part-0\.parquet"):
         data[last]
 
@@ -207,14 +207,14 @@ def test_read_ahead_of_a_rewritten_shard_leaves_the_read_a_shard_error(s3, corpu
 def test_the_default_reads_parquet_and_token_shards_by_range(s3, corpus, tmp_path, monkeypatch):
     name, _ = corpus
     monkeypatch.delenv("SHUFFLEPOINT_RANGED_READS", raising=False)  # SHUFFLEPOINT_RANGED_READS unset
-    assert shards(s3, name, str(tmp_path / "p"))._ranged_reader()
+    assert shards(s3, name, str(tmp_path / "p"))._access.ranged_reader()
     tokens = "tokens-" + uuid.uuid4().hex[:8]
     s3.put_files(tokens, {"web/part-0.bin": np.arange(1 << 12, dtype=np.uint16).tobytes()})
     data = shufflepoint.Shards(f"s3://{tokens}/web/*.bin", seq_len=64, storage_options=s3.storage_options,
                                cache_dir=str(tmp_path / "t"), progress=False)
-    assert data._ranged_reader()
+    assert data._access.ranged_reader()
     monkeypatch.setenv("SHUFFLEPOINT_RANGED_READS", "0")  # SHUFFLEPOINT_RANGED_READS=0
-    assert not shards(s3, name, str(tmp_path / "p"))._ranged_reader() and not data._ranged_reader()
+    assert not shards(s3, name, str(tmp_path / "p"))._access.ranged_reader() and not data._access.ranged_reader()
 
 
 @pytest.mark.parametrize(("text", "found"), [("", None), ("1", True), ("0", False), (" 1 ", True)])
@@ -295,7 +295,7 @@ def test_a_rank_reading_sparsely_fetches_its_windows_and_one_reading_densely_the
     next(iter(loader))
     fetched = got_bytes(s3, start, sizes)
     gets = sum(1 for method, path, _ in list(s3.faults.log)[start:] if method == "GET" and "/part-" in path)
-    assert data._ranged_reader() and (data._density >= ranged.DENSE) is dense
+    assert data._access.ranged_reader() and (data._access._density >= ranged.DENSE) is dense
     if dense:  # BATCH windows of a shard of 128 KiB: ~16 KiB apart, joined
         assert gets <= 2 * len(sizes), gets
     else:  # a batch's windows alone

@@ -56,7 +56,7 @@ def test_a_dense_rank_fetches_its_first_windows_in_a_few_gets_per_shard(s3, toke
     data = corpus(s3, tokens, str(tmp_path / "ranged"))
     start = len(s3.faults.log)
     got = batches(data, 8)
-    assert data._ranged_reader()
+    assert data._access.ranged_reader()
     assert all(np.array_equal(a, b) for a, b in zip(got, whole, strict=True))
     gets = shard_gets(s3, start)
     # The first chunk's 256 windows lie in every shard: one GET per window was ~256 GETs; joined across the
@@ -73,8 +73,8 @@ def test_a_sparse_rank_fetches_its_own_windows_not_the_gaps(s3, tokens, tmp_path
     data = corpus(s3, tokens, str(tmp_path / "c"))
     start = len(s3.faults.log)
     got = batches(data, 2, rank=1, world_size=4, deal="strided")
-    assert len(got) == 2 and data._density < 0.5
-    assert data._ranged_ahead is not None and data._ranged_ahead.prefetcher.wait(60)
+    assert len(got) == 2 and data._access._density < 0.5
+    assert data._access._ranged_ahead is not None and data._access._ranged_ahead.prefetcher.wait(60)
     fetched = sum(size for _, size in shard_gets(s3, start))
     # Two chunks of this rank's indices announced (256 + 1,024 windows of 514 bytes): those windows alone, not
     # the 3 x 3 windows of other ranks around each of them (4x the bytes, the whole corpus here).
@@ -120,7 +120,7 @@ def test_a_later_chunks_read_ahead_starts_once_the_first_chunks_is_done():
     import time
     from types import SimpleNamespace
 
-    corpus = SimpleNamespace(_ranged_shard=lambda shard: True, index=SimpleNamespace(rows=np.full(4, 10_000)))
+    corpus = SimpleNamespace(ranged_shard=lambda shard: True, index=SimpleNamespace(rows=np.full(4, 10_000)))
     ahead = ranged_ahead.RangedAhead(corpus, lambda ranged, url: None, True, 1 << 20)
     release, ran = threading.Event(), []
 

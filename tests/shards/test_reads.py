@@ -23,7 +23,7 @@ def corpus(tmp_path):
 def counted(shards):
     """Count the shard opens and row-group decodes of ``shards`` (this process, num_workers=0)."""
     counts = {"open": 0, "decode": 0, "groups": 0}
-    reader_open = shards._reader.open
+    reader_open = shards._access.reader.open
 
     def open_counted(path, url):
         counts["open"] += 1
@@ -38,7 +38,7 @@ def counted(shards):
         opened._file.read_row_groups = decode
         return opened
 
-    shards._reader.open = open_counted
+    shards._access.reader.open = open_counted
     return counts
 
 

@@ -40,7 +40,7 @@ def test_a_bucket_reads_like_a_folder(s3, bucket, tmp_path):
     # The same rows under other versions (ETags here, mtimes there): another fingerprint, explained.
     assert corpus.fingerprint != local.fingerprint and corpus.index.legacy_hash == local.index.legacy_hash
     assert "every shard has another version: the corpus was copied or moved" in \
-        corpus._explain_fingerprint(local.fingerprint)
+        corpus._loader_hooks().explain_fingerprint(local.fingerprint)
     cached = NodeCache(os.path.join(cache, "shards"))
     assert len(cached.entries()) == 12 and cached.bytes_used() == sum(s.size for s in corpus.index.shards)
     requests = s3.faults.requests
@@ -82,7 +82,7 @@ def test_a_shard_deleted_or_rewritten_under_a_running_job_is_an_error_naming_it(
     corpus = shards(s3, name, cache + "-cold", retries=1)
     corpus_rows = corpus.shard_rows
     # a fresh cache, so the job must download again: the shard is gone from the bucket by then
-    corpus._cache = NodeCache(os.path.join(cache + "-empty", "shards"))
+    corpus._access._cache = NodeCache(os.path.join(cache + "-empty", "shards"))
     s3.delete(name, "web/part-00004.jsonl")
     with pytest.raises(shufflepoint.ShardError, match=r"part-00004\.jsonl: vanished"):
         corpus[int(corpus_rows[:4].sum())]

@@ -36,7 +36,7 @@ def shard_files(tmp_path):
 
 def all_counts(packed):
     """Every document's token count (bos/eos aside): loads every shard's counts, for the tests' checks."""
-    return packed._token_counts.sizes(np.arange(packed.documents)).tolist()
+    return packed._counts.raw.sizes(np.arange(packed.documents)).tolist()
 
 
 def refuse_reads(monkeypatch):
@@ -259,7 +259,7 @@ def test_kept_counts_open_in_O_shards_and_framing_makes_no_copy(tmp_path, monkey
     again = Packed(corpus(tmp_path), 8, progress=False)
     framed_again = Packed(corpus(tmp_path), 8, bos=0, eos=1, progress=False)
     for packed in (again, framed_again):
-        assert not packed._counts._kept  # no shard's per-document counts loaded: O(shards) to open
+        assert not packed._counts.framed._kept  # no shard's per-document counts loaded: O(shards) to open
     assert again.fingerprint == first.fingerprint and framed_again.fingerprint == framed.fingerprint
     assert framed_again.tokens_per_epoch == first.tokens_per_epoch + 2 * first.documents
 

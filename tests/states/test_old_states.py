@@ -12,6 +12,7 @@ import pytest
 from cases import CASES, build, take
 
 import shufflepoint
+from shufflepoint._shards.corpora.shards.shards import ShardsHooks
 
 HERE = os.path.dirname(__file__)
 FILES = sorted(name for name in os.listdir(HERE) if name.endswith(".json"))
@@ -70,7 +71,7 @@ def test_a_block_left_to_the_default_follows_an_old_state_and_a_chosen_one_is_ch
     its fingerprint then), and reads on exactly; a block of the caller's own that differs is refused by name."""
     record = record_of(name)
     case, state = CASES["blocks"], record["state"]
-    monkeypatch.setattr(shufflepoint.Shards, "_fitting_shuffle_block", lambda self: 8)
+    monkeypatch.setattr(ShardsHooks, "fitting_shuffle_block", lambda self: 8)
     loader = build(case, 1, str(tmp_path / "corpus"))
     assert loader.state_dict()["shuffle_block"] == 8
     loader.load_state_dict(copy.deepcopy(state), verify_ranks=False)

@@ -1,22 +1,39 @@
-"""What a dataset or a shard reader may offer beyond ``__getitem__``/``__len__``, declared once.
+"""What a dataset may offer the loader beyond ``__getitem__``/``__len__``, declared once.
 
 The loader, the compositions (``Mixture``, ``Packed``) and the tools ask for a capability with
 ``isinstance(dataset, Capability)``, never by probing attribute names. Each capability is a small
-``typing.Protocol``: a dataset offers it by having its members, no base class needed. They come in
-four groups:
+``typing.Protocol``: a dataset offers it by having its members, no base class needed.
 
-- **order**: ``OwnOrder`` (the dataset deals its own seekable order: ``Mixture``, ``Packed``, or
-  yours), ``ShardedCorpus`` (rows grouped in shards, read in the ``blocks`` order: ``Shards``),
-  ``KeepsShardsOpen``, ``FitsDecodeBudget``, ``Scheduled`` (a ``Mixture`` with a schedule).
-- **identity**: ``Identified`` (a fingerprint string that joins the state), ``ExplainsFingerprint``,
-  ``LegacyIdentified`` (the fingerprint shufflepoint 0.2 wrote), ``ExplainsOrderVersion``.
-- **reading**: ``ReadsBatches`` (a whole batch at once), ``ReadsColumns`` (``columnar()``),
-  ``ReadsIds``, ``ReadsIdsAscending``, ``ReadsIdSpansAscending`` (a token column as arrays),
-  ``Prefetching`` (upcoming indices announced ahead), ``PrefetchesDealt`` (and how densely this rank
-  reads there), ``ReadsAtDensity``, ``ReadsAhead``, ``Locatable`` (where an index lives).
-- **readers** (one format's shards): ``CountsRowsFromSize``, ``CountsRowsFromMetadata``,
-  ``MeasuresDecodedRows``, ``TakesIds``, ``KeepsDecodedIds``, ``JoinsLayout``, ``LocatesRows``,
-  ``OpensRanged``, ``TilesShards``.
+**The extension surface** (public: ``shufflepoint.OwnOrder``, ...; ``docs/extending.md`` says what the
+loader does with each, with a runnable example). A user's dataset may offer any of:
+
+- ``OwnOrder``: it deals its own seekable order (``Mixture``, ``Packed``, or yours);
+- ``Identified``: a fingerprint string that joins the state, so a resume on other data is refused;
+- ``Locatable``: where an index lives (``loader.which(step, locate=True)``, ``shufflepoint which``);
+- ``ReadsBatches``: a whole batch read in one call;
+- ``Prefetching``: told its upcoming indices one chunk ahead of reading them.
+
+**What shufflepoint's own corpora offer besides** is internal, and never a Protocol member named with an
+underscore. Public-named members of the dataset itself, asked like the five: ``ShardedCorpus`` (rows grouped
+in shards, read in the ``blocks`` order: ``Shards``), ``ReadsColumns`` (``columnar()``), ``PrefetchesDealt``
+(``prefetch_dealt``: upcoming indices with how densely this rank reads there). Everything else goes behind
+one object, the corpus's hooks (``Hooked``: ``dataset._loader_hooks()``, asked through ``hooks_of``), whose
+members are public-named and asked with ``isinstance`` of the protocols below ``Hooked``:
+
+- **order**: ``CountsShare`` (``Packed``'s token counts, by share), ``KeepsShardsOpen``, ``FitsDecodeBudget``
+  (``Shards``), ``LaysOnStretches`` (an own order laid along the ``spans`` deal's stretches: ``Mixture``,
+  ``Packed``), ``Scheduled`` (a ``Mixture`` built with a schedule, and only such a one);
+- **identity**: ``ExplainsFingerprint``, ``LegacyIdentified`` (the fingerprint shufflepoint 0.2 wrote),
+  ``ExplainsOrderVersion``;
+- **reading**: ``ReadsIds``, ``ReadsIdsAscending``, ``ReadsIdSpansAscending`` (a token column as arrays: what
+  ``Packed`` reads a ``Shards`` with), ``ReadsAtDensity``, ``ReadsAhead``.
+
+An own order's two callers ask two names: ``OwnOrder.epoch_order(seed, epoch, shuffle_block)`` (any dataset),
+``LaysOnStretches.stretched_order`` and ``Scheduled.scheduled_order`` (the hooks, with the deal's stretches or
+the run's grid). None of these is exported (``shufflepoint.__all__``).
+
+What one shard format offers (a reader, an opened shard) is declared beside the readers,
+``_shards/readers/base.py``, and asked only inside ``_shards``.
 
 A capability's absence is never an error by itself: the caller then does without (no prefetch, a
 row at a time, ...). ``tests/test_capabilities.py`` checks which built-in class offers which.
@@ -24,7 +41,7 @@ row at a time, ...). ``tests/test_capabilities.py`` checks which built-in class 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -41,27 +58,138 @@ def offered(instance: object, capability: type) -> bool:
         found = _OFFERED[key] = isinstance(instance, capability)
     return found
 
-# -- order -------------------------------------------------------------------------------------
+# -- the extension surface: public, docs/extending.md --------------------------------------------
 
 
 @runtime_checkable
 class OwnOrder(Protocol):
-    """A dataset that deals its own seekable order (``order=None`` picks it; no other order applies)."""
+    """A dataset that deals its own seekable order: ``order=None`` picks it, no other order applies.
+
+    ``order_name`` names the order in the state; ``order_version`` is bumped whenever the same seed
+    would give another order (a state of another version is refused). ``epoch_order`` returns the
+    epoch's order: any object whose ``take(positions)`` maps an int64 array of epoch positions to dataset
+    indices, a pure function of (seed, epoch, positions), so a resume is a seek. Here a document's two
+    chunks stay together, the documents shuffled by ``shufflepoint.permutation``:
+
+    >>> import numpy as np, shufflepoint
+    >>> class Chunks:
+    ...     order_name, order_version = "documents", 1
+    ...     def __len__(self):
+    ...         return 6  # 3 documents of 2 chunks
+    ...     def __getitem__(self, index):
+    ...         return index
+    ...     def epoch_order(self, seed, epoch, shuffle_block):
+    ...         documents = shufflepoint.permutation(3, seed, epoch)
+    ...         class Order:
+    ...             def take(self, positions):
+    ...                 positions = np.asarray(positions, dtype=np.int64)
+    ...                 return documents.take(positions // 2) * 2 + positions % 2
+    ...         return Order()
+    >>> loader = shufflepoint.DataLoader(Chunks(), batch_size=2, seed=1)
+    >>> sorted(tuple(batch.tolist()) for batch in loader)
+    [(0, 1), (2, 3), (4, 5)]
+    >>> loader.state_dict()["order"]
+    'documents'
+    """
 
     order_name: str  # the order's name in the state
     order_version: int  # bumped whenever the same seed would give another order
 
     def epoch_order(self, seed: int, epoch: int, shuffle_block: int) -> Any:
-        """The epoch's order (an ``_order.Order``: ``take(positions) -> indices``); a ``Scheduled`` dataset
-        also takes ``grid=``, the global batch its schedule follows."""
+        """The epoch's order: ``take(positions) -> indices`` (an ``_order.Order`` or any such object)."""
 
 
 @runtime_checkable
-class CountsShare(Protocol):
-    """A dataset that takes part of its setup by share (``Packed``: the token counts of the shards this
-    process reads, exchanged with the other processes): the loader says its seed, rank and world size first."""
+class Identified(Protocol):
+    """A dataset that names its own content: the string joins the state's ``dataset_fingerprint``, so a
+    resume on other content is refused (``StateError``) instead of continuing in the wrong place.
 
-    def _count_share(self, seed: int, rank: int, world_size: int) -> None: ...
+    >>> import shufflepoint
+    >>> class Squares:
+    ...     fingerprint = "squares:v1"  # change it whenever the samples change
+    ...     def __len__(self):
+    ...         return 8
+    ...     def __getitem__(self, index):
+    ...         return index * index
+    >>> shufflepoint.DataLoader(Squares(), batch_size=2).state_dict()["dataset_fingerprint"]
+    'squares:v1'
+    """
+
+    @property
+    def fingerprint(self) -> str: ...
+
+
+@runtime_checkable
+class Locatable(Protocol):
+    """A dataset that says where its index ``index`` lives, as a dict of JSON values (``index`` among
+    them), nesting the answer of the dataset below it when that one is ``Locatable`` too. The loader's
+    ``which(step, locate=True)`` and ``shufflepoint which --locate`` answer with it.
+
+    >>> import shufflepoint
+    >>> class Lines:
+    ...     def __len__(self):
+    ...         return 4
+    ...     def __getitem__(self, index):
+    ...         return f"line {index}"
+    ...     def locate(self, index):
+    ...         return {"index": index, "file": "a.txt", "line": index + 1}
+    >>> loader = shufflepoint.DataLoader(Lines(), batch_size=2, shuffle=False)
+    >>> loader.which(1, locate=True)
+    {0: [{'index': 2, 'file': 'a.txt', 'line': 3}, {'index': 3, 'file': 'a.txt', 'line': 4}]}
+    """
+
+    def locate(self, index: int) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class ReadsBatches(Protocol):
+    """A dataset that reads a whole batch of indices at once: ``read_batch(indices)`` returns a sequence whose
+    item i is ``dataset[indices[i]]``. ``shufflepoint.DataLoader`` reads each batch with one call (in the
+    process that reads it: a worker), a ``Mixture`` each source's part of a batch.
+
+    >>> import shufflepoint
+    >>> class Squares:
+    ...     calls = 0
+    ...     def __len__(self):
+    ...         return 6
+    ...     def __getitem__(self, index):
+    ...         return index * index
+    ...     def read_batch(self, indices):
+    ...         Squares.calls += 1
+    ...         return [int(i) * int(i) for i in indices]
+    >>> [batch.tolist() for batch in shufflepoint.DataLoader(Squares(), batch_size=3, shuffle=False)]
+    [[0, 1, 4], [9, 16, 25]]
+    >>> Squares.calls
+    2
+    """
+
+    def read_batch(self, indices: Sequence[int] | np.ndarray) -> Any: ...
+
+
+@runtime_checkable
+class Prefetching(Protocol):
+    """A dataset told its upcoming indices ahead: the loader calls ``prefetch(indices)`` with each chunk of
+    this rank's indices one chunk before its batches are read (the first chunk just before), in the process
+    that runs the loader's loop, so it can start downloads that its reads (in the workers) find done.
+
+    >>> import shufflepoint
+    >>> class Remote:
+    ...     told = []
+    ...     def __len__(self):
+    ...         return 6
+    ...     def __getitem__(self, index):
+    ...         return index
+    ...     def prefetch(self, indices):
+    ...         Remote.told.extend(int(i) for i in indices)
+    >>> served = [int(i) for batch in shufflepoint.DataLoader(Remote(), batch_size=2, seed=1) for i in batch]
+    >>> Remote.told == served
+    True
+    """
+
+    def prefetch(self, indices: Sequence[int] | np.ndarray) -> None: ...
+
+
+# -- shufflepoint's own corpora: public-named members of the dataset, internal ------------------
 
 
 @runtime_checkable
@@ -74,135 +202,10 @@ class ShardedCorpus(Protocol):
 
 
 @runtime_checkable
-class KeepsShardsOpen(Protocol):
-    """A corpus that can keep the shards of one block open while the block is read."""
-
-    def _keep_open_for(self, shuffle_block: int) -> None: ...
-
-
-@runtime_checkable
-class FitsDecodeBudget(Protocol):
-    """A corpus that sizes the default ``shuffle_block`` to the process's decode budget."""
-
-    def _fitting_shuffle_block(self) -> int: ...
-
-
-@runtime_checkable
-class LaysOnStretches(Protocol):
-    """A dataset whose own order is laid along the ``spans`` deal's stretches under that deal, each rank reading
-    its own share of every source (``shufflepoint.Mixture``): ``epoch_order`` takes ``stretches``, and the order
-    has its own version there."""
-
-    @property
-    def _stretched_version(self) -> int:
-        """The version of the order laid along the stretches (a state records it under ``spans``)."""
-
-    def epoch_order(self, seed: int, epoch: int, shuffle_block: int, grid: int | None = None,
-                    stretches: int | None = None) -> Any:
-        """The order of one epoch, laid along ``stretches`` (the ``spans`` deal's first world size) when given."""
-
-
-@runtime_checkable
-class Scheduled(Protocol):
-    """A dataset whose order follows a schedule (``shufflepoint.Mixture(..., schedule=...)``)."""
-
-    schedule: Any  # the schedule, or None when this instance has none
-
-    @property
-    def _required_deal(self) -> str | None:
-        """The only deal the dataset can be read under, or None for any."""
-
-    def _check_global_batch(self, global_batch: int, grid: int) -> None:
-        """Warn when global batches of ``global_batch`` rows are not whole windows of the run's ``grid``
-        (the global batch the schedule follows)."""
-
-    @property
-    def phases(self) -> tuple[tuple[int, str], ...]:
-        """The schedule's phases as ``(start, hash)`` pairs (the state's ``phases``), ``()`` without one."""
-
-    def _phase_changed(self, saved: list[list[Any]], epoch: int, cursor: int, grid: int | None,
-                      shuffle_block: int) -> int | None:
-        """The first of a state's ``saved`` phases the schedule changed before the position (epoch, cursor)
-        had reached, or None where it only appended phases after it."""
-
-
-# -- identity ----------------------------------------------------------------------------------
-
-
-@runtime_checkable
-class Identified(Protocol):
-    """A dataset that names its own content: the string joins the state's ``dataset_fingerprint``."""
-
-    @property
-    def fingerprint(self) -> str: ...
-
-
-@runtime_checkable
-class ExplainsFingerprint(Protocol):
-    """A dataset that says what changed when a state's fingerprint is not its own (``Shards``: the shards)."""
-
-    def _explain_fingerprint(self, saved: str) -> str: ...
-
-
-@runtime_checkable
-class LegacyIdentified(Protocol):
-    """A dataset with the fingerprint shufflepoint 0.2 wrote for it (a state of 0.2 still loads)."""
-
-    @property
-    def _legacy_fingerprint(self) -> str: ...
-
-
-@runtime_checkable
-class ExplainsOrderVersion(Protocol):
-    """A dataset that says why a state's order version is not its own (which release wrote it)."""
-
-    def _explain_order_version(self, found: object) -> str: ...
-
-
-# -- reading -----------------------------------------------------------------------------------
-
-
-@runtime_checkable
-class ReadsBatches(Protocol):
-    """A dataset that reads a whole batch of indices at once (a ``Batch`` of rows or columns)."""
-
-    def read_batch(self, indices: Sequence[int] | np.ndarray) -> Any: ...
-
-
-@runtime_checkable
 class ReadsColumns(Protocol):
     """A dataset that hands torch's machinery its batches as read (``columnar()``), for ``collate``."""
 
     def columnar(self) -> Any: ...
-
-
-@runtime_checkable
-class ReadsIds(Protocol):
-    """A corpus that reads a token column as one array per index, no Python int per token."""
-
-    def _read_ids(self, indices: Sequence[int] | np.ndarray, column: str) -> list[np.ndarray] | None: ...
-
-
-@runtime_checkable
-class ReadsIdsAscending(Protocol):
-    """A corpus that reads a token column for ascending indices in one pass (``Packed``'s token windows)."""
-
-    def _read_ids_ascending(self, indices: Sequence[int] | np.ndarray, column: str) -> list[np.ndarray] | None: ...
-
-
-@runtime_checkable
-class ReadsIdSpansAscending(Protocol):
-    """A ``ReadsIdsAscending`` corpus that also gives the ids as spans of a few flat arrays, no array per
-    index (``Shards``: a decoded group's values): a window of thousands of documents in a few numpy calls."""
-
-    def _read_id_spans_ascending(self, indices: Sequence[int] | np.ndarray, column: str) -> Any: ...
-
-
-@runtime_checkable
-class Prefetching(Protocol):
-    """A dataset told its upcoming indices ahead (its shards download while the current ones are read)."""
-
-    def prefetch(self, indices: Sequence[int] | np.ndarray) -> None: ...
 
 
 @runtime_checkable
@@ -216,6 +219,131 @@ class PrefetchesDealt(Protocol):
     def prefetch_dealt(self, indices: Sequence[int] | np.ndarray, density: float) -> None: ...
 
 
+# -- shufflepoint's own corpora: the hooks, one object --------------------------------------------
+
+
+@runtime_checkable
+class Hooked(Protocol):
+    """One of shufflepoint's own corpora (``Shards``, ``Packed``, ``Mixture``): what it offers the loader and
+    the other corpora beyond its public surface, as one object whose members the protocols below declare.
+    The one underscore name a capability declares: the entry to them, never a hook itself."""
+
+    def _loader_hooks(self) -> object: ...
+
+
+def hooks_of(dataset: object) -> object | None:
+    """The hooks of one of shufflepoint's own corpora (or of a wrapper that hands on its attributes,
+    ``Columnar``), else None: a user's dataset offers the public capabilities only."""
+    return dataset._loader_hooks() if isinstance(dataset, Hooked) else None
+
+
+@runtime_checkable
+class CountsShare(Protocol):
+    """A dataset that takes part of its setup by share (``Packed``: the token counts of the shards this
+    process reads, exchanged with the other processes): the loader says its seed, rank and world size first."""
+
+    def count_share(self, seed: int, rank: int, world_size: int) -> None: ...
+
+
+@runtime_checkable
+class KeepsShardsOpen(Protocol):
+    """A corpus that can keep the shards of one block open while the block is read."""
+
+    def keep_open_for(self, shuffle_block: int) -> None: ...
+
+
+@runtime_checkable
+class FitsDecodeBudget(Protocol):
+    """A corpus that sizes the default ``shuffle_block`` to the process's decode budget."""
+
+    def fitting_shuffle_block(self) -> int: ...
+
+
+@runtime_checkable
+class LaysOnStretches(Protocol):
+    """A dataset whose own order is laid along the ``spans`` deal's stretches under that deal, each rank reading
+    its own share of every source (``Mixture``, ``Packed``); the order has its own version there."""
+
+    @property
+    def stretched_version(self) -> int:
+        """The version of the order laid along the stretches (a state records it under ``spans``)."""
+
+    def stretched_order(self, seed: int, epoch: int, shuffle_block: int, stretches: int,
+                        grid: int | None = None) -> Any:
+        """The order of one epoch laid along ``stretches`` (the ``spans`` deal's first world size); ``grid``: the
+        global batch a schedule follows, where the dataset has one."""
+
+
+@runtime_checkable
+class Scheduled(Protocol):
+    """A dataset whose order follows a schedule (``shufflepoint.Mixture(..., schedule=...)``; a ``Mixture``
+    built without one does not offer it)."""
+
+    @property
+    def required_deal(self) -> str | None:
+        """The only deal the dataset can be read under, or None for any."""
+
+    @property
+    def phases(self) -> tuple[tuple[int, str], ...]:
+        """The schedule's phases as ``(start, hash)`` pairs (the state's ``phases``)."""
+
+    def check_global_batch(self, global_batch: int, grid: int) -> None:
+        """Warn when global batches of ``global_batch`` rows are not whole windows of the run's ``grid``
+        (the global batch the schedule follows)."""
+
+    def phase_changed(self, saved: list[list[Any]], epoch: int, cursor: int, grid: int | None,
+                      shuffle_block: int) -> int | None:
+        """The first of a state's ``saved`` phases the schedule changed before the position (epoch, cursor)
+        had reached, or None where it only appended phases after it."""
+
+    def scheduled_order(self, seed: int, epoch: int, shuffle_block: int, grid: int) -> Any:
+        """The order of one epoch, its phases on the edges of global batches of ``grid`` rows."""
+
+
+@runtime_checkable
+class ExplainsFingerprint(Protocol):
+    """A dataset that says what changed when a state's fingerprint is not its own (``Shards``: the shards)."""
+
+    def explain_fingerprint(self, saved: str) -> str: ...
+
+
+@runtime_checkable
+class LegacyIdentified(Protocol):
+    """A dataset with the fingerprint shufflepoint 0.2 wrote for it (a state of 0.2 still loads)."""
+
+    @property
+    def legacy_fingerprint(self) -> str: ...
+
+
+@runtime_checkable
+class ExplainsOrderVersion(Protocol):
+    """A dataset that says why a state's order version is not its own (which release wrote it)."""
+
+    def explain_order_version(self, found: int) -> str | None: ...
+
+
+@runtime_checkable
+class ReadsIds(Protocol):
+    """A corpus that reads a token column as one array per index, no Python int per token."""
+
+    def read_ids(self, indices: Sequence[int] | np.ndarray, column: str) -> list[np.ndarray] | None: ...
+
+
+@runtime_checkable
+class ReadsIdsAscending(Protocol):
+    """A corpus that reads a token column for ascending indices in one pass (``Packed``'s token windows)."""
+
+    def read_ids_ascending(self, indices: Sequence[int] | np.ndarray, column: str) -> list[np.ndarray] | None: ...
+
+
+@runtime_checkable
+class ReadsIdSpansAscending(Protocol):
+    """A ``ReadsIdsAscending`` corpus that also gives the ids as spans of a few flat arrays, no array per
+    index (``Shards``: a decoded group's values): a window of thousands of documents in a few numpy calls."""
+
+    def read_id_spans_ascending(self, indices: Sequence[int] | np.ndarray, column: str) -> Any: ...
+
+
 @runtime_checkable
 class ReadsAtDensity(Protocol):
     """A dataset told, before each pass's DataLoader workers start, how densely this rank reads the order
@@ -224,7 +352,7 @@ class ReadsAtDensity(Protocol):
     next), and only its own rows where it reads sparsely (a global batch split among ranks after a resize,
     ``strided``: the rows between are other ranks'); in every DataLoader worker (``_shards/storage/ranged``)."""
 
-    def _read_at_density(self, density: float) -> None: ...
+    def read_at_density(self, density: float) -> None: ...
 
 
 @runtime_checkable
@@ -232,99 +360,4 @@ class ReadsAhead(Protocol):
     """A ``Prefetching`` dataset that says whether it has anything to fetch ahead (False: local files)."""
 
     @property
-    def _reads_ahead(self) -> bool: ...
-
-
-@runtime_checkable
-class Locatable(Protocol):
-    """A dataset that says where its index ``index`` lives, as a dict of JSON values (``index`` among
-    them), nesting the answer of the dataset below it when that one is ``Locatable`` too."""
-
-    def locate(self, index: int) -> dict[str, Any]: ...
-
-
-# -- readers -----------------------------------------------------------------------------------
-
-ReadBytes = Callable[[int, int], bytes]  # (offset, length) -> bytes of one shard
-
-
-@runtime_checkable
-class CountsRowsFromSize(Protocol):
-    """A format whose row count follows from the file size (fixed-width token shards)."""
-
-    def rows_from_size(self, shard: str, size: int) -> int | None: ...
-
-
-@runtime_checkable
-class CountsRowsFromMetadata(Protocol):
-    """A format whose row count is in a footer or header (Parquet, token shards with a header)."""
-
-    def rows_from_metadata(self, read: ReadBytes, size: int, shard: str) -> int | None: ...
-
-
-@runtime_checkable
-class MeasuresDecodedRows(Protocol):
-    """A format that knows a decoded row's size from its metadata (the decode budget's block)."""
-
-    def decoded_row_bytes(self, read: ReadBytes, size: int, shard: str) -> int | None: ...
-
-
-@runtime_checkable
-class TakesIds(Protocol):
-    """An opened shard that reads a token column's rows as arrays (Parquet): ``take_ids_ascending`` for
-    rows already sorted, in one pass; ``take_id_spans_ascending`` as (values, starts, stops) of its decoded
-    groups, no array per row."""
-
-    def take_ids(self, rows: Sequence[int], column: str) -> list[np.ndarray] | None: ...
-
-    def take_ids_ascending(self, rows: np.ndarray, column: str) -> list[np.ndarray] | None: ...
-
-    def take_id_spans_ascending(self, rows: np.ndarray, column: str) -> list[Any] | None: ...
-
-
-@runtime_checkable
-class KeepsDecodedIds(Protocol):
-    """An opened shard that keeps its decoded token ids where it is told (Parquet: in the node's cache
-    folder, ``_shards/storage/kept_ids``), so a later open maps them instead of decoding again."""
-
-    def keep_ids_in(self, kept: Any) -> None: ...
-
-
-@runtime_checkable
-class JoinsLayout(Protocol):
-    """An opened shard that lays its decoded columns out beside its neighbours' in one arena per process
-    (Parquet, ``readers/_flat.Layout``), so a batch across files is one gather per column."""
-
-    def _join_layout(self, layout: Any, shard: int) -> None: ...
-
-
-@runtime_checkable
-class OpensRanged(Protocol):
-    """A reader that opens a remote shard read by byte range (Parquet: its footer, then the row
-    groups it decodes; a ``.bin``: the windows it reads), given a file object and a hook that fetches
-    ranges ahead (``_shards/storage/ranged``); ``ranged_for(shard)``: whether this shard can be (not a ``.npy``);
-    ``ranged_plan(ranged, shard)``: a function of rows giving the byte ranges their read will need, so
-    read-ahead fetches them before the loader asks (Parquet reads the footer for it)."""
-
-    def ranged_for(self, shard: str) -> bool: ...
-
-    def open_ranged(self, ranged: Any, shard: str) -> Any: ...
-
-    def ranged_plan(self, ranged: Any, shard: str) -> Any: ...
-
-
-@runtime_checkable
-class TilesShards(Protocol):
-    """An ``OpensRanged`` reader whose rows' byte ranges tile its shards (token windows, nothing else in the
-    file): the bytes between two rows a rank reading densely reads are rows it reads next, so read-ahead
-    joins gaps up to ``dense_gap()`` bytes (what a GET's round trip costs in transfer), not Parquet's
-    64 KiB (whose gaps may be columns no read asks for)."""
-
-    def dense_gap(self) -> int: ...
-
-
-@runtime_checkable
-class LocatesRows(Protocol):
-    """An opened shard that says where its row lives (byte offset, row group, member name, ...)."""
-
-    def locate(self, row: int) -> dict[str, Any]: ...
+    def reads_ahead(self) -> bool: ...

@@ -224,7 +224,7 @@ def parameter_changes(state: Mapping[str, Any], own: OrderParameters, kind: str,
                       ) -> list[tuple[str, object, str, str, str]]:
     """(field, found, expected, why, fix) for each of the order's parameters the state records otherwise than this
     ``kind`` of object reads with (``own``); phases appended after the position reached are not a change
-    (``hook``: the dataset's ``_phase_changed``, see ``state.Expected.phases_changed``)."""
+    (``hook``: the scheduled dataset's ``phase_changed``, see ``state.Expected.phases_changed``)."""
     changes: list[tuple[str, object, str, str, str]] = []
     if state["shuffle_block"] != own.shuffle_block:
         changes.append(("shuffle_block", state["shuffle_block"], f"{own.shuffle_block!r} (what this {kind} reads "

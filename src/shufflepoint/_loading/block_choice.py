@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from shufflepoint._core.capabilities import FitsDecodeBudget
 from shufflepoint._core.older_states import recorded_parameter
+from shufflepoint._loading.capabilities import fitting_shuffle_block
 from shufflepoint._order.blocks import DEFAULT_SHUFFLE_BLOCK
 from shufflepoint._order.blocks import NAME as BLOCKS
 
@@ -32,8 +32,8 @@ class _Orders(Protocol):
 
 def default_block(dataset: Any, name: str) -> int:
     """The block of a loader given none: the corpus's fitting block (``Shards``) or the default."""
-    fits = name == BLOCKS and isinstance(dataset, FitsDecodeBudget)
-    return int(dataset._fitting_shuffle_block()) if fits else DEFAULT_SHUFFLE_BLOCK
+    fitting = fitting_shuffle_block(dataset) if name == BLOCKS else None
+    return DEFAULT_SHUFFLE_BLOCK if fitting is None else fitting
 
 
 def recorded_block(state: object) -> int | None:

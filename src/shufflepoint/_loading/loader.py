@@ -16,13 +16,13 @@ import numpy as np
 import torch.utils.data
 
 from shufflepoint._core import state as _state
-from shufflepoint._core.capabilities import ExplainsOrderVersion, Locatable, ReadsAtDensity, offered
+from shufflepoint._core.capabilities import Locatable
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.plan import Layout
 from shufflepoint._errors import Plain, refusal
 from shufflepoint._loading.agreement import agree_on_exclusion, validate_everywhere, watch_gloo_exit
 from shufflepoint._loading.bucketed import bucketed
-from shufflepoint._loading.capabilities import dataset_length, tell_share
+from shufflepoint._loading.capabilities import dataset_length, order_version_explainer, tell_density, tell_share
 from shufflepoint._loading.deal import Deal, rank_chunks, warn_if_blocks_exceed_the_share
 from shufflepoint._loading.keyed import Transform, keyed_chunks
 from shufflepoint._loading.mesh import resolve_data_parallel
@@ -300,8 +300,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         live = self._position.begin_pass()  # before torch's iterator, whose workers ask the sampler at once
         dataset = self._position.orders.dataset
-        if offered(dataset, ReadsAtDensity):  # before the workers copy it: how it reads remote shards
-            dataset._read_at_density(rank_density(live.cut, self._rank))
+        tell_density(dataset, lambda: rank_density(live.cut, self._rank))  # before the workers copy it
         return self._count(super().__iter__(), live)
 
     def _count(self, batches: Iterator[Any], live: Pass) -> Iterator[Any]:
@@ -425,7 +424,6 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             dataset_fingerprint=identity.fingerprint, explain_fingerprint=identity.explain, deal=deal.name,
             legacy_fingerprint=identity.legacy_for(state), layout=self._position.layout,
             parameters=orders.parameters, phases_changed=identity.compatible,
-            explain_order_version=(orders.dataset._explain_order_version
-                                   if isinstance(orders.dataset, ExplainsOrderVersion) else None),
+            explain_order_version=order_version_explainer(orders.dataset),
             buckets=deal.keys_fingerprint, cuts=deal.own_cuts,
         )

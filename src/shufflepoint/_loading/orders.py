@@ -9,23 +9,24 @@ from typing import Any
 
 import numpy as np
 
-from shufflepoint._core.capabilities import (
-    ExplainsFingerprint,
-    Identified,
-    KeepsShardsOpen,
-    LaysOnStretches,
-    LegacyIdentified,
-    OwnOrder,
-    Scheduled,
-    ShardedCorpus,
-)
+from shufflepoint._core.capabilities import Identified, OwnOrder, ShardedCorpus
 from shufflepoint._core.cut import Cut
 from shufflepoint._core.plan import Layout, StridedCut
 from shufflepoint._core.spans import NAME as SPANS
 from shufflepoint._core.state_fields import OrderParameters
 from shufflepoint._errors import Refused, StateError, refusal
 from shufflepoint._loading.block_choice import default_block
-from shufflepoint._loading.capabilities import phases_of, schedule_hooks
+from shufflepoint._loading.capabilities import (
+    fingerprint_explainer,
+    is_scheduled,
+    keep_open_for,
+    lays_on_stretches,
+    legacy_fingerprint,
+    own_epoch_order,
+    phases_of,
+    schedule_hooks,
+    stretched_version,
+)
 from shufflepoint._order import (
     DEFAULT_ORDER,
     DEFAULT_ORDERS,
@@ -52,7 +53,7 @@ def resolve_fingerprint(value: str | None, dataset: Any, n: int, *, legacy: bool
         raise TypeError(refusal("dataset_fingerprint", value, "a str, 'auto' or None",
                                 "pass a string naming the dataset's version, 'auto', or leave it unset"))
     if legacy:
-        corpus = dataset._legacy_fingerprint if isinstance(dataset, LegacyIdentified) else None
+        corpus = legacy_fingerprint(dataset)
     else:
         corpus = dataset.fingerprint if isinstance(dataset, Identified) else None
     if isinstance(corpus, str):
@@ -68,7 +69,7 @@ def resolve_fingerprint(value: str | None, dataset: Any, n: int, *, legacy: bool
 
 def explain_fingerprint(dataset: Any) -> Callable[[str], str] | None:
     """The dataset's own account of a changed fingerprint (``Shards`` names the changed shards)."""
-    return dataset._explain_fingerprint if isinstance(dataset, ExplainsFingerprint) else None
+    return fingerprint_explainer(dataset)
 
 
 class Identity:
@@ -127,8 +128,7 @@ class OrderCache:
             self.shuffle_block = check_int("shuffle_block", block, 1, 2**62)
             if name == BLOCKS:
                 self._rows = np.asarray(rows, dtype=np.int64)
-                if isinstance(dataset, KeepsShardsOpen):  # Shards: keep the shards of a block open
-                    dataset._keep_open_for(self.shuffle_block)
+                keep_open_for(dataset, self.shuffle_block)  # Shards: keep the shards of a block open
             self.name = name
             self.version = BLOCKS_VERSION if name == BLOCKS else int(dataset.order_version)
         else:
@@ -137,11 +137,11 @@ class OrderCache:
                                          f"(order is {name!r})", "leave shuffle_block unset"))
             self.name, self.version = check_order_name(name), order_version(name)
         # a loader's global batch, for a dataset whose schedule follows it (Mixture(schedule=...)); in the fingerprint
-        scheduled = isinstance(dataset, Scheduled) and dataset.schedule is not None
+        scheduled = is_scheduled(dataset)
         self.grid = grid if self.shuffle_block is not None and scheduled else None
         # a dataset's own order laid along the spans deal's stretches (Mixture), unless a state of the order
         # before it was laid so is resumed (for_state)
-        self._stretched = self.shuffle_block is not None and isinstance(dataset, LaysOnStretches)
+        self._stretched = self.shuffle_block is not None and lays_on_stretches(dataset)
         self._epoch: tuple[int, int | None] | None = None
         self._order: Order | None = None
         if self.shuffle_block is not None and self._rows is None:
@@ -166,7 +166,7 @@ class OrderCache:
         """The order's version read under ``deal``: a dataset's order laid along the ``spans`` stretches has
         its own (``LaysOnStretches``)."""
         if deal == SPANS and self._stretched:
-            return int(self._dataset._stretched_version)
+            return stretched_version(self._dataset)
         return self.version
 
     @property
@@ -209,13 +209,9 @@ class OrderCache:
                 self._order = StretchBlockOrder(self._rows, self.seed, epoch, self.shuffle_block, stretches)
             elif self._rows is not None:
                 self._order = BlockOrder(self._rows, self.seed, epoch, self.shuffle_block)
-            elif stretches is not None:
-                self._order = self._dataset.epoch_order(self.seed, epoch, self.shuffle_block, grid=self.grid,
-                                                        stretches=stretches)
-            elif self.grid is not None:
-                self._order = self._dataset.epoch_order(self.seed, epoch, self.shuffle_block, grid=self.grid)
             else:
-                self._order = self._dataset.epoch_order(self.seed, epoch, self.shuffle_block)
+                self._order = own_epoch_order(self._dataset, self.seed, epoch, self.shuffle_block, self.grid,
+                                              stretches)
             self._epoch = (epoch, stretches)
         return self._order
 

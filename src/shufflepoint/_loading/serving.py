@@ -12,9 +12,10 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
-from shufflepoint._core.capabilities import PrefetchesDealt, Prefetching, ReadsAhead, ReadsBatches, ReadsColumns
+from shufflepoint._core.capabilities import PrefetchesDealt, Prefetching, ReadsBatches, ReadsColumns
 from shufflepoint._core.cut import Cut
 from shufflepoint._errors import Plain, refusal
+from shufflepoint._loading.capabilities import reads_ahead
 from shufflepoint._loading.keyed import KeyedCollate, KeyedDataset, Transform
 from shufflepoint._order import check_int
 from shufflepoint._shards.corpora.shards.batch import collate as columnar_collate
@@ -27,7 +28,7 @@ def announcer(dataset: Any) -> Announce | None:
     """How to tell ``dataset`` its upcoming indices: with this rank's density (``PrefetchesDealt``), the
     indices alone (``Prefetching``), or not at all (also where it has nothing to fetch ahead, a local
     corpus: then the sampler does not work out the next chunk before serving the first)."""
-    if isinstance(dataset, ReadsAhead) and not dataset._reads_ahead:
+    if not reads_ahead(dataset):
         return None
     if isinstance(dataset, PrefetchesDealt):
         return dataset.prefetch_dealt
@@ -96,17 +97,49 @@ def served(dataset: Any, seed: int, transform: Transform | None, seed_per_sample
             torch_kwargs: dict[str, Any]) -> Any:
     """The dataset torch's machinery reads, and its collate (set in ``torch_kwargs``): a corpus that reads a
     batch at once (Shards, Mixture) hands it over as columns, which ``collate`` turns into default_collate's
-    very result without an object per row; keyed randomness wraps the dataset (see ``keyed``)."""
+    very result without an object per row; any other ``ReadsBatches`` dataset without a ``__getitems__`` of its
+    own is read a batch a ``read_batch`` call (``BatchReads``); keyed randomness wraps the dataset (``keyed``)."""
     keyed = transform is not None or seed_per_sample
     if torch_kwargs.get("collate_fn") is None and not keyed and isinstance(dataset, ReadsColumns):
         dataset = dataset.columnar()
         torch_kwargs["collate_fn"] = columnar_collate
+    elif not keyed and isinstance(dataset, ReadsBatches) and not callable(getattr(dataset, "__getitems__", None)):
+        dataset = BatchReads(dataset)  # a user's ReadsBatches: a batch is one read_batch call
     if keyed:
         dataset = KeyedDataset(dataset, seed, transform, seed_per_sample)
         if seed_per_sample:
             collate = torch_kwargs.get("collate_fn") or torch.utils.data.default_collate
             torch_kwargs["collate_fn"] = KeyedCollate(collate, seed)
     return dataset
+
+
+class BatchReads(torch.utils.data.Dataset[Any]):
+    """A ``ReadsBatches`` dataset as torch's machinery reads it: a batch is one ``read_batch(indices)`` (torch's
+    ``__getitems__``, in the process that reads the batch), its samples in the order asked. Everything else is
+    the dataset's (its ``prefetch``, ``locate``...)."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.dataset[index]
+
+    def __getitems__(self, indices: list[Any]) -> list[Any]:
+        found = list(self.dataset.read_batch(indices))
+        if len(found) != len(indices):
+            raise ValueError(refusal("read_batch", Plain(f"{len(found)} samples for {len(indices)} indices"),
+                                     "one sample per index, in the order asked",
+                                     f"return [dataset[i] for i in indices] from {type(self.dataset).__name__}"
+                                     ".read_batch, read at once"))
+        return found
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "dataset":
+            raise AttributeError(name)  # not set yet (unpickling): never recurse into the dataset
+        return getattr(self.dataset, name)
 
 
 class ThreadedSamples(torch.utils.data.Dataset[Any]):

@@ -77,6 +77,11 @@ class _BlockTable:
         """The number of blocks this epoch."""
         return int(self._block_start.size)
 
+    def table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The epoch's table: where each piece (a run of one shard's rows) starts in the epoch stream and in the
+        dataset, in stream order, and where each block starts in the stream (``Packed`` lays tokens on it)."""
+        return self._stream_start, self._dataset_start, self._block_start
+
     def block_bounds(self, block: int) -> tuple[int, int]:
         """Epoch positions [start, stop) of a block."""
         start = int(self._block_start[block])

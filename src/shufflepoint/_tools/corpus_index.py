@@ -69,7 +69,7 @@ def index_and_publish(corpus: Any, sources: str | list[str] | None = None) -> di
     ``_shards/index/published_listing.py``)."""
     index = corpus.index
     glob = sources if isinstance(sources, str) and any(c in sources for c in "*?[") else None
-    where = publish(index, corpus._storage, glob=glob)
+    where = publish(index, corpus.storage, glob=glob)
     return {"published": where, "root": index.root, "reader": index.reader, "options": index.options,
             "shards": len(index.shards), "rows": int(index.rows.sum()), "bytes": int(index.shards.sizes.sum()),
             "checksums": all(index.shards.checksums), "fingerprint": corpus.fingerprint}
@@ -95,7 +95,7 @@ def publish_token_counts(corpus: Any, source: TokenSource, workers: int | None) 
     starts = [0, *index.rows.cumsum().tolist()]
     ranges = [(a, b) for a, b in zip(starts[:-1], starts[1:], strict=True)]
     counts = count_ranges(corpus, source.count, ranges, workers, True)
-    totals_url, counts_url = count_files.publish(corpus._storage, index, source.identity, counts)
+    totals_url, counts_url = count_files.publish(corpus.storage, index, source.identity, counts)
     return {"token_totals": totals_url, "token_counts": counts_url, "tokens": int(sum(int(c.sum()) for c in counts)),
             "token_source": source.identity}
 

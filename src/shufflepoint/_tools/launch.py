@@ -228,4 +228,4 @@ def end_worker(code: int = 0, *, together: bool = True) -> NoReturn:
         child.join(timeout=5)
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code)
+    os._exit(code)  # private: the documented exit without atexit, after the children are joined

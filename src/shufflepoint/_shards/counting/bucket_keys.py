@@ -59,8 +59,7 @@ def keys_path(dataset: Any, field: str) -> str:
     """Where a ``Shards`` corpus keeps the keys of ``field``."""
     text = json.dumps({"corpus": dataset.fingerprint, "field": field, "version": VERSION}, sort_keys=True)
     key = hashlib.sha256(text.encode()).hexdigest()[:24]
-    cache_dir = getattr(dataset, "_cache_dir", None) or sidecar.default_cache_dir()
-    return os.path.join(cache_dir, f"buckets-{key}.npy")
+    return os.path.join(dataset.cache_dir, f"buckets-{key}.npy")
 
 
 def _load(path: str, n: int) -> np.ndarray | None:

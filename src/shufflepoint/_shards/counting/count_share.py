@@ -69,7 +69,7 @@ class Resolver:
     def __init__(self, dataset: Any, count: Any, identity: str, workers: int | None, progress: bool) -> None:
         index = dataset.index
         self.dataset, self.identity, self.workers, self.progress = dataset, identity, workers, progress
-        published = count_files.read_published(dataset._storage, index, identity)  # a damaged one: refused
+        published = count_files.read_published(dataset.storage, index, identity)  # a damaged one: refused
         shards = len(index.shards)
         self.rows = np.asarray(index.rows, dtype=np.int64)
         self.sizes = np.asarray(index.shards.sizes, dtype=np.int64)  # whose stretch counts a shard: Share.owners
@@ -104,7 +104,7 @@ class Resolver:
     def finish(self, share: Share | None) -> ShardCounts:
         """Every shard's total: counting the unknown ones here, or this process's share of them and exchanging."""
         if self.unknown.size:
-            path = count_files.node_totals_path(self.dataset._cache_dir, self.dataset.fingerprint, self.identity)
+            path = count_files.node_totals_path(self.dataset.cache_dir, self.dataset.fingerprint, self.identity)
             node = count_files.load_node_totals(path, self.identity)
             if share is not None and distributed():
                 mine = self.unknown[share.owners(self.rows, self.sizes)[self.unknown] == share.rank]

@@ -91,7 +91,7 @@ class ShardLoader:
         if found is None:
             record = self.dataset.index.shards[shard]
             found = self._paths[shard] = count_files.kept_path(
-                self.dataset._cache_dir, self.dataset.index.url(shard), (record.size, record.version, record.rows),
+                self.dataset.cache_dir, self.dataset.index.url(shard), (record.size, record.version, record.rows),
                 self.identity)
         return found
 
@@ -115,7 +115,7 @@ class ShardLoader:
             row = int(self.published_rows()[shard])
             if row >= 0:
                 name = self.dataset.index.shards[shard].name
-                found, source = count_files.read_range(self.dataset._storage, url, totals, row, name), url
+                found, source = count_files.read_range(self.dataset.storage, url, totals, row, name), url
                 count_files.save_kept(self.kept_path(shard), found)
         if found is None:
             start, stop = int(self._starts[shard]), int(self._starts[shard + 1])

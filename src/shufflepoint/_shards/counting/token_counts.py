@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from shufflepoint._core.capabilities import ReadsIds
+from shufflepoint._core.capabilities import ReadsIds, hooks_of
 from shufflepoint._errors import Plain, refusal
 from shufflepoint._shards.corpora.shards.shards import Shards
 
@@ -129,10 +129,10 @@ def count_range(dataset: Any, count: Count, start: int, stop: int) -> np.ndarray
     counts = np.empty(stop - start, dtype=np.int64)
     source = getattr(count, "__self__", None)  # a field's lists read as arrays: no Python int per token
     field = source.field if isinstance(source, TokenSource) and source.tokenize is None else None
-    reads_ids = field is not None and isinstance(dataset, ReadsIds)
+    hooks = hooks_of(dataset) if field is not None else None
     for first in range(start, stop, COUNT_BATCH):
         documents = range(first, min(first + COUNT_BATCH, stop))
-        arrays = dataset._read_ids(list(documents), field) if reads_ids else None
+        arrays = hooks.read_ids(list(documents), str(field)) if isinstance(hooks, ReadsIds) else None
         if arrays is not None:
             counts[first - start:first - start + len(arrays)] = [ids.size for ids in arrays]
             continue
@@ -167,7 +167,7 @@ def count_all(dataset: Any, count: Count, progress: bool) -> np.ndarray:
 
 def cacheable(dataset: Any) -> bool:
     """A ``Shards`` without a transform: its fingerprint says what every document holds."""
-    return isinstance(dataset, Shards) and getattr(dataset, "_transform", None) is None
+    return isinstance(dataset, Shards) and dataset.transform is None
 
 
 def digest(counts: np.ndarray) -> str:

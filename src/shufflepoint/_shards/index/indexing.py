@@ -29,11 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from shufflepoint._core.capabilities import CountsRowsFromMetadata, CountsRowsFromSize
 from shufflepoint._shards.index import index as _index
 from shufflepoint._shards.index import index_file, sidecar
 from shufflepoint._shards.index.integrity import file_checksum
-from shufflepoint._shards.readers.base import Reader
+from shufflepoint._shards.readers.base import CountsRowsFromMetadata, CountsRowsFromSize, Reader
 from shufflepoint._shards.storage.storage import PUBLISHED_PREFIX, Storage, is_remote
 
 Fetch = Callable[[str, int, str], str]  # (url, size, version) -> a local path holding the whole shard

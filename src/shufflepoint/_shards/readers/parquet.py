@@ -147,10 +147,9 @@ class OpenParquet:
         offset = row - (int(self._ends[group - 1]) if group else 0)
         return self._group(group).row(offset)
 
-    def _join_layout(self, dataset_arena: DatasetArena, shard: int) -> None:
+    def join_arena(self, dataset_arena: DatasetArena, shard: int) -> None:
         """Lay this file's decoded columns out in ``dataset_arena`` as file ``shard`` of a dataset, so the
-        dataset reads a batch across its files with one index per column (``DatasetArena.take``). (The name
-        is ``JoinsLayout``'s, ``_core/capabilities.py``.)"""
+        dataset reads a batch across its files with one index per column (``DatasetArena.take``)."""
         self._flat.join(dataset_arena, shard)
 
     def take(self, rows: np.ndarray) -> Batch:
@@ -188,7 +187,7 @@ class OpenParquet:
         lists: dict[int, tuple[np.ndarray, list[int]] | None] = {}
         found: list[np.ndarray] = []
         for row in rows:
-            if not 0 <= row < self._rows:  # ints from Shards._read_ids, already checked there
+            if not 0 <= row < self._rows:  # ints from ShardsHooks.read_ids, already checked there
                 raise IndexError(refusal("row", int(row), f"a row in [0, {self._rows}) (out of range for a shard of "
                                          f"{self._rows} rows)", "pass a row of the shard"))
             number = bisect.bisect_right(ends, row)
@@ -366,7 +365,7 @@ class ParquetReader:
         """About the bytes one row of this shard holds decoded (what ``_decoded.GROUPS`` counts): its
         columns' uncompressed bytes from the footer, plus a Python value's overhead per column; None
         for a shard without rows. From the footer alone (two ranged reads), so the same on every
-        machine: the loader sizes its default ``shuffle_block`` by it (``Shards._fitting_shuffle_block``)."""
+        machine: the loader sizes its default ``shuffle_block`` by it (``ShardAccess.fitting_shuffle_block``)."""
         meta = self._footer(read, size, shard)
         rows = sum(meta.row_group(g).num_rows for g in range(meta.num_row_groups))
         if not rows:

@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 
 from shufflepoint import _settings as settings
-from shufflepoint._core.capabilities import TilesShards
 from shufflepoint._errors import ShardError
+from shufflepoint._shards.readers.base import TilesShards
 from shufflepoint._shards.storage.cache import NodeCache
 
 # SHUFFLEPOINT_RANGED_READS: unset (or empty), the default: the formats in DEFAULT_FORMATS are read by

@@ -33,8 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from shufflepoint._core.capabilities import OpensRanged, TilesShards
-from shufflepoint._shards.readers.base import Ranged
+from shufflepoint._shards.readers.base import OpensRanged, Ranged, TilesShards
 from shufflepoint._shards.storage.prefetch import Prefetcher
 from shufflepoint._shards.storage.ranged import DENSE, PartialShard, RangedFile, merged
 
@@ -110,7 +109,8 @@ def _exiting() -> None:
 
 
 class RangedAhead:
-    """A process's read-ahead of ranges for ``corpus`` (a ``Shards``): ``announce`` never blocks.
+    """A process's read-ahead of ranges for ``corpus`` (a ``Shards``'s ``ShardAccess``: its ``index``,
+    ``ranged_shard(shard)`` and ``partial(url, size, version)``): ``announce`` never blocks.
     ``planner(ranged, shard)`` is the reader's ``ranged_plan``; ``tiles``: the reader's rows tile its shards
     (``TilesShards``), so a rank reading densely joins gaps up to ``wide`` bytes (``_WIDE`` otherwise)."""
 
@@ -150,10 +150,10 @@ class RangedAhead:
     def _ranged(self, shard: int) -> bool:
         """Whether ``shard`` is read by range (not whole in the node cache), asked once: a chunk announces
         its hundreds of shards again and again. A shard found whole later is still read whole by the
-        read itself (``Shards._open`` asks afresh); only this read-ahead of its ranges is then wasted."""
+        read itself (``ShardAccess.open`` asks afresh); only this read-ahead of its ranges is then wasted."""
         found = self._by_range.get(shard)
         if found is None:
-            found = self._by_range[shard] = self._corpus._ranged_shard(shard)
+            found = self._by_range[shard] = self._corpus.ranged_shard(shard)
         return found
 
     def _partial(self, shard: int) -> tuple[PartialShard, str] | None:
@@ -162,7 +162,7 @@ class RangedAhead:
         if not self._ranged(shard):
             return None
         record, url = corpus.index.shards[shard], corpus.index.url(shard)
-        return corpus._partial(url, record.size, record.version), url
+        return corpus.partial(url, record.size, record.version), url
 
     def _held_whole(self, shard: int) -> bool:
         """Whether ``shard``'s partial entry was seen complete, and is still that file (a stat): a job

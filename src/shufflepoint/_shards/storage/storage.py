@@ -406,7 +406,10 @@ def _s3_range(fs: Any, url: str, start: int, end: int, size: int, version: str) 
     bucket, key, version_id = fs.split_path(url)
 
     async def get() -> tuple[int | None, str, bytes]:
-        response = await fs._call_s3("get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}",
+        # private: s3fs's public reads (open, cat_file) return the bytes without the response's Content-Range
+        # and ETag, and open() sends a HEAD first; one GET that returns both goes through its retrying _call_s3
+        response = await fs._call_s3("get_object", Bucket=bucket, Key=key,  # private: see above
+                                     Range=f"bytes={start}-{end - 1}",
                                      **({"VersionId": version_id} if version_id else {}))
         try:
             total = str(response.get("ContentRange", "")).rpartition("/")[2]

@@ -111,7 +111,7 @@ def _drop_eager_iterator(loader: Any) -> None:
     shuffled order: an unshuffled one was drawn right, and keeping the iterator keeps its seeds.
     """
     base = loader.__dict__["base_dataloader"]
-    if getattr(base, "num_workers", 0) > 0 and getattr(base, "_initial_iter_for_state_dict", False):
+    if getattr(base, "num_workers", 0) > 0 and getattr(base, "_initial_iter_for_state_dict", False):  # private: TOUCH
         base.load_state_dict({})
 
 

@@ -11,7 +11,7 @@ from shufflepoint._loading.agreement import watch_gloo_exit
 
 
 def _is_native(loader: Any) -> bool:
-    return getattr(loader, "_shufflepoint_native", False) is True
+    return getattr(loader, "_shufflepoint_native", False) is True  # private: _prepared's class marks its loaders
 
 
 
@@ -84,7 +84,7 @@ def _prepare_native(accelerator: Any, loader: Any, device_placement: Any) -> Any
     prepared = _native_wrapper_class()(
         loader, device=accelerator.device if device_placement else None,
         non_blocking=bool(getattr(accelerator, "non_blocking", False)))
-    accelerator._dataloaders.append(prepared)
+    accelerator._dataloaders.append(prepared)  # private: TOUCH POINT, what Accelerator.prepare_data_loader does
     return prepared
 
 
@@ -96,7 +96,7 @@ def _make_gather_for_metrics(original: Any) -> Any:
         # otherwise the padding sits at the end of several ranks' parts, and the real samples are
         # picked by position (tail_trim). The gather itself is the original's code path.
         active = self.gradient_state.active_dataloader
-        keep = active._tail_keep if _is_native(active) and active.end_of_dataloader else None
+        keep = active._tail_keep if _is_native(active) and active.end_of_dataloader else None  # private: _prepared's
         if keep is None:
             return original(self, input_data, use_gather_object=use_gather_object)
         from accelerate.utils import gather_object, recursively_apply
@@ -106,7 +106,7 @@ def _make_gather_for_metrics(original: Any) -> Any:
             all_tensors = True
         except TypeError:
             all_tensors = False
-        gathered_length = active._tail_gathered_length
+        gathered_length = active._tail_gathered_length  # private: _prepared's tail, not the user's attribute
 
         def select(data: Any) -> Any:
             if len(data) != gathered_length:

@@ -64,7 +64,7 @@ class PreparedDataLoader(DataLoaderStateMixin):
         self.remainder, self._tail_keep = tail_trim(self.loader)
         world_size = int(self.loader.world_size)
         self._tail_gathered_length = world_size * -(-self.remainder // world_size)
-        self.gradient_state._add_dataloader(self)
+        self.gradient_state._add_dataloader(self)  # private: TOUCH POINT, as Accelerate's own loaders do
 
     def __iter__(self) -> Any:
         loader = self.loader

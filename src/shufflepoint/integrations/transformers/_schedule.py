@@ -29,7 +29,7 @@ def continue_schedule(scheduler: Any, optimizer: Any, step: int) -> None:
     inner.last_epoch = step
     for group, rate in zip(optimizer.param_groups, rates, strict=True):
         group["lr"] = rate
-    inner._last_lr = list(rates)  # what get_last_lr() returns: the Trainer logs it
+    inner._last_lr = list(rates)  # private: what get_last_lr() returns (no setter): the Trainer logs it
 
 
 class ContinueSchedule(TrainerCallback):
@@ -44,9 +44,9 @@ class ContinueSchedule(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         trainer = self._trainer()
         if trainer is not None:
-            trainer._on_train_begin(kwargs.get("lr_scheduler"), kwargs.get("optimizer"))
+            trainer._on_train_begin(kwargs.get("lr_scheduler"), kwargs.get("optimizer"))  # private: our Trainer's
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         trainer = self._trainer()
         if trainer is not None:
-            trainer._on_step_end()
+            trainer._on_step_end()  # private: our Trainer's hook, kept off the user's Trainer API

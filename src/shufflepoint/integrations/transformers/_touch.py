@@ -145,8 +145,9 @@ def without_unused_columns(trainer: Any, dataset: Any) -> tuple[Any, Any]:
         datasets = None
     # TOUCH POINT: Trainer._remove_unused_columns / Trainer._get_collator_with_removed_columns.
     if datasets is not None and isinstance(dataset, datasets.Dataset):
-        return trainer._remove_unused_columns(dataset, description="Training"), trainer.data_collator
-    return dataset, trainer._get_collator_with_removed_columns(trainer.data_collator, description="Training")
+        return trainer._remove_unused_columns(dataset, description="Training"), trainer.data_collator  # private: TOUCH
+    return dataset, trainer._get_collator_with_removed_columns(  # private: TOUCH POINT above
+        trainer.data_collator, description="Training")
 
 
 def worker_init(args: Any) -> Any:
@@ -158,7 +159,7 @@ def worker_init(args: Any) -> Any:
 
 def output_dir(trainer: Any, trial: Any) -> str:
     """Where ``_save_checkpoint`` puts checkpoint-N folders (a hyperparameter search's run folder)."""
-    found: str = trainer._get_output_dir(trial=trial)  # TOUCH POINT: Trainer._get_output_dir
+    found: str = trainer._get_output_dir(trial=trial)  # private: TOUCH POINT, Trainer._get_output_dir
     return found
 
 

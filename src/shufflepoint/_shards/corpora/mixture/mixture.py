@@ -45,6 +45,7 @@ from shufflepoint._core.capabilities import (
     Prefetching,
     ReadsAtDensity,
     ReadsBatches,
+    hooks_of,
 )
 from shufflepoint._core.schedule import Schedule, changed_phase, unweighted
 from shufflepoint._errors import Plain, refusal
@@ -57,7 +58,7 @@ from shufflepoint._shards.corpora.mixture.sources import check_sources, is_packe
 from shufflepoint._shards.corpora.mixture.stretches import SCHEDULED_VERSION as STRETCHED_SCHEDULED
 from shufflepoint._shards.corpora.mixture.stretches import VERSION as STRETCHED
 from shufflepoint._shards.corpora.mixture.stretches import StretchedMixtureOrder
-from shufflepoint._shards.corpora.shards.batch import Batch, Columnar, Rows, checked_indices, gather
+from shufflepoint._shards.corpora.shards.batch import Batch, Columnar, Columns, Rows, Stacked, checked_indices, gather
 from shufflepoint._shards.corpora.shards.locate import mixture_location
 from shufflepoint._shards.corpora.shards.shown import shown
 
@@ -77,15 +78,16 @@ def _apportion(weights: list[float], total: int) -> list[int]:
 
 def _identity(dataset: Any, *, legacy: bool) -> str | None:
     """A source's own fingerprint (its 0.2 one where ``legacy`` and it has one), or None."""
-    if legacy and isinstance(dataset, LegacyIdentified) and dataset._legacy_fingerprint:
-        return dataset._legacy_fingerprint
+    hooks = hooks_of(dataset) if legacy else None
+    if isinstance(hooks, LegacyIdentified) and hooks.legacy_fingerprint:
+        return hooks.legacy_fingerprint
     return (dataset.fingerprint or None) if isinstance(dataset, Identified) else None
 
 
 def _read_source(dataset: Any, rows: np.ndarray, reads_batches: bool) -> Batch:
-    if reads_batches:
-        found: Batch = dataset.read_batch(rows)
-        return found
+    if reads_batches:  # ours give a Batch; a user's ReadsBatches any sequence of the samples
+        found = dataset.read_batch(rows)
+        return found if isinstance(found, (Rows, Columns, Stacked)) else Rows(list(found))
     getitems = getattr(dataset, "__getitems__", None)
     if callable(getitems):
         return Rows(list(getitems(rows.tolist())))
@@ -218,18 +220,13 @@ class Mixture(torch.utils.data.Dataset[Any]):
         """The sources (their own fingerprints, else their lengths), weights and epoch length."""
         return self._fingerprint("fingerprint")
 
-    @property
-    def _legacy_fingerprint(self) -> str:
-        """As shufflepoint 0.2 computed it, from its sources' 0.2 fingerprints (``Shards._legacy_fingerprint``)."""
-        return self._fingerprint("legacy_fingerprint")
-
     def _fingerprint(self, attribute: str) -> str:
         parts = [_identity(d, legacy=attribute == "legacy_fingerprint") or f"len={n}"
                  for d, n in zip(self.sources, self.lengths, strict=True)]
         if self.schedule is None:
             text = json.dumps({"sources": parts, "counts": self.counts})
             return FINGERPRINT_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:32]
-        # the phases are the state's own field (``phases``), so that a resume may append phases (_phase_changed)
+        # the phases are the state's own field (``phases``), so that a resume may append phases (phase_changed)
         text = json.dumps({"sources": parts, "samples_per_epoch": self.samples_per_epoch, "scheduled": True})
         return FINGERPRINT_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:32]
 
@@ -238,36 +235,7 @@ class Mixture(torch.utils.data.Dataset[Any]):
         """The schedule's phases as ``(start, hash)`` pairs, recorded in a state (``()`` without a schedule)."""
         return tuple(self.schedule.identities()) if self.schedule is not None else ()
 
-    def _explain_fingerprint(self, saved: str) -> str:
-        return ("the mixture changed (a source, its weight or samples_per_epoch); each source's own fingerprint "
-                "is part of the mixture's")
-
-    def _explain_order_version(self, saved: int) -> str | None:
-        """Why a state of another order version is refused, where it is this mixture's other kind."""
-        if saved not in (VERSION, SCHEDULED, STRETCHED, STRETCHED_SCHEDULED):
-            return None
-        if (saved in (SCHEDULED, STRETCHED_SCHEDULED)) == (self.schedule is not None):
-            return (f"The state was written in mixture order version {saved} (3 and 4: laid along the 'spans' "
-                    "deal's stretches; 1 and 2: not), which this loader does not read under its deal: resume with "
-                    "the deal the run used, or start fresh.")
-        saved = SCHEDULED if saved in (SCHEDULED, STRETCHED_SCHEDULED) else VERSION
-        was, now = ("with", "without") if saved == SCHEDULED else ("without", "with")
-        return (f"The state was written by a Mixture {was} a schedule, and this one is built {now}: build the "
-                "Mixture as the run did (its sources and their weights or schedule) to resume it, or start fresh.")
-
-    def _phase_changed(self, saved: list[list[Any]], epoch: int, cursor: int, grid: int | None,
-                      shuffle_block: int) -> int | None:
-        """The first of a state's ``saved`` phases this schedule changed before the end of the window a state at
-        (epoch, cursor) had reached (the global batch of ``grid`` rows, else the ``shuffle_block`` window), or
-        None: the same schedule there, phases appended after it."""
-        return changed_phase(saved, self.phases, self.samples_per_epoch, shuffle_block, epoch, cursor, grid)
-
-    def _check_global_batch(self, global_batch: int, grid: int) -> None:
-        """Warn when global batches of ``global_batch`` rows are not whole windows of the run's ``grid``."""
-        if self.schedule is not None:
-            check_global_batch(grid, global_batch)
-
-    def _schedule_on_grid(self, grid: int) -> Schedule:
+    def schedule_on_grid(self, grid: int) -> Schedule:
         """The schedule with its phases on the edges of global batches of ``grid`` rows (kept per grid)."""
         assert self.schedule is not None
         kept = self.__dict__.setdefault("_on_grid", {})
@@ -275,17 +243,6 @@ class Mixture(torch.utils.data.Dataset[Any]):
             kept[grid] = self.schedule.on_grid(grid, self.samples_per_epoch)
         found: Schedule = kept[grid]
         return found
-
-    @property
-    def _required_deal(self) -> str | None:
-        """None: a Mixture, scheduled or not, is read under either deal (under ``spans`` in the order laid
-        along its stretches, ``mixture_stretches.py``, where a phase starts at the global batch it names)."""
-        return None
-
-    @property
-    def _stretched_version(self) -> int:
-        """The order's version under ``spans`` (``mixture_stretches.py``): 3, or 4 with a schedule."""
-        return STRETCHED if self.schedule is None else STRETCHED_SCHEDULED
 
     def epoch_order(self, seed: int, epoch: int, shuffle_block: int, grid: int | None = None,
                     stretches: int | None = None) -> MixtureOrder | StretchedMixtureOrder:
@@ -323,9 +280,86 @@ class Mixture(torch.utils.data.Dataset[Any]):
             elif isinstance(dataset, Prefetching):
                 dataset.prefetch(within[source == s])
 
-    def _read_at_density(self, density: float) -> None:
+    def _loader_hooks(self) -> MixtureHooks:
+        """What the loader asks of this mixture beyond its public surface (``Hooked``); ``Scheduled`` only
+        where it was built with a schedule."""
+        return MixtureHooks(self) if self.schedule is None else ScheduledMixtureHooks(self)
+
+
+class MixtureHooks:
+    """What the loader asks of a ``Mixture`` beyond its public surface, one object (``_core/capabilities.py``:
+    ``LaysOnStretches``, ``ExplainsFingerprint``, ``LegacyIdentified``, ``ExplainsOrderVersion``,
+    ``ReadsAtDensity``)."""
+
+    def __init__(self, mixture: Mixture) -> None:
+        self._mixture = mixture
+
+    @property
+    def stretched_version(self) -> int:
+        """The order's version under ``spans`` (``stretches.py``): 3, or 4 with a schedule."""
+        return STRETCHED if self._mixture.schedule is None else STRETCHED_SCHEDULED
+
+    def stretched_order(self, seed: int, epoch: int, shuffle_block: int, stretches: int,
+                        grid: int | None = None) -> StretchedMixtureOrder:
+        """The order of one epoch laid along the ``spans`` deal's stretches (``Mixture.epoch_order``)."""
+        return StretchedMixtureOrder(self._mixture, seed, epoch, shuffle_block, stretches, grid)
+
+    @property
+    def legacy_fingerprint(self) -> str:
+        """As shufflepoint 0.2 computed it, from its sources' 0.2 fingerprints (``ShardsHooks.legacy_fingerprint``)."""
+        return self._mixture._fingerprint("legacy_fingerprint")
+
+    def explain_fingerprint(self, saved: str) -> str:
+        return ("the mixture changed (a source, its weight or samples_per_epoch); each source's own fingerprint "
+                "is part of the mixture's")
+
+    def explain_order_version(self, saved: int) -> str | None:
+        """Why a state of another order version is refused, where it is this mixture's other kind."""
+        if saved not in (VERSION, SCHEDULED, STRETCHED, STRETCHED_SCHEDULED):
+            return None
+        if (saved in (SCHEDULED, STRETCHED_SCHEDULED)) == (self._mixture.schedule is not None):
+            return (f"The state was written in mixture order version {saved} (3 and 4: laid along the 'spans' "
+                    "deal's stretches; 1 and 2: not), which this loader does not read under its deal: resume with "
+                    "the deal the run used, or start fresh.")
+        saved = SCHEDULED if saved in (SCHEDULED, STRETCHED_SCHEDULED) else VERSION
+        was, now = ("with", "without") if saved == SCHEDULED else ("without", "with")
+        return (f"The state was written by a Mixture {was} a schedule, and this one is built {now}: build the "
+                "Mixture as the run did (its sources and their weights or schedule) to resume it, or start fresh.")
+
+    def read_at_density(self, density: float) -> None:
         """Tell the sources how densely this rank reads (``ReadsAtDensity``): as densely as the mixture's
         positions, as ``prefetch_dealt`` says; a source's own reads then join gaps (or not) as its read-ahead does."""
-        for dataset in self.sources:
-            if isinstance(dataset, ReadsAtDensity):
-                dataset._read_at_density(density)
+        for dataset in self._mixture.sources:
+            hooks = hooks_of(dataset)
+            if isinstance(hooks, ReadsAtDensity):
+                hooks.read_at_density(density)
+
+
+class ScheduledMixtureHooks(MixtureHooks):
+    """A ``Mixture`` built with a schedule also offers ``Scheduled``."""
+
+    @property
+    def required_deal(self) -> str | None:
+        """None: a scheduled Mixture is read under either deal (under ``spans`` in the order laid along its
+        stretches, ``stretches.py``, where a phase starts at the global batch it names)."""
+        return None
+
+    @property
+    def phases(self) -> tuple[tuple[int, str], ...]:
+        return self._mixture.phases
+
+    def phase_changed(self, saved: list[list[Any]], epoch: int, cursor: int, grid: int | None,
+                      shuffle_block: int) -> int | None:
+        """The first of a state's ``saved`` phases this schedule changed before the end of the window a state at
+        (epoch, cursor) had reached (the global batch of ``grid`` rows, else the ``shuffle_block`` window), or
+        None: the same schedule there, phases appended after it."""
+        mixture = self._mixture
+        return changed_phase(saved, mixture.phases, mixture.samples_per_epoch, shuffle_block, epoch, cursor, grid)
+
+    def check_global_batch(self, global_batch: int, grid: int) -> None:
+        """Warn when global batches of ``global_batch`` rows are not whole windows of the run's ``grid``."""
+        check_global_batch(grid, global_batch)
+
+    def scheduled_order(self, seed: int, epoch: int, shuffle_block: int, grid: int) -> ScheduledMixtureOrder:
+        """The order of one epoch, its phases and shares on the global batches of ``grid`` rows."""
+        return ScheduledMixtureOrder(self._mixture, seed, epoch, shuffle_block, grid)

@@ -38,7 +38,7 @@ class MixedSources(Protocol):
     samples_per_epoch: int
     schedule: Schedule | None
 
-    def _schedule_on_grid(self, grid: int) -> Schedule:
+    def schedule_on_grid(self, grid: int) -> Schedule:
         """The schedule with its phases on the edges of global batches of ``grid`` rows."""
         ...
 

@@ -57,7 +57,7 @@ class ScheduledMixtureOrder(MixtureOrder):
         self._window = self._block
         if grid is not None:  # a loader's: windows are its global batches, phases start on their edges
             self._window = check_int("grid", grid, 1, _MAX_STREAM)
-            self._schedule = mixture._schedule_on_grid(self._window)
+            self._schedule = mixture.schedule_on_grid(self._window)
         self._windows = windows(self.n, self._window, grid is not None)
         far = (epoch + 1) * self.n >= _MAX_STREAM
         if not far and self._packed:  # a Packed source's index is pass * rows + row

@@ -167,7 +167,7 @@ class StretchedMixtureOrder:
         schedule = mixture.schedule
         if schedule is not None:  # phases on the edges of the windows (a sampler's too: a resume may append
             # phases after the window reached, which then starts them on the next edge as the run did)
-            schedule = mixture._schedule_on_grid(grid if grid is not None else self._window * self._parts)
+            schedule = mixture.schedule_on_grid(grid if grid is not None else self._window * self._parts)
         self._counts = _PartCounts(mixture, self._parts, self._window, schedule)
         self._offsets = offsets(mixture.lengths)
         self._packed = is_packed(mixture.sources[0])

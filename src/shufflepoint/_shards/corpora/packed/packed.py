@@ -26,7 +26,6 @@ starts where it ends: each document is tokenized once per epoch per rank.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -46,12 +45,14 @@ from shufflepoint._core.capabilities import (
     ReadsIds,
     ReadsIdsAscending,
     ReadsIdSpansAscending,
-    ShardedCorpus,
+    hooks_of,
 )
 from shufflepoint._errors import Plain, Refused, refusal
 from shufflepoint._order import check_int
 from shufflepoint._shards.corpora.packed import collate as packed_collate
-from shufflepoint._shards.corpora.packed import stretches as packed_layout
+from shufflepoint._shards.corpora.packed import identity
+from shufflepoint._shards.corpora.packed import stretches as packed_stretches
+from shufflepoint._shards.corpora.packed.counts import PackedCounts
 from shufflepoint._shards.corpora.packed.rows import (
     _SAMPLED,
     NAME,
@@ -67,23 +68,14 @@ from shufflepoint._shards.corpora.packed.rows import (
 from shufflepoint._shards.corpora.shards.batch import Columnar
 from shufflepoint._shards.corpora.shards.locate import packed_location
 from shufflepoint._shards.corpora.shards.shown import shown
-from shufflepoint._shards.counting import token_counts
-from shufflepoint._shards.counting.count_share import Resolver, Share, distributed
-from shufflepoint._shards.counting.shard_counts import FullCounts, ShardCounts
 from shufflepoint._shards.counting.token_counts import TokenSource, read
 
-FINGERPRINT_PREFIX = "packed:"
 IGNORE_INDEX = -100  # the labels value torch's cross_entropy and Hugging Face models skip
 _CACHED_EPOCHS = 2
 _WINDOW_TOKENS = 2**19  # a token window: 4 MB of tokens and 4 MB of offsets (int64), 512 rows of 1,024
 _ONWARD_BATCHES = 16  # a read at most this many batches past the window reads on: the next window is whole
 _FRAMING_CHECKED = _SAMPLED  # documents: if the first ones read all start with bos (end with eos), it is doubled
 _MAX_INDEX = 2**63 - 1
-_PARTS = ("documents", "tokens", "counts", "packing")
-
-
-def _short(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
 class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
@@ -151,8 +143,9 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         if count_workers is not None:
             check_int("count_workers", count_workers, 1, 4096)
         self.dataset, self.bos, self.eos = dataset, bos, eos
-        self._resolver: Resolver | None = None  # counts still to take by share: _count_share
-        self._count(count_workers, progress)
+        # every document's tokens, counted once; by share once a loader says it (PackedHooks.count_share)
+        self._counts = PackedCounts(dataset, self.source, self.seq_len, (bos is not None) + (eos is not None),
+                                    count_workers, progress)
         self._bound: tuple[int, int] | None = None
         self._edges: dict[int, np.ndarray] = {}  # stretches -> their document edges
         self._tables: dict[int, EpochTable] = {}  # by key: the epoch, or (epoch, stretches) laid
@@ -160,151 +153,56 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         self._held: tuple[int, np.ndarray] | None = None  # (document, its framed tokens): see read_batch
         self._window: TokenWindow | None = None  # a stretch of the token stream read at once: _from_window
         self._no_window = False
-        self._reads_window: tuple[Any, bool, bool] | None = None  # (dataset, reads ids ascending, as spans)
-
-    def _count(self, workers: int | None, progress: bool) -> None:
-        """The token counts: a ``Shards`` corpus's per-shard totals (published, kept or counted; in a process
-        group, counted by share once the loader tells this ``Packed`` its share), any other dataset's counted."""
-        dataset, source = self.dataset, self.source
-        if token_counts.cacheable(dataset):
-            resolver = Resolver(dataset, source.count, source.identity, workers, progress)
-            if resolver.complete or not distributed():
-                self._set_counts(resolver.finish(None))
-            else:
-                self._resolver = resolver
-        elif isinstance(dataset, ShardedCorpus):
-            self._set_counts(FullCounts(token_counts.count_shards(dataset, source.count, workers, progress)))
-        else:
-            self._set_counts(FullCounts(token_counts.count_all(dataset, source.count, progress)))
-
-    def _set_counts(self, counts: ShardCounts | FullCounts) -> None:
-        extra = (self.bos is not None) + (self.eos is not None)
-        self._token_counts, self._counts = counts, counts.framed(extra)
-        self._tokens, self._resolver = self._counts.tokens, None
-        self._row_count = self._tokens // self.seq_len
-        if self._row_count == 0:
-            raise ValueError(refusal("seq_len", self.seq_len, f"at most {self._tokens}, the corpus's tokens "
-                                     "(with bos/eos): one full row", "use a smaller seq_len or more documents"))
-
-    def _count_share(self, seed: int, rank: int, world_size: int) -> None:
-        """The loader's rank and world size, before it asks the length: counts still to take are taken now, this
-        process counting its run of shards (the one it reads under spans) and exchanging the totals
-        (``count_share``). The seed (``CountsShare`` passes it) does not enter the share."""
-        if self._resolver is not None:
-            self._set_counts(self._resolver.finish(Share(rank, world_size)))
-
-    def _resolved(self) -> None:
-        """Counts asked before a loader said the share (a ``Mixture`` asks the length when built): contiguous
-        runs of shards per process, exchanged."""
-        if self._resolver is not None:
-            self._set_counts(self._resolver.finish(Share.of_this_process()))
+        self._reads_window: tuple[Any, Any, Any] | None = None  # (dataset, its hooks reading ids ascending, as spans)
 
     @property
     def rows_per_epoch(self) -> int:
         """Rows per epoch, ``tokens_per_epoch // seq_len``."""
-        if self._resolver is not None:
-            self._resolved()
-        return self._row_count
+        return self._counts.rows
 
     @property
     def tokens_per_epoch(self) -> int:
         """Tokens per epoch, bos and eos counted."""
-        if self._resolver is not None:
-            self._resolved()
-        return self._tokens
+        return self._counts.tokens
 
     @property
     def documents(self) -> int:
         """The documents packed (every epoch holds each once)."""
-        self._resolved()
-        return self._counts.documents
+        return self._counts.framed.documents
 
     def __len__(self) -> int:
         return self.rows_per_epoch
 
     def _identity(self) -> dict[str, str]:
-        """What defines the rows, in parts a refused resume can name: the documents (the dataset's
-        own fingerprint, else its length), what a token is (field or tokenizer), every document's
+        """What defines the rows, in parts a refused resume can name (``identity.py``): the documents (the
+        dataset's own fingerprint, else its length), what a token is (field or tokenizer), every document's
         token count, and the packing."""
         own = self.dataset.fingerprint if isinstance(self.dataset, Identified) else None
-        self._resolved()
-        return {"documents": own or f"len={self._counts.documents}",
-                "tokens": self.source.identity, "counts": self._counts.digest,
-                "packing": json.dumps({"seq_len": self.seq_len, "bos": self.bos, "eos": self.eos})}
+        counts = self._counts.framed
+        return {"documents": own or f"len={counts.documents}", "tokens": self.source.identity,
+                "counts": counts.digest, "packing": json.dumps(self._packing())}
 
     @property
     def fingerprint(self) -> str:
-        """``packed:<hash of the whole>-<8 hex digits per part of _identity>-<the packing in clear>``,
+        """``packed:<hash of the whole>-<8 hex digits per part of the identity>-<the packing in clear>``,
         e.g. ``...-seq_len=2048,bos=None,eos=2``: so that a refused resume can name the saved values."""
-        return f"{self._fingerprint_of_0_3()}-{self._packing_in_clear()}"
-
-    def _fingerprint_of_0_3(self) -> str:
-        """The fingerprint shufflepoint 0.3 wrote: the digests, without the packing in clear."""
-        parts = self._identity()
-        whole = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
-        return f"{FINGERPRINT_PREFIX}{whole}-" + "".join(_short(parts[name]) for name in _PARTS)
-
-    def _packing_in_clear(self) -> str:
-        return ",".join(f"{name}={value}" for name, value in self._packing().items())
+        return identity.fingerprint(self._identity(), self._packing())
 
     def _packing(self) -> dict[str, int | None]:
         return {"seq_len": self.seq_len, "bos": self.bos, "eos": self.eos}
-
-    def _explain_fingerprint(self, saved: str) -> str:
-        """Which part of the packing differs from the one a state with fingerprint ``saved`` was taken on."""
-        body, _, suffix = saved.removeprefix(FINGERPRINT_PREFIX).partition(":")
-        _, _, rest = body.partition("-")
-        digests, _, clear = rest.partition("-")
-        if not saved.startswith(FINGERPRINT_PREFIX) or len(digests) != 8 * len(_PARTS):
-            return "the packed corpus changed: its documents or their token counts, seq_len, the tokens, bos or eos"
-        parts = self._identity()
-        changed = [name for k, name in enumerate(_PARTS) if digests[8 * k:8 * (k + 1)] != _short(parts[name])]
-        source = self.source
-        why = {"documents": "the documents changed (the dataset's fingerprint)",
-               "tokens": (f"the tokenizer changed: this Packed tokenizes with tokenizer={source.tokenizer!r}, the "
-                          "state was taken with another tokenizer (or the tokens field)" if source.tokenize
-                          else f"the tokens changed: this Packed reads the field {source.field!r}, the state was "
-                          "taken with another field or a tokenizer"),
-               "counts": "the documents' token counts changed" + (
-                   " (or the state was saved before shufflepoint counted tokens per shard, whose digest of a Shards "
-                   "corpus's counts was taken over all of them at once: with the same corpus and tokens, load with "
-                   "strict=False to resume)" if self._counts.digest.startswith("shards:") else ""),
-               "packing": self._explain_packing(clear)}
-        found = [why[name] for name in changed]
-        if not clear and not changed:
-            found.append("the state was saved by shufflepoint 0.3, whose Packed fingerprint did not hold the packing "
-                         "in clear; by its measure this Packed is the same (documents, tokens, counts, seq_len, bos, "
-                         "eos): load with strict=False to resume")
-        blocks = suffix.split(":", 1)[0]
-        if self._bound is not None and blocks.startswith("blocks=") and blocks != f"blocks={self._bound[1]}":
-            found.append(f"shuffle_block changed ({blocks[7:]} when saved, {self._bound[1]} now)")
-        return "; ".join(found) or "the packed corpus is the same; the state's fingerprint differs elsewhere"
-
-    def _explain_packing(self, clear: str) -> str:
-        """The packing parameters that differ, each with its saved and its new value, and the fix."""
-        now = {name: str(value) for name, value in self._packing().items()}
-        saved = dict(item.partition("=")[::2] for item in clear.split(",")) if clear else {}
-        if set(saved) != set(now):  # a state of shufflepoint 0.3: only a digest of the packing
-            return (f"the packing changed: now seq_len={self.seq_len}, bos={self.bos}, eos={self.eos} (the state "
-                    "holds a digest of its seq_len, bos and eos, not their values)")
-        differ = [name for name in now if saved[name] != now[name]]
-        named = ", ".join(f"{name}: saved {saved[name]}, now {now[name]}" for name in differ)
-        fix = ", ".join(f"{name}={saved[name]}" for name in differ)
-        return (f"the packing changed: packing parameter {named}; build the Packed with {fix} to resume this run, "
-                "or start a new run")
 
     def epoch_order(self, seed: int, epoch: int, shuffle_block: int, grid: int | None = None,
                     stretches: int | None = None) -> PackedOrder:
         """Epoch positions -> row indices (``epoch * len(self) + row``); binds (seed, shuffle_block). With
         ``stretches`` (the ``spans`` deal's first world size, from the loader) the documents are laid along
-        the stretches (``packed_layout``), the index ``((epoch + 1) * 2**20 + stretches - 1) * len(self) + row``.
+        the stretches (``packed/stretches``), the index ``((epoch + 1) * 2**20 + stretches - 1) * len(self) + row``.
         ``grid`` (a scheduled dataset's) does not apply."""
         check_int("seed", seed, 0, 2**64 - 1)
         check_int("shuffle_block", shuffle_block, 1, 2**62)
         if stretches is not None:
-            check_int("stretches", stretches, 1, packed_layout.WORLDS - 1)
+            check_int("stretches", stretches, 1, packed_stretches.WORLDS - 1)
         last = (_MAX_INDEX - self.rows_per_epoch) // self.rows_per_epoch
-        last = min(packed_layout.WORLDS - 1, last) if stretches is None else last // packed_layout.WORLDS - 2
+        last = min(packed_stretches.WORLDS - 1, last) if stretches is None else last // packed_stretches.WORLDS - 2
         if check_int("epoch", epoch, 0, 2**62) > last:
             # LIMIT(packed-last-epoch): docs/packing.md#limits-what-is-not-built
             raise Refused("epoch", epoch, f"at most {last}: row indices (epoch x rows per epoch + row, with the "
@@ -313,17 +211,12 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         if self._bound is not None and self._bound != (seed, shuffle_block):
             raise ValueError(refusal("seed, shuffle_block", (seed, shuffle_block), f"{self._bound}, what this Packed "
                                      "serves for another loader", "build one Packed per loader"))
-        if self._bound is None:
-            if isinstance(self.dataset, KeepsShardsOpen):  # Shards: a block's shards kept open, as under blocks
-                self.dataset._keep_open_for(shuffle_block)
+        hooks = hooks_of(self.dataset) if self._bound is None else None
+        if isinstance(hooks, KeepsShardsOpen):  # Shards: a block's shards kept open, as under blocks
+            hooks.keep_open_for(shuffle_block)
         self._bound = (seed, shuffle_block)
-        return PackedOrder(self.rows_per_epoch, packed_layout.table_key(epoch, stretches),
-                           VERSION if stretches is None else packed_layout.STRETCHED_VERSION)
-
-    @property
-    def _stretched_version(self) -> int:
-        """The ``packed`` order's version laid along the spans stretches (``LaysOnStretches``)."""
-        return packed_layout.STRETCHED_VERSION
+        return PackedOrder(self.rows_per_epoch, packed_stretches.table_key(epoch, stretches),
+                           VERSION if stretches is None else packed_stretches.STRETCHED_VERSION)
 
     def _table(self, key: int) -> EpochTable:
         """The token stream of the epoch an index's ``key`` names (``_decode``): laid along the stretches or not."""
@@ -335,20 +228,21 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         if found is None:
             if len(self._tables) >= _CACHED_EPOCHS:
                 self._tables.pop(next(iter(self._tables)))
-            epoch, stretches = packed_layout.epoch_of(key)
+            epoch, stretches = packed_stretches.epoch_of(key)
             laid = None if stretches is None else (stretches, self._document_edges(stretches))
-            found = self._tables[key] = EpochTable(self.dataset, self._counts, *self._bound, epoch, laid)
+            found = self._tables[key] = EpochTable(self.dataset, self._counts.framed, *self._bound, epoch, laid)
         return found
 
     def _document_edges(self, stretches: int) -> np.ndarray:
-        """Where the documents' stretches end for ``stretches`` ranks (``packed_layout``), worked out once."""
+        """Where the documents' stretches end for ``stretches`` ranks (``packed/stretches``), worked out once."""
         found = self._edges.get(stretches)
         if found is None:
             assert self._bound is not None
-            rows = document_runs(self.dataset, self._counts, self._bound[1])
+            counts = self._counts.framed
+            rows = document_runs(self.dataset, counts, self._bound[1])
             starts = np.concatenate(([0], np.cumsum(rows)[:-1])).astype(np.int64)
-            found = self._edges[stretches] = packed_layout.document_edges(
-                rows, self._counts.run_tokens(starts, rows), stretches, self.rows_per_epoch, self.seq_len)
+            found = self._edges[stretches] = packed_stretches.document_edges(
+                rows, counts.run_tokens(starts, rows), stretches, self.rows_per_epoch, self.seq_len)
         return found
 
     def _decode(self, index: Any) -> tuple[int, int]:
@@ -369,7 +263,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         stream and its documents, each with its token span (bos/eos counted) and, for a corpus that
         says so (``Shards``), where the document lives. Needs the loader's order (see ``_table``)."""
         key, row = self._decode(index)
-        epoch = packed_layout.epoch_of(key)[0]
+        epoch = packed_stretches.epoch_of(key)[0]
         return packed_location(int(index), epoch, row, self.seq_len, self.pieces(index), self.dataset)
 
     def rows_pieces(self, indices: Sequence[int]) -> list[list[tuple[int, int, int]]]:
@@ -398,8 +292,8 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     def prefetch_dealt(self, indices: Sequence[int] | np.ndarray, density: float) -> None:
         """Pass the documents of upcoming rows, in reading order, to a dataset that reads ahead (``Shards``),
         with this rank's density (``PrefetchesDealt``: its documents lie as densely as its rows)."""
-        dataset = self.dataset
-        idle = isinstance(dataset, ReadsAhead) and not dataset._reads_ahead
+        dataset, hooks = self.dataset, hooks_of(self.dataset)
+        idle = isinstance(hooks, ReadsAhead) and not hooks.reads_ahead
         if not isinstance(dataset, Prefetching) or len(indices) == 0 or idle:
             return
         documents = np.asarray([d for row in self.rows_pieces(np.asarray(indices).tolist()) for d, _, _ in row],
@@ -408,12 +302,6 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
             dataset.prefetch_dealt(documents, density)
         else:
             dataset.prefetch(documents)
-
-    def _read_at_density(self, density: float) -> None:
-        """Tell the documents' dataset how densely this rank reads (``ReadsAtDensity``): its documents lie as
-        densely as its rows."""
-        if isinstance(self.dataset, ReadsAtDensity):
-            self.dataset._read_at_density(density)
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         return self.__getitems__([index])[0]
@@ -470,8 +358,9 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
             # ... never into another rank's stretch (a laid epoch, packed_layout): its shards are not this node's
             stop = min(stop, max(end, -(-self._table(epoch).window_limit(end) // self.seq_len) * self.seq_len))
             field = str(self.source.field)
-            spans = self._reads_window is not None and self._reads_window[2]  # Shards: no array per document
-            reads = dataset._read_id_spans_ascending if spans else dataset._read_ids_ascending
+            assert self._reads_window is not None  # asked by _reads_ids
+            _, ids, spans = self._reads_window
+            reads = ids.read_id_spans_ascending if isinstance(spans, ReadsIdSpansAscending) else ids.read_ids_ascending
             self._window = None  # its arrays are written again by the new window (no batch holds them)
             built = build_window(self._table(epoch), epoch, begin, stop, (self.bos, self.eos),
                                  lambda documents: reads(documents, field), self.seq_len, window)
@@ -479,7 +368,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
                 self._no_window = True
                 return None
             window, documents, sizes, sample = built
-            wrong = np.flatnonzero(sizes != self._token_counts.sizes(documents))
+            wrong = np.flatnonzero(sizes != self._counts.raw.sizes(documents))
             if wrong.size:
                 raise self._changed(int(documents[wrong[0]]), int(sizes[wrong[0]]))
             if not self._framing_checked:
@@ -488,24 +377,25 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         return PackedBatch(*window.rows(begin, len(rows), IGNORE_INDEX))
 
     def _reads_ids(self, dataset: Any) -> bool:
-        """Whether ``dataset`` reads ids ascending (``ReadsIdsAscending``), asked once per dataset: a
+        """Whether ``dataset`` reads ids ascending (its hooks' ``ReadsIdsAscending``), asked once per dataset: a
         runtime Protocol's isinstance walks its attributes, ~10 µs a batch."""
         if self._reads_window is None or self._reads_window[0] is not dataset:  # and as spans (Shards)
-            self._reads_window = (dataset, isinstance(dataset, ReadsIdsAscending),
-                                  isinstance(dataset, ReadsIdSpansAscending))
-        return self._reads_window[1]
+            hooks = hooks_of(dataset)
+            ids = hooks if isinstance(hooks, ReadsIdsAscending) else None
+            self._reads_window = (dataset, ids, hooks if isinstance(hooks, ReadsIdSpansAscending) else None)
+        return self._reads_window[1] is not None
 
     def columnar(self) -> Columnar:
         """This ``Packed`` with batches kept as read, for ``shufflepoint.collate`` (the loader's default)."""
         return Columnar(self)
 
     def _documents(self, documents: list[int]) -> list[np.ndarray]:
-        reads_ids = isinstance(self.dataset, ReadsIds)  # Shards of Parquet: arrays, no int per token
+        hooks = hooks_of(self.dataset)  # Shards of Parquet: arrays, no int per token (ReadsIds)
         field = self.source.field if self.source.tokenize is None else None
-        arrays = self.dataset._read_ids(documents, field) if field is not None and reads_ids else None
+        arrays = hooks.read_ids(documents, field) if field is not None and isinstance(hooks, ReadsIds) else None
         samples = arrays if arrays is not None else read(self.dataset, documents)
         found = []
-        counted = self._token_counts.sizes(np.asarray(documents, dtype=np.int64)).tolist()
+        counted = self._counts.raw.sizes(np.asarray(documents, dtype=np.int64)).tolist()
         for document, sample, size in zip(documents, samples, counted, strict=True):
             ids = sample if arrays is not None else self.source.ids(sample, document)  # cast once, in _rows
             if ids.size != size:
@@ -517,7 +407,7 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
 
     def _changed(self, document: int, size: int) -> ValueError:
         what = "tokens" if self.source.tokenize is None else f"tokenize (tokenizer {self.source.tokenizer!r})"
-        counted = int(self._token_counts.sizes(np.array([document]))[0])
+        counted = int(self._counts.raw.sizes(np.array([document]))[0])
         return ValueError(f"{what}: document {document} now holds {size} tokens, {counted} when "
                           "counted; the corpus or the tokenizer changed, build the Packed again")
 
@@ -563,10 +453,15 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         source = self.source
         tokens_from = f"tokenizer={source.tokenizer!r}" if source.tokenize is not None else f"field={source.field!r}"
         bound = "" if self._bound is None else f", seed={self._bound[0]}, shuffle_block={self._bound[1]:,}"
-        counted = (f"documents={self._counts.documents:,}, tokens={self._tokens:,}, rows={self._row_count:,}"
-                   if self._resolver is None else "counts to take by share")  # a repr takes no collective
+        counts = self._counts
+        counted = (f"documents={counts.framed.documents:,}, tokens={counts.tokens:,}, rows={counts.rows:,}"
+                   if not counts.pending else "counts to take by share")  # a repr takes no collective
         return (f"Packed(seq_len={self.seq_len:,}, {counted}, {tokens_from}, bos={self.bos}, eos={self.eos}{bound}, "
                 f"dataset={shown(self.dataset)})")
+
+    def _loader_hooks(self) -> PackedHooks:
+        """What the loader asks of this ``Packed`` beyond its public surface (``Hooked``)."""
+        return PackedHooks(self)
 
     varlen_collate = staticmethod(packed_collate.varlen_collate)
     flatten_collate = staticmethod(packed_collate.flatten_collate)
@@ -578,3 +473,40 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         state["_window"] = None
         state["_reads_window"] = None
         return state
+
+
+class PackedHooks:
+    """What the loader asks of a ``Packed`` beyond its public surface, one object (``_core/capabilities.py``:
+    ``CountsShare``, ``LaysOnStretches``, ``ExplainsFingerprint``, ``ReadsAtDensity``)."""
+
+    def __init__(self, packed: Packed) -> None:
+        self._packed = packed
+
+    def count_share(self, seed: int, rank: int, world_size: int) -> None:
+        """The loader's rank and world size, before it asks the length: counts still to take are taken now, this
+        process counting its run of shards (the one it reads under spans) and exchanging the totals
+        (``count_share``). The seed (``CountsShare`` passes it) does not enter the share."""
+        self._packed._counts.take_share(rank, world_size)
+
+    @property
+    def stretched_version(self) -> int:
+        """The ``packed`` order's version laid along the spans stretches (``LaysOnStretches``)."""
+        return packed_stretches.STRETCHED_VERSION
+
+    def stretched_order(self, seed: int, epoch: int, shuffle_block: int, stretches: int,
+                        grid: int | None = None) -> PackedOrder:
+        """The epoch's rows laid along the ``spans`` deal's stretches (``Packed.epoch_order``; no grid applies)."""
+        return self._packed.epoch_order(seed, epoch, shuffle_block, stretches=stretches)
+
+    def explain_fingerprint(self, saved: str) -> str:
+        """Which part of the packing differs from the one a state with fingerprint ``saved`` was taken on."""
+        packed = self._packed
+        return identity.explain(saved, packed._identity(), packed._packing(), packed.source,
+                                packed._counts.framed.digest, packed._bound)
+
+    def read_at_density(self, density: float) -> None:
+        """Tell the documents' dataset how densely this rank reads (``ReadsAtDensity``): its documents lie as
+        densely as its rows."""
+        hooks = hooks_of(self._packed.dataset)
+        if isinstance(hooks, ReadsAtDensity):
+            hooks.read_at_density(density)

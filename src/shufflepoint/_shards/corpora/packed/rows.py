@@ -8,7 +8,7 @@ the same pieces as three arrays. ``TokenWindow``
 is a stretch of the epoch's token stream laid out flat (``window_tokens`` tokens, from a row start):
 a run of consecutive rows inside it is one slice of each of its arrays, copied out as int64, with
 ``position_ids`` the position inside each document capped by the position inside the row. It is
-built from one read of its documents' tokens as spans of flat arrays (``Shards._read_id_spans_ascending``:
+built from one read of its documents' tokens as spans of flat arrays (``ShardsHooks.read_id_spans_ascending``:
 a Parquet list column, or the ids kept from an earlier decode, no Python object per document), so a
 batch costs a few numpy calls instead of a walk and a read per document.
 
@@ -89,7 +89,7 @@ class PackedBatch(Rows):
 
 class PackedOrder:
     """The ``packed`` order of one epoch: position p -> index ``key * rows + p``, ``key`` the epoch (or, laid
-    along the spans stretches, ``packed_layout.table_key``'s (epoch, stretches), with its own version)."""
+    along the spans stretches, ``packed_stretches.table_key``'s (epoch, stretches), with its own version)."""
 
     name = NAME
 
@@ -121,7 +121,7 @@ class EpochTable:
     order's shards); ``counts`` their framed token counts (``shard_counts``): ``run_tokens`` of a run of
     documents (a shard's total: O(shards) per epoch, no per-document count read) and ``sizes`` of the
     documents of a block read. ``laid``: (stretches, document edges), the order laid along the ``spans``
-    deal's stretches (``packed_layout``)."""
+    deal's stretches (``packed/stretches``)."""
 
     def __init__(self, dataset: Any, counts: Any, seed: int, shuffle_block: int, epoch: int,
                  laid: tuple[int, np.ndarray] | None = None) -> None:
@@ -131,22 +131,22 @@ class EpochTable:
             else StretchBlockOrder(rows, seed, epoch, shuffle_block, laid[0], edges=laid[1], pinned_ends=True,
                                    keyed_layout=False)
         self._counts = counts
-        order = self._order  # runs of one shard's documents, in stream order
-        run_documents = np.diff(np.append(order._stream_start, order.n))
-        run_tokens = counts.run_tokens(order._dataset_start, run_documents)
+        stream_start, dataset_start, block_start = self._order.table()  # runs of one shard's documents
+        run_documents = np.diff(np.append(stream_start, self._order.n))
+        run_tokens = counts.run_tokens(dataset_start, run_documents)
         run_token_start = np.concatenate(([0], np.cumsum(run_tokens))).astype(np.int64)
-        opens = np.searchsorted(order._stream_start, order._block_start)
+        opens = np.searchsorted(stream_start, block_start)
         self.block_token_start = run_token_start[opens]
         self.tokens = int(run_token_start[-1])
         # a laid epoch's stretches in tokens (their edges are shard edges: piece starts, or the stream's end)
         self._stretch_tokens = None if laid is None else \
-            run_token_start[np.searchsorted(np.append(order._stream_start, order.n), laid[1])]
+            run_token_start[np.searchsorted(np.append(stream_start, self._order.n), laid[1])]
         self._blocks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def window_limit(self, end: int) -> int:
         """How far a window that must reach token ``end`` may read on: to the end of the stretch that token
         ``end - 1`` lies in, or of its first block where it lies there (a rank whose rows reach past its own
-        stretch reads only that pinned block of the next: ``packed_layout``); unlaid, the stream's end."""
+        stretch reads only that pinned block of the next: ``packed/stretches``); unlaid, the stream's end."""
         edges = self._stretch_tokens
         if edges is None:
             return self.tokens
@@ -268,7 +268,7 @@ def _counting(size: int, dtype: Any) -> np.ndarray:
 
 
 def _as_spans(found: list[np.ndarray]) -> Spans:
-    """Arrays, one per document, as spans (``Shards._read_id_spans_ascending``'s form: array k, [0, size))."""
+    """Arrays, one per document, as spans (``ShardsHooks.read_id_spans_ascending``'s form: array k, [0, size))."""
     sizes = np.fromiter((ids.size for ids in found), np.int64, len(found))
     return list(found), np.arange(len(found), dtype=np.int64), np.zeros(len(found), np.int64), sizes
 
@@ -277,7 +277,7 @@ def build_window(table: EpochTable, epoch: int, begin: int, end: int, framing: t
                  read: Any, seq_len: int, reuse: TokenWindow | None = None) -> Window | None:
     """The window of tokens ``[begin, end)``: its pieces (``table.piece_arrays``), its documents' tokens read
     at once (``read(ascending documents)``: an array per document, or spans over a few arrays as
-    ``Shards._read_id_spans_ascending`` gives them; None where it cannot) and laid end to end by one
+    ``ShardsHooks.read_id_spans_ascending`` gives them; None where it cannot) and laid end to end by one
     concatenation of a slice per piece, bos/eos put in by one ``np.insert`` where the framing has them:
     no Python step per document beyond its slice. Also returns the documents in window order, their
     sizes as read and the first few whole (``_SAMPLED``), for the caller's checks."""

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from shufflepoint._core.capabilities import Locatable, LocatesRows
+from shufflepoint._core.capabilities import Locatable
 from shufflepoint._errors import SampleError, ShardError
+from shufflepoint._shards.readers.base import LocatesRows
 
 
 def below(dataset: Any, index: int) -> dict[str, Any] | None:
