@@ -15,8 +15,7 @@ from typing import Any, Literal, overload
 import numpy as np
 import torch.utils.data
 
-from shufflepoint._core import state as _state
-from shufflepoint._core.capabilities import ExplainsOrderVersion, Locatable, ReadsAtDensity, offered
+from shufflepoint._core.capabilities import Locatable, ReadsAtDensity, offered
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.plan import Layout
 from shufflepoint._errors import Plain, refusal
@@ -27,7 +26,7 @@ from shufflepoint._loading.deal import Deal, rank_chunks, warn_if_blocks_exceed_
 from shufflepoint._loading.keyed import Transform, keyed_chunks
 from shufflepoint._loading.mesh import resolve_data_parallel
 from shufflepoint._loading.orders import Identity, OrderCache
-from shufflepoint._loading.position import LoaderPosition, Pass
+from shufflepoint._loading.position import LoaderPosition, Pass, expected_state
 from shufflepoint._loading.serving import (
     announced,
     announcer,
@@ -354,7 +353,9 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             validate_everywhere, strict=strict, rank=self._rank, world_size=position.layout.world_size,
             verify_ranks=self._verify_ranks if verify_ranks is None else verify_ranks, groups=self._groups,
         )
-        position.load(state, self._expected, validate)
+        expected = functools.partial(expected_state, "loader", self._seed, self._shuffle, self._identity,
+                                     position.layout)
+        position.load(state, expected, validate)
         self._identity = self._identity.for_orders(position.orders)
 
     @overload
@@ -416,16 +417,3 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         added, merged = self._position.exclusion_with(indices)
         agree_on_exclusion(added, self._rank, self.world_size, self._verify_ranks, self._groups)
         self._position.exclude(merged)
-
-    def _expected(self, orders: OrderCache, deal: Deal, state: object) -> _state.Expected:
-        identity = self._identity.for_orders(orders)
-        return _state.Expected(
-            kind="loader", n=self._position.layout.n, seed=self._seed, shuffle=self._shuffle,
-            order=orders.name, order_version=orders.version_for(deal.name),
-            dataset_fingerprint=identity.fingerprint, explain_fingerprint=identity.explain, deal=deal.name,
-            legacy_fingerprint=identity.legacy_for(state), layout=self._position.layout,
-            parameters=orders.parameters, phases_changed=identity.compatible,
-            explain_order_version=(orders.dataset._explain_order_version
-                                   if isinstance(orders.dataset, ExplainsOrderVersion) else None),
-            buckets=deal.keys_fingerprint, cuts=deal.own_cuts,
-        )

@@ -22,9 +22,11 @@ batch, the cut's ``rank_positions`` mapped through the epoch's order. Between ba
 replays: ``seek``/``set_epoch`` jump, ``set_batch_size`` and ``exclude`` read on from the same
 position with another cut (recorded in the history), the end of a pass jumps to the next epoch.
 
-What a resume does (``load``): the saved state is validated against what this loader expects and
-agreed on by every rank (the adapter's ``validate``), then placed: its exclusions rebuilt, its history
-read on with this layout from the saved (epoch, cursor, segments). Nothing changes if any of it fails.
+What a resume does (``load``, for the ``DataLoader`` and ``ResumableSampler`` alike): the orders and deal
+the state is read with, the state validated against what they expect (``expected_state``) and agreed on by
+every rank (the adapter's ``validate``), then placed: its exclusions rebuilt, its epoch's order checked within
+the dataset's bounds, its history read on with this layout from the saved (epoch, cursor, segments). Nothing
+changes if any of it fails.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shufflepoint._core import state as _state
+from shufflepoint._core.capabilities import ExplainsOrderVersion
 from shufflepoint._core.cut import Cut
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.history import MAX_EPOCH, Cuts, History, Place, place_after
@@ -45,7 +48,7 @@ from shufflepoint._loading import block_choice
 from shufflepoint._loading.capabilities import check_grid
 from shufflepoint._loading.deal import Deal
 from shufflepoint._loading.excluded import Excluded, arrived, handed_from, history_cuts, kept_steps, placeable
-from shufflepoint._loading.orders import OrderCache, within_bounds
+from shufflepoint._loading.orders import Identity, OrderCache, within_bounds
 from shufflepoint._order import check_int
 
 Validate = Callable[[object, _state.Expected], _state.Position]  # the adapter's validation and rank agreement
@@ -119,6 +122,23 @@ def orders_for_state(orders: OrderCache, state: object) -> OrderCache:
                                              shuffle_block=block, grid=orders.grid)
     found: OrderCache = block_choice.orders_for_state(orders, state, rebuild)
     return found
+
+
+def expected_state(kind: str, seed: int, shuffle: bool, identity: Identity, layout: Layout, orders: OrderCache,
+                   deal: Deal, state: object) -> _state.Expected:
+    """What a state must match to be loaded into a ``kind`` (``"loader"`` or ``"sampler"``) built with ``seed``,
+    ``shuffle`` and ``identity`` that reads on with ``layout``, ``orders`` and ``deal``: the one account both
+    adapters give ``LoaderPosition.load`` (with the first five bound)."""
+    identity = identity.for_orders(orders)
+    dataset = orders.dataset
+    return _state.Expected(
+        kind=kind, n=layout.n, seed=seed, shuffle=shuffle, order=orders.name,
+        order_version=orders.version_for(deal.name), dataset_fingerprint=identity.fingerprint,
+        explain_fingerprint=identity.explain, deal=deal.name, legacy_fingerprint=identity.legacy_for(state),
+        layout=layout, parameters=orders.parameters, phases_changed=identity.compatible,
+        explain_order_version=dataset._explain_order_version if isinstance(dataset, ExplainsOrderVersion) else None,
+        buckets=deal.keys_fingerprint, cuts=deal.own_cuts,
+    )
 
 
 class LoaderPosition:
