@@ -67,7 +67,7 @@ class BucketDeal(Deal):
     """The ``buckets`` deal: its cuts are ``BucketCut``s of the loader's keys and seed."""
 
     def __init__(self, table: BucketTable, seed: int) -> None:
-        self.chosen, self.name = True, NAME
+        self.name = NAME
         self.table, self.seed = table, seed
         self.keys_fingerprint = table.fingerprint
         self.own_cuts = self.place_cut

@@ -12,6 +12,7 @@ import numpy as np
 from shufflepoint._core.buckets import NAME as BUCKETS
 from shufflepoint._core.cut import Cut
 from shufflepoint._core.history import Cuts
+from shufflepoint._core.older_states import recorded_deal
 from shufflepoint._core.plan import STRIDED, Layout, cut
 from shufflepoint._core.spans import NAME as SPANS
 from shufflepoint._errors import refusal
@@ -27,11 +28,11 @@ _FIRST_CHUNK, _MAX_CHUNK = 1 << 8, 1 << 13
 
 
 class Deal:
-    """The deal a loader or sampler reads with: ``strided`` or ``spans``, chosen or defaulted.
+    """The deal a loader or sampler reads with: ``strided`` or ``spans``, as passed or as the default resolves.
 
-    ``deal=None`` picks ``spans`` for a corpus order (``blocks``, ``mixture``), so a node reads its
-    own share of the shards, and ``strided`` (DistributedSampler's) for anything else. A deal left
-    to the default follows the deal a loaded state records (a 0.2 state of a corpus: ``strided``).
+    ``deal=None`` picks ``spans`` for a corpus order (``blocks``, ``mixture``), so a node reads its own
+    share of the shards, and ``strided`` (DistributedSampler's) for anything else. Only the deal it resolves
+    to is kept: ``deal=None`` and ``deal="spans"`` on a corpus are the same loader, on a resume too.
     ``buckets`` is a deal of its own (``_loading/bucketed.py``), built from the keys, never adopted.
     """
 
@@ -42,16 +43,17 @@ class Deal:
         if name == BUCKETS:
             raise ValueError(refusal("deal", name, "'strided', 'spans' or None: 'buckets' comes with buckets=keys",
                                      "pass the run's keys as buckets= (and leave deal unset)"))
-        self.chosen = name is not None  # deal_for checks the name, and a dataset that needs one deal (Mixture's)
+        # deal_for checks the name, and a dataset that needs one deal (Mixture's)
         self.name: str = deal_for(name, SPANS if orders.is_corpus else STRIDED, orders.dataset)
 
     def for_state(self, state: object) -> Deal:
-        """This deal, or the state's when this one was left to the default (adopted once valid)."""
-        found = state.get("deal", STRIDED) if isinstance(state, dict) else None
-        if self.chosen or found not in (STRIDED, SPANS) or found == self.name:
+        """This deal; ``strided`` where this one is ``spans`` and the state was dealt strided (a corpus read by 0.2,
+        which had no other deal, and every state of that run since), so that an upgrade reads a run on as it
+        began. Adopted once valid."""
+        if self.name != SPANS or recorded_deal(state) != STRIDED:
             return self
         adopted = Deal.__new__(Deal)
-        adopted.chosen, adopted.name = False, str(found)
+        adopted.name = STRIDED
         return adopted
 
     def cut(self, layout: Layout, cursor: int, segments: list[list[int]],

@@ -99,14 +99,15 @@ class OrderCache:
 
     ``order=None`` picks the default: the dataset's own order when it has one (``Mixture``:
     ``mixture``), ``blocks`` for a sharded corpus (a dataset with ``shard_rows``), ``radix-feistel``
-    for anything else. ``shuffle_block`` applies to ``blocks`` and ``mixture`` only.
+    for anything else. ``shuffle_block`` applies to ``blocks`` and ``mixture`` only. Nothing remembers
+    whether a value was given or defaulted: a resume reads the same for ``order=None`` and the order it
+    resolves to (``for_state``), and for ``shuffle_block=None`` and the block it resolves to (``block_choice``).
     """
 
     def __init__(self, name: str | None, n: int, seed: int, *, dataset: Any = None,
                  shuffle_block: int | None = None, grid: int | None = None) -> None:
         rows = dataset.shard_rows if isinstance(dataset, ShardedCorpus) else None
         own = dataset.order_name if isinstance(dataset, OwnOrder) else None
-        self.chosen, self.block_chosen = name is not None, shuffle_block is not None  # else a state's may be (loader)
         if name is None:
             name = own or (BLOCKS if rows is not None else DEFAULT_ORDER)
         self.n, self.seed, self.shuffle_block = n, seed, None
@@ -149,16 +150,17 @@ class OrderCache:
             self.get(0, StridedCut(Layout(n, 1, 1, False), 0))
 
     def for_state(self, state: object) -> OrderCache:
-        """The orders to validate ``state`` against: these, or, when the caller left the order to
-        the default and the state records another default (0.1's ``feistel``), that one, so an
-        upgrade resumes a run in the order it started with. Adopted only once the state is valid."""
+        """The orders to validate ``state`` against: these; or, where these are today's default order
+        (``radix-feistel``, passed or not) and the state records an earlier default (0.1's ``feistel``), that one,
+        so that an upgrade resumes a run in the order it started with. Adopted only once the state is valid."""
         found = state.get("order") if isinstance(state, dict) else None
         if self._stretched and isinstance(state, dict) and state.get("deal") == SPANS and \
                 state.get("order_version") == self.version:  # written before Mixture laid its order on stretches
             unlaid = copy.copy(self)
             unlaid._stretched, unlaid._epoch, unlaid._order = False, None, None
             return unlaid
-        if self.chosen or self.shuffle_block is not None or found == self.name or found not in DEFAULT_ORDERS:
+        earlier = self.name == DEFAULT_ORDER and found in DEFAULT_ORDERS and found != self.name
+        if self.shuffle_block is not None or not earlier:
             return self
         return OrderCache(str(found), self.n, self.seed, dataset=self._dataset)
 

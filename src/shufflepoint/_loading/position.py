@@ -23,10 +23,11 @@ replays: ``seek``/``set_epoch`` jump, ``set_batch_size`` and ``exclude`` read on
 position with another cut (recorded in the history), the end of a pass jumps to the next epoch.
 
 What a resume does (``load``, for the ``DataLoader`` and ``ResumableSampler`` alike): the orders and deal
-the state is read with, the state validated against what they expect (``expected_state``) and agreed on by
-every rank (the adapter's ``validate``), then placed: its exclusions rebuilt, its epoch's order checked within
-the dataset's bounds, its history read on with this layout from the saved (epoch, cursor, segments). Nothing
-changes if any of it fails.
+the state is read with (from those the adapter was built with: a state's block or earlier default, never
+whether a value was given or defaulted), the state validated against what they expect (``expected_state``)
+and agreed on by every rank (the adapter's ``validate``), then placed: its exclusions rebuilt, its epoch's
+order checked within the dataset's bounds, its history read on with this layout from the saved (epoch,
+cursor, segments). Nothing changes if any of it fails.
 """
 
 from __future__ import annotations
@@ -116,8 +117,9 @@ def warn_of_a_lost_ramp(recorded: int, batch_size: int) -> None:
 
 
 def orders_for_state(orders: OrderCache, state: object) -> OrderCache:
-    """The orders a state is validated against: these, or with the state's block or grid where these left
-    it to the default (``block_choice.py``), or the state's default order (0.1's ``feistel``)."""
+    """The orders a state is validated against: these, or with the state's block where these read this machine's
+    default block, or its grid (``block_choice.py``), or the state's earlier default order (0.1's ``feistel``)
+    where these read today's (``OrderCache.for_state``)."""
     rebuild = lambda name, block: OrderCache(name, orders.n, orders.seed, dataset=orders.dataset,  # noqa: E731
                                              shuffle_block=block, grid=orders.grid)
     found: OrderCache = block_choice.orders_for_state(orders, state, rebuild)
@@ -146,6 +148,7 @@ class LoaderPosition:
 
     def __init__(self, layout: Layout, orders: OrderCache, deal: Deal) -> None:
         self.layout, self.orders, self.deal = layout, orders, deal
+        self._built = (orders, deal)  # what a load starts from, whatever earlier loads adopted
         self.live: Pass | None = None  # the pass being read, if any
         self._epoch, self._steps = 0, 0  # with no live pass: the epoch and step the next pass begins at
         self.excluded, self._which_excluded = Excluded(layout.n), Excluded(layout.n)
@@ -406,10 +409,11 @@ class LoaderPosition:
         )
 
     def load(self, state: object, expected: Expecting, validate: Validate) -> None:
-        """Place the saved run's position here, in one trip: the orders and deal the state needs, the state
-        validated and agreed on (``validate``), its exclusions and history rebuilt, then applied. A refused
-        state raises (``StateError``) with nothing changed."""
-        orders, deal = orders_for_state(self.orders, state), self.deal.for_state(state)
+        """Place the saved run's position here, in one trip: the orders and deal the state is read with (from those
+        this position was built with), the state validated and agreed on (``validate``), its exclusions and
+        history rebuilt, then applied. A refused state raises (``StateError``) with nothing changed."""
+        built_orders, built_deal = self._built
+        orders, deal = orders_for_state(built_orders, state), built_deal.for_state(state)
         saved = validate(state, expected(orders, deal, state))
         excluded = Excluded.for_state(saved.excluded, orders)
         start = excluded.start(deal, orders, self.layout, saved)
@@ -417,7 +421,7 @@ class LoaderPosition:
         history = arrived(saved, excluded, deal, orders, start, self.layout)
         start = excluded.cut(deal, orders, self.layout, saved.epoch, saved.cursor, saved.segments,
                              history.parts(), saved.handed)
-        if orders.identity != self.orders.identity:  # a state's block or grid adopted
+        if orders.identity != built_orders.identity:  # a state's block or grid adopted
             check_grid(orders.dataset, orders.grid, self.layout.world_size * self.layout.batch_size)
         self.restore(orders, deal, saved.steps, history, excluded, saved.excluded_at)
         self._epoch, self._start = saved.epoch, start

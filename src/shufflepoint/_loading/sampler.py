@@ -168,7 +168,7 @@ class ResumableSampler(DistributedSampler[int]):
         The state's epoch wins over the sampler's, except that a state of a *finished* epoch never
         moves the sampler back from a later epoch already chosen with ``set_epoch``. Rank agreement
         and ``strict`` work as in ``shufflepoint.DataLoader.load_state_dict``; so does the rest: the position
-        model's ``load`` places it (a state's block adopted where this sampler's was left to the default).
+        model's ``load`` places it (a state's block adopted where this sampler reads the default one).
         """
         position = self._position
         validate = functools.partial(
