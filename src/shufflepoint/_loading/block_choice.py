@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from shufflepoint._core.capabilities import FitsDecodeBudget
+from shufflepoint._core.cut import Deal
 from shufflepoint._core.older_states import recorded_parameter
 from shufflepoint._order.blocks import DEFAULT_SHUFFLE_BLOCK
 from shufflepoint._order.blocks import NAME as BLOCKS
@@ -27,7 +28,7 @@ class _Orders(Protocol):
     @property
     def dataset(self) -> Any: ...
 
-    def for_state(self, state: object) -> Any: ...
+    def for_state(self, state: object, deal: Deal) -> Any: ...
 
     def on_grid(self, grid: int | None) -> Any: ...
 
@@ -58,10 +59,11 @@ def adopt_recorded_block(orders: _Orders, state: object, rebuild: Any) -> Any:
     return rebuild(orders.name, recorded)
 
 
-def orders_for_state(orders: _Orders, state: object, rebuild: Any) -> Any:
-    """The orders to validate ``state`` against, from a loader's ``orders`` as built: the state's block where these
-    read this machine's default block (``adopt_recorded_block``; ``rebuild(order, block)`` builds them), the
-    state's earlier default order where these read today's (``OrderCache.for_state``), and the state's grid for a
-    scheduled dataset (its phases follow the run's first global batch). Read from a state of any version."""
-    adopted = adopt_recorded_block(orders, state, rebuild) or orders.for_state(state)
+def orders_for_state(orders: _Orders, state: object, deal: Deal, rebuild: Any) -> Any:
+    """The orders to validate ``state`` against, read with ``deal``, from a loader's ``orders`` as built: the
+    state's block where these read this machine's default block (``adopt_recorded_block``; ``rebuild(order,
+    block)`` builds them), the state's earlier default order where these read today's (``OrderCache.for_state``),
+    and the state's grid for a scheduled dataset (its phases follow the run's first global batch). Read from a
+    state of any version."""
+    adopted = adopt_recorded_block(orders, state, rebuild) or orders.for_state(state, deal)
     return adopted.on_grid(recorded_parameter(state, "grid"))

@@ -22,7 +22,7 @@ from shufflepoint._errors import Plain, refusal
 from shufflepoint._loading.agreement import agree_on_exclusion, validate_everywhere, watch_gloo_exit
 from shufflepoint._loading.bucketed import bucketed
 from shufflepoint._loading.capabilities import dataset_length, tell_share
-from shufflepoint._loading.deal import Deal, rank_chunks, warn_if_blocks_exceed_the_share
+from shufflepoint._loading.deal import deal_of, rank_chunks, warn_if_blocks_exceed_the_share
 from shufflepoint._loading.keyed import Transform, keyed_chunks
 from shufflepoint._loading.mesh import resolve_data_parallel
 from shufflepoint._loading.orders import Identity, OrderCache
@@ -207,7 +207,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         if buckets is None:
             orders = OrderCache(order if shuffle else "identity", layout.n, self._seed, dataset=dataset,
                                 shuffle_block=shuffle_block if shuffle else None, grid=world_size * batch_size)
-            dealt = Deal(deal, orders)
+            dealt = deal_of(deal, orders)
         else:  # every per-rank batch one bucket (bucketed.py)
             orders, dealt = bucketed(dataset, buckets, layout.n, self._seed, shuffle, order, deal, shuffle_block)
         warn_if_blocks_exceed_the_share(orders, dealt, layout.n, world_size)

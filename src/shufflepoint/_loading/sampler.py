@@ -17,7 +17,7 @@ from shufflepoint._core.plan import Layout
 from shufflepoint._errors import refusal
 from shufflepoint._loading.agreement import validate_everywhere
 from shufflepoint._loading.capabilities import dataset_length
-from shufflepoint._loading.deal import Deal, rank_index_chunks, warn_if_blocks_exceed_the_share
+from shufflepoint._loading.deal import deal_of, rank_index_chunks, warn_if_blocks_exceed_the_share
 from shufflepoint._loading.mesh import sampler_world
 from shufflepoint._loading.orders import Identity, OrderCache
 from shufflepoint._loading.position import LoaderPosition, expected_state
@@ -88,7 +88,7 @@ class ResumableSampler(DistributedSampler[int]):
                          drop_last=drop_last)
         orders = OrderCache(order if shuffle else "identity", n, seed, dataset=dataset,
                             shuffle_block=shuffle_block if shuffle else None)
-        dealt = Deal(deal, orders)
+        dealt = deal_of(deal, orders)
         warn_if_blocks_exceed_the_share(orders, dealt, n, world_size)
         self._identity = Identity(dataset_fingerprint, dataset, orders)
         self._verify_ranks = bool(verify_ranks)
@@ -111,7 +111,7 @@ class ResumableSampler(DistributedSampler[int]):
         if self._pending is not None:
             return self._pending
         position = self._position
-        return position.cut(self.epoch, 0, [], parts=position.history.parts())
+        return position.cut(self.epoch, 0, (), parts=position.history.parts())
 
     def _sync(self) -> None:
         """The live pass counts what this sampler's current iterator has yielded (one sample a step)."""
@@ -137,7 +137,7 @@ class ResumableSampler(DistributedSampler[int]):
         check_int("epoch", epoch, 0, MAX_EPOCH)
         if epoch != self.epoch:
             self._sync()
-            self._position.jump(epoch, self._position.deal.cut(self._position.layout, 0, []))
+            self._position.jump(epoch, self._position.deal.cut(self._position.layout, 0))
             self.epoch, self._pending, self._active = int(epoch), None, None
 
     def _view(self) -> LoaderPosition:
@@ -185,7 +185,7 @@ class ResumableSampler(DistributedSampler[int]):
             # A finished epoch says nothing about a later epoch the loop already chose with
             # set_epoch (torchdata applies a loaded state lazily, after the loop's set_epoch).
             self._pending = None
-            position.jump(self.epoch, position.deal.cut(position.layout, 0, []))
+            position.jump(self.epoch, position.deal.cut(position.layout, 0))
             return
         self.epoch, self._pending = position.epoch, start
 
