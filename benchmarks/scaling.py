@@ -101,7 +101,8 @@ def epoch_table(shards: int, rows: int, repeats: int) -> dict[str, float]:
 def node_reads(shards: int, rows: int, world: int, per_node: int, batch: int, sample_bytes: int,
                deal: str = "spans") -> dict:
     """Which shards node 0 (ranks 0..per_node-1) reads in epoch 0 under ``deal``, from the order alone."""
-    from shufflepoint._core.plan import Layout, cut
+    from shufflepoint._core.deals import cut
+    from shufflepoint._core.plan import Layout
     from shufflepoint._order.blocks import BlockOrder, StretchBlockOrder
 
     n = shards * rows

@@ -42,7 +42,8 @@ from pathlib import Path
 
 import numpy as np
 
-from shufflepoint._core.plan import Layout, cut
+from shufflepoint._core.deals import cut
+from shufflepoint._core.plan import Layout
 from shufflepoint._order.blocks import BlockOrder, StretchBlockOrder
 from shufflepoint._order.feistel import FeistelOrder
 

@@ -305,11 +305,11 @@ package = types.ModuleType("shufflepoint")
 package.__path__ = [{str(PACKAGE)!r}]
 sys.modules["shufflepoint"] = package
 from shufflepoint._core.plan import Layout
-from shufflepoint._loading.deal import Deal
+from shufflepoint._loading.deal import deal_of
 from shufflepoint._loading.orders import OrderCache
 from shufflepoint._loading.position import LoaderPosition
 orders = OrderCache(None, 10, 3)
-position = LoaderPosition(Layout(10, 2, 2, False), orders, Deal(None, orders))
+position = LoaderPosition(Layout(10, 2, 2, False), orders, deal_of(None, orders))
 live = position.begin_pass()
 live.received = 2
 print(position.step, position.cursor, position.which(1), "torch" in sys.modules)
@@ -428,3 +428,89 @@ def test_the_private_reach_walker_sees_a_reach(tmp_path: pathlib.Path) -> None:
     found = private_reaches(package)
     assert found == [("b.py", 3, "_hidden", False), ("b.py", 5, "_getframe", False), ("b.py", 7, "_hidden", False),
                      ("b.py", 15, "_hidden", True)]
+# What decides what a deal does: one module per deal (``_core/deals/``), behind the ``Deal`` and ``Cut`` protocols
+# (``_core/cut.py``). Anywhere else, asking which deal one reads is a branch that belongs in a deal module.
+DEAL_MODULES = PACKAGE / "_core" / "deals"
+_DEAL_NAMES = {"strided", "spans", "buckets"}  # as literals
+_DEAL_CONSTANTS = {"STRIDED", "SPANS", "BUCKETS"}  # the names' constants, however imported
+_DEAL_NAME_MODULES = {"plan", "spans", "buckets", "strided"}  # modules whose ``NAME`` is a deal's name
+_CUT_CLASSES = {"StridedCut", "SpanCut", "GlobalBatchCut", "FilteredStridedCut", "FilteredSpanCut", "BucketCut"}
+
+
+def _deal_name_aliases(tree: ast.Module) -> set[str]:
+    """Local names bound to a deal's name: ``from ..spans import NAME`` (or ``as SPANS``)."""
+    return {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+            and (node.module or "").rsplit(".", 1)[-1] in _DEAL_NAME_MODULES
+            for alias in node.names if alias.name in {"NAME", *_DEAL_CONSTANTS}}
+
+
+def _names_a_deal(node: ast.AST, aliases: set[str]) -> bool:
+    if isinstance(node, ast.Constant):
+        return node.value in _DEAL_NAMES
+    if isinstance(node, ast.Name):
+        return node.id in _DEAL_CONSTANTS | aliases
+    if isinstance(node, ast.Attribute):
+        return node.attr in _DEAL_CONSTANTS or (node.attr == "NAME" and isinstance(node.value, ast.Name)
+                                                and node.value.id.lstrip("_") in _DEAL_NAME_MODULES)
+    return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(_names_a_deal(e, aliases) for e in node.elts)
+
+
+def _names_a_cut_class(node: ast.AST, tuples: set[str]) -> bool:
+    names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    names |= {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+    return bool(names & (_CUT_CLASSES | tuples))
+
+
+def deal_branches(path: pathlib.Path) -> list[str]:
+    """``line: code`` of every branch on a deal's name (``deal.name == STRIDED``, ``state["deal"] == "spans"``) or
+    on a cut's type (``isinstance(cut, FilteredSpanCut)``, ``type(cut) in <a tuple of cut classes>``)."""
+    tree = ast.parse(path.read_text())
+    aliases = _deal_name_aliases(tree)
+    tuples = {target.id for statement in tree.body if isinstance(statement, ast.Assign)
+              and isinstance(statement.value, ast.Tuple) and _names_a_cut_class(statement.value, set())
+              for target in statement.targets if isinstance(target, ast.Name)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            typed = any(isinstance(o, ast.Call) and isinstance(o.func, ast.Name) and o.func.id == "type"
+                        for o in operands)
+            if any(_names_a_deal(o, aliases) for o in operands) or \
+                    typed and any(_names_a_cut_class(o, tuples) for o in operands):
+                found.append(f"{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id in ("isinstance", "issubclass") and len(node.args) == 2 and \
+                _names_a_cut_class(node.args[1], tuples):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+@pytest.mark.parametrize("path", [p for p in _python_files(PACKAGE) if DEAL_MODULES not in p.parents],
+                         ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_only_the_deal_modules_ask_which_deal_they_read(path: pathlib.Path) -> None:
+    """Everything that differs between the deals is a method of the deal or its cuts, answered in the deal's own
+    module (``_core/deals/``): nowhere else does code branch on a deal's name or a cut's type. (An *order's* name,
+    ``orders.name != BLOCKS``, is not the deal.)"""
+    found = deal_branches(path)
+    assert not found, f"{path.relative_to(ROOT)} asks which deal it reads (move it behind the Deal protocol, " \
+        f"_core/cut.py, into the deal's module under _core/deals/): {found}"
+
+
+def test_the_deal_branch_walker_finds_planted_branches(tmp_path: pathlib.Path) -> None:
+    """Each kind of branch is seen: a deal's name as a literal, a constant, an imported ``NAME``, a module's
+    ``NAME``; a cut's type by ``isinstance`` and by ``type() in`` a tuple of cut classes; an order's name is not."""
+    source = tmp_path / "m.py"
+    source.write_text(
+        "from shufflepoint._core.spans import NAME as WHICH\n"
+        "from shufflepoint._core import buckets as _buckets\n"
+        "CUTS = (StridedCut, SpanCut)\n"
+        "def f(deal, state, cut, orders):\n"
+        "    a = deal.name == 'strided'\n"
+        "    b = deal.name != STRIDED\n"
+        "    c = state['deal'] == WHICH\n"
+        "    d = deal in (_buckets.NAME,)\n"
+        "    e = isinstance(cut, FilteredSpanCut)\n"
+        "    f = type(cut) in CUTS\n"
+        "    g = orders.name != BLOCKS\n"
+        "    h = deal.name == other.name\n")
+    assert sorted(int(line.split(":")[0]) for line in deal_branches(source)) == [5, 6, 7, 8, 9, 10]

@@ -11,9 +11,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import shufflepoint
+from shufflepoint._core.deals import cut
 from shufflepoint._core.global_batch import GlobalBatchCut, keeps_global_batch
 from shufflepoint._core.history import History, Place
-from shufflepoint._core.plan import Layout, StridedCut, cut
+from shufflepoint._core.plan import Layout, StridedCut
 from shufflepoint._core.spans import SpanCut, check_segments
 from simulated import ShardRows
 

@@ -16,7 +16,8 @@ from hypothesis import assume, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from shufflepoint import StateError  # noqa: E402
-from shufflepoint._core.plan import Layout, cut  # noqa: E402
+from shufflepoint._core.deals import cut  # noqa: E402
+from shufflepoint._core.plan import Layout  # noqa: E402
 from shufflepoint.integrations.transformers import place  # noqa: E402
 from shufflepoint.integrations.transformers._budget import Budget, End, Reach, end_of, steps_to  # noqa: E402
 

@@ -1,5 +1,5 @@
-"""The default order is radix-feistel; a loader left to the default resumes a state saved under 0.1's
-default (feistel) in feistel, so an upgrade never changes a running job's data order."""
+"""The default order is radix-feistel; a loader reading it (left to the default or passed) resumes a state saved
+under 0.1's default (feistel) in feistel, so an upgrade never changes a running job's data order."""
 
 import json
 
@@ -45,9 +45,16 @@ def test_a_01_state_resumes_in_feistel_under_the_default():
     assert batches(resumed, 2) == batches(reference, 2)  # and the next epoch stays in feistel
 
 
-def test_a_chosen_order_is_never_overridden():
-    with pytest.raises(shufflepoint.StateError, match="'order'"):
-        loader("radix-feistel").load_state_dict(STATE_01)
+def test_the_default_order_passed_or_not_resumes_a_01_state_alike():
+    """order=None and the order it resolves to are the same loader: nothing remembers which was written."""
+    default, passed = loader(), loader("radix-feistel")
+    default.load_state_dict(STATE_01)
+    passed.load_state_dict(STATE_01)
+    assert default.state_dict() == passed.state_dict() and passed.state_dict()["order"] == "feistel"
+    assert batches(default) == batches(passed)
+
+
+def test_another_chosen_order_is_never_overridden():
     chosen_feistel = loader("feistel")
     state = loader().state_dict()  # radix-feistel
     with pytest.raises(shufflepoint.StateError, match="'order'"):

@@ -108,3 +108,29 @@ def test_sampler_defaults_to_one_replica_without_a_process_group():
     s = shufflepoint.ResumableSampler(range(5))
     assert (s.num_replicas, s.rank) == (1, 0)
     assert sorted(s) == list(range(5))
+
+
+def test_the_sampler_resumes_through_the_loaders_path():
+    """The sampler's resume is ``LoaderPosition.load``: a state's block is adopted where the sampler's is the default
+    (as the loader does), the rest of the epoch is the run's on every rank, and a block of the caller's own that
+    differs is refused by name with nothing changed."""
+    from simulated import ShardRows
+
+    def corpus_sampler(rank, **kwargs):
+        return shufflepoint.ResumableSampler(ShardRows([9, 7, 11, 5]), num_replicas=2, rank=rank, seed=3, **kwargs)
+
+    run = [corpus_sampler(rank, shuffle_block=4) for rank in range(2)]
+    its = [iter(each) for each in run]
+    for it in its:
+        for _ in range(5):
+            next(it)
+    state = run[0].state_dict()
+    resumed = [corpus_sampler(rank) for rank in range(2)]
+    for each in resumed:
+        each.load_state_dict(dict(state))
+    assert resumed[0].state_dict() == state  # shuffle_block 4, adopted
+    assert [list(each) for each in resumed] == [list(it) for it in its]
+    chosen = corpus_sampler(0, shuffle_block=8)
+    with pytest.raises(shufflepoint.StateError, match=r"'shuffle_block': found 4\n  expected: 8"):
+        chosen.load_state_dict(dict(state))
+    assert chosen.state_dict()["shuffle_block"] == 8 and chosen.state_dict()["cursor"] == 0

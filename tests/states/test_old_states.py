@@ -68,7 +68,8 @@ def test_an_old_state_is_written_again_as_version_4_with_its_parameters_as_field
 @pytest.mark.parametrize("name", ["v2-blocks.json", "v3-blocks.json"])
 def test_a_block_left_to_the_default_follows_an_old_state_and_a_chosen_one_is_checked(name, tmp_path, monkeypatch):
     """Another machine's decode budget fits another default block: the loader adopts the state's (recorded in
-    its fingerprint then), and reads on exactly; a block of the caller's own that differs is refused by name."""
+    its fingerprint then), and reads on exactly, whether its block was left to the default or passed as that
+    default; a block of the caller's own that differs is refused by name."""
     record = record_of(name)
     case, state = CASES["blocks"], record["state"]
     monkeypatch.setattr(ShardsHooks, "fitting_shuffle_block", lambda self: 8)
@@ -77,11 +78,16 @@ def test_a_block_left_to_the_default_follows_an_old_state_and_a_chosen_one_is_ch
     loader.load_state_dict(copy.deepcopy(state), verify_ranks=False)
     assert loader.state_dict()["shuffle_block"] == 65536
     assert take(iter(loader), loader, case["next"]) == record["next"][1]
+    passed = shufflepoint.DataLoader(shufflepoint.Shards(str(tmp_path / "corpus" / "*.jsonl")), 2, seed=11, rank=1,
+                                     world_size=2, shuffle_block=8)  # the default block, passed: the same loader
+    passed.load_state_dict(copy.deepcopy(state), verify_ranks=False)
+    assert passed.state_dict()["shuffle_block"] == 65536
+    assert take(iter(passed), passed, case["next"]) == record["next"][1]
     chosen = shufflepoint.DataLoader(shufflepoint.Shards(str(tmp_path / "corpus" / "*.jsonl")), 2, seed=11, rank=0,
-                                     world_size=2, shuffle_block=8)
-    with pytest.raises(shufflepoint.StateError, match=r"state field 'shuffle_block': found 65536\n  expected: 8"):
+                                     world_size=2, shuffle_block=16)
+    with pytest.raises(shufflepoint.StateError, match=r"state field 'shuffle_block': found 65536\n  expected: 16"):
         chosen.load_state_dict(copy.deepcopy(state), verify_ranks=False)
-    assert chosen.state_dict()["shuffle_block"] == 8 and chosen.state_dict()["cursor"] == 0  # nothing changed
+    assert chosen.state_dict()["shuffle_block"] == 16 and chosen.state_dict()["cursor"] == 0  # nothing changed
 
 
 def test_an_old_schedule_s_changed_phase_is_refused_by_name_and_an_appended_one_resumes(tmp_path):

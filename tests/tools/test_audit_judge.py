@@ -500,7 +500,7 @@ def test_the_runner_judges_content_from_the_phases_records_and_checks_it_under_k
 def _spans_streams(n, layouts, drop_last):
     """(reference, resumed, save): one epoch of positions under ``spans``, uninterrupted on the first
     (world, batch) and resumed after ``batches`` of it on the second, as the loader's cuts deal them."""
-    from shufflepoint._core.plan import cut
+    from shufflepoint._core.deals import cut
 
     (world, batch, batches), (new_world, new_batch) = layouts
     whole = cut(Layout(n, world, batch, drop_last), "spans", 0, [])
@@ -528,7 +528,7 @@ def test_a_corpus_resized_at_a_fixed_global_batch_keeps_its_global_batches(new_w
 
 def test_a_fixed_global_batch_cut_again_is_exactly_once_with_a_note():
     """The re-deal 0.3 did (the loader without the position's layout): the same sizes, other global batches."""
-    from shufflepoint._core.plan import cut
+    from shufflepoint._core.deals import cut
 
     reference, _, save = _spans_streams(531, [(4, 3, 20), (2, 6)], False)
     whole = cut(Layout(531, 4, 3, False), "spans", 0, [])

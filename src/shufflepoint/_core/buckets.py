@@ -45,6 +45,8 @@ from typing import Any
 
 import numpy as np
 
+from shufflepoint._core.cut import rank_rows
+from shufflepoint._core.segments import BucketSegments
 from shufflepoint._errors import DAMAGED, Plain, Refused, refusal
 from shufflepoint._order import Order, check_int, make_order
 from shufflepoint._order.feistel import _base_key, _splitmix64
@@ -197,7 +199,7 @@ class _Interleave:
         return before + np.bincount(buckets[:slots - int(before.sum())], minlength=len(self.units))
 
 
-def check_segments(n: int, segments: object) -> list[list[int]]:
+def check_segments(n: int, segments: object) -> BucketSegments:
     """An epoch's ``[batch_size, slots]`` pairs, well formed (Refused naming the pair); whether the slots were
     there to take is the cut's check (it needs the keys)."""
     if not isinstance(segments, list) or len(segments) > MAX_SEGMENTS:
@@ -213,25 +215,20 @@ def check_segments(n: int, segments: object) -> list[list[int]]:
         total += pair[0] * pair[1]
     if total > n:
         raise Refused("segments", segments, f"batches of at most n={n} samples in all", DAMAGED)
-    return [list(pair) for pair in segments]
-
-
-def cursor_of(segments: Sequence[Sequence[int]]) -> int:
-    """Samples an epoch handed out over all ranks: sum of batch_size x slots."""
-    return sum(int(size) * int(slots) for size, slots in segments)
+    return BucketSegments(segments)
 
 
 class BucketCut:
     """The rest of one epoch under ``buckets`` for a world of ``world_size`` ranks reading ``batch_size``
     (a ``Cut``, ``_core/cut.py``): ``segments`` say what the epoch read so far."""
 
-    name = NAME
+    stretches = None  # the bucket order is laid along no stretches
 
     def __init__(self, table: BucketTable, seed: int, epoch: int, world_size: int, batch_size: int,
                  segments: Sequence[Sequence[int]]) -> None:
         self.table, self.seed, self.epoch = table, seed, epoch
         self._world, self._batch = world_size, batch_size
-        self.segments = [[int(size), int(slots)] for size, slots in segments]
+        self.segments = BucketSegments(segments)
         consumed = np.zeros(len(table), np.int64)
         goes_on = bool(self.segments) and self.segments[-1][0] == batch_size
         finished = self.segments[:-1] if goes_on else self.segments
@@ -240,7 +237,7 @@ class BucketCut:
         self.consumed = consumed  # of each bucket's stream, before the current segment
         self.slot = self.segments[-1][1] if goes_on else 0  # slots the current segment has handed out
         self._interleave = self._segment(len(finished), batch_size, consumed, self.slot)
-        self._kept = self.segments[:-1] if goes_on else self.segments
+        self._kept = BucketSegments(self.segments[:-1]) if goes_on else self.segments
         if not goes_on and len(self.segments) >= MAX_SEGMENTS and self.samples_per_rank():
             # LIMIT(buckets-batch-sizes-per-epoch): docs/buckets.md#limits
             raise ValueError(refusal("batch_size", batch_size, f"at most {MAX_SEGMENTS} batch sizes in one epoch "
@@ -257,10 +254,6 @@ class BucketCut:
     @property
     def world_size(self) -> int:
         return self._world
-
-    @property
-    def first_world_size(self) -> int:
-        return self._world  # the bucket order does not depend on it
 
     def samples_per_rank(self) -> int:
         return self._batch * ((self._interleave.total - self.slot) // self._world)
@@ -293,12 +286,16 @@ class BucketCut:
             pieces.append((buckets[mine], units[mine]))
         return np.concatenate([p[0] for p in pieces]), np.concatenate([p[1] for p in pieces])
 
-    def after(self, received: int) -> tuple[int, list[list[int]]]:
+    def world_positions(self, start: int, stop: int) -> np.ndarray:
+        """``rank_positions(rank, start, stop)`` of every rank, one row a rank (``which``)."""
+        return rank_rows(self, start, stop)
+
+    def after(self, received: int) -> tuple[int, BucketSegments]:
         """(cursor, segments) once every rank has received ``received`` more samples."""
         batches = min(received, self.samples_per_rank()) // self._batch
         slots = self.slot + batches * self._world
-        segments = self._kept + ([[self._batch, slots]] if slots else [])
-        return cursor_of(segments), segments
+        segments = BucketSegments((*self._kept, *([(self._batch, slots)] if slots else [])))
+        return segments.cursor, segments
 
     def bucket_of_slots(self, first: int, stop: int) -> np.ndarray:
         """The bucket label of the current segment's slots first..stop-1 (what ``which`` shows of a step)."""

@@ -37,7 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from shufflepoint._core.plan import STRIDED, Layout
+from shufflepoint._core.plan import Layout
+from shufflepoint._core.segments import Segments
 from shufflepoint._errors import DAMAGED, Plain, Refused, refusal, shown
 from shufflepoint._order.distinct import distinct
 
@@ -229,6 +230,13 @@ class Skips:
         self.positions = np.sort(np.asarray(positions, dtype=np.int64))
         self.n = n
         self._from: tuple[int, np.ndarray] | None = None
+        self._ranges: Exclusion | None = None
+
+    def ranges(self) -> Exclusion:
+        """The positions as sorted ranges (the ``spans`` deal skips them so), built once."""
+        if self._ranges is None:
+            self._ranges = Exclusion.from_indices(self.positions, self.n, name="positions")
+        return self._ranges
 
     def remaining(self, cursor: int) -> int:
         """Positions in ``[cursor, n)`` that are not excluded."""
@@ -273,7 +281,7 @@ class FilteredStridedCut:
     epoch's first kept positions (as ``StridedCut`` pads with the epoch's first positions).
     """
 
-    name = STRIDED
+    stretches = None  # the strided order is laid along no stretches
 
     def __init__(self, layout: Layout, cursor: int, skips: Skips) -> None:
         self.layout, self.cursor, self.skips = layout, cursor, skips
@@ -282,8 +290,6 @@ class FilteredStridedCut:
     @property
     def world_size(self) -> int:
         return self.layout.world_size
-
-    first_world_size = world_size
 
     def samples_per_rank(self) -> int:
         full_steps, tail = divmod(self._left, self.layout.step_size)
@@ -314,13 +320,13 @@ class FilteredStridedCut:
             positions[~inside] = self.skips.nth(0, (kept[~inside] - self._left) % self.skips.remaining(0))
         return positions.reshape(self.world_size, max(stop - start, 0))
 
-    def after(self, received: int) -> tuple[int, list[list[int]]]:
+    def after(self, received: int) -> tuple[int, Segments]:
         """(cursor, segments) once every rank has received ``received`` more samples: the position
         after the last kept position handed out (``n`` once the kept positions are all out)."""
         handed = self.world_size * min(received, self.samples_per_rank())
         if handed == 0:
-            return self.cursor, []
+            return self.cursor, Segments()
         if handed >= self._left:
-            return self.layout.n, []
-        return int(self.skips.nth(self.cursor, np.array([handed - 1]))[0]) + 1, []
+            return self.layout.n, Segments()
+        return int(self.skips.nth(self.cursor, np.array([handed - 1]))[0]) + 1, Segments()
 

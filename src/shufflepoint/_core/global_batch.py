@@ -48,7 +48,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from shufflepoint._core.spans import NAME, SpanCut, check_segments
+from shufflepoint._core.cut import rank_rows
+from shufflepoint._core.segments import Segments
+from shufflepoint._core.spans import SpanCut, check_segments
 from shufflepoint._errors import Plain, refusal
 
 
@@ -81,13 +83,11 @@ def _stretches(n: int, world_size: int) -> tuple[np.ndarray, np.ndarray]:
 class GlobalBatchCut(SpanCut):
     """The rest of an epoch under ``spans`` at a fixed global batch: what each rank of the new world reads.
 
-    A ``SpanCut`` (the same deal, the same questions; ``plan.cut`` picks which) for the position
+    A ``SpanCut`` (the same deal, the same questions; the ``spans`` deal picks which) for the position
     ``[[first_world_size, taken]]`` (``taken`` 0: the epoch's start) read by ``world_size`` ranks of
     ``batch_size``, where ``world_size * batch_size`` divides by ``first_world_size``. It answers
     every question itself.
     """
-
-    name = NAME
 
     def __init__(self, n: int, first_world_size: int, taken: int, world_size: int, batch_size: int,
                  drop_last: bool) -> None:  # not SpanCut's: the parts replace its segments
@@ -155,7 +155,11 @@ class GlobalBatchCut(SpanCut):
         found: np.ndarray = self._starts[part] + self.taken + step * self.part_batch + within
         return found
 
-    def after(self, received: int) -> tuple[int, list[list[int]]]:
+    def world_positions(self, start: int, stop: int) -> np.ndarray:
+        """``rank_positions(rank, start, stop)`` of every rank, one row a rank (not ``SpanCut``'s: rank by rank)."""
+        return rank_rows(self, start, stop)
+
+    def after(self, received: int) -> tuple[int, Segments]:
         """(cursor, segments) once every rank has received ``received`` more samples (whole global batches).
 
         The position stays one segment of the first world: ``received / B1`` global batches took B0
@@ -171,4 +175,4 @@ class GlobalBatchCut(SpanCut):
             taken = self.taken + received // self.batch_size * self.part_batch
         taken = min(taken, self._longest)
         remaining = int(np.maximum(self._lengths - taken, 0).sum())
-        return self.n - remaining, [[self._first_world_size, taken]] if taken else []
+        return self.n - remaining, Segments([(self._first_world_size, taken)] if taken else [])

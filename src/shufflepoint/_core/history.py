@@ -49,19 +49,15 @@ from typing import Any
 
 import numpy as np
 
-from shufflepoint._core import buckets as _buckets
-from shufflepoint._core import spans as _spans
-from shufflepoint._core.cut import Cut
-from shufflepoint._core.exclusion import FilteredStridedCut
-from shufflepoint._core.plan import MAX_N, STRIDED, Layout, StridedCut, cut
-from shufflepoint._core.spans import SpanCut
-from shufflepoint._core.spanskips import FilteredSpanCut
+from shufflepoint._core.cut import Cut, Deal
+from shufflepoint._core.deals import named
+from shufflepoint._core.plan import Layout
+from shufflepoint._core.segments import BucketSegments, Pairs, Segments
 from shufflepoint._errors import DAMAGED, Plain, Refused, refusal
 
-# The cut a layout reads from a place, the excluded samples skipped (``loader._cut``): a history places the steps
-# after an exclusion with it (the legs from the exclusion's step on, each stored with its start).
+# The cut a layout reads from a place, the excluded samples skipped (``LoaderPosition.cut``): a history places the
+# steps after an exclusion with it (the legs from the exclusion's step on, each stored with its start).
 Cuts = Callable[["Place", Layout, int], Cut]
-_WHOLE_WORLD = (StridedCut, SpanCut, FilteredStridedCut, FilteredSpanCut)  # cuts that place a world at once
 MAX_ENTRIES = 33  # the leg the history starts with and the 32 latest changes
 MAX_EPOCH = 2**62  # the orders' bound (``_order.MAX_EPOCH``): the last epoch a run can read
 _MAX_INT = 2**63 - 1
@@ -74,13 +70,18 @@ class Place:
 
     epoch: int
     cursor: int
-    segments: tuple[tuple[int, int], ...] = ()
+    segments: Pairs = Segments()  # the deal's own kind (a plain sequence of pairs is read as ``Segments``)
 
-    def cut(self, layout: Layout, deal: str, parts: int | None = None) -> StridedCut | SpanCut:
-        """``layout``'s cut from here; ``parts``: the canonical parts' world size (``plan.cut``)."""
-        return cut(layout, deal, self.cursor, [list(pair) for pair in self.segments], parts)
+    def __post_init__(self) -> None:
+        if not isinstance(self.segments, (Segments, BucketSegments)):
+            object.__setattr__(self, "segments", Segments(self.segments))
 
-    def normal(self, layout: Layout, deal: str) -> Place:
+    def cut(self, layout: Layout, deal: str | Deal, parts: int | None = None) -> Cut:
+        """``layout``'s cut from here under ``deal``; ``parts``: the canonical parts' world size (``History.parts``)."""
+        deal = named(deal) if isinstance(deal, str) else deal
+        return deal.cut(layout, self.cursor, self.segments, parts, epoch=self.epoch)
+
+    def normal(self, layout: Layout, deal: str | Deal) -> Place:
         """This place, or the start of the next epoch when ``layout`` has nothing left to read here (an
         epoch's start stays itself: under a layout that reads no batch of an epoch, epochs pass
         without a step)."""
@@ -93,7 +94,7 @@ def place_after(epoch: int, start: Cut,
                 received: int) -> Place:
     """The place once every rank has received ``received`` more samples from ``start``."""
     cursor, segments = start.after(received)
-    return Place(epoch, cursor, tuple((int(w), int(t)) for w, t in segments))
+    return Place(epoch, cursor, segments)
 
 
 @dataclass(frozen=True)
@@ -105,13 +106,12 @@ class Leg:
     start: Place
     explicit: bool  # stored with its start (else it begins where the previous leg arrived)
 
-    def entry(self, deal: str) -> list[Any]:
+    def entry(self, deal: Deal) -> list[Any]:
         layout = self.layout
         head: list[Any] = [self.step, layout.world_size, layout.batch_size, int(layout.drop_last)]
         if not self.explicit:
             return head
-        start: Any = [list(pair) for pair in self.start.segments] if deal != STRIDED else self.start.cursor
-        return [*head, self.start.epoch, start]
+        return [*head, self.start.epoch, deal.start_entry(self.start.cursor, self.start.segments)]
 
 
 def _batches(deal_cut: Cut, batch_size: int) -> int:
@@ -134,43 +134,31 @@ class Placed:
         return self.cut.rank_positions(rank, first, min(first + size, self.cut.samples_per_rank()))
 
     def world_positions(self) -> np.ndarray:
-        """``rank_positions`` of every rank, one row a rank: in one pass over the world for the deals' own
-        cuts (16,384 ranks in milliseconds), rank by rank for a cut with samples excluded."""
+        """``rank_positions`` of every rank, one row a rank: in one pass over the world where the cut can (16,384
+        ranks in milliseconds), rank by rank where it cannot (a fixed global batch's, the bucket deal's)."""
         size = self.layout.batch_size
         first = self.batch * size
-        stop = min(first + size, self.cut.samples_per_rank())
-        cut = self.cut
-        if type(cut) in _WHOLE_WORLD:  # exactly these: a subclass (GlobalBatchCut) deals otherwise
-            assert isinstance(cut, _WHOLE_WORLD)
-            return cut.world_positions(first, stop)
-        rows = [self.cut.rank_positions(rank, first, stop) for rank in range(self.layout.world_size)]
-        return np.stack(rows) if rows else np.zeros((0, max(stop - first, 0)), dtype=np.int64)
+        return self.cut.world_positions(first, min(first + size, self.cut.samples_per_rank()))
 
 
 class History:
-    """The legs of a run, validated, for one dataset length and deal. Immutable: ``record`` returns
-    a new history."""
+    """The legs of a run, validated, for one dataset length and deal (a ``Deal``, or the name of one). Immutable:
+    ``record`` returns a new history."""
 
-    def __init__(self, n: int, deal: str, legs: Sequence[Leg], cuts: Cuts | None = None) -> None:
-        self.n, self.deal, self.legs = n, deal, tuple(legs)
-        self.own_cuts = cuts  # a deal whose cuts need the epoch and more than a layout (``buckets``): its own
+    def __init__(self, n: int, deal: str | Deal, legs: Sequence[Leg]) -> None:
+        self.n, self.legs = n, tuple(legs)
+        self.deal = named(deal) if isinstance(deal, str) else deal
         self._steps = [leg.step for leg in self.legs]
 
     @classmethod
-    def begin(cls, n: int, deal: str, layout: Layout, start: Place, step: int = 0, cuts: Cuts | None = None) -> History:
-        """A history of one leg: the run (or what is known of it) starts at ``step`` from ``start``; ``cuts``:
-        the deal's own (``buckets``), else ``plan.cut`` builds them from the deal's name."""
-        first = cls(n, deal, [], cuts)
-        return cls(n, deal, [Leg(step, layout, first.normal(start, layout), True)], cuts)
+    def begin(cls, n: int, deal: str | Deal, layout: Layout, start: Place, step: int = 0) -> History:
+        """A history of one leg: the run (or what is known of it) starts at ``step`` from ``start``."""
+        first = cls(n, deal, [])
+        return cls(n, first.deal, [Leg(step, layout, first.normal(start, layout), True)])
 
     def normal(self, place: Place, layout: Layout) -> Place:
-        """``place.normal`` with this history's own cuts where the deal has them."""
-        if self.own_cuts is None:
-            return place.normal(layout, self.deal)
-        fresh = place.cursor == 0 and not place.segments
-        if fresh or self.own_cuts(place, layout, layout.world_size).samples_per_rank() > 0:
-            return place
-        return Place(place.epoch + 1, 0)
+        """``place.normal`` under this history's deal."""
+        return place.normal(layout, self.deal)
 
     @property
     def first_step(self) -> int:
@@ -201,7 +189,6 @@ class History:
 
     def _cut(self, leg: Leg, start: Place, cuts: Cuts | None) -> Cut:
         """``leg``'s cut from ``start``: the deal's own, or the caller's (excluded samples skipped)."""
-        cuts = cuts or self.own_cuts
         if cuts is None:
             return start.cut(leg.layout, self.deal, self.parts(leg))
         return cuts(start, leg.layout, self.parts(leg))
@@ -278,12 +265,12 @@ class History:
             return self
         while legs and legs[-1].step == step:
             legs.pop()
-        arrived = History(self.n, self.deal, legs, self.own_cuts).position(step) if legs and cuts is None else None
+        arrived = History(self.n, self.deal, legs).position(step) if legs and cuts is None else None
         legs.append(Leg(step, layout, target, explicit=arrived != target or cuts is not None))
         if len(legs) > MAX_ENTRIES:
             legs = legs[-MAX_ENTRIES:]
             legs[0] = replace(legs[0], explicit=True)
-        return History(self.n, self.deal, legs, self.own_cuts)
+        return History(self.n, self.deal, legs)
 
     def _arrives(self, step: int, target: Place, cuts: Cuts | None) -> bool:
         try:
@@ -292,9 +279,9 @@ class History:
             return False
 
     @classmethod
-    def from_entries(cls, n: int, deal: str, entries: object, cuts: Cuts | None = None) -> History:
-        """Validate and resolve a stored history; ValueError naming the entry (``history[i]``). ``cuts``: the
-        deal's own, where it has them (``buckets``)."""
+    def from_entries(cls, n: int, deal: str | Deal, entries: object) -> History:
+        """Validate and resolve a stored history; ValueError naming the entry (``history[i]``)."""
+        deal = named(deal) if isinstance(deal, str) else deal
         if not isinstance(entries, list) or not 1 <= len(entries) <= MAX_ENTRIES:
             count = f"{len(entries)} entries" if isinstance(entries, list) else type(entries).__name__
             raise Refused("history", Plain(count), f"a list of 1 to {MAX_ENTRIES} entries", DAMAGED)
@@ -304,7 +291,7 @@ class History:
             if legs and step <= legs[-1].step:
                 raise Refused(f"history[{number}]", Plain(f"step {step}"), f"a step after {legs[-1].step}", DAMAGED)
             if start is None:
-                arrived = cls(n, deal, legs, cuts).position(step) if legs else None
+                arrived = cls(n, deal, legs).position(step) if legs else None
                 if arrived is None:
                     where = "the first entry must carry its start" if not legs else "no batch reaches that step"
                     raise Refused(f"history[{number}]", entry, f"[step, W, B, D, epoch, start] ({where})", DAMAGED)
@@ -313,16 +300,16 @@ class History:
                                   f"a step in epochs 0..{MAX_EPOCH}", DAMAGED)
                 start = arrived
             else:
-                start = cls(n, deal, legs, cuts).normal(start, layout)
+                start = cls(n, deal, legs).normal(start, layout)
             legs.append(Leg(step, layout, start, explicit=len(entry) == 6))
-        return cls(n, deal, legs, cuts)
+        return cls(n, deal, legs)
 
 
 def _is_int(value: object, low: int, high: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
-def _parse(n: int, deal: str, number: int, entry: object) -> tuple[int, Layout, Place | None]:
+def _parse(n: int, deal: Deal, number: int, entry: object) -> tuple[int, Layout, Place | None]:
     """One entry's step, layout and (stored) start; ValueError naming it."""
     field = f"history[{number}]"
     shape = "[step, W, B, D] or [step, W, B, D, epoch, start]"
@@ -338,28 +325,5 @@ def _parse(n: int, deal: str, number: int, entry: object) -> tuple[int, Layout, 
     epoch, start = entry[4:]
     if not _is_int(epoch, 0, MAX_EPOCH):
         raise Refused(f"{field} epoch", epoch, f"an int in [0, {MAX_EPOCH}]", DAMAGED)
-    if deal == STRIDED:
-        if not _is_int(start, 0, min(n, MAX_N)):
-            raise Refused(f"{field} start", start, f"a cursor in [0, n={n}] (deal 'strided')", DAMAGED)
-        return step, layout, Place(epoch, start)
-    if deal == _buckets.NAME:
-        try:
-            pairs = _buckets.check_segments(n, start)
-        except Refused as error:
-            raise Refused(f"{field} start {error.subject}", error.found, error.expected, error.fix) from None
-        return step, layout, Place(epoch, _buckets.cursor_of(pairs), tuple((b, s) for b, s in pairs))
-    left = _check_start_segments(n, field, start)
-    stored = tuple((int(w), int(t)) for w, t in start)
-    return step, layout, Place(epoch, n - left, stored)
-
-
-def _check_start_segments(n: int, field: str, start: object) -> int:
-    """The positions a stored start's segments leave (a folded epoch's included: ``spans.py``)."""
-    if not (isinstance(start, list) and len(start) <= _spans.MAX_SEGMENTS + _spans.is_folded(start)
-            and all(isinstance(p, list) and len(p) == 2 and all(_is_int(v, 0, _MAX_INT) for v in p) for p in start)):
-        raise Refused(f"{field} start", start, f"the epoch's segments, at most {_spans.MAX_SEGMENTS} "
-                      "[world_size, taken] pairs and a fold (deal 'spans')", DAMAGED)
-    try:
-        return _spans.remaining(n, start)
-    except Refused as error:
-        raise Refused(f"{field} start {error.subject}", error.found, error.expected, error.fix, why=error.why) from None
+    cursor, segments = deal.parse_start(n, field, start)
+    return step, layout, Place(epoch, cursor, segments)

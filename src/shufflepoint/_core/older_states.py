@@ -96,3 +96,13 @@ def recorded_parameter(state: object, name: str) -> int | None:
     value = upgraded(state).get(name) if isinstance(state, Mapping) else None
     valid = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_PARAMETER
     return value if valid else None
+
+
+def recorded_deal(state: object) -> object:
+    """The deal a state of any version records (a version 1 state: ``strided``, the only deal then), or None
+    where it is no state: what a resume reads the state's deal as, before it validates it.
+
+    >>> recorded_deal({"version": 1}), recorded_deal({"version": 4, "deal": "spans"})
+    ('strided', 'spans')
+    """
+    return upgraded(state).get("deal") if isinstance(state, Mapping) else None

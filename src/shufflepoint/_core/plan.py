@@ -1,7 +1,8 @@
 """The arithmetic of one epoch under the ``strided`` deal: which positions each rank reads, and when.
 
-(The other deal, ``spans``, is in ``spans.py``; both answer the same questions through a *cut*,
-the rest of an epoch dealt to the current world.)
+(The other deals are ``spans`` (``spans.py``) and ``buckets`` (``buckets.py``); each answers the same
+questions through a *cut*, the rest of an epoch dealt to the current world, and ``_core/deals/strided.py``
+says what sets this one apart.)
 
 Vocabulary (all integers):
 
@@ -31,9 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shufflepoint._core.global_batch import GlobalBatchCut, keeps_global_batch
-from shufflepoint._core.spans import NAME as SPANS
-from shufflepoint._core.spans import SpanCut
+from shufflepoint._core.segments import Segments
 from shufflepoint._errors import refusal
 from shufflepoint._order import check_int
 
@@ -93,7 +92,7 @@ class Layout:
 class StridedCut:
     """The rest of an epoch under the ``strided`` deal, from ``cursor``: what each rank reads."""
 
-    name = STRIDED
+    stretches = None  # the strided order is laid along no stretches
 
     def __init__(self, layout: Layout, cursor: int) -> None:
         self.layout, self.cursor = layout, cursor
@@ -101,8 +100,6 @@ class StridedCut:
     @property
     def world_size(self) -> int:
         return self.layout.world_size
-
-    first_world_size = world_size  # the strided order does not depend on it
 
     def samples_per_rank(self) -> int:
         return self.layout.samples_per_rank(self.cursor)
@@ -124,26 +121,7 @@ class StridedCut:
             np.remainder(positions, layout.n, out=positions)
         return positions
 
-    def after(self, received: int) -> tuple[int, list[list[int]]]:
-        """(cursor, segments) once every rank has received ``received`` more samples."""
-        return self.layout.cursor_after(self.cursor, min(received, self.samples_per_rank())), []
-
-
-def cut(layout: Layout, deal: str, cursor: int, segments: list[list[int]],
-        parts: int | None = None) -> StridedCut | SpanCut:
-    """The rest of the epoch at (cursor, segments) under ``deal``, for ``layout``'s world.
-
-    ``parts``: under ``spans``, the world size whose stretches are the canonical parts at this global
-    batch (the run's layout history says, ``History.parts``); None: this world's own. When they are
-    another world's (``global_batch.keeps_global_batch``) the epoch is read as that world's global
-    batches; else the rest of it is re-dealt.
-    """
-    if deal == STRIDED:
-        return StridedCut(layout, cursor)
-    if deal != SPANS:  # ``buckets``: its cuts need the keys, the loader's own (``_core/buckets.py``)
-        raise ValueError(refusal("deal", deal, "'strided' or 'spans' here", "read a 'buckets' run through the "
-                                 "loader built with its keys (DataLoader(..., buckets=keys))"))
-    if parts is not None and keeps_global_batch(segments, parts, layout.world_size, layout.batch_size):
-        taken = int(segments[0][1]) if segments else 0
-        return GlobalBatchCut(layout.n, parts, taken, layout.world_size, layout.batch_size, layout.drop_last)
-    return SpanCut(layout.n, segments, layout.world_size, layout.batch_size, layout.drop_last)
+    def after(self, received: int) -> tuple[int, Segments]:
+        """(cursor, segments) once every rank has received ``received`` more samples (no segments: the cursor
+        says it all)."""
+        return self.layout.cursor_after(self.cursor, min(received, self.samples_per_rank())), Segments()

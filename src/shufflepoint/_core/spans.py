@@ -50,11 +50,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shufflepoint._core.segments import FOLD, Segments
 from shufflepoint._errors import DAMAGED, Refused
 
 NAME = "spans"
 MAX_SEGMENTS = 64  # world sizes dealt in stretches inside one epoch; another one folds the epoch (module docstring)
-FOLD = 0  # the world size of the last pair of a folded epoch's segments: [FOLD, handed]
 
 
 @dataclass(frozen=True)
@@ -124,31 +124,24 @@ def check_segments(n: int, segments: Sequence[Sequence[int]]) -> list[_Segment]:
     return built
 
 
-def split_fold(segments: Sequence[Sequence[int]]) -> tuple[list[list[int]], int | None]:
+def split_fold(segments: Sequence[Sequence[int]]) -> tuple[Segments, int | None]:
     """(the segments dealt in stretches, positions of the folded rest handed out, or None when not folded)."""
-    pairs = [[int(w), int(t)] for w, t in segments]
-    if pairs and pairs[-1][0] == FOLD:
-        return pairs[:-1], pairs[-1][1]
+    pairs = Segments(segments)
+    if pairs.folded:
+        return Segments(pairs[:-1]), pairs[-1].taken
     return pairs, None
-
-
-def is_folded(segments: Sequence[Sequence[int]]) -> bool:
-    """Whether an epoch's segments end with the fold (a state written with one is format version 5)."""
-    last = segments[-1] if segments else None
-    return isinstance(last, (list, tuple)) and len(last) == 2 and last[0] == FOLD and not isinstance(last[0], bool)
 
 
 def check_fold(n: int, segments: Sequence[Sequence[int]]) -> tuple[list[_Segment], int | None]:
     """``check_segments`` of a possibly folded epoch: (the stretch segments, the fold's ``handed`` or None).
     Kept for the latest few epochs' segments: a load places up to 33 history legs, each cutting an epoch
     of up to 65 segments (0.7 ms of Python each)."""
-    key = tuple((int(w), int(t)) for w, t in segments)
-    built, handed = _checked_fold(n, key)
+    built, handed = _checked_fold(n, Segments(segments))
     return list(built), handed
 
 
 @functools.lru_cache(maxsize=64)
-def _checked_fold(n: int, segments: tuple[tuple[int, int], ...]) -> tuple[tuple[_Segment, ...], int | None]:
+def _checked_fold(n: int, segments: Segments) -> tuple[tuple[_Segment, ...], int | None]:
     pairs, handed = split_fold(segments)
     built = check_segments(n, pairs)
     if handed is not None:
@@ -202,8 +195,6 @@ class SpanCut:
     when the world size is the same (an exact resume), else opens a new one over what remains.
     """
 
-    name = NAME
-
     def __init__(self, n: int, segments: Sequence[Sequence[int]], world_size: int, batch_size: int,
                  drop_last: bool) -> None:
         history, handed = check_fold(n, segments)
@@ -225,6 +216,11 @@ class SpanCut:
     def first_world_size(self) -> int:
         """The world size the epoch started with: the stretches its order is laid along."""
         return self._history[0].world_size if self._history else self._current.world_size
+
+    @property
+    def stretches(self) -> int | None:
+        """The world size whose stretches the epoch's order is laid along: the first."""
+        return self.first_world_size
 
     def samples_per_rank(self) -> int:
         """How many samples each rank reads from here to the end of the epoch."""
@@ -280,18 +276,17 @@ class SpanCut:
         found: np.ndarray = self._back(positions.reshape(-1)).reshape(positions.shape)
         return found
 
-    def after(self, received: int) -> tuple[int, list[list[int]]]:
+    def after(self, received: int) -> tuple[int, Segments]:
         """(cursor, segments) once every rank has received ``received`` more samples."""
         current, fold = self._current, self._fold
+        history = [(s.world_size, s.taken) for s in self._history]
         if fold is not None:  # the fold's rest: only ``handed`` moves
             handed = min(fold.handed + fold.world_size * min(received, self.samples_per_rank()), fold.size)
-            segments = [[s.world_size, s.taken] for s in self._history]
-            return self.n - fold.size + handed, segments + ([[FOLD, handed]] if handed else [])
+            return self.n - fold.size + handed, Segments(history + ([(FOLD, handed)] if handed else []))
         taken = current.taken + min(received, self.samples_per_rank())
-        segments = [[s.world_size, s.taken] for s in self._history]
         if taken > 0:
-            segments.append([current.world_size, taken])
+            history.append((current.world_size, taken))
             left = _Segment(current.size, current.world_size, taken).remaining()
         else:
             left = current.size
-        return self.n - left, segments
+        return self.n - left, Segments(history)

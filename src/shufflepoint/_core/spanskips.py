@@ -32,10 +32,13 @@ what the space has left (each remaining sample once), as a resize does without e
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from shufflepoint._core.exclusion import MAX_RANGES, Exclusion
-from shufflepoint._core.spans import MAX_SEGMENTS, NAME, SpanCut, check_segments, is_folded
+from shufflepoint._core.segments import Segments
+from shufflepoint._core.spans import MAX_SEGMENTS, SpanCut, check_segments
 from shufflepoint._errors import DAMAGED, Plain, Refused, refusal
 
 __all__ = ["FilteredSpanCut", "Handed"]
@@ -92,10 +95,8 @@ class FilteredSpanCut:
     asked of the space ``[0, n)`` minus ``handed`` minus ``excluded`` (epoch positions, or their ranges
     as an ``Exclusion``, which a loader builds once per epoch)."""
 
-    name = NAME
-
-    def __init__(self, n: int, handed: Handed | None, excluded: np.ndarray | Exclusion, segments: list[list[int]],
-                 world_size: int, batch_size: int, drop_last: bool) -> None:
+    def __init__(self, n: int, handed: Handed | None, excluded: np.ndarray | Exclusion,
+                 segments: Sequence[Sequence[int]], world_size: int, batch_size: int, drop_last: bool) -> None:
         self.n, self.handed = n, handed
         gone = excluded if isinstance(excluded, Exclusion) else _intervals(np.asarray(excluded, dtype=np.int64), n)
         if handed is not None:
@@ -104,10 +105,11 @@ class FilteredSpanCut:
         self._gone_before = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
         self._kept_before = gone.starts - self._gone_before[:-1]  # kept positions before each gone range
         self.size = n - int(self._gone_before[-1])
-        self.segments = [list(pair) for pair in segments]
+        self.segments = Segments(segments)
         self._inner = SpanCut(self.size, self.segments, world_size, batch_size, drop_last)
         first = handed.first_world_size if handed is not None else self._inner.first_world_size
         self.first_world_size = first
+        self.stretches: int | None = first  # the epoch's order is laid along its first world's stretches
 
     @property
     def world_size(self) -> int:
@@ -148,7 +150,7 @@ class FilteredSpanCut:
         inner = self._inner.world_positions(start, stop)
         return self.to_epoch(inner.reshape(-1), ascending=False).reshape(inner.shape)
 
-    def after(self, received: int) -> tuple[int, list[list[int]]]:
+    def after(self, received: int) -> tuple[int, Segments]:
         """(cursor, segments) once every rank has received ``received`` more samples: ``cursor`` counts
         the epoch positions that will not be read any more (handed out or gone)."""
         cursor, segments = self._inner.after(received)
@@ -158,7 +160,7 @@ class FilteredSpanCut:
         """What the epoch has handed out once every rank received ``received`` more samples, as ranges
         (the ``handed`` of an exclusion made there); None when nothing was."""
         _, segments = self._inner.after(received)
-        if is_folded(segments):
+        if segments.folded:
             # LIMIT(exclude-folded-epoch): docs/exclusion.md#limits
             raise ValueError(refusal("exclude", Plain(f"an epoch folded after {MAX_SEGMENTS} world sizes"),
                                      "an epoch dealt in stretches", "exclude at the start of the next epoch",

@@ -63,16 +63,18 @@ keys). Every field is checked on load; nothing is ``.get(key, default)``.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any
 
+from shufflepoint._core.cut import Deal
+from shufflepoint._core.deals import named, strided
 from shufflepoint._core.exclusion import Exclusion
-from shufflepoint._core.history import MAX_EPOCH, Cuts, History, Place
+from shufflepoint._core.history import MAX_EPOCH, History, Place
 from shufflepoint._core.older_states import NEWEST_UPGRADED, OLDEST_VERSION, upgraded
-from shufflepoint._core.plan import STRIDED, Layout
-from shufflepoint._core.spans import is_folded
+from shufflepoint._core.plan import Layout
+from shufflepoint._core.segments import Pairs, is_folded
 from shufflepoint._core.spanskips import Handed
 from shufflepoint._core.state_fields import DEALS as DEALS  # re-exported: the deals a state may name
 from shufflepoint._core.state_fields import (
@@ -158,7 +160,8 @@ class Expected:
     dataset_fingerprint: str | None = None
     # The dataset's account of a changed fingerprint (a sharded corpus names the changed shards).
     explain_fingerprint: Callable[[str], str] | None = None
-    deal: str = STRIDED
+    # The deal it reads with (its keys' fingerprint, the bucket deal's, is the one a state's ``buckets`` must name).
+    deal: Deal = strided.DEAL
     # How shufflepoint 0.2 identified the same dataset (a corpus's index without shard versions):
     # a version-1 state carrying it matches, as 0.2 itself would have judged.
     legacy_fingerprint: str | None = None
@@ -171,9 +174,6 @@ class Expected:
     phases_changed: Callable[[list[list[Any]], int, int, int | None], int | None] | None = None
     # The dataset's account of another order_version of its own order (a Mixture built with or without a schedule).
     explain_order_version: Callable[[int], str | None] | None = None
-    # The bucket keys' fingerprint (None: no buckets), and the history's cuts of a deal that has its own (buckets).
-    buckets: str | None = None
-    cuts: Cuts | None = None
 
 
 @dataclass(frozen=True)
@@ -182,8 +182,8 @@ class Position:
 
     epoch: int
     cursor: int
-    deal: str
-    segments: list[list[int]]
+    deal: Deal
+    segments: Pairs
     steps: int
     history: History
     excluded: Exclusion | None = None  # None: nothing excluded
@@ -357,20 +357,21 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> Posit
                    why="the constructor's value is not silently overridden")
     if state["cursor"] > state["n"]:
         raise fail("cursor", state["cursor"], f"an int in [0, n={state['n']}]", DAMAGED)
-    check_buckets(state["buckets"], expected.buckets, expected.kind)
-    check_deal(state, expected.deal, expected.kind)
-    steps, history = check_history(state, bool(state["excluded"]), expected.cuts)
+    deal = expected.deal
+    check_buckets(state["buckets"], deal.keys_fingerprint, expected.kind)
+    check_deal(state, deal, expected.kind)
+    steps, history = check_history(state, deal, bool(state["excluded"]))
     _check_changed(state, expected, strict)
     _warn_if_torch_changed(state)
-    return Position(state["epoch"], state["cursor"], state["deal"], [list(p) for p in state["segments"]],
-                    steps, history, check_excluded(state, expected.kind), check_handed(state),
-                    check_excluded_at(state, steps), state["ramp"])
+    return Position(state["epoch"], state["cursor"], deal, deal.segments(state["segments"]), steps, history,
+                    check_excluded(state, expected.kind), check_handed(state, deal), check_excluded_at(state, steps),
+                    state["ramp"])
 
 
 def build(
     *, kind: str, seed: int, epoch: int, cursor: int, n: int, shuffle: bool, order: str,
     order_version: int, world_size: int, batch_size: int, drop_last: bool,
-    dataset_fingerprint: str | None, deal: str = STRIDED, segments: list[list[int]] | None = None,
+    dataset_fingerprint: str | None, deal: str | Deal = strided.DEAL, segments: Sequence[Sequence[int]] = (),
     steps: int = 0, history: History | None = None, excluded: list[int] | None = None,
     handed: list[int] | None = None, excluded_at: list[int] | None = None,
     parameters: OrderParameters | None = None, ramp: int | None = None, buckets: str | None = None,
@@ -378,23 +379,23 @@ def build(
     """The state dict, every field in schema order. Without a ``history``, the run's history starts at
     ``steps`` from the state's own place (what is known of a state built by hand); without ``parameters``,
     the order has none (a map-style order)."""
-    parameters = parameters or OrderParameters()
+    parameters, deal = parameters or OrderParameters(), named(deal) if isinstance(deal, str) else deal
+    pairs = deal.segments(segments)
     if history is None:
         layout = Layout(n, world_size, batch_size, drop_last)
-        place = Place(epoch, cursor, tuple((w, t) for w, t in segments or []))
-        history = History.begin(n, deal, layout, place, steps)
+        history = History.begin(n, deal, layout, Place(epoch, cursor, pairs), steps)
     torch_version, entries = None, history.entries()
     if order == "torch":
         import torch
 
         torch_version = torch.__version__
     return {
-        "format": FORMAT, "version": VERSION if _folded(segments or [], entries) else CURRENT, "kind": kind,
+        "format": FORMAT, "version": VERSION if _folded(pairs.to_state(), entries) else CURRENT, "kind": kind,
         "seed": seed, "epoch": epoch,
         "cursor": cursor, "n": n, "shuffle": shuffle, "order": order, "order_version": order_version,
         "world_size": world_size, "batch_size": batch_size, "drop_last": drop_last,
         "torch_version": torch_version, "dataset_fingerprint": dataset_fingerprint,
-        "deal": deal, "segments": [list(pair) for pair in segments or []],
+        "deal": deal.name, "segments": pairs.to_state(),
         "steps": steps, "history": entries, "excluded": list(excluded or []),
         "handed": list(handed or []), "excluded_at": list(excluded_at or []),
         "shuffle_block": parameters.shuffle_block, "grid": parameters.grid,

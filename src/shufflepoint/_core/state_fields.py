@@ -9,18 +9,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shufflepoint._core import buckets as _buckets
 from shufflepoint._core import spans as _spans
+from shufflepoint._core.cut import Deal
+from shufflepoint._core.deals import NAMES
 from shufflepoint._core.exclusion import Exclusion
-from shufflepoint._core.history import Cuts, History, Place
-from shufflepoint._core.plan import STRIDED, Layout, cut
-from shufflepoint._core.spans import NAME as SPANS
+from shufflepoint._core.history import History, Place
+from shufflepoint._core.plan import Layout
+from shufflepoint._core.segments import is_folded
 from shufflepoint._core.spanskips import Handed
 from shufflepoint._errors import DAMAGED, Plain, Refused, StateError, field_error, shown
 
 MAX_INT = 2**63 - 1
 MAX_PARAMETER = 2**62  # a block or a grid: run positions stay int64
-DEALS = (STRIDED, SPANS, _buckets.NAME)
+DEALS: tuple[str, ...] = NAMES  # the deals a state may name
 
 
 def fail(field: str, found: object, expected: str, fix: str, *, why: str | None = None) -> StateError:
@@ -28,7 +29,7 @@ def fail(field: str, found: object, expected: str, fix: str, *, why: str | None 
 
 
 def check_segments_shape(segments: list[Any]) -> None:
-    if len(segments) > _spans.MAX_SEGMENTS + _spans.is_folded(segments):
+    if len(segments) > _spans.MAX_SEGMENTS + is_folded(segments):
         raise fail("segments", Plain(f"{len(segments)} segments"), f"at most {_spans.MAX_SEGMENTS} world sizes in one "
                    "epoch and its fold", DAMAGED)
     for number, pair in enumerate(segments):
@@ -38,60 +39,31 @@ def check_segments_shape(segments: list[Any]) -> None:
                        DAMAGED)
 
 
-def check_deal(state: Mapping[str, Any], expected: str, kind: str) -> None:
+def check_deal(state: Mapping[str, Any], expected: Deal, kind: str) -> None:
     """The layout is sane, the deal is the ``expected`` one (what this ``kind`` of object reads with), and
-    its history replays to the state's cursor (any resize can be recorded: ``spans.py``, the fold)."""
+    the state's position is one of that deal (its ``check_state``: the segments replay to the cursor)."""
     for field in ("world_size", "batch_size"):
         if not 1 <= state[field] <= 2**31:
             raise fail(field, state[field], "an int in [1, 2**31]", DAMAGED)
-    deal, segments = state["deal"], state["segments"]
+    deal = state["deal"]
     if deal not in DEALS:
         raise fail("deal", deal, " or ".join(map(repr, DEALS)), "the state is damaged or from a newer "
                    "shufflepoint; use another checkpoint, or upgrade shufflepoint")
-    if deal != expected:
-        raise fail("deal", deal, f"{expected!r} (what this {kind} was built with)",
+    if deal != expected.name:
+        raise fail("deal", deal, f"{expected.name!r} (what this {kind} was built with)",
                    f"build the {kind} with deal={deal!r} to resume this run, or start fresh",
                    why="the constructor's value is not silently overridden")
-    if deal == STRIDED:
-        if segments:
-            raise fail("segments", segments, "[] under the strided deal", DAMAGED)
-        return
-    if deal == _buckets.NAME:
-        try:
-            pairs = _buckets.check_segments(state["n"], segments)
-        except Refused as error:
-            raise fail("segments", error.where(), error.expected, DAMAGED) from None
-        if state["cursor"] != _buckets.cursor_of(pairs):
-            raise fail("cursor", state["cursor"], f"{_buckets.cursor_of(pairs)} (batch_size x slots of "
-                       f"segments={segments})", DAMAGED)
-        return
-    try:
-        cursor = state["n"] - _left(state["n"], segments, folds=state["version"] >= 5)
-    except Refused as error:
-        raise fail("segments", error.where(), error.expected, DAMAGED, why=error.why) from None
-    if state["cursor"] != cursor and not state["excluded"]:  # with exclusions: checked by the loader (the order)
-        raise fail("cursor", state["cursor"], f"{cursor} (what segments={segments} leave of n={state['n']})",
-                   DAMAGED)
+    expected.check_state(state)
 
 
-def _left(n: int, segments: list[list[int]], *, folds: bool) -> int:
-    """Positions the epoch's segments leave. A fold (any number of resizes: ``spans.py``) only in a version 5
-    state: in an older one its pair is a world size 0, refused as such."""
-    if folds:
-        return _spans.remaining(n, segments)
-    built = _spans.check_segments(n, segments)
-    return built[-1].remaining() if built else n
-
-
-def legacy_history(state: Mapping[str, Any], layout: Layout, start: Place) -> tuple[int, History]:
+def legacy_history(state: Mapping[str, Any], deal: Deal, layout: Layout, start: Place) -> tuple[int, History]:
     """(steps, history) for a state written before version 3, which recorded neither: the steps are
     counted as if the saved layout had read the whole run, and the history starts there (earlier
     steps are not placed)."""
-    deal, n = state["deal"], state["n"]
-    per_epoch = -(-cut(layout, deal, 0, []).samples_per_rank() // layout.batch_size)
+    per_epoch = -(-deal.cut(layout, 0).samples_per_rank() // layout.batch_size)
     left = -(-start.cut(layout, deal).samples_per_rank() // layout.batch_size)
     steps = state["epoch"] * per_epoch + max(per_epoch - left, 0)
-    return steps, History.begin(n, deal, layout, start, steps)
+    return steps, History.begin(state["n"], deal, layout, start, steps)
 
 
 def check_buckets(found: str | None, expected: str | None, kind: str) -> None:
@@ -109,18 +81,16 @@ def check_buckets(found: str | None, expected: str | None, kind: str) -> None:
                why=f"{why}: its positions would point at other samples")
 
 
-def check_history(state: Mapping[str, Any], excluding: bool = False,
-                  cuts: Cuts | None = None) -> tuple[int, History]:
-    """The run's history is well formed, ends with the saved layout, and arrives at the saved place
-    after ``steps`` batches. With samples ``excluding`` where it arrives needs the order's inverse, so the
-    loader checks it (``_loading/excluded_steps.arrived``), not this. ``cuts``: the deal's own (buckets)."""
+def check_history(state: Mapping[str, Any], deal: Deal, excluding: bool = False) -> tuple[int, History]:
+    """The run's history under ``deal`` (the state's) is well formed, ends with the saved layout, and arrives at
+    the saved place after ``steps`` batches. With samples ``excluding`` where it arrives needs the order's
+    inverse, so the loader checks it (``_loading/excluded.arrived``), not this."""
     layout = Layout(state["n"], state["world_size"], state["batch_size"], state["drop_last"])
-    deal, n = state["deal"], state["n"]
-    start = Place(state["epoch"], state["cursor"], tuple((w, t) for w, t in state["segments"]))
+    start = Place(state["epoch"], state["cursor"], deal.segments(state["segments"]))
     if "history" not in state:
-        return legacy_history(state, layout, start)
+        return legacy_history(state, deal, layout, start)
     try:
-        history = History.from_entries(n, deal, state["history"], cuts)
+        history = History.from_entries(state["n"], deal, state["history"])
     except Refused as error:
         raise fail("history", error.where(), error.expected, DAMAGED, why=error.why) from None
     steps, last = state["steps"], history.legs[-1]
@@ -141,9 +111,12 @@ def check_history(state: Mapping[str, Any], excluding: bool = False,
     return steps, history
 
 
-def check_handed(state: Mapping[str, Any]) -> Handed | None:
+def check_handed(state: Mapping[str, Any], deal: Deal) -> Handed | None:
+    """What the epoch handed out before its latest exclusion (a deal that ``redeals``), or None (``[]``)."""
+    if not state["handed"]:
+        return None
     try:
-        return Handed.from_state_field(state["handed"], state["n"], state["deal"] == SPANS and bool(state["excluded"]))
+        return Handed.from_state_field(state["handed"], state["n"], deal.redeals and bool(state["excluded"]))
     except Refused as error:
         raise fail("handed", _found(state["handed"], "handed", error), error.expected, error.fix,
                    why=error.why) from None

@@ -3,16 +3,18 @@
 A ``Shards`` corpus sizes its default block to the process's decode budget
 (``_order/decode_budget``), and a budget differs between machines. The block is part of the order,
 so the state records it (``shuffle_block``; before state version 4 in the corpus fingerprint,
-``shards:<hash>:blocks=N``), and a loader whose block was left to the default adopts the one a state
+``shards:<hash>:blocks=N``), and a loader whose block is this machine's default adopts the one a state
 records: a run resumed on a machine with another budget keeps its order (with a warning where that
-block no longer fits the budget), where a caller's own ``shuffle_block`` is checked against the
-state like any field.
+block no longer fits the budget), where any other block is checked against the state like any field.
+Whether the block was passed or left to the default changes nothing: ``shuffle_block=None`` and the block
+it resolves to resume alike.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
+from shufflepoint._core.cut import Deal
 from shufflepoint._core.older_states import recorded_parameter
 from shufflepoint._loading.capabilities import fitting_shuffle_block
 from shufflepoint._order.blocks import DEFAULT_SHUFFLE_BLOCK
@@ -21,11 +23,12 @@ from shufflepoint._order.blocks import NAME as BLOCKS
 
 class _Orders(Protocol):
     name: str
-    chosen: bool
-    block_chosen: bool
     shuffle_block: int | None
 
-    def for_state(self, state: object) -> Any: ...
+    @property
+    def dataset(self) -> Any: ...
+
+    def for_state(self, state: object, deal: Deal) -> Any: ...
 
     def on_grid(self, grid: int | None) -> Any: ...
 
@@ -46,20 +49,21 @@ def recorded_block(state: object) -> int | None:
 
 
 def adopt_recorded_block(orders: _Orders, state: object, rebuild: Any) -> Any:
-    """``rebuild(order, shuffle_block)`` with the state's block where ``orders`` left its block to the
-    default and the state records another; None otherwise (the state is validated as usual)."""
+    """``rebuild(order, shuffle_block)`` with the state's block where ``orders`` read a ``blocks`` order in this
+    machine's default block and the state records another; None otherwise (the state is validated as usual)."""
     recorded = recorded_block(state)
-    if orders.name != BLOCKS or orders.block_chosen or recorded in (None, orders.shuffle_block):
+    if orders.name != BLOCKS or recorded in (None, orders.shuffle_block):
         return None
-    adopted = rebuild(orders.name if orders.chosen else None, recorded)
-    adopted.block_chosen = False  # still the default's: the state's decision, not the caller's
-    return adopted
+    if orders.shuffle_block != default_block(orders.dataset, orders.name):
+        return None  # a block of the caller's own: checked against the state's
+    return rebuild(orders.name, recorded)
 
 
-def orders_for_state(orders: _Orders, state: object, rebuild: Any) -> Any:
-    """The orders to validate ``state`` against, from a loader's ``orders``: the state's block where the block
-    was left to the default (``adopt_recorded_block``; ``rebuild(order, block)`` builds them), the state's
-    default order where the order was (``OrderCache.for_state``), and the state's grid for a scheduled
-    dataset (its phases follow the run's first global batch). Read from a state of any version."""
-    adopted = adopt_recorded_block(orders, state, rebuild) or orders.for_state(state)
+def orders_for_state(orders: _Orders, state: object, deal: Deal, rebuild: Any) -> Any:
+    """The orders to validate ``state`` against, read with ``deal``, from a loader's ``orders`` as built: the
+    state's block where these read this machine's default block (``adopt_recorded_block``; ``rebuild(order,
+    block)`` builds them), the state's earlier default order where these read today's (``OrderCache.for_state``),
+    and the state's grid for a scheduled dataset (its phases follow the run's first global batch). Read from a
+    state of any version."""
+    adopted = adopt_recorded_block(orders, state, rebuild) or orders.for_state(state, deal)
     return adopted.on_grid(recorded_parameter(state, "grid"))

@@ -1,24 +1,22 @@
 """The ``buckets`` deal for a loader: ``DataLoader(..., buckets=keys)`` (the arithmetic: ``_core/buckets.py``).
 
-A loader with buckets reads its epoch through a ``BucketCut`` (every per-rank batch one bucket) and a
-``BucketOrder`` (each bucket's stream a seekable permutation of its own). The position model
-(``position.py``) drives them like any deal: its history is given the deal's own cuts (they need the
-epoch, not only a layout), a state records the keys' fingerprint (``buckets``) and a load with other
-keys, or without, is refused by name. Exclusion is refused (a bucket's batches are whole units of its
-stream; skipping samples inside would re-cut every bucket), and ``buckets`` takes no ``deal``.
+A loader with buckets reads its epoch through the bucket deal (``_core/deals/buckets.py``: its cuts are
+``BucketCut``s of the keys, every per-rank batch one bucket) and a ``BucketOrder`` (each bucket's stream a
+seekable permutation of its own). The position model (``position.py``) drives them like any deal: a state
+records the keys' fingerprint (``buckets``) and a load with other keys, or without, is refused by name.
+Exclusion is refused (a bucket's batches are whole units of its stream; skipping samples inside would re-cut
+every bucket), and ``buckets`` takes no ``deal``. Here: the loader's arguments checked, and the orders.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from shufflepoint._core.buckets import NAME, BucketCut, BucketOrder, BucketTable
+from shufflepoint._core.buckets import BucketOrder, BucketTable
 from shufflepoint._core.capabilities import OwnOrder
-from shufflepoint._core.cut import Cut
-from shufflepoint._core.history import Place
-from shufflepoint._core.plan import Layout
+from shufflepoint._core.cut import Deal
+from shufflepoint._core.deals.buckets import BucketDeal, check_deal_argument
 from shufflepoint._errors import Plain, refusal
-from shufflepoint._loading.deal import Deal
 from shufflepoint._loading.orders import OrderCache
 from shufflepoint._order import DEFAULT_ORDER, Order
 from shufflepoint._shards.counting.bucket_keys import keys_of_field
@@ -32,9 +30,7 @@ def check_bucketed(dataset: Any, order: str | None, deal: str | None, shuffle_bl
         raise ValueError(refusal("buckets", Plain(f"keys for a {type(dataset).__name__}"), "a map-style dataset or a "
                                  "shufflepoint.Shards corpus", "bucket the datasets a Mixture or Packed reads, or "
                                  "drop buckets=", why=f"a {type(dataset).__name__} reads in its own order"))
-    if deal is not None and deal != NAME:
-        raise ValueError(refusal("deal", deal, f"None or {NAME!r} with buckets= (the buckets are the deal)",
-                                 "leave deal unset"))
+    check_deal_argument(deal)
     if shuffle_block is not None or order == "blocks":
         found = "shuffle_block" if shuffle_block is not None else "order"
         raise ValueError(refusal(found, shuffle_block if shuffle_block is not None else order,
@@ -51,49 +47,16 @@ class BucketOrders(OrderCache):
         super().__init__(name, table.n, seed)
         self._dataset, self.table = dataset, table
 
-    def for_state(self, state: object) -> OrderCache:
+    def for_state(self, state: object, deal: Deal) -> OrderCache:
         return self
 
     def on_grid(self, grid: int | None) -> OrderCache:
         return self
 
-    def get(self, epoch: int, deal: Cut) -> Order:
+    def laid(self, epoch: int, stretches: int | None) -> Order:
         if self._order is None or self._epoch != (epoch, None):
             self._order, self._epoch = BucketOrder(self.table, self.name, self.seed, epoch), (epoch, None)
         return self._order
-
-
-class BucketDeal(Deal):
-    """The ``buckets`` deal: its cuts are ``BucketCut``s of the loader's keys and seed."""
-
-    def __init__(self, table: BucketTable, seed: int) -> None:
-        self.chosen, self.name = True, NAME
-        self.table, self.seed = table, seed
-        self.keys_fingerprint = table.fingerprint
-        self.own_cuts = self.place_cut
-
-    def for_state(self, state: object) -> Deal:
-        return self
-
-    def cut(self, layout: Layout, cursor: int, segments: list[list[int]],
-            parts: int | None = None, *, epoch: int = 0) -> Cut:
-        return BucketCut(self.table, self.seed, epoch, layout.world_size, layout.batch_size, segments)
-
-    def place_cut(self, place: Place, layout: Layout, parts: int) -> Cut:
-        """The history's cut from ``place`` (``History.own_cuts``)."""
-        return self.cut(layout, place.cursor, [list(pair) for pair in place.segments], epoch=place.epoch)
-
-    def check_exclusion(self) -> None:
-        # LIMIT(buckets-exclude): docs/buckets.md#limits
-        raise ValueError(refusal("exclude", Plain("samples of a loader with buckets="), "a loader without buckets",
-                                 "filter the dataset and its keys, and start a new run",
-                                 why="a bucket's batches are whole runs of its stream; skipping samples inside "
-                                 "would re-cut every bucket"))
-
-    def epoch_layout(self, layout: Layout, whole: Layout) -> Layout:
-        """A layout whose epoch has as many batches per rank as a fresh bucketed epoch (every one full)."""
-        per_rank = self.cut(layout, 0, []).samples_per_rank()
-        return Layout(per_rank * layout.world_size, layout.world_size, layout.batch_size, True)
 
 
 def bucketed(dataset: Any, keys: object, n: int, seed: int, shuffle: bool, order: str | None, deal: str | None,

@@ -1,5 +1,5 @@
-"""The deal: which rank reads which positions of an epoch (``strided`` or ``spans``), and a rank's
-stream of (positions, indices) chunks read from an epoch's order through a cut of the deal."""
+"""The deal a loader or sampler reads with (what each deal does: ``_core/deals/``), and a rank's stream of
+(positions, indices) chunks read from an epoch's order through a cut of the deal."""
 
 from __future__ import annotations
 
@@ -9,12 +9,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from shufflepoint._core.buckets import NAME as BUCKETS
-from shufflepoint._core.cut import Cut
-from shufflepoint._core.history import Cuts
-from shufflepoint._core.plan import STRIDED, Layout, cut
-from shufflepoint._core.spans import NAME as SPANS
-from shufflepoint._errors import refusal
+from shufflepoint._core import deals
+from shufflepoint._core.cut import Cut, Deal
 from shufflepoint._loading.capabilities import deal_for
 from shufflepoint._loading.orders import OrderCache
 from shufflepoint._order import Order
@@ -26,53 +22,21 @@ from shufflepoint._order.blocks import NAME as BLOCKS
 _FIRST_CHUNK, _MAX_CHUNK = 1 << 8, 1 << 13
 
 
-class Deal:
-    """The deal a loader or sampler reads with: ``strided`` or ``spans``, chosen or defaulted.
-
-    ``deal=None`` picks ``spans`` for a corpus order (``blocks``, ``mixture``), so a node reads its
-    own share of the shards, and ``strided`` (DistributedSampler's) for anything else. A deal left
-    to the default follows the deal a loaded state records (a 0.2 state of a corpus: ``strided``).
-    ``buckets`` is a deal of its own (``_loading/bucketed.py``), built from the keys, never adopted.
-    """
-
-    own_cuts: Cuts | None = None  # the history's cuts, for a deal whose cuts need more than a layout (buckets)
-    keys_fingerprint: str | None = None  # the bucket keys' (the state's ``buckets``); None without buckets
-
-    def __init__(self, name: str | None, orders: OrderCache) -> None:
-        if name == BUCKETS:
-            raise ValueError(refusal("deal", name, "'strided', 'spans' or None: 'buckets' comes with buckets=keys",
-                                     "pass the run's keys as buckets= (and leave deal unset)"))
-        self.chosen = name is not None  # deal_for checks the name, and a dataset that needs one deal (Mixture's)
-        self.name: str = deal_for(name, SPANS if orders.is_corpus else STRIDED, orders.dataset)
-
-    def for_state(self, state: object) -> Deal:
-        """This deal, or the state's when this one was left to the default (adopted once valid)."""
-        found = state.get("deal", STRIDED) if isinstance(state, dict) else None
-        if self.chosen or found not in (STRIDED, SPANS) or found == self.name:
-            return self
-        adopted = Deal.__new__(Deal)
-        adopted.chosen, adopted.name = False, str(found)
-        return adopted
-
-    def cut(self, layout: Layout, cursor: int, segments: list[list[int]],
-            parts: int | None = None, *, epoch: int = 0) -> Cut:
-        """The rest of ``epoch`` at (cursor, segments) for ``layout``'s world (``plan.cut``; the epoch is
-        for a deal whose cuts depend on it, ``buckets``)."""
-        return cut(layout, self.name, cursor, segments, parts)
-
-    def check_exclusion(self) -> None:
-        """ValueError where this deal cannot skip samples (``buckets``); every other deal can."""
-
-    def epoch_layout(self, layout: Layout, whole: Layout) -> Layout:
-        """A whole epoch's layout for ``len(loader)``: ``whole`` (the excluded samples taken out), or a deal's own."""
-        return whole
+def deal_of(name: str | None, orders: OrderCache) -> Deal:
+    """The deal a loader or sampler built with ``deal=name`` reads with: ``name`` (checked against the dataset,
+    ``deal_for``), or, for None, the default: ``spans`` for a corpus order (``blocks``, ``mixture``), so a node
+    reads its own share of the shards, ``strided`` (DistributedSampler's) for anything else. The deal it
+    resolves to is all that is kept: ``deal=None`` and ``deal="spans"`` on a corpus are the same loader, on a
+    resume too (``Deal.for_state``). ``buckets`` is a deal of its own, built from the keys (``bucketed.py``)."""
+    deals.check_argument(name)  # deal_for checks the name, and a dataset that needs one deal (Mixture's)
+    return deals.named(deal_for(name, deals.default_name(orders.is_corpus), orders.dataset))
 
 
 def warn_if_blocks_exceed_the_share(orders: OrderCache, deal: Deal, n: int, world_size: int) -> None:
-    """Under ``spans`` a node reads its share of the corpus; a ``shuffle_block`` of more than half of
-    it makes the order's blocks as large as the stretches (the shuffle is capped at a stretch), and
-    after a re-deal a block cut by a new edge is read by two nodes. Said once, at construction."""
-    if deal.name != SPANS or orders.name != BLOCKS:
+    """Under a deal of stretches (``spans``) a node reads its share of the corpus; a ``shuffle_block`` of more
+    than half of it makes the order's blocks as large as the stretches (the shuffle is capped at a stretch),
+    and after a re-deal a block cut by a new edge is read by two nodes. Said once, at construction."""
+    if not deal.stretched or orders.name != BLOCKS:
         return  # a dataset's own order (Mixture, Packed) counts its shuffle_block in its own units
     local_env = os.environ.get("LOCAL_WORLD_SIZE", "")
     local = int(local_env) if local_env.isdigit() else world_size  # unknown (not torchrun): one node
@@ -89,21 +53,20 @@ def warn_if_blocks_exceed_the_share(orders: OrderCache, deal: Deal, n: int, worl
         )
 
 
-def rank_chunks(order: Order, deal: Cut,
-                rank: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """This rank's (epoch positions, sample indices) from ``deal``'s start to the end of the epoch."""
-    total = deal.samples_per_rank()
+def rank_chunks(order: Order, cut: Cut, rank: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """This rank's (epoch positions, sample indices) from ``cut``'s start to the end of the epoch."""
+    total = cut.samples_per_rank()
     start, size = 0, _FIRST_CHUNK
     while start < total:
         stop = min(start + size, total)
-        positions = deal.rank_positions(rank, start, stop)
+        positions = cut.rank_positions(rank, start, stop)
         yield positions, order.take(positions)
         start, size = stop, min(size * 4, _MAX_CHUNK)
 
 
-def rank_index_chunks(order: Order, deal: Cut, rank: int) -> Iterator[list[int]]:
-    """This rank's sample indices from ``deal``'s start to the end of the epoch, as lists of ints."""
-    for _, indices in rank_chunks(order, deal, rank):
+def rank_index_chunks(order: Order, cut: Cut, rank: int) -> Iterator[list[int]]:
+    """This rank's sample indices from ``cut``'s start to the end of the epoch, as lists of ints."""
+    for _, indices in rank_chunks(order, cut, rank):
         yield indices.tolist()
 
 

@@ -1,9 +1,9 @@
 """The excluded samples as the deal sees them (``loader.exclude``), and the steps read with them excluded.
 
 The arithmetic is ``_core/exclusion.py`` (``strided``) and ``_core/spanskips.py`` (``spans``: an
-exclusion re-deals what is left); here: which orders can exclude (those with an inverse), the
-excluded positions of the current epoch built once per epoch (``Excluded``), and the cuts that place
-the steps read with samples excluded.
+exclusion re-deals what is left), and each deal says how it skips (``Deal.cut``, ``_core/deals/``); here:
+which orders can exclude (those with an inverse), the excluded positions of the current epoch built once
+per epoch (``Excluded``), and the cuts that place the steps read with samples excluded.
 
 An exclusion changes the cut of the rest of the run, so ``which(step)`` and the run's history
 (``_core/history.py``) place the steps from the latest exclusion on with the loader's own cuts, the
@@ -11,35 +11,33 @@ excluded samples skipped (``Excluded.cut``), and every leg from there stored wit
 keeps the excluded set as one union, so a step read between two ``exclude()`` calls (a smaller set in
 effect) is refused by name; the steps before the first exclusion are read as if nothing were excluded.
 
-Under ``spans`` an exclusion mid-epoch re-deals what is left, from what the epoch had ``handed`` out
-(``_core/spanskips.py``). The state keeps that only while the epoch is read; once it is left, the
+Under a deal that ``redeals`` (``spans``) an exclusion mid-epoch re-deals what is left, from what the epoch
+had ``handed`` out (``_core/spanskips.py``). The state keeps that only while the epoch is read; once it is left, the
 exclusion's own epoch is placed again only for a run's single exclusion, whose ``handed`` is what the
 history had handed out by then (rebuilt here as ``exclude()`` builds it).
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from typing import Any, cast
 
-import numpy as np
-
-from shufflepoint._core.cut import Cut
-from shufflepoint._core.exclusion import MAX_RANGES, Exclusion, FilteredStridedCut, Skips
+from shufflepoint._core.cut import Cut, Deal
+from shufflepoint._core.exclusion import MAX_RANGES, Exclusion, Skips
 from shufflepoint._core.history import Cuts, History, Place, place_after
-from shufflepoint._core.plan import STRIDED, Layout, StridedCut
-from shufflepoint._core.spans import SpanCut
-from shufflepoint._core.spanskips import FilteredSpanCut, Handed
+from shufflepoint._core.plan import Layout
+from shufflepoint._core.spanskips import Handed
 from shufflepoint._core.state import Position as SavedPosition
 from shufflepoint._core.state_fields import MAX_EXCLUDED_AT
 from shufflepoint._errors import DAMAGED, Plain, Refused, field_error, refusal
-from shufflepoint._loading.deal import Deal
 from shufflepoint._loading.orders import OrderCache
 from shufflepoint._order import InvertibleOrder
 
 
 def check_can_exclude(orders: OrderCache) -> None:
     """ValueError naming what stands in the way: an order without an inverse."""
-    if not isinstance(orders.get(0, StridedCut(Layout(orders.n, 1, 1, False), 0)), InvertibleOrder):
+    if not isinstance(orders.get(0), InvertibleOrder):
         way = ("exclude documents by filtering the corpus the Packed reads, and start a new run"
                if orders.name == "packed" else "filter the dataset and start a new run")
         # LIMIT(exclude-no-inverse): docs/exclusion.md#limits
@@ -53,8 +51,7 @@ class Excluded:
 
     def __init__(self, n: int) -> None:
         self.exclusion = Exclusion.empty(n)
-        self._skips: tuple[int, Skips] | None = None
-        self._span_positions: tuple[tuple[int, int], Any] | None = None
+        self._skips: tuple[tuple[int, int | None], Skips] | None = None
 
     @classmethod
     def for_state(cls, exclusion: Exclusion | None, orders: OrderCache) -> Excluded:
@@ -84,18 +81,20 @@ class Excluded:
 
     def replace(self, exclusion: Exclusion | None, n: int) -> None:
         self.exclusion = exclusion if exclusion is not None else Exclusion.empty(n)
-        self._skips, self._span_positions = None, None
+        self._skips = None
 
-    def skips(self, orders: OrderCache, epoch: int) -> Skips:
-        if self._skips is None or self._skips[0] != epoch:
-            order = cast(InvertibleOrder, orders.get(epoch, StridedCut(Layout(orders.n, 1, 1, False), 0)))
-            positions = order.positions_of(self.exclusion.indices())
-            self._skips = (epoch, Skips(positions, orders.n))
+    def skips(self, orders: OrderCache, epoch: int, stretches: int | None = None) -> Skips:
+        """The excluded indices' positions in ``epoch``, its order laid along the stretches of ``stretches`` ranks
+        (None: not laid), O(count) once per epoch."""
+        key = (epoch, stretches)
+        if self._skips is None or self._skips[0] != key:
+            order = cast(InvertibleOrder, orders.laid(epoch, stretches))
+            self._skips = (key, Skips(order.positions_of(self.exclusion.indices()), orders.n))
         return self._skips[1]
 
     def start(self, deal: Deal, orders: OrderCache, layout: Layout, position: SavedPosition) -> Cut:
-        """Where a loaded state's position reads on; StateError naming ``cursor`` when, under ``spans`` with
-        samples excluded, it is not what ``segments`` and ``handed`` leave (checked here: it needs the order)."""
+        """Where a loaded state's position reads on; StateError naming ``cursor`` when, with samples excluded and
+        handed out (``spans``), it is not what ``segments`` and ``handed`` leave (checked here: it needs the order)."""
         try:
             found = self.cut(deal, orders, layout, position.epoch, position.cursor, position.segments,
                              handed=position.handed)
@@ -103,38 +102,17 @@ class Excluded:
             shown, why = (error.where(), error.expected) if isinstance(error, Refused) else (position.segments, None)
             raise field_error("segments", shown, "the epoch's world sizes since its latest exclusion", DAMAGED,
                               why=why) from None
-        if isinstance(found, FilteredSpanCut) and found.after(0)[0] != position.cursor:
+        if found.after(0)[0] != position.cursor:
             raise field_error("cursor", position.cursor, f"{found.after(0)[0]} (what segments={position.segments}, "
                               f"handed and excluded leave of n={orders.n})", DAMAGED)
         return found
 
-    def span_positions(self, orders: OrderCache, epoch: int, first_world_size: int) -> Exclusion:
-        """The excluded indices' positions in ``epoch`` under ``spans``, as ranges (whose ``blocks`` order is laid
-        along the epoch's first stretches), O(count) once per epoch."""
-        key = (epoch, first_world_size)
-        if self._span_positions is None or self._span_positions[0] != key:
-            probe = SpanCut(orders.n, [], first_world_size, 1, False)
-            positions = cast(InvertibleOrder, orders.get(epoch, probe)).positions_of(self.exclusion.indices())
-            self._span_positions = (key, Exclusion.from_indices(positions, orders.n, name="positions"))
-        return self._span_positions[1]
-
     def cut(self, deal: Deal, orders: OrderCache, layout: Layout, epoch: int, cursor: int,
-            segments: list[list[int]], parts: int | None = None, handed: Handed | None = None) -> Cut:
-        """The rest of ``epoch`` from (cursor, segments): the deal's own cut, skipping the excluded.
-
-        Under ``spans``, ``handed`` is what the epoch handed out before its latest exclusion (the
-        segments then count from there, ``_core/spanskips.py``); an exclusion re-deals what is left, so
-        ``parts`` (a fixed global batch) applies only while nothing is excluded."""
-        if deal.name == STRIDED:
-            if not self.exclusion:
-                return deal.cut(layout, cursor, segments, parts, epoch=epoch)
-            return FilteredStridedCut(layout, cursor, self.skips(orders, epoch))
-        if not self.exclusion and handed is None:
-            return deal.cut(layout, cursor, segments, parts, epoch=epoch)
-        first = handed.first_world_size if handed is not None else (segments[0][0] if segments else layout.world_size)
-        positions = self.span_positions(orders, epoch, first) if self.exclusion else Exclusion.empty(orders.n)
-        return FilteredSpanCut(layout.n, handed, positions, segments, layout.world_size, layout.batch_size,
-                               layout.drop_last)
+            segments: Sequence[Sequence[int]], parts: int | None = None, handed: Handed | None = None) -> Cut:
+        """The rest of ``epoch`` from (cursor, segments): the deal's own cut, skipping the excluded (``Deal.cut``).
+        ``handed``: what the epoch handed out before its latest exclusion (a deal that ``redeals``)."""
+        skips = functools.partial(self.skips, orders, epoch) if self.exclusion else None
+        return deal.cut(layout, cursor, segments, parts, epoch=epoch, handed=handed, skips=skips)
 
     def epoch_layout(self, layout: Layout) -> Layout:
         """A whole epoch's layout with the excluded samples taken out (for ``len(loader)``)."""
@@ -172,18 +150,6 @@ def placeable(step: int, excluded_at: tuple[int, ...]) -> bool:
     return step >= last
 
 
-def handed_from(current: Cut, done: int, layout: Layout) -> FilteredSpanCut:
-    """Under ``spans``, ``current`` (the rest of the epoch, ``done`` samples per rank read) as an exclusion
-    re-deal's starting point: the cut whose ``handed_after(done)`` is what the epoch handed out."""
-    if isinstance(current, FilteredSpanCut):
-        return current
-    assert isinstance(current, SpanCut)
-    _, read = current.after(done)  # nothing excluded yet: what it read, as segments (a fixed global batch's
-    handed = Handed(current.first_world_size, Exclusion.empty(layout.n))  # position is one segment of its parts)
-    return FilteredSpanCut(layout.n, handed, np.zeros(0, np.int64), read, layout.world_size, layout.batch_size,
-                           layout.drop_last)
-
-
 def _rebuilt_handed(history: History, step: int, epoch: int | None) -> tuple[int, Handed | None] | None:
     """(epoch, handed) at a run's single exclusion, from the legs before it; None when they were dropped.
     ``epoch``: the exclusion's own, where the legs before it had read all they could of it (drop_last: the
@@ -200,13 +166,13 @@ def _rebuilt_handed(history: History, step: int, epoch: int | None) -> tuple[int
     if place is None:
         return None
     current = place.cut(legs[-1].layout, history.deal, before.parts(legs[-1]))
-    return place.epoch, handed_from(current, 0, legs[-1].layout).handed_after(0)
+    return place.epoch, history.deal.exclusion_start(current, 0, legs[-1].layout, place.segments, None)[1]
 
 
 def history_cuts(history: History, deal: Deal, orders: OrderCache, excluded: Excluded, excluded_at: tuple[int, ...],
                  live: tuple[int, Handed | None]) -> Cuts:
     """The cuts that place the steps from the latest exclusion on; ``live``: the loader's epoch and what it
-    handed out before that epoch's latest exclusion (``spans``)."""
+    handed out before that epoch's latest exclusion (a deal that ``redeals``)."""
     at = excluded_at[-1] if excluded_at else -1
     excluded_epoch = next((leg.start.epoch for leg in history.legs if leg.step == at), None)
     rebuilt: list[tuple[int, Handed | None] | None] = []
@@ -228,9 +194,8 @@ def history_cuts(history: History, deal: Deal, orders: OrderCache, excluded: Exc
                                  "the epoch is read; it is rebuilt for a run's single exclusion only)"))
 
     def cuts(place: Place, layout: Layout, parts: int) -> Cut:
-        known = None if deal.name == STRIDED else handed(place.epoch)
-        return excluded.cut(deal, orders, layout, place.epoch, place.cursor, [list(p) for p in place.segments],
-                            parts, known)
+        known = handed(place.epoch) if deal.redeals else None
+        return excluded.cut(deal, orders, layout, place.epoch, place.cursor, place.segments, parts, known)
 
     return cuts
 
@@ -247,7 +212,7 @@ def arrived(position: SavedPosition, excluded: Excluded, deal: Deal, orders: Ord
     try:
         found = history.position(position.steps, cuts)
         saved = history.legs[-1].layout  # the saved run's: a smaller global batch may read on where it dropped
-        here = Place(position.epoch, position.cursor, tuple((int(a), int(b)) for a, b in position.segments))
+        here = Place(position.epoch, position.cursor, position.segments)
         if not _same(found, place, deal) and cuts(here, saved, history.parts()).samples_per_rank() == 0:
             following = Place(position.epoch + 1, 0)  # the saved run's epoch ended there: the next one's start
             place = place_after(following.epoch, cuts(following, saved, history.parts()), 0)
@@ -262,8 +227,5 @@ def arrived(position: SavedPosition, excluded: Excluded, deal: Deal, orders: Ord
 
 
 def _same(found: Place | None, place: Place, deal: Deal) -> bool:
-    """Whether the history arrives at ``place``; under ``spans`` the segments place it (a stored leg's cursor
-    is rebuilt from them without the gone positions, which the cuts count again)."""
-    if found is None or deal.name == STRIDED:
-        return found == place
-    return (found.epoch, found.segments) == (place.epoch, place.segments)
+    """Whether the history arrives at ``place`` (``Deal.same_place``)."""
+    return found is not None and deal.same_place(found, place)

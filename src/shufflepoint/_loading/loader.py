@@ -15,19 +15,18 @@ from typing import Any, Literal, overload
 import numpy as np
 import torch.utils.data
 
-from shufflepoint._core import state as _state
 from shufflepoint._core.capabilities import Locatable
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.plan import Layout
 from shufflepoint._errors import Plain, refusal
 from shufflepoint._loading.agreement import agree_on_exclusion, validate_everywhere, watch_gloo_exit
 from shufflepoint._loading.bucketed import bucketed
-from shufflepoint._loading.capabilities import dataset_length, order_version_explainer, tell_density, tell_share
-from shufflepoint._loading.deal import Deal, rank_chunks, warn_if_blocks_exceed_the_share
+from shufflepoint._loading.capabilities import dataset_length, tell_density, tell_share
+from shufflepoint._loading.deal import deal_of, rank_chunks, warn_if_blocks_exceed_the_share
 from shufflepoint._loading.keyed import Transform, keyed_chunks
 from shufflepoint._loading.mesh import resolve_data_parallel
 from shufflepoint._loading.orders import Identity, OrderCache
-from shufflepoint._loading.position import LoaderPosition, Pass
+from shufflepoint._loading.position import LoaderPosition, Pass, expected_state
 from shufflepoint._loading.serving import (
     announced,
     announcer,
@@ -208,7 +207,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         if buckets is None:
             orders = OrderCache(order if shuffle else "identity", layout.n, self._seed, dataset=dataset,
                                 shuffle_block=shuffle_block if shuffle else None, grid=world_size * batch_size)
-            dealt = Deal(deal, orders)
+            dealt = deal_of(deal, orders)
         else:  # every per-rank batch one bucket (bucketed.py)
             orders, dealt = bucketed(dataset, buckets, layout.n, self._seed, shuffle, order, deal, shuffle_block)
         warn_if_blocks_exceed_the_share(orders, dealt, layout.n, world_size)
@@ -353,7 +352,9 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             validate_everywhere, strict=strict, rank=self._rank, world_size=position.layout.world_size,
             verify_ranks=self._verify_ranks if verify_ranks is None else verify_ranks, groups=self._groups,
         )
-        position.load(state, self._expected, validate)
+        expected = functools.partial(expected_state, "loader", self._seed, self._shuffle, self._identity,
+                                     position.layout)
+        position.load(state, expected, validate)
         self._identity = self._identity.for_orders(position.orders)
 
     @overload
@@ -415,15 +416,3 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         added, merged = self._position.exclusion_with(indices)
         agree_on_exclusion(added, self._rank, self.world_size, self._verify_ranks, self._groups)
         self._position.exclude(merged)
-
-    def _expected(self, orders: OrderCache, deal: Deal, state: object) -> _state.Expected:
-        identity = self._identity.for_orders(orders)
-        return _state.Expected(
-            kind="loader", n=self._position.layout.n, seed=self._seed, shuffle=self._shuffle,
-            order=orders.name, order_version=orders.version_for(deal.name),
-            dataset_fingerprint=identity.fingerprint, explain_fingerprint=identity.explain, deal=deal.name,
-            legacy_fingerprint=identity.legacy_for(state), layout=self._position.layout,
-            parameters=orders.parameters, phases_changed=identity.compatible,
-            explain_order_version=order_version_explainer(orders.dataset),
-            buckets=deal.keys_fingerprint, cuts=deal.own_cuts,
-        )

@@ -10,9 +10,7 @@ from typing import Any
 import numpy as np
 
 from shufflepoint._core.capabilities import Identified, OwnOrder, ShardedCorpus
-from shufflepoint._core.cut import Cut
-from shufflepoint._core.plan import Layout, StridedCut
-from shufflepoint._core.spans import NAME as SPANS
+from shufflepoint._core.cut import Cut, Deal
 from shufflepoint._core.state_fields import OrderParameters
 from shufflepoint._errors import Refused, StateError, refusal
 from shufflepoint._loading.block_choice import default_block
@@ -100,14 +98,15 @@ class OrderCache:
 
     ``order=None`` picks the default: the dataset's own order when it has one (``Mixture``:
     ``mixture``), ``blocks`` for a sharded corpus (a dataset with ``shard_rows``), ``radix-feistel``
-    for anything else. ``shuffle_block`` applies to ``blocks`` and ``mixture`` only.
+    for anything else. ``shuffle_block`` applies to ``blocks`` and ``mixture`` only. Nothing remembers
+    whether a value was given or defaulted: a resume reads the same for ``order=None`` and the order it
+    resolves to (``for_state``), and for ``shuffle_block=None`` and the block it resolves to (``block_choice``).
     """
 
     def __init__(self, name: str | None, n: int, seed: int, *, dataset: Any = None,
                  shuffle_block: int | None = None, grid: int | None = None) -> None:
         rows = dataset.shard_rows if isinstance(dataset, ShardedCorpus) else None
         own = dataset.order_name if isinstance(dataset, OwnOrder) else None
-        self.chosen, self.block_chosen = name is not None, shuffle_block is not None  # else a state's may be (loader)
         if name is None:
             name = own or (BLOCKS if rows is not None else DEFAULT_ORDER)
         self.n, self.seed, self.shuffle_block = n, seed, None
@@ -146,26 +145,29 @@ class OrderCache:
         self._order: Order | None = None
         if self.shuffle_block is not None and self._rows is None:
             # the dataset's own order checks shuffle_block against itself: fail here, not mid-loop
-            self.get(0, StridedCut(Layout(n, 1, 1, False), 0))
+            self.get(0)
 
-    def for_state(self, state: object) -> OrderCache:
-        """The orders to validate ``state`` against: these, or, when the caller left the order to
-        the default and the state records another default (0.1's ``feistel``), that one, so an
-        upgrade resumes a run in the order it started with. Adopted only once the state is valid."""
+    def for_state(self, state: object, deal: Deal) -> OrderCache:
+        """The orders to validate ``state`` against, read with ``deal``: these; or, where these are today's
+        default order (``radix-feistel``) and the state records an earlier default (0.1's ``feistel``), that one,
+        so that an upgrade resumes a run in the order it started with; or, for a dataset that lays its order on
+        the stretches of a deal that reads them, its order before it did so, for a state of that version.
+        Adopted only once the state is valid."""
         found = state.get("order") if isinstance(state, dict) else None
-        if self._stretched and isinstance(state, dict) and state.get("deal") == SPANS and \
+        if self._stretched and isinstance(state, dict) and deal.stretched and \
                 state.get("order_version") == self.version:  # written before Mixture laid its order on stretches
             unlaid = copy.copy(self)
             unlaid._stretched, unlaid._epoch, unlaid._order = False, None, None
             return unlaid
-        if self.chosen or self.shuffle_block is not None or found == self.name or found not in DEFAULT_ORDERS:
+        earlier = self.name == DEFAULT_ORDER and found in DEFAULT_ORDERS and found != self.name
+        if self.shuffle_block is not None or not earlier:
             return self
         return OrderCache(str(found), self.n, self.seed, dataset=self._dataset)
 
-    def version_for(self, deal: str) -> int:
-        """The order's version read under ``deal``: a dataset's order laid along the ``spans`` stretches has
-        its own (``LaysOnStretches``)."""
-        if deal == SPANS and self._stretched:
+    def version_for(self, stretched: bool) -> int:
+        """The order's version read by a deal that reads stretches or not: a dataset's order laid along the
+        stretches has its own (``LaysOnStretches``)."""
+        if stretched and self._stretched:
             return stretched_version(self._dataset)
         return self.version
 
@@ -198,10 +200,15 @@ class OrderCache:
         """A corpus order (``blocks`` or a dataset's own): the ``spans`` deal is its default."""
         return self.shuffle_block is not None
 
-    def get(self, epoch: int, deal: Cut) -> Order:
-        """The epoch's order; under ``spans`` the ``blocks`` order is laid along the epoch's first stretches."""
-        laid = self._rows is not None or self._stretched
-        stretches = deal.first_world_size if deal.name == SPANS and laid else None
+    def get(self, epoch: int, cut: Cut | None = None) -> Order:
+        """The epoch's order as ``cut`` reads it: a corpus's order is laid along the cut's stretches where its deal
+        reads stretches (the ``blocks`` order, a ``LaysOnStretches`` dataset's own); None: not laid."""
+        return self.laid(epoch, cut.stretches if cut is not None else None)
+
+    def laid(self, epoch: int, stretches: int | None) -> Order:
+        """The epoch's order, laid along the stretches of ``stretches`` ranks where it can be (None: not laid)."""
+        if self._rows is None and not self._stretched:
+            stretches = None
         if self._order is None or self._epoch != (epoch, stretches):
             if self.shuffle_block is None:
                 self._order = make_order(self.name, self.n, self.seed, epoch)

@@ -8,8 +8,10 @@ Vocabulary::
 
     layout    (n, world_size, batch_size, drop_last): how an epoch is dealt now (``_core/plan.py``)
     orders    the epoch's order, a seekable permutation built once per epoch (``orders.py``)
-    deal      ``strided``, ``spans`` or ``buckets``: which rank reads which positions (``deal.py``, ``bucketed.py``)
+    deal      ``strided``, ``spans`` or ``buckets``: which rank reads which positions, and everything that differs
+              between them, one module each (``_core/deals/``); this module never asks which one it reads
     cut       the rest of an epoch as the deal gives it to this world (``_core/cut.py``)
+    segments  what the deal records of the epoch beyond its cursor (``_core/segments.py``)
     start     the cut the next pass reads from; ``epoch`` the epoch it belongs to
     pass      one ``iter(loader)``: its cut, the step it began at, the batches received of it
     step      batches each rank has received since the run began (``which`` takes it)
@@ -22,30 +24,34 @@ batch, the cut's ``rank_positions`` mapped through the epoch's order. Between ba
 replays: ``seek``/``set_epoch`` jump, ``set_batch_size`` and ``exclude`` read on from the same
 position with another cut (recorded in the history), the end of a pass jumps to the next epoch.
 
-What a resume does (``load``): the saved state is validated against what this loader expects and
-agreed on by every rank (the adapter's ``validate``), then placed: its exclusions rebuilt, its history
-read on with this layout from the saved (epoch, cursor, segments). Nothing changes if any of it fails.
+What a resume does (``load``, for the ``DataLoader`` and ``ResumableSampler`` alike): the orders and deal
+the state is read with (from those the adapter was built with: a state's block or earlier default, never
+whether a value was given or defaulted), the state validated against what they expect (``expected_state``)
+and agreed on by every rank (the adapter's ``validate``), then placed: its exclusions rebuilt, its epoch's
+order checked within the dataset's bounds, its history read on with this layout from the saved (epoch,
+cursor, segments). Nothing changes if any of it fails.
 """
 
 from __future__ import annotations
 
 import copy
 import gc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from shufflepoint._core import state as _state
-from shufflepoint._core.cut import Cut
+from shufflepoint._core.cut import Cut, Deal
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.history import MAX_EPOCH, Cuts, History, Place, place_after
-from shufflepoint._core.plan import STRIDED, Layout
-from shufflepoint._core.spanskips import FilteredSpanCut, Handed
+from shufflepoint._core.older_states import recorded_deal
+from shufflepoint._core.plan import Layout
+from shufflepoint._core.segments import Pairs
+from shufflepoint._core.spanskips import Handed
 from shufflepoint._errors import ResumeWarning, refusal, warn_user
 from shufflepoint._loading import block_choice
-from shufflepoint._loading.capabilities import check_grid
-from shufflepoint._loading.deal import Deal
-from shufflepoint._loading.excluded import Excluded, arrived, handed_from, history_cuts, kept_steps, placeable
-from shufflepoint._loading.orders import OrderCache, within_bounds
+from shufflepoint._loading.capabilities import check_grid, order_version_explainer
+from shufflepoint._loading.excluded import Excluded, arrived, history_cuts, kept_steps, placeable
+from shufflepoint._loading.orders import Identity, OrderCache, within_bounds
 from shufflepoint._order import check_int
 
 Validate = Callable[[object, _state.Expected], _state.Position]  # the adapter's validation and rank agreement
@@ -112,13 +118,29 @@ def warn_of_a_lost_ramp(recorded: int, batch_size: int) -> None:
     )
 
 
-def orders_for_state(orders: OrderCache, state: object) -> OrderCache:
-    """The orders a state is validated against: these, or with the state's block or grid where these left
-    it to the default (``block_choice.py``), or the state's default order (0.1's ``feistel``)."""
+def orders_for_state(orders: OrderCache, state: object, deal: Deal) -> OrderCache:
+    """The orders a state read with ``deal`` is validated against: these, or with the state's block where these
+    read this machine's default block, or its grid (``block_choice.py``), or the state's earlier default order
+    (0.1's ``feistel``) where these read today's (``OrderCache.for_state``)."""
     rebuild = lambda name, block: OrderCache(name, orders.n, orders.seed, dataset=orders.dataset,  # noqa: E731
                                              shuffle_block=block, grid=orders.grid)
-    found: OrderCache = block_choice.orders_for_state(orders, state, rebuild)
+    found: OrderCache = block_choice.orders_for_state(orders, state, deal, rebuild)
     return found
+
+
+def expected_state(kind: str, seed: int, shuffle: bool, identity: Identity, layout: Layout, orders: OrderCache,
+                   deal: Deal, state: object) -> _state.Expected:
+    """What a state must match to be loaded into a ``kind`` (``"loader"`` or ``"sampler"``) built with ``seed``,
+    ``shuffle`` and ``identity`` that reads on with ``layout``, ``orders`` and ``deal``: the one account both
+    adapters give ``LoaderPosition.load`` (with the first five bound)."""
+    identity = identity.for_orders(orders)
+    return _state.Expected(
+        kind=kind, n=layout.n, seed=seed, shuffle=shuffle, order=orders.name,
+        order_version=orders.version_for(deal.stretched), dataset_fingerprint=identity.fingerprint,
+        explain_fingerprint=identity.explain, deal=deal, legacy_fingerprint=identity.legacy_for(state),
+        layout=layout, parameters=orders.parameters, phases_changed=identity.compatible,
+        explain_order_version=order_version_explainer(orders.dataset),
+    )
 
 
 class LoaderPosition:
@@ -126,14 +148,15 @@ class LoaderPosition:
 
     def __init__(self, layout: Layout, orders: OrderCache, deal: Deal) -> None:
         self.layout, self.orders, self.deal = layout, orders, deal
+        self._built = (orders, deal)  # what a load starts from, whatever earlier loads adopted
         self.live: Pass | None = None  # the pass being read, if any
         self._epoch, self._steps = 0, 0  # with no live pass: the epoch and step the next pass begins at
         self.excluded, self._which_excluded = Excluded(layout.n), Excluded(layout.n)
         self.excluded_at: tuple[int, ...] = ()  # the steps exclude() took effect at
         self.ramp: int | None = None  # the batch size set_batch_size set, kept by the state and its resumes
         self._ramp_unchecked = False  # a loaded ramp not yet compared with the size the first pass reads at
-        self._start: Cut = self.cut(0, 0, [])  # where the next pass starts
-        self.history = History.begin(layout.n, deal.name, layout, Place(0, 0), cuts=deal.own_cuts)
+        self._start: Cut = self.cut(0, 0, ())  # where the next pass starts
+        self.history = History.begin(layout.n, deal, layout, Place(0, 0))
         self._lookup = Lookup()
 
     def __repr__(self) -> str:
@@ -157,10 +180,10 @@ class LoaderPosition:
     def step(self) -> int:
         return self.here()[0]
 
-    def position(self) -> tuple[int, list[list[int]]]:
+    def position(self) -> tuple[int, Pairs]:
         """(cursor, segments): what the training loop has received of this epoch."""
         place = self.here()[1]
-        return place.cursor, [list(pair) for pair in place.segments]
+        return place.cursor, place.segments
 
     @property
     def cursor(self) -> int:
@@ -186,7 +209,7 @@ class LoaderPosition:
     def cursor_after(self, batches: int, *, from_epoch_start: bool = False) -> int:
         """The epoch's cursor once each rank has received ``batches`` more batches (arithmetic only)."""
         check_int("batches", batches, 0, 2**62)
-        start, done = (self.deal.cut(self.layout, 0, []), 0) if from_epoch_start else self.rest()
+        start, done = (self.deal.cut(self.layout, 0), 0) if from_epoch_start else self.rest()
         return start.after(done + batches * self.layout.batch_size)[0]
 
     def epoch_layout(self) -> Layout:
@@ -194,20 +217,19 @@ class LoaderPosition:
         return self.deal.epoch_layout(self.layout, self.excluded.epoch_layout(self.layout))
 
     # -- the cut -----------------------------------------------------------------------------
-    def cut(self, epoch: int, cursor: int, segments: list[list[int]], layout: Layout | None = None, *,
+    def cut(self, epoch: int, cursor: int, segments: Sequence[Sequence[int]], layout: Layout | None = None, *,
             parts: int | None = None, handed: Handed | None = None) -> Cut:
         """The rest of ``epoch`` from (cursor, segments), the excluded samples skipped; ``parts``: the
-        history's canonical parts at this global batch (``History.parts``); under ``spans``, what the
-        epoch ``handed`` out before its latest exclusion (pass ``self.handed()`` to continue)."""
+        history's canonical parts at this global batch (``History.parts``); for a deal that ``redeals``, what
+        the epoch ``handed`` out before its latest exclusion (pass ``self.handed()`` to continue)."""
         return self.excluded.cut(self.deal, self.orders, layout or self.layout, epoch, cursor, segments, parts, handed)
 
     def handed(self) -> Handed | None:
-        """What the current epoch handed out before its latest exclusion (``spans``; None otherwise)."""
-        current = self.live.cut if self.live is not None else self._start
-        return current.handed if isinstance(current, FilteredSpanCut) else None
+        """What the current epoch handed out before its latest exclusion (a deal that ``redeals``; else None)."""
+        return self.deal.handed(self.live.cut if self.live is not None else self._start)
 
     def _cut_here(self, place: Place, layout: Layout | None = None, parts: int | None = None) -> Cut:
-        return self.cut(place.epoch, place.cursor, [list(pair) for pair in place.segments], layout,
+        return self.cut(place.epoch, place.cursor, place.segments, layout,
                         parts=self.history.parts() if parts is None else parts, handed=self.handed())
 
     # -- moves -------------------------------------------------------------------------------
@@ -223,7 +245,7 @@ class LoaderPosition:
         check_int("epoch", epoch, 0, MAX_EPOCH)
         check_int("batches", batches, 0, 2**62)
         parts = self.history.parts()
-        fresh = self.cut(epoch, 0, [], parts=parts)
+        fresh = self.cut(epoch, 0, (), parts=parts)
         cursor, segments = fresh.after(int(batches) * self.layout.batch_size)
         within_bounds(self.orders, epoch, fresh)
         per_epoch = -(-fresh.samples_per_rank() // self.layout.batch_size)
@@ -280,7 +302,7 @@ class LoaderPosition:
         """The epoch of ``live`` is over: read the next one from its start (the last epoch stays at its end)."""
         ended = live.epoch == MAX_EPOCH
         following = live.epoch if ended else live.epoch + 1
-        where = live.cut.after(live.cut.samples_per_rank()) if ended else (0, [])
+        where = live.cut.after(live.cut.samples_per_rank()) if ended else (0, ())
         self.jump(following, self.cut(following, *where, parts=self.history.parts()))
 
     def set_batch_size(self, batch_size: int) -> None:
@@ -301,17 +323,14 @@ class LoaderPosition:
         return self.excluded.merged(indices, self.orders)
 
     def exclude(self, merged: Exclusion) -> None:
-        """Skip ``merged`` (the whole excluded set) from the next batch on; under ``spans`` what is left of the
-        epoch is re-dealt from what it handed out (``_core/spanskips.py``)."""
+        """Skip ``merged`` (the whole excluded set) from the next batch on, from where the deal says the rest of
+        the epoch reads on (``Deal.exclusion_start``: under ``spans`` what is left is re-dealt from what the epoch
+        handed out, ``_core/spanskips.py``)."""
         if merged == self.excluded.exclusion:  # nothing new: the deal goes on as it is
             return
         steps, place = self.here()
-        segments, handed = [list(pair) for pair in place.segments], self.handed()
-        if self.deal.name != STRIDED:
-            current, done = self.rest()
-            if not isinstance(current, FilteredSpanCut):  # nothing excluded yet: what it read, as segments
-                current, done = handed_from(current, done, self.layout), 0
-            handed, segments = current.handed_after(done), []
+        current, done = self.rest()
+        segments, handed = self.deal.exclusion_start(current, done, self.layout, place.segments, self.handed())
         self.excluded.replace(merged, self.layout.n)
         start = self.cut(place.epoch, place.cursor, segments, parts=self.history.parts(), handed=handed)
         self.read_on(place.epoch, start, steps)
@@ -328,9 +347,9 @@ class LoaderPosition:
                             self.excluded_at, (self.epoch, self.handed()))
 
     def _leaving_exclusion(self) -> bool:
-        """Whether a jump leaves the epoch of the latest exclusion under ``spans`` (which re-dealt it from what
-        it had handed out): the next epoch then begins a leg of its own, placed without that."""
-        if self.deal.name == STRIDED or not self.excluded_at:
+        """Whether a jump leaves the epoch of the latest exclusion under a deal that ``redeals`` (which re-dealt it
+        from what it had handed out): the next epoch then begins a leg of its own, placed without that."""
+        if not self.deal.redeals or not self.excluded_at:
             return False
         at = self.excluded_at[-1]
         return any(leg.step == at and leg.start.epoch == self.epoch for leg in self.history.legs)
@@ -377,19 +396,22 @@ class LoaderPosition:
         layout = self.layout
         return _state.build(
             kind=kind, seed=seed, epoch=self.epoch, cursor=cursor, n=layout.n, shuffle=shuffle,
-            order=self.orders.name, order_version=self.orders.version_for(self.deal.name), world_size=layout.world_size,
-            batch_size=layout.batch_size, drop_last=layout.drop_last, dataset_fingerprint=dataset_fingerprint,
-            deal=self.deal.name, segments=segments, steps=self.step, history=self.history,
+            order=self.orders.name, order_version=self.orders.version_for(self.deal.stretched),
+            world_size=layout.world_size, batch_size=layout.batch_size, drop_last=layout.drop_last,
+            dataset_fingerprint=dataset_fingerprint, deal=self.deal, segments=segments, steps=self.step,
+            history=self.history,
             excluded=self.excluded.exclusion.to_state(), handed=handed.to_state() if handed else [],
             excluded_at=list(self.excluded_at), parameters=self.orders.parameters, ramp=self.ramp,
             buckets=self.deal.keys_fingerprint,
         )
 
     def load(self, state: object, expected: Expecting, validate: Validate) -> None:
-        """Place the saved run's position here, in one trip: the orders and deal the state needs, the state
-        validated and agreed on (``validate``), its exclusions and history rebuilt, then applied. A refused
-        state raises (``StateError``) with nothing changed."""
-        orders, deal = orders_for_state(self.orders, state), self.deal.for_state(state)
+        """Place the saved run's position here, in one trip: the orders and deal the state is read with (from those
+        this position was built with), the state validated and agreed on (``validate``), its exclusions and
+        history rebuilt, then applied. A refused state raises (``StateError``) with nothing changed."""
+        built_orders, built_deal = self._built
+        deal = built_deal.for_state(recorded_deal(state))
+        orders = orders_for_state(built_orders, state, deal)
         saved = validate(state, expected(orders, deal, state))
         excluded = Excluded.for_state(saved.excluded, orders)
         start = excluded.start(deal, orders, self.layout, saved)
@@ -397,7 +419,7 @@ class LoaderPosition:
         history = arrived(saved, excluded, deal, orders, start, self.layout)
         start = excluded.cut(deal, orders, self.layout, saved.epoch, saved.cursor, saved.segments,
                              history.parts(), saved.handed)
-        if orders.identity != self.orders.identity:  # a state's block or grid adopted
+        if orders.identity != built_orders.identity:  # a state's block or grid adopted
             check_grid(orders.dataset, orders.grid, self.layout.world_size * self.layout.batch_size)
         self.restore(orders, deal, saved.steps, history, excluded, saved.excluded_at)
         self._epoch, self._start = saved.epoch, start

@@ -1,26 +1,26 @@
 """``shufflepoint.ResumableSampler``: a ``DistributedSampler`` drop-in driving the same position model as
-the loader (``position.py``), in samples instead of batches."""
+the loader (``position.py``), in samples instead of batches, and resuming through the same ``load``."""
 
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 from collections.abc import Iterator
 from typing import Any
 
 from torch.utils.data.distributed import DistributedSampler
 
-from shufflepoint._core import state as _state
 from shufflepoint._core.cut import Cut
 from shufflepoint._core.history import MAX_EPOCH
 from shufflepoint._core.plan import Layout
 from shufflepoint._errors import refusal
 from shufflepoint._loading.agreement import validate_everywhere
 from shufflepoint._loading.capabilities import dataset_length
-from shufflepoint._loading.deal import Deal, rank_index_chunks, warn_if_blocks_exceed_the_share
+from shufflepoint._loading.deal import deal_of, rank_index_chunks, warn_if_blocks_exceed_the_share
 from shufflepoint._loading.mesh import sampler_world
 from shufflepoint._loading.orders import Identity, OrderCache
-from shufflepoint._loading.position import LoaderPosition
+from shufflepoint._loading.position import LoaderPosition, expected_state
 from shufflepoint._loading.progress import Progress
 from shufflepoint._order import check_int
 
@@ -88,7 +88,7 @@ class ResumableSampler(DistributedSampler[int]):
                          drop_last=drop_last)
         orders = OrderCache(order if shuffle else "identity", n, seed, dataset=dataset,
                             shuffle_block=shuffle_block if shuffle else None)
-        dealt = Deal(deal, orders)
+        dealt = deal_of(deal, orders)
         warn_if_blocks_exceed_the_share(orders, dealt, n, world_size)
         self._identity = Identity(dataset_fingerprint, dataset, orders)
         self._verify_ranks = bool(verify_ranks)
@@ -111,7 +111,7 @@ class ResumableSampler(DistributedSampler[int]):
         if self._pending is not None:
             return self._pending
         position = self._position
-        return position.cut(self.epoch, 0, [], parts=position.history.parts())
+        return position.cut(self.epoch, 0, (), parts=position.history.parts())
 
     def _sync(self) -> None:
         """The live pass counts what this sampler's current iterator has yielded (one sample a step)."""
@@ -137,7 +137,7 @@ class ResumableSampler(DistributedSampler[int]):
         check_int("epoch", epoch, 0, MAX_EPOCH)
         if epoch != self.epoch:
             self._sync()
-            self._position.jump(epoch, self._position.deal.cut(self._position.layout, 0, []))
+            self._position.jump(epoch, self._position.deal.cut(self._position.layout, 0))
             self.epoch, self._pending, self._active = int(epoch), None, None
 
     def _view(self) -> LoaderPosition:
@@ -167,38 +167,27 @@ class ResumableSampler(DistributedSampler[int]):
 
         The state's epoch wins over the sampler's, except that a state of a *finished* epoch never
         moves the sampler back from a later epoch already chosen with ``set_epoch``. Rank agreement
-        and ``strict`` work as in ``shufflepoint.DataLoader.load_state_dict``.
+        and ``strict`` work as in ``shufflepoint.DataLoader.load_state_dict``; so does the rest: the position
+        model's ``load`` places it (a state's block adopted where this sampler reads the default one).
         """
         position = self._position
-        orders, deal = position.orders.for_state(state), position.deal.for_state(state)
-        saved = validate_everywhere(
-            state, self._expected(orders, deal, state), strict=strict, rank=self.rank,
-            world_size=position.layout.world_size,
+        validate = functools.partial(
+            validate_everywhere, strict=strict, rank=self.rank, world_size=position.layout.world_size,
             verify_ranks=self._verify_ranks if verify_ranks is None else verify_ranks, groups=self._groups,
         )
-        start = deal.cut(position.layout, saved.cursor, saved.segments)
-        position.restore(orders, deal, saved.steps, saved.history)
+        expected = functools.partial(expected_state, "sampler", self.seed, self.shuffle, self._identity,
+                                     position.layout)
+        position.load(state, expected, validate)
+        self._identity = self._identity.for_orders(position.orders)
         self._active = None
-        if start.samples_per_rank() == 0 and self.epoch > saved.epoch:
+        start, _ = position.rest()
+        if start.samples_per_rank() == 0 and self.epoch > position.epoch:
             # A finished epoch says nothing about a later epoch the loop already chose with
             # set_epoch (torchdata applies a loaded state lazily, after the loop's set_epoch).
             self._pending = None
-            position.jump(self.epoch, deal.cut(position.layout, 0, []))
+            position.jump(self.epoch, position.deal.cut(position.layout, 0))
             return
-        position.jump(saved.epoch, start)
-        start = deal.cut(position.layout, saved.cursor, saved.segments, position.history.parts())
-        position.jump(saved.epoch, start)  # the same place, read as the history's parts: nothing is recorded
-        self.epoch, self._pending = saved.epoch, start
-
-    def _expected(self, orders: OrderCache, deal: Deal, state: object) -> _state.Expected:
-        identity = self._identity.for_orders(orders)
-        return _state.Expected(
-            kind="sampler", n=self._position.layout.n, seed=self.seed, shuffle=self.shuffle,
-            order=orders.name, order_version=orders.version_for(deal.name),
-            dataset_fingerprint=identity.fingerprint, explain_fingerprint=identity.explain, deal=deal.name,
-            legacy_fingerprint=identity.legacy_for(state), layout=self._position.layout,
-            parameters=orders.parameters, phases_changed=identity.compatible,
-        )
+        self.epoch, self._pending = position.epoch, start
 
 
 __all__ = ["ResumableSampler"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 from shufflepoint._core.history import History
-from shufflepoint._core.plan import cut
 from shufflepoint._tools.which_trainer import Leg
 
 
@@ -23,7 +22,7 @@ def legs_of(state: dict[str, Any]) -> list[Leg]:
     found = []
     for leg in history.legs:
         layout = leg.layout
-        whole = _batches(cut(layout, history.deal, 0, []).samples_per_rank(), layout.batch_size)
+        whole = _batches(history.deal.cut(layout, 0).samples_per_rank(), layout.batch_size)
         left = _batches(leg.start.cut(layout, history.deal).samples_per_rank(), layout.batch_size)
         found.append(Leg(leg.step, leg.start.epoch, whole, left))
     return found
