@@ -132,14 +132,14 @@ def test_the_arena_follows_the_budget_and_starts_over(corpus, monkeypatch):
     shards, group_bytes = corpus
     GROUPS.set_limit(100 * group_bytes)
     shards.read_batch(np.arange(len(shards)))
-    arena = shards._access._layout.arena
+    arena = shards._access._arena.arena
     assert arena.held[:len(shards)].all() and arena.live == 6
     GROUPS.set_limit(0)
     assert arena.live == 0 and not arena.held.any()
     assert all(column is None or all(v is None for v in column) for column in arena._objects)
-    assert (shards._access._layout.base == -1).all()
-    shards._access._layout.capacity = 2 * ROWS  # two files an arena: a batch over three files reads file by file
-    shards._access._layout.arena = None
+    assert (shards._access._arena.base == -1).all()
+    shards._access._arena.capacity = 2 * ROWS  # two files an arena: a batch over three files reads file by file
+    shards._access._arena.arena = None
     GROUPS.set_limit(100 * group_bytes)
     rng = np.random.default_rng(1)
     served = 0
