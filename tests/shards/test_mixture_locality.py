@@ -5,6 +5,7 @@ phases stay those of the whole epoch (any world, resizes, ramps)."""
 from __future__ import annotations
 
 import itertools
+import math
 from collections import Counter
 
 import numpy as np
@@ -200,3 +201,60 @@ def test_a_sampler_resumed_with_a_phase_appended_inside_its_window_reads_on_as_t
         resumed = sampler(rank, longer)
         resumed.load_state_dict(state)
         assert before + list(resumed) == list(sampler(rank, longer))
+
+
+@pytest.mark.filterwarnings("ignore:global batch. found:UserWarning")  # another global batch: warned about
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), world=st.integers(1, 4), batch=st.integers(1, 4), seed=st.integers(0, 2**32),
+       block=st.integers(1, 30))
+def test_after_a_change_of_global_batch_a_phase_starts_at_the_global_batch_it_names(data, world, batch, seed,
+                                                                                   block):
+    """A run on W x B stopped mid-epoch and resumed on W' x B' (a global batch the epoch's first world W divides,
+    so the epoch is still read as its parts' global batches): every global batch whose first row is at or past
+    the phase's start (on the run's grid) holds only the phase's source, on either world, and no row is served
+    twice. (Re-dealt, a rank's stretch held another part's earlier windows: rows of the phase before late.)"""
+    grid = world * batch
+    new_world = data.draw(st.integers(1, 6))
+    new_batch = world // math.gcd(world, new_world) * data.draw(st.integers(1, 3))
+    length = data.draw(st.integers(3 * grid, 10 * grid))
+    start = data.draw(st.integers(1, length))
+    steps = data.draw(st.integers(1, length // grid - 1))
+    mixture = Mixture([tagged("a", 30), tagged("b", 30)], samples_per_epoch=length, schedule=[(0, [1, 1]),
+                                                                                            (start, [0, 1])])
+
+    def loaders(w, b):
+        return [shufflepoint.DataLoader(mixture, b, seed=seed, rank=r, world_size=w, collate_fn=list, drop_last=True,
+                                        shuffle_block=block) for r in range(w)]
+
+    edge = -(-start // grid) * grid  # the phase on the run's grid
+    first = loaders(world, batch)
+    iterators = [iter(loader) for loader in first]
+    batches = [[row for it in iterators for row in next(it)] for _ in range(steps)]
+    starts = [k * grid for k in range(steps)]
+    state = first[0].state_dict()
+    resumed = loaders(new_world, new_batch)
+    for loader in resumed:
+        loader.load_state_dict(state)
+    rest = [[row for rows in together for row in rows] for together in zip(*resumed, strict=True)]
+    if len(rest) > 1:  # a state saved after the change loads (its history replayed) and reads on exactly
+        again = loaders(new_world, new_batch)
+        for loader in again:
+            loader.load_state_dict(state)
+        iterators = [iter(loader) for loader in again]
+        assert [row for it in iterators for row in next(it)] == rest[0]
+        later = loaders(new_world, new_batch)
+        for loader in later:
+            loader.load_state_dict(again[0].state_dict())
+        assert [[row for rows in together for row in rows] for together in zip(*later, strict=True)] == rest[1:]
+    for j, rows in enumerate(rest):  # which() places the steps read after the change (the history's own cuts)
+        found = resumed[0].which(steps + j)
+        assert [mixture[i] for r in range(new_world) for i in found[r]] == rows
+    batches += rest
+    starts += [steps * grid + k * new_world * new_batch for k in range(len(rest))]
+    for first_row, rows in zip(starts, batches, strict=True):
+        if first_row >= edge:
+            assert not [row for row in rows if row.startswith("a")], (first_row, edge, rows)
+    # the epoch's rows as its first world reads them (no padding, no drop_last): none served more often
+    assert not Counter(row for rows in batches for row in rows) - read_whole(
+        lambda rank, w, b: shufflepoint.DataLoader(mixture, b, seed=seed, rank=rank, world_size=w, collate_fn=list,
+                                                   shuffle_block=block), world, batch, epoch=0)

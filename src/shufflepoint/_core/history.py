@@ -76,15 +76,19 @@ class Place:
     cursor: int
     segments: tuple[tuple[int, int], ...] = ()
 
-    def cut(self, layout: Layout, deal: str, parts: int | None = None) -> StridedCut | SpanCut:
-        """``layout``'s cut from here; ``parts``: the canonical parts' world size (``plan.cut``)."""
-        return cut(layout, deal, self.cursor, [list(pair) for pair in self.segments], parts)
+    def cut(self, layout: Layout, deal: str, parts: int | None = None, *,
+            follows_grid: bool = False) -> StridedCut | SpanCut:
+        """``layout``'s cut from here; ``parts``: the canonical parts' world size, ``follows_grid``: the run's
+        global batches follow a grid (``plan.cut``)."""
+        return cut(layout, deal, self.cursor, [list(pair) for pair in self.segments], parts,
+                   follows_grid=follows_grid)
 
-    def normal(self, layout: Layout, deal: str) -> Place:
+    def normal(self, layout: Layout, deal: str, *, follows_grid: bool = False) -> Place:
         """This place, or the start of the next epoch when ``layout`` has nothing left to read here (an
         epoch's start stays itself: under a layout that reads no batch of an epoch, epochs pass
         without a step)."""
-        if self.cursor == 0 and not self.segments or self.cut(layout, deal).samples_per_rank() > 0:
+        if self.cursor == 0 and not self.segments or \
+                self.cut(layout, deal, follows_grid=follows_grid).samples_per_rank() > 0:
             return self
         return Place(self.epoch + 1, 0)
 
@@ -151,22 +155,28 @@ class History:
     """The legs of a run, validated, for one dataset length and deal. Immutable: ``record`` returns
     a new history."""
 
-    def __init__(self, n: int, deal: str, legs: Sequence[Leg], cuts: Cuts | None = None) -> None:
+    def __init__(self, n: int, deal: str, legs: Sequence[Leg], cuts: Cuts | None = None, *,
+                 follows_grid: bool = False) -> None:
         self.n, self.deal, self.legs = n, deal, tuple(legs)
         self.own_cuts = cuts  # a deal whose cuts need the epoch and more than a layout (``buckets``): its own
+        # the run's global batches follow a grid (a schedule's, under ``spans``): an epoch keeps its parts across a
+        # change of global batch (``global_batch.grid_parts``)
+        self.follows_grid = follows_grid
         self._steps = [leg.step for leg in self.legs]
 
     @classmethod
-    def begin(cls, n: int, deal: str, layout: Layout, start: Place, step: int = 0, cuts: Cuts | None = None) -> History:
+    def begin(cls, n: int, deal: str, layout: Layout, start: Place, step: int = 0, cuts: Cuts | None = None, *,
+              follows_grid: bool = False) -> History:
         """A history of one leg: the run (or what is known of it) starts at ``step`` from ``start``; ``cuts``:
-        the deal's own (``buckets``), else ``plan.cut`` builds them from the deal's name."""
-        first = cls(n, deal, [], cuts)
-        return cls(n, deal, [Leg(step, layout, first.normal(start, layout), True)], cuts)
+        the deal's own (``buckets``), else ``plan.cut`` builds them from the deal's name (``follows_grid``: see
+        ``__init__``)."""
+        first = cls(n, deal, [], cuts, follows_grid=follows_grid)
+        return cls(n, deal, [Leg(step, layout, first.normal(start, layout), True)], cuts, follows_grid=follows_grid)
 
     def normal(self, place: Place, layout: Layout) -> Place:
         """``place.normal`` with this history's own cuts where the deal has them."""
         if self.own_cuts is None:
-            return place.normal(layout, self.deal)
+            return place.normal(layout, self.deal, follows_grid=self.follows_grid)
         fresh = place.cursor == 0 and not place.segments
         if fresh or self.own_cuts(place, layout, layout.world_size).samples_per_rank() > 0:
             return place
@@ -203,7 +213,7 @@ class History:
         """``leg``'s cut from ``start``: the deal's own, or the caller's (excluded samples skipped)."""
         cuts = cuts or self.own_cuts
         if cuts is None:
-            return start.cut(leg.layout, self.deal, self.parts(leg))
+            return start.cut(leg.layout, self.deal, self.parts(leg), follows_grid=self.follows_grid)
         return cuts(start, leg.layout, self.parts(leg))
 
     def begins_its_epoch(self, leg: Leg, cuts: Cuts | None = None) -> bool:
@@ -278,12 +288,13 @@ class History:
             return self
         while legs and legs[-1].step == step:
             legs.pop()
-        arrived = History(self.n, self.deal, legs, self.own_cuts).position(step) if legs and cuts is None else None
+        arrived = History(self.n, self.deal, legs, self.own_cuts, follows_grid=self.follows_grid).position(step) \
+            if legs and cuts is None else None
         legs.append(Leg(step, layout, target, explicit=arrived != target or cuts is not None))
         if len(legs) > MAX_ENTRIES:
             legs = legs[-MAX_ENTRIES:]
             legs[0] = replace(legs[0], explicit=True)
-        return History(self.n, self.deal, legs, self.own_cuts)
+        return History(self.n, self.deal, legs, self.own_cuts, follows_grid=self.follows_grid)
 
     def _arrives(self, step: int, target: Place, cuts: Cuts | None) -> bool:
         try:
@@ -292,9 +303,10 @@ class History:
             return False
 
     @classmethod
-    def from_entries(cls, n: int, deal: str, entries: object, cuts: Cuts | None = None) -> History:
+    def from_entries(cls, n: int, deal: str, entries: object, cuts: Cuts | None = None, *,
+                     follows_grid: bool = False) -> History:
         """Validate and resolve a stored history; ValueError naming the entry (``history[i]``). ``cuts``: the
-        deal's own, where it has them (``buckets``)."""
+        deal's own, where it has them (``buckets``); ``follows_grid``: see ``__init__``."""
         if not isinstance(entries, list) or not 1 <= len(entries) <= MAX_ENTRIES:
             count = f"{len(entries)} entries" if isinstance(entries, list) else type(entries).__name__
             raise Refused("history", Plain(count), f"a list of 1 to {MAX_ENTRIES} entries", DAMAGED)
@@ -304,7 +316,7 @@ class History:
             if legs and step <= legs[-1].step:
                 raise Refused(f"history[{number}]", Plain(f"step {step}"), f"a step after {legs[-1].step}", DAMAGED)
             if start is None:
-                arrived = cls(n, deal, legs, cuts).position(step) if legs else None
+                arrived = cls(n, deal, legs, cuts, follows_grid=follows_grid).position(step) if legs else None
                 if arrived is None:
                     where = "the first entry must carry its start" if not legs else "no batch reaches that step"
                     raise Refused(f"history[{number}]", entry, f"[step, W, B, D, epoch, start] ({where})", DAMAGED)
@@ -313,9 +325,9 @@ class History:
                                   f"a step in epochs 0..{MAX_EPOCH}", DAMAGED)
                 start = arrived
             else:
-                start = cls(n, deal, legs, cuts).normal(start, layout)
+                start = cls(n, deal, legs, cuts, follows_grid=follows_grid).normal(start, layout)
             legs.append(Leg(step, layout, start, explicit=len(entry) == 6))
-        return cls(n, deal, legs, cuts)
+        return cls(n, deal, legs, cuts, follows_grid=follows_grid)
 
 
 def _is_int(value: object, low: int, high: int) -> bool:

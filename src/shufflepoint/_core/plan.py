@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shufflepoint._core.errors import refusal
-from shufflepoint._core.global_batch import GlobalBatchCut, keeps_global_batch
+from shufflepoint._core.global_batch import GlobalBatchCut, grid_parts, keeps_global_batch
 from shufflepoint._core.spans import NAME as SPANS
 from shufflepoint._core.spans import SpanCut
 from shufflepoint._order import check_int
@@ -130,19 +130,23 @@ class StridedCut:
 
 
 def cut(layout: Layout, deal: str, cursor: int, segments: list[list[int]],
-        parts: int | None = None) -> StridedCut | SpanCut:
+        parts: int | None = None, *, follows_grid: bool = False) -> StridedCut | SpanCut:
     """The rest of the epoch at (cursor, segments) under ``deal``, for ``layout``'s world.
 
     ``parts``: under ``spans``, the world size whose stretches are the canonical parts at this global
     batch (the run's layout history says, ``History.parts``); None: this world's own. When they are
     another world's (``global_batch.keeps_global_batch``) the epoch is read as that world's global
-    batches; else the rest of it is re-dealt.
+    batches; else the rest of it is re-dealt. ``follows_grid``: the run's global batches follow a grid (a
+    schedule's), so an epoch stays its parts' global batches across a change of global batch
+    (``global_batch.grid_parts``).
     """
     if deal == STRIDED:
         return StridedCut(layout, cursor)
     if deal != SPANS:  # ``buckets``: its cuts need the keys, the loader's own (``_core/buckets.py``)
         raise ValueError(refusal("deal", deal, "'strided' or 'spans' here", "read a 'buckets' run through the "
                                  "loader built with its keys (DataLoader(..., buckets=keys))"))
+    if follows_grid:
+        parts = grid_parts(segments, parts, layout.world_size, layout.batch_size)
     if parts is not None and keeps_global_batch(segments, parts, layout.world_size, layout.batch_size):
         taken = int(segments[0][1]) if segments else 0
         return GlobalBatchCut(layout.n, parts, taken, layout.world_size, layout.batch_size, layout.drop_last)

@@ -83,6 +83,12 @@ def _left(n: int, segments: list[list[int]], *, folds: bool) -> int:
     return built[-1].remaining() if built else n
 
 
+def follows_grid(state: Mapping[str, Any]) -> bool:
+    """Whether the run's global batches follow a grid under ``spans`` (a scheduled ``Mixture``'s): its epochs
+    keep their parts across a change of global batch (``global_batch.grid_parts``)."""
+    return bool(state["deal"] == SPANS and state["grid"] is not None)
+
+
 def legacy_history(state: Mapping[str, Any], layout: Layout, start: Place) -> tuple[int, History]:
     """(steps, history) for a state written before version 3, which recorded neither: the steps are
     counted as if the saved layout had read the whole run, and the history starts there (earlier
@@ -120,7 +126,7 @@ def check_history(state: Mapping[str, Any], excluding: bool = False,
     if "history" not in state:
         return legacy_history(state, layout, start)
     try:
-        history = History.from_entries(n, deal, state["history"], cuts)
+        history = History.from_entries(n, deal, state["history"], cuts, follows_grid=follows_grid(state))
     except Refused as error:
         raise fail("history", error.where(), error.expected, DAMAGED, why=error.why) from None
     steps, last = state["steps"], history.legs[-1]

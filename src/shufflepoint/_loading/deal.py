@@ -33,10 +33,13 @@ class Deal:
     own share of the shards, and ``strided`` (DistributedSampler's) for anything else. A deal left
     to the default follows the deal a loaded state records (a 0.2 state of a corpus: ``strided``).
     ``buckets`` is a deal of its own (``_loading/bucketed.py``), built from the keys, never adopted.
+    Under ``spans`` a dataset whose schedule follows a grid (a scheduled ``Mixture`` read by a loader) keeps
+    an epoch's parts across a change of global batch (``follows_grid``, ``_core/global_batch.py``).
     """
 
     own_cuts: Cuts | None = None  # the history's cuts, for a deal whose cuts need more than a layout (buckets)
     keys_fingerprint: str | None = None  # the bucket keys' (the state's ``buckets``); None without buckets
+    _gridded = False  # the orders have a grid (a scheduled dataset's): see ``follows_grid``
 
     def __init__(self, name: str | None, orders: OrderCache) -> None:
         if name == BUCKETS:
@@ -44,6 +47,12 @@ class Deal:
                                      "pass the run's keys as buckets= (and leave deal unset)"))
         self.chosen = name is not None  # deal_for checks the name, and a dataset that needs one deal (Mixture's)
         self.name: str = deal_for(name, SPANS if orders.is_corpus else STRIDED, orders.dataset)
+        self._gridded = orders.grid is not None
+
+    @property
+    def follows_grid(self) -> bool:
+        """Whether the run's global batches follow a grid under ``spans`` (``plan.cut``'s ``follows_grid``)."""
+        return self.name == SPANS and self._gridded
 
     def for_state(self, state: object) -> Deal:
         """This deal, or the state's when this one was left to the default (adopted once valid)."""
@@ -51,14 +60,14 @@ class Deal:
         if self.chosen or found not in (STRIDED, SPANS) or found == self.name:
             return self
         adopted = Deal.__new__(Deal)
-        adopted.chosen, adopted.name = False, str(found)
+        adopted.chosen, adopted.name, adopted._gridded = False, str(found), self._gridded
         return adopted
 
     def cut(self, layout: Layout, cursor: int, segments: list[list[int]],
             parts: int | None = None, *, epoch: int = 0) -> Cut:
         """The rest of ``epoch`` at (cursor, segments) for ``layout``'s world (``plan.cut``; the epoch is
         for a deal whose cuts depend on it, ``buckets``)."""
-        return cut(layout, self.name, cursor, segments, parts)
+        return cut(layout, self.name, cursor, segments, parts, follows_grid=self.follows_grid)
 
     def check_exclusion(self) -> None:
         """ValueError where this deal cannot skip samples (``buckets``); every other deal can."""

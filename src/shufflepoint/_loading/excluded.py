@@ -191,7 +191,7 @@ def _rebuilt_handed(history: History, step: int, epoch: int | None) -> tuple[int
     legs = [leg for leg in history.legs if leg.step < step]
     if not legs:
         return None
-    before = History(history.n, history.deal, legs)
+    before = History(history.n, history.deal, legs, follows_grid=history.follows_grid)
     place = before.position(step)
     if place is not None and place.epoch != epoch and step > before.first_step:
         last = before.place(step - 1)  # the end of what they read of the exclusion's epoch, not normalized
@@ -199,7 +199,7 @@ def _rebuilt_handed(history: History, step: int, epoch: int | None) -> tuple[int
             place = place_after(last.epoch, last.cut, (last.batch + 1) * last.layout.batch_size)
     if place is None:
         return None
-    current = place.cut(legs[-1].layout, history.deal, before.parts(legs[-1]))
+    current = place.cut(legs[-1].layout, history.deal, before.parts(legs[-1]), follows_grid=history.follows_grid)
     return place.epoch, handed_from(current, 0, legs[-1].layout).handed_after(0)
 
 

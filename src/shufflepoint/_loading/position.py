@@ -133,7 +133,8 @@ class LoaderPosition:
         self.ramp: int | None = None  # the batch size set_batch_size set, kept by the state and its resumes
         self._ramp_unchecked = False  # a loaded ramp not yet compared with the size the first pass reads at
         self._start: Cut = self.cut(0, 0, [])  # where the next pass starts
-        self.history = History.begin(layout.n, deal.name, layout, Place(0, 0), cuts=deal.own_cuts)
+        self.history = History.begin(layout.n, deal.name, layout, Place(0, 0), cuts=deal.own_cuts,
+                                     follows_grid=deal.follows_grid)
         self._lookup = Lookup()
 
     def __repr__(self) -> str:
