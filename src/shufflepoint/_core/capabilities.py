@@ -121,9 +121,10 @@ class Scheduled(Protocol):
         """The schedule's phases as ``(start, hash)`` pairs (the state's ``phases``), ``()`` without one."""
 
     def _phase_changed(self, saved: list[list[Any]], epoch: int, cursor: int, grid: int | None,
-                      shuffle_block: int) -> int | None:
+                      shuffle_block: int, laid: bool = False) -> int | None:
         """The first of a state's ``saved`` phases the schedule changed before the position (epoch, cursor)
-        had reached, or None where it only appended phases after it."""
+        had reached (``laid``: read in its order laid along the ``spans`` stretches, which fixes a whole epoch),
+        or None where it only appended phases after it."""
 
 
 # -- identity ----------------------------------------------------------------------------------

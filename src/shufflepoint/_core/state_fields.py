@@ -222,7 +222,8 @@ class OrderParameters:
 
 
 _SCHEDULE_CHANGED = ("schedule[{}] changed, a phase the run had started (or one starting inside the window it "
-                     "had reached); a resume may only append phases after it")
+                     "had reached: under 'spans' a Mixture's epoch, whose rows of each source are laid out when it "
+                     "begins); a resume may only append phases after it")
 
 
 def parameter_changes(state: Mapping[str, Any], own: OrderParameters, kind: str,

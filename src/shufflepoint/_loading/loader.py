@@ -424,7 +424,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             order=orders.name, order_version=orders.version_for(deal.name),
             dataset_fingerprint=identity.fingerprint, explain_fingerprint=identity.explain, deal=deal.name,
             legacy_fingerprint=identity.legacy_for(state), layout=self._position.layout,
-            parameters=orders.parameters, phases_changed=identity.compatible,
+            parameters=orders.parameters, phases_changed=identity.compatible(orders.laid_under(deal.name)),
             explain_order_version=(orders.dataset._explain_order_version
                                    if isinstance(orders.dataset, ExplainsOrderVersion) else None),
             buckets=deal.keys_fingerprint, cuts=deal.own_cuts,

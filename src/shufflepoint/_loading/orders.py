@@ -81,7 +81,11 @@ class Identity:
         self._n = orders.n
         self.fingerprint = resolve_fingerprint(value, dataset, orders.n)
         self.explain = explain_fingerprint(dataset)
-        self.compatible = schedule_hooks(dataset, orders.shuffle_block)
+
+    def compatible(self, laid: bool) -> Callable[[list[list[Any]], int, int, int | None], int | None] | None:
+        """The scheduled dataset's check of a state's phases (``schedule_hooks``); ``laid``: read in its order laid
+        along the ``spans`` stretches (``OrderCache.laid_under``)."""
+        return schedule_hooks(self._dataset, self._block, laid)
 
     def legacy_for(self, state: object) -> str | None:
         """The fingerprint 0.2 wrote for this dataset, asked only for a state 0.2 wrote (version 1): a corpus
@@ -162,10 +166,14 @@ class OrderCache:
             return self
         return OrderCache(str(found), self.n, self.seed, dataset=self._dataset)
 
+    def laid_under(self, deal: str) -> bool:
+        """Whether the dataset's own order is read laid along the ``spans`` stretches under ``deal``."""
+        return deal == SPANS and self._stretched
+
     def version_for(self, deal: str) -> int:
         """The order's version read under ``deal``: a dataset's order laid along the ``spans`` stretches has
         its own (``LaysOnStretches``)."""
-        if deal == SPANS and self._stretched:
+        if self.laid_under(deal):
             return int(self._dataset._stretched_version)
         return self.version
 

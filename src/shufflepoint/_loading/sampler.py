@@ -197,7 +197,7 @@ class ResumableSampler(DistributedSampler[int]):
             order=orders.name, order_version=orders.version_for(deal.name),
             dataset_fingerprint=identity.fingerprint, explain_fingerprint=identity.explain, deal=deal.name,
             legacy_fingerprint=identity.legacy_for(state), layout=self._position.layout,
-            parameters=orders.parameters, phases_changed=identity.compatible,
+            parameters=orders.parameters, phases_changed=identity.compatible(orders.laid_under(deal.name)),
         )
 
 

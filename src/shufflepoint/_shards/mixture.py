@@ -55,8 +55,8 @@ from shufflepoint._shards.locate import mixture_location
 from shufflepoint._shards.mixture_order import _MAX_STREAM, NAME, VERSION, MixtureOrder, decode, offsets
 from shufflepoint._shards.mixture_sources import check_sources, is_packed
 from shufflepoint._shards.mixture_stretches import SCHEDULED_VERSION as STRETCHED_SCHEDULED
+from shufflepoint._shards.mixture_stretches import UNKEPT_VERSIONS, StretchedMixtureOrder
 from shufflepoint._shards.mixture_stretches import VERSION as STRETCHED
-from shufflepoint._shards.mixture_stretches import StretchedMixtureOrder
 from shufflepoint._shards.scheduled_mixture import VERSION as SCHEDULED  # the order's version with a schedule
 from shufflepoint._shards.scheduled_mixture import ScheduledMixtureOrder, check_global_batch
 from shufflepoint._shards.shown import shown
@@ -243,24 +243,31 @@ class Mixture(torch.utils.data.Dataset[Any]):
                 "is part of the mixture's")
 
     def _explain_order_version(self, saved: int) -> str | None:
-        """Why a state of another order version is refused, where it is this mixture's other kind."""
+        """Why a state of another order version is refused, where it is this mixture's other kind, or a version
+        this shufflepoint no longer reads (3 and 4)."""
+        if saved in UNKEPT_VERSIONS:
+            return (f"The state was written in mixture order version {saved}, by a development build of shufflepoint "
+                    f"0.5 (each rank read its own stream of a source in its own stretch, so a source's passes came "
+                    f"apart on another world); this one reads version {STRETCHED} or {STRETCHED_SCHEDULED} under "
+                    "'spans' (mixture_stretches.py): start the run fresh, or resume it with the build that wrote it.")
         if saved not in (VERSION, SCHEDULED, STRETCHED, STRETCHED_SCHEDULED):
             return None
         if (saved in (SCHEDULED, STRETCHED_SCHEDULED)) == (self.schedule is not None):
-            return (f"The state was written in mixture order version {saved} (3 and 4: laid along the 'spans' "
-                    "deal's stretches; 1 and 2: not), which this loader does not read under its deal: resume with "
-                    "the deal the run used, or start fresh.")
+            return (f"The state was written in mixture order version {saved} ({STRETCHED} and {STRETCHED_SCHEDULED}: "
+                    "laid along the 'spans' deal's stretches; 1 and 2: not), which this loader does not read under "
+                    "its deal: resume with the deal the run used, or start fresh.")
         saved = SCHEDULED if saved in (SCHEDULED, STRETCHED_SCHEDULED) else VERSION
         was, now = ("with", "without") if saved == SCHEDULED else ("without", "with")
         return (f"The state was written by a Mixture {was} a schedule, and this one is built {now}: build the "
                 "Mixture as the run did (its sources and their weights or schedule) to resume it, or start fresh.")
 
     def _phase_changed(self, saved: list[list[Any]], epoch: int, cursor: int, grid: int | None,
-                      shuffle_block: int) -> int | None:
+                      shuffle_block: int, laid: bool = False) -> int | None:
         """The first of a state's ``saved`` phases this schedule changed before the end of the window a state at
-        (epoch, cursor) had reached (the global batch of ``grid`` rows, else the ``shuffle_block`` window), or
-        None: the same schedule there, phases appended after it."""
-        return changed_phase(saved, self.phases, self.samples_per_epoch, shuffle_block, epoch, cursor, grid)
+        (epoch, cursor) had reached (the global batch of ``grid`` rows, else the ``shuffle_block`` window; ``laid``,
+        read in the order laid along the ``spans`` stretches: the epoch's end, as its rows of each source are laid
+        out when it begins, ``mixture_stretches.py``), or None: the same schedule there, phases appended after it."""
+        return changed_phase(saved, self.phases, self.samples_per_epoch, shuffle_block, epoch, cursor, grid, laid)
 
     def _check_global_batch(self, global_batch: int, grid: int) -> None:
         """Warn when global batches of ``global_batch`` rows are not whole windows of the run's ``grid``."""
@@ -284,7 +291,7 @@ class Mixture(torch.utils.data.Dataset[Any]):
 
     @property
     def _stretched_version(self) -> int:
-        """The order's version under ``spans`` (``mixture_stretches.py``): 3, or 4 with a schedule."""
+        """The order's version under ``spans`` (``mixture_stretches.py``): 5, or 6 with a schedule."""
         return STRETCHED if self.schedule is None else STRETCHED_SCHEDULED
 
     def epoch_order(self, seed: int, epoch: int, shuffle_block: int, grid: int | None = None,
