@@ -109,8 +109,9 @@ class Mixture(torch.utils.data.Dataset[Any]):
     [6, 2]
 
     With a schedule the weights change as training goes, and ``counts`` is then the first epoch's. Under the
-    ``spans`` deal (the loader's default) each rank draws every source from its own stretch of it, so a node
-    keeps its share of every source across epochs (``mixture_stretches.py``). See docs/shards.md.
+    ``spans`` deal (the loader's default) each rank reads about its own stretch of every source, so a node
+    keeps its share of every source across epochs, and each source is read in whole passes on any world
+    (``mixture_stretches.py``, ``source_passes.py``). See docs/shards.md.
 
     >>> annealed = Mixture([list(range(10)), list(range(100, 104))], samples_per_epoch=8,
     ...                    schedule=[(0, [3, 1]), (6, [0, 1])])
