@@ -148,9 +148,9 @@ def test_global_batches_follow_the_phase_of_their_first_sample():
         assert letters == ({"a"} if step < 6 else {"b"})
 
 
-def appended_loader(schedule):
+def appended_loader(schedule, deal="strided"):
     mixture = Mixture([tagged("a", 40), tagged("b", 40)], samples_per_epoch=40, schedule=schedule)
-    return shufflepoint.DataLoader(mixture, 4, seed=9, collate_fn=list, shuffle_block=8)
+    return shufflepoint.DataLoader(mixture, 4, seed=9, collate_fn=list, shuffle_block=8, deal=deal)
 
 
 @SPLIT_BATCH
@@ -165,6 +165,31 @@ def test_a_resume_may_append_phases_after_the_position_reached():
     uninterrupted = list(appended_loader(longer))
     assert before + list(resumed) == uninterrupted
     assert resumed.state_dict()["dataset_fingerprint"] == appended_loader(longer).state_dict()["dataset_fingerprint"]
+
+
+@SPLIT_BATCH
+def test_under_spans_a_resume_may_append_phases_after_the_epoch_it_began():
+    """Under ``spans`` an epoch's rows of each source are laid out when it begins (each source's passes whole on any
+    world, ``mixture_stretches.py``): a phase appended inside the epoch the run had begun would change rows it
+    read, so it is refused by name, nothing changed; one from the next epoch on resumes exactly."""
+    first = appended_loader([(0, [1, 1])], deal="spans")
+    iterator = iter(first)
+    before = [next(iterator) for _ in range(3)]
+    state = first.state_dict()
+    inside = appended_loader([(0, [1, 1]), (16, [1, 0])], deal="spans")
+    untouched = inside.state_dict()
+    with pytest.raises(shufflepoint.StateError, match=r"why: schedule\[1\] changed.*under 'spans' a Mixture's epoch"):
+        inside.load_state_dict(state)
+    assert inside.state_dict() == untouched
+    longer = [(0, [1, 1]), (40, [1, 0])]  # from epoch 1 on
+    resumed = appended_loader(longer, deal="spans")
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    resumed.set_epoch(1)
+    uninterrupted = appended_loader(longer, deal="spans")
+    whole = list(uninterrupted)
+    uninterrupted.set_epoch(1)
+    assert before + rest + list(resumed) == whole + list(uninterrupted)
 
 
 @SPLIT_BATCH
@@ -231,7 +256,7 @@ def test_weighted_pairs_with_a_schedule_are_refused_and_either_deal_reads_it():
         Mixture([(tagged("a", 5), 1), (tagged("b", 5), 1)], schedule=[(0, [1, 1])])
     mixture = Mixture([tagged("a", 5), tagged("b", 5)], schedule=[(0, [1, 1])])
     spans = shufflepoint.DataLoader(mixture, 2)
-    assert spans.deal == "spans" and spans.state_dict()["order_version"] == 4  # laid along the stretches
+    assert spans.deal == "spans" and spans.state_dict()["order_version"] == 6  # laid along the stretches
     strided = shufflepoint.DataLoader(mixture, 2, deal="strided")
     assert strided.state_dict()["order_version"] == 2
 
@@ -329,7 +354,8 @@ def test_the_sampler_reads_a_scheduled_mixture_under_either_deal():
 def test_the_sampler_accepts_appended_phases_too():
     def sampler(schedule):
         return shufflepoint.ResumableSampler(Mixture([tagged("a", 40), tagged("b", 40)], samples_per_epoch=40,
-                                                     schedule=schedule), 1, 0, seed=9, shuffle_block=8)
+                                                     schedule=schedule), 1, 0, seed=9, shuffle_block=8,
+                                             deal="strided")
 
     first = sampler([(0, [1, 1])])
     iterator = iter(first)

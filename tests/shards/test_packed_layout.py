@@ -130,3 +130,48 @@ def test_a_mixture_of_packed_sources_reads_the_same_shards_of_each_in_every_epoc
             shards.append(held)
         read.append(shards)
     assert read[0] == read[1]
+
+
+@settings(max_examples=40, deadline=None)
+@given(corpora(), st.integers(2, 6), st.lists(st.integers(1, 4), min_size=2, max_size=2), st.integers(0, 2**32),
+       st.integers(1, 16), st.booleans())
+def test_a_mixture_reads_its_packed_sources_pass_after_pass_the_same_rows_on_any_world(corpus, seq_len, weights,
+                                                                                    seed, block, sharded):
+    """A Mixture's Packed sources (sharded: laid along every shard, ``EVERY_RUN``; else along one stretch): an
+    epoch reads the same packed rows on 1 to 4 parts, and by every epoch's end each source's passes (its packed
+    epochs) were read whole, one after another: the (pass, row) pairs read are every row of the passes before
+    and some of the last, none twice."""
+    from collections import Counter
+
+    from shufflepoint._shards.corpora.mixture.mixture import Mixture
+    from shufflepoint._shards.corpora.mixture.order import decode, offsets
+
+    rows, lengths = corpus
+    if sum(lengths) < seq_len:
+        return
+    other = [{"input_ids": list(range(50 * d, 50 * d + 3 + d % 4))} for d in range(12)]
+    packs = [Packed(Sharded(lengths, rows) if sharded else Sharded(lengths, rows).docs, seq_len, progress=False),
+             Packed(other, seq_len, progress=False)]
+    if any(len(packed) == 0 for packed in packs):
+        return
+    mixture = Mixture(list(zip(packs, weights, strict=True)), samples_per_epoch=sum(len(p) for p in packs) + 3)
+    read = {}
+    for parts in range(1, 5):
+        epochs = []
+        for epoch in range(3):
+            flat = mixture.epoch_order(seed, epoch, block, stretches=parts).take(np.arange(mixture.samples_per_epoch))
+            source, index = decode(offsets(mixture.lengths), mixture.lengths, flat)
+            keys, row = np.divmod(index, np.asarray(mixture.lengths)[source])
+            epochs.append(Counter((int(s), epoch_of(int(k))[0], int(r))
+                                  for s, k, r in zip(source, keys, row, strict=True)))
+        read[parts] = epochs
+    assert all(epochs == read[1] for epochs in read.values())
+    seen = Counter()
+    for epoch in read[1]:
+        seen.update(epoch)
+        assert max(seen.values()) == 1
+        for s, packed in enumerate(packs):
+            passes = sorted({p for (source, p, _) in seen if source == s})
+            assert passes == list(range(len(passes)))  # pass after pass
+            for p in passes[:-1]:
+                assert sum(1 for (source, q, _) in seen if (source, q) == (s, p)) == len(packed)

@@ -292,9 +292,10 @@ class Scheduled(Protocol):
         (the global batch the schedule follows)."""
 
     def phase_changed(self, saved: list[list[Any]], epoch: int, cursor: int, grid: int | None,
-                      shuffle_block: int) -> int | None:
+                      shuffle_block: int, laid: bool = False) -> int | None:
         """The first of a state's ``saved`` phases the schedule changed before the position (epoch, cursor)
-        had reached, or None where it only appended phases after it."""
+        had reached (``laid``: read in its order laid along the ``spans`` stretches, which fixes a whole epoch),
+        or None where it only appended phases after it."""
 
     def scheduled_order(self, seed: int, epoch: int, shuffle_block: int, grid: int) -> Any:
         """The order of one epoch, its phases on the edges of global batches of ``grid`` rows."""

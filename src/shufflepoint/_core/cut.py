@@ -112,6 +112,10 @@ class Deal(Protocol):
     def for_state(self, recorded: object) -> Deal:
         """The deal a state recording the deal ``recorded`` is read on with: this one, or an earlier default."""
 
+    def on_grid(self) -> Deal:
+        """This deal for a run whose global batches follow a grid (a scheduled ``Mixture``'s, read by a loader):
+        under ``spans`` an epoch keeps its parts across a change of global batch (``global_batch.grid_parts``)."""
+
     def handed(self, cut: Cut) -> Handed | None:
         """What ``cut``'s epoch handed out before its latest exclusion (a deal that ``redeals``), else None."""
 

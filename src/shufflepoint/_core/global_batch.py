@@ -40,6 +40,14 @@ When it applies (``keeps_global_batch``): G divides by W0, W0 is not the world r
 world reads its own stretches anyway), and the epoch is at its start or has one segment, of W0.
 Anything else keeps the ``spans`` rule of re-dealing what remains (every sample once, the global
 batches cut again).
+
+*Under a grid* (``follows_grid``: a schedule's phases and shares follow the global batches of the
+run's grid, a scheduled ``Mixture``'s order laid along the epoch's parts) an epoch read as one segment
+of its first world W0 stays W0's global batches after a change of global batch too, as long as W0
+divides the new one: global batch k then takes the next G' / W0 positions of every part, so a phase,
+which starts on a window edge of every part at once, starts at the global batch it names on any world
+(``grid_parts``). Re-dealt instead, a rank's stretch would hold another part's later windows (a phase
+early on one rank, late on another). A new global batch W0 does not divide re-deals, as without a grid.
 """
 
 from __future__ import annotations
@@ -71,6 +79,22 @@ def keeps_global_batch(segments: Sequence[Sequence[int]], parts: int | None, wor
     if parts is None or parts == world_size or world_size * batch_size % parts:
         return False
     return not segments or len(segments) == 1 and int(segments[0][0]) == parts
+
+
+def grid_parts(segments: Sequence[Sequence[int]], parts: int | None, world_size: int, batch_size: int) -> int | None:
+    """The parts an epoch is read as under a grid (module docstring): its first world W0 when it is one segment
+    of W0 (not a fold) and W0 divides this global batch, else ``parts``.
+
+    >>> grid_parts([[2, 8]], 4, 4, 2)     # 2 x 2 -> 4 x 2: G 4 -> 8, still the 2 parts' global batches
+    2
+    >>> grid_parts([[2, 8]], 3, 3, 1)     # 2 x 2 -> 3 x 1: 2 does not divide 3, re-dealt
+    3
+    >>> grid_parts([], 4, 4, 2)           # an epoch's start: the history's parts
+    4
+    """
+    if len(segments) == 1 and int(segments[0][0]) > 0 and world_size * batch_size % int(segments[0][0]) == 0:
+        return int(segments[0][0])
+    return parts
 
 
 def _stretches(n: int, world_size: int) -> tuple[np.ndarray, np.ndarray]:

@@ -341,11 +341,16 @@ def reached(samples_per_epoch: int, window: int, epoch: int, cursor: int, grid: 
 
 
 def changed_phase(saved: Sequence[Sequence[Any]], current: Sequence[tuple[int, str]], samples_per_epoch: int,
-                  shuffle_block: int, epoch: int, cursor: int, grid: int | None) -> int | None:
+                  shuffle_block: int, epoch: int, cursor: int, grid: int | None, laid: bool = False) -> int | None:
     """The first of a state's ``saved`` phases (``[start, hash]``) that the ``current`` schedule changed before
     the position a state at (epoch, cursor) had fixed (the end of its window: the global batch of ``grid``
-    rows under a loader, the ``shuffle_block`` window otherwise), or None: phases appended after it resume."""
-    past = reached(samples_per_epoch, grid or shuffle_block, epoch, cursor, grid is not None)
+    rows under a loader, the ``shuffle_block`` window otherwise; ``laid``, an order that lays out each epoch's
+    rows of its sources when the epoch begins, ``_shards/corpora/mixture/stretches.py``: the end of an epoch begun), or None:
+    phases appended after it resume."""
+    if laid and cursor:
+        past = (epoch + 1) * samples_per_epoch
+    else:
+        past = reached(samples_per_epoch, grid or shuffle_block, epoch, cursor, grid is not None)
     return compatible([(int(start), str(digest)) for start, digest in saved], list(current), past)
 
 

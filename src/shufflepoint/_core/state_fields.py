@@ -81,6 +81,12 @@ def check_buckets(found: str | None, expected: str | None, kind: str) -> None:
                why=f"{why}: its positions would point at other samples")
 
 
+def on_grid(state: Mapping[str, Any], deal: Deal) -> Deal:
+    """``deal``, on the state's grid where it records one (a scheduled ``Mixture`` read by a loader): under
+    ``spans`` its epochs keep their parts across a change of global batch (``global_batch.grid_parts``)."""
+    return deal.on_grid() if state["grid"] is not None else deal
+
+
 def check_history(state: Mapping[str, Any], deal: Deal, excluding: bool = False) -> tuple[int, History]:
     """The run's history under ``deal`` (the state's) is well formed, ends with the saved layout, and arrives at
     the saved place after ``steps`` batches. With samples ``excluding`` where it arrives needs the order's
@@ -90,7 +96,7 @@ def check_history(state: Mapping[str, Any], deal: Deal, excluding: bool = False)
     if "history" not in state:
         return legacy_history(state, deal, layout, start)
     try:
-        history = History.from_entries(state["n"], deal, state["history"])
+        history = History.from_entries(state["n"], on_grid(state, deal), state["history"])
     except Refused as error:
         raise fail("history", error.where(), error.expected, DAMAGED, why=error.why) from None
     steps, last = state["steps"], history.legs[-1]
@@ -189,7 +195,8 @@ class OrderParameters:
 
 
 _SCHEDULE_CHANGED = ("schedule[{}] changed, a phase the run had started (or one starting inside the window it "
-                     "had reached); a resume may only append phases after it")
+                     "had reached: under 'spans' a Mixture's epoch, whose rows of each source are laid out when it "
+                     "begins); a resume may only append phases after it")
 
 
 def parameter_changes(state: Mapping[str, Any], own: OrderParameters, kind: str,

@@ -57,14 +57,14 @@ def is_scheduled(dataset: Any) -> bool:
     return isinstance(hooks_of(dataset), Scheduled)
 
 
-def schedule_hooks(dataset: Any, shuffle_block: int | None) -> Callable[[list[list[Any]], int, int, int | None],
-                                                                        int | None] | None:
+def schedule_hooks(dataset: Any, shuffle_block: int | None, laid: bool = False,
+                   ) -> Callable[[list[list[Any]], int, int, int | None], int | None] | None:
     """The scheduled dataset's check of a state's phases (``state.Expected.phases_changed``); None for any
-    other dataset."""
+    other dataset. ``laid``: the state is read in the dataset's order laid along the ``spans`` stretches."""
     hooks = hooks_of(dataset)
     if not isinstance(hooks, Scheduled):
         return None
-    return functools.partial(hooks.phase_changed, shuffle_block=shuffle_block or 0)
+    return functools.partial(hooks.phase_changed, shuffle_block=shuffle_block or 0, laid=laid)
 
 
 def phases_of(dataset: Any) -> tuple[tuple[int, str], ...]:

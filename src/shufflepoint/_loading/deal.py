@@ -27,9 +27,11 @@ def deal_of(name: str | None, orders: OrderCache) -> Deal:
     ``deal_for``), or, for None, the default: ``spans`` for a corpus order (``blocks``, ``mixture``), so a node
     reads its own share of the shards, ``strided`` (DistributedSampler's) for anything else. The deal it
     resolves to is all that is kept: ``deal=None`` and ``deal="spans"`` on a corpus are the same loader, on a
-    resume too (``Deal.for_state``). ``buckets`` is a deal of its own, built from the keys (``bucketed.py``)."""
+    resume too (``Deal.for_state``). ``buckets`` is a deal of its own, built from the keys (``bucketed.py``). Orders
+    with a grid (a scheduled dataset's, read by a loader) give the deal on that grid (``Deal.on_grid``)."""
     deals.check_argument(name)  # deal_for checks the name, and a dataset that needs one deal (Mixture's)
-    return deals.named(deal_for(name, deals.default_name(orders.is_corpus), orders.dataset))
+    deal = deals.named(deal_for(name, deals.default_name(orders.is_corpus), orders.dataset))
+    return deal.on_grid() if orders.grid is not None else deal
 
 
 def warn_if_blocks_exceed_the_share(orders: OrderCache, deal: Deal, n: int, world_size: int) -> None:

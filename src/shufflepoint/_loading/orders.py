@@ -80,7 +80,11 @@ class Identity:
         self._n = orders.n
         self.fingerprint = resolve_fingerprint(value, dataset, orders.n)
         self.explain = explain_fingerprint(dataset)
-        self.compatible = schedule_hooks(dataset, orders.shuffle_block)
+
+    def compatible(self, laid: bool) -> Callable[[list[list[Any]], int, int, int | None], int | None] | None:
+        """The scheduled dataset's check of a state's phases (``schedule_hooks``); ``laid``: read in its order laid
+        along the ``spans`` stretches (``OrderCache.laid_under``)."""
+        return schedule_hooks(self._dataset, self._block, laid)
 
     def legacy_for(self, state: object) -> str | None:
         """The fingerprint 0.2 wrote for this dataset, asked only for a state 0.2 wrote (version 1): a corpus
@@ -164,10 +168,14 @@ class OrderCache:
             return self
         return OrderCache(str(found), self.n, self.seed, dataset=self._dataset)
 
+    def laid_under(self, stretched: bool) -> bool:
+        """Whether the dataset's own order is read laid along the stretches by a deal that reads stretches or not."""
+        return stretched and self._stretched
+
     def version_for(self, stretched: bool) -> int:
         """The order's version read by a deal that reads stretches or not: a dataset's order laid along the
         stretches has its own (``LaysOnStretches``)."""
-        if stretched and self._stretched:
+        if self.laid_under(stretched):
             return stretched_version(self._dataset)
         return self.version
 

@@ -90,6 +90,10 @@ class BucketDeal:
     def for_state(self, recorded: object) -> BucketDeal:
         return self
 
+    def on_grid(self) -> BucketDeal:
+        """This deal: a grid changes nothing of how it deals."""
+        return self
+
     def handed(self, cut: Cut) -> None:
         return None
 

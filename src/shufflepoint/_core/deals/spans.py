@@ -13,6 +13,10 @@ questions: ``_core/cut.py``; the arithmetic: ``spans.py``, ``global_batch.py`` a
 - an exclusion mid-epoch re-deals what is left, from what the epoch had handed out (the state's ``handed``,
   ``spanskips.py``), and the segments count again from there;
 - a corpus's order is laid along the stretches of the epoch's first world (``stretched``);
+- under a grid (``on_grid``: a scheduled ``Mixture`` read by a loader, its phases on the run's global batches) an
+  epoch read as one segment of its first world keeps those parts across a change of global batch too, when that
+  world size divides the new one (``global_batch.grid_parts``), so a phase starts at the global batch it names on
+  any data-parallel degree;
 - a state dealt ``strided`` (a corpus read by shufflepoint 0.2, which had no other deal) is read on strided.
 """
 
@@ -27,7 +31,7 @@ from shufflepoint._core import spans as _spans
 from shufflepoint._core.cut import Cut, SkipsOf, Where
 from shufflepoint._core.deals import strided
 from shufflepoint._core.exclusion import Exclusion
-from shufflepoint._core.global_batch import GlobalBatchCut, keeps_global_batch
+from shufflepoint._core.global_batch import GlobalBatchCut, grid_parts, keeps_global_batch
 from shufflepoint._core.plan import STRIDED, Layout
 from shufflepoint._core.segments import Pairs, Segments, is_folded
 from shufflepoint._core.spans import MAX_SEGMENTS, NAME, SpanCut
@@ -38,22 +42,34 @@ _MAX_INT = 2**63 - 1
 
 
 class SpanDeal:
-    """The ``spans`` deal (module docstring); ``DEAL`` is the one instance."""
+    """The ``spans`` deal (module docstring); ``DEAL`` is the instance, ``GRIDDED`` the one whose global batches
+    follow a grid (``on_grid``)."""
 
     name = NAME
     stretched = True
     redeals = True
     keys_fingerprint: str | None = None
 
+    def __init__(self, follows_grid: bool = False) -> None:
+        self.follows_grid = follows_grid  # an epoch keeps its parts across a change of global batch (grid_parts)
+
     def __repr__(self) -> str:
-        return "SpanDeal()"
+        return "SpanDeal(follows_grid=True)" if self.follows_grid else "SpanDeal()"
+
+    def on_grid(self) -> SpanDeal:
+        """This deal for a run whose global batches follow a grid: ``GRIDDED``."""
+        return GRIDDED
 
     def cut(self, layout: Layout, cursor: int, segments: Sequence[Sequence[int]] = (), parts: int | None = None, *,
             epoch: int = 0, handed: Handed | None = None, skips: SkipsOf | None = None) -> Cut:
         """At ``segments`` (the cursor follows from them); the parts' global batches where ``parts`` are another
         world's (``keeps_global_batch``), else the rest re-dealt; with samples excluded or handed out before an
-        exclusion, the space they leave re-dealt (``parts`` then apply no more)."""
+        exclusion, the space they leave re-dealt (``parts`` then apply no more). Under a grid (``follows_grid``) an
+        epoch read as one segment of its first world stays that world's global batches across a change of global
+        batch (``grid_parts``)."""
         if skips is None and handed is None:
+            if self.follows_grid:
+                parts = grid_parts(segments, parts, layout.world_size, layout.batch_size)
             if parts is not None and keeps_global_batch(segments, parts, layout.world_size, layout.batch_size):
                 taken = int(segments[0][1]) if segments else 0
                 return GlobalBatchCut(layout.n, parts, taken, layout.world_size, layout.batch_size, layout.drop_last)
@@ -145,3 +161,4 @@ def _as_handed_out(current: Cut, done: int, layout: Layout) -> FilteredSpanCut:
 
 
 DEAL = SpanDeal()
+GRIDDED = SpanDeal(follows_grid=True)

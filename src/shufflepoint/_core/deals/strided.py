@@ -65,6 +65,10 @@ class StridedDeal:
     def for_state(self, recorded: object) -> StridedDeal:
         return self
 
+    def on_grid(self) -> StridedDeal:
+        """This deal: a grid changes nothing of how it deals."""
+        return self
+
     def handed(self, cut: Cut) -> None:
         return None
 

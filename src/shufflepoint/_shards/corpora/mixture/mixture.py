@@ -57,7 +57,7 @@ from shufflepoint._shards.corpora.mixture.scheduled import ScheduledMixtureOrder
 from shufflepoint._shards.corpora.mixture.sources import check_sources, is_packed
 from shufflepoint._shards.corpora.mixture.stretches import SCHEDULED_VERSION as STRETCHED_SCHEDULED
 from shufflepoint._shards.corpora.mixture.stretches import VERSION as STRETCHED
-from shufflepoint._shards.corpora.mixture.stretches import StretchedMixtureOrder
+from shufflepoint._shards.corpora.mixture.stretches import UNKEPT_VERSIONS, StretchedMixtureOrder
 from shufflepoint._shards.corpora.shards.batch import Batch, Columnar, Columns, Rows, Stacked, checked_indices, gather
 from shufflepoint._shards.corpora.shards.locate import mixture_location
 from shufflepoint._shards.corpora.shards.shown import shown
@@ -296,7 +296,7 @@ class MixtureHooks:
 
     @property
     def stretched_version(self) -> int:
-        """The order's version under ``spans`` (``stretches.py``): 3, or 4 with a schedule."""
+        """The order's version under ``spans`` (``stretches.py``): 5, or 6 with a schedule."""
         return STRETCHED if self._mixture.schedule is None else STRETCHED_SCHEDULED
 
     def stretched_order(self, seed: int, epoch: int, shuffle_block: int, stretches: int,
@@ -314,13 +314,19 @@ class MixtureHooks:
                 "is part of the mixture's")
 
     def explain_order_version(self, saved: int) -> str | None:
-        """Why a state of another order version is refused, where it is this mixture's other kind."""
+        """Why a state of another order version is refused, where it is this mixture's other kind, or a version
+        this shufflepoint no longer reads (3 and 4)."""
+        if saved in UNKEPT_VERSIONS:
+            return (f"The state was written in mixture order version {saved}, by a development build of shufflepoint "
+                    f"0.5 (each rank read its own stream of a source in its own stretch, so a source's passes came "
+                    f"apart on another world); this one reads version {STRETCHED} or {STRETCHED_SCHEDULED} under "
+                    "'spans' (stretches.py): start the run fresh, or resume it with the build that wrote it.")
         if saved not in (VERSION, SCHEDULED, STRETCHED, STRETCHED_SCHEDULED):
             return None
         if (saved in (SCHEDULED, STRETCHED_SCHEDULED)) == (self._mixture.schedule is not None):
-            return (f"The state was written in mixture order version {saved} (3 and 4: laid along the 'spans' "
-                    "deal's stretches; 1 and 2: not), which this loader does not read under its deal: resume with "
-                    "the deal the run used, or start fresh.")
+            return (f"The state was written in mixture order version {saved} ({STRETCHED} and {STRETCHED_SCHEDULED}: "
+                    "laid along the 'spans' deal's stretches; 1 and 2: not), which this loader does not read under "
+                    "its deal: resume with the deal the run used, or start fresh.")
         saved = SCHEDULED if saved in (SCHEDULED, STRETCHED_SCHEDULED) else VERSION
         was, now = ("with", "without") if saved == SCHEDULED else ("without", "with")
         return (f"The state was written by a Mixture {was} a schedule, and this one is built {now}: build the "
@@ -349,12 +355,14 @@ class ScheduledMixtureHooks(MixtureHooks):
         return self._mixture.phases
 
     def phase_changed(self, saved: list[list[Any]], epoch: int, cursor: int, grid: int | None,
-                      shuffle_block: int) -> int | None:
+                      shuffle_block: int, laid: bool = False) -> int | None:
         """The first of a state's ``saved`` phases this schedule changed before the end of the window a state at
-        (epoch, cursor) had reached (the global batch of ``grid`` rows, else the ``shuffle_block`` window), or
-        None: the same schedule there, phases appended after it."""
+        (epoch, cursor) had reached (the global batch of ``grid`` rows, else the ``shuffle_block`` window; ``laid``,
+        read in the order laid along the ``spans`` stretches: the epoch's end, as its rows of each source are laid
+        out when it begins, ``stretches.py``), or None: the same schedule there, phases appended after it."""
         mixture = self._mixture
-        return changed_phase(saved, mixture.phases, mixture.samples_per_epoch, shuffle_block, epoch, cursor, grid)
+        return changed_phase(saved, mixture.phases, mixture.samples_per_epoch, shuffle_block, epoch, cursor, grid,
+                             laid)
 
     def check_global_batch(self, global_batch: int, grid: int) -> None:
         """Warn when global batches of ``global_batch`` rows are not whole windows of the run's ``grid``."""

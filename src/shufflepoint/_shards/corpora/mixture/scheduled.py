@@ -21,7 +21,7 @@ batches unknown) reads the ``shuffle_block`` windows above, phases starting at t
 Position -> (source, row of its stream) is then one binary search over the phase starts and one per
 window, whatever the epoch. Under the ``strided`` deal ``g`` is what training consumed; a phase
 appended by a resume after the window it reached changes nothing before it. Under ``spans`` a scheduled
-mixture is read in the order laid along the deal's stretches instead (version 4, ``mixture_stretches.py``),
+mixture is read in the order laid along the deal's stretches instead (version 6, ``mixture_stretches.py``),
 whose global batches are window k of every rank's stretch.
 """
 

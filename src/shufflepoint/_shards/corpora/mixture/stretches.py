@@ -1,41 +1,31 @@
-"""The ``mixture`` order under the ``spans`` deal (versions 3 and 4): laid along the deal's stretches, so that
-a node reads its share of every source, and the same share every epoch.
+"""The ``mixture`` order under the ``spans`` deal (versions 5 and 6): laid along the deal's stretches, so that
+a node reads its share of every source, and each source read in whole passes on any world.
 
 Under ``spans`` rank r of the epoch's first world reads its *part*, positions ``[a_r, a_r + n_r)`` of the
-epoch (``spans.py``'s stretches of W parts). Each source's rows are cut into W stretches, along a layout
-that depends on the seed only (``StretchBlockOrder`` for a sharded source, a fixed keyed permutation for
-any other, a ``Packed`` source's rows of each pass, its documents laid along the parts: ``packed_layout``),
-stretch r in proportion to part r's share of the source's
-slots per epoch (without a schedule; with one, of the epoch's positions), and part r draws source s only
-from its stretch r of s: its own stream of s, pass after pass, each pass in a new order inside the
-stretch (a source read once an epoch is then read once, every row, by the parts together). A node
-then reads about 1/nodes of every source, the same rows every epoch on an unchanged world, so a cache that
-holds its share serves every later epoch (version 1 reads each source's stream across all the ranks, in a
-new order each pass: no node keeps its shards).
-
-Which source each position of a part holds comes from one count for the whole epoch, as in versions 1 and
-2: ``C(g)``, how many of the first g run positions belong to each source (the epoch's ``counts`` by a chain
-of floors, ``c(n) == counts``; or the schedule, phases on the loader's grid, counted by their chains of
-floors; a phase starts on the first window edge at or after its start). A part's positions are cut into
-windows of w positions (a loader's grid G: ``w = G / W``, its global batches; else ``shuffle_block // W``,
-so that a phase a resume appends after the window a state reached never changes a window already dealt),
-and window k of every part is one *virtual* stretch of the
-epoch, the parts' pieces laid end to end (``kWw .. (k+1)Ww``: with ``w = G / W`` the global batch k). Part
-r's window k holds ``C(end) - C(start)`` of its virtual piece, shuffled by a keyed Feistel permutation, so:
+epoch (``spans.py``'s stretches of W parts). Which source each position of a part holds comes from one count
+for the whole epoch, as in versions 1 and 2: ``C(g)``, how many of the first g run positions belong to each
+source (the epoch's ``counts`` by a chain of floors, ``c(n) == counts``; or the schedule, phases on the
+loader's grid, counted by their chains of floors; a phase starts on the first global batch edge at or after its
+start; a sampler's, without a grid, at the row it names). A part's positions are cut into windows of w
+positions (a loader's grid G: ``w = G / W``, its global batches; else ``shuffle_block // W``), and window k of
+every part is one *virtual* stretch of the epoch, the parts' pieces laid end to end (``kWw .. (k+1)Ww``: with
+``w = G / W`` the global batch k). Part r's window k holds ``C(end) - C(start)`` of its virtual piece, shuffled
+by a keyed Feistel permutation, so:
 
 - every global batch holds exactly what ``C`` gives it (the parts' pieces tile it), and a schedule's phase,
   starting on a grid edge kG, starts at window k of every part: exact, and on resume (positions are fixed);
-- the parts together hold exactly ``counts[s]`` of source s per epoch without a schedule;
-- a part's count of source s is the sum of its pieces' counts before: a table of O(windows) per epoch
-  (without a schedule each epoch is the same; with one, the epochs before are summed once per order).
+- the parts together hold exactly ``counts[s]`` of source s per epoch without a schedule.
 
-The t-th slot of source s in a part is row ``q = t`` of the part's stream of s: pass ``q // len_r(s)``, row
-``q % len_r(s)`` of its stretch. A part whose stretch of a source is empty (a source with fewer rows than
-its share of slots) draws from the whole source instead.
+Source s's slots in that virtual order (window after window, the parts in turn in each), counted over the
+run, are its stream, and ``passes.py`` says what each reads: an epoch reads the same rows of each of
+the source's passes on any world, and part r its share of them, which lies about in its own stretch of the
+source's arrangement (a node reads about 1/nodes of every source, about the same rows every epoch). So a
+source's passes are whole however the world changes: a resize re-deals positions (``spans.py``), and an epoch
+that begins on another world reads on where the epoch before left each pass. The count of slots the epochs
+before an epoch read is arithmetic (``e * counts``, or the schedule's count at the epoch's start).
 
-Every position is one index, whatever world reads it (a resize re-deals positions, ``spans.py``). Not
-kept: a part's streams restart from its counts when the next epoch begins on another world (its
-stretches change), so a source's pass is then covered to within the rows the parts had left.
+Versions 3 and 4 (0.5's development: each part read its own stream of a source in its own stretch, so a
+source's passes drifted apart across the parts, and another world began them anew) are refused by name.
 """
 
 from __future__ import annotations
@@ -48,19 +38,20 @@ from shufflepoint._core.capabilities import ShardedCorpus
 from shufflepoint._core.schedule import Schedule
 from shufflepoint._errors import Refused
 from shufflepoint._order import Order, check_int
-from shufflepoint._order.blocks import _M64, StretchBlockOrder, _sub_seed, checked_positions
+from shufflepoint._order.blocks import _M64, _sub_seed, checked_positions, laid_shards
 from shufflepoint._order.distinct import distinct, distinct_inverse
 from shufflepoint._order.feistel import FeistelOrder
 from shufflepoint._order.feistel_many import sub_seeds, take_many
 from shufflepoint._shards.corpora.mixture.order import _MAX_STREAM, _SOURCE_TAG, NAME, MixedSources, encode, offsets
+from shufflepoint._shards.corpora.mixture.passes import SourcePasses
 from shufflepoint._shards.corpora.mixture.sources import is_packed
-from shufflepoint._shards.corpora.packed.stretches import table_key
+from shufflepoint._shards.corpora.packed.stretches import EVERY_RUN, table_key
 
-VERSION, SCHEDULED_VERSION = 3, 4
-_PART_TAG, _LAYOUT_TAG, _STRETCH_TAG = 0x50415254, 0x4C415954, 0x53545245
+VERSION, SCHEDULED_VERSION = 5, 6
+UNKEPT_VERSIONS = (3, 4)  # each part its own stream of a source: refused by name (``Mixture._explain_order_version``)
+_PART_TAG, _LAYOUT_TAG = 0x50415254, 0x4C415954
 _WINDOW_TAG = 0x57494E44
 _CACHED_ORDERS = 32
-_SUMMED = 1 << 16  # windows of earlier epochs a scheduled order sums exactly (_PartCounts._before)
 
 
 def stretches(n: int, parts: int) -> tuple[np.ndarray, np.ndarray]:
@@ -72,7 +63,8 @@ def stretches(n: int, parts: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class _PartCounts:
-    """How many of a part's positions before each of its window edges belong to each source (vectorised)."""
+    """How many slots of each source a part's windows hold, and where they sit in the epoch's virtual order
+    (vectorised, O(windows) per part and epoch)."""
 
     def __init__(self, mixture: MixedSources, parts: int, window: int, schedule: Schedule | None) -> None:
         self.n, self.sources, self._parts, self._window = mixture.samples_per_epoch, len(mixture.lengths), parts, window
@@ -80,15 +72,13 @@ class _PartCounts:
         self._scheduled = schedule is not None
         self._counts = schedule.chained() if schedule is not None else Schedule([(0, list(mixture.counts))],
                                                                                self.sources)
-        self._tables: dict[tuple[int, int], np.ndarray] = {}
-        self._totals: dict[tuple[int, int], np.ndarray] = {}
-
-    def windows(self, part: int) -> int:
-        return -(-(self._base + int(part < self._extra)) // self._window)
+        self.windows = -(-(self._base + int(self._extra > 0)) // window)  # part 0's: the most any part has
+        self._tables: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._edges: dict[int, np.ndarray] = {}
 
     def _pieces(self, part: int, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(virtual start, length) of part's window k: every part's windows before k, then the parts before
-        it in window k, laid end to end (a full window: ``k * W * w + part * w``)."""
+        """(virtual start, length) of part's window k: every part's windows before k, then the parts before it
+        in window k, laid end to end (a full window: ``k * W * w + part * w``)."""
         w, base, extra = self._window, self._base, self._extra
         kw = k * w
         before = extra * np.minimum(base + 1, kw) + (self._parts - extra) * np.minimum(base, kw)
@@ -97,60 +87,59 @@ class _PartCounts:
         start = before + longer * long_piece + (part - longer) * short_piece
         return start, long_piece if part < extra else short_piece
 
-    def table(self, part: int, epoch: int) -> np.ndarray:
-        """Counts of part's positions before each window edge of ``epoch``, windows + 1 rows x sources, from
-        the run's start."""
-        key = (part, epoch)
+    def _origin(self, epoch: int) -> int:
+        return epoch * self.n if self._scheduled else 0  # without a schedule every epoch is the same
+
+    def _key(self, epoch: int) -> int:
+        return epoch if self._scheduled else 0
+
+    def before_epoch(self, epoch: int) -> np.ndarray:
+        """Slots of each source in the epochs before ``epoch`` (over the run: the parts of those epochs together)."""
+        found: np.ndarray = self._counts.counts_many(np.array([epoch * self.n if self._scheduled else self.n]))[0]
+        return found if self._scheduled else epoch * found
+
+    def edges(self, epoch: int) -> np.ndarray:
+        """Slots of each source, all parts together, before each window edge of ``epoch`` (windows + 1 rows x
+        sources): the virtual order's, window k of every part before window k + 1's."""
+        key = self._key(epoch)
+        found = self._edges.get(key)
+        if found is None:
+            if len(self._edges) >= _CACHED_ORDERS:
+                self._edges.pop(next(iter(self._edges)))
+            origin = self._origin(epoch)
+            starts, _ = self._pieces(0, np.arange(self.windows, dtype=np.int64))
+            ends = np.append(starts, self.n)
+            found = self._edges[key] = self._counts.counts_many(origin + ends) - self._counts.counts_many(
+                np.array([origin]))
+        return found
+
+    def part(self, part: int, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(held, ahead, before) of part's windows in ``epoch``: the slots of each source it holds before each
+        window edge (windows + 1 rows), the slots of the parts before it in each window (windows rows), and
+        those summed over the windows before each edge (windows + 1 rows): part's slot j of source s in window k
+        is the virtual order's slot ``edges[k] + ahead[k] + j - held[k]`` of the epoch."""
+        key = (part, self._key(epoch))
         found = self._tables.get(key)
         if found is None:
             if len(self._tables) >= _CACHED_ORDERS:
                 self._tables.pop(next(iter(self._tables)))
-            found = self._tables[key] = self._within(part, epoch) + self._before(part, epoch)
-        return found
-
-    def _within(self, part: int, epoch: int) -> np.ndarray:
-        """Counts of part's positions before each of its window edges, from the epoch's start."""
-        start, length = self._pieces(part, np.arange(self.windows(part), dtype=np.int64))
-        origin = epoch * self.n if self._scheduled else 0  # without a schedule every epoch is the same
-        grown = self._counts.counts_many(origin + start + length) - self._counts.counts_many(origin + start)
-        return np.concatenate((np.zeros((1, self.sources), dtype=np.int64), np.cumsum(grown, axis=0)))
-
-    def parts_before(self, part: int) -> np.ndarray:
-        """Without a schedule: how many positions of each source the parts before ``part`` hold per epoch (in
-        each window, the parts before it tile the window's virtual stretch up to its piece)."""
-        found = self._totals.get((part, -1))
-        if found is None:
-            k = np.arange(self.windows(0), dtype=np.int64)
-            start, _ = self._pieces(part, k)
-            first, _ = self._pieces(0, k)
-            found = (self._counts.counts_many(start) - self._counts.counts_many(first)).sum(axis=0)
-            self._totals[(part, -1)] = found
-        return found
-
-    def _before(self, part: int, epoch: int) -> np.ndarray:
-        """Counts of part's positions in the epochs before ``epoch``: exact without a schedule (every epoch is
-        the same), and with one while the epochs before hold at most ``_SUMMED`` windows (each summed once);
-        past that, the part's share of the schedule's counts at the epoch's start (a seek to a far epoch
-        stays O(windows); the part's streams may then start a few rows off where the epoch before ended)."""
-        if not self._scheduled:
-            return epoch * self._total(part, 0)
-        if epoch * self.windows(part) <= _SUMMED:
-            return sum((self._total(part, e) for e in range(epoch)), np.zeros(self.sources, dtype=np.int64))
-        counts = self._counts.counts_many(np.array([epoch * self.n]))[0].astype(object)
-        share = self._base + int(part < self._extra)
-        found: np.ndarray = (counts * share // self.n).astype(np.int64)
-        return found
-
-    def _total(self, part: int, epoch: int) -> np.ndarray:
-        found = self._totals.get((part, epoch))
-        if found is None:
-            found = self._totals[(part, epoch)] = self._within(part, epoch)[-1]
+            origin = self._origin(epoch)
+            k = np.arange(self.windows, dtype=np.int64)
+            start, length = self._pieces(part, k)
+            window_start, _ = self._pieces(0, k)
+            at_start = self._counts.counts_many(origin + start)
+            grown = self._counts.counts_many(origin + start + length) - at_start
+            ahead = at_start - self._counts.counts_many(origin + window_start)
+            zero = np.zeros((1, self.sources), dtype=np.int64)
+            found = (np.concatenate((zero, np.cumsum(grown, axis=0))), ahead,
+                     np.concatenate((zero, np.cumsum(ahead, axis=0))))
+            self._tables[key] = found
         return found
 
 
 class StretchedMixtureOrder:
     """The ``mixture`` order of one (seed, epoch) under ``spans`` with ``parts`` stretches (the epoch's first
-    world size): positions -> indices into the concatenated sources, each part's from its own stretches."""
+    world size): positions -> indices into the concatenated sources, each source read in whole passes."""
 
     name = NAME
 
@@ -165,44 +154,40 @@ class StretchedMixtureOrder:
         self._window = max(1, (self._block if grid is None else check_int("grid", grid, 1, _MAX_STREAM))
                            // self._parts)  # a part's share of a global batch, or of a shuffle_block window
         schedule = mixture.schedule
-        if schedule is not None:  # phases on the edges of the windows (a sampler's too: a resume may append
-            # phases after the window reached, which then starts them on the next edge as the run did)
-            schedule = mixture.schedule_on_grid(grid if grid is not None else self._window * self._parts)
+        if schedule is not None and grid is not None:  # phases on the edges of a loader's global batches; a
+            # sampler's (no grid) start at the row they name, on any world (a resume appends only from the next epoch)
+            schedule = mixture.schedule_on_grid(grid)
+        self._check_epoch(epoch)
         self._counts = _PartCounts(mixture, self._parts, self._window, schedule)
         self._offsets = offsets(mixture.lengths)
         self._packed = is_packed(mixture.sources[0])
-        self._stretch_of: dict[tuple[int, int], tuple[int, int]] = {}
-        self._orders: dict[tuple[int, ...], Any] = {}
-        self._check_epoch(epoch)
+        self._before = self._counts.before_epoch(epoch)  # each source's slots in the epochs before
+        self._edges = self._counts.edges(epoch)
+        self._passes = [SourcePasses(length, self._block, _sub_seed(seed, _SOURCE_TAG, s))
+                        for s, length in enumerate(mixture.lengths)]
+        self._orders: dict[tuple[int, int], Any] = {}
+        self._arranged: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         if self._packed:  # bind each Packed source to (seed, shuffle_block) before workers copy it
             for s in range(len(mixture.sources)):
                 self._source_pass(s, 0)
+                self._check_epoch(epoch, self._last_pass(s))
 
-    def _stretch(self, s: int, part: int) -> tuple[int, int]:
-        """(first row, rows) of part's stretch of source s along the source's layout: the parts' shares of the
-        source's slots per epoch (without a schedule; so a source read once an epoch is read once by the parts
-        together), or of the epoch's positions (with one), of its rows."""
-        found = self._stretch_of.get((s, part))
-        if found is None:
-            total = self._mixture.lengths[s]
-            if self._mixture.schedule is None:
-                count = self._mixture.counts[s]
-                before = int(self._counts.parts_before(part)[s])
-                held = int(self._counts.table(part, 0)[-1][s])
-                edge, end = total * before // count, total * (before + held) // count
-            else:
-                start, length = int(self._starts[part]), int(self._lengths[part])
-                edge, end = total * start // self.n, total * (start + length) // self.n
-            found = self._stretch_of[(s, part)] = (edge, end - edge)
-        return found
+    def _last_pass(self, s: int) -> int:
+        """The last pass of source s this epoch reads (or the one before its first, reading none)."""
+        return max(int(self._before[s] + self._edges[-1, s]) - 1, 0) // self._mixture.lengths[s]
+
+    def _laid(self, s: int) -> int:
+        """How a Packed source's passes are laid: along every shard (runs of documents) of a sharded one, so its
+        rows keep their shards in every pass; one stretch otherwise (the same rows on any world either way)."""
+        return EVERY_RUN if isinstance(self._mixture.sources[s].dataset, ShardedCorpus) else 1
 
     def _check_epoch(self, epoch: int, passes: int | None = None) -> None:
-        """Refuse an epoch whose indices pass 2**62: its positions, or a Packed source's pass, laid along the
-        parts (its index's key): the epoch's own pass here, the passes a part reaches as they are read."""
+        """Refuse an epoch whose indices pass 2**62: its positions, or a Packed source's last pass (its index's
+        key)."""
         far = (epoch + 1) * self.n >= _MAX_STREAM
-        if self._packed and not far:
-            far = (table_key(epoch if passes is None else passes, self._parts) + 1) * int(self._offsets[-1]) \
-                >= _MAX_STREAM
+        if passes is not None and not far:
+            rows = int(offsets(self._mixture.lengths)[-1])
+            far = (table_key(passes, EVERY_RUN) + 1) * rows >= _MAX_STREAM
         if far:
             # LIMIT(stretched-mixture-last-epoch): docs/shards.md#limits
             raise Refused("epoch", epoch, "an epoch whose stream positions stay below 2**62",
@@ -223,68 +208,91 @@ class StretchedMixtureOrder:
 
     def _take_part(self, part: int, local: np.ndarray) -> np.ndarray:
         """Indices at positions ``local`` of part ``part``: its window's slots shuffled, each source's slots
-        read from the part's stream of that source at its count."""
+        read as the part's slots of it this epoch (``_from_slots``)."""
         windows, at = distinct_inverse(local // self._window)
-        table = self._counts.table(part, self.epoch)
-        before, sizes = table[windows], table[windows + 1] - table[windows]
+        held = self._counts.part(part, self.epoch)[0]
+        before, sizes = held[windows], held[windows + 1] - held[windows]
         cumulative = np.cumsum(sizes, axis=1)
         keyed = sub_seeds(self.seed & _M64, _PART_TAG, np.full(windows.size, part, dtype=np.uint64))
         keys = sub_seeds(keyed, _WINDOW_TAG, windows.astype(np.uint64))
         shuffled = take_many(local - windows[at] * self._window, at, sizes.sum(axis=1), keys, self.epoch)
         source = (shuffled[:, None] >= cumulative[at]).sum(axis=1)
-        stream = before[at, source] + shuffled - (cumulative[at, source] - sizes[at, source])
+        slot = before[at, source] + shuffled - (cumulative[at, source] - sizes[at, source])
         found = np.empty_like(local)
         for s in distinct(source).tolist():
             where = source == s
-            found[where] = self._from_stream(s, part, stream[where])
+            found[where] = self._from_slots(s, part, slot[where])
         return found
 
-    def _from_stream(self, s: int, part: int, stream: np.ndarray) -> np.ndarray:
-        """Mixture indices of rows ``stream`` of part ``part``'s own stream of source s."""
-        edge, length = self._stretch(s, part)
-        if length == 0:  # fewer rows than parts: this part draws from the whole source
-            edge, length = 0, self._mixture.lengths[s]
-        passes, rows = np.divmod(stream, length)
-        if self._packed and passes.size:
-            self._check_epoch(self.epoch, int(passes.max()))
-        found = np.empty_like(stream)
+    def _below(self, part: int, s: int, slots: int) -> tuple[int, int]:
+        """Of the epoch's first ``slots`` slots of source s (the virtual order): (how many are part's, how many
+        the parts' before it)."""
+        held, ahead, before = self._counts.part(part, self.epoch)
+        edges = self._edges[:, s]
+        k = min(int(np.searchsorted(edges, slots, side="right")) - 1, edges.size - 2)
+        into = slots - int(edges[k])
+        mine = int(held[k + 1, s] - held[k, s])
+        return int(held[k, s]) + min(max(into - int(ahead[k, s]), 0), mine), int(before[k, s]) + min(into,
+                                                                                                     int(ahead[k, s]))
+
+    def _from_slots(self, s: int, part: int, slots: np.ndarray) -> np.ndarray:
+        """Mixture indices of part's slots ``slots`` of source s this epoch: each slot's pass, and its row of
+        part's share of what the epoch reads of that pass (``passes.py``)."""
+        held, ahead, _ = self._counts.part(part, self.epoch)
+        edges, length, first = self._edges[:, s], self._mixture.lengths[s], int(self._before[s])
+        k = np.searchsorted(held[:, s], slots, side="right") - 1
+        passes = (first + edges[k] + ahead[k, s] + slots - held[k, s]) // length
+        count, sources = int(edges[-1]), self._passes[s]
+        found = np.empty_like(slots)
         for p in distinct(passes).tolist():
             where = passes == p
-            found[where] = self._in_pass(s, part, p, edge, length, rows[where])
+            lo, hi = max(p * length - first, 0), min((p + 1) * length - first, count)  # its slots this epoch
+            mine_lo, ahead_lo = self._below(part, s, lo)
+            mine_hi, ahead_hi = self._below(part, s, hi)
+            x0 = lo + first - p * length
+            share = sources.share(p, x0, x0 + hi - lo, ahead_hi - ahead_lo, mine_hi - mine_lo, part)
+            found[where] = self._rows(s, p, sources.positions(p, share, slots[where] - mine_lo, part))
         return encode(self._offsets, self._mixture.lengths, s, found)
 
-    def _in_pass(self, s: int, part: int, p: int, edge: int, length: int, rows: np.ndarray) -> np.ndarray:
-        """Indices of source s (``p * len + row`` for a Packed source) of rows of its stretch in pass p."""
+    def _rows(self, s: int, p: int, arranged: np.ndarray) -> np.ndarray:
+        """Source s's indices (``p * len + row`` for a Packed source) of positions ``arranged`` of its
+        arrangement in pass p."""
         dataset = self._mixture.sources[s]
         if self._packed:
-            found: np.ndarray = self._source_pass(s, p).take(edge + rows)
+            if p > 0:
+                self._check_epoch(self.epoch, p)
+            found: np.ndarray = self._source_pass(s, p).take(arranged)
             return found
-        if isinstance(dataset, ShardedCorpus):  # the shards laid out by the seed, cut at this part's stretch
-            within: np.ndarray = self._source_pass(s, p, part, edge).take(edge + rows)
+        if isinstance(dataset, ShardedCorpus):  # the shards laid out by the seed, the same in every pass
+            starts, dataset_starts = self._arrangement(s)
+            piece = np.searchsorted(starts, arranged, side="right") - 1
+            within: np.ndarray = dataset_starts[piece] + arranged - starts[piece]
             return within
-        inside = self._source_pass(s, p, part, length).take(rows)  # a new order inside the stretch each pass
-        laid: np.ndarray = self._source_pass(s, -1).take(edge + inside)  # the seed's layout, the same every pass
+        laid: np.ndarray = self._source_pass(s, -1).take(arranged)  # the seed's arrangement of its rows
         return laid
 
-    def _source_pass(self, s: int, p: int, part: int = -1, length: int = 0) -> Order | Any:
-        """Source s's pass p: a Packed source's packed epoch; a sharded one's ``StretchBlockOrder`` cut at
-        part's stretch (``length`` is then its first row); any other's order inside part's stretch of
-        ``length`` rows (p = -1: the seed's layout of the source)."""
-        key = (s, p) if part < 0 else (s, p, part)
+    def _arrangement(self, s: int) -> tuple[np.ndarray, np.ndarray]:
+        """A sharded source's shards laid out by the seed: where each starts in the arrangement and in the source."""
+        found = self._arranged.get(s)
+        if found is None:
+            rows = np.asarray(self._mixture.sources[s].shard_rows, dtype=np.int64)
+            laid = laid_shards(rows, _sub_seed(self.seed, _SOURCE_TAG, s))
+            dataset_starts = np.concatenate(([0], np.cumsum(rows)[:-1])).astype(np.int64)
+            starts = np.concatenate(([0], np.cumsum(rows[laid])[:-1])).astype(np.int64)
+            found = self._arranged[s] = (starts, dataset_starts[laid])
+        return found
+
+    def _source_pass(self, s: int, p: int) -> Order | Any:
+        """A Packed source's pass p (its own packed epoch p, laid: ``_laid``); any other's arrangement (p = -1)."""
+        key = (s, p)
         found = self._orders.get(key)
         if found is None:
             if len(self._orders) >= _CACHED_ORDERS:
                 self._orders.pop(next(iter(self._orders)))
             dataset, seed = self._mixture.sources[s], _sub_seed(self.seed, _SOURCE_TAG, s)
-            if self._packed:  # its own packed epoch p laid along the parts' stretches (packed_layout), so a part's
-                found = dataset.epoch_order(seed, p, self._block, stretches=self._parts)  # rows are its shards
-            elif isinstance(dataset, ShardedCorpus):
-                edge, rows = self._stretch(s, part)
-                found = StretchBlockOrder(dataset.shard_rows, seed, p, self._block, 3,
-                                          edges=np.array([0, edge, edge + rows, self._mixture.lengths[s]]))
-            elif p < 0:
-                found = FeistelOrder(self._mixture.lengths[s], _sub_seed(seed, _LAYOUT_TAG), 0)
+            if self._packed:
+                found = dataset.epoch_order(seed, p, self._block, stretches=self._laid(s))
             else:
-                found = FeistelOrder(length, _sub_seed(_sub_seed(seed, _STRETCH_TAG, part), _STRETCH_TAG, p), 0)
+                found = FeistelOrder(self._mixture.lengths[s], _sub_seed(seed, _LAYOUT_TAG), 0)
             self._orders[key] = found
         return found

@@ -194,13 +194,14 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     def epoch_order(self, seed: int, epoch: int, shuffle_block: int, grid: int | None = None,
                     stretches: int | None = None) -> PackedOrder:
         """Epoch positions -> row indices (``epoch * len(self) + row``); binds (seed, shuffle_block). With
-        ``stretches`` (the ``spans`` deal's first world size, from the loader) the documents are laid along
-        the stretches (``packed/stretches``), the index ``((epoch + 1) * 2**20 + stretches - 1) * len(self) + row``.
-        ``grid`` (a scheduled dataset's) does not apply."""
+        ``stretches`` (the ``spans`` deal's first world size, from the loader; ``packed_stretches.EVERY_RUN``, each
+        run of documents a stretch of its own, from a ``Mixture``) the documents are laid along the stretches
+        (``packed/stretches.py``), the index ``((epoch + 1) * 2**20 + stretches - 1) * len(self) + row``. ``grid`` (a
+        scheduled dataset's) does not apply."""
         check_int("seed", seed, 0, 2**64 - 1)
         check_int("shuffle_block", shuffle_block, 1, 2**62)
-        if stretches is not None:
-            check_int("stretches", stretches, 1, packed_stretches.WORLDS - 1)
+        if stretches is not None:  # a world of ranks, or every run of documents its own (EVERY_RUN: a Mixture's)
+            check_int("stretches", stretches, 1, packed_stretches.EVERY_RUN)
         last = (_MAX_INDEX - self.rows_per_epoch) // self.rows_per_epoch
         last = min(packed_stretches.WORLDS - 1, last) if stretches is None else last // packed_stretches.WORLDS - 2
         if check_int("epoch", epoch, 0, 2**62) > last:

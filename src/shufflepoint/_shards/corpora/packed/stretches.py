@@ -25,6 +25,10 @@ import numpy as np
 
 STRETCHED_VERSION = 2  # the packed order laid along the spans stretches (the unlaid one is packed_rows.VERSION)
 WORLDS = 2**20  # a laid epoch's key in the index: epoch * WORLDS + stretches
+# Laid along every run of documents (each shard a stretch of its own, never moved, its documents permuted inside
+# it): a ``Mixture`` reads a sharded Packed source's passes so, the same rows on the same shards in every pass,
+# whatever the world (``mixture/passes.py``). Its key is stretches = WORLDS, which no world of ranks reaches.
+EVERY_RUN = WORLDS
 
 
 def table_key(epoch: int, stretches: int | None) -> int:
@@ -42,8 +46,12 @@ def epoch_of(key: int) -> tuple[int, int | None]:
 
 def document_edges(rows: np.ndarray, tokens: np.ndarray, stretches: int, row_count: int, seq_len: int) -> np.ndarray:
     """The ``stretches + 1`` document edges (along the shards in their order, ``rows`` documents each, ``tokens``
-    framed tokens each) at the shard boundaries nearest the first token of each rank's rows."""
+    framed tokens each) at the shard boundaries nearest the first token of each rank's rows; ``EVERY_RUN``: every
+    shard's boundaries."""
     rows, tokens = np.asarray(rows, np.int64), np.asarray(tokens, np.int64)
+    if stretches == EVERY_RUN:
+        every: np.ndarray = np.concatenate(([0], np.cumsum(rows))).astype(np.int64)
+        return every
     laid = np.flatnonzero(rows > 0)
     documents = np.concatenate(([0], np.cumsum(rows[laid]))).astype(np.int64)
     laid_tokens = np.concatenate(([0], np.cumsum(tokens[laid]))).astype(np.int64)
