@@ -1,4 +1,4 @@
-"""``_shards/corpora/mixture/passes.py``: a source's pass reads every row once; an epoch's portion of a pass is the pass's rows from
+"""``passes.py``: a source's pass reads every row once; an epoch's portion of a pass is the pass's rows from
 x0 to x1 whatever the world; the parts' shares of a portion are disjoint, cover it, and lie in the arrangement's
 order, part after part."""
 

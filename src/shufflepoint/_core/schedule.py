@@ -345,7 +345,7 @@ def changed_phase(saved: Sequence[Sequence[Any]], current: Sequence[tuple[int, s
     """The first of a state's ``saved`` phases (``[start, hash]``) that the ``current`` schedule changed before
     the position a state at (epoch, cursor) had fixed (the end of its window: the global batch of ``grid``
     rows under a loader, the ``shuffle_block`` window otherwise; ``laid``, an order that lays out each epoch's
-    rows of its sources when the epoch begins, ``_shards/corpora/mixture/stretches.py``: the end of an epoch begun), or None:
+    rows of its sources when the epoch begins, ``mixture/stretches.py``: the end of an epoch begun), or None:
     phases appended after it resume."""
     if laid and cursor:
         past = (epoch + 1) * samples_per_epoch

@@ -56,8 +56,8 @@ from shufflepoint._shards.corpora.mixture.scheduled import VERSION as SCHEDULED 
 from shufflepoint._shards.corpora.mixture.scheduled import ScheduledMixtureOrder, check_global_batch
 from shufflepoint._shards.corpora.mixture.sources import check_sources, is_packed
 from shufflepoint._shards.corpora.mixture.stretches import SCHEDULED_VERSION as STRETCHED_SCHEDULED
-from shufflepoint._shards.corpora.mixture.stretches import VERSION as STRETCHED
 from shufflepoint._shards.corpora.mixture.stretches import UNKEPT_VERSIONS, StretchedMixtureOrder
+from shufflepoint._shards.corpora.mixture.stretches import VERSION as STRETCHED
 from shufflepoint._shards.corpora.shards.batch import Batch, Columnar, Columns, Rows, Stacked, checked_indices, gather
 from shufflepoint._shards.corpora.shards.locate import mixture_location
 from shufflepoint._shards.corpora.shards.shown import shown
