@@ -35,6 +35,8 @@ The tail, per epoch: the last segment leaves ``r_k % B`` samples of bucket k tha
 (every batch is full, and every rank reads the same number of batches). At most
 ``K * (B - 1) + (W - 1) * B`` samples an epoch, B and W those of the epoch's end; the dropped samples
 differ from epoch to epoch (the streams are reshuffled).
+
+Words: docs/glossary.md (bucket, bucket key, bucket unit, bucket segment, slot).
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ The cuts (the arithmetic): ``StridedCut`` (``plan.py``), ``SpanCut`` and ``Globa
 ``global_batch.py``), the same two with samples excluded (``FilteredStridedCut`` in ``exclusion.py``,
 ``FilteredSpanCut`` in ``spanskips.py``), and ``BucketCut`` (``buckets.py``). Positions are positions of the
 epoch's global stream; ``t`` counts a rank's samples from the cut's start.
+
+Words: docs/glossary.md (deal, cut, place, cursor, tail).
 """
 
 from __future__ import annotations

@@ -28,6 +28,8 @@ handed out), so an exclusion that grows mid-epoch never moves what was already s
 on the same world continues the same stream, and another world deals the same rest, each once.
 Tail padding wraps to the start of the epoch's kept positions, as it wraps to position 0 without
 exclusion. The ``spans`` deal re-deals what is left at an exclusion: ``spanskips.py``.
+
+Words: docs/glossary.md (exclusion, position, index).
 """
 
 from __future__ import annotations

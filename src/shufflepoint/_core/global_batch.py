@@ -48,6 +48,8 @@ divides the new one: global batch k then takes the next G' / W0 positions of eve
 which starts on a window edge of every part at once, starts at the global batch it names on any world
 (``grid_parts``). Re-dealt instead, a rank's stretch would hold another part's later windows (a phase
 early on one rank, late on another). A new global batch W0 does not divide re-deals, as without a grid.
+
+Words: docs/glossary.md (global batch, part, part batch, grid).
 """
 
 from __future__ import annotations

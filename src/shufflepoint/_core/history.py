@@ -38,6 +38,8 @@ Placing a step is a binary search over the legs, then O(1): the batches left in 
 epoch, then whole epochs of the leg's layout. The history holds at most ``MAX_ENTRIES`` legs (the
 latest); when an older one is dropped, the first kept leg is stored with its start, and the steps
 before it are no longer placed (``first_step``).
+
+Words: docs/glossary.md (history, leg, entry, step, place, layout).
 """
 
 from __future__ import annotations

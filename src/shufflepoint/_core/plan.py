@@ -24,6 +24,8 @@ Vocabulary (all integers):
 
 Because a rank's t-th sample depends on t, not on B, and the cursor counts global positions, a new
 W or B on resume simply cuts the same remaining stream differently: each sample once.
+
+Words: docs/glossary.md (layout, strided, cut, global batch, cursor).
 """
 
 from __future__ import annotations

@@ -37,6 +37,8 @@ share holds at least one row of each window (share * G >= 1, and share * t >= 1 
 last global batch of t rows); a phase where one does not keeps the chain, which always grows. Two
 sources keep the chain too: it is already within one row over any window. The counts always sum to the
 rows, so every row of each source's stream is read once, in order.
+
+Words: docs/glossary.md (schedule, phase, grid, mixture, source).
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ to their state form too, so a position compares with what a state holds.
 
 >>> Segments([[2, 2], [3, 1]]) == [[2, 2], [3, 1]], Segments([[2, 2]])[0].taken, Segments().to_state()
 (True, 2, [])
+
+Words: docs/glossary.md (world segment, bucket segment, fold).
 """
 
 from __future__ import annotations

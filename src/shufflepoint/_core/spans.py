@@ -40,6 +40,8 @@ later resize in the epoch only moves ``handed``: the state stays at 65 pairs and
 (each remaining sample once, tail padding as ``strided`` pads) however many resizes follow. The price:
 from the fold to the end of the epoch a node reads from the whole remaining space, not its stretch
 (locality is lost for that rest, never exactness); the next epoch deals in stretches again.
+
+Words: docs/glossary.md (spans, stretch, space, world segment, fold, handed).
 """
 
 from __future__ import annotations

@@ -28,6 +28,8 @@ Worked, n = 10, identity order, 2 ranks x batch 2 (``tests/core/test_spanskips.p
 
 A resume on the same world continues the same space and segment (exact); another world re-deals
 what the space has left (each remaining sample once), as a resize does without exclusion.
+
+Words: docs/glossary.md (spans, handed, exclusion, stretch).
 """
 
 from __future__ import annotations

@@ -58,6 +58,8 @@ buckets                str or null  the fingerprint of the loader's bucket keys 
 
 The key set never depends on progress (torch.distributed.checkpoint asks a fresh object for its
 keys). Every field is checked on load; nothing is ``.get(key, default)``.
+
+Words: docs/glossary.md (state, fingerprint, epoch, cursor).
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ records: a run resumed on a machine with another budget keeps its order (with a 
 block no longer fits the budget), where any other block is checked against the state like any field.
 Whether the block was passed or left to the default changes nothing: ``shuffle_block=None`` and the block
 it resolves to resume alike.
+
+Words: docs/glossary.md (block, shuffle block, decode budget).
 """
 
 from __future__ import annotations

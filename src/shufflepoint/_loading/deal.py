@@ -1,5 +1,8 @@
 """The deal a loader or sampler reads with (what each deal does: ``_core/deals/``), and a rank's stream of
-(positions, indices) chunks read from an epoch's order through a cut of the deal."""
+(positions, indices) chunks read from an epoch's order through a cut of the deal.
+
+Words: docs/glossary.md (deal, cut, chunk, rank).
+"""
 
 from __future__ import annotations
 

@@ -15,6 +15,8 @@ Under a deal that ``redeals`` (``spans``) an exclusion mid-epoch re-deals what i
 had ``handed`` out (``_core/spanskips.py``). The state keeps that only while the epoch is read; once it is left, the
 exclusion's own epoch is placed again only for a run's single exclusion, whose ``handed`` is what the
 history had handed out by then (rebuilt here as ``exclude()`` builds it).
+
+Words: docs/glossary.md (exclusion, handed, cut, fold).
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 It hands torch's machinery this rank's indices for the live pass (``_PassSampler``), counts the
 batches the training loop receives, and forwards every question and change of position to its
 ``LoaderPosition``; a state load is validated and agreed on across ranks here, and placed there.
+
+Words: docs/glossary.md (batch, rank, world size, state, resume, iterator).
 """
 
 from __future__ import annotations

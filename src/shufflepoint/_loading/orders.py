@@ -1,5 +1,8 @@
 """The order a loader or sampler reads an epoch in, built once per epoch, and the dataset identity
-(fingerprint) that joins the state: the two things a resume checks before it trusts a position."""
+(fingerprint) that joins the state: the two things a resume checks before it trusts a position.
+
+Words: docs/glossary.md (order, block, shuffle block, fingerprint).
+"""
 
 from __future__ import annotations
 

@@ -30,6 +30,9 @@ whether a value was given or defaulted), the state validated against what they e
 and agreed on by every rank (the adapter's ``validate``), then placed: its exclusions rebuilt, its epoch's
 order checked within the dataset's bounds, its history read on with this layout from the saved (epoch,
 cursor, segments). Nothing changes if any of it fails.
+
+Words: docs/glossary.md (position model, place, epoch, cursor, step, iterator, cut, deal, history, leg, exclusion,
+state, resume).
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """``shufflepoint.ResumableSampler``: a ``DistributedSampler`` drop-in driving the same position model as
-the loader (``position.py``), in samples instead of batches, and resuming through the same ``load``."""
+the loader (``position.py``), in samples instead of batches, and resuming through the same ``load``.
+
+Words: docs/glossary.md (rank, world size, state, resume).
+"""
 
 from __future__ import annotations
 

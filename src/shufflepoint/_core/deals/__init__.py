@@ -10,6 +10,8 @@ loader, the run's history, the state and ``which`` ask of a deal is a method of 
 
 No caller outside these modules asks a deal its name to decide what to do (``tests/test_layout.py`` checks).
 Here: the deal a name means (a state's ``deal``, a caller's ``deal=``), and the default deal of a dataset.
+
+Words: docs/glossary.md (deal, strided, spans, bucket).
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ questions: ``_core/cut.py``; the arithmetic: ``buckets.py``):
   kept in the state's ``segments`` (and a history entry's start); the cursor is their sum of batch_size x slots;
 - the state records the keys' fingerprint (``buckets``); every batch is full, so ``len(loader)`` counts the
   fresh epoch's batches, and no sample can be excluded (a bucket's batches are whole runs of its stream).
+
+Words: docs/glossary.md (bucket, bucket segment, slot, deal).
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ questions: ``_core/cut.py``; the arithmetic: ``spans.py``, ``global_batch.py`` a
   world size divides the new one (``global_batch.grid_parts``), so a phase starts at the global batch it names on
   any data-parallel degree;
 - a state dealt ``strided`` (a corpus read by shufflepoint 0.2, which had no other deal) is read on strided.
+
+Words: docs/glossary.md (spans, stretch, world segment, fold, handed, grid).
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ questions: ``_core/cut.py``; the arithmetic: ``plan.py`` and, with samples exclu
   ``segments`` are ``[]`` and a history entry stores its start as the cursor;
 - an exclusion skips the excluded positions after the cursor and needs nothing else: no re-deal, no ``handed``;
 - its order is laid along no stretches, and a global batch holds the same samples at any world size.
+
+Words: docs/glossary.md (strided, deal, cut, cursor).
 """
 
 from __future__ import annotations

@@ -25,6 +25,8 @@ version 2, ``scheduled_mixture.py``); everything below 2. is the same. Both orde
 The loader sees ``len(mixture) == samples_per_epoch`` and dataset indices into the concatenation
 of the sources (``mixture[i]`` is row ``i - offset[s]`` of source s), so a mixed epoch keeps the
 locality of each source's own order.
+
+Words: docs/glossary.md (mixture, source, pass, window, phase, schedule).
 """
 
 from __future__ import annotations

@@ -35,6 +35,8 @@ A part's share touches its edge blocks and those of its neighbours' shares that 
 the spread puts a few different blocks at a part's edges from epoch to epoch, where the order before (each
 part its own fixed stretch, pass after pass) kept them; it did not keep the passes (a part's stretch of a
 source is never exactly its share of the slots, and another world began the parts' streams anew).
+
+Words: docs/glossary.md (source, pass, block, stretch order).
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ window, whatever the epoch. Under the ``strided`` deal ``g`` is what training co
 appended by a resume after the window it reached changes nothing before it. Under ``spans`` a scheduled
 mixture is read in the order laid along the deal's stretches instead (version 6, ``mixture_stretches.py``),
 whose global batches are window k of every rank's stretch.
+
+Words: docs/glossary.md (schedule, phase, grid, window, slot).
 """
 
 from __future__ import annotations

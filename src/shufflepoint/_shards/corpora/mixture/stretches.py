@@ -26,6 +26,8 @@ before an epoch read is arithmetic (``e * counts``, or the schedule's count at t
 
 Versions 3 and 4 (0.5's development: each part read its own stream of a source in its own stretch, so a
 source's passes drifted apart across the parts, and another world began them anew) are refused by name.
+
+Words: docs/glossary.md (mixture, source, pass, stretch order, stretch, window).
 """
 
 from __future__ import annotations

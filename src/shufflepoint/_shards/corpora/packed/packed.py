@@ -22,6 +22,8 @@ arrays (Parquet) is a slice of a token window (``packed_rows.TokenWindow``: a st
 read at once). Otherwise (``tokenize=``, JSON Lines, scattered rows) its documents are read once
 each, and the one document that runs on past the batch is kept for the rank's next batch, which
 starts where it ends: each document is tokenized once per epoch per rank.
+
+Words: docs/glossary.md (document, piece, row, token window, flat tokens).
 """
 
 from __future__ import annotations

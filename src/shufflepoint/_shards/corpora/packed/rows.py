@@ -17,6 +17,8 @@ Worked (``tests/shards/test_packed_window.py`` pins it): documents of 3, 5, 2 an
 d2[0:2] d1[0:5] d3[0:4] d0[0:3] with its position in each document ``[0 1 | 0 1 2 3 4 | 0 1 2 3 |
 0 1 2]``; row 1 is tokens [4, 8): positions in documents ``[2 3 4 0]``, capped by ``[0 1 2 3]``
 (the position in the row): ``[0 1 2 0]``, as ``Packed.pieces`` says (d1[2:5], d3[0:1]).
+
+Words: docs/glossary.md (document, piece, row, block, flat tokens).
 """
 
 from __future__ import annotations

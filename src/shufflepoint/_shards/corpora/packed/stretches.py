@@ -17,6 +17,8 @@ A laid epoch's rows depend on W, so W is in the index: row p of epoch e laid alo
 ``((e + 1) * WORLDS + W - 1) * rows_per_epoch + p``; an unlaid epoch's is ``e * rows_per_epoch + p`` (e below
 WORLDS, so the two never meet). A row is then the same wherever it is read, a DataLoader worker included,
 with no state beyond the index, and a loader may ask for both (its construction checks an unlaid epoch 0).
+
+Words: docs/glossary.md (stretch, stretch order, share, document).
 """
 
 from __future__ import annotations

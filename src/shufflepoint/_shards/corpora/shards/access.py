@@ -14,6 +14,8 @@ shard by shard. What a process holds to read those shards is here, one ``ShardAc
 
 A DataLoader worker starts with none of the per-process part (``reset``: forked, it is found in another
 process; pickled, it is left behind).
+
+Words: docs/glossary.md (shard, node cache, ranged read, read-ahead, prefetch, dataset arena).
 """
 
 from __future__ import annotations

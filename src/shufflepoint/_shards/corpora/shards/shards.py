@@ -6,6 +6,8 @@ each stretch of an epoch inside a few shards. Index i is (shard, row) by binary 
 prefix sums of the index. This module is the catalog and the read API; how a process opens, fetches,
 caches and reads ahead the shards is ``access.py`` (``ShardAccess``), the token column read as arrays
 ``ids.py``, and what the loader asks beyond the public surface one object, ``ShardsHooks``.
+
+Words: docs/glossary.md (corpus, shard, row, corpus index, block).
 """
 
 from __future__ import annotations
