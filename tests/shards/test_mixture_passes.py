@@ -10,8 +10,8 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_blocks import FakeCorpus
 from test_mixture import ids, tagged
+from test_mixture_locality import TaggedCorpus
 
 import shufflepoint
 from shufflepoint._shards.corpora.mixture.mixture import Mixture
@@ -102,15 +102,6 @@ def resized_runs(draw):
     legs = [(draw(st.integers(1, 4)), draw(st.integers(1, 3)), draw(st.integers(1, 12)))
             for _ in range(draw(st.integers(1, 4)))]
     return mixture, legs
-
-
-class TaggedCorpus(FakeCorpus):
-    def __init__(self, name, rows):
-        super().__init__(rows, fingerprint=f"shards:{name}")
-        self.name = name
-
-    def __getitem__(self, index):
-        return f"{self.name}{index}"
 
 
 @GLOBAL_BATCH
