@@ -25,7 +25,7 @@ from shufflepoint._shards.corpora.shards.access import AccessOptions, ShardAcces
 from shufflepoint._shards.corpora.shards.batch import Batch, Columnar, Rows, Stacked, checked_indices, gather
 from shufflepoint._shards.corpora.shards.locate import located_error, shard_location
 from shufflepoint._shards.corpora.shards.shown import short
-from shufflepoint._shards.index import collector, sidecar
+from shufflepoint._shards.index import collector, hub_listing, sidecar
 from shufflepoint._shards.index import index as _index
 from shufflepoint._shards.index.indexing import Indexer
 from shufflepoint._shards.index.integrity import check_verify
@@ -132,8 +132,8 @@ class Shards(torch.utils.data.Dataset[Any]):
 
     def _listing(self, storage: Storage, cache_dir: str, sources: str | Sequence[str], format: str | None,
                  options: dict[str, Any]) -> tuple[list[str], _index.CorpusIndex | None]:
-        if not self._published_listing or self._verify == "checksum":
-            return storage.expand(sources), None
+        if (not self._published_listing or self._verify == "checksum") and not hub_listing.is_hub_sources(sources):
+            return storage.expand(sources), None  # a Hub source is always pinned to a commit first
         return listing(storage, sources, format, options, cache_dir)
 
     def _load_or_build(self, urls: list[str], threads: int, progress: bool,
