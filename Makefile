@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-examples test-locality test-wheel test-repeat test-explore exit-soak test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards bench-ranged \
+.PHONY: setup demo test test-examples test-locality test-hub test-wheel test-repeat test-explore exit-soak test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards bench-ranged \
 	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-images bench-which bench-tail bench-scale soak lint clean test-accelerate-matrix test-transformers-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
@@ -37,6 +37,12 @@ test-examples: $(STAMP)
 # GET bytes per simulated node (own cache folder and S3 key) for a Mixture under spans, ~1 min (issue 33)
 test-locality: $(STAMP)
 	$(PY) -m pytest -q -s -m locality tests/distributed
+
+# Hugging Face Hub datasets (issue 46) against tests/hub_server.py, a local stand-in of the Hub's HTTP API, read
+# by the real huggingface_hub client: pinning, the kept listing, named refusals, a 429 storm, and the resume on 2
+# and 3 ranks in fresh processes with the bytes each simulated node fetched (tests/distributed/test_hub_resume.py).
+test-hub: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider -m hub tests/shards/test_hub.py tests/distributed/test_hub_resume.py
 
 # The release a user installs (tests/ci/check_wheel.py): python -m build (sdist, then the wheel from it); the wheel
 # carries py.typed and nothing of tests/ or benchmarks/; installed into a fresh venv (torch==2.13.0 first and

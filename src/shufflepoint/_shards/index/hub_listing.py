@@ -81,13 +81,20 @@ def listing(storage: Storage, sources: str | Sequence[str], cache_dir: str) -> l
             found = _read(path)  # another process of the node listed it meanwhile
             if found is None:
                 first = exact if isinstance(exact, str) else exact[0]
-                urls = hub_call(storage, first, "listing", lambda: storage.expand(exact))
+                urls = hub_call(storage, first, "listing", lambda: _expanded(storage, exact))
                 found = [[url, *storage.info(url)] for url in urls]
                 text = json.dumps({"format": "shufflepoint-hub-listing", "files": found}).encode()
                 sidecar.write_whole(path, lambda f: f.write(text))
     for url, size, version in found:
         storage.remember(url, ObjectInfo(size, version))
     return [url for url, _, _ in found]
+
+
+def _expanded(storage: Storage, sources: str | list[str]) -> list[str]:
+    """The files of a pinned glob, file, or list of them (each listed; a file listed twice is refused)."""
+    if isinstance(sources, str):
+        return storage.expand(sources)
+    return storage.expand([url for entry in sources for url in storage.expand(entry)])
 
 
 def _read(path: str) -> list[list[Any]] | None:

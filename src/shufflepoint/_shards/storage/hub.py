@@ -54,7 +54,7 @@ class HubPath(NamedTuple):
 
     @classmethod
     def of(cls, url: str) -> HubPath:
-        utils = _hub().utils
+        utils = client().utils
         try:
             parsed = utils.parse_hf_uri(url)
         except ValueError as error:
@@ -72,6 +72,10 @@ class HubPath(NamedTuple):
         tail = self.path if path is None else path
         return f"{PROTOCOL}{_PREFIXES[self.repo_type]}{self.repo_id}{at}" + (f"/{tail}" if tail else "")
 
+    def at(self, revision: str) -> HubPath:
+        """The same repository and path at another revision."""
+        return HubPath(self.repo_type, self.repo_id, revision, self.path)
+
     @property
     def commit(self) -> str:
         """The commit this URL is pinned to (a ValueError for an unpinned one: a bug, never user input)."""
@@ -86,9 +90,12 @@ def _hub_quote(revision: str) -> str:
     return quote(revision, safe="")
 
 
-def _hub() -> Any:
+def client() -> Any:
+    """The ``huggingface_hub`` module, imported on first use (the ``[hf]`` extra)."""
     try:
         import huggingface_hub
+        import huggingface_hub.errors
+        import huggingface_hub.repocard
         import huggingface_hub.utils
     except ImportError:
         raise ImportError(refusal("reading hf:// URLs", Plain("no huggingface_hub installed"),
@@ -99,17 +106,17 @@ def _hub() -> Any:
 def endpoint(options: dict[str, Any]) -> str:
     """The Hub the URLs name: ``storage_options["endpoint"]``, else ``HF_ENDPOINT`` (huggingface_hub's)."""
     found = options.get("endpoint")
-    return str(found) if found else str(_hub().constants.ENDPOINT).rstrip("/")
+    return str(found) if found else str(client().constants.ENDPOINT).rstrip("/")
 
 
 def api(options: dict[str, Any]) -> Any:
     """An ``HfApi`` with the storage options' ``endpoint`` and ``token`` (else HF_ENDPOINT, HF_TOKEN...)."""
-    return _hub().HfApi(endpoint=options.get("endpoint"), token=options.get("token"))
+    return client().HfApi(endpoint=options.get("endpoint"), token=options.get("token"))
 
 
 def named(error: BaseException, where: HubPath, what: str) -> BaseException:
     """A ``HubError`` for the refusals a person must act on; anything else as it is (retried or raised)."""
-    errors = _hub().errors
+    errors = client().errors
     dataset = f"{where.repo_id} ({where.repo_type})"
     if isinstance(error, errors.GatedRepoError):
         return HubError("gated", refusal(f"Hub dataset {dataset}", Plain(f"gated: {what} was refused"),
@@ -146,13 +153,13 @@ class HubFiles:
         return str(info.sha)
 
     def file_url(self, where: HubPath) -> str:
-        hub = _hub()
+        hub = client()
         return str(hub.hf_hub_url(where.repo_id, where.path, repo_type=where.repo_type, revision=where.commit,
                                   endpoint=endpoint(self.options)))
 
     def read(self, url: str, start: int, end: int) -> tuple[int | None, bytes]:
         """Bytes [start, end) of a pinned file by one ranged GET, and the file's size the response reports."""
-        hub = _hub()
+        hub = client()
         where = HubPath.of(url)
         headers = {**hub.utils.build_hf_headers(token=self.options.get("token")), "Range": f"bytes={start}-{end - 1}"}
         response = hub.utils.get_session().get(self.file_url(where), headers=headers, follow_redirects=True,

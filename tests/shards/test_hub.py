@@ -1,0 +1,229 @@
+"""Hub datasets as a corpus, against the local stand-in of the Hub's HTTP API (tests/hub_server.py), read by the
+real ``huggingface_hub`` client: pinned to a commit, listed once a node, read by range, named refusals.
+
+The resume in fresh processes on 2 and 3 ranks, and the bytes each node fetches: tests/distributed/test_hub_resume.py.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import uuid
+
+import pytest
+
+import shufflepoint
+from shufflepoint import HubError, ShardError, Shards, StateError
+
+pytestmark = pytest.mark.hub  # make test-hub (~15 s here), not make test
+pytest.importorskip("huggingface_hub")
+from corpus_files import parquet_corpus  # noqa: E402
+
+
+def parquet_files(tmp_path, shards, first_id=0, prefix="data/train-", seed=1):
+    """{path in the repository: bytes} of ``shards`` Parquet files (``id``, ``text``), and their ids."""
+    folder = str(tmp_path / uuid.uuid4().hex[:8])
+    ids = parquet_corpus(folder, shards, first_id=first_id, seed=seed)
+    files = {}
+    for n, path in enumerate(sorted(glob.glob(os.path.join(folder, "*.parquet")))):
+        with open(path, "rb") as f:
+            files[f"{prefix}{n:05d}.parquet"] = f.read()
+    return files, ids
+
+
+def new_repo(hub, **kwargs):
+    name = "org/ds-" + uuid.uuid4().hex[:8]
+    hub.create(name, **kwargs)
+    return name
+
+
+def card(yaml):
+    return ("---\n" + yaml.strip() + "\n---\n# a dataset\n").encode()
+
+
+def options(hub, **more):
+    return {"endpoint": hub.url, **more}
+
+
+def all_ids(corpus):
+    return sorted(int(corpus[i]["id"]) for i in range(len(corpus)))
+
+
+def test_a_glob_is_pinned_to_its_commit_listed_once_a_node_and_read_by_range(hub, tmp_path):
+    name = new_repo(hub)
+    files, ids = parquet_files(tmp_path, 60)
+    commit = hub.commit(name, files)
+    cache = str(tmp_path / "cache")
+    corpus = Shards(f"hf://datasets/{name}/data/*.parquet", storage_options=options(hub), cache_dir=cache,
+                    progress=False)
+    assert corpus.index.root == f"hf://datasets/{name}@{commit}/data"
+    assert all_ids(corpus) == sorted(ids)
+    assert hub.requests("/tree/") >= 3  # 60 files in pages of 25: the Link header was followed
+    resolves = [path for method, path, _ in hub.log if "/resolve/" in path]
+    assert resolves and all(f"/resolve/{commit}/" in path for path in resolves)  # every read names the commit
+    assert all(rng for method, path, rng in hub.log if path.startswith("/cdn/"))  # every byte by range
+    hub.reset()
+    again = Shards(f"hf://datasets/{name}/data/*.parquet", storage_options=options(hub), cache_dir=cache,
+                   progress=False)
+    assert again.fingerprint == corpus.fingerprint
+    assert hub.requests("/tree/") == 0 and hub.requests("/paths-info/") == 0  # the node's kept listing
+    assert hub.requests("/api/") == 1  # the revision's commit, looked up once by this process
+    hub.reset()
+    pinned = Shards(f"hf://datasets/{name}@{commit}/data/*.parquet", storage_options=options(hub), cache_dir=cache,
+                    progress=False)
+    assert pinned.fingerprint == corpus.fingerprint and len(hub.log) == 0  # a commit: no request at all
+
+
+def test_a_branch_pushed_to_mid_run_is_never_read(hub, tmp_path):
+    name = new_repo(hub)
+    files, ids = parquet_files(tmp_path, 6)
+    first = hub.commit(name, files)
+    corpus = Shards(f"hf://datasets/{name}/data/*.parquet", storage_options=options(hub),
+                    cache_dir=str(tmp_path / "cache"), progress=False)
+    replaced, _ = parquet_files(tmp_path, 6, first_id=1000, seed=7)
+    second = hub.commit(name, replaced)  # main moves: same names, other rows
+    assert second != first
+    assert all_ids(corpus) == sorted(ids)  # the run reads the commit it started on
+    assert not any(second in path for _, path, _ in hub.log)
+
+
+def test_a_resume_after_the_branch_moved_is_refused_naming_both_commits(hub, tmp_path):
+    name = new_repo(hub)
+    files, _ = parquet_files(tmp_path, 6)
+    first = hub.commit(name, files)
+    cache = str(tmp_path / "cache")
+    make = lambda: Shards(f"hf://datasets/{name}/data/*.parquet", storage_options=options(hub),  # noqa: E731
+                          cache_dir=cache, progress=False)
+    loader = shufflepoint.DataLoader(make(), 2, seed=3)
+    next(iter(loader))
+    state = loader.state_dict()
+    card_only = hub.commit(name, {"README.md": b"# only the card changed\n"})  # main moves, the data files do not
+    same_files = shufflepoint.DataLoader(make(), 2, seed=3)
+    same_files.load_state_dict(state)  # the same blobs at another commit: the same corpus, resumed
+    replaced, _ = parquet_files(tmp_path, 6, first_id=1000, seed=7)
+    moved = hub.commit(name, replaced)
+    resumed = shufflepoint.DataLoader(make(), 2, seed=3)
+    with pytest.raises(StateError, match=f"(?s)read at commit ({first}|{card_only}) when.*{moved} now.*revision=") \
+            as refused:  # either commit holds the state's corpus: the node cache names the latest it indexed
+        resumed.load_state_dict(state)
+    assert "train-00000.parquet changed" in str(refused.value)
+    pinned = shufflepoint.DataLoader(Shards(f"hf://datasets/{name}@{first}/data/*.parquet",
+                                            storage_options=options(hub), cache_dir=cache, progress=False), 2, seed=3)
+    pinned.load_state_dict(state)  # the fix the refusal names: the commit the run started on
+
+
+def test_refusals_are_named(hub, tmp_path):
+    files, _ = parquet_files(tmp_path, 3)
+    gated = new_repo(hub, gated=True, granted=("granted-token",))
+    hub.commit(gated, files)
+    with pytest.raises(HubError, match="(?s)gated.*HF_TOKEN") as error:
+        Shards(f"hf://datasets/{gated}/data/*.parquet", storage_options=options(hub), cache_dir=str(tmp_path / "c"),
+               progress=False)
+    assert error.value.reason == "gated"
+    with pytest.raises(HubError, match="gated"):
+        Shards(f"hf://datasets/{gated}/data/*.parquet", storage_options=options(hub, token="another-token"),
+               cache_dir=str(tmp_path / "c"), progress=False)
+    assert len(Shards(f"hf://datasets/{gated}/data/*.parquet", storage_options=options(hub, token="granted-token"),
+                      cache_dir=str(tmp_path / "c"), progress=False)) > 0
+    private = new_repo(hub, private=True, granted=("granted-token",))
+    hub.commit(private, files)
+    with pytest.raises(HubError, match="(?s)private.*HF_TOKEN") as error:
+        Shards(f"hf://datasets/{private}/data/*.parquet", storage_options=options(hub), progress=False,
+               cache_dir=str(tmp_path / "c"))
+    assert error.value.reason == "not_found"
+    with pytest.raises(HubError, match="no revision 'v9'") as error:
+        Shards(f"hf://datasets/{private}@v9/data/*.parquet", storage_options=options(hub, token="granted-token"),
+               cache_dir=str(tmp_path / "c"), progress=False)
+    assert error.value.reason == "revision"
+
+
+def test_a_429_storm_is_retried_with_backoff_then_named(hub, tmp_path):
+    name = new_repo(hub)
+    files, ids = parquet_files(tmp_path, 4)
+    hub.commit(name, files)
+    make = lambda cache, **kw: Shards(f"hf://datasets/{name}/data/*.parquet", storage_options=options(hub),  # noqa: E731
+                                      cache_dir=str(tmp_path / cache), progress=False, **kw)
+    hub.fail_next(6, 429, only="/cdn/")  # six reads answered 429 (Retry-After: 0): each is retried
+    assert all_ids(make("a", retries=8)) == sorted(ids) and hub.injected == 6
+    hub.fail_next(1000, 429, only="/cdn/")
+    with pytest.raises(ShardError, match="(?s)rate limited.*429.*HF_TOKEN"):
+        make("b", retries=2)
+    hub.fail_next(1000, 429, only="/api/")  # the revision's lookup itself (huggingface_hub's own retries, then ours)
+    with pytest.raises(HubError, match="rate limited") as error:
+        make("c", retries=1)
+    assert error.value.reason == "rate_limited"
+
+
+FINEWEB_CARD = """
+configs:
+- config_name: default
+  data_files:
+  - split: train
+    path: data/*/*
+- config_name: sample-10BT
+  data_files:
+  - split: train
+    path: sample/10BT/*
+"""
+
+
+def test_from_hub_takes_the_files_of_the_cards_configs(hub, tmp_path):
+    name = new_repo(hub)
+    web, web_ids = parquet_files(tmp_path, 4, prefix="data/CC-MAIN-2024-10/")
+    sample, sample_ids = parquet_files(tmp_path, 2, first_id=500, prefix="sample/10BT/")
+    commit = hub.commit(name, {"README.md": card(FINEWEB_CARD), **web, **sample})
+    so = options(hub)
+    default = Shards.from_hub(name, storage_options=so, cache_dir=str(tmp_path / "c"), progress=False)
+    assert all_ids(default) == sorted(web_ids) and commit in default.index.root
+    assert all_ids(Shards.from_hub(name, "sample-10BT", storage_options=so, cache_dir=str(tmp_path / "c"),
+                                   progress=False)) == sorted(sample_ids)
+    with pytest.raises(HubError, match="(?s)config: found 'nope'.*one of default, sample-10BT") as error:
+        Shards.from_hub(name, "nope", storage_options=so, cache_dir=str(tmp_path / "c"))
+    assert error.value.reason == "config"
+    with pytest.raises(HubError, match="(?s)split: found 'test'.*one of train") as error:
+        Shards.from_hub(name, split="test", storage_options=so, cache_dir=str(tmp_path / "c"))
+    assert error.value.reason == "split"
+    with pytest.raises(HubError, match="no revision"):
+        Shards.from_hub(name, revision="v2", storage_options=so, cache_dir=str(tmp_path / "c"))
+
+
+def test_from_hub_reads_the_parquet_conversion_of_other_formats(hub, tmp_path):
+    name = new_repo(hub)
+    splits = "".join(f"  - split: {split}\n    path: data/{split}.csv\n" for split in ("train", "test", "validation"))
+    original = hub.commit(name, {"README.md": card("configs:\n- config_name: default\n  data_files:\n" + splits),
+                                 **{f"data/{split}.csv": b"id\n1\n2\n" for split in ("train", "test", "validation")}})
+    train, train_ids = parquet_files(tmp_path, 3, prefix="default/train/")
+    test, _ = parquet_files(tmp_path, 1, first_id=900, prefix="default/test/")
+    partial, partial_ids = parquet_files(tmp_path, 2, first_id=700, prefix="default/partial-validation/")
+    converted = hub.commit(name, {**train, **test, **partial}, branch="refs/convert/parquet")
+    so = options(hub)
+    corpus = Shards.from_hub(name, split="train", storage_options=so, cache_dir=str(tmp_path / "c"), progress=False)
+    assert all_ids(corpus) == sorted(train_ids) and converted in corpus.index.root and original != converted
+    with pytest.warns(UserWarning, match="partial"):
+        part = Shards.from_hub(name, split="validation", storage_options=so, cache_dir=str(tmp_path / "c"),
+                               progress=False)
+    assert all_ids(part) == sorted(partial_ids)
+    with pytest.raises(HubError, match="(?s)split: found 'dev'.*one of train, test, validation"):
+        Shards.from_hub(name, split="dev", storage_options=so, cache_dir=str(tmp_path / "c"))
+    bare = new_repo(hub)
+    hub.commit(bare, {"data/train.csv": b"id\n1\n"})
+    with pytest.raises(HubError, match="no configs: block") as error:
+        Shards.from_hub(bare, storage_options=so, cache_dir=str(tmp_path / "c"))
+    assert error.value.reason == "config"
+
+
+def test_hf_endpoint_and_token_come_from_the_environment_in_a_fresh_process(hub, tmp_path):
+    """HF_ENDPOINT and HF_TOKEN as huggingface_hub reads them (at import: a fresh process)."""
+    import subprocess
+    import sys
+
+    private = new_repo(hub, private=True, granted=("env-token",))
+    files, ids = parquet_files(tmp_path, 3)
+    hub.commit(private, files)
+    code = (f"import shufflepoint; c = shufflepoint.Shards('hf://datasets/{private}/data/*.parquet', "
+            f"cache_dir={str(tmp_path / 'c')!r}, progress=False); print(len(c))")
+    env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_TOKEN": "env-token", "HF_HUB_CACHE": str(tmp_path / "hf"),
+           "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(len(ids))
