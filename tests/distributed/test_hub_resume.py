@@ -7,7 +7,7 @@ points the client at it, as a user's environment points it at the Hub.
   moves under it (a commit that changes the card, not the data: the same corpus, resumed exactly);
 - bytes per node: 2 simulated nodes (each its own token, counted by the stand-in, and its own cache
   folder) each fetch about half of the dataset's bytes in an epoch, by range, not the whole dataset;
-- the listing: one tree listing per node, not per process.
+- the listing: one tree listing per node (per cache folder), not per process.
 
 The shared checks are test_shards_resume.py's. ``make test-hub``.
 """
@@ -18,7 +18,6 @@ import json
 import os
 import random
 import string
-import sys
 import uuid
 
 import pytest
@@ -94,7 +93,9 @@ def runs(hub_server, tmp_path_factory):
     for scenarios in saves.values():
         for s in scenarios:
             s["corpus"] = corpus
+    hub_server.reset()
     result = go("save", saves["two"], 2, kill_when=os.path.join(out, "hub_killed.saved"))
+    measured["tree_one_node"] = hub_server.requests("/tree/")  # 2 processes and their workers, one cache folder
     if not result.killed:
         result.check()
     assert result.killed, "the kill scenario was supposed to be SIGKILLed"
@@ -139,6 +140,7 @@ def test_each_node_fetches_its_share_by_range_and_lists_once(runs):
     # One listing per node, through HfFileSystem's glob: 2 pages of data/ (26 entries, 25 a page) and the 2
     # looks at its folders fsspec's glob takes; never one per process or per shard.
     assert measured["tree"] == 2 * 4
+    assert measured["tree_one_node"] == 4  # 2 ranks (and 4 DataLoader workers) on one node: one listing
 
 
 def test_every_read_names_the_commit_its_run_resolved_the_branch_to(runs):

@@ -227,3 +227,44 @@ def test_hf_endpoint_and_token_come_from_the_environment_in_a_fresh_process(hub,
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(len(ids))
+
+
+def test_an_image_folder_dataset_is_read_from_its_conversion_and_decoded(hub, tmp_path):
+    """An image dataset stored as JPEG files (an imagefolder: no configs: block) is read from the Hub's Parquet
+    conversion, whose ``image`` column is the datasets Image feature's struct ({"bytes", "path"}): the
+    docs/hub.md recipe with DecodeImage, resumed in this process on the same order."""
+    import io
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import torch
+    from PIL import Image
+
+    name = new_repo(hub)
+    rng = np.random.default_rng(0)
+    jpegs = []
+    for _ in range(12):
+        out = io.BytesIO()
+        Image.fromarray(rng.integers(0, 255, (40, 56, 3), dtype=np.uint8)).save(out, "JPEG")
+        jpegs.append(out.getvalue())
+    hub.commit(name, {f"train/cat/{i}.jpg": data for i, data in enumerate(jpegs)})
+    images = pa.array([{"bytes": data, "path": f"{i}.jpg"} for i, data in enumerate(jpegs)],
+                      pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
+    buffer = io.BytesIO()
+    pq.write_table(pa.table({"image": images, "label": list(range(12))}), buffer, row_group_size=4)
+    hub.commit(name, {"default/train/0000.parquet": buffer.getvalue()}, branch="refs/convert/parquet")
+    corpus = Shards.from_hub(name, storage_options=options(hub), cache_dir=str(tmp_path / "c"), progress=False)
+    decode = shufflepoint.DecodeImage(16, field="image")
+    loader = shufflepoint.DataLoader(corpus, batch_size=4, seed=1, transform=decode)
+    batches = list(loader)
+    assert [tuple(b["image"].shape) for b in batches] == [(4, 3, 16, 16)] * 3
+    assert sorted(int(label) for b in batches for label in b["label"]) == list(range(12))
+    first = shufflepoint.DataLoader(corpus, batch_size=4, seed=1, transform=decode)
+    iterator = iter(first)
+    next(iterator)
+    state = first.state_dict()
+    resumed = shufflepoint.DataLoader(corpus, batch_size=4, seed=1, transform=decode)
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    assert all(torch.equal(a["image"], b["image"]) for a, b in zip(batches[1:], rest, strict=True))

@@ -34,8 +34,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from shufflepoint._errors import ShardError
-from shufflepoint._shards.index import index as _index
 from shufflepoint._shards.index import hub_listing, index_file, sidecar
+from shufflepoint._shards.index import index as _index
 from shufflepoint._shards.index.indexing import glob_key, parse_published, published_name
 from shufflepoint._shards.readers import infer_format, make_reader
 from shufflepoint._shards.storage.storage import Storage, is_remote

@@ -30,7 +30,15 @@ from typing import IO, Any, NamedTuple, TypeVar, cast
 from shufflepoint._errors import Plain, ShardError, refusal
 from shufflepoint._shards.index.integrity import stream_checksum
 from shufflepoint._shards.storage import hub
-from shufflepoint._shards.storage.faults import Truncated, changed, check_version, describe, kind, rate_limited, vanished
+from shufflepoint._shards.storage.faults import (
+    Truncated,
+    changed,
+    check_version,
+    describe,
+    kind,
+    rate_limited,
+    vanished,
+)
 
 T = TypeVar("T")
 _MAX_DELAY_S = 30.0

@@ -23,9 +23,9 @@ from shufflepoint._errors import Plain, SampleError, refusal
 from shufflepoint._shards.corpora.shards import ids
 from shufflepoint._shards.corpora.shards.access import AccessOptions, ShardAccess
 from shufflepoint._shards.corpora.shards.batch import Batch, Columnar, Rows, Stacked, checked_indices, gather
+from shufflepoint._shards.corpora.shards.hub_dataset import hub_sources
 from shufflepoint._shards.corpora.shards.locate import located_error, shard_location
 from shufflepoint._shards.corpora.shards.shown import short
-from shufflepoint._shards.corpora.shards.hub_dataset import hub_sources
 from shufflepoint._shards.index import collector, hub_listing, sidecar
 from shufflepoint._shards.index import index as _index
 from shufflepoint._shards.index.indexing import Indexer
