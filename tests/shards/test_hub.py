@@ -268,3 +268,20 @@ def test_an_image_folder_dataset_is_read_from_its_conversion_and_decoded(hub, tm
     resumed.load_state_dict(state)
     rest = list(resumed)
     assert all(torch.equal(a["image"], b["image"]) for a, b in zip(batches[1:], rest, strict=True))
+
+
+def test_json_lines_shards_are_downloaded_whole_by_ranged_gets_and_checked(hub, tmp_path):
+    """A format with no row count in the file (JSON lines) is fetched whole into the node cache, in ranged
+    GETs that a 429 interrupts and a retry resumes; ``verify="checksum"`` hashes each file."""
+    import json
+
+    name = new_repo(hub)
+    lines = {f"data/part-{n}.jsonl": "".join(json.dumps({"id": n * 100 + r, "text": "x" * 900}) + "\n"
+                                             for r in range(n + 2)).encode() for n in range(5)}
+    hub.commit(name, {"README.md": card("configs:\n- config_name: default\n  data_files: data/*.jsonl"), **lines})
+    hub.fail_next(2, 429, only="/cdn/")
+    with pytest.warns(UserWarning, match="downloads 5 shard"):  # the indexing scan, said as on any storage
+        corpus = Shards.from_hub(name, storage_options=options(hub), cache_dir=str(tmp_path / "c"), progress=False,
+                                 verify="checksum", prefetch=0)
+    assert all_ids(corpus) == sorted(n * 100 + r for n in range(5) for r in range(n + 2)) and hub.injected == 2
+    assert not [rng for _, path, rng in hub.log if path.startswith("/cdn/") and not rng]  # by range, always

@@ -387,18 +387,20 @@ class Storage:
         fs = self._fs(url)
         self._retrying(url, "writing", lambda: fs.pipe_file(url, data))
 
-    def _open(self, url: str, size: int | None = None) -> IO[bytes]:
+    def _open(self, url: str) -> IO[bytes]:
         if not is_remote(url):
             return open(_local(url), "rb")
         if hub.is_hub(url):
-            stream = hub.HubStream(hub.HubFiles(self.storage_options), url, self.info(url).size if size is None
-                                   else size)
-            return cast(IO[bytes], stream)
+            return self._hub_stream(url, self.info(url).size)
         source: IO[bytes] = self._fs(url).open(url, "rb", block_size=self.chunk_bytes, cache_type="none")
         return source
 
+    def _hub_stream(self, url: str, size: int) -> IO[bytes]:
+        """A pinned Hub file of ``size`` bytes, read front to back by ranged GETs (no lookup: the index knows it)."""
+        return cast(IO[bytes], hub.HubStream(hub.HubFiles(self.storage_options), url, size))
+
     def _fetch_once(self, url: str, out: IO[bytes], size: int, version: str) -> None:
-        with self._open(url, size) as source:
+        with self._hub_stream(url, size) if hub.is_hub(url) else self._open(url) as source:
             reported, now = _reported(source) if is_remote(url) else _stat(os.fstat(source.fileno()))
             if isinstance(reported, int):
                 check_version(url, size, version, reported, now)
