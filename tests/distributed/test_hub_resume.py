@@ -96,6 +96,7 @@ def runs(hub_server, tmp_path_factory):
     hub_server.reset()
     result = go("save", saves["two"], 2, kill_when=os.path.join(out, "hub_killed.saved"))
     measured["tree_one_node"] = hub_server.requests("/tree/")  # 2 processes and their workers, one cache folder
+    measured["lookups_one_node"] = sum(1 for _, path, _ in hub_server.log if path == f"/api/datasets/{name}")
     if not result.killed:
         result.check()
     assert result.killed, "the kill scenario was supposed to be SIGKILLed"
@@ -141,6 +142,7 @@ def test_each_node_fetches_its_share_by_range_and_lists_once(runs):
     # looks at its folders fsspec's glob takes; never one per process or per shard.
     assert measured["tree"] == 2 * 4
     assert measured["tree_one_node"] == 4  # 2 ranks (and 4 DataLoader workers) on one node: one listing
+    assert measured["lookups_one_node"] == 1  # and one lookup of main's commit, for the node's start (torchrun)
 
 
 def test_every_read_names_the_commit_its_run_resolved_the_branch_to(runs):

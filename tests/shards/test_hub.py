@@ -72,6 +72,11 @@ def test_a_glob_is_pinned_to_its_commit_listed_once_a_node_and_read_by_range(hub
     pinned = Shards(f"hf://datasets/{name}@{commit}/data/*.parquet", storage_options=options(hub), cache_dir=cache,
                     progress=False)
     assert pinned.fingerprint == corpus.fingerprint and len(hub.log) == 0  # a commit: no request at all
+    from shufflepoint._shards.index.indexing import publish
+    from shufflepoint._shards.storage.storage import Storage
+
+    with pytest.raises(ValueError, match="(?s)a Hub dataset.*commit to the dataset's repository"):
+        publish(corpus.index, Storage(options(hub)))  # shufflepoint index hf://...: refused, nothing written
 
 
 def test_a_branch_pushed_to_mid_run_is_never_read(hub, tmp_path):

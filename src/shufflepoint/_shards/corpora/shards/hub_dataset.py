@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from shufflepoint._errors import HubError, Plain, ShardError, refusal, warn_user
-from shufflepoint._shards.index.hub_listing import hub_call, listing
+from shufflepoint._shards.index.hub_listing import commit_of, hub_call, listing
 from shufflepoint._shards.readers import infer_format
 from shufflepoint._shards.storage import hub
 from shufflepoint._shards.storage.storage import Storage
@@ -41,9 +41,7 @@ def hub_sources(storage: Storage, name: str, config: str | None, split: str, rev
     files they match are listed here into the node cache (``hub_listing``), where ``Shards`` finds them."""
     _check(name, config, split, revision)
     where = hub.HubPath("dataset", name, revision, "")
-    files = hub.HubFiles(storage.storage_options)
-    commit = hub_call(storage, where.url(), "resolving its revision", lambda: files.resolve_commit(where))
-    pinned = where.at(commit)
+    pinned = where.at(commit_of(storage, where, cache_dir))
     configs = _card_configs(storage, pinned)
     patterns = _patterns(name, _chosen(name, configs, config), split) if configs else []
     if patterns:
@@ -51,7 +49,7 @@ def hub_sources(storage: Storage, name: str, config: str | None, split: str, rev
         sources = urls[0] if len(urls) == 1 else urls
         if _read_as_is(storage, sources, patterns, cache_dir):
             return sources
-    return _conversion(storage, where, config, split)
+    return _conversion(storage, where, config, split, cache_dir)
 
 
 def _check(name: str, config: str | None, split: str, revision: str | None) -> None:
@@ -148,13 +146,11 @@ def _patterns(name: str, chosen: dict[str, Any], split: str) -> list[str]:
     return [p.lstrip("/") for p in splits[split]]
 
 
-def _conversion(storage: Storage, where: hub.HubPath, config: str | None, split: str) -> str:
+def _conversion(storage: Storage, where: hub.HubPath, config: str | None, split: str, cache_dir: str) -> str:
     """The glob of the Hub's Parquet conversion of ``config``/``split``, pinned to its commit."""
-    files = hub.HubFiles(storage.storage_options)
     converted = where.at(CONVERSION)
     try:
-        commit = hub_call(storage, converted.url(), "resolving its Parquet conversion",
-                          lambda: files.resolve_commit(converted))
+        commit = commit_of(storage, converted, cache_dir)
     except HubError as error:
         if error.reason != "revision":
             raise
