@@ -15,8 +15,8 @@ as the Hub documents and answers them; the real client talks to it over HTTP (``
 - the errors with the Hub's ``X-Error-Code``: ``RepoNotFound`` (401, also a private repository without
   its token), ``GatedRepo`` (401 without a token, 403 with one that was not granted; metadata and
   tree stay public, as on the Hub), ``RevisionNotFound`` (404), ``EntryNotFound`` (404);
-- faults: ``fail_next(n, status=429, only="resolve")`` answers the next n matching requests with that
-  status (429 with ``Retry-After: 0``).
+- faults: ``fail_next(n, status=429, only="resolve", throttle=None)`` answers the next n matching requests
+  with that status (a 429 with ``Retry-After: 0``, or the ``throttle`` headers given).
 
 Bytes are counted per bearer token, like the S3 stand-in counts per access key: a simulated node that
 sends its own token (``storage_options={"token": "node-1"}``) is one counted node. Any token is accepted
@@ -60,6 +60,7 @@ class HubServer:
         self.bytes: collections.Counter[str] = collections.Counter()  # body bytes of /cdn/ and resolve, per token
         self.blobs: dict[str, bytes] = {}  # sha256 -> bytes (the "file store" behind /cdn/)
         self.fail, self.fail_status, self.fail_only, self.injected = 0, 429, None, 0
+        self.throttle: dict[str, str] = {"Retry-After": "0"}
         self._httpd: http.server.ThreadingHTTPServer | None = None
 
     # -- setup ---------------------------------------------------------------------------------
@@ -84,9 +85,13 @@ class HubServer:
                 self.blobs[hashlib.sha256(data).hexdigest()] = data
             return sha
 
-    def fail_next(self, n: int, status: int = 429, only: str | None = None) -> None:
+    def fail_next(self, n: int, status: int = 429, only: str | None = None,
+                  throttle: dict[str, str] | None = None) -> None:
+        """The next ``n`` requests whose path contains ``only`` are answered ``status``; a 429 carries
+        ``throttle`` as its headers (default ``Retry-After: 0``; the Hub sends ``RateLimit: "api";r=0;t=N``)."""
         with self.lock:
             self.fail, self.fail_status, self.fail_only = n, status, only
+            self.throttle = dict(throttle) if throttle is not None else {"Retry-After": "0"}
 
     def reset(self) -> None:
         with self.lock:
@@ -163,7 +168,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if code:
             headers["X-Error-Code"] = code
         if status == 429:
-            headers["Retry-After"] = "0"
+            headers.update(self.hub.throttle)
         self._send(status, json.dumps({"error": message}).encode(), headers)
 
     def _token(self) -> str | None:

@@ -2,7 +2,8 @@
 (tests/hub_server.py), read by the real huggingface_hub client in real, fresh processes: ``HF_ENDPOINT``
 points the client at it, as a user's environment points it at the Hub.
 
-- resume exactness on 2 and on 3 ranks (same world, ``num_workers`` 2, SIGKILL after a checkpoint), and
+- resume exactness on 2 and on 3 ranks (same world, ``num_workers`` 2, SIGKILL after a checkpoint, a storm of
+  HTTP 429 answers to the first reads, each retried with backoff), and
   elastic 2 -> 3 and 3 -> 2 (every row of the interrupted epoch once), while the branch the run started on
   moves under it (a commit that changes the card, not the data: the same corpus, resumed exactly);
 - bytes per node: 2 simulated nodes (each its own token, counted by the stand-in, and its own cache
@@ -86,7 +87,7 @@ def runs(hub_server, tmp_path_factory):
     go("save", [dict(scenario("bytes", [1, 0], reference=False), corpus=node)], 2).check()
     measured = {"bytes": dict(hub_server.bytes), "corpus": sum(len(d) for d in files.values()),
                 "tree": hub_server.requests("/tree/"), "api": hub_server.requests("/api/")}
-    corpus = {"kind": "hub", "name": name, "columns": ["id"], "cache_dir": os.path.join(out, "cache")}
+    corpus = {"kind": "hub", "name": name, "columns": ["id"], "cache_dir": os.path.join(out, "cache"), "retries": 8}
     saves = {"two": [scenario("hub", [1, 5], num_workers=2), scenario("hub_to_three", [0, 9]),
                      scenario("hub_killed", [0, 7], num_workers=2, kill=True)],
              "three": [scenario("hub_three", [0, 6]), scenario("hub_to_two", [1, 4], num_workers=2)]}
@@ -94,7 +95,9 @@ def runs(hub_server, tmp_path_factory):
         for s in scenarios:
             s["corpus"] = corpus
     hub_server.reset()
+    hub_server.fail_next(6, 429, only="/cdn/")  # a 429 storm on the first reads: each is retried with backoff
     result = go("save", saves["two"], 2, kill_when=os.path.join(out, "hub_killed.saved"))
+    measured["injected_429"] = hub_server.injected
     measured["tree_one_node"] = hub_server.requests("/tree/")  # 2 processes and their workers, one cache folder
     measured["lookups_one_node"] = sum(1 for _, path, _ in hub_server.log if path == f"/api/datasets/{name}")
     if not result.killed:
@@ -143,6 +146,11 @@ def test_each_node_fetches_its_share_by_range_and_lists_once(runs):
     assert measured["tree"] == 2 * 4
     assert measured["tree_one_node"] == 4  # 2 ranks (and 4 DataLoader workers) on one node: one listing
     assert measured["lookups_one_node"] == 1  # and one lookup of main's commit, for the node's start (torchrun)
+
+
+def test_a_429_storm_in_the_run_was_retried_and_lost_nothing(runs):
+    _, _, measured, _ = runs
+    assert measured["injected_429"] == 6  # answered to the save run's reads; its scenarios resumed exactly above
 
 
 def test_every_read_names_the_commit_its_run_resolved_the_branch_to(runs):

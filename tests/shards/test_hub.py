@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import glob
 import os
+import time
 import uuid
 
 import pytest
@@ -150,6 +151,10 @@ def test_a_429_storm_is_retried_with_backoff_then_named(hub, tmp_path):
                                       cache_dir=str(tmp_path / cache), progress=False, **kw)
     hub.fail_next(6, 429, only="/cdn/")  # six reads answered 429 (Retry-After: 0): each is retried
     assert all_ids(make("a", retries=8)) == sorted(ids) and hub.injected == 6
+    hub.fail_next(1, 429, only="/cdn/", throttle={"RateLimit": '"resolvers";r=0;t=1'})
+    started = time.monotonic()
+    assert all_ids(make("d", retries=1)) == sorted(ids)
+    assert time.monotonic() - started >= 1.0  # the wait the Hub's RateLimit header asked for, not 0.2 s
     hub.fail_next(1000, 429, only="/cdn/")
     with pytest.raises(ShardError, match="(?s)rate limited.*429.*HF_TOKEN"):
         make("b", retries=2)

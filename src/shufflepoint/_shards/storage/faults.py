@@ -9,6 +9,7 @@ Words: docs/glossary.md (shard, corpus index).
 from __future__ import annotations
 
 import errno
+import re
 from collections.abc import Iterator
 
 from shufflepoint._errors import ShardError
@@ -106,6 +107,22 @@ def _transient(error: BaseException) -> bool:
 def rate_limited(error: BaseException) -> bool:
     """Whether the storage answered HTTP 429 (too many requests), anywhere along the cause chain."""
     return any(status(e) == 429 for e in _chain(error))
+
+
+def retry_after(error: BaseException) -> float | None:
+    """The seconds a throttled answer asks the client to wait: ``Retry-After`` (seconds), or the ``t=`` of the
+    ``RateLimit`` header (the IETF draft the Hugging Face Hub answers 429s with); None when it says neither."""
+    for found in _chain(error):
+        headers = getattr(getattr(found, "response", None), "headers", None)
+        if headers is None or not hasattr(headers, "get"):
+            continue
+        text = str(headers.get("Retry-After") or "").strip()
+        if text.isdigit():
+            return float(text)
+        reset = re.search(r"(?:^|;)\s*t=(\d+)", str(headers.get("RateLimit") or ""))
+        if reset:
+            return float(reset.group(1))
+    return None
 
 
 def kind(error: BaseException) -> str:

@@ -37,6 +37,7 @@ from shufflepoint._shards.storage.faults import (
     describe,
     kind,
     rate_limited,
+    retry_after,
     vanished,
 )
 
@@ -141,7 +142,8 @@ class Storage:
                                           "fault)") from error
                 last = error
                 if attempt + 1 < attempts:
-                    time.sleep(min(_MAX_DELAY_S, self.backoff * 2 ** attempt) * (0.5 + random.random()))
+                    backoff = min(_MAX_DELAY_S, self.backoff * 2 ** attempt) * (0.5 + random.random())
+                    time.sleep(max(backoff, min(_MAX_DELAY_S, retry_after(error) or 0.0)))
         if isinstance(last, Truncated):
             raise ShardError(url, f"{last} ({what} failed after {attempts} attempts)") from last
         if last is not None and rate_limited(last):
