@@ -182,10 +182,10 @@ def test_each_node_fetches_its_share_by_range_and_lists_once(runs):
     for fetched in per_node.values():
         assert 0.35 * corpus < fetched < 0.65 * corpus  # its half (and footers), not the dataset
     assert sum(per_node.values()) < 1.2 * corpus
-    # One listing per node, through HfFileSystem's glob: 2 pages of data/ (26 entries, 25 a page) and the 2
-    # looks at its folders fsspec's glob takes; never one per process or per shard.
-    assert measured["tree"] == 2 * 4
-    assert measured["tree_one_node"] == 4  # 2 ranks (and 4 DataLoader workers) on one node: one listing
+    # One listing per node, through HfFileSystem's glob: 2 pages of data/ (26 entries, 25 a page) and the look
+    # at the repository's root fsspec's glob takes; never one per process or per shard.
+    assert measured["tree"] == 2 * 3
+    assert measured["tree_one_node"] == 3  # 2 ranks (and 4 DataLoader workers) on one node: one listing
     assert measured["lookups_one_node"] == 1  # and one lookup of main's commit, for the node's start (torchrun)
 
 

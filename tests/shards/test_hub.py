@@ -295,3 +295,20 @@ def test_json_lines_shards_are_downloaded_whole_by_ranged_gets_and_checked(hub, 
                                  verify="checksum", prefetch=0)
     assert all_ids(corpus) == sorted(n * 100 + r for n in range(5) for r in range(n + 2)) and hub.injected == 2
     assert not [rng for _, path, rng in hub.log if path.startswith("/cdn/") and not rng]  # by range, always
+
+
+def test_a_list_of_hub_files_is_looked_up_once_a_node_by_paths_info(hub, tmp_path):
+    name = new_repo(hub)
+    files, ids = parquet_files(tmp_path, 3)
+    commit = hub.commit(name, files)
+    urls = [f"hf://datasets/{name}/{path}" for path in sorted(files)]
+    cache = str(tmp_path / "cache")
+    corpus = Shards(urls, storage_options=options(hub), cache_dir=cache, progress=False)
+    assert all_ids(corpus) == sorted(ids) and corpus.index.root == f"hf://datasets/{name}@{commit}/data"
+    assert hub.requests("/paths-info/") == 3 and hub.requests("/tree/") == 0  # one lookup a file, no listing
+    hub.reset()
+    Shards(urls, storage_options=options(hub), cache_dir=cache, progress=False)
+    assert hub.requests("/paths-info/") == 0  # kept for the node
+    with pytest.raises(ShardError, match="not found: no such file at that commit"):
+        Shards([*urls, f"hf://datasets/{name}/data/gone.parquet"], storage_options=options(hub), cache_dir=cache,
+               progress=False)

@@ -54,7 +54,10 @@ def published_names(reader: str, options: dict[str, Any]) -> tuple[str, str]:
 
 
 def read_published(storage: Storage, root: str, reader: str, options: dict[str, Any]) -> _index.CorpusIndex | None:
-    """The index published beside the corpus at ``root``, if any (a damaged one: a warning, None)."""
+    """The index published beside the corpus at ``root``, if any (a damaged one: a warning, None). None beside
+    a Hub dataset, where none is published (``publish`` refuses): no request for it."""
+    if hub.is_hub(root):
+        return None
     for name in published_names(reader, options):
         url = _index.join(root, name)
         data = storage.read_small(url)
