@@ -195,6 +195,9 @@ def test_from_hub_takes_the_files_of_the_cards_configs(hub, tmp_path):
     assert error.value.reason == "split"
     with pytest.raises(HubError, match="no revision"):
         Shards.from_hub(name, revision="v2", storage_options=so, cache_dir=str(tmp_path / "c"))
+    hub.commit(name, {"README.md": card(FINEWEB_CARD.replace("sample-10BT\n", "sample-10BT\n  default: true\n"))})
+    with pytest.raises(HubError, match="several default configs: default, sample-10BT"):
+        Shards.from_hub(name, storage_options=so, cache_dir=str(tmp_path / "c"))  # load_dataset refuses it too
 
 
 def test_from_hub_reads_the_parquet_conversion_of_other_formats(hub, tmp_path):
@@ -312,3 +315,68 @@ def test_a_list_of_hub_files_is_looked_up_once_a_node_by_paths_info(hub, tmp_pat
     with pytest.raises(ShardError, match="not found: no such file at that commit"):
         Shards([*urls, f"hf://datasets/{name}/data/gone.parquet"], storage_options=options(hub), cache_dir=cache,
                progress=False)
+
+
+DATASETS_CHECK = """
+import json, sys
+import datasets
+import shufflepoint
+found = {}
+for name, config, split in json.loads(sys.argv[1]):
+    builder = datasets.load_dataset_builder(name, config)
+    theirs = sorted(str(url) for url in builder.config.data_files[split])
+    ours = shufflepoint.Shards.from_hub(name, config, split, cache_dir=sys.argv[2], progress=False).index.urls()
+    found[f"{name}/{config}/{split}"] = [theirs, sorted(ours)]
+print(json.dumps(found))
+"""
+
+CARDS = {
+    "marked": """
+configs:
+- config_name: all
+  data_files:
+  - split: train
+    path: data/*/*
+- config_name: sample
+  default: true
+  data_files:
+  - split: train
+    path: sample/*.parquet
+  - split: test
+    path: [held/00000.parquet, held/00001.parquet]
+""",
+    "patterns": """
+configs:
+- config_name: web
+  data_files: ["data/a/*.parquet", "data/b/*.parquet"]
+""",
+}
+
+
+def test_from_hub_takes_the_files_load_dataset_takes(hub, tmp_path):
+    """datasets.load_dataset_builder, pointed at the stand-in by HF_ENDPOINT in a fresh process, resolves the
+    same card to the same pinned files as Shards.from_hub, config by config and split by split."""
+    import json
+    import subprocess
+    import sys
+
+    pytest.importorskip("datasets")
+    cases = []
+    for kind, yaml in CARDS.items():
+        name = new_repo(hub)
+        a, _ = parquet_files(tmp_path, 3, prefix="data/a/")
+        b, _ = parquet_files(tmp_path, 2, prefix="data/b/", seed=3)
+        sample, _ = parquet_files(tmp_path, 2, prefix="sample/", seed=4)
+        held, _ = parquet_files(tmp_path, 2, prefix="held/", seed=5)
+        hub.commit(name, {"README.md": card(yaml), **a, **b, **sample, **held})
+        cases += ([(name, None, "train"), (name, "all", "train"), (name, "sample", "test")] if kind == "marked"
+                  else [(name, "web", "train")])
+    env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "hf"), "HF_TOKEN": "",
+           "HF_DATASETS_CACHE": str(tmp_path / "datasets"), "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", DATASETS_CHECK, json.dumps(cases), str(tmp_path / "c")], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(found) == 4
+    for case, (theirs, ours) in found.items():
+        assert theirs and ours == theirs, case

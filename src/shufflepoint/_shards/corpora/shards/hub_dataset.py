@@ -108,6 +108,11 @@ def _chosen(name: str, configs: list[dict[str, Any]], config: str | None) -> dic
     names = [str(c.get("config_name", "default")) for c in configs]
     if config is None:
         marked = [c for c in configs if c.get("default") is True]
+        defaults = sorted({str(c.get("config_name", "default")) for c in marked} | ({"default"} & set(names)))
+        if len(defaults) > 1:  # load_dataset refuses this card too
+            raise HubError("config", refusal(f"Hub dataset {name}", Plain(f"several default configs: "
+                                             f"{', '.join(defaults)}"), "one default config", "pass config=, "
+                                             f"e.g. Shards.from_hub({name!r}, {defaults[0]!r})"))
         if marked:
             return marked[0]
         if "default" in names:
