@@ -242,14 +242,20 @@ def undocumented(src: Path, modules: list[str]) -> list[str]:
         module = loader.modules_collection[name]
         if not module.docstring:
             missing.append(f"{name} (the module)")
-        exported = module.exports if module.exports is not None else [n for n in module.members
-                                                                      if not n.startswith("_")]
+        exported = module.exports if module.exports is not None else _public_members(module)
         for export in exported:
             export_name = export if isinstance(export, str) else export.name
             if export_name.startswith("__"):  # __version__: a value, documented where it is read
                 continue
             missing += _undocumented_member(module[export_name], f"{name}.{export_name}")
     return missing
+
+
+def _public_members(module: Any) -> list[str]:
+    """A module without ``__all__``: its names without a leading underscore, defined in it or imported from
+    this package (not ``torch`` or another library it imports)."""
+    return [name for name, member in module.members.items() if not name.startswith("_")
+            and (not member.is_alias or member.target_path.startswith(f"{PACKAGE}."))]
 
 
 def _undocumented_member(member: Any, qualified: str) -> list[str]:

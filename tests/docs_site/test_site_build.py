@@ -122,11 +122,22 @@ def test_the_site_home_page_and_api_reference(tree: pathlib.Path) -> None:
     accelerate = (site / "accelerate" / "index.html").read_text()
     assert 'href="../api/integrations/accelerate/"' in accelerate  # a module folder links its API page
     api = (site / "api" / "shufflepoint" / "index.html").read_text()
-    public = re.search(r"__all__ = \[(.*?)\]", (tree / "src" / "shufflepoint" / "__init__.py").read_text(), re.S)
-    assert public is not None
-    names = [name for name in re.findall(r'"(\w+)"', public.group(1)) if not name.startswith("__")]
-    absent = [name for name in names if f'id="shufflepoint.{name}"' not in api]
+    absent = [name for name in exported(tree / "src" / "shufflepoint") if f'id="shufflepoint.{name}"' not in api]
     assert not absent, f"public names missing from the API reference: {absent}"
     assert "&gt;&gt;&gt;" in api and "<blockquote>" not in api  # doctests as code, not as nested quotes
-    for integration in ("accelerate", "transformers", "torchtitan"):
-        assert (site / "api" / "integrations" / integration / "index.html").is_file()
+    packages = (tree / "src" / "shufflepoint" / "integrations").glob("*/__init__.py")
+    integrations = sorted(path.parent.name for path in packages if not path.parent.name.startswith("_"))
+    assert {"accelerate", "transformers", "torchtitan"} <= set(integrations)
+    for integration in integrations:
+        page = (site / "api" / "integrations" / integration / "index.html").read_text()
+        module = f"shufflepoint.integrations.{integration}"
+        absent = [name for name in exported(tree / "src" / "shufflepoint" / "integrations" / integration)
+                  if f'id="{module}.{name}"' not in page]
+        assert not absent, f"{module}: names of its __all__ missing from its API page: {absent}"
+
+
+def exported(package: pathlib.Path) -> list[str]:
+    """The names of a package's ``__all__`` (read from its ``__init__.py``), dunders left out."""
+    found = re.search(r"^__all__ = \[(.*?)\]", (package / "__init__.py").read_text(), re.S | re.M)
+    assert found is not None, f"{package}/__init__.py has no __all__"
+    return [name for name in re.findall(r'"(\w+)"', found.group(1)) if not name.startswith("__")]
