@@ -9,7 +9,7 @@ import pathlib
 from collections.abc import Iterator
 from typing import Any
 
-import yaml
+import yaml  # PyYAML: in the dev stack through accelerate, transformers, datasets
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

@@ -83,7 +83,8 @@ def on_config(config: MkDocsConfig) -> MkDocsConfig:
     config.mdx_configs.setdefault("toc", {})["slugify"] = slugify(case="lower")  # GitHub's anchors
     reference = [{PACKAGE: api_page(PACKAGE)}]
     reference += [{module.rsplit(".", 1)[1]: api_page(module)} for module in modules[1:]]
-    config.nav = [*(config.nav or []), {"API reference": reference}]
+    kept = [item for item in config.nav or [] if not (isinstance(item, dict) and "API reference" in item)]
+    config.nav = [*kept, {"API reference": reference}]  # once, also when `mkdocs serve` rebuilds
     return config
 
 
