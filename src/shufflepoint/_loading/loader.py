@@ -211,7 +211,8 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
                                 shuffle_block=shuffle_block if shuffle else None, grid=world_size * batch_size)
             dealt = deal_of(deal, orders)
         else:  # every per-rank batch one bucket (bucketed.py)
-            orders, dealt = bucketed(dataset, buckets, layout.n, self._seed, shuffle, order, deal, shuffle_block)
+            orders, dealt = bucketed(dataset, buckets, layout.n, self._seed, shuffle, order, deal, shuffle_block,
+                                     layout.drop_last)
         warn_if_blocks_exceed_the_share(orders, dealt, layout.n, world_size)
         self._identity = Identity(dataset_fingerprint, dataset, orders)
         self._position = LoaderPosition(layout, orders, dealt)
