@@ -162,7 +162,9 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         buckets: one small int >= 0 per sample (a list or integer array of ``len(dataset)``), or the name
             of the samples' field that holds it (read once; a ``Shards`` corpus keeps them in its cache
             folder): every per-rank batch then holds one bucket, the buckets' batches interleaved evenly over the epoch;
-            full batches only (what fills none is dropped, at most K*(B-1) + (W-1)*B samples an epoch).
+            full batches only: with ``drop_last=False`` every sample each epoch, a bucket's last batch filled
+            with its own first samples and the last step's missing batches read again from the epoch's first;
+            with ``drop_last=True`` that tail dropped (either: at most K*(B-1) + (W-1)*B samples an epoch).
             ``order`` then orders each bucket. See docs/buckets.md.
         decode_threads: read each batch's samples in this many threads of the worker, in order (a slow
             sample then costs its batch its own time, not the sum; docs/video.md). Default 0.
