@@ -82,7 +82,7 @@ def test_a_bucket_s_last_unit_is_filled_from_its_own_first_samples_and_the_last_
         assert extra == -size % batch  # fewer than B: just what fills the bucket's last unit
         stream = order.take(table.starts[np.flatnonzero(table.labels == label)[0]] + np.arange(size)).tolist()
         twice = [index for index in stream if real[index] > 1]
-        assert sorted(twice, key=stream.index) == stream[:len(twice)]  # the bucket's first samples, as DistributedSampler
+        assert sorted(twice, key=stream.index) == stream[:len(twice)]  # its first samples, as DistributedSampler pads
     assert len(again) < world and all(tuple(unit) in units for unit in again)  # whole slots read again
 
 

@@ -167,6 +167,18 @@ class ReadsBatches(Protocol):
 
 
 @runtime_checkable
+class DecodesInBatches(Protocol):
+    """A ``ReadsBatches`` dataset whose batch read ends with work per sample (its own ``transform``, a decode)
+    that may run in threads: ``read_batch(indices, map_samples=pool.map)`` maps it with ``map_samples`` (in
+    order: item i is still ``dataset[indices[i]]``); ``decodes_samples()`` says whether there is such work.
+    ``DataLoader(decode_threads=k)`` hands it a worker's k threads (``Shards(..., transform=)``)."""
+
+    def decodes_samples(self) -> bool: ...
+
+    def read_batch(self, indices: Sequence[int] | np.ndarray, map_samples: Any = None) -> Any: ...
+
+
+@runtime_checkable
 class Prefetching(Protocol):
     """A dataset told its upcoming indices ahead: the loader calls ``prefetch(indices)`` with each chunk of
     this rank's indices one chunk before its batches are read (the first chunk just before), in the process

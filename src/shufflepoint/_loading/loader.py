@@ -167,7 +167,8 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             with ``drop_last=True`` that tail dropped (either: at most K*(B-1) + (W-1)*B samples an epoch).
             ``order`` then orders each bucket. See docs/buckets.md.
         decode_threads: read each batch's samples in this many threads of the worker, in order (a slow
-            sample then costs its batch its own time, not the sum; docs/video.md). Default 0.
+            sample then costs its batch its own time, not the sum; docs/video.md); a dataset that reads a batch
+            in one call (``Shards``) keeps its one read and runs the transforms in the threads. Default 0.
         **torch_dataloader_kwargs: passed to ``torch.utils.data.DataLoader`` (``collate_fn``,
             ``pin_memory``, ``prefetch_factor``, ``persistent_workers``, ...), except ``sampler`` and
             ``batch_sampler``: the order is this loader's.
@@ -219,7 +220,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         self._identity = Identity(dataset_fingerprint, dataset, orders)
         self._position = LoaderPosition(layout, orders, dealt)
         self._keyed = check_keyed(transform, seed_per_sample)
-        threads = threaded(dataset, decode_threads, seed_per_sample)
+        threads = threaded(dataset, decode_threads, seed_per_sample, transform)
         dataset = served(dataset, self._seed, transform, seed_per_sample, torch_dataloader_kwargs)
         prefetch = announcer(dataset)
         dataset = threads(dataset)
