@@ -10,8 +10,8 @@ Vocabulary (all integers)::
                in a seekable permutation of its own (the loader's order, keyed by seed and bucket)
     unit       B consecutive samples of one bucket's stream: one per-rank batch
     segment    a stretch of the epoch read at one batch size B: it cuts what is left of every bucket
-               (r_k samples) into u_k = r_k // B units, U = sum(u_k) of them, and orders them into
-               *slots* (the interleave, below); ``[B, slots taken]`` pairs are the epoch's segments
+               (r_k samples) into u_k units (r_k // B, or ceil(r_k / B) padded: the tail), U = sum(u_k), into
+               *slots* ordered by the interleave (below); ``[B, slots taken]`` pairs are the epoch's segments
     step       W ranks take the next W slots: rank r takes slot s + r (s: slots taken so far)
 
 The interleave: bucket k's j-th unit of a segment gets the time ``(j + h) / u_k``, h a keyed jitter in
@@ -48,7 +48,7 @@ A segment's meaning depends on D, so D changes only where an epoch begins (``Buc
 fingerprinted ``v1`` (before padding) were read dropping whatever D said: ``older_states`` reads such a
 state as ``drop_last=True``.
 
-Words: docs/glossary.md (bucket, bucket key, bucket unit, bucket segment, slot).
+Words: docs/glossary.md (bucket, bucket key, bucket unit, bucket segment, slot, bucket padding, tail).
 """
 
 from __future__ import annotations
