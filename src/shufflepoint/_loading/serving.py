@@ -176,7 +176,7 @@ class DecodedInThreads(torch.utils.data.Dataset[Any]):
         return self.dataset[index]
 
     def __getitems__(self, indices: list[Any]) -> list[Any]:
-        batch = self.dataset.read_batch(indices, map_samples=self.pool.map)
+        batch = self.dataset.read_mapped(indices, self.pool.map)
         return list(batch.samples() if callable(getattr(batch, "samples", None)) else batch)
 
     def __getattr__(self, name: str) -> Any:

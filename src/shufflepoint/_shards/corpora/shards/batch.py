@@ -248,7 +248,7 @@ class Columnar(torch.utils.data.Dataset[Any]):
 
     def __getitems__(self, indices: Sequence[int]) -> Batch:
         batch: Batch = (self.dataset.read_batch(indices) if self.map_samples is None
-                        else self.dataset.read_batch(indices, map_samples=self.map_samples))
+                        else self.dataset.read_mapped(indices, self.map_samples))
         return batch
 
     def __getattr__(self, name: str) -> Any:

@@ -217,10 +217,14 @@ class Shards(torch.utils.data.Dataset[Any]):
         """Whether a batch read ends with work per sample (a ``transform``) that ``map_samples`` may thread."""
         return self._transform is not None
 
-    def read_batch(self, indices: Sequence[int] | np.ndarray, map_samples: Callable[..., Any] | None = None) -> Batch:
+    def read_batch(self, indices: Sequence[int] | np.ndarray) -> Batch:
         """The samples at ``indices`` as one batch read shard by shard (each shard's rows at once, see
-        the readers' ``take``), in the order asked; ``transform`` still sees one sample at a time, mapped over
-        the batch by ``map_samples`` (``map``'s contract, in order: the loader's ``decode_threads``)."""
+        the readers' ``take``), in the order asked; ``transform`` still sees one sample at a time."""
+        return self.read_mapped(indices, None)
+
+    def read_mapped(self, indices: Sequence[int] | np.ndarray, map_samples: Callable[..., Any] | None) -> Batch:
+        """``read_batch(indices)`` with ``transform`` mapped over the batch by ``map_samples`` (``map``'s
+        contract, in order: the loader's ``decode_threads``), or one sample after another for None."""
         flat = checked_indices("Shards", indices, len(self))
         shards = np.searchsorted(self._ends, flat, side="right")
         rows = flat - self._starts[shards]
