@@ -273,7 +273,7 @@ def test_drop_last_changes_at_an_epoch_s_start_and_is_refused_inside_one():
     with pytest.raises(StateError, match=r"'drop_last': found True\n  expected: False"):
         loaders()[0].load_state_dict(inside)
     fresh = loaders(drop_last=True)
-    steps(fresh)
+    epoch0 = steps(fresh)
     for loader in fresh:
         loader.set_epoch(1)
     boundary = fresh[0].state_dict()
@@ -281,5 +281,9 @@ def test_drop_last_changes_at_an_epoch_s_start_and_is_refused_inside_one():
     padded = loaders()
     for loader in padded:
         loader.load_state_dict(boundary)
-    seen = [i for step in steps(padded) for batch in step for i in batch]
+    epoch1 = steps(padded)
+    seen = [i for step in epoch1 for batch in step for i in batch]
     assert set(seen) == set(range(N))
+    # which places both legs: epoch 0 read dropping its tail, epoch 1 padded
+    assert [padded[0].which(step) for step in range(len(epoch0))] == [dict(enumerate(b)) for b in epoch0]
+    assert padded[0].which(len(epoch0) + len(epoch1) - 1) == dict(enumerate(epoch1[-1]))
