@@ -170,6 +170,19 @@ class ReadsBatches(Protocol):
 
 
 @runtime_checkable
+class DecodesInBatches(Protocol):
+    """A ``ReadsBatches`` dataset whose batch read ends with work per sample (its own ``transform``, a decode)
+    that may run in threads: ``read_mapped(indices, map_samples)`` is ``read_batch(indices)`` with that work
+    mapped by ``map_samples`` (``map``'s contract, in order: item i is still ``dataset[indices[i]]``);
+    ``decodes_samples()`` says whether there is such work. ``DataLoader(decode_threads=k)`` hands it a
+    worker's k threads (``Shards(..., transform=)``)."""
+
+    def decodes_samples(self) -> bool: ...
+
+    def read_mapped(self, indices: Sequence[int] | np.ndarray, map_samples: Any) -> Any: ...
+
+
+@runtime_checkable
 class Prefetching(Protocol):
     """A dataset told its upcoming indices ahead: the loader calls ``prefetch(indices)`` with each chunk of
     this rank's indices one chunk before its batches are read (the first chunk just before), in the process

@@ -162,10 +162,13 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         buckets: one small int >= 0 per sample (a list or integer array of ``len(dataset)``), or the name
             of the samples' field that holds it (read once; a ``Shards`` corpus keeps them in its cache
             folder): every per-rank batch then holds one bucket, the buckets' batches interleaved evenly over the epoch;
-            full batches only (what fills none is dropped, at most K*(B-1) + (W-1)*B samples an epoch).
+            full batches only: with ``drop_last=False`` every sample each epoch, a bucket's last batch filled
+            with its own first samples and the last step's missing batches read again from the epoch's first;
+            with ``drop_last=True`` that tail dropped (either: at most K*(B-1) + (W-1)*B samples an epoch).
             ``order`` then orders each bucket. See docs/buckets.md.
         decode_threads: read each batch's samples in this many threads of the worker, in order (a slow
-            sample then costs its batch its own time, not the sum; docs/video.md). Default 0.
+            sample then costs its batch its own time, not the sum; docs/video.md); a dataset that reads a batch
+            in one call (``Shards``) keeps its one read and runs the transforms in the threads. Default 0.
         **torch_dataloader_kwargs: passed to ``torch.utils.data.DataLoader`` (``collate_fn``,
             ``pin_memory``, ``prefetch_factor``, ``persistent_workers``, ...), except ``sampler`` and
             ``batch_sampler``: the order is this loader's.
@@ -211,12 +214,13 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
                                 shuffle_block=shuffle_block if shuffle else None, grid=world_size * batch_size)
             dealt = deal_of(deal, orders)
         else:  # every per-rank batch one bucket (bucketed.py)
-            orders, dealt = bucketed(dataset, buckets, layout.n, self._seed, shuffle, order, deal, shuffle_block)
+            orders, dealt = bucketed(dataset, buckets, layout.n, self._seed, shuffle, order, deal, shuffle_block,
+                                     layout.drop_last)
         warn_if_blocks_exceed_the_share(orders, dealt, layout.n, world_size)
         self._identity = Identity(dataset_fingerprint, dataset, orders)
         self._position = LoaderPosition(layout, orders, dealt)
         self._keyed = check_keyed(transform, seed_per_sample)
-        threads = threaded(dataset, decode_threads, seed_per_sample)
+        threads = threaded(dataset, decode_threads, seed_per_sample, transform)
         dataset = served(dataset, self._seed, transform, seed_per_sample, torch_dataloader_kwargs)
         prefetch = announcer(dataset)
         dataset = threads(dataset)

@@ -243,9 +243,18 @@ class Shards(torch.utils.data.Dataset[Any]):
         """``[self[i] for i in indices]``, read a batch at once (torch's DataLoader calls this)."""
         return self.read_batch(indices).samples()
 
+    def decodes_samples(self) -> bool:
+        """Whether a batch read ends with work per sample (a ``transform``) that ``map_samples`` may thread."""
+        return self._transform is not None
+
     def read_batch(self, indices: Sequence[int] | np.ndarray) -> Batch:
         """The samples at ``indices`` as one batch read shard by shard (each shard's rows at once, see
         the readers' ``take``), in the order asked; ``transform`` still sees one sample at a time."""
+        return self.read_mapped(indices, None)
+
+    def read_mapped(self, indices: Sequence[int] | np.ndarray, map_samples: Callable[..., Any] | None) -> Batch:
+        """``read_batch(indices)`` with ``transform`` mapped over the batch by ``map_samples`` (``map``'s
+        contract, in order: the loader's ``decode_threads``), or one sample after another for None."""
         flat = checked_indices("Shards", indices, len(self))
         shards = np.searchsorted(self._ends, flat, side="right")
         rows = flat - self._starts[shards]
@@ -256,8 +265,11 @@ class Shards(torch.utils.data.Dataset[Any]):
             batch = gather(shards, lambda shard, where: self._access.open(shard).take(rows[where]))
         if self._transform is None:
             return batch
-        return Rows([self._transformed(sample, index) for sample, index in zip(batch.samples(), flat.tolist(),
-                                                                                strict=True)])
+        if map_samples is None:
+            return Rows([self._transformed(sample, index) for sample, index in zip(batch.samples(), flat.tolist(),
+                                                                                    strict=True)])
+        return Rows(list(map_samples(lambda pair: self._transformed(*pair),
+                                     zip(batch.samples(), flat.tolist(), strict=True))))
 
     def _read_windows(self, shards: np.ndarray, rows: np.ndarray) -> Batch | None:
         """Token windows from several shards written into one (n, seq_len + 1) array of the tokens' type,
