@@ -1,0 +1,55 @@
+"""The decode actor: what one of torch's workers does for a batch, in a Ray actor on any node.
+
+A batch is a pure function of its keys (the dataset indices, or ``(epoch, position, index)`` where samples
+draw keyed randomness): ``collate(dataset.__getitems__(keys))``, or ``collate([dataset[k] for k in keys])``,
+exactly as torch's fetcher reads it in a worker. So any actor computes any batch to the same bytes, and an
+actor holds nothing the run's state needs.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import traceback
+from typing import Any
+
+
+class Failed:
+    """A batch's own exception, carried back as a value so that the trainer raises that very exception (its
+    type and message), with where it happened added as a note. An exception that does not pickle travels as
+    a ``RuntimeError`` with its text."""
+
+    def __init__(self, error: BaseException, where: str) -> None:
+        import pickle
+
+        text = "".join(traceback.format_exception(error))
+        try:
+            pickle.loads(pickle.dumps(error))
+            self.error: BaseException = error
+        except Exception:  # an exception class that cannot be rebuilt elsewhere: its text is what is left
+            self.error = RuntimeError(f"{type(error).__name__}: {error}")
+        self.note = f"raised in a shufflepoint decode actor ({where}); its traceback there:\n{text}"
+
+    def raise_it(self) -> None:
+        self.error.add_note(self.note)
+        raise self.error
+
+
+class BatchReader:
+    """Holds the dataset as served and its collate; ``read(keys)`` makes one batch. Made by ``DecodePool``."""
+
+    def __init__(self, dataset: Any, collate: Any) -> None:
+        self._dataset, self._collate = dataset, collate
+        self._where = f"pid {os.getpid()} on {socket.gethostname()}"
+
+    def ready(self) -> int:
+        """The actor's process id, once it is placed and holds the dataset."""
+        return os.getpid()
+
+    def read(self, keys: list[Any]) -> Any:
+        try:
+            getitems = getattr(self._dataset, "__getitems__", None)
+            samples = getitems(keys) if callable(getitems) else [self._dataset[key] for key in keys]
+            return self._collate(samples)
+        except Exception as error:  # the sample's own error, raised in the trainer (Failed.raise_it)
+            return Failed(error, self._where)
