@@ -9,6 +9,7 @@ the interrupted epoch once, each new rank's stream the in-process loader's from 
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -143,8 +144,9 @@ def test_the_pool_grows_and_shrinks_mid_epoch(cluster, photos):
     got += take(loader, batches - 4)
     assert_same_stream(got, expected)
     assert loader.pool.stats.started == 4 and loader.pool.size == 1 and len(loader.pool.pids()) == 1
-    state = loader.state_dict()  # what the loop received, as in process
-    assert state == shufflepoint.DataLoader(dataset, **kwargs).state_dict() | {"epoch": 1} or state["epoch"] == 1
+    in_process = shufflepoint.DataLoader(dataset, **kwargs)
+    take(in_process, batches)
+    assert loader.state_dict() == in_process.state_dict()  # what the loop received, as in process
     loader.pool.close()
 
 
@@ -157,7 +159,9 @@ def test_a_sample_s_error_arrives_as_itself(cluster, tmp_path):
     loader = RayDataLoader(dataset, decode_actors=1, decode_cpus=0.5, **kwargs)
     with pytest.raises(type(in_process.value)) as remote:
         list(loader)
-    assert type(remote.value) is type(in_process.value) and str(remote.value) == str(in_process.value)
+    address = re.compile(r"0x[0-9a-f]+")  # Pillow's message names a BytesIO by its address
+    assert type(remote.value) is type(in_process.value)
+    assert address.sub("0x", str(remote.value)) == address.sub("0x", str(in_process.value))
     assert "000005" in str(remote.value)
     assert any("decode actor" in note for note in remote.value.__notes__)
     loader.pool.close()
@@ -167,7 +171,7 @@ def test_a_cluster_too_small_is_refused_at_start(cluster, photos):
     dataset, kwargs = corpus("photos", None, photos)
     with pytest.raises(RuntimeError, match=r"decode_actors: found 40\n.*the cluster has 5 CPUs"):
         iter(RayDataLoader(dataset, decode_actors=40, **kwargs))
-    with pytest.raises(RuntimeError, match=r"resources'\]\['gpu_decode'\].*the cluster has 0"):
+    with pytest.raises(RuntimeError, match=r"(?s)resources'\]\['gpu_decode'\].*the cluster has 0"):
         iter(RayDataLoader(dataset, actor_options={"resources": {"gpu_decode": 1}}, **kwargs))
 
 

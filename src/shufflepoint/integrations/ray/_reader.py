@@ -9,6 +9,7 @@ actor holds nothing the run's state needs.
 from __future__ import annotations
 
 import os
+import pickle
 import socket
 import traceback
 from typing import Any
@@ -16,23 +17,40 @@ from typing import Any
 
 class Failed:
     """A batch's own exception, carried back as a value so that the trainer raises that very exception (its
-    type and message), with where it happened added as a note. An exception that does not pickle travels as
-    a ``RuntimeError`` with its text."""
+    type, message and attributes), with where it happened added as a note.
+
+    An exception whose ``__init__`` takes other arguments than its ``args`` (``ShardError(shard, message)``)
+    does not survive pickle's rebuild, ``cls(*args)``; it travels as its class, ``args`` and ``__dict__``, and
+    is rebuilt without ``__init__``. Only a class the trainer cannot import arrives as a ``RuntimeError``."""
 
     def __init__(self, error: BaseException, where: str) -> None:
-        import pickle
-
         text = "".join(traceback.format_exception(error))
+        self.error: BaseException | None = None
+        self.parts: tuple[type[BaseException], tuple[Any, ...], dict[str, Any]] | None = None
         try:
             pickle.loads(pickle.dumps(error))
-            self.error: BaseException = error
-        except Exception:  # an exception class that cannot be rebuilt elsewhere: its text is what is left
-            self.error = RuntimeError(f"{type(error).__name__}: {error}")
+            self.error = error
+        except Exception:  # rebuilt from its parts in the trainer (__setstate__)
+            self.parts = (type(error), error.args, dict(vars(error)))
+        self.text = f"{type(error).__name__}: {error}"
         self.note = f"raised in a shufflepoint decode actor ({where}); its traceback there:\n{text}"
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.parts is not None:
+            try:
+                cls, args, attributes = self.parts
+                error = cls.__new__(cls, *args)
+                error.args = args
+                error.__dict__.update(attributes)
+                self.error = error
+            except Exception:  # its class does not rebuild here: its text is what is left
+                self.error = RuntimeError(self.text)
+
     def raise_it(self) -> None:
-        self.error.add_note(self.note)
-        raise self.error
+        error = self.error if self.error is not None else RuntimeError(self.text)
+        error.add_note(self.note)
+        raise error
 
 
 class BatchReader:
