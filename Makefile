@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test test-examples test-locality test-wheel test-repeat test-explore exit-soak test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards bench-ranged \
-	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-images bench-which bench-tail bench-scale soak lint clean test-accelerate-matrix test-transformers-matrix
+	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-images bench-which bench-tail bench-scale bench-ray soak lint clean test-accelerate-matrix test-transformers-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -218,11 +218,19 @@ $(RAY_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(RAY_VENV)
 	$(RAY_VENV)/bin/python -m pip install -q --upgrade pip
 	$(RAY_VENV)/bin/python -m pip install -q torch==2.13.0
-	$(RAY_VENV)/bin/python -m pip install -q -e '.[ray]' pytest pytest-timeout pytest-rerunfailures hypothesis  # tests/conftest.py imports hypothesis
+	# images and video: the decode pool's tests carry DecodeImage and VideoClips batches (tests/ray/test_decode_pool.py)
+	$(RAY_VENV)/bin/python -m pip install -q -e '.[ray,images,video]' pytest pytest-timeout pytest-rerunfailures hypothesis  # tests/conftest.py imports hypothesis
 	touch $@
 
 test-ray: $(RAY_STAMP)
 	$(RAY_VENV)/bin/python -m pytest -q -p no:cacheprovider -m ray tests/ray
+
+# Decoding on Ray actors (issue 45): RayDataLoader against Ray Data (read_webdataset, map_batches,
+# iter_torch_batches), the same DecodeImage, on bench-images' photos (written by the main venv, which has
+# scikit-image). benchmarks/ray_decode.py; docs/ray.md. About 4 minutes.
+bench-ray: $(STAMP) $(RAY_STAMP)
+	$(PY) -c "import sys; sys.path.insert(0, 'benchmarks'); import _photos; _photos.write_shards('.bench-cache/images/mixed-2000/photos', 2000, 100, sizes='mixed')"
+	$(RAY_VENV)/bin/python benchmarks/ray_decode.py
 
 soak: $(STAMP)
 	SHUFFLEPOINT_SOAK_CYCLES=$${CYCLES:-30} $(PY) -m pytest -q -s -m soak tests
