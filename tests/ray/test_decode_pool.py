@@ -77,7 +77,7 @@ def take(loader, batches):
 
 def assert_same_stream(got, expected):
     assert len(got) == len(expected)
-    for number, (a, b) in enumerate(zip(got, expected)):
+    for number, (a, b) in enumerate(zip(got, expected, strict=True)):
         assert corpora.same(a, b), f"batch {number} differs"
 
 

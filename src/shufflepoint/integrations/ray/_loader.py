@@ -100,6 +100,9 @@ class RayDataLoader(DataLoader):
         super().__init__(dataset, batch_size, num_workers=0, **loader_kwargs)
         self._pool = pool
 
+    def _announcer(self, dataset: Any) -> None:
+        return None  # the actors read the shards, on their nodes: this process fetches nothing ahead
+
     @property
     def pool(self) -> DecodePool:
         """This rank's actors: ``resize(n)``, ``close()``, ``stats``."""

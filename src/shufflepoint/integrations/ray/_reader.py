@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import pickle
 import socket
+import sys
 import traceback
 from typing import Any
 
@@ -49,8 +50,10 @@ class Failed:
 
     def raise_it(self) -> None:
         error = self.error if self.error is not None else RuntimeError(self.text)
-        error.add_note(self.note)
-        raise error
+        if sys.version_info >= (3, 11):
+            error.add_note(self.note)
+            raise error
+        raise error from RuntimeError(self.note)  # Python 3.10: no notes; the actor's traceback as the cause
 
 
 class BatchReader:

@@ -83,4 +83,4 @@ def pin(batch: Any) -> Any:
     """The batch in page-locked memory, as torch's ``pin_memory=True`` leaves it."""
     from torch.utils.data._utils.pin_memory import pin_memory
 
-    return pin_memory(batch)
+    return pin_memory(batch)  # type: ignore[no-untyped-call]
