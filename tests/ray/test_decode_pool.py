@@ -238,3 +238,37 @@ def test_trainers_killed_mid_epoch_resume_on_another_world_size(cluster, photos,
     assert len(epoch0) - PHOTOS < 3 * 4  # duplicates only as the tail's padding (the global batch's rest)
     epoch1 = sorted(k for rank in second for r in rank if r["epoch"] == 1 for k in r["keys"])
     assert set(epoch1) == {f"{i:06d}" for i in range(PHOTOS)}
+
+
+def ray_train_loop(config):
+    """A TorchTrainer worker: its rank's RayDataLoader (actors beside Ray Train's own workers), an epoch's digests."""
+    import ray.train
+
+    import shufflepoint as sp
+    from shufflepoint.integrations.ray import RayDataLoader as Loader
+
+    rank = ray.train.get_context().get_world_rank()
+    dataset = sp.Shards(config["corpus"], cache_dir=config["cache"], progress=False)
+    loader = Loader(dataset, batch_size=4, seed=3, transform=sp.DecodeImage(32), decode_actors=1, decode_cpus=0.5)
+    with open(os.path.join(config["record"], f"rank{rank}.json"), "w") as out:
+        json.dump([config["digest"](batch) for batch in loader], out)
+    ray.train.report({"rank": rank})
+
+
+def test_under_ray_train_each_worker_s_stream_is_the_in_process_loader_s(cluster, photos, tmp_path):
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    ray.cloudpickle.register_pickle_by_value(corpora)  # the workers cannot import tests/ray
+    record = str(tmp_path / "record")
+    os.makedirs(record)
+    config = {"corpus": photos[0], "cache": photos[1], "record": record, "digest": corpora.digest}
+    TorchTrainer(ray_train_loop, train_loop_config=config, torch_config=TorchConfig(backend="gloo"),
+                 scaling_config=ScalingConfig(num_workers=2, use_gpu=False, resources_per_worker={"CPU": 0.5}),
+                 run_config=RunConfig(storage_path=str(tmp_path / "runs"))).fit()
+    dataset = shufflepoint.Shards(photos[0], cache_dir=photos[1], progress=False)
+    for rank in range(2):
+        expected = shufflepoint.DataLoader(dataset, batch_size=4, seed=3, rank=rank, world_size=2,
+                                           transform=shufflepoint.DecodeImage(32))
+        with open(os.path.join(record, f"rank{rank}.json")) as f:
+            assert json.load(f) == [corpora.digest(batch) for batch in expected], f"rank {rank}"
