@@ -143,6 +143,7 @@ def ours(args: argparse.Namespace, actors: int) -> dict[str, Any]:
     sum(1 for _ in loader)
     result: dict[str, Any] = {"cold_s": time.perf_counter() - cold, "warm": timed_epoch(loader)}
     result["waited_s"] = loader.pool.stats.waited_s
+    loader.pool.close()  # its CPUs, for the next pools
 
     # a kill and a resume: the first kill_at batches, the loader and its actors gone, a new one from the state
     kwargs_kill = dict(kwargs, batch_size=KILL_BATCH, drop_last=False)  # 2,000 = 50 x 40: no tail

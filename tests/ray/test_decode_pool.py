@@ -58,10 +58,10 @@ def photos(tmp_path_factory):
     return corpora.photo_tars(str(root / "tars"), PHOTOS, 8), str(root / "cache")
 
 
-def streams(dataset, batches, **kwargs):
+def streams(dataset, batches, actor_options=None, **kwargs):
     """The in-process loader's first ``batches`` batches, and the Ray loader's, with its pool."""
     expected = shufflepoint.DataLoader(dataset, **kwargs)
-    loader = RayDataLoader(dataset, decode_actors=2, decode_cpus=0.5, **kwargs)
+    loader = RayDataLoader(dataset, decode_actors=2, decode_cpus=0.5, actor_options=actor_options, **kwargs)
     return take(expected, batches), loader
 
 
@@ -114,7 +114,8 @@ def test_a_killed_actor_and_a_removed_node_change_no_byte(cluster, photos):
     head, (first, second) = cluster
     dataset, kwargs = corpus("photos", None, photos)
     kwargs["rank"], kwargs["world_size"] = 0, 1
-    expected, loader = streams(dataset, 2 * len(shufflepoint.DataLoader(dataset, **kwargs)), **kwargs)
+    expected, loader = streams(dataset, 2 * len(shufflepoint.DataLoader(dataset, **kwargs)),
+                               actor_options={"scheduling_strategy": "SPREAD"}, **kwargs)  # one actor a node
     loader.pool.resize(3)
     got, killed = [], None
     for batch in take(loader, 3):
@@ -129,6 +130,7 @@ def test_a_killed_actor_and_a_removed_node_change_no_byte(cluster, photos):
     finally:
         cluster[1][1] = head.add_node(num_cpus=2, resources={"decode": 2})
     assert_same_stream(got, expected)
+    assert loader.pool.stats.lost >= 2  # the node's actor too
     assert killed not in loader.pool.pids()
     loader.pool.close()
 
@@ -164,6 +166,22 @@ def test_a_sample_s_error_arrives_as_itself(cluster, tmp_path):
     assert address.sub("0x", str(remote.value)) == address.sub("0x", str(in_process.value))
     assert "000005" in str(remote.value)
     assert any("decode actor" in note for note in remote.value.__notes__)
+    loader.pool.close()
+
+
+def crash_on_seven(sample, rng):
+    """A decoder that takes its process down (a segfault, the OOM killer) on one sample."""
+    if sample == 7:
+        os._exit(1)
+    return sample
+
+
+def test_a_batch_that_kills_every_actor_is_refused_after_its_retries(cluster):
+    loader = RayDataLoader(list(range(16)), batch_size=4, seed=0, transform=crash_on_seven, rank=0, world_size=1,
+                           decode_actors=1, decode_cpus=0.5, retries=1)
+    with pytest.raises(RuntimeError, match=r"a batch: found lost with 2 actors in turn\n  expected: at most 1 sent"):
+        list(loader)
+    assert loader.pool.stats.lost == 2
     loader.pool.close()
 
 

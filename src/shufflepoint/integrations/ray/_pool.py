@@ -44,7 +44,7 @@ class Ticket:
     keys: list[Any]
     ref: Any = None
     actor: Actor | None = None
-    sent: int = 0  # how many times it was sent: more than 1 + retries is refused
+    sent: int = 0  # how many times it was sent: a loss after 1 + retries sends is refused
 
 
 @dataclass
@@ -162,8 +162,8 @@ class DecodePool:
         """Give the ticket to the ready actor with the fewest in flight (waiting for one to be placed)."""
         if ticket.sent > self._retries:
             raise RuntimeError(refusal(
-                "a batch", Plain(f"lost with {ticket.sent} actors in turn"), f"at most {self._retries} losses "
-                "(retries=)", "look at the actors' logs (a decoder that crashes its process, memory)",
+                "a batch", Plain(f"lost with {ticket.sent} actors in turn"), f"at most {self._retries} sent "
+                "again (retries=)", "look at the actors' logs (a decoder that crashes its process, memory)",
                 why="each actor computing it died; the batch is the same everywhere, so it would kill the next"))
         actor = self._ready_actor()
         ticket.actor, ticket.sent = actor, ticket.sent + 1
