@@ -97,13 +97,14 @@ class TreeCpu:
     def _sample(self) -> None:
         while not self._stop.wait(0.2):
             self._last.update(tree_ticks(os.getpid()))
+        self._own = time.thread_time()  # this thread's reading of /proc, taken out of the count
 
     def seconds(self) -> float:
         self._stop.set()
         self._thread.join()
         self._last.update(tree_ticks(os.getpid()))
         used = sum(ticks - self._first.get(pid, 0) for pid, ticks in self._last.items())
-        return used / os.sysconf("SC_CLK_TCK")
+        return used / os.sysconf("SC_CLK_TCK") - self._own
 
 
 def timed_epoch(batches: Any) -> dict[str, float]:
@@ -240,6 +241,7 @@ def in_process(args: argparse.Namespace) -> dict[str, Any]:
                                  "index"), progress=False)
     loader = shufflepoint.DataLoader(corpus, batch_size=args.batch, seed=SEED, transform=shufflepoint.DecodeImage(SIZE),
                                      drop_last=True)
+    sum(1 for _ in loader)  # cold, as the pools' first epoch
     return {"warm": timed_epoch(loader)}
 
 
@@ -247,6 +249,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     if args.child:
         return child(args)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     if not os.path.isdir(args.photos):
         raise SystemExit(f"{args.photos}: no photos; run `make bench-ray` (it writes them with the main venv)")
     results: dict[str, Any] = {"samples": args.samples, "sizes": args.sizes, "batch": args.batch,

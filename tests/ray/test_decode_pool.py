@@ -169,6 +169,30 @@ def test_a_sample_s_error_arrives_as_itself(cluster, tmp_path):
     loader.pool.close()
 
 
+def noisy(sample, rng):
+    return sample + rng.random(3).astype("float32")
+
+
+def test_a_batch_size_change_and_an_exclusion_mid_epoch_as_in_process(cluster):
+    import numpy as np
+
+    data = [np.full(3, i, np.float32) for i in range(40)]
+    kwargs = dict(batch_size=3, seed=8, transform=noisy, rank=1, world_size=2, pin_memory=True)
+    loaders = [shufflepoint.DataLoader(data, **kwargs), RayDataLoader(data, decode_actors=2, decode_cpus=0.5, **kwargs)]
+    streams = []
+    for loader in loaders:
+        got, it = [], iter(loader)
+        got += [next(it) for _ in range(2)]
+        loader.set_batch_size(2)  # the live iterator drops what is in flight and goes on at the new size
+        got += [next(it) for _ in range(2)]
+        loader.exclude(range(10, 20))
+        got += list(it)
+        streams.append((got, loader.state_dict()))
+    assert_same_stream(streams[1][0], streams[0][0])
+    assert streams[1][1] == streams[0][1]
+    loaders[1].pool.close()
+
+
 def crash_on_seven(sample, rng):
     """A decoder that takes its process down (a segfault, the OOM killer) on one sample."""
     if sample == 7:

@@ -80,7 +80,11 @@ def connected_cpus(actors: int, cpus: float, actor_options: dict[str, Any]) -> f
 
 
 def pin(batch: Any) -> Any:
-    """The batch in page-locked memory, as torch's ``pin_memory=True`` leaves it."""
+    """The batch in page-locked memory, as torch's ``pin_memory=True`` leaves it; as it is where no accelerator
+    is (torch's loader then warns and pins nothing too)."""
+    import torch
     from torch.utils.data._utils.pin_memory import pin_memory
 
+    if not torch.accelerator.is_available():
+        return batch
     return pin_memory(batch)  # type: ignore[no-untyped-call]
