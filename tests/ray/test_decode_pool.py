@@ -45,6 +45,7 @@ def cluster():
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     workers = [cluster.add_node(num_cpus=2, resources={"decode": 2}) for _ in range(2)]
     ray.init(address=cluster.address, log_to_driver=False)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the actors cannot import tests/ray
     cluster.wait_for_nodes()
     print(f"cluster of 3 raylets: {time.monotonic() - started:.1f} s")
     yield cluster, workers
