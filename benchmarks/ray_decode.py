@@ -268,6 +268,9 @@ def main(argv: list[str] | None = None) -> None:
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(results, f, indent=1)
+    with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
+        f.write(f"# make bench-ray ({time.strftime('%Y-%m-%d')}, 2 cores, shared: load average "
+                f"{results['load'][0]:.1f} at the end)\n\n{table(results)}\n")
     print(table(results))
 
 
