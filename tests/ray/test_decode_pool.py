@@ -112,7 +112,7 @@ def test_each_rank_s_stream_is_the_in_process_loader_s(cluster, photos, tmp_path
 
 
 def test_a_killed_actor_and_a_removed_node_change_no_byte(cluster, photos):
-    head, (first, second) = cluster
+    ray_cluster, (_, second) = cluster
     dataset, kwargs = corpus("photos", None, photos)
     kwargs["rank"], kwargs["world_size"] = 0, 1
     expected, loader = streams(dataset, 2 * len(shufflepoint.DataLoader(dataset, **kwargs)),
@@ -125,11 +125,12 @@ def test_a_killed_actor_and_a_removed_node_change_no_byte(cluster, photos):
     os.kill(killed, signal.SIGKILL)  # mid-epoch: its batches in flight are computed again
     got += take(loader, 3)
     assert loader.pool.stats.lost == 1 and loader.pool.stats.recomputed >= 1
-    head.remove_node(second)  # a whole raylet: its actors and the batches its object store held
+    ray_cluster.remove_node(second)  # a whole raylet: its actors and the batches its object store held
     try:
         got += take(loader, len(expected) - len(got))
     finally:
-        cluster[1][1] = head.add_node(num_cpus=2, resources={"decode": 2})
+        cluster[1][1] = ray_cluster.add_node(num_cpus=2, resources={"decode": 2})  # for the next tests
+        ray_cluster.wait_for_nodes()
     assert_same_stream(got, expected)
     assert loader.pool.stats.lost >= 2  # the node's actor too
     assert killed not in loader.pool.pids()
@@ -212,7 +213,7 @@ def test_a_batch_that_kills_every_actor_is_refused_after_its_retries(cluster):
 
 def test_a_cluster_too_small_is_refused_at_start(cluster, photos):
     dataset, kwargs = corpus("photos", None, photos)
-    with pytest.raises(RuntimeError, match=r"decode_actors: found 40\n.*the cluster has 5 CPUs"):
+    with pytest.raises(RuntimeError, match=r"decode_actors: found 40\n.*the cluster has \d+ CPUs"):
         iter(RayDataLoader(dataset, decode_actors=40, **kwargs))
     with pytest.raises(RuntimeError, match=r"(?s)resources'\]\['gpu_decode'\].*the cluster has 0"):
         iter(RayDataLoader(dataset, actor_options={"resources": {"gpu_decode": 1}}, **kwargs))
@@ -255,10 +256,10 @@ def records(record, rank):
 
 
 def test_trainers_killed_mid_epoch_resume_on_another_world_size(cluster, photos, tmp_path):
-    head, _ = cluster
+    ray_cluster, _ = cluster
     record, state = str(tmp_path / "record"), str(tmp_path / "state.pt")
     os.makedirs(record)
-    run_trainers(2, head.address, photos, record, state, kill_at=3)  # mid-epoch 0: 8 of 60 samples a step
+    run_trainers(2, ray_cluster.address, photos, record, state, kill_at=3)  # mid-epoch 0: 8 of 60 samples a step
     first = [records(record, r) for r in range(2)]
     saved = torch.load(state)
     assert saved["epoch"] == 0 and [r["step"] for r in first[0]] == [1, 2, 3]
@@ -268,7 +269,7 @@ def test_trainers_killed_mid_epoch_resume_on_another_world_size(cluster, photos,
         assert [r["digest"] for r in first[rank]] == [corpora.digest(b) for b in expected]
     for rank in range(2):
         os.rename(os.path.join(record, f"rank{rank}.jsonl"), os.path.join(record, f"old{rank}.jsonl"))
-    run_trainers(3, head.address, photos, record, state, kill_at=-1)
+    run_trainers(3, ray_cluster.address, photos, record, state, kill_at=-1)
     second = [records(record, r) for r in range(3)]
     for rank in range(3):  # each new rank: the in-process loader from the same state, batch for batch
         fresh = shufflepoint.DataLoader(dataset, rank=rank, world_size=3, verify_ranks=False, **kwargs)
