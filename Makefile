@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test test-examples test-locality test-wheel test-repeat test-explore exit-soak test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards bench-ranged \
-	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-images bench-which bench-tail bench-scale bench-ray soak lint clean test-accelerate-matrix test-transformers-matrix
+	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-images bench-which bench-tail bench-scale soak lint clean test-accelerate-matrix test-transformers-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -228,6 +228,7 @@ test-ray: $(RAY_STAMP)
 # Decoding on Ray actors (issue 45): RayDataLoader against Ray Data (read_webdataset, map_batches,
 # iter_torch_batches), the same DecodeImage, on bench-images' photos (written by the main venv, which has
 # scikit-image). benchmarks/ray_decode.py; docs/ray.md. About 4 minutes.
+.PHONY: bench-ray
 bench-ray: $(STAMP) $(RAY_STAMP)
 	$(PY) -c "import sys; sys.path.insert(0, 'benchmarks'); import _photos; _photos.write_shards('.bench-cache/images/mixed-2000/photos', 2000, 100, sizes='mixed')"
 	$(RAY_VENV)/bin/python benchmarks/ray_decode.py
