@@ -157,6 +157,14 @@ $(LITDATA_PEER): $(STAMP)
 bench-images: $(STAMP) $(ENERGON_PEER) $(LITDATA_PEER)
 	$(PY) benchmarks/images.py
 
+# Decoding on Ray actors (issue 45): RayDataLoader against Ray Data (read_webdataset, map_batches,
+# iter_torch_batches), the same DecodeImage, on bench-images' photos (written by the main venv, which has
+# scikit-image). benchmarks/ray_decode.py; docs/ray.md. About 4 minutes.
+.PHONY: bench-ray
+bench-ray: $(STAMP) $(RAY_STAMP)
+	$(PY) -c "import sys; sys.path.insert(0, 'benchmarks'); import _photos; _photos.write_shards('.bench-cache/images/mixed-2000/photos', 2000, 100, sizes='mixed')"
+	$(RAY_VENV)/bin/python benchmarks/ray_decode.py
+
 # The read path against issue 19's targets: Parquet rows vs pyarrow's sequential decode, token windows
 # per second, workers 0 and 2 (first batch and rate apart). About 2 minutes; QUICK=1 a tenth of the corpus.
 bench-read: $(STAMP)
@@ -224,14 +232,6 @@ $(RAY_STAMP): pyproject.toml
 
 test-ray: $(RAY_STAMP)
 	$(RAY_VENV)/bin/python -m pytest -q -p no:cacheprovider -m ray tests/ray
-
-# Decoding on Ray actors (issue 45): RayDataLoader against Ray Data (read_webdataset, map_batches,
-# iter_torch_batches), the same DecodeImage, on bench-images' photos (written by the main venv, which has
-# scikit-image). benchmarks/ray_decode.py; docs/ray.md. About 4 minutes.
-.PHONY: bench-ray
-bench-ray: $(STAMP) $(RAY_STAMP)
-	$(PY) -c "import sys; sys.path.insert(0, 'benchmarks'); import _photos; _photos.write_shards('.bench-cache/images/mixed-2000/photos', 2000, 100, sizes='mixed')"
-	$(RAY_VENV)/bin/python benchmarks/ray_decode.py
 
 soak: $(STAMP)
 	SHUFFLEPOINT_SOAK_CYCLES=$${CYCLES:-30} $(PY) -m pytest -q -s -m soak tests
