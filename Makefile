@@ -159,9 +159,9 @@ bench-images: $(STAMP) $(ENERGON_PEER) $(LITDATA_PEER)
 
 # Decoding on Ray actors (issue 45): RayDataLoader against Ray Data (read_webdataset, map_batches,
 # iter_torch_batches), the same DecodeImage, on bench-images' photos (written by the main venv, which has
-# scikit-image). benchmarks/ray_decode.py; docs/ray.md. About 4 minutes.
+# scikit-image). benchmarks/ray_decode.py; docs/ray.md. About 10 minutes on a shared 2-core machine.
 .PHONY: bench-ray
-bench-ray: $(STAMP) $(RAY_STAMP)
+bench-ray: $(STAMP) .venv-ray/.installed  # RAY_STAMP, defined further down with the ray venv
 	$(PY) -c "import sys; sys.path.insert(0, 'benchmarks'); import _photos; _photos.write_shards('.bench-cache/images/mixed-2000/photos', 2000, 100, sizes='mixed')"
 	$(RAY_VENV)/bin/python benchmarks/ray_decode.py
 
