@@ -164,6 +164,14 @@ $(LITDATA_PEER): $(STAMP)
 bench-images: $(STAMP) $(ENERGON_PEER) $(LITDATA_PEER)
 	$(PY) benchmarks/images.py
 
+# Decoding on Ray actors (issue 45): RayDataLoader against Ray Data (read_webdataset, map_batches,
+# iter_torch_batches), the same DecodeImage, on bench-images' photos (written by the main venv, which has
+# scikit-image). benchmarks/ray_decode.py; docs/ray.md. About 10 minutes on a shared 2-core machine.
+.PHONY: bench-ray
+bench-ray: $(STAMP) .venv-ray/.installed  # RAY_STAMP, defined further down with the ray venv
+	$(PY) -c "import sys; sys.path.insert(0, 'benchmarks'); import _photos; _photos.write_shards('.bench-cache/images/mixed-2000/photos', 2000, 100, sizes='mixed')"
+	$(RAY_VENV)/bin/python benchmarks/ray_decode.py
+
 # The read path against issue 19's targets: Parquet rows vs pyarrow's sequential decode, token windows
 # per second, workers 0 and 2 (first batch and rate apart). About 2 minutes; QUICK=1 a tenth of the corpus.
 bench-read: $(STAMP)
@@ -225,7 +233,8 @@ $(RAY_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(RAY_VENV)
 	$(RAY_VENV)/bin/python -m pip install -q --upgrade pip
 	$(RAY_VENV)/bin/python -m pip install -q torch==2.13.0
-	$(RAY_VENV)/bin/python -m pip install -q -e '.[ray]' pytest pytest-timeout pytest-rerunfailures hypothesis  # tests/conftest.py imports hypothesis
+	# images and video: the decode pool's tests carry DecodeImage and VideoClips batches (tests/ray/test_decode_pool.py)
+	$(RAY_VENV)/bin/python -m pip install -q -e '.[ray,images,video]' pytest pytest-timeout pytest-rerunfailures hypothesis  # tests/conftest.py imports hypothesis
 	touch $@
 
 test-ray: $(RAY_STAMP)

@@ -222,13 +222,19 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         self._keyed = check_keyed(transform, seed_per_sample)
         threads = threaded(dataset, decode_threads, seed_per_sample, transform)
         dataset = served(dataset, self._seed, transform, seed_per_sample, torch_dataloader_kwargs)
-        prefetch = announcer(dataset)
+        prefetch = self._announcer(dataset)
         dataset = threads(dataset)
         sampler = _PassSampler(self._position, rank, self._keyed, prefetch)
         super().__init__(
             dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last,
             num_workers=num_workers, **torch_dataloader_kwargs,
         )
+
+    def _announcer(self, dataset: Any) -> Callable[[np.ndarray, float], None] | None:
+        """How the sampler tells the dataset as served its upcoming indices (``serving.announcer``). A loader whose
+        batches are read in other processes on other nodes (``integrations.ray``) announces nothing here: this
+        process would fetch shards it never reads."""
+        return announcer(dataset)
 
     def __repr__(self) -> str:
         position = self._position
