@@ -49,6 +49,7 @@ from shufflepoint._core.history import MAX_EPOCH, Cuts, History, Place, place_af
 from shufflepoint._core.older_states import recorded_deal
 from shufflepoint._core.plan import Layout
 from shufflepoint._core.segments import Pairs
+from shufflepoint._core.skips import Skip, kept
 from shufflepoint._core.spanskips import Handed
 from shufflepoint._errors import ResumeWarning, refusal, warn_user
 from shufflepoint._loading import block_choice
@@ -158,6 +159,7 @@ class LoaderPosition:
         self.excluded, self._which_excluded = Excluded(layout.n), Excluded(layout.n)
         self.excluded_at: tuple[int, ...] = ()  # the steps exclude() took effect at
         self.ramp: int | None = None  # the batch size set_batch_size set, kept by the state and its resumes
+        self.skipped: tuple[Skip, ...] = ()  # the latest skipped samples (_core/skips.py), kept by the state
         self._ramp_unchecked = False  # a loaded ramp not yet compared with the size the first pass reads at
         self._start: Cut = self.cut(0, 0, ())  # where the next pass starts
         self.history = History.begin(layout.n, deal, layout, Place(0, 0))
@@ -342,6 +344,13 @@ class LoaderPosition:
         self.history = self.history.record(steps, self.layout, place_after(place.epoch, start, 0),
                                            self.history_cuts(), split=True)
 
+    def skip(self, skips: Sequence[Skip]) -> None:
+        """Record ``skips`` (agreed on every rank, ``_loading/skipping.py``) and exclude their indices from the next
+        batch on, as ``exclude`` does."""
+        _, merged = self.exclusion_with([skip.index for skip in skips])
+        self.exclude(merged)
+        self.skipped = kept(self.skipped, skips)
+
     # -- the past: which and batches_this_epoch ----------------------------------------------
     def history_cuts(self, excluded: Excluded | None = None, orders: OrderCache | None = None) -> Cuts | None:
         """The cuts that place this run's steps from its latest exclusion on (None: nothing excluded)."""
@@ -406,7 +415,7 @@ class LoaderPosition:
             history=self.history,
             excluded=self.excluded.exclusion.to_state(), handed=handed.to_state() if handed else [],
             excluded_at=list(self.excluded_at), parameters=self.orders.parameters, ramp=self.ramp,
-            buckets=self.deal.keys_fingerprint,
+            buckets=self.deal.keys_fingerprint, skipped=self.skipped,
         )
 
     def load(self, state: object, expected: Expecting, validate: Validate) -> None:
@@ -428,6 +437,7 @@ class LoaderPosition:
         self.restore(orders, deal, saved.steps, history, excluded, saved.excluded_at)
         self._epoch, self._start = saved.epoch, start
         self.ramp, self._ramp_unchecked = saved.ramp, True
+        self.skipped = saved.skipped
 
     def restore(self, orders: OrderCache, deal: Deal, steps: int, history: History, excluded: Excluded | None = None,
                 excluded_at: tuple[int, ...] = ()) -> None:
