@@ -374,12 +374,33 @@ class LoaderPosition:
     def _cuts_of(self, step: int) -> Cuts | None:
         """The cuts that place ``step``: None before the first exclusion (or with none), the loader's own
         from the latest one on; ValueError naming the steps between two exclusions (``placeable``)."""
-        if not self.excluded.exclusion or not placeable(check_int("step", step, 0, 2**63 - 1), self.excluded_at):
+        skipped = self._skipped_cuts(check_int("step", step, 0, 2**63 - 1))
+        if skipped is not False:
+            return skipped
+        if not self.excluded.exclusion or not placeable(step, self.excluded_at):
             return None
         if self._which_excluded.exclusion is not self.excluded.exclusion:  # its own skips: the live ones stay
             self._which_excluded = Excluded(self.orders.n)
             self._which_excluded.replace(self.excluded.exclusion, self.orders.n)
         return self.history_cuts(self._which_excluded, self._lookup.orders(self.orders))
+
+    def _skipped_cuts(self, step: int) -> Cuts | None | bool:
+        """Where every exclusion is a skipped sample the record still holds, under a deal that does not re-deal
+        (``strided``): the cuts that place ``step`` with the samples skipped before it excluded, the set that was in
+        effect then (None: none yet). False where the record cannot say (``placeable`` decides)."""
+        record, n = self.skipped, self.orders.n
+        if not record or self.deal.redeals or not self.excluded.exclusion:
+            return False
+        at = tuple(sorted({skip.step + 1 for skip in record}))  # an exclusion takes effect at the next step
+        if at != self.excluded_at or Exclusion.from_indices([s.index for s in record], n) != self.excluded.exclusion:
+            return False
+        in_effect = [skip.index for skip in record if skip.step < step]
+        if not in_effect:
+            return None
+        excluded = Excluded(n)
+        excluded.replace(Exclusion.from_indices(in_effect, n), n)
+        return history_cuts(self.history, self.deal, self._lookup.orders(self.orders), excluded,
+                            tuple(a for a in at if a <= step), (self.epoch, None))
 
     def batches_this_epoch(self) -> int | None:
         """Batches each rank has received of the current epoch, whatever changed inside it; None where the

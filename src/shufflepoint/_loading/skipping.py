@@ -186,35 +186,33 @@ def served_skipping(dataset: Any, places: Any, seed: int, n: int, policy: SkipBa
 
 
 def agree_on_skips(skips: list[Skip], gave_up: GaveUp | None, world_size: int, rank: int,
-                   groups: tuple[Any, ...]) -> tuple[list[Skip], list[GaveUp]]:
+                   groups: tuple[Any, ...] | None) -> tuple[list[Skip], list[GaveUp]]:
     """Every rank's skips and give-ups of this step, in rank order, the same on every rank: one all_reduce(MAX)
-    of one int64 a step, then, only when some rank skipped, one all_gather of the records."""
+    of one int64 a step along the loader's ranks (its mesh's groups, or the default group), then, only when
+    some rank skipped, one all_gather of the records (``agreement.gather_from_all``)."""
     mine = (skips, [gave_up] if gave_up is not None else [])
     if world_size == 1:
         return mine
     import torch.distributed as dist
 
-    from shufflepoint._loading.agreement import group_matches, watch_gloo_exit
+    from shufflepoint._loading.agreement import checked_along, gather_from_all, watch_gloo_exit
 
-    if not (group_matches(rank, world_size) or groups != (None,)):
+    along = checked_along(True, rank, world_size, groups)
+    if along is None:
         raise RuntimeError(refusal("skip_bad_samples", Plain(f"{world_size} ranks without a process group"),
-                                   "an initialised process group over the loader's ranks",
+                                   "an initialised process group over the loader's ranks (or mesh=/process_group=)",
                                    "call torch.distributed.init_process_group before iterating",
                                    why="a skipped sample is agreed on by every rank at the step it was read"))
-    on_gpu = dist.get_backend(groups[0]) == "nccl"
+    on_gpu = dist.get_backend(along[0]) == "nccl"  # NCCL reduces device tensors only
     device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
     flag = torch.tensor([int(bool(skips) or gave_up is not None)], dtype=torch.int64, device=device)
-    for group in groups:
+    for group in along:
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
     if not on_gpu:
         watch_gloo_exit()
     if not int(flag.item()):
         return [], []
-    gathered: Any = [mine]
-    for group in groups:
-        parts: list[Any] = [None] * dist.get_world_size(group)
-        dist.all_gather_object(parts, gathered, group=group)
-        gathered = [item for part in parts for item in part]
+    gathered = gather_from_all(mine, along)
     return ([skip for rank_skips, _ in gathered for skip in rank_skips],
             [given for _, rank_gave_up in gathered for given in rank_gave_up])
 
