@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-examples test-locality test-wheel test-repeat test-explore exit-soak test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards bench-ranged \
+.PHONY: setup demo test test-examples test-locality test-skips test-wheel test-repeat test-explore exit-soak test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards bench-ranged \
 	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-images bench-which bench-tail bench-scale soak lint clean test-accelerate-matrix test-transformers-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
@@ -37,6 +37,10 @@ test-examples: $(STAMP)
 # GET bytes per simulated node (own cache folder and S3 key) for a Mixture under spans, ~1 min (issue 33)
 test-locality: $(STAMP)
 	$(PY) -m pytest -q -s -m locality tests/distributed
+
+# skip_bad_samples on 2 real ranks: 0 and 2 workers, a resume in new processes (~40 s; not in make test)
+test-skips: $(STAMP)
+	$(PY) -m pytest -q -m skips tests/distributed/test_skip_resume.py
 
 # The release a user installs (tests/ci/check_wheel.py): python -m build (sdist, then the wheel from it); the wheel
 # carries py.typed and nothing of tests/ or benchmarks/; installed into a fresh venv (torch==2.13.0 first and

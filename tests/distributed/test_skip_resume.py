@@ -4,7 +4,11 @@ processes after skips continues every rank exactly, and every skip is in the sta
 import json
 import os
 
+import pytest
+
 from shufflepoint._tools.launch import launch
+
+pytestmark = pytest.mark.skips  # make test-skips (~40 s: 3 launches of 2 ranks)
 
 WORKER = os.path.join(os.path.dirname(__file__), "workers", "skip_worker.py")
 UNREADABLE, UNDECODABLE = {4, 23, 41}, {9, 50}
