@@ -9,7 +9,6 @@ A dataset of your own plugs in by offering any of five small protocols (``OwnOrd
 
 from __future__ import annotations
 
-from shufflepoint._core.skips import SkipBadSamples
 from shufflepoint._core.capabilities import Identified, Locatable, OwnOrder, Prefetching, ReadsBatches
 from shufflepoint._core.state import FIELDS as STATE_FIELDS
 from shufflepoint._errors import ResumeWarning, SampleError, ShardError, StateError
@@ -44,7 +43,6 @@ __all__ = [
     "SampleError",
     "ShardError",
     "Shards",
-    "SkipBadSamples",
     "StateError",
     "VideoClips",
     "__version__",

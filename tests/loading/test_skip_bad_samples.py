@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import shufflepoint
-from shufflepoint import SampleError, SkipBadSamples, StateError
+from shufflepoint import SampleError, StateError
 from shufflepoint._core.skips import replacement
 from shufflepoint._tools.cli import main
 from corpus_files import jsonl_corpus
@@ -37,7 +37,7 @@ class Flaky:
 
 def loader(dataset=None, policy=None, **kwargs):
     return shufflepoint.DataLoader(Flaky() if dataset is None else dataset, BATCH, seed=SEED,
-                                   skip_bad_samples=policy or SkipBadSamples(), **kwargs)
+                                   skip_bad_samples=policy or True, **kwargs)
 
 
 def read(ld, epochs=2, stop=None):
@@ -121,7 +121,7 @@ def test_a_shards_corpus_records_the_shard_and_the_row(tmp_path):
         return row["id"]
 
     corpus = shufflepoint.Shards(str(tmp_path / "corpus" / "*.jsonl"), transform=decode, cache_dir=str(tmp_path / "cache"))
-    ld = shufflepoint.DataLoader(corpus, 3, seed=1, skip_bad_samples=SkipBadSamples())
+    ld = shufflepoint.DataLoader(corpus, 3, seed=1, skip_bad_samples=True)
     served = [i for batch in read(ld, epochs=1) for i in batch]
     assert 10 not in served and len(served) == len(ids)
     (entry,) = ld.state_dict()["skipped"]
@@ -130,7 +130,7 @@ def test_a_shards_corpus_records_the_shard_and_the_row(tmp_path):
 
 
 def test_past_the_window_the_run_stops_naming_every_skipped_sample():
-    ld = loader(policy=SkipBadSamples(max_skips=2, window=100))
+    ld = loader(policy={"max_skips": 2, "window": 100})
     with pytest.raises(RuntimeError, match=r"3 samples skipped in the last 100 steps") as raised:
         read(ld)
     for index in BAD:
@@ -139,25 +139,27 @@ def test_past_the_window_the_run_stops_naming_every_skipped_sample():
 
 
 def test_reads_in_a_row_that_fail_stop_the_run_naming_them():
-    ld = loader(Flaky(bad=range(1, N)), policy=SkipBadSamples(max_in_a_row=3))
+    ld = loader(Flaky(bad=range(1, N)), policy={"max_in_a_row": 3})
     with pytest.raises(RuntimeError, match=r"3 reads in a row failed for one slot") as raised:
         read(ld)
     assert str(raised.value).count("does not decode") == 3
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"max_in_a_row": 0}, r"SkipBadSamples.max_in_a_row: found 0"),
-    ({"max_skips": 64}, r"SkipBadSamples.max_skips: found 64"),
-    ({"window": True}, r"SkipBadSamples.window: found True"),
+    ({"max_in_a_row": 0}, r"skip_bad_samples\['max_in_a_row'\]: found 0"),
+    ({"max_skips": 64}, r"skip_bad_samples\['max_skips'\]: found 64"),
+    ({"window": True}, r"skip_bad_samples\['window'\]: found True"),
 ])
 def test_bad_limits_are_refused_by_name(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        SkipBadSamples(**kwargs)
+        loader(policy=kwargs)
 
 
 def test_what_cannot_skip_is_refused_at_construction():
-    with pytest.raises(TypeError, match="skip_bad_samples: found True"):
-        shufflepoint.DataLoader(Flaky(), BATCH, skip_bad_samples=True)
+    with pytest.raises(TypeError, match="skip_bad_samples: found 'yes'"):
+        shufflepoint.DataLoader(Flaky(), BATCH, skip_bad_samples="yes")
+    with pytest.raises(TypeError, match=r"skip_bad_samples: found \{'limit': 3\}"):
+        shufflepoint.DataLoader(Flaky(), BATCH, skip_bad_samples={"limit": 3})
     with pytest.raises(ValueError, match="persistent_workers=False"):
         loader(num_workers=1, persistent_workers=True)
     with pytest.raises(ValueError, match="a dataset whose samples can be excluded"):

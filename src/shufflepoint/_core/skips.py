@@ -1,7 +1,7 @@
 """Bad samples skipped: the replacement arithmetic, the run's record of skips, and the limit that ends a run.
 
 A sample that fails to read or decode (``ShardError``, ``SampleError``, an exception in the loader's
-``transform``) ends the run by default. With ``DataLoader(..., skip_bad_samples=SkipBadSamples())`` the worker
+``transform``) ends the run by default. With ``DataLoader(..., skip_bad_samples=True)`` the worker
 that read it serves a *replacement* in its slot instead, so that the batch stays full, and the loader
 excludes the failed index from the next batch on, agreed on every rank (``_loading/skipping.py``).
 
@@ -57,7 +57,7 @@ def replacement(seed: int, index: int, attempt: int, n: int) -> int:
 
 @dataclass(frozen=True)
 class SkipBadSamples:
-    """Skip a sample that fails to read or decode instead of ending the run (opt-in; the default raises).
+    """The limits of ``DataLoader(skip_bad_samples=...)``: ``True`` takes these defaults, a dict sets some of them.
 
     The failed sample's slot is filled by a replacement that arithmetic chooses (``replacement``), the
     sample is excluded from the next batch on on every rank, and the skip is kept in the state's record
@@ -69,8 +69,7 @@ class SkipBadSamples:
 
     Example::
 
-        loader = shufflepoint.DataLoader(corpus, batch_size=32,
-                                         skip_bad_samples=shufflepoint.SkipBadSamples(max_skips=8, window=1000))
+        loader = shufflepoint.DataLoader(corpus, batch_size=32, skip_bad_samples={"max_skips": 8, "window": 1000})
     """
 
     max_in_a_row: int = 4
@@ -81,7 +80,7 @@ class SkipBadSamples:
         for name, low, high in (("max_in_a_row", 1, 64), ("max_skips", 0, KEPT - 1), ("window", 1, 2**62)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-                raise ValueError(refusal(f"SkipBadSamples.{name}", value, f"an int in [{low}, {high}]",
+                raise ValueError(refusal(f"skip_bad_samples[{name!r}]", value, f"an int in [{low}, {high}]",
                                          f"pass {name}={getattr(type(self), name)} (the default) or another int in "
                                          "that range", why="the state's record keeps the latest "
                                          f"{KEPT} skips, so the window's count must fit in it"

@@ -21,13 +21,13 @@ import torch.utils.data
 from shufflepoint._core.capabilities import Locatable
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.plan import Layout
-from shufflepoint._core.skips import SkipBadSamples, over_limit
+from shufflepoint._core.skips import over_limit
 from shufflepoint._errors import Plain, refusal
 from shufflepoint._loading.agreement import agree_on_exclusion, validate_everywhere, watch_gloo_exit
 from shufflepoint._loading.bucketed import bucketed
 from shufflepoint._loading.capabilities import dataset_length, tell_density, tell_share
 from shufflepoint._loading.deal import deal_of, rank_chunks, warn_if_blocks_exceed_the_share
-from shufflepoint._loading.keyed import KeyedDataset, Transform, keyed_chunks
+from shufflepoint._loading.keyed import Transform, keyed_chunks
 from shufflepoint._loading.mesh import resolve_data_parallel
 from shufflepoint._loading.orders import Identity, OrderCache
 from shufflepoint._loading.position import LoaderPosition, Pass, expected_state
@@ -177,10 +177,10 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             ``order`` then orders each bucket. See docs/buckets.md.
         decode_threads: read each batch's samples in this many threads of the worker, in order (a slow
             sample then costs its batch its own time, not the sum; docs/video.md). Default 0.
-        skip_bad_samples: a ``SkipBadSamples(max_in_a_row, max_skips, window)``: a sample that fails to read or
-            decode (``ShardError``, ``SampleError``, any exception of ``transform``) is replaced in its slot by a
+        skip_bad_samples: True, or a dict of limits (``max_in_a_row`` 4, ``max_skips`` 16 in a ``window`` of
+            1000 steps: ``_core/skips.py``): a sample that fails to read or decode (``ShardError``, ``SampleError``, any exception of ``transform``) is replaced in its slot by a
             sample arithmetic chooses and excluded from the next batch on, on every rank, and kept in the state's
-            record; past the limits the run stops naming every shard and row. ``None`` (the default): a bad
+            record; past the limits the run stops naming every shard and row. False (the default): a bad
             sample ends the run. See docs/exclusion.md#bad-samples.
         **torch_dataloader_kwargs: passed to ``torch.utils.data.DataLoader`` (``collate_fn``,
             ``pin_memory``, ``prefetch_factor``, ``persistent_workers``, ...), except ``sampler`` and
@@ -210,7 +210,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         mesh_dims: str | tuple[str, ...] | None = None,
         buckets: Any = None,
         decode_threads: int = 0,
-        skip_bad_samples: SkipBadSamples | None = None,
+        skip_bad_samples: bool | dict[str, int] = False,
         **torch_dataloader_kwargs: Any,
     ) -> None:
         check_arguments(shuffle, torch_dataloader_kwargs)
@@ -234,21 +234,13 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         self._position = LoaderPosition(layout, orders, dealt)
         self._keyed = check_keyed(transform, seed_per_sample)
         threads = threaded(dataset, decode_threads, seed_per_sample)
-        check_skipping(skip_bad_samples, torch_dataloader_kwargs, lambda: self._position.exclusion_with([]))
-        self._skipping = skip_bad_samples
+        self._skipping = check_skipping(skip_bad_samples, torch_dataloader_kwargs,
+                                        lambda: self._position.exclusion_with([]))
         places = dataset
-        self._skipper: SkippingDataset | None = None
-        if skip_bad_samples is not None:  # samples read one by one, so that one failed sample is found
-            torch_dataloader_kwargs.setdefault("collate_fn", None)
-            torch_dataloader_kwargs["collate_fn"] = torch_dataloader_kwargs["collate_fn"] or \
-                torch.utils.data.default_collate
         dataset = served(dataset, self._seed, transform, seed_per_sample, torch_dataloader_kwargs)
         prefetch = announcer(dataset)
-        if skip_bad_samples is not None:
-            if isinstance(dataset, KeyedDataset):
-                dataset.skips_errors = True
-            dataset = self._skipper = served_skipping(dataset, places, self._seed, layout.n, skip_bad_samples,
-                                                      torch_dataloader_kwargs)
+        self._skipper = served_skipping(dataset, places, self._seed, layout.n, self._skipping, torch_dataloader_kwargs)
+        dataset = self._skipper or dataset
         dataset = threads(dataset)
         sampler = _PassSampler(self._position, rank, self._keyed, prefetch)
         super().__init__(

@@ -19,7 +19,8 @@ So the batch that held a bad sample is full, its replacement is the same whichev
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -28,7 +29,7 @@ import torch.utils.data
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.skips import ERROR_CHARS, Skip, SkipBadSamples, in_a_row_error, replacement
 from shufflepoint._errors import Plain, SampleError, ShardError, refusal
-from shufflepoint._loading.keyed import _Samples
+from shufflepoint._loading.keyed import KeyedDataset, _Samples
 
 CAUGHT = (ShardError, SampleError)
 _DRAWS = 4096  # replacements drawn for one slot before giving up on finding one not excluded
@@ -154,14 +155,22 @@ class SkipCollate:
         return WithSkips(batch, skips) if skips else batch
 
 
-def check_skipping(policy: object, torch_kwargs: dict[str, Any], check_exclusion: Callable[[], object]) -> None:
-    """``skip_bad_samples`` is a ``SkipBadSamples`` or None, for a dataset whose samples can be excluded, and
-    without persistent workers (whose copy of the excluded set would go stale)."""
-    if policy is None:
-        return
-    if not isinstance(policy, SkipBadSamples):
-        raise TypeError(refusal("skip_bad_samples", policy, "a shufflepoint.SkipBadSamples(...) or None",
-                                "pass skip_bad_samples=shufflepoint.SkipBadSamples(), or leave it unset to raise"))
+def check_skipping(value: object, torch_kwargs: dict[str, Any],
+                   check_exclusion: Callable[[], object]) -> SkipBadSamples | None:
+    """``skip_bad_samples`` as a policy: False (None), True (the default limits) or a dict of limits
+    (``max_in_a_row``, ``max_skips``, ``window``), for a dataset whose samples can be excluded, and without
+    persistent workers (whose copy of the excluded set would go stale). Its samples are then read one by one (a
+    collate of samples, not a corpus's columns), so that the one that failed is found."""
+    if value is False or value is None:
+        return None
+    limits = ", ".join(f.name for f in dataclasses.fields(SkipBadSamples))
+    if value is True:
+        policy = SkipBadSamples()
+    elif isinstance(value, Mapping) and set(value) <= {f.name for f in dataclasses.fields(SkipBadSamples)}:
+        policy = SkipBadSamples(**value)
+    else:
+        raise TypeError(refusal("skip_bad_samples", value, f"True, False, or a dict of limits ({limits})",
+                                "pass skip_bad_samples=True, or e.g. {'max_skips': 8, 'window': 1000}"))
     if torch_kwargs.get("persistent_workers"):
         raise ValueError(refusal("skip_bad_samples", Plain("with persistent_workers=True"),
                                  "persistent_workers=False", "pass persistent_workers=False",
@@ -170,16 +179,22 @@ def check_skipping(policy: object, torch_kwargs: dict[str, Any], check_exclusion
     try:
         check_exclusion()
     except ValueError as error:
-        raise ValueError(refusal("skip_bad_samples", policy, "a dataset whose samples can be excluded",
+        raise ValueError(refusal("skip_bad_samples", value, "a dataset whose samples can be excluded",
                                  "leave skip_bad_samples unset (a bad sample then ends the run)",
                                  why=f"a skipped sample is excluded, and this loader refuses exclude(): "
                                  f"{str(error).splitlines()[0]}")) from error
+    torch_kwargs["collate_fn"] = torch_kwargs.get("collate_fn") or torch.utils.data.default_collate
+    return policy
 
 
-def served_skipping(dataset: Any, places: Any, seed: int, n: int, policy: SkipBadSamples,
-                    torch_kwargs: dict[str, Any]) -> SkippingDataset:
-    """The dataset as served, wrapped to replace failed samples; its collate (set in ``torch_kwargs``) hands on
-    the skips."""
+def served_skipping(dataset: Any, places: Any, seed: int, n: int, policy: SkipBadSamples | None,
+                    torch_kwargs: dict[str, Any]) -> SkippingDataset | None:
+    """The dataset as served, wrapped to replace failed samples (a transform's exceptions then count as bad
+    samples); its collate (set in ``torch_kwargs``) hands on the skips. None without a policy."""
+    if policy is None:
+        return None
+    if isinstance(dataset, KeyedDataset):
+        dataset.skips_errors = True
     collate = torch_kwargs.get("collate_fn") or torch.utils.data.default_collate
     torch_kwargs["collate_fn"] = SkipCollate(collate)
     return SkippingDataset(dataset, places, seed, n, policy)

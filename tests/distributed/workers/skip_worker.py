@@ -42,7 +42,7 @@ def transform(sample, rng):
 
 def loader(workers):
     return shufflepoint.DataLoader(Flaky(), BATCH, seed=SEED, num_workers=workers, transform=transform,
-                                   skip_bad_samples=shufflepoint.SkipBadSamples(max_skips=10, window=100))
+                                   skip_bad_samples={"max_skips": 10, "window": 100})
 
 
 def read(ld, stop=None):
