@@ -88,15 +88,23 @@ def test_the_stream_is_the_same_with_any_number_of_workers():
     assert read(loader(num_workers=2)) == read(loader()) == read(loader(num_workers=1, decode_threads=2))
 
 
-def test_a_resume_after_skips_continues_exactly():
-    whole = read(loader())
-    first = loader()
-    before = read(first, stop=6)
-    state = json.loads(json.dumps(first.state_dict()))
-    assert 0 < len(state["skipped"]) < len(BAD)  # skips before the save and after it
-    resumed = loader(num_workers=2)
-    resumed.load_state_dict(state)
-    assert before + read(resumed) == whole
+@pytest.mark.parametrize("deal", ["strided", "spans"])
+def test_a_resume_after_skips_continues_exactly(deal):
+    whole = read(loader(deal=deal))
+    for stop in (2, 6, 9, 12):
+        first = loader(deal=deal)
+        before = read(first, stop=stop)
+        state = json.loads(json.dumps(first.state_dict()))
+        resumed = loader(num_workers=2 if stop == 6 else 0, deal=deal)
+        resumed.load_state_dict(state)
+        assert before + read(resumed) == whole, stop
+        assert resumed.state_dict()["skipped"] == loader_after(deal).state_dict()["skipped"]
+
+
+def loader_after(deal):
+    ld = loader(deal=deal)
+    read(ld)
+    return ld
 
 
 def test_a_transform_that_raises_is_skipped_like_a_bad_sample():

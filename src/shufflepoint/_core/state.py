@@ -164,6 +164,7 @@ class Expected:
     dataset_fingerprint: str | None = None
     # The dataset's account of a changed fingerprint (a sharded corpus names the changed shards).
     explain_fingerprint: Callable[[str], str] | None = None
+    explain_length: Callable[[int], str | None] | None = None  # why n changed, where the dataset can say
     # The deal it reads with (its keys' fingerprint, the bucket deal's, is the one a state's ``buckets`` must name).
     deal: Deal = strided.DEAL
     # How shufflepoint 0.2 identified the same dataset (a corpus's index without shard versions):
@@ -340,8 +341,9 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> Posit
                    f"load it into a {state['kind']}: a {state['kind']} state cannot restore a {expected.kind}")
     if state["n"] != expected.n:
         print_found = state["dataset_fingerprint"]
-        why = (expected.explain_fingerprint(print_found)
-               if expected.explain_fingerprint and isinstance(print_found, str) else "")
+        why = expected.explain_length(state["n"]) if expected.explain_length else None
+        why = why or (expected.explain_fingerprint(print_found)
+                      if expected.explain_fingerprint and isinstance(print_found, str) else "")
         raise fail("n", state["n"], f"{expected.n} (len(dataset) now)",
                    "resume with the dataset the checkpoint was written with",
                    why=f"the dataset changed length since the checkpoint{': ' + why if why else ''}")

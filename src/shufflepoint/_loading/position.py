@@ -141,7 +141,7 @@ def expected_state(kind: str, seed: int, shuffle: bool, identity: Identity, layo
     return _state.Expected(
         kind=kind, n=layout.n, seed=seed, shuffle=shuffle, order=orders.name,
         order_version=orders.version_for(deal.stretched), dataset_fingerprint=identity.fingerprint,
-        explain_fingerprint=identity.explain, deal=deal, legacy_fingerprint=identity.legacy_for(state),
+        explain_fingerprint=identity.explain, explain_length=identity.explain_length, deal=deal, legacy_fingerprint=identity.legacy_for(state),
         layout=layout, parameters=orders.parameters,
         phases_changed=identity.compatible(orders.laid_under(deal.stretched)),
         explain_order_version=order_version_explainer(orders.dataset),
