@@ -29,7 +29,15 @@ from typing import IO, Any, NamedTuple, TypeVar, cast
 
 from shufflepoint._errors import Plain, ShardError, refusal
 from shufflepoint._shards.index.integrity import stream_checksum
-from shufflepoint._shards.storage.faults import Truncated, changed, check_version, describe, kind, vanished
+from shufflepoint._shards.storage.faults import (
+    Truncated,
+    changed,
+    check_version,
+    describe,
+    kind,
+    out_of_range,
+    vanished,
+)
 
 T = TypeVar("T")
 _MAX_DELAY_S = 30.0
@@ -420,7 +428,14 @@ def _s3_range(fs: Any, url: str, start: int, end: int, size: int, version: str) 
         finally:
             response["Body"].close()
 
-    found_size, found_version, data = cast(tuple[int | None, str, bytes], sync(fs.loop, get))
+    try:
+        found_size, found_version, data = cast(tuple[int | None, str, bytes], sync(fs.loop, get))
+    except Exception as error:
+        if not out_of_range(error):
+            raise
+        now = fs.info(url, refresh=True)  # a range past the end: the object is shorter than indexed
+        check_version(url, size, version, int(now["size"]), version_of(now))
+        raise
     check_version(url, size, version, found_size, found_version)
     if len(data) != end - start:
         raise Truncated(start + len(data), end)
