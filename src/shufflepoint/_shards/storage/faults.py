@@ -21,6 +21,12 @@ class Truncated(OSError):
         super().__init__(f"truncated: got {got} bytes, expected {size}")
 
 
+class NoAnswer(ShardError):
+    """A request to the storage got no answer within the deadline (``SHUFFLEPOINT_STORAGE_DEADLINE``): the
+    endpoint is down or unreachable, which no later request of this run would find otherwise. Never taken for a
+    missing object."""
+
+
 def vanished(url: str, what: str) -> ShardError:
     return ShardError(url, f"vanished: {what} found no such object, though it was listed or indexed before; "
                            "it was deleted or moved: rebuild the index (delete its sidecar) if the corpus changed")
