@@ -32,7 +32,7 @@ def test_skips_are_the_same_with_any_workers_and_a_resume_continues_exactly(tmp_
     record = whole[0]["skipped0"]
     assert record == whole[1]["skipped0"] == whole[0]["skipped2"] == resumed[0]["skipped"] == resumed[1]["skipped"]
     assert {entry[1] for entry in record} == UNREADABLE | UNDECODABLE  # each bad sample skipped once, in epoch 0
-    for step, index, replacement, shard, row, error in record:
+    for step, index, replacement, _shard, _row, error in record:
         ranks = whole[0]["which0"][str(step)]  # which(step) names the replacement in the failed slot
         assert any(replacement in batch for batch in ranks.values()) and not any(index in b for b in ranks.values())
         owner = [r for r in range(2) if replacement in whole[r]["workers0"][str(step)]]

@@ -11,10 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import shufflepoint
+from corpus_files import jsonl_corpus
 from shufflepoint import SampleError, StateError
 from shufflepoint._core.skips import replacement
 from shufflepoint._tools.cli import main
-from corpus_files import jsonl_corpus
 
 N, BATCH, SEED = 40, 4, 3
 BAD = {5, 17, 33}
@@ -128,7 +128,8 @@ def test_a_shards_corpus_records_the_shard_and_the_row(tmp_path):
             raise SampleError("bad jpeg")
         return row["id"]
 
-    corpus = shufflepoint.Shards(str(tmp_path / "corpus" / "*.jsonl"), transform=decode, cache_dir=str(tmp_path / "cache"))
+    corpus = shufflepoint.Shards(str(tmp_path / "corpus" / "*.jsonl"), transform=decode,
+                                 cache_dir=str(tmp_path / "cache"))
     ld = shufflepoint.DataLoader(corpus, 3, seed=1, skip_bad_samples=True)
     served = [i for batch in read(ld, epochs=1) for i in batch]
     assert 10 not in served and len(served) == len(ids)

@@ -265,8 +265,8 @@ def test_local_paths_and_file_urls_fetch_without_fsspec(tmp_path, monkeypatch):
     storage.fetch(str(tmp_path / "a.bin"), str(tmp_path / "copy1"), 3000)
     storage.fetch(f"file://{tmp_path}/a.bin", str(tmp_path / "copy2"), 3000)
     assert (tmp_path / "copy1").read_bytes() == (tmp_path / "copy2").read_bytes() == blob(3000)
-    with pytest.raises(ShardError, match=r"a\.bin: rewritten since it was indexed: the object is 3000 bytes now, 4000 in the "
-                       r"index \(truncated\)"):
+    with pytest.raises(ShardError, match=r"a\.bin: rewritten since it was indexed: the object is 3000 bytes now, "
+                       r"4000 in the index \(truncated\)"):
         storage.fetch(str(tmp_path / "a.bin"), str(tmp_path / "copy3"), 4000)
     with pytest.raises(ShardError, match=r"gone\.bin: vanished"):
         storage.fetch(str(tmp_path / "gone.bin"), str(tmp_path / "copy4"), 1)

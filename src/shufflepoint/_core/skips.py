@@ -117,7 +117,7 @@ def check_record(value: object, n: int) -> tuple[Skip, ...]:
     """The state's ``skipped`` field, checked: ``StateError`` naming the element otherwise."""
     if not isinstance(value, list) or len(value) > KEPT:
         raise field_error("skipped", value, f"a list of at most {KEPT} skips", DAMAGED)
-    record = []
+    record: list[Skip] = []
     for k, entry in enumerate(value):
         ok = (isinstance(entry, list) and len(entry) == 6
               and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in entry[:3])

@@ -178,7 +178,8 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         decode_threads: read each batch's samples in this many threads of the worker, in order (a slow
             sample then costs its batch its own time, not the sum; docs/video.md). Default 0.
         skip_bad_samples: True, or a dict of limits (``max_in_a_row`` 4, ``max_skips`` 16 in a ``window`` of
-            1000 steps: ``_core/skips.py``): a sample that fails to read or decode (``ShardError``, ``SampleError``, any exception of ``transform``) is replaced in its slot by a
+            1000 steps: ``_core/skips.py``): a sample that fails to read or decode (``ShardError``,
+            ``SampleError``, any exception of ``transform``) is replaced in its slot by a
             sample arithmetic chooses and excluded from the next batch on, on every rank, and kept in the state's
             record; past the limits the run stops naming every shard and row. False (the default): a bad
             sample ends the run. See docs/exclusion.md#bad-samples.
@@ -239,7 +240,8 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         places = dataset
         dataset = served(dataset, self._seed, transform, seed_per_sample, torch_dataloader_kwargs)
         prefetch = announcer(dataset)
-        self._skipper = served_skipping(dataset, places, self._seed, layout.n, self._skipping, torch_dataloader_kwargs)
+        self._skipper: SkippingDataset | None = served_skipping(dataset, places, self._seed, layout.n, self._skipping,
+                                                                torch_dataloader_kwargs)
         dataset = self._skipper or dataset
         dataset = threads(dataset)
         sampler = _PassSampler(self._position, rank, self._keyed, prefetch)

@@ -40,7 +40,7 @@ from __future__ import annotations
 import copy
 import gc
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from shufflepoint._core import state as _state
 from shufflepoint._core.cut import Cut, Deal
@@ -141,7 +141,8 @@ def expected_state(kind: str, seed: int, shuffle: bool, identity: Identity, layo
     return _state.Expected(
         kind=kind, n=layout.n, seed=seed, shuffle=shuffle, order=orders.name,
         order_version=orders.version_for(deal.stretched), dataset_fingerprint=identity.fingerprint,
-        explain_fingerprint=identity.explain, explain_length=identity.explain_length, deal=deal, legacy_fingerprint=identity.legacy_for(state),
+        explain_fingerprint=identity.explain, explain_length=identity.explain_length, deal=deal,
+        legacy_fingerprint=identity.legacy_for(state),
         layout=layout, parameters=orders.parameters,
         phases_changed=identity.compatible(orders.laid_under(deal.stretched)),
         explain_order_version=order_version_explainer(orders.dataset),
@@ -384,7 +385,7 @@ class LoaderPosition:
             self._which_excluded.replace(self.excluded.exclusion, self.orders.n)
         return self.history_cuts(self._which_excluded, self._lookup.orders(self.orders))
 
-    def _skipped_cuts(self, step: int) -> Cuts | None | bool:
+    def _skipped_cuts(self, step: int) -> Cuts | None | Literal[False]:
         """Where every exclusion is a skipped sample the record still holds, under a deal that does not re-deal
         (``strided``): the cuts that place ``step`` with the samples skipped before it excluded, the set that was in
         effect then (None: none yet). False where the record cannot say (``placeable`` decides)."""

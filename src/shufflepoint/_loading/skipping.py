@@ -65,7 +65,7 @@ class WithSkips:
     def pin_memory(self) -> WithSkips:  # torch's pin-memory thread calls it
         from torch.utils.data._utils.pin_memory import pin_memory  # private: torch's own pinning of any batch
 
-        return WithSkips(pin_memory(self.batch), self.skips)
+        return WithSkips(pin_memory(self.batch), self.skips)  # type: ignore[no-untyped-call]
 
 
 def _error_text(error: Exception) -> str:

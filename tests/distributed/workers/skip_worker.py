@@ -64,8 +64,7 @@ if MODE == "whole":
         ld = loader(workers)
         out[f"workers{workers}"] = read(ld)
         out[f"skipped{workers}"] = ld.state_dict().get("skipped", [])
-        out[f"which{workers}"] = {str(s["step"]): ld.which(s["step"]) for s in
-                                  [dict(zip(["step"], entry)) for entry in out[f"skipped{workers}"]]}
+        out[f"which{workers}"] = {str(entry[0]): ld.which(entry[0]) for entry in out[f"skipped{workers}"]}
 elif MODE == "save":
     ld = loader(2)
     out["received"] = read(ld, SAVE_AT)

@@ -11,7 +11,7 @@ fsspec is imported only when a URL needs it (the ``[s3]``/``[gcs]``/``[fsspec]``
 paths and ``file://`` never touch it. fsspec filesystems hold sockets and an event loop thread,
 so each process (DataLoader workers are forked) makes its own: they are keyed by pid.
 
-Words: docs/glossary.md (shard, byte range).
+Words: docs/glossary.md (shard, byte range, storage deadline).
 """
 
 from __future__ import annotations
@@ -133,7 +133,8 @@ class Storage:
         ShardError naming the endpoint and the request. A whole download (``bounded=False``) is bounded per
         request by the read timeout ``_fs`` sets, and between its attempts by the deadline."""
         deadline, started = settings.storage_deadline(), time.monotonic()
-        attempts, last, tried, out_of_time = self.retries + 1, None, 0, False
+        attempts, tried, out_of_time = self.retries + 1, 0, False
+        last: BaseException | None = None
         for attempt in range(attempts):
             left = deadline - (time.monotonic() - started)
             if left <= 0:
