@@ -235,9 +235,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         self._position = LoaderPosition(layout, orders, dealt)
         self._keyed = check_keyed(transform, seed_per_sample)
         threads = threaded(dataset, decode_threads, seed_per_sample)
-        self._skipping = check_skipping(skip_bad_samples, torch_dataloader_kwargs,
-                                        lambda: self._position.exclusion_with([]))
-        places = dataset
+        self._skipping, places = check_skipping(skip_bad_samples, torch_dataloader_kwargs, self._position), dataset
         dataset = served(dataset, self._seed, transform, seed_per_sample, torch_dataloader_kwargs)
         prefetch = announcer(dataset)
         self._skipper: SkippingDataset | None = served_skipping(dataset, places, self._seed, layout.n, self._skipping,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -40,6 +40,7 @@ from shufflepoint._order import (
 from shufflepoint._order.blocks import NAME as BLOCKS
 from shufflepoint._order.blocks import VERSION as BLOCKS_VERSION
 from shufflepoint._order.blocks import BlockOrder, StretchBlockOrder
+from shufflepoint._shards.corpora.packed.identity import seq_lens_making
 
 
 def resolve_fingerprint(value: str | None, dataset: Any, n: int, *, legacy: bool = False) -> str | None:
@@ -73,18 +74,31 @@ def explain_fingerprint(dataset: Any) -> Callable[[str], str] | None:
     return fingerprint_explainer(dataset)
 
 
+@runtime_checkable
+class _MixesSources(Protocol):
+    """What ``explain_length`` reads of a ``Mixture`` (without importing it: the position model stays torch-free)."""
+
+    sources: list[Any]
+    lengths: list[int]
+    samples_per_epoch: int
+
+
+@runtime_checkable
+class _PacksRows(Protocol):
+    """What ``explain_length`` reads of a ``Packed``."""
+
+    seq_len: int
+    tokens_per_epoch: int
+
+
 def explain_length(dataset: Any) -> Callable[[int], str | None] | None:
     """Why a state's ``n`` differs, where the dataset can say: a ``Mixture`` of ``Packed`` sources (an epoch of
     all their rows) names the ``seq_len`` that makes the saved number of rows (``Packed`` names it in its
     fingerprint, which the mixture's hashes)."""
-    from shufflepoint._shards.corpora.mixture.mixture import Mixture
-    from shufflepoint._shards.corpora.packed.identity import seq_lens_making
-    from shufflepoint._shards.corpora.packed.packed import Packed
-
-    if not isinstance(dataset, Mixture) or dataset.samples_per_epoch != sum(dataset.lengths):
+    if not isinstance(dataset, _MixesSources) or dataset.samples_per_epoch != sum(dataset.lengths):
         return None
     sources = dataset.sources
-    if not sources or not all(isinstance(source, Packed) for source in sources):
+    if not sources or not all(isinstance(source, _PacksRows) for source in sources):
         return None
     seq_len = sources[0].seq_len
 

@@ -155,11 +155,11 @@ class SkipCollate:
         return WithSkips(batch, skips) if skips else batch
 
 
-def check_skipping(value: object, torch_kwargs: dict[str, Any],
-                   check_exclusion: Callable[[], object]) -> SkipBadSamples | None:
+def check_skipping(value: object, torch_kwargs: dict[str, Any], position: Any) -> SkipBadSamples | None:
     """``skip_bad_samples`` as a policy: False (None), True (the default limits) or a dict of limits
     (``max_in_a_row``, ``max_skips``, ``window``), for a dataset whose samples can be excluded, and without
-    persistent workers (whose copy of the excluded set would go stale). Its samples are then read one by one (a
+    persistent workers (whose copy of the excluded set would go stale): ``position`` (the loader's
+    ``LoaderPosition``) is asked whether it can exclude. Its samples are then read one by one (a
     collate of samples, not a corpus's columns), so that the one that failed is found."""
     if value is False or value is None:
         return None
@@ -177,7 +177,7 @@ def check_skipping(value: object, torch_kwargs: dict[str, Any],
                                  why="a persistent worker keeps the excluded set it started with, and could fill a "
                                  "slot with a sample excluded since"))
     try:
-        check_exclusion()
+        position.exclusion_with([])
     except ValueError as error:
         raise ValueError(refusal("skip_bad_samples", value, "a dataset whose samples can be excluded",
                                  "leave skip_bad_samples unset (a bad sample then ends the run)",
