@@ -1,5 +1,6 @@
 """skip_bad_samples on 2 real processes: the stream with 0 and with 2 workers is the same, a resume in new
-processes after skips continues every rank exactly, and every skip is in the state's record on every rank."""
+processes after skips continues every rank exactly, every skip is in the state's record on every rank, and past
+the limit every rank stops at the same step with the same error."""
 
 import json
 import os
@@ -39,3 +40,9 @@ def test_skips_are_the_same_with_any_workers_and_a_resume_continues_exactly(tmp_
         assert owner, (step, replacement)
         assert ("does not decode" in error) == (index in UNREADABLE)
         assert ("transform raised ValueError" in error) == (index in UNDECODABLE)
+    # past the limit (3 skips where 2 are allowed) every rank stops at the same step with the same error
+    assert resumed[0]["stopped"] == resumed[1]["stopped"]
+    step, text = resumed[0]["stopped"]
+    assert "3 samples skipped in the last 100 steps" in text and "max_skips=2" in text
+    third = sorted(record, key=lambda entry: entry[0])[:3]
+    assert all(f"dataset index {entry[1]}" in text for entry in third), text

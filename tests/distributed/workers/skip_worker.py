@@ -5,7 +5,8 @@ the loader's ``transform`` raise; batch 3 per rank, seed 7, 2 epochs.
 
 - ``whole``: two uninterrupted runs in these processes, with ``num_workers=0`` and with 2; each rank writes both.
 - ``save``: ``num_workers=2``, stops after SAVE_AT steps (some samples skipped before), rank 0 saves the state.
-- ``resume``: new processes, ``num_workers=0``, load that state and read to the end of epoch 1.
+- ``resume``: new processes, ``num_workers=0``, load that state and read to the end of epoch 1; then a loader
+  with ``max_skips=2`` reads until the limit stops it.
 Each rank writes the batches it received, by global step, and the state's ``skipped`` record at the end.
 """
 
@@ -77,6 +78,12 @@ else:
         ld.load_state_dict(json.load(f))
     out["received"] = read(ld)
     out["skipped"] = ld.state_dict().get("skipped", [])
+    tight = shufflepoint.DataLoader(Flaky(), BATCH, seed=SEED, num_workers=2, transform=transform,
+                                    skip_bad_samples={"max_skips": 2, "window": 100})
+    try:
+        read(tight)
+    except RuntimeError as error:  # every rank, at the same step, with the same text
+        out["stopped"] = [tight.step, str(error)]
 with open(os.path.join(OUT, f"{MODE}.r{RANK}.json"), "w") as f:
     json.dump(out, f)
 end_worker()
