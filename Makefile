@@ -38,7 +38,7 @@ test-examples: $(STAMP)
 test-locality: $(STAMP)
 	$(PY) -m pytest -q -s -m locality tests/distributed
 
-# skip_bad_samples on 2 real ranks: 0 and 2 workers, a resume in new processes (~40 s; not in make test)
+# skip_bad_samples on 2 real ranks, both deals: 0 and 2 workers, a resume in new processes, the limit (~55 s; not in make test)
 test-skips: $(STAMP)
 	$(PY) -m pytest -q -m skips tests/distributed/test_skip_resume.py
 

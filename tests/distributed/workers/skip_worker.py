@@ -1,6 +1,6 @@
 """skip_bad_samples on real ranks: bad samples skipped, a stop, a resume in new processes.
 
-argv: mode, output folder. A dataset of 60 samples where a few fail to read (``SampleError``) and a few make
+argv: mode, output folder, deal. A dataset of 60 samples where a few fail to read (``SampleError``) and a few make
 the loader's ``transform`` raise; batch 3 per rank, seed 7, 2 epochs.
 
 - ``whole``: two uninterrupted runs in these processes, with ``num_workers=0`` and with 2; each rank writes both.
@@ -19,7 +19,7 @@ import torch.distributed as dist
 import shufflepoint
 from shufflepoint._tools.launch import end_worker
 
-MODE, OUT = sys.argv[1], sys.argv[2]
+MODE, OUT, DEAL = sys.argv[1], sys.argv[2], sys.argv[3]
 N, BATCH, SEED, SAVE_AT, EPOCHS = 60, 3, 7, 6, 2
 UNREADABLE = {4, 23, 41}  # the dataset raises SampleError
 UNDECODABLE = {9, 50}  # the transform raises ValueError
@@ -42,7 +42,7 @@ def transform(sample, rng):
 
 
 def loader(workers):
-    return shufflepoint.DataLoader(Flaky(), BATCH, seed=SEED, num_workers=workers, transform=transform,
+    return shufflepoint.DataLoader(Flaky(), BATCH, seed=SEED, num_workers=workers, transform=transform, deal=DEAL,
                                    skip_bad_samples={"max_skips": 10, "window": 100})
 
 
@@ -65,7 +65,8 @@ if MODE == "whole":
         ld = loader(workers)
         out[f"workers{workers}"] = read(ld)
         out[f"skipped{workers}"] = ld.state_dict().get("skipped", [])
-        out[f"which{workers}"] = {str(entry[0]): ld.which(entry[0]) for entry in out[f"skipped{workers}"]}
+        out[f"which{workers}"] = {str(entry[0]): ld.which(entry[0]) for entry in out[f"skipped{workers}"]
+                                  if DEAL == "strided"}  # spans: which refuses the steps between skips
 elif MODE == "save":
     ld = loader(2)
     out["received"] = read(ld, SAVE_AT)
@@ -78,7 +79,7 @@ else:
         ld.load_state_dict(json.load(f))
     out["received"] = read(ld)
     out["skipped"] = ld.state_dict().get("skipped", [])
-    tight = shufflepoint.DataLoader(Flaky(), BATCH, seed=SEED, num_workers=2, transform=transform,
+    tight = shufflepoint.DataLoader(Flaky(), BATCH, seed=SEED, num_workers=2, transform=transform, deal=DEAL,
                                     skip_bad_samples={"max_skips": 2, "window": 100})
     try:
         read(tight)
