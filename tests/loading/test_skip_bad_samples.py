@@ -196,3 +196,16 @@ def test_inspect_shows_every_skip(tmp_path, capsys):
     for step, index, substitute, *_ in ld.state_dict()["skipped"]:
         assert (f"step {step}: dataset index (index {index}) -> replaced by index {substitute}: "
                 f"SampleError: record {index} does not decode") in out
+
+
+def test_storage_that_does_not_answer_is_no_bad_sample():
+    from shufflepoint._shards.storage.faults import NoAnswer
+
+    class Down(Flaky):
+        def __getitem__(self, index):
+            if index == 7:
+                raise NoAnswer("s3://b/x.parquet", "reading a range got no answer within 120 s")
+            return index
+
+    with pytest.raises(NoAnswer, match="got no answer"):
+        read(loader(Down()))

@@ -3,7 +3,8 @@
 Three places, one per process boundary:
 
 - in whichever process reads the batch (a worker, or the main process), ``SkippingDataset`` reads each sample;
-  one that raises ``ShardError`` or ``SampleError`` (the loader's ``transform`` raising anything is re-said as a
+  one that raises ``ShardError`` (but storage that does not answer, ``NoAnswer``, which still ends the run) or
+  ``SampleError`` (the loader's ``transform`` raising anything is re-said as a
   ``SampleError`` in this mode, ``keyed.py``) is replaced by the first readable, not excluded
   ``replacement(seed, index, attempt, n)`` (``_core/skips.py``), and the sample travels as ``Replaced``;
 - ``SkipCollate`` (the batch's collate) takes the replaced samples out and hands the main process the batch
@@ -30,6 +31,7 @@ from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.skips import ERROR_CHARS, Skip, SkipBadSamples, in_a_row_error, replacement
 from shufflepoint._errors import Plain, SampleError, ShardError, refusal
 from shufflepoint._loading.keyed import KeyedDataset, _Samples
+from shufflepoint._shards.storage.faults import NoAnswer
 
 CAUGHT = (ShardError, SampleError)
 _DRAWS = 4096  # replacements drawn for one slot before giving up on finding one not excluded
@@ -93,6 +95,8 @@ class SkippingDataset(torch.utils.data.Dataset[Any]):
     def __getitem__(self, key: Any) -> Any:
         try:
             return self.dataset[key]
+        except NoAnswer:
+            raise  # storage that does not answer is no bad sample: skipping would read on without it
         except CAUGHT as error:
             return self._replaced(key, error)
 
@@ -101,6 +105,8 @@ class SkippingDataset(torch.utils.data.Dataset[Any]):
         if callable(fetch):
             try:
                 found = fetch(keys)
+            except NoAnswer:
+                raise
             except CAUGHT:
                 found = None  # one of them failed: read them one at a time, each failure replaced
             if found is not None:
@@ -128,6 +134,8 @@ class SkippingDataset(torch.utils.data.Dataset[Any]):
             replacing = (key[0], key[1], candidate) if isinstance(key, tuple) else candidate
             try:
                 sample = self.dataset[replacing]
+            except NoAnswer:
+                raise
             except CAUGHT as failed:
                 failures.append((candidate, *self._where(candidate, failed), _error_text(failed)))
                 continue
