@@ -44,7 +44,11 @@ class KeyedDataset(torch.utils.data.Dataset[Any]):
     seeded from it around ``dataset[index]`` and the transform, then restored.
 
     Attributes it does not have are the wrapped dataset's (``len``, ``prefetch``, ``fingerprint``).
+    ``skips_errors`` (set under ``skip_bad_samples=``, ``skipping.py``): any exception of the transform is re-said
+    as a bad sample (``SampleError``), so that it is skipped like one.
     """
+
+    skips_errors = False
 
     def __init__(self, dataset: Any, seed: int, transform: Transform | None, seed_per_sample: bool,
                  pool: SamplePool | None = None) -> None:
@@ -56,7 +60,8 @@ class KeyedDataset(torch.utils.data.Dataset[Any]):
         return len(self.dataset)
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("dataset", "seed", "transform", "seed_per_sample", "pool"):
+        if name.startswith("__") or name in ("dataset", "seed", "transform", "seed_per_sample", "pool",
+                                              "skips_errors"):
             raise AttributeError(name)  # not set yet (unpickling): never recurse into the dataset
         return getattr(self.dataset, name)
 
@@ -74,6 +79,11 @@ class KeyedDataset(torch.utils.data.Dataset[Any]):
             return transform(sample, rng)
         except SampleError as error:
             raise located_error(error, self.dataset, index) from error
+        except Exception as error:
+            if not self.skips_errors:
+                raise
+            bad = SampleError(f"transform raised {type(error).__name__}: {error}")
+            raise located_error(bad, self.dataset, index) from error
 
     def _keyed_transform(self, pair: tuple[Any, Key]) -> Any:
         """``transform(sample, rng)`` of a sample read in a batch, its generator keyed by (seed, epoch, index)."""

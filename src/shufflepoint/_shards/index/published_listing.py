@@ -38,6 +38,7 @@ from shufflepoint._shards.index import hub_listing, index_file, sidecar
 from shufflepoint._shards.index import index as _index
 from shufflepoint._shards.index.indexing import glob_key, parse_published, published_name
 from shufflepoint._shards.readers import infer_format, make_reader
+from shufflepoint._shards.storage.faults import NoAnswer
 from shufflepoint._shards.storage.storage import Storage, is_remote
 
 
@@ -83,6 +84,8 @@ def _published_bytes(storage: Storage, url: str, cache_dir: str) -> tuple[bytes 
     them, else one GET for the node (under the cache's lock); and the cached copy's path, if it was read."""
     try:
         info = storage.info(url)
+    except NoAnswer:
+        raise  # the storage is not answering: listing it would wait as long again
     except ShardError:
         return None, None  # none published (or the storage will not say): listed as before
     where = hashlib.sha256(url.encode()).hexdigest()[:16]

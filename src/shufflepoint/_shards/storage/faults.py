@@ -22,28 +22,51 @@ class Truncated(OSError):
         super().__init__(f"truncated: got {got} bytes, expected {size}")
 
 
+class NoAnswer(ShardError):
+    """A request to the storage got no answer within the deadline (``SHUFFLEPOINT_STORAGE_DEADLINE``): the
+    endpoint is down or unreachable, which no later request of this run would find otherwise. Never taken for a
+    missing object."""
+
+
 def vanished(url: str, what: str) -> ShardError:
     return ShardError(url, f"vanished: {what} found no such object, though it was listed or indexed before; "
                            "it was deleted or moved: rebuild the index (delete its sidecar) if the corpus changed")
 
 
+REWRITTEN = "rewritten since it was indexed"  # every object whose size or version differs from its index's record
+_REBUILD = "Rebuild the index (delete its sidecar, or re-run shufflepoint index) and restart the epoch"
+
+
 def changed(found: int, size: int, more: bool = False) -> str:
-    kind = "truncated" if found < size else "changed"
+    """An object of another size than its index's record: rewritten since it was indexed (replaced, cut short or
+    grown), never "not readable"."""
+    how = "truncated" if found < size and not more else "another size"
     what = f"more than {size} bytes" if more else f"{found} bytes now"
-    return (f"{kind}: the object is {what}, expected {size}: it was rewritten since the index was built; "
-            "rebuild the index (delete its sidecar) and restart the epoch")
+    return f"{REWRITTEN}: the object is {what}, {size} in the index ({how}); no row of it was read. {_REBUILD}"
 
 
 def check_version(url: str, size: int, version: str, found_size: int | None, found_version: str) -> None:
     """A ShardError naming what changed when an object is not the one the index recorded: another
-    size (truncated or rewritten), or the same size under another version (rewritten in place).
-    An empty version on either side (storage that reports none) checks the size only."""
+    size (truncated or rewritten), or the same size under another version (rewritten in place); both are
+    "rewritten since it was indexed". An empty version on either side (storage that reports none) checks the
+    size only."""
     if isinstance(found_size, int) and found_size != size:
         raise ShardError(url, changed(found_size, size))
     if version and found_version and found_version != version:
-        raise ShardError(url, f"rewritten: its version is {found_version} now, {version} in the index (the same "
-                              f"{size} bytes, other content); no byte of it was read. Rebuild the index (delete "
-                              "its sidecar, or re-run shufflepoint index) and restart the epoch")
+        raise ShardError(url, f"{REWRITTEN}: its version is {found_version} now, {version} in the index (the same "
+                              f"{size} bytes, other content); no byte of it was read. {_REBUILD}")
+
+
+def out_of_range(error: BaseException) -> bool:
+    """Whether a ranged read was refused because the range lies past the object's end (HTTP 416, S3's
+    InvalidRange): the object is shorter than the index recorded, so it was rewritten."""
+    for found in _chain(error):
+        response = getattr(found, "response", None)
+        if isinstance(response, dict) and response.get("Error", {}).get("Code") == "InvalidRange":
+            return True
+        if status(found) == 416 or "InvalidRange" in str(found):
+            return True
+    return False
 
 
 _TRANSIENT_NAMES = frozenset({
