@@ -33,7 +33,7 @@ from shufflepoint._core import spans as _spans
 from shufflepoint._core.cut import Cut, SkipsOf, Where
 from shufflepoint._core.deals import strided
 from shufflepoint._core.exclusion import Exclusion
-from shufflepoint._core.global_batch import GlobalBatchCut, grid_parts, keeps_global_batch
+from shufflepoint._core.global_batch import GlobalBatchCut, InterleavedCut, grid_parts, interleaved, keeps_global_batch
 from shufflepoint._core.plan import STRIDED, Layout
 from shufflepoint._core.segments import Pairs, Segments, is_folded
 from shufflepoint._core.spans import MAX_SEGMENTS, NAME, SpanCut
@@ -71,6 +71,9 @@ class SpanDeal:
         batch (``grid_parts``)."""
         if skips is None and handed is None:
             if self.follows_grid:
+                found = interleaved(segments, layout.world_size, layout.batch_size)
+                if found is not None:
+                    return InterleavedCut(layout.n, *found, layout.world_size, layout.batch_size, layout.drop_last)
                 parts = grid_parts(segments, parts, layout.world_size, layout.batch_size)
             if parts is not None and keeps_global_batch(segments, parts, layout.world_size, layout.batch_size):
                 taken = int(segments[0][1]) if segments else 0
