@@ -102,6 +102,7 @@ def capped_mixtures(draw):
     return mixed, sources, dict(options, max_repeats=caps, budget=budget, spill=draw(st.booleans())), legs
 
 
+@pytest.mark.mixture  # ~10 s: make test-mixture
 @GLOBAL_BATCH
 @settings(max_examples=40, deadline=None)
 @given(run=capped_mixtures(), seed=st.integers(0, 2**32))
