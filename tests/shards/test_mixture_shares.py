@@ -24,9 +24,10 @@ pytestmark = pytest.mark.mixture  # ~1 min: make test-mixture
 SHARE_SLACK = 3  # rows a source's count may be off its share at a global batch edge (measured at most 2.4)
 
 
-def global_batches(make, legs, epochs):
+def global_batches(make, legs, epochs, record=None):
     """Every global batch the ``make(rank, world, batch)`` loaders read, leg after leg ``(world, batch, steps)``, each
-    leg loading the state the one before saved: (epoch, the rows of every rank, tail padding left out)."""
+    leg loading the state the one before saved: (epoch, the rows of every rank, tail padding left out); ``record``:
+    a list to which each step's batches, rank by rank and padding included, are appended."""
     found, state = [], None
     for number, (world, batch, steps) in enumerate(legs):
         loaders = [make(rank, world, batch) for rank in range(world)]
@@ -43,12 +44,31 @@ def global_batches(make, legs, epochs):
                     rows += batch_rows[:max(real[rank], 0)]
                     real[rank] -= len(batch_rows)
                 found.append((epoch, rows))
+                if record is not None:
+                    record.append([list(batch_rows) for batch_rows in batches])
                 taken += 1
                 if not last and taken == steps:
                     break
         state = loaders[0].state_dict()
         assert all(loader.state_dict() == state for loader in loaders)
     return found
+
+
+def loaders_state(make, legs):
+    """The state after ``legs`` (each leg's loaders loading the one before's)."""
+    state = None
+    for world, batch, steps in legs:
+        loaders = [make(rank, world, batch) for rank in range(world)]
+        iterators = []
+        for loader in loaders:
+            if state is not None:
+                loader.load_state_dict(state)
+            iterators.append(iter(loader))
+        for _ in range(steps):
+            for iterator in iterators:
+                next(iterator)
+        state = loaders[0].state_dict()
+    return state
 
 
 def exact_shares(schedule: Schedule, g: int) -> list[Fraction]:
@@ -89,10 +109,16 @@ def test_the_issue_s_resize_2x2_to_1x3_keeps_the_anneal_in_every_global_batch():
         return shufflepoint.DataLoader(mixture, batch, seed=7, rank=rank, world_size=world, collate_fn=list,
                                        shuffle_block=64)
 
+    steps: list = []
     with pytest.warns(UserWarning, match="global batch. found"):
-        batches = global_batches(make, [(4, 4, 20), (3, 4, 30), (3, 2, None)], 2)
+        batches = global_batches(make, [(4, 4, 20), (3, 4, 30), (3, 2, 40), (2, 3, None)], 2, steps)
     mixture = Mixture([web, code], samples_per_epoch=2400, schedule=[(0, [0.8, 0.2]), (960, [0.5, 0.5])])
     assert assert_shares_held(batches, mixture, 16, lambda row: int(row[0] == "c")) <= 3
+    with pytest.warns(UserWarning, match="global batch. found"):  # which answers every step, before and after
+        last = make(0, 2, 3)
+        last.load_state_dict(loaders_state(make, [(4, 4, 20), (3, 4, 30), (3, 2, 40), (2, 3, 10)]))
+    for step in (0, 19, 20, 49, 50, 89, 90, 99):
+        assert [[mixture[i] for i in indices] for _, indices in sorted(last.which(step).items())] == steps[step]
     per_epoch = [Counter(), Counter()]
     for epoch, rows in batches:
         per_epoch[epoch].update(rows)

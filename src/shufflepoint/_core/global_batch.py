@@ -47,9 +47,13 @@ of its first world W0 stays W0's global batches after a change of global batch t
 divides the new one: global batch k then takes the next G' / W0 positions of every part, so a phase,
 which starts on a window edge of every part at once, starts at the global batch it names on any world
 (``grid_parts``). Re-dealt instead, a rank's stretch would hold another part's later windows (a phase
-early on one rank, late on another). A new global batch W0 does not divide re-deals, as without a grid.
+early on one rank, late on another). After a new global batch W0 does not divide, the rest of the epoch
+is read *interleaved* (``InterleavedCut``): each global batch takes the next positions of the parts in
+turn, every part advancing G / W0 a global batch, give or take one, so the parts stay in step (each
+source's share within a few rows at every global batch, through any number of resizes), recorded as
+``[[W0, taken], [0, handed]]`` (a fold after one segment).
 
-Words: docs/glossary.md (global batch, part, part batch, grid).
+Words: docs/glossary.md (global batch, part, part batch, grid, interleave).
 """
 
 from __future__ import annotations

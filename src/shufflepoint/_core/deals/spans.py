@@ -16,7 +16,8 @@ questions: ``_core/cut.py``; the arithmetic: ``spans.py``, ``global_batch.py`` a
 - under a grid (``on_grid``: a scheduled ``Mixture`` read by a loader, its phases on the run's global batches) an
   epoch read as one segment of its first world keeps those parts across a change of global batch too, when that
   world size divides the new one (``global_batch.grid_parts``), so a phase starts at the global batch it names on
-  any data-parallel degree;
+  any data-parallel degree; after a global batch it does not divide, the epoch is read interleaved
+  (``global_batch.InterleavedCut``: every part advancing together, ``[[W0, taken], [0, handed]]``);
 - a state dealt ``strided`` (a corpus read by shufflepoint 0.2, which had no other deal) is read on strided.
 
 Words: docs/glossary.md (spans, stretch, world segment, fold, handed, grid).
