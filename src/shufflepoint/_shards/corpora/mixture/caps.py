@@ -54,7 +54,7 @@ def check_caps(found: object, sources: int) -> list[Fraction | None]:
         if isinstance(cap, bool) or not isinstance(cap, numbers.Real) or not math.isfinite(cap) or cap <= 0:
             raise ValueError(refusal(f"max_repeats[{s}]", cap, "None or a finite number > 0 (reads of each row)",
                                      "give the source a cap > 0, or None"))
-        caps.append(Fraction(cap).limit_denominator(1 << 32))
+        caps.append(Fraction(float(cap)).limit_denominator(1 << 32))
     return caps
 
 
@@ -77,7 +77,7 @@ class Caps:
 
     def __init__(self, caps: Sequence[Fraction | None], lengths: Sequence[int], samples_per_epoch: int,
                  budget: int | None, unit: int = 1) -> None:
-        self.caps, self.lengths, self.n, self.budget, self.unit = list(caps), list(lengths), samples_per_epoch, budget, unit
+        self.caps, self.lengths, self.n, self.budget = list(caps), list(lengths), samples_per_epoch, budget
         self.limits = limits(caps, lengths)
         rows = None if budget is None else -(-budget // unit)  # a budget in tokens ends at the row holding it
         self.epochs = None if rows is None else -(-rows // samples_per_epoch)  # to the end of its epoch
@@ -85,8 +85,10 @@ class Caps:
     # -- without a schedule: counts per epoch ------------------------------------------------------
     def counts(self, counts: list[int], weights: Sequence[float], spill: bool) -> list[int]:
         """The epoch's counts within the caps: ``counts`` checked, or (``spill``) water-filled from ``weights``."""
-        most = self._per_epoch()
-        over = [s for s, count in enumerate(counts) if most[s] is not None and count > most[s]]
+        per_epoch = self._per_epoch()
+        unlimited = self.n + 1  # more than any count: no cap
+        most = [unlimited if limit is None else limit for limit in per_epoch]
+        over = [s for s, count in enumerate(counts) if count > most[s]]
         if not over:
             return counts
         if not spill:
@@ -94,7 +96,7 @@ class Caps:
         fixed: dict[int, int] = {}
         while True:
             for s in over:
-                fixed[s] = int(most[s])  # type: ignore[arg-type]
+                fixed[s] = most[s]
             free = [s for s in range(len(counts)) if s not in fixed]
             left = self.n - sum(fixed.values())
             if not free:
@@ -103,7 +105,7 @@ class Caps:
             counts = [fixed.get(s, 0) for s in range(len(counts))]
             for s, count in zip(free, shares, strict=True):
                 counts[s] = count
-            over = [s for s in free if most[s] is not None and counts[s] > most[s]]
+            over = [s for s in free if counts[s] > most[s]]
             if not over:
                 return counts
 
