@@ -39,7 +39,9 @@ the end of the epoch strided, as the ``strided`` deal reads an epoch, rank r's t
 later resize in the epoch only moves ``handed``: the state stays at 65 pairs and the arithmetic exact
 (each remaining sample once, tail padding as ``strided`` pads) however many resizes follow. The price:
 from the fold to the end of the epoch a node reads from the whole remaining space, not its stretch
-(locality is lost for that rest, never exactness); the next epoch deals in stretches again.
+(locality is lost for that rest, never exactness); the next epoch deals in stretches again. Under a
+grid (a scheduled ``Mixture``'s loader) a fold may also follow one segment: the epoch read interleaved
+along its first world's parts (``global_batch.InterleavedCut``), not by this module's ``SpanCut``.
 
 Words: docs/glossary.md (spans, stretch, space, world segment, fold, handed).
 """
