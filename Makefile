@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-examples test-locality test-skips test-hub test-wheel test-repeat test-explore exit-soak test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards bench-ranged \
+.PHONY: setup demo test test-examples test-locality test-skips test-mixture test-hub test-wheel test-repeat test-explore exit-soak test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards bench-ranged \
 	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-images bench-which bench-tail bench-scale soak lint clean test-accelerate-matrix test-transformers-matrix \
 	docs docs-build
 
@@ -42,6 +42,11 @@ test-locality: $(STAMP)
 # skip_bad_samples on 2 real ranks, both deals: 0 and 2 workers, a resume in new processes, the limit (~55 s; not in make test)
 test-skips: $(STAMP)
 	$(PY) -m pytest -q -m skips tests/distributed/test_skip_resume.py
+
+# A Mixture resized again and again (issues 43.0, 44.2): hypothesis over resize sequences and caps, and a scheduled
+# Mixture of Packed corpora resized 16 -> 12 -> 6 rows a global batch in fresh processes; ~4 min
+test-mixture: $(STAMP)
+	$(PY) -m pytest -q -m mixture tests/shards tests/distributed/test_mixture_resize.py
 
 # Hugging Face Hub datasets (issue 46) against tests/hub_server.py, a local stand-in of the Hub's HTTP API, read
 # by the real huggingface_hub client: pinning, the kept listing, named refusals, a 429 storm, and the resume on 2

@@ -47,9 +47,13 @@ of its first world W0 stays W0's global batches after a change of global batch t
 divides the new one: global batch k then takes the next G' / W0 positions of every part, so a phase,
 which starts on a window edge of every part at once, starts at the global batch it names on any world
 (``grid_parts``). Re-dealt instead, a rank's stretch would hold another part's later windows (a phase
-early on one rank, late on another). A new global batch W0 does not divide re-deals, as without a grid.
+early on one rank, late on another). After a new global batch W0 does not divide, the rest of the epoch
+is read *interleaved* (``InterleavedCut``): each global batch takes the next positions of the parts in
+turn, every part advancing G / W0 a global batch, give or take one, so the parts stay in step (each
+source's share within a few rows at every global batch, through any number of resizes), recorded as
+``[[W0, taken], [0, handed]]`` (a fold after one segment).
 
-Words: docs/glossary.md (global batch, part, part batch, grid).
+Words: docs/glossary.md (global batch, part, part batch, grid, interleave).
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from shufflepoint._core.cut import rank_rows
-from shufflepoint._core.segments import Segments
+from shufflepoint._core.segments import FOLD, Segments
 from shufflepoint._core.spans import SpanCut, check_segments
 from shufflepoint._errors import Plain, refusal
 
@@ -202,3 +206,128 @@ class GlobalBatchCut(SpanCut):
         taken = min(taken, self._longest)
         remaining = int(np.maximum(self._lengths - taken, 0).sum())
         return self.n - remaining, Segments([(self._first_world_size, taken)] if taken else [])
+
+
+def interleaved(segments: Sequence[Sequence[int]], world_size: int, batch_size: int) -> tuple[int, int, int] | None:
+    """(first world size, taken, handed) where the rest of an epoch under a grid is read interleaved
+    (``InterleavedCut``): an epoch read so (its segments one of its first world and ``[0, handed]``), or one
+    segment of a first world that does not divide this global batch; None: read as before.
+
+    >>> interleaved([[4, 6]], 3, 2)            # 4 x 4 -> 3 x 2: G 16 -> 6, 4 does not divide it
+    (4, 6, 0)
+    >>> interleaved([[4, 6], [0, 12]], 4, 4)   # read on interleaved, whatever the world
+    (4, 6, 12)
+    >>> interleaved([[4, 6]], 3, 4) is None    # 4 divides 12: the parts' global batches (grid_parts)
+    True
+    """
+    if len(segments) == 2 and int(segments[1][0]) == FOLD and int(segments[0][0]) > 0:
+        return int(segments[0][0]), int(segments[0][1]), int(segments[1][1])
+    if len(segments) == 1 and int(segments[0][0]) > 0 and world_size * batch_size % int(segments[0][0]):
+        return int(segments[0][0]), int(segments[0][1]), 0
+    return None
+
+
+class InterleavedCut(SpanCut):
+    """The rest of an epoch under a grid, read *interleaved*: after its first world W0 read ``taken`` of each of its
+    parts, global batch after global batch takes the next positions of the parts' rests in turn (position j of
+    part r is the ``j * W0 + r``-th of them, the longer rests' last positions after), so every part advances by
+    ``G / W0`` a global batch, give or take one, whatever the global batch G: a phase, a source's share and its
+    pass stay where the epoch's order put them in time, on any world, through any number of resizes. A global
+    batch's positions, laid part by part, are cut among the ranks in runs of ``batch_size`` (each rank about
+    ``W0 / W`` parts, a node its parts' shards, as at a fixed global batch). The state records
+    ``[[W0, taken], [0, handed]]``: ``handed`` positions of the rests read so (``0``: the fold's marker).
+    """
+
+    def __init__(self, n: int, first_world_size: int, taken: int, handed: int, world_size: int, batch_size: int,
+                 drop_last: bool) -> None:  # not SpanCut's: the interleave replaces its segments
+        check_segments(n, [[first_world_size, taken]])
+        self.n, self.batch_size, self.drop_last, self.taken = n, batch_size, drop_last, taken
+        self._world_size, self._first_world_size = world_size, first_world_size
+        starts, lengths = _stretches(n, first_world_size)
+        rests = np.maximum(lengths - taken, 0)  # the longer ones first
+        self._starts, self.size = starts, int(rests.sum())
+        self._short, self._longer = int(rests.min()), int((rests > rests.min()).sum())
+        if not 0 <= handed <= self.size:
+            raise ValueError(refusal("handed", handed, f"an int in [0, {self.size}]", "use the state as written"))
+        self.handed = handed
+        global_batch = world_size * batch_size
+        left = self.size - handed
+        if drop_last:
+            self.steps = self.full_steps = left // global_batch
+            self._last_total = 0
+        else:
+            self.steps = -(-left // global_batch)
+            self._last_total = left - (self.steps - 1) * global_batch if self.steps else 0
+            self.full_steps = self.steps if self._last_total in (0, global_batch) else self.steps - 1
+            if self.full_steps == self.steps:
+                self._last_total = 0
+        self.last_per_rank = -(-self._last_total // world_size)
+
+    @property
+    def world_size(self) -> int:
+        return self._world_size
+
+    @property
+    def first_world_size(self) -> int:
+        """The world size the epoch started with: its parts, the stretches its order is laid along."""
+        return self._first_world_size
+
+    def samples_per_rank(self) -> int:
+        return self.full_steps * self.batch_size + self.last_per_rank
+
+    def _last_run(self, rank: int) -> tuple[int, int]:
+        base, extra = divmod(self._last_total, self._world_size)
+        return rank * base + min(rank, extra), base + int(rank < extra)
+
+    def real_samples(self, rank: int) -> int:
+        return self.full_steps * self.batch_size + min(self._last_run(rank)[1], self.last_per_rank)
+
+    def _before(self, x: np.ndarray) -> np.ndarray:
+        """Interleave positions below each x that are part r's (x by parts: one row per x, one column per part)."""
+        parts = np.arange(self._first_world_size, dtype=np.int64)[None, :]
+        x = x[:, None]
+        edge = self._first_world_size * self._short  # the rounds of every part; then the longer rests' last
+        found: np.ndarray = np.where(x <= edge, np.maximum(x - parts + self._first_world_size - 1, 0)
+                                     // self._first_world_size, self._short + (parts < x - edge))
+        return found
+
+    def rank_positions(self, rank: int, start: int, stop: int) -> np.ndarray:
+        """Epoch-stream positions of this rank's samples ``start..stop-1`` (counted from here)."""
+        index = np.arange(start, stop, dtype=np.int64)
+        global_batch = self._world_size * self.batch_size
+        step, offset = np.divmod(index, self.batch_size)
+        in_batch = rank * self.batch_size + offset  # its place in its global batch, laid part by part
+        tail = index >= self.full_steps * self.batch_size
+        if tail.any():  # the last, partial global batch: runs of it, a short one repeating its own first
+            first, length = self._last_run(rank)
+            late = index[tail] - self.full_steps * self.batch_size
+            in_batch[tail] = first + late % length if length else late % max(self._last_total, 1)
+            step[tail] = self.full_steps
+        steps, at = np.unique(step, return_inverse=True)
+        low = self.handed + steps * global_batch
+        high = np.minimum(low + global_batch, self.size)
+        before, upto = self._before(low), self._before(high)
+        ends = np.cumsum(upto - before, axis=1)  # each global batch's positions, part by part
+        part = (ends[at] <= in_batch[:, None]).sum(axis=1)
+        part = np.minimum(part, self._first_world_size - 1)
+        within = in_batch - (ends[at, part] - (upto - before)[at, part])
+        found: np.ndarray = self._starts[part] + self.taken + before[at, part] + within
+        return found
+
+    def world_positions(self, start: int, stop: int) -> np.ndarray:
+        return rank_rows(self, start, stop)
+
+    def after(self, received: int) -> tuple[int, Segments]:
+        """(cursor, segments) once every rank has received ``received`` more samples (whole global batches)."""
+        global_batch = self._world_size * self.batch_size
+        if received >= self.samples_per_rank():
+            handed = self.handed + self.full_steps * global_batch if self.drop_last else self.size
+        elif received % self.batch_size:
+            raise ValueError(refusal("received", Plain(f"{received} samples per rank"), "whole global batches of "
+                                     f"{self.batch_size}", "count whole global batches",
+                                     why="an interleaved position is a number of global batches"))
+        else:
+            handed = self.handed + received // self.batch_size * global_batch
+        handed = min(handed, self.size)
+        pairs = [(self._first_world_size, self.taken)] + ([(FOLD, handed)] if handed else [])
+        return self.n - self.size + handed, Segments(pairs)

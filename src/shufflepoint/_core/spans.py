@@ -39,7 +39,9 @@ the end of the epoch strided, as the ``strided`` deal reads an epoch, rank r's t
 later resize in the epoch only moves ``handed``: the state stays at 65 pairs and the arithmetic exact
 (each remaining sample once, tail padding as ``strided`` pads) however many resizes follow. The price:
 from the fold to the end of the epoch a node reads from the whole remaining space, not its stretch
-(locality is lost for that rest, never exactness); the next epoch deals in stretches again.
+(locality is lost for that rest, never exactness); the next epoch deals in stretches again. Under a
+grid (a scheduled ``Mixture``'s loader) a fold may also follow one segment: the epoch read interleaved
+along its first world's parts (``global_batch.InterleavedCut``), not by this module's ``SpanCut``.
 
 Words: docs/glossary.md (spans, stretch, space, world segment, fold, handed).
 """
@@ -148,9 +150,10 @@ def _checked_fold(n: int, segments: Segments) -> tuple[tuple[_Segment, ...], int
     built = check_segments(n, pairs)
     if handed is not None:
         number = len(pairs)
-        if number != MAX_SEGMENTS:
-            raise Refused(f"segments[{number}]", [FOLD, handed], f"a fold only after {MAX_SEGMENTS} segments",
-                          DAMAGED, why="an epoch folds at the world size past the last it deals in stretches")
+        if number not in (1, MAX_SEGMENTS):
+            raise Refused(f"segments[{number}]", [FOLD, handed], f"a fold only after {MAX_SEGMENTS} segments (or "
+                          "after 1: an epoch read interleaved under a grid, global_batch.InterleavedCut)", DAMAGED,
+                          why="an epoch folds at the world size past the last it deals in stretches")
         left = built[-1].remaining()
         if not 1 <= handed <= left:
             raise Refused(f"segments[{number}]", [FOLD, handed], f"[{FOLD}, handed] with handed in [1, {left}]",
@@ -200,6 +203,10 @@ class SpanCut:
     def __init__(self, n: int, segments: Sequence[Sequence[int]], world_size: int, batch_size: int,
                  drop_last: bool) -> None:
         history, handed = check_fold(n, segments)
+        if handed is not None and len(history) != MAX_SEGMENTS:
+            raise Refused("segments", Segments(segments), f"a fold only after {MAX_SEGMENTS} segments", DAMAGED,
+                          why="an epoch read interleaved (a fold after one segment) is read by a scheduled Mixture's "
+                          "loader, under its grid")
         self.n, self.batch_size, self.drop_last = n, batch_size, drop_last
         self._fold: _Fold | None = None
         if handed is None and history and history[-1].world_size == world_size:

@@ -16,7 +16,8 @@ questions: ``_core/cut.py``; the arithmetic: ``spans.py``, ``global_batch.py`` a
 - under a grid (``on_grid``: a scheduled ``Mixture`` read by a loader, its phases on the run's global batches) an
   epoch read as one segment of its first world keeps those parts across a change of global batch too, when that
   world size divides the new one (``global_batch.grid_parts``), so a phase starts at the global batch it names on
-  any data-parallel degree;
+  any data-parallel degree; after a global batch it does not divide, the epoch is read interleaved
+  (``global_batch.InterleavedCut``: every part advancing together, ``[[W0, taken], [0, handed]]``);
 - a state dealt ``strided`` (a corpus read by shufflepoint 0.2, which had no other deal) is read on strided.
 
 Words: docs/glossary.md (spans, stretch, world segment, fold, handed, grid).
@@ -33,7 +34,7 @@ from shufflepoint._core import spans as _spans
 from shufflepoint._core.cut import Cut, SkipsOf, Where
 from shufflepoint._core.deals import strided
 from shufflepoint._core.exclusion import Exclusion
-from shufflepoint._core.global_batch import GlobalBatchCut, grid_parts, keeps_global_batch
+from shufflepoint._core.global_batch import GlobalBatchCut, InterleavedCut, grid_parts, interleaved, keeps_global_batch
 from shufflepoint._core.plan import STRIDED, Layout
 from shufflepoint._core.segments import Pairs, Segments, is_folded
 from shufflepoint._core.spans import MAX_SEGMENTS, NAME, SpanCut
@@ -71,6 +72,9 @@ class SpanDeal:
         batch (``grid_parts``)."""
         if skips is None and handed is None:
             if self.follows_grid:
+                found = interleaved(segments, layout.world_size, layout.batch_size)
+                if found is not None:
+                    return InterleavedCut(layout.n, *found, layout.world_size, layout.batch_size, layout.drop_last)
                 parts = grid_parts(segments, parts, layout.world_size, layout.batch_size)
             if parts is not None and keeps_global_batch(segments, parts, layout.world_size, layout.batch_size):
                 taken = int(segments[0][1]) if segments else 0

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -53,6 +52,7 @@ from shufflepoint._core.schedule import Schedule, changed_phase, unweighted
 from shufflepoint._errors import Plain, refusal
 from shufflepoint._order import check_int
 from shufflepoint._order.distinct import distinct
+from shufflepoint._shards.corpora.mixture.caps import Caps, apportion, check_budget, check_caps
 from shufflepoint._shards.corpora.mixture.order import _MAX_STREAM, NAME, VERSION, MixtureOrder, decode, offsets
 from shufflepoint._shards.corpora.mixture.scheduled import VERSION as SCHEDULED  # the order's version with a schedule
 from shufflepoint._shards.corpora.mixture.scheduled import ScheduledMixtureOrder, check_global_batch
@@ -65,17 +65,6 @@ from shufflepoint._shards.corpora.shards.locate import mixture_location
 from shufflepoint._shards.corpora.shards.shown import shown
 
 FINGERPRINT_PREFIX = "mixture:"
-
-
-def _apportion(weights: list[float], total: int) -> list[int]:
-    """Integers proportional to ``weights`` that sum to ``total`` (largest remainder, ties by index)."""
-    scale = sum(weights)
-    exact = [w * total / scale for w in weights]
-    counts = [math.floor(e) for e in exact]
-    by_remainder = sorted(range(len(weights)), key=lambda s: (-(exact[s] - counts[s]), s))
-    for s in by_remainder[: total - sum(counts)]:
-        counts[s] += 1
-    return counts
 
 
 def _identity(dataset: Any, *, legacy: bool) -> str | None:
@@ -135,6 +124,15 @@ class Mixture(torch.utils.data.Dataset[Any]):
             0, and a weight may be 0 (the source pauses). A resume may append phases after the position it
             reached, never change one that began. Default None: the weights of ``sources``, the same
             every epoch.
+        max_repeats (Sequence | None): a cap per source (None: none) on how many times each of its rows may be
+            read (a number > 0: its slots stay within ``cap * rows``, so no row is read more than ``ceil(cap)``
+            times), in every epoch, or over ``budget``. A mixture that breaks a cap is refused, naming the
+            source, its rows, its share and the repeats it would need (``caps.py``). Default None: no caps.
+        budget (int | None): the run's samples, all ranks together (tokens for Packed sources, as a schedule's
+            starts), over which ``max_repeats`` counts, to the end of the epoch it ends in. Default None: the caps
+            hold in every epoch.
+        spill (bool): give what a cap takes from a source to the other sources, by their weights, instead of
+            refusing (a phase at a time with a schedule). Default False.
     """
 
     order_name = NAME
@@ -142,7 +140,8 @@ class Mixture(torch.utils.data.Dataset[Any]):
 
     def __init__(self, sources: Sequence[Any], *, samples_per_epoch: int | None = None,
                  schedule: Sequence[tuple[int, Sequence[float]] | tuple[int, Sequence[float], int]] | None = None,
-                 ) -> None:
+                 max_repeats: Sequence[float | None] | None = None, budget: int | None = None,
+                 spill: bool = False) -> None:
         pairs = check_sources(sources if schedule is None else [(dataset, 1.0) for dataset in unweighted(sources)])
         self.sources = [dataset for dataset, _ in pairs]
         self._reads_batches = [isinstance(dataset, ReadsBatches) for dataset in self.sources]  # once, not per batch
@@ -154,12 +153,25 @@ class Mixture(torch.utils.data.Dataset[Any]):
                                                                      1, _MAX_STREAM)
         self.samples_per_epoch = length
         self._packed = is_packed(self.sources[0])
-        self.schedule = None if schedule is None else Schedule(
-            schedule, len(self.sources), unit=self.sources[0].seq_len if self._packed else 1)
+        unit = self.sources[0].seq_len if self._packed else 1
+        if not isinstance(spill, bool):
+            raise TypeError(refusal("spill", spill, "True or False", "pass spill=True to spill, else leave it out"))
+        caps = None if max_repeats is None else Caps(check_caps(max_repeats, len(self.sources)), self.lengths, length,
+                                                     check_budget(budget), unit)
+        if caps is None and budget is not None:
+            raise ValueError(refusal("budget", budget, "None without max_repeats", "pass max_repeats with it, or "
+                                     "leave budget out", why="the budget is what the caps count over"))
+        self._caps = None if max_repeats is None else (list(max_repeats), budget, spill)  # as given, for repr
+        if schedule is not None and caps is not None:
+            schedule = caps.phases([tuple(phase) for phase in schedule],
+                                   lambda phases: Schedule(phases, len(self.sources), unit=unit), spill)
+        self.schedule = None if schedule is None else Schedule(schedule, len(self.sources), unit=unit)
         if self.schedule is not None:
             self.order_version = SCHEDULED
             self.weights = [float(share) for share in self.schedule.shares[0]]
-        self.counts = _apportion(self.weights, length) if self.schedule is None else self.schedule.counts(length)
+        self.counts = apportion(self.weights, length) if self.schedule is None else self.schedule.counts(length)
+        if caps is not None and self.schedule is None:
+            self.counts = caps.counts(self.counts, self.weights, spill)
         empty = [s for s, count in enumerate(self.counts) if count == 0]
         if empty and self.schedule is None:
             raise ValueError(refusal("weights", Plain(f"source {empty[0]} gets 0 of the {length} samples per epoch"),
@@ -266,7 +278,9 @@ class Mixture(torch.utils.data.Dataset[Any]):
         weights = [round(weight, 4) for weight in self.weights]
         return (f"Mixture({len(self.sources)} sources, weights={weights}, counts={self.counts}, "
                 f"samples_per_epoch={self.samples_per_epoch:,}, rows={self.rows:,}, schedule={schedule}, "
-                f"sources=[{', '.join(shown(dataset) for dataset in self.sources)}])")
+                + ("" if self._caps is None else
+                   f"max_repeats={self._caps[0]}, budget={self._caps[1]}, spill={self._caps[2]}, ")
+                + f"sources=[{', '.join(shown(dataset) for dataset in self.sources)}])")
 
     def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
         """``Prefetching``: fetch in the background what these upcoming indices read, as a rank that reads

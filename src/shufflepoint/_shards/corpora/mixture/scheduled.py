@@ -106,4 +106,5 @@ def check_global_batch(grid: int, global_batch: int) -> None:
             f"global batch: found {global_batch} rows (world size x batch size), but this run's schedule follows "
             f"its global batch of {grid} (its phases start on those edges, its shares hold per {grid} rows): a "
             f"global batch of {global_batch} may straddle two phases and holds its shares only to within a few "
-            f"rows. Every row is still served once. Use a multiple of {grid} to keep both")
+            f"rows (under 'spans', 3 at most at every global batch). Every row is still served once. Use a "
+            f"multiple of {grid} to keep both")
