@@ -30,7 +30,9 @@ from shufflepoint.integrations.transformers._numbering import (
     saved_numbering,
     write_json,
 )
+from shufflepoint.integrations.transformers._options import check_options, per_rank_batch_size
 from shufflepoint.integrations.transformers._ramp import follow_data
+from shufflepoint.integrations.transformers._restart import restart_epoch
 from shufflepoint.integrations.transformers._schedule import ContinueSchedule, continue_schedule
 
 if TYPE_CHECKING:
@@ -76,6 +78,7 @@ class ResumableTrainerMixin(_TrainerBase):
         self._shufflepoint_excluded: Any = None  # the loader's excluded set, likewise
         self._shufflepoint_numbering = Numbering()  # the run's own step numbers (_numbering)
         super().__init__(*args, **kwargs)
+        check_options(self)  # split_batches, even_batches: honoured or refused by name, here (_options)
         # first: on 4.x its on_train_begin numbers global_step on from the saved one, before any other callback
         _touch.add_first_callback(self, ContinueSchedule(self))
 
@@ -104,7 +107,8 @@ class ResumableTrainerMixin(_TrainerBase):
                 options[name] = getattr(args, f"dataloader_{name}")
         workers = args.dataloader_num_workers
         loader = DataLoader(
-            dataset, batch_size=self._train_batch_size,  # TOUCH POINT: Trainer._train_batch_size
+            dataset, batch_size=per_rank_batch_size(self, self._train_batch_size,  # TOUCH POINT: _train_batch_size
+                                                    args.world_size),  # its part of it under split_batches
             seed=args.data_seed if args.data_seed is not None else args.seed,
             drop_last=args.dataloader_drop_last, rank=args.process_index, world_size=args.world_size,
             collate_fn=collator, num_workers=workers, pin_memory=args.dataloader_pin_memory,
@@ -157,12 +161,15 @@ class ResumableTrainerMixin(_TrainerBase):
         loader, folder, accumulation = self._shufflepoint_loader, self._shufflepoint_checkpoint, \
             self.args.gradient_accumulation_steps
         assert loader is not None
+        if folder is not None and self.args.ignore_data_skip:
+            return max_steps  # the epoch restarts (_restart): max_steps counts steps, as stock
         now = loader.cursor_after
         fresh = functools.partial(loader.cursor_after, from_epoch_start=True)
         placement = (place(loader.epoch, len(loader), loader.batches_left(), accumulation) if folder is None
                      else self._place_loader(loader, folder, accumulation))
         if placement is None:  # not written by a shufflepoint Trainer: placed by global_step later
             return max_steps
+
         saved = self._saved_budget(folder)
         if folder is not None and saved is not None and saved.max_steps == self.args.max_steps \
                 and self._continues_saved_run(loader, folder):  # its own steps: the budget is its max_steps
@@ -303,7 +310,8 @@ class ResumableTrainerMixin(_TrainerBase):
         if self._shufflepoint_kept_step:  # the saved run goes on as it was: its own steps
             placement = self._own_steps(loader, placement, self.state.global_step)
         self._shufflepoint_numbering = (
-            saved_numbering(folder, self.state.global_step, placement.global_step, loader.step) if ours
+            saved_numbering(folder, self.state.global_step, placement.global_step, loader.step)
+            if ours and not self.args.ignore_data_skip
             else Numbering(offset=self.state.global_step - placement.global_step, saved_step=self.state.global_step))
         self.state.global_step = placement.global_step  # the data's step, which the Trainer places itself by
         self._shufflepoint_placement = placement
@@ -318,6 +326,7 @@ class ResumableTrainerMixin(_TrainerBase):
         trainer_state = read_json(os.path.join(folder, _touch.TRAINER_STATE_FILE))
         accumulation = (run or {}).get("gradient_accumulation_steps", budget.accumulation if budget else None)
         return (saved is not None and trainer_state is not None and _touch.has_resume_hook(self._shufflepoint_version)
+                and not self.args.ignore_data_skip
                 and saved.get("world_size") == loader.world_size
                 and trainer_state.get("train_batch_size") == self._train_batch_size
                 and accumulation in (None, self.args.gradient_accumulation_steps)
@@ -334,13 +343,12 @@ class ResumableTrainerMixin(_TrainerBase):
         """Load the checkpoint's loader state (None without one) and move a finished epoch to the next.
         Run twice on a resume (for max_steps, then where the Trainer reads its state): O(1), and the
         second undoes anything that iterated the loader in between (4.57's token count does)."""
-        if self.args.ignore_data_skip:
-            raise ValueError(refusal("ignore_data_skip", True, "False", "leave ignore_data_skip off",
-                                     why="the shufflepoint Trainer reads no skipped data on resume (a seek), so there "
-                                     "is nothing to save by restarting the epoch"))
         state = read_json(os.path.join(folder, LOADER_STATE_FILE))
         if state is None:
             return None
+        if self.args.ignore_data_skip:
+            return restart_epoch(loader, state, os.path.join(folder, LOADER_STATE_FILE), self.state.global_step,
+                                 accumulation)
         loader.load_state_dict(state)
         placement = place(loader.epoch, len(loader), loader.batches_left(), accumulation)
         if placement.epoch != loader.epoch:
