@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test test-examples test-locality test-wheel test-repeat test-explore exit-soak test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards bench-ranged \
-	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-images bench-which bench-tail bench-scale soak lint clean test-accelerate-matrix test-transformers-matrix
+	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-images bench-which bench-tail bench-scale soak lint clean test-accelerate-matrix test-transformers-matrix test-trainer-options bench-data-wait
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ test: $(STAMP)
 # scenario of make test that covers its path).
 test-examples: $(STAMP)
 	$(PY) -m pytest -q -m examples tests/distributed
+
+# The stock Trainer options that change who reads what (split_batches, even_batches, ignore_data_skip) on 2
+# processes, beside the stock Trainer (issue 44.5; ~25 s, 2 launches): tests/distributed/test_trainer_options.py
+test-trainer-options: $(STAMP)
+	$(PY) -m pytest -q -m trainer_options tests/distributed
 
 # GET bytes per simulated node (own cache folder and S3 key) for a Mixture under spans, ~1 min (issue 33)
 test-locality: $(STAMP)
@@ -272,7 +277,8 @@ test-accelerate-matrix:
 # share the dev venv).
 TRANSFORMERS_VERSIONS := 4.57.1
 TRANSFORMERS_TESTS := -m 'examples or not examples' tests/integrations/test_transformers_placement.py tests/integrations/test_transformers_trainer.py \
-	tests/integrations/test_transformers_ramp.py tests/distributed/test_integration_transformers.py tests/distributed/test_audit_trainer.py
+	tests/integrations/test_transformers_ramp.py tests/distributed/test_integration_transformers.py tests/distributed/test_audit_trainer.py \
+	tests/distributed/test_trainer_options.py
 
 # TRANSFORMERS_DEV=0 leaves out the dev stack's run (CI: make test and make test-examples run those tests there).
 TRANSFORMERS_DEV ?= 1
