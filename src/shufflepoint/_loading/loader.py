@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, overload
 
@@ -38,6 +39,7 @@ from shufflepoint._loading.serving import (
     served,
     threaded,
 )
+from shufflepoint._loading.wait import CountedBatches, DataWait, TimedCollate, WaitMeter, prefetch_limit
 from shufflepoint._order import check_int
 
 _END = object()  # the end of torch's iterator
@@ -221,10 +223,15 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         prefetch = announcer(dataset)
         dataset = threads(dataset)
         sampler = _PassSampler(self._position, rank, self._keyed, prefetch)
+        collate = torch_dataloader_kwargs.get("collate_fn") or torch.utils.data.default_collate
+        torch_dataloader_kwargs["collate_fn"] = TimedCollate(collate)  # the data wait (wait.py): a batch's times
         super().__init__(
             dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last,
             num_workers=num_workers, **torch_dataloader_kwargs,
         )
+        # torch's BatchSampler, counting what it hands the workers (the prefetch depth); set as set_batch_size does
+        object.__setattr__(self, "batch_sampler", CountedBatches(sampler, batch_size, drop_last))
+        self._wait = WaitMeter(rank, prefetch_limit(num_workers, torch_dataloader_kwargs.get("prefetch_factor")))
 
     def __repr__(self) -> str:
         position = self._position
@@ -302,9 +309,17 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         live = self._position.begin_pass()  # before torch's iterator, whose workers ask the sampler at once
         dataset = self._position.orders.dataset
         tell_density(dataset, lambda: rank_density(live.cut, self._rank))  # before the workers copy it
-        return self._count(super().__iter__(), live)
+        dispatched = self._dispatched()  # before torch's iterator, which hands its workers batches at once
+        return self._count(super().__iter__(), live, dispatched)
 
-    def _count(self, batches: Iterator[Any], live: Pass) -> Iterator[Any]:
+    def _dispatched(self) -> int:
+        counted = self.batch_sampler
+        assert isinstance(counted, CountedBatches)
+        return counted.dispatched
+
+    def _count(self, batches: Iterator[Any], live: Pass, dispatched: int) -> Iterator[Any]:
+        wait, clock, received = self._wait, time.perf_counter, 0
+        wait.begin()
         while True:
             current = self._position.live
             if current is not live:
@@ -318,14 +333,23 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
                     )
                 live = current  # set_batch_size(), exclude(): batches prefetched under the old cut are dropped
                 del batches
+                dispatched, received = self._dispatched(), 0
                 batches = super().__iter__()
+            start, in_flight = clock(), self._dispatched() - dispatched - received  # the prefetch depth
             batch = next(batches, _END)
             if batch is _END:
                 break
             live.received += 1
-            yield batch
+            received += 1
+            yield wait.received(start, clock(), in_flight, batch)
         if self._position.live is live:  # the pass is exhausted: the epoch is over
             self._position.end_pass(live)
+
+    def data_wait(self) -> DataWait:
+        """This rank's data wait since the loader was built: batches received, seconds waited in ``next()`` and
+        their share of the loop's time, the prefetch depth, each worker's read, transform and collate seconds
+        (``later - earlier`` is a window). O(workers); see docs/data-wait.md."""
+        return self._wait.reading()
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (a whole epoch, whatever the cursor; excluded samples taken out)."""
