@@ -181,6 +181,11 @@ bench-busy: $(STAMP)
 # A slow sample does not stall the rest (issue 34.4): the loop's data wait with long-tailed sample costs (3% of
 # samples 20x slower), prefetch_factor 2 and 8, decode_threads=4, torch's in_order=False for reference; then real
 # clips of small and large videos (VideoClips). ~2.5 min; results in benchmarks/results/tail-*.md.
+# The cost of measuring the data wait (DataLoader.data_wait()): the measurement's calls per batch, and an in-memory
+# loader's batches/s with and without them (issue 44.4; ~1 min)
+bench-data-wait: $(STAMP)
+	$(PY) benchmarks/data_wait.py
+
 bench-tail: $(STAMP)
 	$(PY) benchmarks/tail.py
 	$(PY) benchmarks/tail.py --videos --batch-size 4 --step 60 --batches 40 --warmup 4 --rounds 2 \

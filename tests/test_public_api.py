@@ -4,6 +4,7 @@ import shufflepoint
 
 EXPECTED = {
     "DataLoader",
+    "DataWait",
     "DecodeImage",
     "Identified",
     "Locatable",
@@ -22,6 +23,7 @@ EXPECTED = {
     "STATE_FIELDS",
     "StateError",
     "VideoClips",
+    "WorkerTime",
     "__version__",
     "collate",
     "patch_accelerate",
