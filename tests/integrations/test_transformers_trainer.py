@@ -3,7 +3,6 @@ settings, what it refuses (by name), the version range, and a checkpoint without
 The resume itself is tested on 2 processes: tests/distributed/test_integration_transformers.py."""
 
 import os
-import warnings
 
 import pytest
 
@@ -193,3 +192,12 @@ def test_split_batches_on_one_process_and_even_batches_without_drop_last_are_nam
                                                dataloader_drop_last=True), train_dataset=Tokens(),
                    data_collator=_collate)
     assert kept.get_train_dataloader().drop_last
+
+
+def test_every_log_carries_the_data_wait_share(tmp_path):
+    trainer = Trainer(model=_model(), args=_args(tmp_path, logging_strategy="steps", logging_steps=2, max_steps=4),
+                      train_dataset=Tokens(), data_collator=_collate)
+    trainer.train()
+    logged = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert len(logged) == 2 and all(0 <= entry["data_wait_share"] <= 1 for entry in logged)
+    assert trainer._shufflepoint_loader.data_wait().batches == 4

@@ -115,3 +115,15 @@ def test_the_envelope_is_opened_by_the_loader_and_pinned_inside():
     pinned = Timed([1, 2], 0, 0.0, 0.0, 0.0).pin_memory()  # no tensor: pinning keeps it as it is
     assert pinned.batch == [1, 2] and pinned.pin_s >= 0
     assert type(pickle.loads(pickle.dumps(BatchIndices([3, 4])))) is list  # a worker receives a plain list
+
+
+def test_a_named_window_reads_since_its_own_last_reading():
+    loader = shufflepoint.DataLoader(Slow(40), 2)
+    iterator = iter(loader)
+    for _ in range(3):
+        next(iterator)
+    assert loader.data_wait(window="log").batches == 3
+    next(iterator)
+    assert loader.data_wait(window="other").batches == 4  # a window of its own
+    next(iterator)
+    assert (loader.data_wait(window="log").batches, loader.data_wait().batches) == (2, 5)

@@ -345,11 +345,12 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         if self._position.live is live:  # the pass is exhausted: the epoch is over
             self._position.end_pass(live)
 
-    def data_wait(self) -> DataWait:
+    def data_wait(self, window: str | None = None) -> DataWait:
         """This rank's data wait since the loader was built: batches received, seconds waited in ``next()`` and
-        their share of the loop's time, the prefetch depth, each worker's read, transform and collate seconds
-        (``later - earlier`` is a window). O(workers); see docs/data-wait.md."""
-        return self._wait.reading()
+        their share of the loop's time, the prefetch depth, each worker's read, transform and collate seconds.
+        ``window="name"``: since the last call with that name (a logger's interval; ``later - earlier`` also is
+        one). O(workers); see docs/data-wait.md."""
+        return self._wait.reading(window)
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (a whole epoch, whatever the cursor; excluded samples taken out)."""

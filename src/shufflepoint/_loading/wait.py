@@ -180,6 +180,7 @@ class WaitMeter:
         self.wait_s = self.step_s = self.pin_s = 0.0
         self.workers: dict[int, list[float]] = {}  # worker -> [batches, read, transform, collate]
         self.last: float | None = None  # the last hand-over of the live iterator
+        self.windows: dict[str, DataWait] = {}  # window name -> the reading it last ended at
 
     def begin(self) -> None:
         """A new iterator: its first step is counted from its first ``next()``."""
@@ -202,10 +203,16 @@ class WaitMeter:
         self.pin_s += batch.pin_s
         return batch.batch
 
-    def reading(self) -> DataWait:
+    def reading(self, window: str | None = None) -> DataWait:
+        """Since the loader was built; or, named ``window``, since the last reading of that window."""
         workers = tuple(WorkerTime(w, int(t[0]), t[1], t[2], t[3]) for w, t in sorted(self.workers.items()))
-        return DataWait(self.rank, self.batches, self.wait_s, self.step_s, self.pin_s, self.in_flight,
-                        self.prefetch_limit, workers)
+        now = DataWait(self.rank, self.batches, self.wait_s, self.step_s, self.pin_s, self.in_flight,
+                       self.prefetch_limit, workers)
+        if window is None:
+            return now
+        before = self.windows.get(window)
+        self.windows[window] = now
+        return now if before is None else now - before
 
 
 def prefetch_limit(num_workers: int, prefetch_factor: int | None) -> int:

@@ -374,6 +374,16 @@ class ResumableTrainerMixin(_TrainerBase):
             self._shufflepoint_numbering.stepped(self.state.global_step, self._shufflepoint_loader,
                                                  self.args.gradient_accumulation_steps)
 
+    def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
+        """Every log the Trainer writes (to its log history and every reporter) also gets ``data_wait_share``: the
+        part of the steps since the last log this rank's loop waited for data (docs/data-wait.md). TOUCH POINT:
+        Trainer.log(logs, start_time=None), which hands ``logs`` to every callback's ``on_log``."""
+        loader = self._shufflepoint_loader
+        window = loader.data_wait(window="trainer log") if loader is not None else None
+        if window is not None and window.batches:
+            logs["data_wait_share"] = round(window.wait_share, 4)
+        super().log(logs, *args, **kwargs)
+
     def _save_checkpoint(self, model: Any, trial: Any, *args: Any, **kwargs: Any) -> None:
         # TOUCH POINT: Trainer._save_checkpoint writes the folder (model, optimizer, trainer_state.json)
         # on the ranks that save; the loader's state joins it there, before any on_save callback runs
