@@ -155,7 +155,8 @@ class DataWait:
         earlier = {w.worker: w for w in other.workers}
         return DataWait(self.rank, self.batches - other.batches, self.wait_s - other.wait_s,
                         self.step_s - other.step_s, self.pin_s - other.pin_s, self.in_flight - other.in_flight,
-                        self.prefetch_limit, tuple(w - earlier.get(w.worker, WorkerTime(w.worker)) for w in self.workers))
+                        self.prefetch_limit,
+                        tuple(w - earlier.get(w.worker, WorkerTime(w.worker)) for w in self.workers))
 
     def summary(self) -> dict[str, float]:
         """The numbers a run logs: ``data_wait_share``, ``data_wait_s``, ``data_batches``, ``data_prefetch_depth``."""

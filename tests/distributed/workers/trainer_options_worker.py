@@ -48,7 +48,8 @@ def recording(base):
             self.record = record
 
         def training_step(self, model, inputs, *args, **kwargs):
-            self.record["batches"].append({"epoch": int(self.state.epoch or 0), "ids": inputs["input_ids"][:, 0].tolist()})
+            ids = inputs["input_ids"][:, 0].tolist()
+            self.record["batches"].append({"epoch": int(self.state.epoch or 0), "ids": ids})
             return super().training_step(model, inputs, *args, **kwargs)
 
     return Recording

@@ -44,7 +44,8 @@ replaces or reads. The patch refuses Accelerate versions it was not tested on
 Modules, one concern each: ``_patch`` (the machinery and its version range), ``_order``
 (capturing and restoring a stock sampler's order), ``_hooks`` (the replaced loader methods),
 ``_save_state`` (per-rank ``save_state`` files), ``_native`` and ``_prepared`` (the native
-``prepare`` path and its wrapper), ``_data_wait`` (the data wait, logged), ``_tail`` (the ``gather_for_metrics`` tail trim's arithmetic).
+``prepare`` path and its wrapper), ``_data_wait`` (the data wait, logged),
+``_tail`` (the ``gather_for_metrics`` tail trim's arithmetic).
 
 Words: docs/glossary.md (state, epoch, cursor, resume).
 """
