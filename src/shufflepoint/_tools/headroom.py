@@ -75,29 +75,35 @@ def to_device(batch: Any, device: torch.device) -> Any:
     if isinstance(batch, dict):
         return {key: to_device(value, device) for key, value in batch.items()}
     if isinstance(batch, (list, tuple)):
-        return type(batch)(to_device(value, device) for value in batch) if not hasattr(batch, "_fields") else \
-            type(batch)(*(to_device(value, device) for value in batch))
+        moved = [to_device(value, device) for value in batch]
+        named = hasattr(batch, "_fields")  # private: a namedtuple is built from its fields, not from one iterable
+        return type(batch)(*moved) if named else type(batch)(moved)
     return batch
 
 
-def _serve(loader: DataLoader, count: int, device: torch.device) -> float:
-    """Take ``count`` batches (on into the next epoch where one ends), each moved to ``device``; the move's seconds."""
-    moved_s, taken = 0.0, 0
-    while taken < count:
-        served = 0
-        for batch in loader:
+class _Serving:
+    """One iterator of the loader, as a training loop holds it (the warmup's workers serve the timed batches),
+    and the next epoch's where one ends."""
+
+    def __init__(self, loader: DataLoader, device: torch.device) -> None:
+        self.loader, self.device, self.batches = loader, device, iter(loader)
+
+    def take(self, count: int) -> float:
+        """Take ``count`` batches, each moved to the device; the move's seconds."""
+        moved_s = 0.0
+        for _ in range(count):
+            batch = next(self.batches, None)
+            if batch is None:
+                self.batches = iter(self.loader)
+                batch = next(self.batches, None)
+                if batch is None:
+                    raise HeadroomError("the loader served no batch: its epoch is empty")
             start = time.perf_counter()
-            to_device(batch, device)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
+            to_device(batch, self.device)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
             moved_s += time.perf_counter() - start
-            served += 1
-            taken += 1
-            if taken == count:
-                break
-        if not served:
-            raise HeadroomError("the loader served no batch: its epoch is empty")
-    return moved_s
+        return moved_s
 
 
 def measure(factory: Callable[..., Any], workers: int, batches: int, warmup: int, device: str) -> Headroom:
@@ -106,11 +112,10 @@ def measure(factory: Callable[..., Any], workers: int, batches: int, warmup: int
     if not isinstance(loader, DataLoader):
         raise HeadroomError(f"TARGET: found a {type(loader).__name__}, expected a shufflepoint.DataLoader "
                             "(only it measures its data wait); return one from factory(num_workers=...)")
-    where = torch.device(device)
-    if warmup:
-        _serve(loader, warmup, where)
+    serving = _Serving(loader, torch.device(device))
+    serving.take(warmup)
     before, start = loader.data_wait(), time.perf_counter()
-    moved_s = _serve(loader, batches, where)
+    moved_s = serving.take(batches)
     elapsed = time.perf_counter() - start
     window: DataWait = loader.data_wait() - before
     count = max(window.batches, 1)

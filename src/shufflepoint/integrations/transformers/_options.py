@@ -11,7 +11,7 @@ Trainer is built (never accepted and silently changed).
 - ``ignore_data_skip=True``: stock resumes at the checkpoint's epoch from its first batch, ``global_step`` and the
   schedule going on from the checkpoint. Honoured (``ResumableTrainerMixin._place_loader``), with a
   ``ResumeWarning`` that says which samples may be trained again; also the way to continue on a dataset whose
-  length changed (docs/trainer.md#a-dataset-that-changed).
+  length changed (docs/integrations.md, a dataset whose length changed).
 
 Words: docs/glossary.md (split batches, batch, rank).
 """
@@ -59,4 +59,5 @@ def check_options(trainer: Any) -> None:
             "leave even_batches on",
             why="the shufflepoint loader pads the epoch's last global batch with its first samples, which "
             "even_batches=False asks not to do"))
-    per_rank_batch_size(trainer, int(trainer._train_batch_size), int(args.world_size))  # TOUCH POINT: _train_batch_size
+    batch_size = int(trainer._train_batch_size)  # private: TOUCH POINT, Trainer._train_batch_size
+    per_rank_batch_size(trainer, batch_size, int(args.world_size))
