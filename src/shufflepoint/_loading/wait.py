@@ -84,7 +84,7 @@ class Timed:
         from torch.utils.data._utils.pin_memory import pin_memory  # the function torch's pin thread calls
 
         start = _clock()
-        pinned = pin_memory(self.batch, device)
+        pinned = pin_memory(self.batch, device)  # type: ignore[no-untyped-call]
         return dataclasses.replace(self, batch=pinned, pin_s=_clock() - start)
 
 

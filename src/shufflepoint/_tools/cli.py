@@ -360,7 +360,8 @@ def _refused(command: str, message: str, json_path: str | None) -> int:
 
 def _headroom(args: argparse.Namespace) -> int:
     from shufflepoint._tools import headroom as _headroom_tool
-    from shufflepoint._tools.audit.config import UsageError, load_target, parse_target
+    from shufflepoint._tools.audit.config import load_target, parse_target
+    from shufflepoint._tools.audit.verdicts import UsageError
 
     try:
         factory = load_target(parse_target(args.target))
