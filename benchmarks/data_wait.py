@@ -28,7 +28,7 @@ def per_batch_cost_us(batch_size: int) -> float:
 
     def one() -> None:
         start = time.perf_counter()
-        batch = wait.BatchIndices(indices)
+        batch = wait.BatchIndices(indices)  # to a worker (0 workers: a clock read instead)
         envelope = collate(samples)
         meter.received(start, time.perf_counter(), 0, envelope)
         del batch
@@ -43,7 +43,7 @@ def per_batch_cost_us(batch_size: int) -> float:
 @contextlib.contextmanager
 def unmeasured() -> Iterator[None]:
     """The loader with the measurement's calls replaced by pass-throughs (the batch sampler still counts)."""
-    def plain(self: wait.CountedBatches) -> Iterator[list[int]]:
+    def plain(self: wait.CountedBatches) -> Iterator[list[int]]:  # counted, not wrapped, no clock
         for batch in torch.utils.data.BatchSampler.__iter__(self):
             self.dispatched += 1
             yield batch

@@ -230,7 +230,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             num_workers=num_workers, **torch_dataloader_kwargs,
         )
         # torch's BatchSampler, counting what it hands the workers (the prefetch depth); set as set_batch_size does
-        object.__setattr__(self, "batch_sampler", CountedBatches(sampler, batch_size, drop_last))
+        object.__setattr__(self, "batch_sampler", CountedBatches(sampler, batch_size, drop_last, num_workers > 0))
         self._wait = WaitMeter(rank, prefetch_limit(num_workers, torch_dataloader_kwargs.get("prefetch_factor")))
 
     def __repr__(self) -> str:

@@ -55,29 +55,36 @@ class BatchIndices(list):  # type: ignore[type-arg]
 
 class CountedBatches(torch.utils.data.BatchSampler):
     """torch's ``BatchSampler``, counting the batches handed to the fetchers (the prefetch depth is that count
-    minus the batches the loop received) and sending each as ``BatchIndices``."""
+    minus the batches the loop received); to workers, each is sent as ``BatchIndices``."""
 
-    def __init__(self, sampler: Any, batch_size: int, drop_last: bool) -> None:
+    def __init__(self, sampler: Any, batch_size: int, drop_last: bool, to_workers: bool) -> None:
         super().__init__(sampler, batch_size, drop_last)
-        self.dispatched = 0
+        self.dispatched, self.to_workers = 0, to_workers
 
     def __iter__(self) -> Iterator[list[int]]:
-        for batch in super().__iter__():
-            self.dispatched += 1
-            _started[0] = _clock()  # read in this process (num_workers=0): the batch begins now
-            yield BatchIndices(batch)
+        if self.to_workers:
+            for batch in super().__iter__():
+                self.dispatched += 1
+                yield BatchIndices(batch)
+        else:
+            for batch in super().__iter__():
+                self.dispatched += 1
+                _started[0] = _clock()  # read in this process: the batch begins now
+                yield batch
 
 
-@dataclasses.dataclass
 class Timed:
     """A batch and where its time went, from the worker that made it to the loader, which opens it."""
 
-    batch: Any
-    worker: int
-    read_s: float
-    transform_s: float
-    collate_s: float
-    pin_s: float = 0.0
+    __slots__ = ("batch", "worker", "read_s", "transform_s", "collate_s", "pin_s")
+
+    def __init__(self, batch: Any, worker: int, read_s: float, transform_s: float, collate_s: float,
+                 pin_s: float = 0.0) -> None:
+        self.batch, self.worker, self.read_s, self.transform_s, self.collate_s, self.pin_s = (
+            batch, worker, read_s, transform_s, collate_s, pin_s)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return Timed, (self.batch, self.worker, self.read_s, self.transform_s, self.collate_s, self.pin_s)
 
     def pin_memory(self, device: Any = None) -> Timed:
         """torch's pin thread pins what it is handed: the batch inside, timed (transfer)."""
@@ -85,7 +92,7 @@ class Timed:
 
         start = _clock()
         pinned = pin_memory(self.batch, device)  # type: ignore[no-untyped-call]
-        return dataclasses.replace(self, batch=pinned, pin_s=_clock() - start)
+        return Timed(pinned, self.worker, self.read_s, self.transform_s, self.collate_s, _clock() - start)
 
 
 class TimedCollate:
@@ -196,7 +203,9 @@ class WaitMeter:
         self.last = end
         if type(batch) is not Timed:
             return batch
-        times = self.workers.setdefault(batch.worker, [0, 0.0, 0.0, 0.0])
+        times = self.workers.get(batch.worker)
+        if times is None:
+            times = self.workers[batch.worker] = [0, 0.0, 0.0, 0.0]
         times[0] += 1
         times[1] += batch.read_s
         times[2] += batch.transform_s
