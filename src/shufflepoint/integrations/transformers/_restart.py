@@ -46,6 +46,18 @@ def restart_epoch(loader: Any, state: dict[str, Any], path: str, global_step: in
     return Placement(epoch, 0, global_step, updates_per_epoch(len(loader), accumulation), accumulation)
 
 
+def refuse_another_length(loader: Any, state: dict[str, Any], path: str) -> None:
+    """An exact resume of a dataset whose length changed is refused, naming the Trainer's way on."""
+    saved_n, now_n = _field(state, "n", path), int(loader.state_dict()["n"])
+    if saved_n != now_n:
+        raise StateError(refusal(
+            "state field 'n'", saved_n, f"{now_n} (len(dataset) now)",
+            "resume with the dataset the checkpoint was written with; or, to go on with this one, pass "
+            f"ignore_data_skip=True: epoch {_field(state, 'epoch', path)} restarts in this dataset's order, "
+            "and a ResumeWarning says which samples may be trained again",
+            why=f"the dataset changed length since the checkpoint ({path})"))
+
+
 def _epoch_of(state: dict[str, Any], path: str, saved_n: int) -> tuple[int, int]:
     """(the epoch to restart, the samples of it trained before the checkpoint) from a state of another dataset:
     its epoch, or the next one where its cursor had reached the epoch's end."""

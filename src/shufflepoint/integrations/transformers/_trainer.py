@@ -32,7 +32,7 @@ from shufflepoint.integrations.transformers._numbering import (
 )
 from shufflepoint.integrations.transformers._options import check_options, per_rank_batch_size
 from shufflepoint.integrations.transformers._ramp import follow_data
-from shufflepoint.integrations.transformers._restart import restart_epoch
+from shufflepoint.integrations.transformers._restart import refuse_another_length, restart_epoch
 from shufflepoint.integrations.transformers._schedule import ContinueSchedule, continue_schedule
 
 if TYPE_CHECKING:
@@ -349,6 +349,7 @@ class ResumableTrainerMixin(_TrainerBase):
         if self.args.ignore_data_skip:
             return restart_epoch(loader, state, os.path.join(folder, LOADER_STATE_FILE), self.state.global_step,
                                  accumulation)
+        refuse_another_length(loader, state, os.path.join(folder, LOADER_STATE_FILE))
         loader.load_state_dict(state)
         placement = place(loader.epoch, len(loader), loader.batches_left(), accumulation)
         if placement.epoch != loader.epoch:
