@@ -132,6 +132,8 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "buckets": ((str, type(None)), "a string (the bucket keys' fingerprint) or None"),
 }
 FIELDS: tuple[str, ...] = tuple(_SCHEMA)
+"""The fields of a loader's or a sampler's ``state_dict()``, in the order written; docs/state-format.md
+says what each holds (public as ``shufflepoint.STATE_FIELDS``)."""
 _ADDED_IN = {"deal": 2, "segments": 2, "steps": 3, "history": 3, "excluded": 3, "handed": 3,
              "excluded_at": 3, "shuffle_block": 4, "grid": 4, "phases": 4,
              "ramp": 4, "buckets": 4}  # the version adding it

@@ -282,14 +282,17 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
 
     @property
     def rank(self) -> int:
+        """This process's rank among the ranks the loader shards over (``rank=``, else its group's)."""
         return self._rank
 
     @property
     def world_size(self) -> int:
+        """How many ranks the loader shards over now (after a resume, the new run's, not the state's)."""
         return self._position.layout.world_size
 
     @property
     def seed(self) -> int:
+        """The seed of the order (``seed=``; a resume refuses a state of another)."""
         return self._seed
 
     def set_epoch(self, epoch: int) -> None:

@@ -34,8 +34,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from shufflepoint._errors import ShardError
+from shufflepoint._shards.index import hub_listing, index_file, sidecar
 from shufflepoint._shards.index import index as _index
-from shufflepoint._shards.index import index_file, sidecar
 from shufflepoint._shards.index.indexing import glob_key, parse_published, published_name
 from shufflepoint._shards.readers import infer_format, make_reader
 from shufflepoint._shards.storage.storage import Storage, is_remote
@@ -44,6 +44,8 @@ from shufflepoint._shards.storage.storage import Storage, is_remote
 def listing(storage: Storage, sources: str | Sequence[str], format: str | None, options: dict[str, Any],
             cache_dir: str) -> tuple[list[str], _index.CorpusIndex | None]:
     """The shard URLs of ``sources``, and the published index they were read from (None: listed by the storage)."""
+    if hub_listing.is_hub_sources(sources):
+        return hub_listing.listing(storage, sources, cache_dir), None  # pinned to a commit, listed once a node
     found = from_published(storage, sources, format, options, cache_dir)
     if found is not None:
         urls = found.urls()

@@ -9,6 +9,7 @@ Words: docs/glossary.md (shard, corpus index).
 from __future__ import annotations
 
 import errno
+import re
 from collections.abc import Iterator
 
 from shufflepoint._errors import ShardError
@@ -61,7 +62,8 @@ _TRANSIENT_ERRNOS = frozenset(getattr(errno, name) for name in (
     "EIO", "EREMOTEIO", "EBUSY", "EAGAIN", "ETIMEDOUT", "ECONNRESET", "ECONNABORTED", "ECONNREFUSED", "EPIPE",
     "ENETUNREACH", "ENETDOWN", "ENETRESET", "EHOSTUNREACH", "EHOSTDOWN") if hasattr(errno, name))
 _STORAGE_MODULES = frozenset({"aiohttp", "botocore", "aiobotocore", "s3fs", "gcsfs", "fsspec", "google", "urllib3",
-                              "requests", "adlfs", "azure", "http", "ssl", "socket"})
+                              "requests", "adlfs", "azure", "http", "ssl", "socket", "huggingface_hub",
+                              "httpx", "httpx2"})
 
 
 def _chain(error: BaseException) -> Iterator[BaseException]:
@@ -73,12 +75,16 @@ def _chain(error: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or current.__context__
 
 
-def _status(error: BaseException) -> int | None:
-    """The HTTP status an error carries (aiohttp ``status``, gcsfs ``code``, botocore ``response``)."""
+def status(error: BaseException) -> int | None:
+    """The HTTP status an error carries (aiohttp ``status``, gcsfs ``code``, botocore ``response``,
+    huggingface_hub's and httpx's ``response.status_code``)."""
     response = getattr(error, "response", None)
     if isinstance(response, dict):
-        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        return status if isinstance(status, int) else None
+        found = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        return found if isinstance(found, int) else None
+    code = getattr(response, "status_code", None)
+    if isinstance(code, int) and not isinstance(code, bool) and 100 <= code < 600:
+        return code
     for name in ("status", "status_code", "code"):
         value = getattr(error, name, None)
         if isinstance(value, int) and not isinstance(value, bool) and 100 <= value < 600:
@@ -94,13 +100,36 @@ def _transient(error: BaseException) -> bool:
     response = getattr(error, "response", None)
     if isinstance(response, dict) and response.get("Error", {}).get("Code") in _TRANSIENT_CODES:
         return True
-    status = _status(error)
-    return status is not None and (status >= 500 or status in (408, 429))
+    found = status(error)
+    return found is not None and (found >= 500 or found in (408, 429))
+
+
+def rate_limited(error: BaseException) -> bool:
+    """Whether the storage answered HTTP 429 (too many requests), anywhere along the cause chain."""
+    return any(status(e) == 429 for e in _chain(error))
+
+
+def retry_after(error: BaseException) -> float | None:
+    """The seconds a throttled answer asks the client to wait: ``Retry-After`` (seconds), or the ``t=`` of the
+    ``RateLimit`` header (the IETF draft the Hugging Face Hub answers 429s with); None when it says neither."""
+    for found in _chain(error):
+        headers = getattr(getattr(found, "response", None), "headers", None)
+        if headers is None or not hasattr(headers, "get"):
+            continue
+        text = str(headers.get("Retry-After") or "").strip()
+        if text.isdigit():
+            return float(text)
+        reset = re.search(r"(?:^|;)\s*t=(\d+)", str(headers.get("RateLimit") or ""))
+        if reset:
+            return float(reset.group(1))
+    return None
 
 
 def kind(error: BaseException) -> str:
     """"missing", "transient" (retry), "permanent" (a ShardError now) or "bug" (raised as is)."""
     if isinstance(error, FileNotFoundError) or (isinstance(error, OSError) and error.errno == errno.ENOENT):
+        return "missing"
+    if isinstance(error, OSError) and status(error) == 404:  # huggingface_hub: an HTTP error, not FileNotFoundError
         return "missing"
     if isinstance(error, (PermissionError, IsADirectoryError, NotADirectoryError)):
         return "permanent"

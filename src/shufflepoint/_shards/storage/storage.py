@@ -29,12 +29,23 @@ from typing import IO, Any, NamedTuple, TypeVar, cast
 
 from shufflepoint._errors import Plain, ShardError, refusal
 from shufflepoint._shards.index.integrity import stream_checksum
-from shufflepoint._shards.storage.faults import Truncated, changed, check_version, describe, kind, vanished
+from shufflepoint._shards.storage import hub
+from shufflepoint._shards.storage.faults import (
+    Truncated,
+    changed,
+    check_version,
+    describe,
+    kind,
+    rate_limited,
+    retry_after,
+    vanished,
+)
 
 T = TypeVar("T")
 _MAX_DELAY_S = 30.0
 PUBLISHED_PREFIX = ".shufflepoint-index"  # index sidecars beside a corpus are never shards
-_EXTRAS = "pip install 'shufflepoint[s3]' (s3://), 'shufflepoint[gcs]' (gs://) or 'shufflepoint[fsspec]'"
+_EXTRAS = ("pip install 'shufflepoint[s3]' (s3://), 'shufflepoint[gcs]' (gs://), 'shufflepoint[hf]' (hf://) or "
+           "'shufflepoint[fsspec]'")
 
 
 class ObjectInfo(NamedTuple):
@@ -131,9 +142,15 @@ class Storage:
                                           "fault)") from error
                 last = error
                 if attempt + 1 < attempts:
-                    time.sleep(min(_MAX_DELAY_S, self.backoff * 2 ** attempt) * (0.5 + random.random()))
+                    backoff = min(_MAX_DELAY_S, self.backoff * 2 ** attempt) * (0.5 + random.random())
+                    time.sleep(max(backoff, min(_MAX_DELAY_S, retry_after(error) or 0.0)))
         if isinstance(last, Truncated):
             raise ShardError(url, f"{last} ({what} failed after {attempts} attempts)") from last
+        if last is not None and rate_limited(last):
+            raise ShardError(url, f"rate limited: {what} was answered HTTP 429 (too many requests) {attempts} times, "
+                                  "with backoff in between; wait and resume, send fewer requests at once (fewer "
+                                  "processes or read-ahead), or use a token with a higher limit (Hub: HF_TOKEN); "
+                                  f"raise retries= to wait longer ({describe(last)})") from last
         raise ShardError(url, f"{what} failed after {attempts} attempts: {describe(last)}") from last
 
     # -- listing -----------------------------------------------------------------------------
@@ -231,12 +248,25 @@ class Storage:
                                      "one path or URL a line", "list the shards in it, one a line"))
         return self._listed_sources(entries)
 
+    def remember(self, url: str, info: ObjectInfo) -> None:
+        """What a listing kept elsewhere (the node's copy of a Hub listing) says of ``url``: no request for it."""
+        self._listed[url] = info
+
+    def retrying(self, url: str, what: str, call: Callable[[], T]) -> T:
+        """``call()`` with this storage's retries (``_retrying``): a ShardError naming ``url`` when they run out."""
+        return self._retrying(url, what, call)
+
     # -- one object ----------------------------------------------------------------------------
     def info(self, url: str) -> ObjectInfo:
         """Size and version of one object (from the listing when a glob listed it)."""
         listed = self._listed.get(url)
         if listed is not None:
             return listed
+        if hub.is_hub(url):
+            found = self._retrying(url, "looking it up", lambda: hub.HubFiles(self.storage_options).info(url))
+            if found is None:
+                raise ShardError(url, "not found: no such file at that commit of the Hub repository")
+            return ObjectInfo(*found)
         if not is_remote(url):
             try:
                 stat = os.stat(_local(url))
@@ -300,6 +330,10 @@ class Storage:
             with open(self.local_path(url, size, version), "rb") as local:
                 yield lambda start, end: _read_at(local, start, end)
             return
+        if hub.is_hub(url):  # one ranged GET per range, pinned to the commit in the URL
+            files = hub.HubFiles(self.storage_options)
+            yield lambda start, end: self._retrying(url, what, lambda: _hub_range(files, url, start, end, size))
+            return
         fs = self._fs(url)
         opened: list[IO[bytes]] = []
         if _is_s3(fs):  # one request per range: the GET's own response says the object's size and version
@@ -358,11 +392,17 @@ class Storage:
     def _open(self, url: str) -> IO[bytes]:
         if not is_remote(url):
             return open(_local(url), "rb")
+        if hub.is_hub(url):
+            return self._hub_stream(url, self.info(url).size)
         source: IO[bytes] = self._fs(url).open(url, "rb", block_size=self.chunk_bytes, cache_type="none")
         return source
 
+    def _hub_stream(self, url: str, size: int) -> IO[bytes]:
+        """A pinned Hub file of ``size`` bytes, read front to back by ranged GETs (no lookup: the index knows it)."""
+        return cast(IO[bytes], hub.HubStream(hub.HubFiles(self.storage_options), url, size))
+
     def _fetch_once(self, url: str, out: IO[bytes], size: int, version: str) -> None:
-        with self._open(url) as source:
+        with self._hub_stream(url, size) if hub.is_hub(url) else self._open(url) as source:
             reported, now = _reported(source) if is_remote(url) else _stat(os.fstat(source.fileno()))
             if isinstance(reported, int):
                 check_version(url, size, version, reported, now)
@@ -427,6 +467,16 @@ def _s3_range(fs: Any, url: str, start: int, end: int, size: int, version: str) 
     return data
 
 
+def _hub_range(files: hub.HubFiles, url: str, start: int, end: int, size: int) -> bytes:
+    """Bytes [start, end) of a pinned Hub file, checked against the recorded size by the response's own
+    Content-Range (the commit in the URL pins the content: its blob cannot change under it)."""
+    found_size, data = files.read(url, start, end)
+    check_version(url, size, "", found_size, "")
+    if len(data) != end - start:
+        raise Truncated(start + len(data), end)
+    return data
+
+
 def _stat(stat: os.stat_result) -> tuple[int, str]:
     """A local file's (size, version): its mtime_ns is what a rewrite changes."""
     return stat.st_size, str(stat.st_mtime_ns)
@@ -464,7 +514,8 @@ def _resolve(folder: str, line: str) -> str:
 
 
 def version_of(detail: dict[str, Any]) -> str:
-    for key in ("generation", "ETag", "etag", "mtime", "LastModified", "last_modified", "Last-Modified", "created"):
+    for key in ("generation", "ETag", "etag", "mtime", "LastModified", "last_modified", "Last-Modified", "created",
+                "blob_id"):  # blob_id: a Hub file's git object id
         if detail.get(key) is not None:
             return str(detail[key]).strip('"')
     return ""
