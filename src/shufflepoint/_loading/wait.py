@@ -152,10 +152,12 @@ class DataWait:
 
     @property
     def wait_share(self) -> float:
+        """``wait_s / step_s``: the part of the loop's time spent waiting for data, 0 to 1 (0 before a batch)."""
         return self.wait_s / self.step_s if self.step_s > 0 else 0.0
 
     @property
     def prefetch_depth(self) -> float:
+        """The batches in flight when the loop asked for one, on average (0 before a batch, or without workers)."""
         return self.in_flight / self.batches if self.batches else 0.0
 
     def __sub__(self, other: DataWait) -> DataWait:
