@@ -176,7 +176,6 @@ class ResumableTrainerMixin(_TrainerBase):
                      else self._place_loader(loader, folder, accumulation))
         if placement is None:  # not written by a shufflepoint Trainer: placed by global_step later
             return max_steps
-
         saved = self._saved_budget(folder)
         if folder is not None and saved is not None and saved.max_steps == self.args.max_steps \
                 and self._continues_saved_run(loader, folder):  # its own steps: the budget is its max_steps
@@ -305,7 +304,7 @@ class ResumableTrainerMixin(_TrainerBase):
                 f"{step * accumulation} batches): exact only if this run has the saved run's world size, batch "
                 "size and gradient accumulation, and was written with the shufflepoint order",
                 ResumeWarning, stacklevel=2)
-            loader.seek(epoch, min(step * accumulation, len(loader)))
+            loader.seek(epoch, 0 if self.args.ignore_data_skip else min(step * accumulation, len(loader)))
             placement = place(loader.epoch, len(loader), loader.batches_left(), accumulation)
         if not placement.aligned and not _touch.has_resume_hook(self._shufflepoint_version):
             warnings.warn(
