@@ -203,3 +203,16 @@ def test_every_log_carries_the_data_wait_share(tmp_path):
     logged = [entry for entry in trainer.state.log_history if "loss" in entry]
     assert len(logged) == 2 and all(0 <= entry["data_wait_share"] <= 1 for entry in logged)
     assert trainer._shufflepoint_loader.data_wait().batches == 4
+
+
+def test_a_stock_checkpoint_resumed_with_ignore_data_skip_starts_its_epoch_from_the_first_batch(tmp_path):
+    folder = _train_and_save(tmp_path)
+    os.remove(os.path.join(folder, LOADER_STATE_FILE))
+    whole = Seen(model=_model(), args=_args(tmp_path / "whole", max_steps=2), train_dataset=Tokens(),
+                 data_collator=_collate)
+    whole.train()
+    trainer = Seen(model=_model(), args=_args(tmp_path, ignore_data_skip=True), train_dataset=Tokens(),
+                   data_collator=_collate)
+    with pytest.warns(shufflepoint.ResumeWarning, match=f"{LOADER_STATE_FILE} not found"):
+        trainer.train(resume_from_checkpoint=folder)
+    assert trainer.seen[:2] == whole.seen and trainer.state.global_step == 12

@@ -306,6 +306,8 @@ class ResumableTrainerMixin(_TrainerBase):
                 ResumeWarning, stacklevel=2)
             loader.seek(epoch, 0 if self.args.ignore_data_skip else min(step * accumulation, len(loader)))
             placement = place(loader.epoch, len(loader), loader.batches_left(), accumulation)
+            if self.args.ignore_data_skip:  # as stock: the epoch's data from its start, global_step on from the saved
+                placement = dataclasses.replace(placement, global_step=self.state.global_step)
         if not placement.aligned and not _touch.has_resume_hook(self._shufflepoint_version):
             warnings.warn(
                 f"resumed {placement.batches_done} batches into epoch {placement.epoch}, not a whole number of "
