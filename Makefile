@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test test-examples test-locality test-skips test-mixture test-hub test-wheel test-repeat test-explore exit-soak test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards bench-ranged \
-	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-images bench-which bench-tail bench-scale soak lint clean test-accelerate-matrix test-transformers-matrix \
+	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-images bench-which bench-tail bench-scale soak lint clean test-accelerate-matrix test-transformers-matrix test-trainer-options bench-data-wait bench-ray \
 	docs docs-build
 
 $(STAMP): pyproject.toml requirements-dev.txt
@@ -34,6 +34,11 @@ test: $(STAMP)
 # scenario of make test that covers its path).
 test-examples: $(STAMP)
 	$(PY) -m pytest -q -m examples tests/distributed
+
+# The stock Trainer options that change who reads what (split_batches, even_batches, ignore_data_skip) on 2
+# processes, beside the stock Trainer (issue 44.5; ~25 s, 2 launches): tests/distributed/test_trainer_options.py
+test-trainer-options: $(STAMP)
+	$(PY) -m pytest -q -m trainer_options tests/distributed
 
 # GET bytes per simulated node (own cache folder and S3 key) for a Mixture under spans, ~1 min (issue 33)
 test-locality: $(STAMP)
@@ -200,6 +205,11 @@ bench-busy: $(STAMP)
 # A slow sample does not stall the rest (issue 34.4): the loop's data wait with long-tailed sample costs (3% of
 # samples 20x slower), prefetch_factor 2 and 8, decode_threads=4, torch's in_order=False for reference; then real
 # clips of small and large videos (VideoClips). ~2.5 min; results in benchmarks/results/tail-*.md.
+# The cost of measuring the data wait (DataLoader.data_wait()): the measurement's calls per batch, and an in-memory
+# loader's batches/s with and without them (issue 44.4; ~1 min)
+bench-data-wait: $(STAMP)
+	$(PY) benchmarks/data_wait.py
+
 bench-tail: $(STAMP)
 	$(PY) benchmarks/tail.py
 	$(PY) benchmarks/tail.py --videos --batch-size 4 --step 60 --batches 40 --warmup 4 --rounds 2 \
@@ -322,7 +332,8 @@ test-accelerate-matrix:
 # share the dev venv).
 TRANSFORMERS_VERSIONS := 4.57.1
 TRANSFORMERS_TESTS := -m 'examples or not examples' tests/integrations/test_transformers_placement.py tests/integrations/test_transformers_trainer.py \
-	tests/integrations/test_transformers_ramp.py tests/distributed/test_integration_transformers.py tests/distributed/test_audit_trainer.py
+	tests/integrations/test_transformers_ramp.py tests/distributed/test_integration_transformers.py tests/distributed/test_audit_trainer.py \
+	tests/distributed/test_trainer_options.py
 
 # TRANSFORMERS_DEV=0 leaves out the dev stack's run (CI: make test and make test-examples run those tests there).
 TRANSFORMERS_DEV ?= 1

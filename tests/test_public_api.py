@@ -4,6 +4,7 @@ import shufflepoint
 
 EXPECTED = {
     "DataLoader",
+    "DataWait",
     "DecodeImage",
     "HubError",
     "Identified",
@@ -23,6 +24,7 @@ EXPECTED = {
     "STATE_FIELDS",
     "StateError",
     "VideoClips",
+    "WorkerTime",
     "__version__",
     "collate",
     "patch_accelerate",

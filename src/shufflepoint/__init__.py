@@ -15,6 +15,7 @@ from shufflepoint._errors import HubError, ResumeWarning, SampleError, ShardErro
 from shufflepoint._loading.loader import DataLoader
 from shufflepoint._loading.randomness import sample_rng, torch_generator
 from shufflepoint._loading.sampler import ResumableSampler
+from shufflepoint._loading.wait import DataWait, WorkerTime
 from shufflepoint._media.images import DecodeImage
 from shufflepoint._media.video import VideoClips
 from shufflepoint._order import ORDERS, Permutation, permutation
@@ -29,6 +30,7 @@ __all__ = [
     "ORDERS",
     "STATE_FIELDS",
     "DataLoader",
+    "DataWait",
     "DecodeImage",
     "HubError",
     "Identified",
@@ -46,6 +48,7 @@ __all__ = [
     "Shards",
     "StateError",
     "VideoClips",
+    "WorkerTime",
     "__version__",
     "collate",
     "patch_accelerate",

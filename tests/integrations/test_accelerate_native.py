@@ -182,3 +182,27 @@ def test_tail_trim_matches_the_deal(world_size: int, deal: str) -> None:
 def test_tail_trim_with_drop_last_trims_nothing() -> None:
     for deal in ("strided", "spans"):
         assert _tail_trim(_positioned(67, 2, 4, deal, 0, drop_last=True)) == (0, None)
+
+
+def test_each_pass_logs_its_data_wait_with_the_runs_logger(patched, caplog) -> None:
+    """Without trackers: one line on the ``shufflepoint`` logger at each pass's end; with trackers, the numbers
+    through ``accelerator.log``. ``log_data_wait`` logs the window since its last call at any step."""
+    from shufflepoint.integrations.accelerate import log_data_wait
+
+    accelerator = _accelerator()
+    prepared = accelerator.prepare(_loader())
+    with caplog.at_level("INFO", logger="shufflepoint"):
+        list(prepared)
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "shufflepoint"]
+    assert line.startswith("data wait: rank 0: 3 batches, waited ")
+    logged = []
+    accelerator.trackers = [object()]  # a tracker is set: accelerator.log is the run's logger
+    accelerator.log = lambda values, step=None: logged.append((values, step))
+    iterator = iter(prepared)
+    next(iterator)
+    assert log_data_wait(accelerator, prepared, step=7).batches == 4  # the first pass's 3, and 1 since
+    ((values, step),) = logged
+    assert step == 7 and set(values) == {"data_wait_share", "data_wait_s", "data_batches", "data_prefetch_depth"}
+    assert log_data_wait(accelerator, prepared).batches == 0 and len(logged) == 1  # nothing new: nothing logged
+    with pytest.raises(TypeError, match="log_data_wait\\(loader=\\): found list"):
+        log_data_wait(accelerator, [])

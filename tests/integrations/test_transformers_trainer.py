@@ -3,7 +3,6 @@ settings, what it refuses (by name), the version range, and a checkpoint without
 The resume itself is tested on 2 processes: tests/distributed/test_integration_transformers.py."""
 
 import os
-import warnings
 
 import pytest
 
@@ -130,111 +129,90 @@ def test_every_callback_sees_the_runs_step_numbers_from_on_train_begin(tmp_path)
     assert seen == [(4, 8)] and trainer.state.global_step == 8
 
 
-def test_ignore_data_skip_is_refused_on_resume(tmp_path):
+class Seen(Trainer):
+    """Records the sample ids (first token) of every batch it trains."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.seen = []
+
+    def training_step(self, model, inputs, *args, **kwargs):
+        self.seen.append(inputs["input_ids"][:, 0].tolist())
+        return super().training_step(model, inputs, *args, **kwargs)
+
+
+def test_ignore_data_skip_restarts_the_checkpoints_epoch_as_stock_with_a_warning(tmp_path):
+    """Stock: on resume, no data skipped: the checkpoint's epoch from its first batch, global_step and the run's
+    end (max_steps) going on from the checkpoint's. Saved at step 4 of epoch 0 (6 steps an epoch, 12 in all)."""
     folder = _train_and_save(tmp_path)
-    trainer = Trainer(model=_model(), args=_args(tmp_path, ignore_data_skip=True), train_dataset=Tokens(),
-                      data_collator=_collate)
-    with warnings.catch_warnings(), pytest.raises(ValueError, match="ignore_data_skip: found True\n  expected: False"):
+    whole = Seen(model=_model(), args=_args(tmp_path / "whole"), train_dataset=Tokens(), data_collator=_collate)
+    whole.train()
+    trainer = Seen(model=_model(), args=_args(tmp_path, ignore_data_skip=True), train_dataset=Tokens(),
+                   data_collator=_collate)
+    with pytest.warns(shufflepoint.ResumeWarning, match=r"ignore_data_skip=True: the data restarts at the first "
+                      r"batch of epoch 0, while global_step goes on from 4\. Up to 16 samples of epoch 0"):
         trainer.train(resume_from_checkpoint=folder)
+    assert trainer.seen == whole.seen[:8], "not epoch 0 from its first batch, then epoch 1"
+    assert trainer.state.global_step == 12
 
 
-def test_the_mixin_goes_on_another_trainer_subclass(tmp_path):
-    """A TRL-like subclass with its own constructor arguments and loss: the mixin goes first."""
-    from shufflepoint.integrations.transformers import ResumableTrainerMixin
+def test_ignore_data_skip_continues_on_a_dataset_whose_length_changed(tmp_path):
+    """An exact resume refuses a dataset of another length; ignore_data_skip=True restarts the checkpoint's epoch
+    in the new dataset's order, and says what may repeat."""
 
-    class SFTLike(transformers.Trainer):
-        def __init__(self, *args, formatting_func=None, **kwargs):
-            super().__init__(*args, **kwargs)
-            self.formatting_func = formatting_func
+    class More(Tokens):
+        def __len__(self):
+            return 28
 
-        def compute_loss(self, model, inputs, *args, **kwargs):
-            return super().compute_loss(model, inputs, *args, **kwargs)
-
-    class Resumable(ResumableTrainerMixin, SFTLike):
-        pass
-
-    trainer = Resumable(model=_model(), args=_args(tmp_path), train_dataset=Tokens(), data_collator=_collate,
-                        formatting_func=str, seed_per_sample=True)
-    assert trainer.formatting_func is str
-    assert isinstance(trainer.get_train_dataloader(), shufflepoint.DataLoader)
-
-
-def test_the_schedule_continues_at_the_placed_step():
-    from shufflepoint.integrations.transformers._schedule import continue_schedule
-
-    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    linear = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / 10)
-    continue_schedule(linear, optimizer, 4)
-    assert linear.last_epoch == 4 and optimizer.param_groups[0]["lr"] == pytest.approx(0.6)
-    assert linear.get_last_lr() == [pytest.approx(0.6)]
-    stepped = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2)
-    with pytest.warns(shufflepoint.ResumeWarning, match="StepLR continues at its saved step count"):
-        continue_schedule(stepped, optimizer, 4)
+    folder = _train_and_save(tmp_path)
+    refused = Trainer(model=_model(), args=_args(tmp_path), train_dataset=More(), data_collator=_collate)
+    with pytest.raises(shufflepoint.StateError, match="state field 'n': found 24\n  expected: 28 .*\n.*\n  fix: "
+                       "resume with the dataset the checkpoint was written with; or, to go on with this one, pass "
+                       "ignore_data_skip=True: epoch 0 restarts"):
+        refused.train(resume_from_checkpoint=folder)
+    fresh = Seen(model=_model(), args=_args(tmp_path / "fresh", max_steps=3), train_dataset=More(),
+                 data_collator=_collate)
+    fresh.train()
+    trainer = Seen(model=_model(), args=_args(tmp_path, ignore_data_skip=True), train_dataset=More(),
+                   data_collator=_collate)
+    with pytest.warns(shufflepoint.ResumeWarning, match="the dataset has 28 samples now, the checkpoint's 24: "
+                      "epoch 0 is this dataset's order.*Up to 16 samples of epoch 0"):
+        trainer.train(resume_from_checkpoint=folder)
+    assert trainer.seen[:3] == fresh.seen, "not epoch 0 of the new dataset from its first batch"
+    assert trainer.state.global_step == 2 * 7  # 28 / 4 = 7 steps an epoch now
 
 
-def test_a_trainer_listed_before_the_mixin_is_refused_at_class_creation():
-    """Listed after a Trainer, the mixin's methods are shadowed: the class would be the stock Trainer."""
-    from shufflepoint.integrations.transformers import ResumableTrainerMixin
-
-    class SFTLike(transformers.Trainer):
-        pass
-
-    with pytest.raises(TypeError, match=r"class Wrong\(SFTLike, ResumableTrainerMixin\): found SFTLike comes before "
-                                        r"ResumableTrainerMixin\n(.|\n)*  fix: list the mixin first, "
-                                        r"class Wrong\(ResumableTrainerMixin, SFTLike\)"):
-        class Wrong(SFTLike, ResumableTrainerMixin):
-            pass
-    with pytest.raises(TypeError, match="Trainer comes before ResumableTrainerMixin"):
-        class AlsoWrong(transformers.Trainer, ResumableTrainerMixin):
-            pass
-    with pytest.raises(TypeError, match="SFTLike comes before ResumableTrainerMixin"):
-        class OverOurs(SFTLike, Trainer):  # our Trainer after another Trainer subclass: the same shadowing
-            pass
-
-    class Right(ResumableTrainerMixin, SFTLike):
-        pass
-
-    class Further(Right):  # a subclass of a right one is right, and so is a plain mixin on the left
-        pass
-
-    class Logging:
-        pass
-
-    class WithAnotherMixin(Logging, ResumableTrainerMixin, SFTLike):
-        pass
-
-    assert [Right.get_train_dataloader, Further.get_train_dataloader, WithAnotherMixin.get_train_dataloader] == [
-        ResumableTrainerMixin.get_train_dataloader] * 3
+def test_split_batches_on_one_process_and_even_batches_without_drop_last_are_named(tmp_path):
+    split = Trainer(model=_model(), args=_args(tmp_path, accelerator_config={"split_batches": True}),
+                    train_dataset=Tokens(), data_collator=_collate)
+    assert split.get_train_dataloader().batch_size == 4  # one process: the whole batch
+    with pytest.raises(ValueError, match="accelerator_config.even_batches: found False\n  expected: True, or "
+                       "even_batches=False with dataloader_drop_last=True"):
+        Trainer(model=_model(), args=_args(tmp_path, accelerator_config={"even_batches": False}),
+                train_dataset=Tokens(), data_collator=_collate)
+    kept = Trainer(model=_model(), args=_args(tmp_path, accelerator_config={"even_batches": False},
+                                               dataloader_drop_last=True), train_dataset=Tokens(),
+                   data_collator=_collate)
+    assert kept.get_train_dataloader().drop_last
 
 
-def test_the_mixin_without_a_trainer_is_refused_at_init(tmp_path):
-    from shufflepoint.integrations.transformers import ResumableTrainerMixin
-
-    class Alone(ResumableTrainerMixin):
-        pass
-
-    with pytest.raises(TypeError, match="Alone: found ResumableTrainerMixin found no transformers.Trainer among its "
-                                        "bases\n  expected: a transformers.Trainer base"):
-        Alone(model=_model(), args=_args(tmp_path))
+def test_every_log_carries_the_data_wait_share(tmp_path):
+    trainer = Trainer(model=_model(), args=_args(tmp_path, logging_strategy="steps", logging_steps=2, max_steps=4),
+                      train_dataset=Tokens(), data_collator=_collate)
+    trainer.train()
+    logged = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert len(logged) == 2 and all(0 <= entry["data_wait_share"] <= 1 for entry in logged)
+    assert trainer._shufflepoint_loader.data_wait().batches == 4
 
 
-def test_trl_sft_trainer_before_the_mixin_is_refused():
-    trl = pytest.importorskip("trl")
-    from shufflepoint.integrations.transformers import ResumableTrainerMixin
-
-    with pytest.raises(TypeError, match=r"found SFTTrainer comes before ResumableTrainerMixin\n(.|\n)*"
-                                        r"  fix: list the mixin first, "
-                                        r"class Wrong\(ResumableTrainerMixin, SFTTrainer\)"):
-        class Wrong(trl.SFTTrainer, ResumableTrainerMixin):
-            pass
-
-    class Right(ResumableTrainerMixin, trl.SFTTrainer):
-        pass
-
-    assert Right.get_train_dataloader is ResumableTrainerMixin.get_train_dataloader
-
-
-def test_the_trainer_state_file_is_transformers_own():
-    from transformers.trainer import TRAINER_STATE_NAME
-
-    assert _touch.TRAINER_STATE_FILE == TRAINER_STATE_NAME
+def test_a_stock_checkpoint_resumed_with_ignore_data_skip_starts_its_epoch_from_the_first_batch(tmp_path):
+    folder = _train_and_save(tmp_path)
+    os.remove(os.path.join(folder, LOADER_STATE_FILE))
+    whole = Seen(model=_model(), args=_args(tmp_path / "whole", max_steps=2), train_dataset=Tokens(),
+                 data_collator=_collate)
+    whole.train()
+    trainer = Seen(model=_model(), args=_args(tmp_path, ignore_data_skip=True), train_dataset=Tokens(),
+                   data_collator=_collate)
+    with pytest.warns(shufflepoint.ResumeWarning, match=f"{LOADER_STATE_FILE} not found"):
+        trainer.train(resume_from_checkpoint=folder)
+    assert trainer.seen[:2] == whole.seen and trainer.state.global_step == 12

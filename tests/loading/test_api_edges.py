@@ -10,7 +10,8 @@ import shufflepoint
 # Where the loader stands: O(1) reads, no argument, nothing moves.
 PROPERTIES = {"epoch", "step", "cursor", "rank", "world_size", "seed", "deal", "excluded"}
 # Questions that compute (some take arguments) and changes of position.
-QUESTIONS = {"samples_left", "batches_left", "real_samples_left", "batches_this_epoch", "cursor_after", "which"}
+QUESTIONS = {"samples_left", "batches_left", "real_samples_left", "batches_this_epoch", "cursor_after", "which",
+             "data_wait"}
 CHANGES = {"seek", "set_epoch", "set_batch_size", "exclude", "load_state_dict", "state_dict"}
 
 

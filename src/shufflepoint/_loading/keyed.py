@@ -11,6 +11,7 @@ nothing here depends on the worker, the rank or the process's own RNG.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,10 +21,12 @@ import torch.utils.data
 from shufflepoint._errors import SampleError
 from shufflepoint._loading.randomness import batch_rng, sample_rng, saved_globals, seed_globals, seeded_globals
 from shufflepoint._loading.threads import SamplePool
+from shufflepoint._loading.wait import transform_timer
 from shufflepoint._shards.corpora.shards.locate import located_error
 
 Key = tuple[int, int, int]  # (epoch, position in the epoch's global stream, dataset index)
 Transform = Callable[[Any, np.random.Generator], Any]
+_timed = transform_timer()
 
 
 def keyed_chunks(chunks: Iterator[tuple[np.ndarray, np.ndarray]], epoch: int) -> Iterator[list[Key]]:
@@ -75,6 +78,7 @@ class KeyedDataset(torch.utils.data.Dataset[Any]):
 
     def _transformed(self, transform: Transform, sample: Any, rng: np.random.Generator, index: int) -> Any:
         """``transform(sample, rng)``; a bad sample (``SampleError``) is re-raised naming its shard and row."""
+        start = time.perf_counter()
         try:
             return transform(sample, rng)
         except SampleError as error:
@@ -84,6 +88,8 @@ class KeyedDataset(torch.utils.data.Dataset[Any]):
                 raise
             bad = SampleError(f"transform raised {type(error).__name__}: {error}")
             raise located_error(bad, self.dataset, index) from error
+        finally:
+            _timed(time.perf_counter() - start)  # the data wait's transform seconds (wait.py)
 
     def _keyed_transform(self, pair: tuple[Any, Key]) -> Any:
         """``transform(sample, rng)`` of a sample read in a batch, its generator keyed by (seed, epoch, index)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, overload
 
@@ -49,6 +50,7 @@ from shufflepoint._loading.skipping import (
     served_skipping,
     stop_text,
 )
+from shufflepoint._loading.wait import CountedBatches, DataWait, TimedCollate, WaitMeter, prefetch_limit
 from shufflepoint._order import check_int
 
 _END = object()  # the end of torch's iterator
@@ -247,10 +249,15 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         dataset = self._skipper or dataset
         dataset = threads(dataset)
         sampler = _PassSampler(self._position, rank, self._keyed, prefetch)
+        collate = torch_dataloader_kwargs.get("collate_fn") or torch.utils.data.default_collate
+        torch_dataloader_kwargs["collate_fn"] = TimedCollate(collate)  # the data wait (wait.py): a batch's times
         super().__init__(
             dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last,
             num_workers=num_workers, **torch_dataloader_kwargs,
         )
+        # torch's BatchSampler, counting what it hands the workers (the prefetch depth); set as set_batch_size does
+        object.__setattr__(self, "batch_sampler", CountedBatches(sampler, batch_size, drop_last, num_workers > 0))
+        self._wait = WaitMeter(rank, prefetch_limit(num_workers, torch_dataloader_kwargs.get("prefetch_factor")))
 
     def _announcer(self, dataset: Any) -> Callable[[np.ndarray, float], None] | None:
         """How the sampler tells the dataset as served its upcoming indices (``serving.announcer``). A loader whose
@@ -337,7 +344,8 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         live = self._position.begin_pass()  # before torch's iterator, whose workers ask the sampler at once
         dataset = self._position.orders.dataset
         tell_density(dataset, lambda: rank_density(live.cut, self._rank))  # before the workers copy it
-        return self._count(self._batches(), live)
+        dispatched = self._dispatched()  # before torch's iterator, which hands its workers batches at once
+        return self._count(self._batches(), live, dispatched)
 
     def _batches(self) -> Iterator[Any]:
         """torch's iterator, its workers started with the excluded set as it is now (``skip_bad_samples``)."""
@@ -345,7 +353,14 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             self._skipper.excluded = self._position.excluded.exclusion
         return super().__iter__()
 
-    def _count(self, batches: Iterator[Any], live: Pass) -> Iterator[Any]:
+    def _dispatched(self) -> int:
+        counted = self.batch_sampler
+        assert isinstance(counted, CountedBatches)
+        return counted.dispatched
+
+    def _count(self, batches: Iterator[Any], live: Pass, dispatched: int) -> Iterator[Any]:
+        wait, clock, received = self._wait, time.perf_counter, 0
+        wait.begin()
         while True:
             current = self._position.live
             if current is not live:
@@ -359,10 +374,14 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
                     )
                 live = current  # set_batch_size(), exclude(): batches prefetched under the old cut are dropped
                 del batches
+                dispatched, received = self._dispatched(), 0
                 batches = self._batches()
+            start, in_flight = clock(), self._dispatched() - dispatched - received  # the prefetch depth
             batch = next(batches, _END)
             if batch is _END:
                 break
+            received += 1
+            batch = wait.received(start, clock(), in_flight, batch)  # the worker's times taken off the batch
             if self._skipping is None:
                 live.received += 1
                 yield batch
@@ -393,6 +412,13 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         stop = over_limit(self._position.skipped, skips[0].step, self._skipping)  # type: ignore[arg-type]
         if stop is not None:
             raise RuntimeError(stop)
+
+    def data_wait(self, window: str | None = None) -> DataWait:
+        """This rank's data wait since the loader was built: batches received, seconds waited in ``next()`` and
+        their share of the loop's time, the prefetch depth, each worker's read, transform and collate seconds.
+        ``window="name"``: since the last call with that name (a logger's interval; ``later - earlier`` also is
+        one). O(workers); see docs/data-wait.md."""
+        return self._wait.reading(window)
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (a whole epoch, whatever the cursor; excluded samples taken out)."""

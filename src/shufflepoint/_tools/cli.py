@@ -8,6 +8,7 @@
     shufflepoint index SOURCES --tokens input_ids  # and the token counts, for Packed on every node
     shufflepoint doctor                   # versions, and whether the installed Accelerate has #4195
     shufflepoint which CKPT --step N --dataset TARGET  # the samples of step N, from the checkpoint alone
+    shufflepoint headroom TARGET --workers 0,2,4  # the pipeline alone: batches/s, and the stage that bounds it
 
 Exit codes (the ruff/ty convention): 0 clean, 1 findings (a verdict other than EXACT,
 SAME_GLOBAL_BATCHES or EXACTLY_ONCE, an order that cannot be recovered, a bug found), 2 usage or tool errors.
@@ -91,10 +92,38 @@ def _parser() -> argparse.ArgumentParser:
 
     _which_parser(commands)
 
+    _headroom_parser(commands)
+
     doctor = commands.add_parser(
         "doctor", help="versions, and whether the installed Accelerate has the #4195 resume bug (probed)")
     doctor.add_argument("--json", metavar="PATH", help="write the findings as JSON (- for stdout)")
     return parser
+
+
+def _worker_counts(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 0:
+        raise argparse.ArgumentTypeError(f"found {text!r}, expected worker counts >= 0 separated by commas, e.g. 0,2,4")
+    return counts
+
+
+def _headroom_parser(commands: Any) -> None:
+    headroom = commands.add_parser(
+        "headroom", help="run a data pipeline alone, with no model: batches/s at 0..N workers, and what bounds it",
+        description="TARGET's factory(num_workers=N) returns a shufflepoint.DataLoader. For each worker count it "
+                    "serves --warmup batches, then --batches timed ones, each moved to --device. Prints the "
+                    "batches a second and each stage's time a batch (read, transform, collate, transfer), and "
+                    "names the stage that bounds the rate. Exit 0, or 2 for usage errors.")
+    headroom.add_argument("target", metavar="TARGET", help="path/to/file.py:factory or package.module:factory")
+    headroom.add_argument("--workers", type=_worker_counts, default=[0, 1, 2, 4], metavar="N,N,...",
+                          help="the worker counts to run (default: 0,1,2,4)")
+    headroom.add_argument("--batches", type=_positive, default=50, help="timed batches each (default: %(default)s)")
+    headroom.add_argument("--warmup", type=_natural, default=5, help="batches before the timing (default: %(default)s)")
+    headroom.add_argument("--device", default="cpu", help="where each batch is moved, e.g. cuda (default: cpu)")
+    headroom.add_argument("--json", metavar="PATH", help="write the results as JSON (- for stdout)")
 
 
 def _inspect_and_index_parsers(commands: Any) -> None:
@@ -329,6 +358,21 @@ def _refused(command: str, message: str, json_path: str | None) -> int:
     return _usage_error(command, line)
 
 
+def _headroom(args: argparse.Namespace) -> int:
+    from shufflepoint._tools import headroom as _headroom_tool
+    from shufflepoint._tools.audit.config import load_target, parse_target
+    from shufflepoint._tools.audit.verdicts import UsageError
+
+    try:
+        factory = load_target(parse_target(args.target))
+        found = _headroom_tool.run_headroom(factory, args.workers, args.batches, args.warmup, args.device)
+    except (UsageError, _headroom_tool.HeadroomError) as error:
+        return _usage_error("headroom", str(error))
+    print(_headroom_tool.render(found), file=_out(args.json), flush=True)
+    _write_json(args.json, found)
+    return EXIT_OK
+
+
 def _doctor(args: argparse.Namespace) -> int:
     from shufflepoint._tools import doctor as _doctor
 
@@ -339,7 +383,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 _COMMANDS = {"audit": _audit, "demo": _demo, "inspect": _inspect, "index": _index, "doctor": _doctor,
-             "which": _which}
+             "which": _which, "headroom": _headroom}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -43,7 +43,8 @@ def exclude_at_save(loader: Any, count: int, dataset_length: int | None,
     indices = pick(dataset_length, count)
     dataset = getattr(loader.dataset, "dataset", loader.dataset)  # keyed randomness wraps the user's dataset
     try:
-        ids = identify(loader.collate_fn([dataset[i] for i in indices])) if indices else []
+        collate = getattr(loader.collate_fn, "collate_fn", loader.collate_fn)  # the loader times it (wait.py)
+        ids = identify(collate([dataset[i] for i in indices])) if indices else []
     except Exception as error:
         raise UsageError(f"--exclude: the excluded samples could not be identified ({type(error).__name__}: "
                          f"{error}); pass --sample-id") from error

@@ -33,7 +33,8 @@ the loader (``PreparedDataLoader``) instead of re-sharding it: batches go to the
 ``load_state`` checkpoint the loader's own state. Without the patch, Accelerate rebuilds the loader
 and shards it a second time; the loader refuses to be iterated that way (``RuntimeError`` naming
 ``patch_accelerate()``), at the first batch. ``skip_first_batches`` of a shufflepoint loader is
-refused: its position is already in its state.
+refused: its position is already in its state. The prepared loader logs each pass's data wait at its end
+(``accelerator.log`` with trackers, else the ``shufflepoint`` logger); ``log_data_wait`` logs it at any step.
 
 Every place where this module reaches into Accelerate (or torchdata) is a *touch point*, listed
 in ``_TOUCH_POINTS`` and marked ``TOUCH POINT`` in a comment naming the Accelerate source it
@@ -43,11 +44,13 @@ replaces or reads. The patch refuses Accelerate versions it was not tested on
 Modules, one concern each: ``_patch`` (the machinery and its version range), ``_order``
 (capturing and restoring a stock sampler's order), ``_hooks`` (the replaced loader methods),
 ``_save_state`` (per-rank ``save_state`` files), ``_native`` and ``_prepared`` (the native
-``prepare`` path and its wrapper), ``_tail`` (the ``gather_for_metrics`` tail trim's arithmetic).
+``prepare`` path and its wrapper), ``_data_wait`` (the data wait, logged),
+``_tail`` (the ``gather_for_metrics`` tail trim's arithmetic).
 
 Words: docs/glossary.md (state, epoch, cursor, resume).
 """
 
+from shufflepoint.integrations.accelerate._data_wait import log_data_wait
 from shufflepoint.integrations.accelerate._patch import (
     TESTED_ACCELERATE,
     is_patched,
@@ -57,4 +60,5 @@ from shufflepoint.integrations.accelerate._patch import (
 )
 from shufflepoint.integrations.accelerate._tail import tail_trim
 
-__all__ = ["TESTED_ACCELERATE", "is_patched", "patch_accelerate", "tail_trim", "unpatch_accelerate", "version_in_range"]
+__all__ = ["TESTED_ACCELERATE", "is_patched", "log_data_wait", "patch_accelerate", "tail_trim", "unpatch_accelerate",
+           "version_in_range"]

@@ -4,10 +4,12 @@ which positions; the wrapper, ``_prepared.PreparedDataLoader``, keeps them for t
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from shufflepoint._errors import Plain, refusal
 from shufflepoint._loading.agreement import watch_gloo_exit
+from shufflepoint.integrations.accelerate._data_wait import log_data_wait
 
 
 def _is_native(loader: Any) -> bool:
@@ -83,7 +85,8 @@ def _prepare_native(accelerator: Any, loader: Any, device_placement: Any) -> Any
         device_placement = accelerator.device_placement and accelerator.distributed_type != DistributedType.XLA
     prepared = _native_wrapper_class()(
         loader, device=accelerator.device if device_placement else None,
-        non_blocking=bool(getattr(accelerator, "non_blocking", False)))
+        non_blocking=bool(getattr(accelerator, "non_blocking", False)),
+        on_pass_end=functools.partial(log_data_wait, accelerator, window="accelerate pass"))
     accelerator._dataloaders.append(prepared)  # private: TOUCH POINT, what Accelerator.prepare_data_loader does
     return prepared
 

@@ -3,6 +3,7 @@ is imported only by the native path, once Accelerate is in use."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 from accelerate.data_loader import DataLoaderStateMixin
@@ -30,8 +31,10 @@ class PreparedDataLoader(DataLoaderStateMixin):
     _shufflepoint_native = True
     _is_accelerate_prepared = True
 
-    def __init__(self, loader: Any, device: Any, non_blocking: bool) -> None:
+    def __init__(self, loader: Any, device: Any, non_blocking: bool,
+                 on_pass_end: Callable[[Any], Any] | None = None) -> None:
         self.loader = loader
+        self._on_pass_end = on_pass_end  # the pass's data wait, logged (_data_wait)
         self.device = device
         self._non_blocking = non_blocking
         self._drop_last = bool(loader.drop_last)
@@ -82,6 +85,8 @@ class PreparedDataLoader(DataLoaderStateMixin):
                     f"shufflepoint: the loader gave {received} batches in this pass, expected "
                     f"{batches}; please report this as a bug"
                 )
+            if self._on_pass_end is not None:
+                self._on_pass_end(loader)
         finally:
             self.end()
 

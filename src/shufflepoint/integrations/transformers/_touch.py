@@ -54,6 +54,8 @@ TOUCH_POINTS = (
     "transformers.Trainer.set_initial_training_values: returns (num_train_epochs, nupe, num_examples, "
     "num_train_samples, ..., max_steps); with max_steps set, its max_steps (and the epochs and samples it "
     "implies) is replaced by this run's steps to the data the run that set it meant",
+    "transformers.Trainer.log(logs, start_time=None): data_wait_share joins the logs it writes and hands on_log",
+    "transformers.Trainer.accelerator.split_batches / .even_batches: honoured, or refused at construction (_options)",
     "transformers.trainer.TRAINER_STATE_NAME: the checkpoint's trainer_state.json, whose global_step and "
     "max_steps say whether the saved run had steps left",
 )

@@ -30,7 +30,9 @@ from shufflepoint.integrations.transformers._numbering import (
     saved_numbering,
     write_json,
 )
+from shufflepoint.integrations.transformers._options import check_options, per_rank_batch_size
 from shufflepoint.integrations.transformers._ramp import follow_data
+from shufflepoint.integrations.transformers._restart import refuse_another_length, restart_epoch
 from shufflepoint.integrations.transformers._schedule import ContinueSchedule, continue_schedule
 
 if TYPE_CHECKING:
@@ -79,6 +81,7 @@ class ResumableTrainerMixin(_TrainerBase):
         self._shufflepoint_excluded: Any = None  # the loader's excluded set, likewise
         self._shufflepoint_numbering = Numbering()  # the run's own step numbers (_numbering)
         super().__init__(*args, **kwargs)
+        check_options(self)  # split_batches, even_batches: honoured or refused by name, here (_options)
         # first: on 4.x its on_train_begin numbers global_step on from the saved one, before any other callback
         _touch.add_first_callback(self, ContinueSchedule(self))
 
@@ -107,7 +110,8 @@ class ResumableTrainerMixin(_TrainerBase):
                 options[name] = getattr(args, f"dataloader_{name}")
         workers = args.dataloader_num_workers
         loader = DataLoader(
-            dataset, batch_size=self._train_batch_size,  # TOUCH POINT: Trainer._train_batch_size
+            dataset, batch_size=per_rank_batch_size(self, self._train_batch_size,  # TOUCH POINT: _train_batch_size
+                                                    args.world_size),  # its part of it under split_batches
             seed=args.data_seed if args.data_seed is not None else args.seed,
             drop_last=args.dataloader_drop_last, rank=args.process_index, world_size=args.world_size,
             collate_fn=collator, num_workers=workers, pin_memory=args.dataloader_pin_memory,
@@ -164,6 +168,8 @@ class ResumableTrainerMixin(_TrainerBase):
         loader, folder, accumulation = self._shufflepoint_loader, self._shufflepoint_checkpoint, \
             self.args.gradient_accumulation_steps
         assert loader is not None
+        if folder is not None and self.args.ignore_data_skip:
+            return max_steps  # the epoch restarts (_restart): max_steps counts steps, as stock
         now = loader.cursor_after
         fresh = functools.partial(loader.cursor_after, from_epoch_start=True)
         placement = (place(loader.epoch, len(loader), loader.batches_left(), accumulation) if folder is None
@@ -298,8 +304,10 @@ class ResumableTrainerMixin(_TrainerBase):
                 f"{step * accumulation} batches): exact only if this run has the saved run's world size, batch "
                 "size and gradient accumulation, and was written with the shufflepoint order",
                 ResumeWarning, stacklevel=2)
-            loader.seek(epoch, min(step * accumulation, len(loader)))
+            loader.seek(epoch, 0 if self.args.ignore_data_skip else min(step * accumulation, len(loader)))
             placement = place(loader.epoch, len(loader), loader.batches_left(), accumulation)
+            if self.args.ignore_data_skip:  # as stock: the epoch's data from its start, global_step on from the saved
+                placement = dataclasses.replace(placement, global_step=self.state.global_step)
         if not placement.aligned and not _touch.has_resume_hook(self._shufflepoint_version):
             warnings.warn(
                 f"resumed {placement.batches_done} batches into epoch {placement.epoch}, not a whole number of "
@@ -312,7 +320,8 @@ class ResumableTrainerMixin(_TrainerBase):
         if self._shufflepoint_kept_step:  # the saved run goes on as it was: its own steps
             placement = self._own_steps(loader, placement, self.state.global_step)
         self._shufflepoint_numbering = (
-            saved_numbering(folder, self.state.global_step, placement.global_step, loader.step) if ours
+            saved_numbering(folder, self.state.global_step, placement.global_step, loader.step)
+            if ours and not self.args.ignore_data_skip
             else Numbering(offset=self.state.global_step - placement.global_step, saved_step=self.state.global_step))
         self.state.global_step = placement.global_step  # the data's step, which the Trainer places itself by
         self._shufflepoint_placement = placement
@@ -327,6 +336,7 @@ class ResumableTrainerMixin(_TrainerBase):
         trainer_state = read_json(os.path.join(folder, _touch.TRAINER_STATE_FILE))
         accumulation = (run or {}).get("gradient_accumulation_steps", budget.accumulation if budget else None)
         return (saved is not None and trainer_state is not None and _touch.has_resume_hook(self._shufflepoint_version)
+                and not self.args.ignore_data_skip
                 and saved.get("world_size") == loader.world_size
                 and trainer_state.get("train_batch_size") == self._train_batch_size
                 and accumulation in (None, self.args.gradient_accumulation_steps)
@@ -343,13 +353,13 @@ class ResumableTrainerMixin(_TrainerBase):
         """Load the checkpoint's loader state (None without one) and move a finished epoch to the next.
         Run twice on a resume (for max_steps, then where the Trainer reads its state): O(1), and the
         second undoes anything that iterated the loader in between (4.57's token count does)."""
-        if self.args.ignore_data_skip:
-            raise ValueError(refusal("ignore_data_skip", True, "False", "leave ignore_data_skip off",
-                                     why="the shufflepoint Trainer reads no skipped data on resume (a seek), so there "
-                                     "is nothing to save by restarting the epoch"))
         state = read_json(os.path.join(folder, LOADER_STATE_FILE))
         if state is None:
             return None
+        if self.args.ignore_data_skip:
+            return restart_epoch(loader, state, os.path.join(folder, LOADER_STATE_FILE), self.state.global_step,
+                                 accumulation)
+        refuse_another_length(loader, state, os.path.join(folder, LOADER_STATE_FILE))
         loader.load_state_dict(state)
         placement = place(loader.epoch, len(loader), loader.batches_left(), accumulation)
         if placement.epoch != loader.epoch:
@@ -374,6 +384,16 @@ class ResumableTrainerMixin(_TrainerBase):
         if self._shufflepoint_loader is not None:
             self._shufflepoint_numbering.stepped(self.state.global_step, self._shufflepoint_loader,
                                                  self.args.gradient_accumulation_steps)
+
+    def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
+        """Every log the Trainer writes (to its log history and every reporter) also gets ``data_wait_share``: the
+        part of the steps since the last log this rank's loop waited for data (docs/data-wait.md). TOUCH POINT:
+        Trainer.log(logs, start_time=None), which hands ``logs`` to every callback's ``on_log``."""
+        loader = self._shufflepoint_loader
+        window = loader.data_wait(window="trainer log") if loader is not None else None
+        if window is not None and window.batches:
+            logs["data_wait_share"] = round(window.wait_share, 4)
+        super().log(logs, *args, **kwargs)
 
     def _save_checkpoint(self, model: Any, trial: Any, *args: Any, **kwargs: Any) -> None:
         # TOUCH POINT: Trainer._save_checkpoint writes the folder (model, optimizer, trainer_state.json)
