@@ -56,6 +56,21 @@ from shufflepoint._order import check_int
 _END = object()  # the end of torch's iterator
 
 
+def _orders_and_deal(dataset: Any, layout: Layout, seed: int, shuffle: bool, order: str | None,
+                     shuffle_block: int | None, deal: str | None, buckets: Any) -> tuple[Any, Any]:
+    """The epoch orders and the deal a loader reads by: plain, or every per-rank batch one bucket (bucketed.py)."""
+    if buckets is None:
+        grid = layout.world_size * layout.batch_size
+        orders = OrderCache(order if shuffle else "identity", layout.n, seed, dataset=dataset,
+                            shuffle_block=shuffle_block if shuffle else None, grid=grid)
+        dealt = deal_of(deal, orders)
+    else:
+        orders, dealt = bucketed(dataset, buckets, layout.n, seed, shuffle, order, deal, shuffle_block,
+                                 layout.drop_last)
+    warn_if_blocks_exceed_the_share(orders, dealt, layout.n, layout.world_size)
+    return orders, dealt
+
+
 class _PassSampler(torch.utils.data.Sampler[Any]):
     """The index sampler torch's machinery drives: this rank's indices for the position's live pass
     (keys ``(epoch, position, index)`` instead when samples draw keyed randomness)."""
@@ -229,14 +244,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         self._verify_ranks = bool(verify_ranks)
         self._rank = rank
         self._shuffle = shuffle
-        if buckets is None:
-            orders = OrderCache(order if shuffle else "identity", layout.n, self._seed, dataset=dataset,
-                                shuffle_block=shuffle_block if shuffle else None, grid=world_size * batch_size)
-            dealt = deal_of(deal, orders)
-        else:  # every per-rank batch one bucket (bucketed.py)
-            orders, dealt = bucketed(dataset, buckets, layout.n, self._seed, shuffle, order, deal, shuffle_block,
-                                     layout.drop_last)
-        warn_if_blocks_exceed_the_share(orders, dealt, layout.n, world_size)
+        orders, dealt = _orders_and_deal(dataset, layout, self._seed, shuffle, order, shuffle_block, deal, buckets)
         self._identity = Identity(dataset_fingerprint, dataset, orders)
         self._position = LoaderPosition(layout, orders, dealt)
         self._keyed = check_keyed(transform, seed_per_sample)
