@@ -56,8 +56,19 @@ class Run:
             for rank in range(self.group_world)]
 
     def start_all(self, *extra: str) -> None:
+        """Every group, the first step taken once all of them are ready (so the first quorum holds them all)."""
         for group in range(self.groups):
-            self.start(group, *extra)
+            self.start(group, "--wait-for", str(self.groups * self.group_world), *extra)
+
+    def restart(self, group: int) -> None:
+        """Start ``group`` again; once its processes are up, the survivors (held by ``--hold-at``) go on."""
+        for rank in range(self.group_world):
+            (self.out / "ready" / f"{group}-{rank}").unlink(missing_ok=True)
+        (self.out / "go").unlink(missing_ok=True)
+        self.start(group)
+        self.wait_until(lambda: all((self.out / "ready" / f"{group}-{rank}").exists()
+                                    for rank in range(self.group_world)))
+        (self.out / "go").touch()
 
     def kill(self, group: int) -> None:
         for process in self.processes[group]:
@@ -70,7 +81,7 @@ class Run:
         if not path.exists():
             return 0
         steps = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        return sum(1 for record in steps if record["committed"])
+        return sum(1 for record in steps if record.get("committed"))
 
     def wait_until(self, predicate: Any, timeout: float = 120) -> None:
         deadline = time.time() + timeout
@@ -98,26 +109,41 @@ class Run:
 
 
 def records(out: pathlib.Path) -> list[dict[str, Any]]:
-    """Every attempted step of every rank, with its group and group rank."""
+    """Every step each rank drew, with its group, group rank and whether it committed there (None: the process
+    died before should_commit answered)."""
     found = []
     for path in sorted(out.glob("records-*.jsonl")):
         group, rank = (int(v) for v in path.stem.split("-")[1:])
+        draw: dict[str, Any] | None = None
         for line in path.read_text().splitlines():
-            if line.strip():
-                found.append({**json.loads(line), "group": group, "group_rank": rank})
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            if record["kind"] == "draw":
+                if draw is not None:
+                    found.append(draw)
+                draw = {**record, "group": group, "group_rank": rank, "committed": None, "participating": None}
+            elif draw is not None:
+                found.append({**draw, "committed": record["committed"], "participating": record["participating"]})
+                draw = None
+        if draw is not None:
+            found.append(draw)
     return found
 
 
-def global_batches(found: list[dict[str, Any]], group_world: int) -> dict[int, list[int]]:
-    """Each committed step's global batch, in the order the deal defines: the shares of the quorum that committed it
-    (the last attempt of each participant at that step), interleaved by global rank."""
+def global_batches(found: list[dict[str, Any]], group_world: int, below: int | None = None) -> dict[int, list[int]]:
+    """Each committed step's global batch, in the order the deal defines: the shares the quorum that committed it dealt
+    (each rank's last draw at that step in that quorum, also a rank killed before it answered), interleaved by global
+    rank. A commit means the allreduce had every participant's gradient."""
     batches: dict[int, list[int]] = {}
     for step in sorted({r["step"] for r in found if r["committed"]}):
+        if below is not None and step >= below:
+            continue
         quorum = next(r["quorum"] for r in found if r["step"] == step and r["committed"])
         shares: dict[int, list[int]] = {}
         participants = 0
         for r in found:  # in file order: a later attempt at the same step replaces an earlier one
-            if r["step"] == step and r["quorum"] == quorum and r["participating"]:
+            if r["step"] == step and r["quorum"] == quorum and r["rank"] is not None:
                 shares[r["rank"] * group_world + r["group_rank"]] = r["ids"]
                 participants = r["participants"]
         world = participants * group_world

@@ -14,6 +14,7 @@ import os
 import sys
 import time
 from datetime import timedelta
+from typing import Any
 
 import torch
 from torch.distributed import TCPStore
@@ -37,8 +38,17 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--compute", type=float, default=0.15)
     parser.add_argument("--fail-commit-at", type=int, default=None)
     parser.add_argument("--resume", default=None, help="a checkpoint file to load before the first step")
+    parser.add_argument("--wait-for", type=int, default=0,
+                        help="before the first step, wait until this many ranks are ready (the run's first start)")
+    parser.add_argument("--hold-at", type=int, default=None,
+                        help="from this committed step on, wait for <out>/go before the next step")
     parser.add_argument("--stop-at", type=int, default=None, help="exit (as if killed) once this step committed")
     return parser.parse_args()
+
+
+def write(records: Any, record: dict[str, Any]) -> None:
+    records.write(json.dumps(record) + "\n")
+    records.flush()
 
 
 def main() -> None:
@@ -64,11 +74,20 @@ def main() -> None:
         loader.load_state_dict(saved["loader"])
         manager.load_state_dict(saved["manager"])
         model.load_state_dict({"weight": torch.tensor(saved["weight"])})
+    ready = os.path.join(args.out, "ready")
+    os.makedirs(ready, exist_ok=True)
+    open(os.path.join(ready, f"{args.group}-{args.group_rank}"), "w").close()
+    while len(os.listdir(ready)) < args.wait_for:  # every group in the first quorum, however slowly they start
+        time.sleep(0.05)
     records = open(os.path.join(args.out, f"records-{args.group}-{args.group_rank}.jsonl"), "a")
     failed_once = False
     epoch = loader.epoch
+    go = os.path.join(args.out, "go")
     for batch in loader:
         step = manager.current_step()
+        participants, rank = loader.last_quorum  # the quorum as the loader dealt it (torchft's, but at init sync)
+        write(records, {"kind": "draw", "step": step, "participants": participants, "rank": rank,
+                        "quorum": manager._quorum_id, "ids": batch.tolist(), "time": time.time()})  # private: its id
         optimizer.zero_grad()
         loss = model(batch.float().unsqueeze(1)).pow(2).sum()
         loss.backward()
@@ -82,11 +101,7 @@ def main() -> None:
         committed = manager.should_commit()
         if committed:
             optimizer.step()
-        record = {"step": step, "committed": committed, "participating": participating,
-                  "participants": manager.num_participants(), "rank": manager.participating_rank(),
-                  "quorum": manager._quorum_id, "ids": batch.tolist(), "time": time.time()}  # private: the quorum's id
-        records.write(json.dumps(record) + "\n")
-        records.flush()
+        write(records, {"kind": "commit", "step": step, "committed": committed, "participating": participating})
         if committed:
             state = {"loader": loader.state_dict(), "manager": manager.state_dict(),
                      "weight": model.weight.detach().tolist()}
@@ -96,6 +111,8 @@ def main() -> None:
             os.replace(path + ".tmp", path)
             if args.stop_at is not None and manager.current_step() >= args.stop_at:
                 os._exit(0)
+        while args.hold_at is not None and manager.current_step() >= args.hold_at and not os.path.exists(go):
+            time.sleep(0.05)  # the harness says go once a restarted group is up: it rejoins mid-epoch
     assert loader.epoch == epoch + 1, (loader.epoch, epoch)
     with open(os.path.join(args.out, f"done-{args.group}-{args.group_rank}.json"), "w") as file:
         json.dump({"step": manager.current_step(), "state": loader.state_dict(),

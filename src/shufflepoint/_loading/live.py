@@ -131,6 +131,7 @@ class LiveLoader:
         self._empty: Any = None
         self.prefetch_dropped = 0  # batches read ahead under a quorum that did not hold, never handed out
         self.last_indices: list[int] = []  # the dataset indices of the batch handed out last
+        self.last_quorum: tuple[int, int | None] = (0, None)  # (participants, participating rank) it was dealt by
         self.manager: Quorum | None = None
         if manager is not None:
             self.follow(manager)
@@ -232,8 +233,9 @@ class LiveLoader:
             if self._position.epoch != epoch:
                 return _END
         manager.start_quorum()
-        participants, participant = manager.num_participants(), manager.participating_rank()
+        participants, participant = self.quorum(manager)
         self.sizing.check_quorum(participants, participant)
+        self.last_quorum = (participants, participant)
         with self._lock:
             epoch, positions = self._step_positions(participants)
             self._drawn = _Drawn(participants, self.sizing.lots(participants))
@@ -246,6 +248,11 @@ class LiveLoader:
         self._prefetch(ahead)
         self.last_indices = indices.tolist()
         return batch
+
+    def quorum(self, manager: Quorum) -> tuple[int, int | None]:
+        """(participants, this group's participating rank or None) of the step just started: the manager's own
+        (an adapter whose manager trains fewer groups than it numbers in some step says so here)."""
+        return manager.num_participants(), manager.participating_rank()
 
     def _step_positions(self, participants: int, received: int = 0) -> tuple[int, np.ndarray]:
         """(epoch, positions of the next step's global batch) ``received`` lots past where the position stands."""

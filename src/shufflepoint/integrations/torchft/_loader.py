@@ -43,6 +43,15 @@ class DataLoader(LiveLoader):
         if manager is not None:
             self.follow(manager)
 
+    def quorum(self, manager: Any) -> tuple[int, int | None]:
+        """The step's participants as torchft trains them: on the init-sync step only the primary group trains (it
+        reads the step's one lot), the others heal and read nothing (``_touch.init_sync_step``)."""
+        if _touch.init_sync_step(manager):
+            manager.participating_rank()  # waits for the quorum, which sets the step and who heals
+            if _touch.init_sync_step(manager):
+                return 1, 0 if manager.is_participating() else None
+        return manager.num_participants(), manager.participating_rank()
+
     def follow(self, manager: Quorum, register: Any = None) -> None:
         """Follow torchft's ``manager``: its quorums and commits, and its state transfer (the loader registers
         its state under ``"shufflepoint"``). Refused when the Manager's replica group has other ranks than this

@@ -15,6 +15,10 @@ TOUCH POINTS (torchft 0.2.0, ``torchft/manager.py``):
 5. ``Manager._group_rank`` and ``Manager._group_world_size`` (private): the defaults for the loader's rank and
    ranks inside a replica group (torchft reads them from ``RANK`` and ``WORLD_SIZE``).
 
+6. ``Manager._init_sync`` (private) and ``Manager.is_participating()``: with ``init_sync=True`` (the default) the
+   first step (``max_step == 0``, torchft's ``force_recover`` in ``src/manager.rs``) trains only the primary
+   group's data: every other group heals from it with a participating rank of its own and zeroed gradients.
+
 torchft versions outside ``TESTED_TORCHFT`` are refused unless ``SHUFFLEPOINT_TORCHFT_FORCE=1``.
 """
 
@@ -58,6 +62,11 @@ def group_defaults(manager: Any) -> tuple[int, int]:
     if isinstance(rank, int) and isinstance(world, int):
         return rank, world
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def init_sync_step(manager: Any) -> bool:
+    """Whether the step just started is torchft's init-sync step (TOUCH POINT 6): only the primary group trains."""
+    return bool(getattr(manager, "_init_sync", False)) and manager.current_step() == 0  # private: no public flag
 
 
 def register(manager: Any, key: str, load: Any, state: Any) -> None:
