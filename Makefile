@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-examples test-locality test-wheel test-repeat test-explore exit-soak test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards bench-ranged \
+.PHONY: setup demo test test-examples test-locality test-wheel test-repeat test-explore exit-soak test-ray test-torchft test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards bench-ranged \
 	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-images bench-which bench-tail bench-scale soak lint clean test-accelerate-matrix test-transformers-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
@@ -224,6 +224,24 @@ $(RAY_STAMP): pyproject.toml
 test-ray: $(RAY_STAMP)
 	$(RAY_VENV)/bin/python -m pytest -q -p no:cacheprovider -m ray tests/ray
 
+# torchft 0.2.0 (issue 43): shufflepoint's torchft DataLoader under a real Lighthouse, each replica group its own
+# processes on Gloo, groups SIGKILLed, restarted, lost (tests/fault_tolerance). Its own venv: torch first and alone
+# (the local CPU wheel), then torchft with torch pinned in the same resolve (its deps are torch>=2.7 and
+# opentelemetry), then the package and the test tools. ~1 GB, ~1 min to build; ~5.5 min to run on the loaded 2 cores.
+TORCHFT_VENV := .venv-torchft
+TORCHFT_STAMP := $(TORCHFT_VENV)/.installed
+
+$(TORCHFT_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(TORCHFT_VENV)
+	$(TORCHFT_VENV)/bin/python -m pip install -q --upgrade pip
+	$(TORCHFT_VENV)/bin/python -m pip install -q torch==2.13.0
+	$(TORCHFT_VENV)/bin/python -m pip install -q torch==2.13.0 torchft==0.2.0
+	$(TORCHFT_VENV)/bin/python -m pip install -q torch==2.13.0 -e . pytest pytest-timeout pytest-rerunfailures hypothesis numpy
+	touch $@
+
+test-torchft: $(TORCHFT_STAMP)
+	$(TORCHFT_VENV)/bin/python -m pytest -q -p no:cacheprovider -m torchft tests/fault_tolerance
+
 soak: $(STAMP)
 	SHUFFLEPOINT_SOAK_CYCLES=$${CYCLES:-30} $(PY) -m pytest -q -s -m soak tests
 
@@ -233,7 +251,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) $(RAY_VENV) $(GRAIN_VENV) $(SHARDS_VENVS) .venv-transformers-* .pytest_cache .hypothesis
+	rm -rf $(VENV) $(RAY_VENV) $(TORCHFT_VENV) $(GRAIN_VENV) $(SHARDS_VENVS) .venv-transformers-* .pytest_cache .hypothesis
 
 # One venv per claimed release of an integration's library, torch first and alone (the local CPU
 # wheel), then that release; runs the integration's tests and prints one line per version.

@@ -1,7 +1,7 @@
 """The live loader (``_loading/live.py``) under a simulated fault-tolerance manager, in one process: replica
 groups fail, heal from a peer's state and rejoin, steps fail to commit, and over the committed steps every
 sample of an epoch is trained exactly once, in the order's own sequence. The real thing (torchft's Lighthouse
-and Managers, one process per rank) is tests/torchft (make test-torchft)."""
+and Managers, one process per rank) is tests/fault_tolerance (make test-torchft)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Runs of tests/torchft/worker.py under a real torchft Lighthouse (each replica group its own processes, Gloo
+"""Runs of tests/fault_tolerance/worker.py under a real torchft Lighthouse (each replica group its own processes, Gloo
 on 127.0.0.1), failures injected by signal, and the verdict: the ids trained in committed steps."""
 
 from __future__ import annotations

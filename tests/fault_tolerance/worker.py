@@ -1,7 +1,7 @@
 """One rank of one replica group: torchft's manual loop (start_quorum in the loader, allreduce, should_commit) on
 shufflepoint's torchft DataLoader. Every attempted step is written to ``<out>/records-<group>-<rank>.jsonl`` (the
 step, the quorum, the ids dealt, whether it committed), every committed step's state to
-``<out>/ckpt-<group>-<rank>-<step>.json``. Run by tests/torchft/test_torchft.py and benchmarks/torchft.py.
+``<out>/ckpt-<group>-<rank>-<step>.json``. Run by tests/fault_tolerance/test_torchft.py.
 
 Environment: TORCHFT_LIGHTHOUSE; arguments: see ``main``.
 """
