@@ -158,11 +158,11 @@ class Changes:
 
     def lot_step(self, step: int) -> tuple[int, int, int]:
         """(first lot, lots, participants) of committed ``step``, as the entries say (the lots of an epoch's
-        last step: what the next entry leaves it, ``placed``); ValueError naming ``step`` before the first."""
+        last step: what the next entry leaves it); ValueError naming ``step`` before the first."""
         entry = self.predicted(step)
         if entry is None:
-            first = "no step committed yet" if not self.entries else f"a step from {self.entries[0].step} on"
-            raise ValueError(refusal("step", step, first, "ask a committed step this run's state still places",
+            expected = "no step committed yet" if not self.entries else f"a step from {self.entries[0].step} on"
+            raise ValueError(refusal("step", step, expected, "ask a committed step this run's state still places",
                                      why=f"the state keeps the latest {MAX_CHANGES} membership changes"))
         first = entry.lot_step + (step - entry.step) * entry.lots
         at = bisect.bisect_right(self._steps, step)

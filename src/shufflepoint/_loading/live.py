@@ -125,7 +125,8 @@ class LiveLoader:
         self._position = LoaderPosition(layout, orders, deal_of(deal, orders))
         self._collate = collate_fn if collate_fn is not None else torch.utils.data.default_collate
         self._lock = threading.RLock()
-        self._committed, self._changes, self._drawn = 0, Changes(), None
+        self._committed, self._changes = 0, Changes()
+        self._drawn: _Drawn | None = None
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="shufflepoint-prefetch") if prefetch else None
         self._ahead: tuple[int, np.ndarray, Future[Any]] | None = None
         self._empty: Any = None
