@@ -4,7 +4,8 @@ torchft keeps a job alive while replica groups fail: the others go on, and a fai
 rejoins. Its own ``DistributedSampler`` shards the data per group and is lossy by its own account. ``DataLoader``
 here deals each step's global batch among that step's participants (``Manager.num_participants()``,
 ``participating_rank()``), splits it inside a group by rank, advances only on committed steps, and travels to a
-rejoining group through ``Manager.register_state_dict_fn``. See docs/integrations.md (torchft) and examples/torchft_train_ddp.py.
+rejoining group through ``Manager.register_state_dict_fn``. See docs/integrations.md (torchft) and
+examples/torchft_train_ddp.py.
 
 Modules: ``_touch`` (every touch point on torchft, and the version check at import), ``_loader`` (the loader).
 

@@ -39,7 +39,8 @@ def torchft_version() -> str:
         return version("torchft")
     except PackageNotFoundError as error:
         raise ImportError(refusal("shufflepoint.integrations.torchft", Plain("no torchft installed"),
-                                  "torchft 0.2.0", "pip install torchft==0.2.0 (see docs/integrations.md, torchft)")) from error
+                                  "torchft 0.2.0",
+                                  "pip install torchft==0.2.0 (see docs/integrations.md, torchft)")) from error
 
 
 def check_version(found: str | None = None) -> str:
