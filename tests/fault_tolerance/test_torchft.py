@@ -141,3 +141,22 @@ def test_a_full_restart_from_a_checkpoint_after_live_changes(tmp_path: pathlib.P
     assert min(after) == at
     trained = [i for s in sorted(before) for i in before[s]] + [i for s in sorted(after) for i in after[s]]
     assert trained == epoch_order(N), "every sample once, in order, across the live changes and the restart"
+
+
+def test_one_group_rejoins_and_another_is_lost_at_a_fixed_global_batch(tmp_path: pathlib.Path) -> None:
+    """The issue's bar: one epoch on 3 groups in which one group dies and rejoins and another dies for good, here with
+    a fixed global batch of 12 (each participant's share grows from 4 to 6 to 12 as groups go missing)."""
+    run = Run(tmp_path, 3, worker_args=["--n", str(N), "--global-batch", "12", *SLOW])
+    run.start_all()
+    run.wait_until(lambda: run.committed_steps(2) >= 3)
+    run.kill(2)
+    time.sleep(1)
+    run.restart(2)
+    run.wait_until(lambda: any(r["group"] == 2 and r["rank"] is None and r["step"] > 0 for r in records(tmp_path)))
+    run.wait_until(lambda: run.committed_steps(0) >= 10)
+    run.kill(1)
+    run.finish()
+    batches = judged(tmp_path)
+    assert all(len(batch) == 12 for batch in batches.values()), "every committed step read the fixed global batch"
+    assert {len(r["ids"]) for r in records(tmp_path) if r["rank"] is not None} >= {4, 6}, "shares grew"
+    assert len(batches) == N // 12

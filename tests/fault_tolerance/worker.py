@@ -35,7 +35,7 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--n", type=int, default=240)
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--global-batch", type=int, default=None)
-    parser.add_argument("--compute", type=float, default=0.15)
+    parser.add_argument("--compute", type=float, default=0.1)
     parser.add_argument("--fail-commit-at", type=int, default=None)
     parser.add_argument("--resume", default=None, help="a checkpoint file to load before the first step")
     parser.add_argument("--wait-for", type=int, default=0,
