@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-examples test-locality test-wheel test-repeat test-explore exit-soak test-ray test-torchft test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards bench-ranged \
+.PHONY: setup demo test test-examples test-locality test-wheel test-repeat test-explore exit-soak test-ray test-torchft bench-torchft test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards bench-ranged \
 	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-images bench-which bench-tail bench-scale soak lint clean test-accelerate-matrix test-transformers-matrix
 
 $(STAMP): pyproject.toml requirements-dev.txt
@@ -241,6 +241,13 @@ $(TORCHFT_STAMP): pyproject.toml
 
 test-torchft: $(TORCHFT_STAMP)
 	$(TORCHFT_VENV)/bin/python -m pytest -q -p no:cacheprovider -m torchft tests/fault_tolerance
+
+# torchft's own data path (its DistributedSampler into torchdata's StatefulDataLoader) against shufflepoint's for the
+# same failures on real torchft, and the loader's cost of a membership change (benchmarks/live_membership.py;
+# results in benchmarks/results/torchft.md). torchdata joins the torchft venv. About 3.5 minutes.
+bench-torchft: $(TORCHFT_STAMP)
+	$(TORCHFT_VENV)/bin/python -m pip install -q torch==2.13.0 torchdata==0.11.0
+	$(TORCHFT_VENV)/bin/python benchmarks/live_membership.py
 
 soak: $(STAMP)
 	SHUFFLEPOINT_SOAK_CYCLES=$${CYCLES:-30} $(PY) -m pytest -q -s -m soak tests
