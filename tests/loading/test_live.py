@@ -203,3 +203,28 @@ def test_prefetch_is_used_when_the_quorum_holds_and_dropped_when_it_changes() ->
     assert loader.prefetch_dropped == 1
     trained = [i for b in cluster.trained for i in b]
     assert trained == epoch_order(60, 0)[:len(trained)]
+
+
+def test_shufflepoint_which_answers_committed_steps_from_a_checkpoint(tmp_path) -> None:
+    """``shufflepoint which CKPT --step N`` on a live loader's checkpoint: the committed step's global ranks."""
+    import json
+
+    from shufflepoint._tools.which import answer
+    from shufflepoint._tools.which_checkpoint import read_checkpoint
+
+    cluster = Cluster(40, 3, 2, batch_size=2)
+    for alive, commit in (([0, 1, 2], True), ([0, 2], False), ([0, 2], True)):
+        cluster.step(alive, [], commit)
+    cluster.start(1)  # group 1 restarted: it heals from a peer, then takes part again
+    cluster.step([0, 1, 2], [1], True)
+    cluster.step([0, 1, 2], [], True)
+    loader = cluster.ranks[0][0][0]
+    path = tmp_path / "checkpoint.json"
+    path.write_text(json.dumps({"loader": loader.state_dict(), "model": {}}))
+    found = read_checkpoint(str(path))
+    assert found.kind == "live"
+    for step in range(loader.step):
+        result = answer(found, list(range(40)), step, locate=False)
+        ranks = {int(r): [e["index"] for e in entries] for r, entries in result["ranks"].items()}
+        assert ranks == loader.which(step)
+        assert _interleaved(ranks) == cluster.trained[step]

@@ -335,6 +335,7 @@ class LiveLoader:
         with self._lock:
             self._settle()
             return {"kind": KIND, "version": VERSION, "step": self._committed, "changes": self._changes.to_state(),
+                    "replica_groups": self.sizing.groups, "group_world_size": self.sizing.group_world,
                     "position": self._position.state(kind="loader", seed=self.seed, shuffle=self._shuffle,
                                                      dataset_fingerprint=self._identity.fingerprint)}
 
