@@ -4,8 +4,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-examples test-locality test-wheel test-repeat test-explore exit-soak test-ray test-torchft bench-torchft test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards bench-ranged \
-	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-images bench-which bench-tail bench-scale soak lint clean test-accelerate-matrix test-transformers-matrix
+.PHONY: setup demo test test-examples test-locality test-skips test-hub test-wheel test-repeat test-explore exit-soak test-ray test-torchft bench-torchft test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards bench-ranged \
+	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-images bench-which bench-tail bench-scale soak lint clean test-accelerate-matrix test-transformers-matrix \
+	docs docs-build
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +38,16 @@ test-examples: $(STAMP)
 # GET bytes per simulated node (own cache folder and S3 key) for a Mixture under spans, ~1 min (issue 33)
 test-locality: $(STAMP)
 	$(PY) -m pytest -q -s -m locality tests/distributed
+
+# skip_bad_samples on 2 real ranks, both deals: 0 and 2 workers, a resume in new processes, the limit (~55 s; not in make test)
+test-skips: $(STAMP)
+	$(PY) -m pytest -q -m skips tests/distributed/test_skip_resume.py
+
+# Hugging Face Hub datasets (issue 46) against tests/hub_server.py, a local stand-in of the Hub's HTTP API, read
+# by the real huggingface_hub client: pinning, the kept listing, named refusals, a 429 storm, and the resume on 2
+# and 3 ranks in fresh processes with the bytes each simulated node fetched (tests/distributed/test_hub_resume.py).
+test-hub: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider -m hub tests/shards/test_hub.py tests/distributed/test_hub_resume.py
 
 # The release a user installs (tests/ci/check_wheel.py): python -m build (sdist, then the wheel from it); the wheel
 # carries py.typed and nothing of tests/ or benchmarks/; installed into a fresh venv (torch==2.13.0 first and
@@ -157,6 +168,14 @@ $(LITDATA_PEER): $(STAMP)
 bench-images: $(STAMP) $(ENERGON_PEER) $(LITDATA_PEER)
 	$(PY) benchmarks/images.py
 
+# Decoding on Ray actors (issue 45): RayDataLoader against Ray Data (read_webdataset, map_batches,
+# iter_torch_batches), the same DecodeImage, on bench-images' photos (written by the main venv, which has
+# scikit-image). benchmarks/ray_decode.py; docs/ray.md. About 10 minutes on a shared 2-core machine.
+.PHONY: bench-ray
+bench-ray: $(STAMP) .venv-ray/.installed  # RAY_STAMP, defined further down with the ray venv
+	$(PY) -c "import sys; sys.path.insert(0, 'benchmarks'); import _photos; _photos.write_shards('.bench-cache/images/mixed-2000/photos', 2000, 100, sizes='mixed')"
+	$(RAY_VENV)/bin/python benchmarks/ray_decode.py
+
 # The read path against issue 19's targets: Parquet rows vs pyarrow's sequential decode, token windows
 # per second, workers 0 and 2 (first batch and rate apart). About 2 minutes; QUICK=1 a tenth of the corpus.
 bench-read: $(STAMP)
@@ -218,7 +237,8 @@ $(RAY_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(RAY_VENV)
 	$(RAY_VENV)/bin/python -m pip install -q --upgrade pip
 	$(RAY_VENV)/bin/python -m pip install -q torch==2.13.0
-	$(RAY_VENV)/bin/python -m pip install -q -e '.[ray]' pytest pytest-timeout pytest-rerunfailures hypothesis  # tests/conftest.py imports hypothesis
+	# images and video: the decode pool's tests carry DecodeImage and VideoClips batches (tests/ray/test_decode_pool.py)
+	$(RAY_VENV)/bin/python -m pip install -q -e '.[ray,images,video]' pytest pytest-timeout pytest-rerunfailures hypothesis  # tests/conftest.py imports hypothesis
 	touch $@
 
 test-ray: $(RAY_STAMP)
@@ -249,6 +269,31 @@ bench-torchft: $(TORCHFT_STAMP)
 	$(TORCHFT_VENV)/bin/python -m pip install -q torch==2.13.0 torchdata==0.11.0
 	$(TORCHFT_VENV)/bin/python benchmarks/live_membership.py
 
+# The documentation site (issue 46.3): mkdocs-material over README.md (the home page), docs/*.md and an API
+# reference mkdocstrings renders from the docstrings (mkdocs.yml, docs/_site/hooks.py). Its own venv, every
+# package pinned in docs/_site/requirements.txt; no torch (griffe reads src/ without importing it). About 15 s
+# to build the venv. Nothing is fetched at build (no web fonts, no analytics).
+DOCS_VENV := .venv-docs
+DOCS_STAMP := $(DOCS_VENV)/.installed
+DOCS_PORT ?= 8000
+
+$(DOCS_STAMP): docs/_site/requirements.txt
+	$(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install -q --upgrade pip
+	$(DOCS_VENV)/bin/python -m pip install -q -r docs/_site/requirements.txt
+	touch $@
+
+# The site on http://127.0.0.1:$(DOCS_PORT), rebuilt on every edit of docs/, README.md, CHANGELOG.md, src/.
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs serve -a 127.0.0.1:$(DOCS_PORT)
+
+# CI: the site built with --strict into out/site: a broken link or anchor, a docs/*.md left out of mkdocs.yml's
+# nav, or a public name without a docstring fails it. Then tests/docs_site (marker docs) builds broken copies
+# of the tree to prove that each of those fails it, and checks the home page's links and the API reference.
+docs-build: $(DOCS_STAMP) $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict --site-dir out/site
+	$(PY) -m pytest -q -p no:cacheprovider -m docs tests/docs_site
+
 soak: $(STAMP)
 	SHUFFLEPOINT_SOAK_CYCLES=$${CYCLES:-30} $(PY) -m pytest -q -s -m soak tests
 
@@ -258,7 +303,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) $(RAY_VENV) $(TORCHFT_VENV) $(GRAIN_VENV) $(SHARDS_VENVS) .venv-transformers-* .pytest_cache .hypothesis
+	rm -rf $(VENV) $(RAY_VENV) $(TORCHFT_VENV) $(GRAIN_VENV) $(DOCS_VENV) $(SHARDS_VENVS) .venv-transformers-* .pytest_cache .hypothesis
 
 # One venv per claimed release of an integration's library, torch first and alone (the local CPU
 # wheel), then that release; runs the integration's tests and prints one line per version.

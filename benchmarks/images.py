@@ -46,7 +46,7 @@ sys.path.insert(0, HERE)
 import _photos  # noqa: E402
 
 PEERS = os.path.join(ROOT, ".venv-peers")
-LOADERS = ("shufflepoint", "shufflepoint-pil", "webdataset", "energon", "litdata")
+LOADERS = ("shufflepoint", "shufflepoint-pil", "shufflepoint-transform", "webdataset", "energon", "litdata")
 PEER_PATHS = {"energon": os.path.join(PEERS, "energon"), "litdata": os.path.join(PEERS, "litdata")}
 SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)
 
@@ -99,6 +99,31 @@ def shufflepoint_batches(args: argparse.Namespace, decoder: str) -> Any:
     loader = shufflepoint.DataLoader(corpus, batch_size=args.batch, seed=0, num_workers=args.workers,
                                      transform=decode, drop_last=True)
     return (batch["image"] for batch in loader)
+
+
+class UserCrop:
+    """A user's own ``transform`` of ``(sample, rng)``: the peers' decode (``PIL.Image.open``), crop and flip."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __call__(self, sample: dict[str, Any], rng: Any) -> Any:
+        import io
+
+        from PIL import Image
+
+        return peer_crop(Image.open(io.BytesIO(sample["jpg"])), rng, self.size)
+
+
+def shufflepoint_transform_batches(args: argparse.Namespace) -> Any:
+    """shufflepoint with a user's transform: the same PIL decode, crop and flip as the peers (``UserCrop``)."""
+    import shufflepoint
+
+    corpus = shufflepoint.Shards(os.path.join(args.cache, "photos", "*.tar"), cache_dir=os.path.join(args.cache,
+                                 "index"), progress=False)
+    loader = shufflepoint.DataLoader(corpus, batch_size=args.batch, seed=0, num_workers=args.workers,
+                                     transform=UserCrop(args.size), drop_last=True)
+    return iter(loader)
 
 
 def webdataset_batches(args: argparse.Namespace) -> Any:
@@ -195,6 +220,7 @@ def run_child(args: argparse.Namespace) -> dict[str, Any]:
     name = args.child
     batches = {"shufflepoint": lambda: shufflepoint_batches(args, "auto"),
                "shufflepoint-pil": lambda: shufflepoint_batches(args, "pil"),
+               "shufflepoint-transform": lambda: shufflepoint_transform_batches(args),
                "webdataset": lambda: webdataset_batches(args), "energon": lambda: energon_batches(args),
                "litdata": lambda: litdata_batches(args)}[name]()
     first = next(batches)
@@ -304,17 +330,18 @@ def report(results: dict[str, Any]) -> str:
              f"batch {results['batch']}, "
              f"{results['workers']} workers; load average before {results['load_before']}, after "
              f"{results['load_after']}",
-             f"{'loader':<18} {'images/s':>9} {'vs best peer':>13} {'first batch s':>14} {'after first/s':>14}"
+             f"{'loader':<22} {'images/s':>9} {'vs best peer':>13} {'first batch s':>14} {'after first/s':>14}"
              f" {'CPU ms/image':>13} {'vs best peer':>13}  resume"]
-    resume = {"shufflepoint": "exact", "shufflepoint-pil": "exact", "webdataset": "none", "energon": "savable",
+    resume = {"shufflepoint": "exact", "shufflepoint-pil": "exact", "shufflepoint-transform": "exact",
+              "webdataset": "none", "energon": "savable",
               "litdata": "StreamingDataLoader"}
     for name, row in rows.items():
         if "error" in row:
-            lines.append(f"{name:<18} {'-':>9} {'-':>13} {'-':>14}  could not run: {row['error']}")
+            lines.append(f"{name:<22} {'-':>9} {'-':>13} {'-':>14}  could not run: {row['error']}")
             continue
         ratio = f"{row['images_per_s'] / best_peer:.2f}x" if best_peer else "-"
         cpu_ratio = f"{best_cpu / row['cpu_ms_per_image']:.2f}x" if best_cpu else "-"
-        lines.append(f"{name:<18} {row['images_per_s']:>9.1f} {ratio:>13} {row['first_batch_s']:>14.2f} "
+        lines.append(f"{name[:22]:<22} {row['images_per_s']:>9.1f} {ratio:>13} {row['first_batch_s']:>14.2f} "
                      f"{row['after_first_per_s']:>14.1f} {row['cpu_ms_per_image']:>13.2f} {cpu_ratio:>13}  "
                      f"{resume[name]}")
     lines.append("decode + crop alone, one process, CPU ms per image: " + ", ".join(

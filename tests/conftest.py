@@ -45,6 +45,25 @@ def s3_server():
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def hub_server():
+    """A local stand-in of the Hugging Face Hub's HTTP API (tests/hub_server.py), on 127.0.0.1."""
+    pytest.importorskip("huggingface_hub")
+    from hub_server import HubServer
+
+    server = HubServer(page_size=25).start()  # pages of 25 entries: a listing of more follows the Link header
+    yield server
+    server.stop()
+
+
+@pytest.fixture()
+def hub(hub_server):
+    """The same stand-in, its faults, log and byte counts reset before and after the test."""
+    hub_server.reset()
+    yield hub_server
+    hub_server.reset()
+
+
 @pytest.fixture()
 def s3(s3_server):
     """The same server, its faults reset before and after the test."""

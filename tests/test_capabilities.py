@@ -42,7 +42,7 @@ def corpus(tmp_path):
 
 
 PUBLIC = ["OwnOrder", "Identified", "Locatable", "ReadsBatches", "Prefetching"]  # shufflepoint.<name>
-ON_THE_DATASET = [*PUBLIC, "ShardedCorpus", "ReadsColumns", "PrefetchesDealt", "Hooked"]
+ON_THE_DATASET = [*PUBLIC, "ShardedCorpus", "ReadsColumns", "PrefetchesDealt", "Hooked", "DecodesInBatches"]
 ON_THE_HOOKS = ["CountsShare", "KeepsShardsOpen", "FitsDecodeBudget", "LaysOnStretches", "Scheduled",
                 "ExplainsFingerprint", "LegacyIdentified", "ExplainsOrderVersion", "ReadsIds", "ReadsIdsAscending",
                 "ReadsIdSpansAscending", "ReadsAtDensity", "ReadsAhead"]
@@ -80,7 +80,7 @@ def test_the_built_in_datasets_offer_what_they_declare(corpus):
     scheduled = shufflepoint.Mixture([corpus, list(range(7))], schedule=[(0, [1, 1]), (6, [1, 0])])
     reading = {"ReadsBatches", "Prefetching", "Locatable", "ReadsColumns", "PrefetchesDealt", "Hooked"}
     offers = {
-        "Shards": (corpus, {"Identified", "ShardedCorpus", *reading},
+        "Shards": (corpus, {"Identified", "ShardedCorpus", "DecodesInBatches", *reading},
                    {"KeepsShardsOpen", "FitsDecodeBudget", "ExplainsFingerprint", "LegacyIdentified", "ReadsIds",
                     "ReadsIdsAscending", "ReadsIdSpansAscending", "ReadsAtDensity", "ReadsAhead"}),
         "Packed": (packed, {"OwnOrder", "Identified", *reading},

@@ -5,6 +5,7 @@ import shufflepoint
 EXPECTED = {
     "DataLoader",
     "DecodeImage",
+    "HubError",
     "Identified",
     "Locatable",
     "OwnOrder",
@@ -52,6 +53,8 @@ def test_errors_have_the_documented_bases():
     assert issubclass(shufflepoint.ShardError, OSError)
     error = shufflepoint.ShardError("s3://b/part-1.parquet", "vanished")
     assert error.shard == "s3://b/part-1.parquet" and str(error) == "shard s3://b/part-1.parquet: vanished"
+    assert issubclass(shufflepoint.HubError, ValueError)
+    assert shufflepoint.HubError("gated", "text").reason == "gated"
 
 
 def test_dataloader_is_a_real_torch_dataloader():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from shufflepoint._core.capabilities import Identified, Locatable, OwnOrder, Prefetching, ReadsBatches
 from shufflepoint._core.state import FIELDS as STATE_FIELDS
-from shufflepoint._errors import ResumeWarning, SampleError, ShardError, StateError
+from shufflepoint._errors import HubError, ResumeWarning, SampleError, ShardError, StateError
 from shufflepoint._loading.loader import DataLoader
 from shufflepoint._loading.randomness import sample_rng, torch_generator
 from shufflepoint._loading.sampler import ResumableSampler
@@ -30,6 +30,7 @@ __all__ = [
     "STATE_FIELDS",
     "DataLoader",
     "DecodeImage",
+    "HubError",
     "Identified",
     "Locatable",
     "Mixture",

@@ -109,3 +109,15 @@ def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE + os.sep):
         frame, level = frame.f_back, level + 1  # type: ignore[assignment]
     warnings.warn(message, category, stacklevel=level)
+
+
+class HubError(ValueError):
+    """A Hugging Face Hub dataset cannot be read as asked, for a reason a person must act on. ``reason``
+    says which: ``"gated"`` (no token of an account that accepted its conditions), ``"not_found"`` (no
+    such repository, or a private one without a token), ``"revision"`` (no such branch, tag or commit),
+    ``"config"`` or ``"split"`` (not in the dataset), ``"rate_limited"`` (HTTP 429 after the retries). The
+    message names the dataset, what was found and expected, and the fix."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason

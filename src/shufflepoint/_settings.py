@@ -10,6 +10,8 @@ process (tests had to patch module globals). Each function here reads its variab
   keeps (default 256 MiB).
 - ``SHUFFLEPOINT_KEPT_IDS_BYTES`` (``kept_ids_bytes()``): the bytes of decoded token ids a node keeps in its
   cache folder (default 8 GiB).
+- ``SHUFFLEPOINT_STORAGE_DEADLINE`` (``storage_deadline()``): the seconds one request to remote storage may
+  take, its retries included, before a ``ShardError`` names the endpoint and the request (default 120).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from shufflepoint._errors import refusal
 RANGED_READS = "SHUFFLEPOINT_RANGED_READS"
 DECODED_BYTES = "SHUFFLEPOINT_DECODED_BYTES"
 KEPT_IDS_BYTES = "SHUFFLEPOINT_KEPT_IDS_BYTES"
+STORAGE_DEADLINE = "SHUFFLEPOINT_STORAGE_DEADLINE"
+DEFAULT_STORAGE_DEADLINE_S = 120.0
 DEFAULT_DECODED_BYTES = 256 << 20
 DEFAULT_KEPT_IDS_BYTES = 8 << 30
 
@@ -55,3 +59,19 @@ def decoded_bytes() -> int:
 def kept_ids_bytes() -> int:
     """The bytes of decoded token ids a node keeps in its cache folder."""
     return _bytes(KEPT_IDS_BYTES, DEFAULT_KEPT_IDS_BYTES, "decoded token ids")
+
+
+def storage_deadline() -> float:
+    """The seconds one request to remote storage may take, all its attempts together (a listing, a HEAD, a ranged
+    GET; a whole download's each chunk), before it is named as failed."""
+    text = os.environ.get(STORAGE_DEADLINE, "").strip()
+    if not text:
+        return DEFAULT_STORAGE_DEADLINE_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 86400:  # also NaN
+        raise ValueError(refusal(STORAGE_DEADLINE, text, "seconds in (0, 86400], e.g. 120",
+                                 f"set {STORAGE_DEADLINE} to a number of seconds, or unset it (120)"))
+    return value

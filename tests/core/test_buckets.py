@@ -1,5 +1,6 @@
 """The bucket arithmetic (``_core/buckets.py``): every batch one bucket, each sample at most once an epoch
-through any resizes, the tail's bound, seekable slots, and shares spread over the epoch."""
+through any resizes with ``drop_last=True`` (the tail's bound) and at least once with ``drop_last=False`` (the
+padding's bound: ``test_bucket_padding.py``), seekable slots, and shares spread over the epoch."""
 
 import numpy as np
 import pytest
@@ -37,7 +38,7 @@ def test_resizes_mid_epoch_read_each_sample_at_most_once_in_one_bucket_batches(s
     order = BucketOrder(table, "radix-feistel", seed, epoch)
     segments, seen = [], []
     for (world, batch), steps in [*legs, (last, None)]:
-        cut = BucketCut(table, seed, epoch, world, batch, segments)
+        cut = BucketCut(table, seed, epoch, world, batch, segments, drop_last=True)
         batches = read(cut, order, steps)
         for rank_batches in batches:
             assert all(len(set(keys[b].tolist())) == 1 for b in rank_batches)  # one bucket per batch
@@ -48,15 +49,16 @@ def test_resizes_mid_epoch_read_each_sample_at_most_once_in_one_bucket_batches(s
     assert len(seen) == len(set(seen)), "a sample was read twice"
     world, batch = last
     assert table.n - len(seen) <= len(sizes) * (batch - 1) + (world - 1) * batch  # the documented tail
-    assert BucketCut(table, seed, epoch, world, batch, segments).samples_per_rank() == 0
+    assert BucketCut(table, seed, epoch, world, batch, segments, drop_last=True).samples_per_rank() == 0
 
 
 @settings(max_examples=100, deadline=None)
-@given(sizes_of_buckets, layouts, st.integers(0, 2**64 - 1), st.data())
-def test_a_rank_s_positions_are_seekable_and_a_cut_read_on_from_after_is_the_same_stream(sizes, layout, seed, data):
+@given(sizes_of_buckets, layouts, st.integers(0, 2**64 - 1), st.booleans(), st.data())
+def test_a_rank_s_positions_are_seekable_and_a_cut_read_on_from_after_is_the_same_stream(sizes, layout, seed,
+                                                                                          drop_last, data):
     table = table_of(sizes)
     world, batch = layout
-    cut = BucketCut(table, seed, 1, world, batch, [])
+    cut = BucketCut(table, seed, 1, world, batch, [], drop_last)
     total = cut.samples_per_rank()
     rank = data.draw(st.integers(0, world - 1))
     whole = cut.rank_positions(rank, 0, total)
@@ -65,7 +67,7 @@ def test_a_rank_s_positions_are_seekable_and_a_cut_read_on_from_after_is_the_sam
     assert cut.rank_positions(rank, start, stop).tolist() == whole[start:stop].tolist()
     steps = start // batch
     _, segments = cut.after(steps * batch)
-    on = BucketCut(table, seed, 1, world, batch, segments)
+    on = BucketCut(table, seed, 1, world, batch, segments, drop_last)
     assert on.rank_positions(rank, 0, on.samples_per_rank()).tolist() == whole[steps * batch:].tolist()
 
 
@@ -92,9 +94,18 @@ def test_slots_match_a_full_sort_and_each_bucket_s_share_stays_even(sizes, batch
 def test_a_fresh_epoch_s_numbers_are_pinned():
     """A worked example the docs quote: 3 buckets of 10, 7 and 2 samples, 2 ranks, batches of 3."""
     table = BucketTable([0] * 10 + [1] * 7 + [2] * 2)
-    assert describe(table, 0, 2, 3) == {"buckets": 3, "batches_per_rank": 2, "dropped": 7, "bound": 9}
-    cut = BucketCut(table, 0, 0, 2, 3, [])
+    assert describe(table, 0, 2, 3, drop_last=True) == {"buckets": 3, "batches_per_rank": 2, "dropped": 7,
+                                                        "padded": 0, "bound": 9}
+    cut = BucketCut(table, 0, 0, 2, 3, [], drop_last=True)
     assert cut.samples_per_rank() == 6 and cut.after(3) == (6, [[3, 2]])
+    # drop_last=False: units of 4 + 3 + 1 = 8 slots (each bucket's last unit filled: 2 + 2 + 1 samples again)
+    assert describe(table, 0, 2, 3, drop_last=False) == {"buckets": 3, "batches_per_rank": 4, "dropped": 0,
+                                                         "padded": 5, "bound": 9}
+    # 3 ranks: 3 steps of 3 slots, the last step's third rank reads slot 0 again (3 samples more)
+    assert describe(table, 0, 3, 3, drop_last=False)["padded"] == 8
+    padded = BucketCut(table, 0, 0, 3, 3, [], drop_last=False)
+    assert [padded.real_samples(rank) for rank in range(3)] == [9, 9, 6]
+    assert padded.after(9) == (19, [[3, 8]])  # the last step's padding records no slot: the cursor stays <= n
 
 
 def test_buckets_take_turns_over_the_epoch_not_one_after_another():
@@ -108,8 +119,8 @@ def test_buckets_take_turns_over_the_epoch_not_one_after_another():
 def test_segments_a_state_could_not_have_written_are_refused_by_name():
     with pytest.raises(Refused, match=r"segments\[1\]: found \[0, 3\]"):
         check_segments(100, [[4, 2], [0, 3]])
-    with pytest.raises(Refused, match="batches of at most n=10"):
-        check_segments(10, [[4, 2], [1, 3]])
+    with pytest.raises(Refused, match="at most n=10 slots in all"):
+        check_segments(10, [[4, 6], [1, 5]])
     table = BucketTable([0] * 10)
     with pytest.raises(Refused, match=r"segments\[0\]: found \[3, 4\]\n  expected: at most 3 slots"):
         BucketCut(table, 0, 0, 1, 5, [[3, 4]])

@@ -1,5 +1,6 @@
 """A loader with buckets across real processes (Gloo, 2 workers each): SIGKILLed after a save, resumed in
-new processes batch for batch, and resumed on another world size with every sample at most once."""
+new processes batch for batch, and resumed on another world size: with ``drop_last=False`` (the default) every
+sample of every epoch read, only the documented padding twice; with ``drop_last=True`` each at most once."""
 
 import json
 import os
@@ -20,7 +21,7 @@ def keys(n):
 
 
 @pytest.fixture(scope="module")
-def out(tmp_path_factory):
+def ran(tmp_path_factory):
     folder = str(tmp_path_factory.mktemp("buckets"))
 
     def go(mode, nproc, **kwargs):
@@ -33,8 +34,15 @@ def out(tmp_path_factory):
     return folder
 
 
-def read(folder, name):
-    with open(os.path.join(folder, name)) as f:
+@pytest.fixture(params=[False, True], ids=["padded", "drop_last"])
+def out(ran, request):
+    """(the run's folder, drop_last): the same processes read both tail policies, files ``pad.``/``drop.``."""
+    return ran, request.param
+
+
+def read(out, name):
+    folder, drop_last = out
+    with open(os.path.join(folder, ("drop." if drop_last else "pad.") + name)) as f:
         return json.load(f)
 
 
@@ -56,14 +64,26 @@ def test_every_batch_holds_one_bucket_and_which_names_it(out):
                 assert which[str(step)][str(rank)] == batch
 
 
-def test_a_resume_on_three_ranks_reads_each_sample_at_most_once(out):
-    before = [batch for rank in range(2) for epoch, _, batch in read(out, f"before.r{rank}.json") if epoch == 0]
-    after = [batch for rank in range(3) for epoch, _, batch in read(out, f"three.r{rank}.json") if epoch == 0]
-    seen = [index for batch in before + after for index in batch]
-    assert len(seen) == len(set(seen))
+def test_a_resume_on_three_ranks_reads_every_sample_as_drop_last_says(out):
+    drop_last = out[1]
     bound = 5 * (SPEC["batch_size"] - 1) + 2 * SPEC["batch_size"]  # K(B-1) + (W-1)B, W = 3 at the epoch's end
-    assert SPEC["n"] - len(seen) <= bound
     bucket = keys(SPEC["n"])
-    assert all(len(set(bucket[batch].tolist())) == 1 for batch in after)
-    steps = {len([b for e, _, b in read(out, f"three.r{rank}.json")]) for rank in range(3)}
-    assert len(steps) == 1  # every rank reads as many batches
+    for epoch in range(SPEC["epochs"]):  # epoch 0: 2 ranks then 3 (elastic); epoch 1: 3 ranks from its start
+        before = [batch for rank in range(2) for e, _, batch in read(out, f"before.r{rank}.json") if e == epoch]
+        after = [batch for rank in range(3) for e, _, batch in read(out, f"three.r{rank}.json") if e == epoch]
+        seen = [index for batch in before + after for index in batch]
+        if drop_last:
+            assert len(seen) == len(set(seen)) and SPEC["n"] - len(seen) <= bound
+        else:
+            assert set(seen) == set(range(SPEC["n"])), f"epoch {epoch}: a sample was not read"
+            assert len(seen) - SPEC["n"] <= bound
+        assert all(len(batch) == SPEC["batch_size"] and len(set(bucket[batch].tolist())) == 1 for batch in after)
+        steps = {len([b for e, _, b in read(out, f"three.r{rank}.json") if e == epoch]) for rank in range(3)}
+        assert len(steps) == 1  # every rank reads as many batches
+
+
+def test_the_reference_run_serves_every_sample_of_every_epoch_on_two_ranks(out):
+    drop_last = out[1]
+    for epoch in range(SPEC["epochs"]):
+        seen = [i for rank in range(2) for e, _, batch in read(out, f"ref.r{rank}.json") if e == epoch for i in batch]
+        assert (len(seen) == len(set(seen))) if drop_last else (set(seen) == set(range(SPEC["n"])))

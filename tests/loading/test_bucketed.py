@@ -56,15 +56,26 @@ def test_seek_and_set_epoch_are_arithmetic():
     assert steps(group) == epoch1
 
 
-def test_set_batch_size_mid_epoch_reads_the_rest_once_in_one_bucket_batches():
-    group = loaders(batch=4)
+def served_as_drop_last_says(seen, drop_last, bound):
+    """With drop_last=True each sample at most once, at most ``bound`` dropped; with False every sample, at most
+    ``bound`` read twice (the padding)."""
+    if drop_last:
+        assert len(seen) == len(set(seen)) and N - len(seen) <= bound
+    else:
+        assert set(seen) == set(range(N)) and len(seen) - N <= bound
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_set_batch_size_mid_epoch_reads_the_rest_once_in_one_bucket_batches(drop_last):
+    group = loaders(batch=4, drop_last=drop_last)
     first = steps(group, 5)
     for loader in group:
         loader.set_batch_size(2)
     state = group[0].state_dict()
     rest = steps(group)
     seen = [i for step in first + rest for batch in step for i in batch]
-    assert len(seen) == len(set(seen)) and all(len(b) == 2 for step in rest for b in step)
+    served_as_drop_last_says(seen, drop_last, 4 * 3 + 4 * 1 + 1 * 2)  # the first segment's fills too
+    assert all(len(b) == 2 for step in rest for b in step)
     assert all(len(set(KEYS[b].tolist())) == 1 for step in rest for b in step)
     assert group[0].which(6) == dict(enumerate(rest[1]))
     assert state["deal"] == "buckets" and state["segments"][0] == [4, 10] and state["buckets"].startswith("buckets:")
@@ -85,10 +96,10 @@ def test_a_state_resumes_the_same_batches_and_stays_a_few_integers():
 def test_a_state_of_other_keys_or_without_buckets_is_refused_by_name():
     state = loaders()[0].state_dict()
     other = loaders(keys=(KEYS + 1) % 4)[0]
-    with pytest.raises(StateError, match=r"'buckets': found 'buckets:v1:4:[0-9a-f]+'\n  expected: 'buckets:v1:4:"
+    with pytest.raises(StateError, match=r"'buckets': found 'buckets:v2:4:[0-9a-f]+'\n  expected: 'buckets:v2:4:"
                                          r".*\n  why: the keys changed"):
         other.load_state_dict(state)
-    older = dict(state, buckets=state["buckets"].replace("buckets:v1:", "buckets:v0:"))
+    older = dict(state, buckets=state["buckets"].replace("buckets:v2:", "buckets:v0:"))
     with pytest.raises(StateError, match="why: the run was written by another version of the bucket interleave"):
         loaders()[0].load_state_dict(older)
     plain = shufflepoint.DataLoader(list(range(N)), 3, seed=5, rank=0, world_size=2)
@@ -106,8 +117,8 @@ def test_a_damaged_bucket_state_is_refused_with_nothing_changed():
     state["cursor"] = 2700
     with pytest.raises(StateError, match="cursor"):
         loaders()[0].load_state_dict(state)
-    slots = int((np.bincount(KEYS) // 3).sum()) + 1  # one more batch of 3 than the buckets hold
-    state["segments"], state["cursor"] = [[3, slots]], 3 * slots
+    slots = int((-(-np.bincount(KEYS) // 3)).sum()) + 1  # one more batch of 3 than the buckets hold, padded
+    state["segments"], state["cursor"] = [[3, slots]], min(3 * slots, N)  # padded: the cursor stays <= n
     state["history"][-1][5] = [[3, slots]]
     fresh = loaders()[0]
     with pytest.raises(StateError, match=r"(segments|history).*\n  expected: .*at most \d+ slots"):
@@ -141,19 +152,21 @@ def test_without_shuffle_each_bucket_is_read_in_index_order():
     batches = [b.tolist() for b in loader]
     for bucket in range(4):
         mine = [i for b in batches for i in b if KEYS[i] == bucket]
-        assert mine == sorted(mine)
+        size = int((KEYS == bucket).sum())  # then the last batch filled with the bucket's first samples
+        assert mine[:size] == sorted(mine[:size]) and mine[size:] == mine[:len(mine) - size]
 
 
-def test_a_resize_and_a_new_batch_size_on_load_read_the_rest_once_and_which_places_both_legs():
-    group = loaders(world=2, batch=3)
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_a_resize_and_a_new_batch_size_on_load_read_the_rest_once_and_which_places_both_legs(drop_last):
+    group = loaders(world=2, batch=3, drop_last=drop_last)
     before = steps(group, 4)
     state = json.loads(json.dumps(group[0].state_dict()))
-    resized = loaders(world=3, batch=2)
+    resized = loaders(world=3, batch=2, drop_last=drop_last)
     for loader in resized:
         loader.load_state_dict(state)
     after = steps(resized)
     seen = [i for step in before + after for batch in step for i in batch]
-    assert len(seen) == len(set(seen)) and N - len(seen) <= 4 * (2 - 1) + (3 - 1) * 2
+    served_as_drop_last_says(seen, drop_last, 4 * (2 - 1) + (3 - 1) * 2 + (0 if drop_last else 4 * (3 - 1)))
     assert all(len(set(KEYS[b].tolist())) == 1 for step in after for b in step)
     assert resized[0].which(2) == dict(enumerate(before[2]))
     assert resized[0].which(4 + 1) == dict(enumerate(after[1]))
@@ -194,7 +207,7 @@ def test_an_edited_bucket_state_is_refused_whole_or_reads_one_bucket_batches(fie
     elif field == "history":
         state["history"][-1][4:] = [where, [[where + 1, value % 40]]]
     elif field == "buckets":
-        state["buckets"] = f"buckets:v1:4:{value:016x}"
+        state["buckets"] = f"buckets:v{value % 3}:4:{value:016x}"
     else:
         state[field] = value % 200
     fresh = loaders()[0]
@@ -212,3 +225,65 @@ def test_an_edited_bucket_state_is_refused_whole_or_reads_one_bucket_batches(fie
 def test_keys_as_a_list_an_int_array_of_any_width_or_a_tensor_read_the_same(as_keys):
     reference = [b.tolist() for b in loaders(world=1)[0]]
     assert [b.tolist() for b in loaders(world=1, keys=as_keys(KEYS))[0]] == reference
+
+
+def test_every_sample_of_every_epoch_is_served_with_drop_last_false_full_one_bucket_batches():
+    """The issue's case in small: 2 ranks, batches of 8, 5 buckets; drop_last=False (the default) serves every
+    sample every epoch (each bucket's last batch filled from the same bucket), drop_last=True drops the tail."""
+    keys = np.random.default_rng(7).integers(0, 5, 203)
+    for drop_last in (False, True):
+        group = [shufflepoint.DataLoader(list(range(203)), 8, seed=11, rank=r, world_size=2, buckets=keys,
+                                         drop_last=drop_last) for r in range(2)]
+        for _ in range(3):
+            epoch = steps(group)
+            batches = [batch for step in epoch for batch in step]
+            assert all(len(b) == 8 and len(set(keys[b].tolist())) == 1 for b in batches)
+            seen = [i for b in batches for i in b]
+            if drop_last:
+                assert len(seen) == len(set(seen)) and 203 - len(seen) <= 5 * 7 + 8
+            else:
+                assert set(seen) == set(range(203)) and len(seen) - 203 <= 5 * 7 + 8
+        assert len(group[0]) == len(epoch)
+
+
+def test_a_state_written_before_padding_resumes_as_the_drop_last_run_it_was():
+    """Keys fingerprinted v1 were read dropping the tail whatever drop_last said: such a state resumes exactly
+    with drop_last=True, and is refused by name inside an epoch with drop_last=False."""
+    group = loaders(drop_last=True)
+    steps(group, 6)
+    state = json.loads(json.dumps(group[0].state_dict()))
+    rest = steps(group)
+    old = dict(state, buckets=state["buckets"].replace("buckets:v2:", "buckets:v1:"), drop_last=False,
+               history=[[*entry[:3], 0, *entry[4:]] for entry in state["history"]])
+    fresh = loaders(drop_last=True)
+    for loader in fresh:
+        loader.load_state_dict(old)
+    assert steps(fresh) == rest and fresh[0].state_dict()["buckets"] == state["buckets"]
+    padded = loaders()[0]
+    with pytest.raises(StateError, match=r"'drop_last': found True\n  expected: False \(what this loader was built "
+                                         r"with\)\n(.|\n)*why: with buckets, drop_last decides"):
+        padded.load_state_dict(old)
+    assert padded.step == 0 and padded.cursor == 0
+
+
+def test_drop_last_changes_at_an_epoch_s_start_and_is_refused_inside_one():
+    group = loaders(drop_last=True)
+    steps(group, 3)
+    inside = group[0].state_dict()
+    with pytest.raises(StateError, match=r"'drop_last': found True\n  expected: False"):
+        loaders()[0].load_state_dict(inside)
+    fresh = loaders(drop_last=True)
+    epoch0 = steps(fresh)
+    for loader in fresh:
+        loader.set_epoch(1)
+    boundary = fresh[0].state_dict()
+    assert boundary["segments"] == [] and boundary["epoch"] == 1
+    padded = loaders()
+    for loader in padded:
+        loader.load_state_dict(boundary)
+    epoch1 = steps(padded)
+    seen = [i for step in epoch1 for batch in step for i in batch]
+    assert set(seen) == set(range(N))
+    # which places both legs: epoch 0 read dropping its tail, epoch 1 padded
+    assert [padded[0].which(step) for step in range(len(epoch0))] == [dict(enumerate(b)) for b in epoch0]
+    assert padded[0].which(len(epoch0) + len(epoch1) - 1) == dict(enumerate(epoch1[-1]))

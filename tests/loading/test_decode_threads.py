@@ -1,5 +1,6 @@
-"""``DataLoader(decode_threads=k)``: a batch's samples are read in k threads at once, and nothing of the order
-changes (the same batches, with or without threads, workers or a keyed transform, and after a resume)."""
+"""``DataLoader(decode_threads=k)``: a batch's samples are read in k threads at once (a dataset that reads a batch
+in one call, ``Shards``: their transforms, the loader's or the corpus's own), and nothing of the order changes (the
+same batches, with or without threads, workers or a keyed transform, and after a resume)."""
 
 from __future__ import annotations
 
@@ -57,14 +58,101 @@ def test_a_bad_thread_count_is_refused_by_name(value, error, text):
         shufflepoint.DataLoader(list(range(4)), batch_size=2, decode_threads=value)
 
 
-def test_threads_with_global_seeding_or_a_batch_reader_are_refused(tmp_path):
-    with pytest.raises(ValueError, match=r"decode_threads: found 2\n  expected: 0 with seed_per_sample=True"):
-        shufflepoint.DataLoader(list(range(4)), batch_size=2, decode_threads=2, seed_per_sample=True)
+def corpus_of(tmp_path, n=40, **kwargs):
+    """A Parquet corpus of rows {"x": i} in 4 shards (a batch read in one call: ``ReadsBatches``)."""
     pytest.importorskip("pyarrow")
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.table({"x": list(range(10))}), tmp_path / "a.parquet")
-    corpus = shufflepoint.Shards(str(tmp_path / "*.parquet"), progress=False, cache_dir=str(tmp_path / "c"))
-    with pytest.raises(ValueError, match=r"decode_threads: found 2\n  expected: 0 for a Shards"):
-        shufflepoint.DataLoader(corpus, batch_size=2, decode_threads=2)
+    folder = tmp_path / "rows"
+    if not folder.exists():
+        folder.mkdir()
+        for shard in range(4):
+            rows = list(range(shard * n // 4, (shard + 1) * n // 4))
+            pq.write_table(pa.table({"x": rows}), folder / f"{shard}.parquet")
+    return shufflepoint.Shards(str(folder / "*.parquet"), progress=False, cache_dir=str(tmp_path / "c"), **kwargs)
+
+
+def test_threads_with_global_seeding_or_a_batch_reader_with_nothing_to_decode_are_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"decode_threads: found 2\n  expected: 0 with seed_per_sample=True"):
+        shufflepoint.DataLoader(list(range(4)), batch_size=2, decode_threads=2, seed_per_sample=True)
+    with pytest.raises(ValueError, match=r"decode_threads: found 2\n  expected: 0 for a Shards without a transform"
+                                         r"\n  why: .*\n  fix: pass transform="):
+        shufflepoint.DataLoader(corpus_of(tmp_path), batch_size=2, decode_threads=2)
+
+
+class GateTransform:
+    """A transform (the loader's, ``(sample, rng)``, or a corpus's own, ``(sample)``) that waits until ``width``
+    samples are being transformed at once: only a batch decoded in threads passes it."""
+
+    def __init__(self, width: int, timeout: float = 10) -> None:
+        self.width, self.timeout = width, timeout
+        self.barrier = threading.Barrier(width, timeout=timeout)
+
+    def __call__(self, sample, rng=None):
+        self.barrier.wait()
+        return {"x": sample["x"] * 1000 + (int(rng.integers(0, 1000)) if rng is not None else 0)}
+
+    def __getstate__(self):
+        return {"width": self.width, "timeout": self.timeout}
+
+    def __setstate__(self, state):
+        self.__init__(state["width"], state["timeout"])
+
+
+def test_a_batch_read_in_one_call_is_transformed_in_threads_at_once(tmp_path):
+    corpus = corpus_of(tmp_path)
+    loader = shufflepoint.DataLoader(corpus, batch_size=4, seed=1, transform=GateTransform(4), decode_threads=4)
+    assert sorted(x // 1000 for batch in loader for x in batch["x"].tolist()) == list(range(40))
+    with pytest.raises(threading.BrokenBarrierError):  # one sample at a time never opens a gate of 2
+        next(iter(shufflepoint.DataLoader(corpus, batch_size=4, seed=1, transform=GateTransform(2, 0.5))))
+    own = corpus_of(tmp_path, transform=GateTransform(4))  # the corpus's own transform, a batch read in one call
+    assert sorted(x // 1000 for batch in shufflepoint.DataLoader(own, batch_size=4, seed=1, decode_threads=4)
+                  for x in batch["x"].tolist()) == list(range(40))
+
+
+def keyed(sample, rng):
+    return {"x": sample["x"] * 1000 + int(rng.integers(0, 1000))}
+
+
+def own(sample):
+    return {"x": sample["x"] * 7}
+
+
+@pytest.mark.parametrize("options", [
+    {"transform": keyed}, {"transform": keyed, "num_workers": 2}, {"own": own}, {"own": own, "num_workers": 2},
+    {"own": own, "collate_fn": list}, {"own": own, "transform": keyed}])
+def test_a_batch_read_in_one_call_and_decoded_in_threads_is_the_batch_without_threads(tmp_path, options):
+    options = dict(options)
+    corpus = corpus_of(tmp_path, n=60, transform=options.pop("own", None))
+
+    def run(threads, state=None, count=None):
+        loader = shufflepoint.DataLoader(corpus, batch_size=6, seed=9, decode_threads=threads, **options)
+        if state is not None:
+            loader.load_state_dict(state)
+        batches = []
+        for batch in loader:
+            batches.append([row["x"] for row in batch] if isinstance(batch, list) else batch["x"].tolist())
+            if len(batches) == count:
+                break
+        return batches, loader.state_dict()
+
+    plain, _ = run(0)
+    assert run(1)[0] == plain
+    first, state = run(3, count=4)
+    assert first + run(5, state)[0] == plain  # another thread count on the resume: the same batches
+
+
+def test_a_bad_sample_decoded_in_a_thread_is_the_same_error_as_without(tmp_path):
+    def fails_on_13(sample, rng):
+        if sample["x"] == 13:
+            raise ValueError("sample 13 does not decode")
+        return sample
+
+    corpus = corpus_of(tmp_path)
+    errors = []
+    for threads in (0, 3):
+        with pytest.raises(ValueError, match="sample 13 does not decode") as error:
+            list(shufflepoint.DataLoader(corpus, batch_size=4, seed=2, transform=fails_on_13, decode_threads=threads))
+        errors.append(str(error.value))
+    assert errors[0] == errors[1]

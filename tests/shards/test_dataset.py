@@ -123,7 +123,8 @@ def test_a_shard_that_changed_or_vanished_under_a_job_is_an_error_naming_it(web)
     with open(shard, "a") as f:
         f.write(json.dumps({"id": -1}) + "\n")
     with pytest.raises(shufflepoint.ShardError,
-                       match=r"part-00005\.jsonl: changed: the object is \d+ bytes now, expected \d+: it was rewrit"):
+                       match=r"part-00005\.jsonl: rewritten since it was indexed: the object is \d+ bytes now, \d+ in "
+                             r"the index"):
         corpus[start]
     gone = corpus.index.url(6)
     os.unlink(gone)

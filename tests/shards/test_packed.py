@@ -345,6 +345,25 @@ def test_a_resume_with_another_packing_names_the_parameter_and_both_values(chang
     assert "resume with the same dataset" not in str(refused.value)
 
 
+def test_a_mixture_of_packed_sources_resumed_with_another_seq_len_names_it():
+    """The mixture's fingerprint hashes its sources' (and ``n`` is checked first): the rows an epoch the saved
+    run had name the seq_len that makes them (issue 44, a user trial)."""
+    def loader(seq_len):
+        sources = [Packed(documents(LENGTHS_FIXED), seq_len, eos=EOS, progress=False),
+                   Packed(documents(LENGTHS_FIXED[:9]), seq_len, eos=EOS, progress=False)]
+        return shufflepoint.DataLoader(Mixture([(sources[0], 0.5), (sources[1], 0.5)]), 2, seed=4,
+                                       collate_fn=collate_rows)
+
+    saved = loader(5)
+    next(iter(saved))
+    state = saved.state_dict()
+    with pytest.raises(shufflepoint.StateError, match=r"packing parameter seq_len: saved 5, now 6 \(the mixture's "
+                       r"Packed sources make \d+ rows an epoch at the saved seq_len, \d+ now\); build the Packed "
+                       r"sources with seq_len=5 to resume this run"):
+        loader(6).load_state_dict(state)
+    loader(5).load_state_dict(state)  # the same packing resumes
+
+
 def test_a_state_of_shufflepoint_0_3_without_the_packing_in_clear_is_named_and_resumes_with_strict_false():
     def loader(seq_len=5):
         packed = Packed(documents(LENGTHS_FIXED), seq_len, eos=EOS, progress=False)

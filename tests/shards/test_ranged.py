@@ -8,6 +8,7 @@ rewritten under the job is a ShardError; the partial entries count toward the ca
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import uuid
@@ -19,6 +20,7 @@ import shufflepoint
 from shufflepoint import _settings as settings
 from shufflepoint._shards.storage import ranged
 from shufflepoint._shards.storage.cache import NodeCache
+from shufflepoint._tools.cli import main
 
 SHARDS, GROUPS, GROUP_ROWS, BATCH = 3, 24, 1100, 8  # groups past _UNIT_ROWS: a unit each
 
@@ -300,3 +302,32 @@ def test_a_rank_reading_sparsely_fetches_its_windows_and_one_reading_densely_the
         assert gets <= 2 * len(sizes), gets
     else:  # a batch's windows alone
         assert fetched <= BATCH * (seq + 1) * 2 and gets >= BATCH // 2, (fetched, gets)
+
+
+@pytest.mark.parametrize("replacement", ["shorter", "same size"])
+def test_a_shard_replaced_after_its_index_was_published_is_named_rewritten_on_a_fresh_node(s3, corpus, tmp_path,
+                                                                                          replacement):
+    """Issue 44, a user trial: a shard replaced after the index was built, read by a fresh node (an empty cache),
+    was "not readable Parquet ... InvalidRange ... replace the shard with a good copy". It is rewritten since it was
+    indexed, whatever the new size, and said so before any row of it is served."""
+    name, _ = corpus
+    publisher = ["--storage-options", json.dumps(s3.storage_options), "--cache-dir", str(tmp_path / "publisher")]
+    assert main(["index", f"s3://{name}/web/*.parquet", *publisher]) == 0
+    indexed = shards(s3, name, str(tmp_path / "first"))
+    assert indexed[0]["id"] == 0
+    key = indexed.index.url(0).split(f"s3://{name}/", 1)[1]
+    body = bytearray(s3.client().get_object(Bucket=name, Key=key)["Body"].read())
+    if replacement == "shorter":
+        pq, pa = pytest.importorskip("pyarrow.parquet"), pytest.importorskip("pyarrow")
+        path = tmp_path / "short.parquet"
+        pq.write_table(pa.table({"id": np.arange(10), "text": ["x"] * 10}), path)
+        body = bytearray(path.read_bytes())
+    else:
+        body[len(body) // 2] ^= 1
+    s3.put(name, key, bytes(body))
+    fresh = shards(s3, name, str(tmp_path / "fresh"), retries=0)  # the same index, a node with no copy yet
+    assert fresh.fingerprint == indexed.fingerprint
+    loader = shufflepoint.DataLoader(fresh, batch_size=BATCH, seed=3, shuffle_block=GROUP_ROWS, shuffle=False)
+    with pytest.raises(shufflepoint.ShardError, match=r"part-0\.parquet: rewritten since it was indexed") as raised:
+        next(iter(loader))
+    assert "not readable" not in str(raised.value) and "replace the shard" not in str(raised.value)

@@ -10,8 +10,8 @@ Vocabulary (all integers)::
                in a seekable permutation of its own (the loader's order, keyed by seed and bucket)
     unit       B consecutive samples of one bucket's stream: one per-rank batch
     segment    a stretch of the epoch read at one batch size B: it cuts what is left of every bucket
-               (r_k samples) into u_k = r_k // B units, U = sum(u_k) of them, and orders them into
-               *slots* (the interleave, below); ``[B, slots taken]`` pairs are the epoch's segments
+               (r_k samples) into u_k units (r_k // B, or ceil(r_k / B) padded: the tail), U = sum(u_k), into
+               *slots* ordered by the interleave (below); ``[B, slots taken]`` pairs are the epoch's segments
     step       W ranks take the next W slots: rank r takes slot s + r (s: slots taken so far)
 
 The interleave: bucket k's j-th unit of a segment gets the time ``(j + h) / u_k``, h a keyed jitter in
@@ -28,15 +28,27 @@ ranks, B = 2, buckets a (6 samples) and b (2 samples): u = (3, 1), U = 4 slots, 
     rank 1     : b0      a2
 
 What a resize does: another W reads on from the same slot (the segment goes on); another B begins a
-new segment over what is left of every bucket. Either way each sample is read at most once an epoch.
+new segment over what is left of every bucket. Either way each sample is read once an epoch (padding
+aside, below).
 
-The tail, per epoch: the last segment leaves ``r_k % B`` samples of bucket k that fill no batch, and
-``(U - s) % W`` units (fewer than W) that fill no step; both are dropped, whatever ``drop_last`` says
-(every batch is full, and every rank reads the same number of batches). At most
-``K * (B - 1) + (W - 1) * B`` samples an epoch, B and W those of the epoch's end; the dropped samples
-differ from epoch to epoch (the streams are reshuffled).
+The tail, per epoch, as ``drop_last`` says (D, the layout's):
 
-Words: docs/glossary.md (bucket, bucket key, bucket unit, bucket segment, slot).
+- ``drop_last=False`` (the default): nothing is dropped. A segment cuts bucket k's r_k samples into
+  u_k = ceil(r_k / B) units; the last one, short of ``B - r_k % B`` samples, is filled with the first
+  samples of the same segment's part of that bucket's stream (as ``DistributedSampler`` pads: unit j's
+  i-th sample is the stream's ``(j * B + i) mod r_k``-th of the segment), so every batch stays full and
+  one bucket. The last step's ranks past the segment's last slot U read the segment's slots again from
+  its first (slot g >= U reads slot ``(g - U) mod U``): every rank reads ceil((U - s) / W) batches. An epoch
+  repeats at most ``B - 1`` samples of each bucket per segment and ``(W - 1) * B`` at its last step.
+- ``drop_last=True``: u_k = r_k // B; the ``r_k % B`` samples of each bucket that fill no batch and the
+  ``(U - s) % W`` units that fill no step are dropped, at most ``K * (B - 1) + (W - 1) * B`` samples an
+  epoch (B and W those of the epoch's end); the dropped samples differ from epoch to epoch.
+
+A segment's meaning depends on D, so D changes only where an epoch begins (``BucketDeal``). Keys
+fingerprinted ``v1`` (before padding) were read dropping whatever D said: ``older_states`` reads such a
+state as ``drop_last=True``.
+
+Words: docs/glossary.md (bucket, bucket key, bucket unit, bucket segment, slot, bucket padding, tail).
 """
 
 from __future__ import annotations
@@ -54,7 +66,7 @@ from shufflepoint._order import Order, check_int, make_order
 from shufflepoint._order.feistel import _base_key, _splitmix64
 
 NAME = "buckets"  # the deal's name in a state
-VERSION = 1  # of the interleave and the bucket streams' seeds: in the keys' fingerprint, so a change is refused
+VERSION = 2  # of the interleave, the tail and the bucket streams' seeds: in the keys' fingerprint (v1: no padding)
 MAX_KEY = 2**31 - 1  # keys are small ints: an aspect-ratio or a length bucket's number
 MAX_UNITS = 2**36  # units of one bucket in a segment: j + h stays exact in a float64 (36 + 16 bits)
 MAX_SEGMENTS = 64  # batch-size changes inside one epoch; a state with more is refused as damaged
@@ -135,8 +147,8 @@ def segment_key(seed: int, epoch: int, segment: int) -> int:
 class _Interleave:
     """One segment's slots: the units of every bucket sorted by (time, bucket, unit) (module docstring)."""
 
-    def __init__(self, remaining: np.ndarray, batch_size: int, key: int) -> None:
-        self.units = remaining // batch_size
+    def __init__(self, remaining: np.ndarray, batch_size: int, key: int, pad: bool = False) -> None:
+        self.units = -(-remaining // batch_size) if pad else remaining // batch_size  # pad: the last unit filled
         if self.units.size and int(self.units.max()) > MAX_UNITS:
             raise Refused("buckets", Plain(f"{int(self.units.max())} batches in one bucket"),
                           f"at most {MAX_UNITS} batches of a bucket in an epoch", "use a larger batch_size")
@@ -203,7 +215,8 @@ class _Interleave:
 
 def check_segments(n: int, segments: object) -> BucketSegments:
     """An epoch's ``[batch_size, slots]`` pairs, well formed (Refused naming the pair); whether the slots were
-    there to take is the cut's check (it needs the keys)."""
+    there to take is the cut's check (it needs the keys). Every slot holds a sample not read before in the
+    epoch (a padded unit too), so there are at most n slots in all."""
     if not isinstance(segments, list) or len(segments) > MAX_SEGMENTS:
         raise Refused("segments", segments, f"at most {MAX_SEGMENTS} [batch_size, slots] pairs (deal 'buckets')",
                       DAMAGED)
@@ -214,29 +227,32 @@ def check_segments(n: int, segments: object) -> BucketSegments:
                 and 1 <= pair[0] <= 2**31 and 1 <= pair[1] <= n):
             raise Refused(f"segments[{number}]", pair, "a [batch_size, slots] pair, 1 <= batch_size <= 2**31, "
                           f"1 <= slots <= n={n}", DAMAGED)
-        total += pair[0] * pair[1]
+        total += pair[1]
     if total > n:
-        raise Refused("segments", segments, f"batches of at most n={n} samples in all", DAMAGED)
+        raise Refused("segments", segments, f"at most n={n} slots in all (each holds a sample read once)", DAMAGED)
     return BucketSegments(segments)
 
 
 class BucketCut:
     """The rest of one epoch under ``buckets`` for a world of ``world_size`` ranks reading ``batch_size``
-    (a ``Cut``, ``_core/cut.py``): ``segments`` say what the epoch read so far."""
+    (a ``Cut``, ``_core/cut.py``): ``segments`` say what the epoch read so far, ``drop_last`` its tail
+    (module docstring: False pads each bucket's last unit and the last step, True drops them)."""
 
     stretches = None  # the bucket order is laid along no stretches
 
     def __init__(self, table: BucketTable, seed: int, epoch: int, world_size: int, batch_size: int,
-                 segments: Sequence[Sequence[int]]) -> None:
+                 segments: Sequence[Sequence[int]], drop_last: bool = True) -> None:
         self.table, self.seed, self.epoch = table, seed, epoch
-        self._world, self._batch = world_size, batch_size
+        self._world, self._batch, self.drop_last = world_size, batch_size, bool(drop_last)
         self.segments = BucketSegments(segments)
         consumed = np.zeros(len(table), np.int64)
         goes_on = bool(self.segments) and self.segments[-1][0] == batch_size
         finished = self.segments[:-1] if goes_on else self.segments
         for number, (size, slots) in enumerate(finished):
-            consumed += size * self._segment(number, size, consumed, slots).taken(slots)
+            left = table.sizes - consumed
+            consumed += np.minimum(size * self._segment(number, size, consumed, slots).taken(slots), left)
         self.consumed = consumed  # of each bucket's stream, before the current segment
+        self._left = table.sizes - consumed  # r_k: what the current segment cuts into units
         self.slot = self.segments[-1][1] if goes_on else 0  # slots the current segment has handed out
         self._interleave = self._segment(len(finished), batch_size, consumed, self.slot)
         self._kept = BucketSegments(self.segments[:-1]) if goes_on else self.segments
@@ -247,7 +263,8 @@ class BucketCut:
                                      f"batch_size={self.segments[-1][0]} and change it after"))
 
     def _segment(self, number: int, size: int, consumed: np.ndarray, slots: int) -> _Interleave:
-        interleave = _Interleave(self.table.sizes - consumed, size, segment_key(self.seed, self.epoch, number))
+        interleave = _Interleave(self.table.sizes - consumed, size, segment_key(self.seed, self.epoch, number),
+                                 pad=not self.drop_last)
         if slots > interleave.total:
             raise Refused(f"segments[{number}]", [size, slots], f"at most {interleave.total} slots: the batches of "
                           f"{size} that the keys' buckets hold then", DAMAGED)
@@ -257,11 +274,20 @@ class BucketCut:
     def world_size(self) -> int:
         return self._world
 
+    def _steps(self) -> int:
+        """Steps left: every rank reads this many batches (the last step padded, or dropped, as D says)."""
+        left = max(self._interleave.total - self.slot, 0)
+        return left // self._world if self.drop_last else -(-left // self._world)
+
     def samples_per_rank(self) -> int:
-        return self._batch * ((self._interleave.total - self.slot) // self._world)
+        return self._batch * self._steps()
 
     def real_samples(self, rank: int) -> int:
-        return self.samples_per_rank()  # every batch is full: nothing is padding
+        """All but a rank's last batch where that one re-reads a slot (the last step's padding): a padded unit
+        of a bucket is no tail padding (it sits anywhere in the epoch)."""
+        steps = self._steps()
+        repeats = steps > 0 and self.slot + (steps - 1) * self._world + rank >= self._interleave.total
+        return self._batch * (steps - int(repeats))
 
     def rank_positions(self, rank: int, start: int, stop: int) -> np.ndarray:
         """Positions (``BucketOrder``'s: bucket k's stream at starts[k]..) of ``rank``'s samples start..stop-1."""
@@ -274,7 +300,8 @@ class BucketCut:
         samples = np.arange(start, stop, dtype=np.int64)
         batch = samples // size - first
         chosen = buckets[batch]
-        return np.asarray(self.table.starts[chosen] + self.consumed[chosen] + units[batch] * size + samples % size)
+        inside = (units[batch] * size + samples % size) % self._left[chosen]  # a padded unit wraps to its first
+        return np.asarray(self.table.starts[chosen] + self.consumed[chosen] + inside)
 
     def _batches(self, rank: int, first: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
         """(bucket, unit) of ``rank``'s batches first..stop-1: the slots between are sorted too, so a wide world
@@ -283,10 +310,21 @@ class BucketCut:
         step = max(1, _MAX_WINDOW // world)
         for low in range(first, stop, step):
             high = min(low + step, stop)
-            buckets, units = self._interleave.slots(self.slot + low * world, self.slot + high * world)
+            buckets, units = self._slots(self.slot + low * world, self.slot + high * world)
             mine = np.arange(high - low, dtype=np.int64) * world + rank
             pieces.append((buckets[mine], units[mine]))
         return np.concatenate([p[0] for p in pieces]), np.concatenate([p[1] for p in pieces])
+
+    def _slots(self, first: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """(bucket, unit) of the current segment's slots first..stop-1; a slot g past the last, U, is the
+        last step's padding and reads slot (g - U) mod U again (fewer than W of them)."""
+        total = self._interleave.total
+        buckets, units = self._interleave.slots(min(first, total), min(stop, total))
+        if stop <= total or total == 0:
+            return buckets, units
+        again = (np.arange(max(first, total), stop, dtype=np.int64) - total) % total
+        head_buckets, head_units = self._interleave.slots(0, int(again.max()) + 1)
+        return np.concatenate([buckets, head_buckets[again]]), np.concatenate([units, head_units[again]])
 
     def world_positions(self, start: int, stop: int) -> np.ndarray:
         """``rank_positions(rank, start, stop)`` of every rank, one row a rank (``which``)."""
@@ -295,13 +333,13 @@ class BucketCut:
     def after(self, received: int) -> tuple[int, BucketSegments]:
         """(cursor, segments) once every rank has received ``received`` more samples."""
         batches = min(received, self.samples_per_rank()) // self._batch
-        slots = self.slot + batches * self._world
+        slots = min(self.slot + batches * self._world, self._interleave.total)  # the last step's padding: none left
         segments = BucketSegments((*self._kept, *([(self._batch, slots)] if slots else [])))
-        return segments.cursor, segments
+        return segments.cursor_of(self.table.n), segments
 
     def bucket_of_slots(self, first: int, stop: int) -> np.ndarray:
         """The bucket label of the current segment's slots first..stop-1 (what ``which`` shows of a step)."""
-        return np.asarray(self.table.labels[self._interleave.slots(self.slot + first, self.slot + stop)[0]])
+        return np.asarray(self.table.labels[self._slots(self.slot + first, self.slot + stop)[0]])
 
 
 def bucket_seed(seed: int, bucket: int) -> int:
@@ -341,9 +379,11 @@ class BucketOrder:
         return int(self.take(np.array([position]))[0])
 
 
-def describe(table: BucketTable, seed: int, world_size: int, batch_size: int) -> dict[str, Any]:
-    """A fresh epoch's numbers at this layout: batches per rank, and samples dropped at the tail."""
-    cut = BucketCut(table, seed, 0, world_size, batch_size, [])
+def describe(table: BucketTable, seed: int, world_size: int, batch_size: int, drop_last: bool = True) -> dict[str, Any]:
+    """A fresh epoch's numbers at this layout: batches per rank, and samples dropped (``drop_last=True``) or
+    served twice (padded, ``drop_last=False``) at the tail, with the documented bound on either."""
+    cut = BucketCut(table, seed, 0, world_size, batch_size, [], drop_last)
     served = cut.samples_per_rank() * world_size
     return {"buckets": len(table), "batches_per_rank": cut.samples_per_rank() // batch_size,
-            "dropped": table.n - served, "bound": len(table) * (batch_size - 1) + (world_size - 1) * batch_size}
+            "dropped": max(table.n - served, 0), "padded": max(served - table.n, 0),
+            "bound": len(table) * (batch_size - 1) + (world_size - 1) * batch_size}

@@ -116,7 +116,8 @@ class Identified(Protocol):
     """
 
     @property
-    def fingerprint(self) -> str: ...
+    def fingerprint(self) -> str:
+        """A string that changes whenever the samples do (a version, a content hash)."""
 
 
 @runtime_checkable
@@ -138,7 +139,8 @@ class Locatable(Protocol):
     {0: [{'index': 2, 'file': 'a.txt', 'line': 3}, {'index': 3, 'file': 'a.txt', 'line': 4}]}
     """
 
-    def locate(self, index: int) -> dict[str, Any]: ...
+    def locate(self, index: int) -> dict[str, Any]:
+        """Where sample ``index`` lives, as JSON values, ``"index": index`` among them."""
 
 
 @runtime_checkable
@@ -163,7 +165,21 @@ class ReadsBatches(Protocol):
     2
     """
 
-    def read_batch(self, indices: Sequence[int] | np.ndarray) -> Any: ...
+    def read_batch(self, indices: Sequence[int] | np.ndarray) -> Any:
+        """The samples of ``indices``, in their order: item i is ``dataset[indices[i]]``."""
+
+
+@runtime_checkable
+class DecodesInBatches(Protocol):
+    """A ``ReadsBatches`` dataset whose batch read ends with work per sample (its own ``transform``, a decode)
+    that may run in threads: ``read_mapped(indices, map_samples)`` is ``read_batch(indices)`` with that work
+    mapped by ``map_samples`` (``map``'s contract, in order: item i is still ``dataset[indices[i]]``);
+    ``decodes_samples()`` says whether there is such work. ``DataLoader(decode_threads=k)`` hands it a
+    worker's k threads (``Shards(..., transform=)``)."""
+
+    def decodes_samples(self) -> bool: ...
+
+    def read_mapped(self, indices: Sequence[int] | np.ndarray, map_samples: Any) -> Any: ...
 
 
 @runtime_checkable
@@ -186,7 +202,8 @@ class Prefetching(Protocol):
     True
     """
 
-    def prefetch(self, indices: Sequence[int] | np.ndarray) -> None: ...
+    def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
+        """Start fetching what ``indices`` (this rank's next, in reading order) will read; return at once."""
 
 
 # -- shufflepoint's own corpora: public-named members of the dataset, internal ------------------

@@ -9,6 +9,12 @@ version 3 the order's parameters were appended to a corpus's fingerprint by the 
     mixture:<hash>|0:45f6188f01b5|30:a9129eebda1c:blocks=64:grid=6  a scheduled Mixture: phases, block, grid
 
 and version 4 keeps ``shards:<hash>:mine`` / ``mixture:<hash>`` with ``shuffle_block``, ``grid`` and ``phases``.
+
+A version 4 or 5 state of a loader with buckets whose keys' fingerprint is ``buckets:v1:...`` was written before
+buckets padded their tail: it dropped each bucket's last samples whatever ``drop_last`` said, which is what
+``drop_last=True`` reads today. It is read as such (``buckets:v2:...``, ``drop_last`` true in the state and in
+every history leg), so it resumes exactly with ``drop_last=True``, and a loader with ``drop_last=False`` is
+refused by name inside an epoch (``deals/buckets.py``) and pads from the next epoch on.
 """
 
 from __future__ import annotations
@@ -67,7 +73,7 @@ def upgraded(state: Mapping[str, Any]) -> dict[str, Any]:
     >>> {k: v for k, v in upgraded(old).items() if k in ("dataset_fingerprint", "shuffle_block")}
     {'dataset_fingerprint': 'shards:0f3a:mine', 'shuffle_block': 2048}
     """
-    found = dict(state)
+    found = _unpadded_buckets(dict(state))
     version = found.get("version")
     if isinstance(version, bool) or not isinstance(version, int) or not OLDEST_VERSION <= version <= NEWEST_UPGRADED:
         return found
@@ -81,6 +87,29 @@ def upgraded(state: Mapping[str, Any]) -> dict[str, Any]:
     found["buckets"] = None  # version 4 may read a run with bucket keys; older versions had none
     found["dataset_fingerprint"], parameters = _legacy_parameters(found.get("dataset_fingerprint"), found.get("order"))
     found.update(parameters)
+    return found
+
+
+_UNPADDED, _PADDED = "buckets:v1:", "buckets:v2:"  # the bucket keys' fingerprint before and since padding
+
+
+def _unpadded_buckets(found: dict[str, Any]) -> dict[str, Any]:
+    """A state with bucket keys of v1 (no padding) read as the ``drop_last=True`` run it was (module docstring);
+    any other state as it is. Fields of the wrong shape are left for ``validate`` to name.
+
+    >>> old = {"buckets": "buckets:v1:3:0f3a", "drop_last": False, "history": [[0, 2, 8, 0], [9, 4, 8, 0, 1, []]]}
+    >>> {k: v for k, v in _unpadded_buckets(old).items()}
+    {'buckets': 'buckets:v2:3:0f3a', 'drop_last': True, 'history': [[0, 2, 8, 1], [9, 4, 8, 1, 1, []]]}
+    """
+    keys = found.get("buckets")
+    if not (isinstance(keys, str) and keys.startswith(_UNPADDED)):
+        return found
+    found["buckets"] = _PADDED + keys[len(_UNPADDED):]
+    found["drop_last"] = True
+    history = found.get("history")
+    if isinstance(history, list):
+        found["history"] = [[*entry[:3], 1, *entry[4:]] if isinstance(entry, list) and len(entry) >= 4 else entry
+                            for entry in history]
     return found
 
 

@@ -99,8 +99,13 @@ class BucketSegments(_Pairs, tuple[BucketSegment, ...]):
 
     @property
     def cursor(self) -> int:
-        """Samples the epoch handed out over all ranks: the sum of batch_size x slots."""
+        """Samples the epoch handed out over all ranks: the sum of batch_size x slots (padding included)."""
         return sum(b * s for b, s in self)
+
+    def cursor_of(self, n: int) -> int:
+        """The state's ``cursor`` of an epoch of ``n`` samples: ``cursor``, at most n (padded units,
+        ``drop_last=False``, may hand out more than n; a cursor stays in [0, n] under every deal)."""
+        return min(self.cursor, n)
 
 
 Pairs = Segments | BucketSegments  # what a place records beyond its cursor: the deal's own kind of segments

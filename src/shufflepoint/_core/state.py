@@ -77,6 +77,7 @@ from shufflepoint._core.history import MAX_EPOCH, History, Place
 from shufflepoint._core.older_states import NEWEST_UPGRADED, OLDEST_VERSION, upgraded
 from shufflepoint._core.plan import Layout
 from shufflepoint._core.segments import Pairs, is_folded
+from shufflepoint._core.skips import Skip, check_record
 from shufflepoint._core.spanskips import Handed
 from shufflepoint._core.state_fields import DEALS as DEALS  # re-exported: the deals a state may name
 from shufflepoint._core.state_fields import (
@@ -99,6 +100,7 @@ FORMAT = "shufflepoint"
 CURRENT = NEWEST_UPGRADED + 1  # 4: the fields of today; older_states reads versions 1-3 into this shape
 VERSION = CURRENT + 1  # 5, the newest read: version 4 plus the fold of an epoch's resizes (written only with one)
 KINDS = ("loader", "sampler")
+SKIPPED = "skipped"  # the record of skipped samples (_core/skips.py): a state holds it only once one was skipped
 MAX_SEED = 2**64 - 1  # seeds span torch's full range; every other int fits an int64
 
 _INT = "an int (not a bool)"
@@ -132,6 +134,8 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "buckets": ((str, type(None)), "a string (the bucket keys' fingerprint) or None"),
 }
 FIELDS: tuple[str, ...] = tuple(_SCHEMA)
+"""The fields of a loader's or a sampler's ``state_dict()``, in the order written; docs/state-format.md
+says what each holds (public as ``shufflepoint.STATE_FIELDS``)."""
 _ADDED_IN = {"deal": 2, "segments": 2, "steps": 3, "history": 3, "excluded": 3, "handed": 3,
              "excluded_at": 3, "shuffle_block": 4, "grid": 4, "phases": 4,
              "ramp": 4, "buckets": 4}  # the version adding it
@@ -162,6 +166,7 @@ class Expected:
     dataset_fingerprint: str | None = None
     # The dataset's account of a changed fingerprint (a sharded corpus names the changed shards).
     explain_fingerprint: Callable[[str], str] | None = None
+    explain_length: Callable[[int], str | None] | None = None  # why n changed, where the dataset can say
     # The deal it reads with (its keys' fingerprint, the bucket deal's, is the one a state's ``buckets`` must name).
     deal: Deal = strided.DEAL
     # How shufflepoint 0.2 identified the same dataset (a corpus's index without shard versions):
@@ -192,6 +197,7 @@ class Position:
     handed: Handed | None = None  # spans with exclusions: what the epoch handed out before its latest one
     excluded_at: tuple[int, ...] = ()  # the steps the exclusions took effect at (the first and the latest 31)
     ramp: int | None = None  # the batch size set_batch_size set and the saved run read at
+    skipped: tuple[Skip, ...] = ()  # the latest skipped samples (_core/skips.py)
 
 
 def _check_shape(state: object) -> Mapping[str, Any]:
@@ -217,6 +223,8 @@ def _check_shape(state: object) -> Mapping[str, Any]:
             if newer else "this format version is not known; the state is damaged or foreign",
         )
     fields = _FIELDS_OF[version]
+    if version >= CURRENT:
+        keys -= {SKIPPED}  # written only once a sample was skipped (checked in validate: _core/skips.py)
     missing = [f for f in fields if f not in keys and not (version == 3 and f in _OPTIONAL)]
     extra = sorted(str(k) for k in keys - set(fields))
     if missing:
@@ -335,8 +343,9 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> Posit
                    f"load it into a {state['kind']}: a {state['kind']} state cannot restore a {expected.kind}")
     if state["n"] != expected.n:
         print_found = state["dataset_fingerprint"]
-        why = (expected.explain_fingerprint(print_found)
-               if expected.explain_fingerprint and isinstance(print_found, str) else "")
+        why = expected.explain_length(state["n"]) if expected.explain_length else None
+        why = why or (expected.explain_fingerprint(print_found)
+                      if expected.explain_fingerprint and isinstance(print_found, str) else "")
         raise fail("n", state["n"], f"{expected.n} (len(dataset) now)",
                    "resume with the dataset the checkpoint was written with",
                    why=f"the dataset changed length since the checkpoint{': ' + why if why else ''}")
@@ -365,9 +374,10 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> Posit
     steps, history = check_history(state, deal, bool(state["excluded"]))
     _check_changed(state, expected, strict)
     _warn_if_torch_changed(state)
+    skipped = check_record(state[SKIPPED], state["n"]) if SKIPPED in state else ()
     return Position(state["epoch"], state["cursor"], deal, deal.segments(state["segments"]), steps, history,
                     check_excluded(state, expected.kind), check_handed(state, deal), check_excluded_at(state, steps),
-                    state["ramp"])
+                    state["ramp"], skipped)
 
 
 def build(
@@ -377,6 +387,7 @@ def build(
     steps: int = 0, history: History | None = None, excluded: list[int] | None = None,
     handed: list[int] | None = None, excluded_at: list[int] | None = None,
     parameters: OrderParameters | None = None, ramp: int | None = None, buckets: str | None = None,
+    skipped: Sequence[Skip] = (),
 ) -> dict[str, Any]:
     """The state dict, every field in schema order. Without a ``history``, the run's history starts at
     ``steps`` from the state's own place (what is known of a state built by hand); without ``parameters``,
@@ -391,7 +402,7 @@ def build(
         import torch
 
         torch_version = torch.__version__
-    return {
+    state = {
         "format": FORMAT, "version": VERSION if _folded(pairs.to_state(), entries) else CURRENT, "kind": kind,
         "seed": seed, "epoch": epoch,
         "cursor": cursor, "n": n, "shuffle": shuffle, "order": order, "order_version": order_version,
@@ -403,3 +414,6 @@ def build(
         "shuffle_block": parameters.shuffle_block, "grid": parameters.grid,
         "phases": [[start, digest] for start, digest in parameters.phases], "ramp": ramp, "buckets": buckets,
     }
+    if skipped:
+        state[SKIPPED] = [skip.to_state() for skip in skipped]
+    return state

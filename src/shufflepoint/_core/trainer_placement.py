@@ -36,6 +36,9 @@ from shufflepoint._errors import refusal
 
 @dataclass(frozen=True)
 class Placement:
+    """Where the Trainer's loop stands for a loader's position (``place``): the epoch, the per-rank batches
+    done in it, the ``global_step`` they make, and the optimizer steps per epoch."""
+
     epoch: int  # the Trainer's epochs_trained
     batches_done: int  # k: the Trainer's steps_trained_in_current_epoch, in per-rank batches
     global_step: int

@@ -60,11 +60,12 @@ class BucketOrders(OrderCache):
 
 
 def bucketed(dataset: Any, keys: object, n: int, seed: int, shuffle: bool, order: str | None, deal: str | None,
-             shuffle_block: int | None) -> tuple[BucketOrders, BucketDeal]:
-    """A loader's orders and deal for ``buckets=keys`` (the other arguments checked against it)."""
+             shuffle_block: int | None, drop_last: bool) -> tuple[BucketOrders, BucketDeal]:
+    """A loader's orders and deal for ``buckets=keys`` (the other arguments checked against it); ``drop_last``
+    the loader's, which a resume inside an epoch must share with the state (``BucketDeal.check_state``)."""
     name = check_bucketed(dataset, order, deal, shuffle_block)
     table = bucket_table(dataset, keys, n)
-    return BucketOrders(name if shuffle else "identity", seed, dataset, table), BucketDeal(table, seed)
+    return BucketOrders(name if shuffle else "identity", seed, dataset, table), BucketDeal(table, seed, drop_last)
 
 
 def bucket_table(dataset: Any, keys: object, n: int) -> BucketTable:

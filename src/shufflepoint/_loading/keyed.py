@@ -19,6 +19,7 @@ import torch.utils.data
 
 from shufflepoint._errors import SampleError
 from shufflepoint._loading.randomness import batch_rng, sample_rng, saved_globals, seed_globals, seeded_globals
+from shufflepoint._loading.threads import SamplePool
 from shufflepoint._shards.corpora.shards.locate import located_error
 
 Key = tuple[int, int, int]  # (epoch, position in the epoch's global stream, dataset index)
@@ -43,17 +44,24 @@ class KeyedDataset(torch.utils.data.Dataset[Any]):
     seeded from it around ``dataset[index]`` and the transform, then restored.
 
     Attributes it does not have are the wrapped dataset's (``len``, ``prefetch``, ``fingerprint``).
+    ``skips_errors`` (set under ``skip_bad_samples=``, ``skipping.py``): any exception of the transform is re-said
+    as a bad sample (``SampleError``), so that it is skipped like one.
     """
 
-    def __init__(self, dataset: Any, seed: int, transform: Transform | None, seed_per_sample: bool) -> None:
+    skips_errors = False
+
+    def __init__(self, dataset: Any, seed: int, transform: Transform | None, seed_per_sample: bool,
+                 pool: SamplePool | None = None) -> None:
         self.dataset, self.seed = dataset, seed
         self.transform, self.seed_per_sample = transform, seed_per_sample
+        self.pool = pool  # decode_threads: a batch read at once, its transforms mapped in threads, in order
 
     def __len__(self) -> int:
         return len(self.dataset)
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("dataset", "seed", "transform", "seed_per_sample"):
+        if name.startswith("__") or name in ("dataset", "seed", "transform", "seed_per_sample", "pool",
+                                              "skips_errors"):
             raise AttributeError(name)  # not set yet (unpickling): never recurse into the dataset
         return getattr(self.dataset, name)
 
@@ -71,6 +79,17 @@ class KeyedDataset(torch.utils.data.Dataset[Any]):
             return transform(sample, rng)
         except SampleError as error:
             raise located_error(error, self.dataset, index) from error
+        except Exception as error:
+            if not self.skips_errors:
+                raise
+            bad = SampleError(f"transform raised {type(error).__name__}: {error}")
+            raise located_error(bad, self.dataset, index) from error
+
+    def _keyed_transform(self, pair: tuple[Any, Key]) -> Any:
+        """``transform(sample, rng)`` of a sample read in a batch, its generator keyed by (seed, epoch, index)."""
+        sample, (epoch, _position, index) = pair
+        assert self.transform is not None
+        return self._transformed(self.transform, sample, sample_rng(self.seed, epoch, index), index)
 
     def __getitem__(self, key: Key) -> Any:
         epoch, _position, index = key
@@ -84,8 +103,9 @@ class KeyedDataset(torch.utils.data.Dataset[Any]):
         if fetch is not None and not self.seed_per_sample:  # batched reads stay batched
             samples = fetch([index for _epoch, _position, index in keys])
             if self.transform is not None:
-                samples = [self._transformed(self.transform, sample, sample_rng(self.seed, epoch, index), index)
-                           for sample, (epoch, _position, index) in zip(samples, keys, strict=True)]
+                pairs = zip(samples, keys, strict=True)
+                samples = (self.pool.map(self._keyed_transform, pairs) if self.pool is not None
+                           else [self._keyed_transform(pair) for pair in pairs])
         else:  # with seed_per_sample, the global states are saved once per batch (numpy's costs ~50 us)
             with saved_globals() if self.seed_per_sample else contextlib.nullcontext():
                 samples = [self._sample(epoch, index) for epoch, _position, index in keys]

@@ -9,6 +9,7 @@ Words: docs/glossary.md (batch, rank, world size, state, resume, iterator).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 from collections.abc import Callable, Iterator
@@ -20,6 +21,7 @@ import torch.utils.data
 from shufflepoint._core.capabilities import Locatable
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.plan import Layout
+from shufflepoint._core.skips import over_limit
 from shufflepoint._errors import Plain, refusal
 from shufflepoint._loading.agreement import agree_on_exclusion, validate_everywhere, watch_gloo_exit
 from shufflepoint._loading.bucketed import bucketed
@@ -37,6 +39,15 @@ from shufflepoint._loading.serving import (
     rank_density,
     served,
     threaded,
+)
+from shufflepoint._loading.skipping import (
+    GaveUp,
+    SkippingDataset,
+    WithSkips,
+    agree_on_skips,
+    check_skipping,
+    served_skipping,
+    stop_text,
 )
 from shufflepoint._order import check_int
 
@@ -162,10 +173,19 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         buckets: one small int >= 0 per sample (a list or integer array of ``len(dataset)``), or the name
             of the samples' field that holds it (read once; a ``Shards`` corpus keeps them in its cache
             folder): every per-rank batch then holds one bucket, the buckets' batches interleaved evenly over the epoch;
-            full batches only (what fills none is dropped, at most K*(B-1) + (W-1)*B samples an epoch).
+            full batches only: with ``drop_last=False`` every sample each epoch, a bucket's last batch filled
+            with its own first samples and the last step's missing batches read again from the epoch's first;
+            with ``drop_last=True`` that tail dropped (either: at most K*(B-1) + (W-1)*B samples an epoch).
             ``order`` then orders each bucket. See docs/buckets.md.
         decode_threads: read each batch's samples in this many threads of the worker, in order (a slow
-            sample then costs its batch its own time, not the sum; docs/video.md). Default 0.
+            sample then costs its batch its own time, not the sum; docs/video.md); a dataset that reads a batch
+            in one call (``Shards``) keeps its one read and runs the transforms in the threads. Default 0.
+        skip_bad_samples: True, or a dict of limits (``max_in_a_row`` 4, ``max_skips`` 16 in a ``window`` of
+            1000 steps: ``_core/skips.py``): a sample that fails to read or decode (``ShardError``,
+            ``SampleError``, any exception of ``transform``) is replaced in its slot by a
+            sample arithmetic chooses and excluded from the next batch on, on every rank, and kept in the state's
+            record; past the limits the run stops naming every shard and row. False (the default): a bad
+            sample ends the run. See docs/exclusion.md#bad-samples.
         **torch_dataloader_kwargs: passed to ``torch.utils.data.DataLoader`` (``collate_fn``,
             ``pin_memory``, ``prefetch_factor``, ``persistent_workers``, ...), except ``sampler`` and
             ``batch_sampler``: the order is this loader's.
@@ -194,6 +214,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         mesh_dims: str | tuple[str, ...] | None = None,
         buckets: Any = None,
         decode_threads: int = 0,
+        skip_bad_samples: bool | dict[str, int] = False,
         **torch_dataloader_kwargs: Any,
     ) -> None:
         check_arguments(shuffle, torch_dataloader_kwargs)
@@ -211,20 +232,31 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
                                 shuffle_block=shuffle_block if shuffle else None, grid=world_size * batch_size)
             dealt = deal_of(deal, orders)
         else:  # every per-rank batch one bucket (bucketed.py)
-            orders, dealt = bucketed(dataset, buckets, layout.n, self._seed, shuffle, order, deal, shuffle_block)
+            orders, dealt = bucketed(dataset, buckets, layout.n, self._seed, shuffle, order, deal, shuffle_block,
+                                     layout.drop_last)
         warn_if_blocks_exceed_the_share(orders, dealt, layout.n, world_size)
         self._identity = Identity(dataset_fingerprint, dataset, orders)
         self._position = LoaderPosition(layout, orders, dealt)
         self._keyed = check_keyed(transform, seed_per_sample)
-        threads = threaded(dataset, decode_threads, seed_per_sample)
+        threads = threaded(dataset, decode_threads, seed_per_sample, transform)
+        self._skipping, places = check_skipping(skip_bad_samples, torch_dataloader_kwargs, self._position), dataset
         dataset = served(dataset, self._seed, transform, seed_per_sample, torch_dataloader_kwargs)
-        prefetch = announcer(dataset)
+        prefetch = self._announcer(dataset)
+        self._skipper: SkippingDataset | None = served_skipping(dataset, places, self._seed, layout.n, self._skipping,
+                                                                torch_dataloader_kwargs)
+        dataset = self._skipper or dataset
         dataset = threads(dataset)
         sampler = _PassSampler(self._position, rank, self._keyed, prefetch)
         super().__init__(
             dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last,
             num_workers=num_workers, **torch_dataloader_kwargs,
         )
+
+    def _announcer(self, dataset: Any) -> Callable[[np.ndarray, float], None] | None:
+        """How the sampler tells the dataset as served its upcoming indices (``serving.announcer``). A loader whose
+        batches are read in other processes on other nodes (``integrations.ray``) announces nothing here: this
+        process would fetch shards it never reads."""
+        return announcer(dataset)
 
     def __repr__(self) -> str:
         position = self._position
@@ -275,14 +307,17 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
 
     @property
     def rank(self) -> int:
+        """This process's rank among the ranks the loader shards over (``rank=``, else its group's)."""
         return self._rank
 
     @property
     def world_size(self) -> int:
+        """How many ranks the loader shards over now (after a resume, the new run's, not the state's)."""
         return self._position.layout.world_size
 
     @property
     def seed(self) -> int:
+        """The seed of the order (``seed=``; a resume refuses a state of another)."""
         return self._seed
 
     def set_epoch(self, epoch: int) -> None:
@@ -302,7 +337,13 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         live = self._position.begin_pass()  # before torch's iterator, whose workers ask the sampler at once
         dataset = self._position.orders.dataset
         tell_density(dataset, lambda: rank_density(live.cut, self._rank))  # before the workers copy it
-        return self._count(super().__iter__(), live)
+        return self._count(self._batches(), live)
+
+    def _batches(self) -> Iterator[Any]:
+        """torch's iterator, its workers started with the excluded set as it is now (``skip_bad_samples``)."""
+        if self._skipper is not None:
+            self._skipper.excluded = self._position.excluded.exclusion
+        return super().__iter__()
 
     def _count(self, batches: Iterator[Any], live: Pass) -> Iterator[Any]:
         while True:
@@ -318,14 +359,40 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
                     )
                 live = current  # set_batch_size(), exclude(): batches prefetched under the old cut are dropped
                 del batches
-                batches = super().__iter__()
+                batches = self._batches()
             batch = next(batches, _END)
             if batch is _END:
                 break
+            if self._skipping is None:
+                live.received += 1
+                yield batch
+                continue
+            batch, skips = self._agreed(batch)
             live.received += 1
+            if skips:
+                self._skipped(skips)
             yield batch
         if self._position.live is live:  # the pass is exhausted: the epoch is over
             self._position.end_pass(live)
+
+    def _agreed(self, batch: Any) -> tuple[Any, list[Any]]:
+        """The batch, and the skips every rank made reading this step's batches (the same list on every rank);
+        every rank raises the same error where a slot could not be filled."""
+        skips, gave_up = ([], None) if not isinstance(batch, (WithSkips, GaveUp)) else \
+            ((batch.skips, None) if isinstance(batch, WithSkips) else ([], batch))
+        agreed, gave = agree_on_skips(skips, gave_up, self.world_size, self._rank, self._groups)
+        if gave:
+            raise RuntimeError(stop_text(gave, self._skipping))  # type: ignore[arg-type]
+        step = self._position.step
+        return (batch.batch if isinstance(batch, WithSkips) else batch,
+                [dataclasses.replace(skip, step=step) for skip in agreed])
+
+    def _skipped(self, skips: list[Any]) -> None:
+        """Exclude the skipped samples from the next batch on and keep them in the record; stop past the limit."""
+        self._position.skip(skips)
+        stop = over_limit(self._position.skipped, skips[0].step, self._skipping)  # type: ignore[arg-type]
+        if stop is not None:
+            raise RuntimeError(stop)
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (a whole epoch, whatever the cursor; excluded samples taken out)."""
@@ -375,6 +442,10 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         ``Shards`` corpus: shard, row, bytes; ``Packed``: its documents' token spans), ``{"index": i}`` for a
         dataset that cannot say more."""
         found = self._position.which(step)
+        for skip in self._position.skipped:  # a skipped sample's slot held its replacement
+            if skip.step == step:
+                found = {rank: [skip.replacement if i == skip.index else i for i in indices]
+                         for rank, indices in found.items()}
         if not locate:
             return found
         dataset = self._position.orders.dataset

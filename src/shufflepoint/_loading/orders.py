@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -40,6 +40,7 @@ from shufflepoint._order import (
 from shufflepoint._order.blocks import NAME as BLOCKS
 from shufflepoint._order.blocks import VERSION as BLOCKS_VERSION
 from shufflepoint._order.blocks import BlockOrder, StretchBlockOrder
+from shufflepoint._shards.corpora.packed.identity import seq_lens_making
 
 
 def resolve_fingerprint(value: str | None, dataset: Any, n: int, *, legacy: bool = False) -> str | None:
@@ -73,6 +74,47 @@ def explain_fingerprint(dataset: Any) -> Callable[[str], str] | None:
     return fingerprint_explainer(dataset)
 
 
+@runtime_checkable
+class _MixesSources(Protocol):
+    """What ``explain_length`` reads of a ``Mixture`` (without importing it: the position model stays torch-free)."""
+
+    sources: list[Any]
+    lengths: list[int]
+    samples_per_epoch: int
+
+
+@runtime_checkable
+class _PacksRows(Protocol):
+    """What ``explain_length`` reads of a ``Packed``."""
+
+    seq_len: int
+    tokens_per_epoch: int
+
+
+def explain_length(dataset: Any) -> Callable[[int], str | None] | None:
+    """Why a state's ``n`` differs, where the dataset can say: a ``Mixture`` of ``Packed`` sources (an epoch of
+    all their rows) names the ``seq_len`` that makes the saved number of rows (``Packed`` names it in its
+    fingerprint, which the mixture's hashes)."""
+    if not isinstance(dataset, _MixesSources) or dataset.samples_per_epoch != sum(dataset.lengths):
+        return None
+    sources = dataset.sources
+    if not sources or not all(isinstance(source, _PacksRows) for source in sources):
+        return None
+    seq_len = sources[0].seq_len
+
+    def explain(saved: int) -> str | None:
+        found = seq_lens_making([source.tokens_per_epoch for source in sources], saved)
+        if found is None or found[0] <= seq_len <= found[1]:
+            return None
+        shown = str(found[0]) if found[0] == found[1] else f"one of {found[0]}..{found[1]}"
+        fix = f"seq_len={found[0]}" if found[0] == found[1] else f"the seq_len the run was started with ({shown})"
+        return (f"the packing changed: packing parameter seq_len: saved {shown}, now {seq_len} (the mixture's "
+                f"Packed sources make {saved} rows an epoch at the saved seq_len, {dataset.samples_per_epoch} now); "
+                f"build the Packed sources with {fix} to resume this run, or start a new run")
+
+    return explain
+
+
 class Identity:
     """What a state says of the dataset it was saved for: its fingerprint, the fingerprint 0.2 wrote, the
     dataset's own account of a changed fingerprint, and a scheduled dataset's check of the state's phases
@@ -83,6 +125,7 @@ class Identity:
         self._n = orders.n
         self.fingerprint = resolve_fingerprint(value, dataset, orders.n)
         self.explain = explain_fingerprint(dataset)
+        self.explain_length = explain_length(dataset)
 
     def compatible(self, laid: bool) -> Callable[[list[list[Any]], int, int, int | None], int | None] | None:
         """The scheduled dataset's check of a state's phases (``schedule_hooks``); ``laid``: read in its order laid

@@ -40,7 +40,7 @@ from __future__ import annotations
 import copy
 import gc
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from shufflepoint._core import state as _state
 from shufflepoint._core.cut import Cut, Deal
@@ -49,6 +49,7 @@ from shufflepoint._core.history import MAX_EPOCH, Cuts, History, Place, place_af
 from shufflepoint._core.older_states import recorded_deal
 from shufflepoint._core.plan import Layout
 from shufflepoint._core.segments import Pairs
+from shufflepoint._core.skips import Skip, kept
 from shufflepoint._core.spanskips import Handed
 from shufflepoint._errors import ResumeWarning, refusal, warn_user
 from shufflepoint._loading import block_choice
@@ -140,7 +141,8 @@ def expected_state(kind: str, seed: int, shuffle: bool, identity: Identity, layo
     return _state.Expected(
         kind=kind, n=layout.n, seed=seed, shuffle=shuffle, order=orders.name,
         order_version=orders.version_for(deal.stretched), dataset_fingerprint=identity.fingerprint,
-        explain_fingerprint=identity.explain, deal=deal, legacy_fingerprint=identity.legacy_for(state),
+        explain_fingerprint=identity.explain, explain_length=identity.explain_length, deal=deal,
+        legacy_fingerprint=identity.legacy_for(state),
         layout=layout, parameters=orders.parameters,
         phases_changed=identity.compatible(orders.laid_under(deal.stretched)),
         explain_order_version=order_version_explainer(orders.dataset),
@@ -158,6 +160,7 @@ class LoaderPosition:
         self.excluded, self._which_excluded = Excluded(layout.n), Excluded(layout.n)
         self.excluded_at: tuple[int, ...] = ()  # the steps exclude() took effect at
         self.ramp: int | None = None  # the batch size set_batch_size set, kept by the state and its resumes
+        self.skipped: tuple[Skip, ...] = ()  # the latest skipped samples (_core/skips.py), kept by the state
         self._ramp_unchecked = False  # a loaded ramp not yet compared with the size the first pass reads at
         self._start: Cut = self.cut(0, 0, ())  # where the next pass starts
         self.history = History.begin(layout.n, deal, layout, Place(0, 0))
@@ -342,6 +345,13 @@ class LoaderPosition:
         self.history = self.history.record(steps, self.layout, place_after(place.epoch, start, 0),
                                            self.history_cuts(), split=True)
 
+    def skip(self, skips: Sequence[Skip]) -> None:
+        """Record ``skips`` (agreed on every rank, ``_loading/skipping.py``) and exclude their indices from the next
+        batch on, as ``exclude`` does."""
+        _, merged = self.exclusion_with([skip.index for skip in skips])
+        self.exclude(merged)
+        self.skipped = kept(self.skipped, skips)
+
     # -- the past: which and batches_this_epoch ----------------------------------------------
     def history_cuts(self, excluded: Excluded | None = None, orders: OrderCache | None = None) -> Cuts | None:
         """The cuts that place this run's steps from its latest exclusion on (None: nothing excluded)."""
@@ -365,12 +375,33 @@ class LoaderPosition:
     def _cuts_of(self, step: int) -> Cuts | None:
         """The cuts that place ``step``: None before the first exclusion (or with none), the loader's own
         from the latest one on; ValueError naming the steps between two exclusions (``placeable``)."""
-        if not self.excluded.exclusion or not placeable(check_int("step", step, 0, 2**63 - 1), self.excluded_at):
+        skipped = self._skipped_cuts(check_int("step", step, 0, 2**63 - 1))
+        if skipped is not False:
+            return skipped
+        if not self.excluded.exclusion or not placeable(step, self.excluded_at):
             return None
         if self._which_excluded.exclusion is not self.excluded.exclusion:  # its own skips: the live ones stay
             self._which_excluded = Excluded(self.orders.n)
             self._which_excluded.replace(self.excluded.exclusion, self.orders.n)
         return self.history_cuts(self._which_excluded, self._lookup.orders(self.orders))
+
+    def _skipped_cuts(self, step: int) -> Cuts | None | Literal[False]:
+        """Where every exclusion is a skipped sample the record still holds, under a deal that does not re-deal
+        (``strided``): the cuts that place ``step`` with the samples skipped before it excluded, the set that was in
+        effect then (None: none yet). False where the record cannot say (``placeable`` decides)."""
+        record, n = self.skipped, self.orders.n
+        if not record or self.deal.redeals or not self.excluded.exclusion:
+            return False
+        at = tuple(sorted({skip.step + 1 for skip in record}))  # an exclusion takes effect at the next step
+        if at != self.excluded_at or Exclusion.from_indices([s.index for s in record], n) != self.excluded.exclusion:
+            return False
+        in_effect = [skip.index for skip in record if skip.step < step]
+        if not in_effect:
+            return None
+        excluded = Excluded(n)
+        excluded.replace(Exclusion.from_indices(in_effect, n), n)
+        return history_cuts(self.history, self.deal, self._lookup.orders(self.orders), excluded,
+                            tuple(a for a in at if a <= step), (self.epoch, None))
 
     def batches_this_epoch(self) -> int | None:
         """Batches each rank has received of the current epoch, whatever changed inside it; None where the
@@ -406,7 +437,7 @@ class LoaderPosition:
             history=self.history,
             excluded=self.excluded.exclusion.to_state(), handed=handed.to_state() if handed else [],
             excluded_at=list(self.excluded_at), parameters=self.orders.parameters, ramp=self.ramp,
-            buckets=self.deal.keys_fingerprint,
+            buckets=self.deal.keys_fingerprint, skipped=self.skipped,
         )
 
     def load(self, state: object, expected: Expecting, validate: Validate) -> None:
@@ -428,6 +459,7 @@ class LoaderPosition:
         self.restore(orders, deal, saved.steps, history, excluded, saved.excluded_at)
         self._epoch, self._start = saved.epoch, start
         self.ramp, self._ramp_unchecked = saved.ramp, True
+        self.skipped = saved.skipped
 
     def restore(self, orders: OrderCache, deal: Deal, steps: int, history: History, excluded: Excluded | None = None,
                 excluded_at: tuple[int, ...] = ()) -> None:

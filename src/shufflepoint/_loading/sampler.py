@@ -160,6 +160,8 @@ class ResumableSampler(DistributedSampler[int]):
         return self._view().cursor
 
     def state_dict(self) -> dict[str, Any]:
+        """The sampler's position as a few JSON values, the same on every rank (``STATE_FIELDS``; kind
+        ``"sampler"``): save it with the model, give it to ``load_state_dict`` in the new processes."""
         return self._view().state(kind="sampler", seed=self.seed, shuffle=self.shuffle,
                                   dataset_fingerprint=self._identity.fingerprint)
 

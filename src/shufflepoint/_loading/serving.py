@@ -4,20 +4,20 @@ index chunks announced ahead."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import torch.utils.data
 
-from shufflepoint._core.capabilities import PrefetchesDealt, Prefetching, ReadsBatches, ReadsColumns
+from shufflepoint._core.capabilities import DecodesInBatches, PrefetchesDealt, Prefetching, ReadsBatches, ReadsColumns
 from shufflepoint._core.cut import Cut
 from shufflepoint._errors import Plain, refusal
 from shufflepoint._loading.capabilities import reads_ahead
 from shufflepoint._loading.keyed import KeyedCollate, KeyedDataset, Transform
+from shufflepoint._loading.threads import SamplePool
 from shufflepoint._order import check_int
+from shufflepoint._shards.corpora.shards.batch import Columnar
 from shufflepoint._shards.corpora.shards.batch import collate as columnar_collate
 
 Chunk = tuple[np.ndarray, np.ndarray]  # (epoch positions, dataset indices)
@@ -143,16 +143,14 @@ class BatchReads(torch.utils.data.Dataset[Any]):
 
 
 class ThreadedSamples(torch.utils.data.Dataset[Any]):
-    """The dataset as served, a batch's samples read in ``threads`` threads of the worker, kept in order.
+    """The dataset as served, a batch's samples read in a worker's threads (``pool``), kept in order.
 
     A batch then takes about its slowest sample's time instead of the sum of its samples' (a decoder that
     releases the GIL: PyAV, PIL, torchcodec, a download). The order is untouched: the same samples, in the
-    same places of the same batches. The pool is made in the process that reads (a DataLoader worker), never
-    pickled into it."""
+    same places of the same batches (``threads.py``)."""
 
-    def __init__(self, dataset: Any, threads: int) -> None:
-        self.dataset, self.threads = dataset, threads
-        self._pool: tuple[int, ThreadPoolExecutor] | None = None
+    def __init__(self, dataset: Any, pool: SamplePool) -> None:
+        self.dataset, self.pool = dataset, pool
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -161,17 +159,39 @@ class ThreadedSamples(torch.utils.data.Dataset[Any]):
         return self.dataset[index]
 
     def __getitems__(self, indices: list[Any]) -> list[Any]:
-        if self._pool is None or self._pool[0] != os.getpid():
-            self._pool = (os.getpid(), ThreadPoolExecutor(self.threads, thread_name_prefix="shufflepoint-sample"))
-        return list(self._pool[1].map(self.dataset.__getitem__, indices))
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"dataset": self.dataset, "threads": self.threads, "_pool": None}
+        return self.pool.map(self.dataset.__getitem__, indices)
 
 
-def threaded(dataset: Any, threads: object, seed_per_sample: bool) -> Callable[[Any], Any]:
-    """How the dataset as served is wrapped for ``decode_threads``: read ``threads`` samples at a time in each
-    worker, or left as it is for 0. Checked before anything is built."""
+class DecodedInThreads(torch.utils.data.Dataset[Any]):
+    """A ``DecodesInBatches`` dataset served as itself (a ``collate_fn`` of the user's): a batch read in one call,
+    its samples' own ``transform`` mapped in the worker's threads (``pool``), in order."""
+
+    def __init__(self, dataset: Any, pool: SamplePool) -> None:
+        self.dataset, self.pool = dataset, pool
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.dataset[index]
+
+    def __getitems__(self, indices: list[Any]) -> list[Any]:
+        batch = self.dataset.read_mapped(indices, self.pool.map)
+        return list(batch.samples() if callable(getattr(batch, "samples", None)) else batch)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("dataset", "pool"):
+            raise AttributeError(name)  # not set yet (unpickling): never recurse into the dataset
+        return getattr(self.dataset, name)
+
+
+def threaded(dataset: Any, threads: object, seed_per_sample: bool, transform: Transform | None = None
+             ) -> Callable[[Any], Any]:
+    """How the dataset as served is wrapped for ``decode_threads``: its per-sample work in ``threads`` threads
+    of each worker, or left as it is for 0. Checked before anything is built. The work threaded is what is done
+    one sample at a time: reading a sample (a map-style dataset); or, for a dataset that reads a batch in one
+    call (``ReadsBatches``: ``Shards``, ``Mixture``), the loader's ``transform`` over the batch read, or the
+    dataset's own (``DecodesInBatches``: ``Shards(..., transform=)``)."""
     threads = check_int("decode_threads", threads, 0, 1024)
     if not threads:
         return lambda served: served
@@ -180,7 +200,24 @@ def threaded(dataset: Any, threads: object, seed_per_sample: bool) -> Callable[[
                                  "or draw randomness from transform's rng instead of seed_per_sample",
                                  why="seed_per_sample seeds the process's global generators around each sample, "
                                  "which threads of one process share"))
-    if isinstance(dataset, ReadsBatches):
-        raise ValueError(refusal("decode_threads", threads, f"0 for a {type(dataset).__name__}",
-                                 "pass decode_threads=0", why="it reads a whole batch in one call already"))
-    return lambda served: ThreadedSamples(served, threads)
+    pool = SamplePool(threads)
+    batched = isinstance(dataset, ReadsBatches) and callable(getattr(dataset, "__getitems__", None))
+    if not isinstance(dataset, ReadsBatches) or (transform is not None and not batched):
+        return lambda served: ThreadedSamples(served, pool)  # a sample read (and transformed) at a time
+    if transform is not None:
+        return lambda served: _transforms_in(served, pool)
+    if isinstance(dataset, DecodesInBatches) and dataset.decodes_samples():
+        return lambda served: (Columnar(served.dataset, pool.map) if isinstance(served, Columnar)
+                               else DecodedInThreads(served, pool))
+    raise ValueError(refusal("decode_threads", threads, f"0 for a {type(dataset).__name__} without a transform",
+                             "pass transform= (decoded in the threads, each batch still read in one call), or "
+                             "decode_threads=0",
+                             why="it reads a whole batch in one call and has nothing to do per sample"))
+
+
+def _transforms_in(served: Any, pool: SamplePool) -> Any:
+    """The keyed dataset (``served`` with a ``transform``) mapping its transforms over each batch in ``pool``."""
+    if not isinstance(served, KeyedDataset):
+        raise TypeError(f"decode_threads: expected the keyed dataset a transform= serves, found {type(served)}")
+    served.pool = pool
+    return served

@@ -24,6 +24,8 @@ _CLASSES: dict[str, Callable[[int, int, int], Order]] = {
     identity.NAME: identity.IdentityOrder,
 }
 ORDERS: tuple[str, ...] = tuple(_CLASSES)
+"""The names ``order=`` takes (a loader's, a sampler's, ``permutation``'s); a state records the order's
+name and version, and a resume under another is refused."""
 # The order of a loader or permutation built without one. It was ``feistel`` in 0.1; a loader left
 # to the default resumes a state in either (DEFAULT_ORDERS), so an upgrade never changes a run's order.
 DEFAULT_ORDER = radix_feistel.NAME

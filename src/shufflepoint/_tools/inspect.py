@@ -152,7 +152,21 @@ def _classify_own(state: Mapping[str, Any]) -> dict[str, Any]:
                     f"a pure function of (seed, epoch); saved by {state['world_size']} ranks x batch "
                     f"{state['batch_size']}, resumable on any world size or batch size"),
         "fix": None,
+        "skipped": [_skip_line(entry) for entry in state.get("skipped", [])],
+        "excluded": _excluded_count(state["excluded"]),
     }
+
+
+def _skip_line(entry: list[Any]) -> str:
+    """One skipped sample of the state's record (``_core/skips.py``), as ``inspect`` shows it."""
+    step, index, replacement, shard, row, error = entry
+    where = f"shard {shard} row {row}" if shard is not None else "dataset index"
+    return f"step {step}: {where} (index {index}) -> replaced by index {replacement}: {error}"
+
+
+def _excluded_count(ranges: list[int]) -> int:
+    """Samples in the state's ``excluded`` ranges (``[gap, length, ...]``)."""
+    return sum(ranges[1::2])
 
 
 def _classify_patched_accelerate(state: Mapping[str, Any], position: str | None) -> dict[str, Any]:
@@ -293,6 +307,11 @@ def render(result: dict[str, Any]) -> str:
             lines.append(f"    why        : {state['why']}")
         if state["fix"]:
             lines.append(f"    fix        : {state['fix']}")
+        if state.get("excluded"):
+            lines.append(f"    excluded   : {state['excluded']} samples never served again")
+        if state.get("skipped"):
+            lines.append(f"    skipped    : {len(state['skipped'])} bad samples (the latest kept), each excluded:")
+            lines += [f"      {line}" for line in state["skipped"]]
     for corpus in result.get("corpora", []):
         lines += _corpus.render(corpus)
     if result["notes"]:

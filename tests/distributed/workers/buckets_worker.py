@@ -2,9 +2,10 @@
 
     python -m torch.distributed.run ... buckets_worker.py MODE OUT SPEC_JSON
 
-MODE "save": an uninterrupted reference run (recorded), then a fresh run to the save point whose state
-is written atomically, then it keeps reading until the launcher SIGKILLs it. MODE "resume": a fresh loader
-(any world size), the state loaded, the rest of the run recorded.
+MODE "save": for each tail policy (``drop_last`` False, then True; files prefixed ``pad.``/``drop.``), an
+uninterrupted reference run (recorded), then a fresh run to the save point whose state is written atomically;
+then it keeps reading until the launcher SIGKILLs it. MODE "resume": a fresh loader (any world size) per
+policy, the state loaded, the rest of the run recorded.
 """
 
 import json
@@ -42,9 +43,12 @@ def keys(n):
     return found
 
 
-def make():
+TAILS = {"pad": False, "drop": True}  # file prefix: drop_last
+
+
+def make(drop_last):
     return shufflepoint.DataLoader(Tagged(SPEC["n"]), SPEC["batch_size"], seed=SPEC["seed"],
-                                   num_workers=SPEC["num_workers"], buckets=keys(SPEC["n"]))
+                                   num_workers=SPEC["num_workers"], buckets=keys(SPEC["n"]), drop_last=drop_last)
 
 
 def write_json(name, value):
@@ -65,20 +69,21 @@ def run_from(loader, epochs):
 
 
 if MODE == "save":
-    write_json(f"ref.r{RANK}.json", run_from(make(), SPEC["epochs"]))
-    loader = make()
-    save_epoch, save_step = SPEC["save_at"]
-    received = []
-    for epoch in range(save_epoch + 1):
-        for batch in loader:
-            received.append([epoch, loader.step - 1, batch.tolist()])
-            if epoch == save_epoch and loader.batches_this_epoch() == save_step:
-                break
-    checkpoint = os.path.join(OUT, f"state.r{RANK}.pt")
-    torch.save({"loader": loader.state_dict()}, checkpoint + ".tmp")
-    os.replace(checkpoint + ".tmp", checkpoint)
-    write_json(f"before.r{RANK}.json", received)
-    write_json(f"which.r{RANK}.json", {str(step): loader.which(step) for step in range(loader.step)})
+    for tail, drop_last in TAILS.items():
+        write_json(f"{tail}.ref.r{RANK}.json", run_from(make(drop_last), SPEC["epochs"]))
+        loader = make(drop_last)
+        save_epoch, save_step = SPEC["save_at"]
+        received = []
+        for epoch in range(save_epoch + 1):
+            for batch in loader:
+                received.append([epoch, loader.step - 1, batch.tolist()])
+                if epoch == save_epoch and loader.batches_this_epoch() == save_step:
+                    break
+        checkpoint = os.path.join(OUT, f"{tail}.state.r{RANK}.pt")
+        torch.save({"loader": loader.state_dict()}, checkpoint + ".tmp")
+        os.replace(checkpoint + ".tmp", checkpoint)
+        write_json(f"{tail}.before.r{RANK}.json", received)
+        write_json(f"{tail}.which.r{RANK}.json", {str(step): loader.which(step) for step in range(loader.step)})
     dist.barrier()
     if RANK == 0:
         open(os.path.join(OUT, "saved"), "w").close()
@@ -86,8 +91,9 @@ if MODE == "save":
         time.sleep(0.05)
     time.sleep(60)
 else:
-    loader = make()
-    state = torch.load(os.path.join(OUT, f"state.r{RANK % SPEC['saved_world']}.pt"))["loader"]
-    loader.load_state_dict(state)
-    write_json(f"{MODE}.r{RANK}.json", run_from(loader, SPEC["epochs"]))
+    for tail, drop_last in TAILS.items():
+        loader = make(drop_last)
+        state = torch.load(os.path.join(OUT, f"{tail}.state.r{RANK % SPEC['saved_world']}.pt"))["loader"]
+        loader.load_state_dict(state)
+        write_json(f"{tail}.{MODE}.r{RANK}.json", run_from(loader, SPEC["epochs"]))
 end_worker()

@@ -5,7 +5,9 @@
 Each scenario names a corpus: ``{"kind": "shards", "sources": ..., "format": ..., ...}`` (the
 keyword arguments of ``shufflepoint.Shards``) or ``{"kind": "mixture", "parts": [[corpus, weight],
 ...], "samples_per_epoch": n}`` or ``{"kind": "packed", "source": corpus, "seq_len": n, ...}`` (the
-keyword arguments of ``shufflepoint.Packed``) or ``{"kind": "video", "sources": ..., ...}`` (those of
+keyword arguments of ``shufflepoint.Packed``) or ``{"kind": "hub", "name": "ORG/NAME", "config": ...}`` (those
+of ``shufflepoint.Shards.from_hub``; ``{rank}`` in a string is the rank: a simulated node's own token or cache
+folder) or ``{"kind": "video", "sources": ..., ...}`` (those of
 ``shufflepoint.VideoClips``; a clip is recorded as the (video, frame) numbers its frames show). Every
 row of the corpora is ``{"id": int}``, unique per corpus; a packed row is recorded as its tokens joined
 by "-" (unique: every token of the corpus is).
@@ -32,9 +34,18 @@ dist.init_process_group("gloo")
 RANK, WORLD = dist.get_rank(), dist.get_world_size()
 
 
+def per_rank(value):
+    """A spec's strings with ``{rank}`` filled in: a simulated node's own token or cache folder."""
+    if isinstance(value, dict):
+        return {k: per_rank(v) for k, v in value.items()}
+    return value.replace("{rank}", str(RANK)) if isinstance(value, str) else value
+
+
 def corpus(spec):
-    spec = dict(spec)
+    spec = per_rank(dict(spec))
     kind = spec.pop("kind")
+    if kind == "hub":
+        return shufflepoint.Shards.from_hub(spec.pop("name"), spec.pop("config", None), progress=False, **spec)
     if kind == "mixture":
         parts = [(corpus(part), weight) for part, weight in spec["parts"]]
         return shufflepoint.Mixture(parts, samples_per_epoch=spec.get("samples_per_epoch"))

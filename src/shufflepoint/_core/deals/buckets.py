@@ -7,7 +7,11 @@ questions: ``_core/cut.py``; the arithmetic: ``buckets.py``):
 - its cuts need the keys (a ``BucketTable``), the seed and the epoch: a deal built without keys (a state's
   name read alone, as ``shufflepoint which`` reads a history) refuses to cut;
 - its position is the epoch's ``BucketSegments``, one ``(batch_size, slots)`` per batch size it was read at,
-  kept in the state's ``segments`` (and a history entry's start); the cursor is their sum of batch_size x slots;
+  kept in the state's ``segments`` (and a history entry's start); the cursor is their sum of batch_size x slots
+  (at most n: with ``drop_last=False`` padded units may hand out more);
+- its cuts read ``drop_last`` from the layout (False: each bucket's last unit and the last step padded; True:
+  dropped), and a segment means another thing under each, so ``drop_last`` changes only where an epoch begins:
+  a state saved inside an epoch with the other one is refused by name (``check_state``);
 - the state records the keys' fingerprint (``buckets``); every batch is full, so ``len(loader)`` counts the
   fresh epoch's batches, and no sample can be excluded (a bucket's batches are whole runs of its stream).
 
@@ -35,8 +39,8 @@ class BucketDeal:
     stretched = False
     redeals = False
 
-    def __init__(self, table: BucketTable | None = None, seed: int = 0) -> None:
-        self.table, self.seed = table, seed
+    def __init__(self, table: BucketTable | None = None, seed: int = 0, drop_last: bool | None = None) -> None:
+        self.table, self.seed, self.drop_last = table, seed, drop_last  # drop_last: the loader's (None: unknown)
         self.keys_fingerprint = table.fingerprint if table is not None else None
 
     def __repr__(self) -> str:
@@ -50,22 +54,31 @@ class BucketDeal:
                                      "loader built with its keys (DataLoader(..., buckets=keys))"))
         if skips is not None or handed is not None:
             self.check_exclusion()
-        return BucketCut(self.table, self.seed, epoch, layout.world_size, layout.batch_size, segments)
+        return BucketCut(self.table, self.seed, epoch, layout.world_size, layout.batch_size, segments,
+                         layout.drop_last)
 
     def segments(self, pairs: Sequence[Sequence[int]]) -> BucketSegments:
         return BucketSegments(pairs)
 
     def check_state(self, state: Mapping[str, Any]) -> None:
         """Well-formed ``[batch_size, slots]`` pairs whose batches are the cursor (whether the keys held the slots
-        is the cut's check, on load)."""
+        is the cut's check, on load), read with the ``drop_last`` they were written with."""
         segments = state["segments"]
         try:
             pairs = _buckets.check_segments(state["n"], segments)
         except Refused as error:
             raise field_error("segments", error.where(), error.expected, DAMAGED) from None
-        if state["cursor"] != pairs.cursor:
-            raise field_error("cursor", state["cursor"], f"{pairs.cursor} (batch_size x slots of "
-                              f"segments={segments})", DAMAGED)
+        if state["cursor"] != pairs.cursor_of(state["n"]):
+            raise field_error("cursor", state["cursor"], f"{pairs.cursor_of(state['n'])} (batch_size x slots of "
+                              f"segments={segments}, at most n={state['n']})", DAMAGED)
+        if pairs and self.drop_last is not None and bool(state["drop_last"]) != self.drop_last:
+            # LIMIT(buckets-drop-last-mid-epoch): docs/buckets.md#limits
+            raise field_error("drop_last", state["drop_last"], f"{self.drop_last} (what this loader was built with)",
+                              f"build the loader with drop_last={state['drop_last']} to resume this run; change "
+                              "drop_last at an epoch's start (set_epoch to the next epoch, then save)",
+                              why="with buckets, drop_last decides how the epoch's batches were cut from its "
+                              "first step (padded or not), and this epoch was cut with the other one (a state "
+                              "with bucket keys of v1, before padding, was always read as drop_last=True)")
 
     def start_entry(self, cursor: int, segments: Pairs) -> list[list[int]]:
         return segments.to_state()
@@ -75,7 +88,7 @@ class BucketDeal:
             pairs = _buckets.check_segments(n, start)
         except Refused as error:
             raise Refused(f"{field} start {error.subject}", error.found, error.expected, error.fix) from None
-        return pairs.cursor, pairs
+        return pairs.cursor_of(n), pairs
 
     def epoch_layout(self, layout: Layout, whole: Layout) -> Layout:
         """A layout whose epoch has as many batches per rank as a fresh bucketed epoch (every one full)."""

@@ -48,6 +48,7 @@ from shufflepoint._errors import Plain, refusal
 from shufflepoint._shards.index import collector
 from shufflepoint._shards.index.records import ShardColumns as ShardColumns  # the index's shards; re-exported
 from shufflepoint._shards.index.records import ShardRecord as ShardRecord
+from shufflepoint._shards.storage import hub
 from shufflepoint._shards.storage.storage import is_remote
 
 _REBUILD = "delete it to rebuild (shufflepoint index SOURCES publishes a new one)"
@@ -335,4 +336,16 @@ def explain(saved_hash: str, old: CorpusIndex | None, new: CorpusIndex, where: s
     if old is None:
         return (f"The corpus changed; its old index ({saved_hash[:12]}...) is not in {where}, "
                 "so the changed shards cannot be named")
-    return "The corpus changed: " + changed_shards(old, new)
+    return moved_commit(old.root, new.root) + "The corpus changed: " + changed_shards(old, new)
+
+
+def moved_commit(old_root: str, new_root: str) -> str:
+    """For a Hub corpus read at another commit than the state's: both commits, and how to read the old one."""
+    if not (hub.is_hub(old_root) and hub.is_hub(new_root)):
+        return ""
+    before, after = hub.HubPath.of(old_root), hub.HubPath.of(new_root)
+    if before.repo_id != after.repo_id or before.revision == after.revision:
+        return ""
+    return (f"The Hub dataset {before.repo_id} was read at commit {before.revision} when the state was saved; the "
+            f"revision asked points at commit {after.revision} now. To resume exactly, read the commit the run "
+            f"started on: revision={before.revision!r} (Shards.from_hub), or @{before.revision} in the hf:// URL. ")

@@ -29,10 +29,12 @@ from typing import Any
 
 import numpy as np
 
+from shufflepoint._errors import Plain, refusal
 from shufflepoint._shards.index import index as _index
 from shufflepoint._shards.index import index_file, sidecar
 from shufflepoint._shards.index.integrity import file_checksum
 from shufflepoint._shards.readers.base import CountsRowsFromMetadata, CountsRowsFromSize, Reader
+from shufflepoint._shards.storage import hub
 from shufflepoint._shards.storage.storage import PUBLISHED_PREFIX, Storage, is_remote
 
 Fetch = Callable[[str, int, str], str]  # (url, size, version) -> a local path holding the whole shard
@@ -52,7 +54,10 @@ def published_names(reader: str, options: dict[str, Any]) -> tuple[str, str]:
 
 
 def read_published(storage: Storage, root: str, reader: str, options: dict[str, Any]) -> _index.CorpusIndex | None:
-    """The index published beside the corpus at ``root``, if any (a damaged one: a warning, None)."""
+    """The index published beside the corpus at ``root``, if any (a damaged one: a warning, None). None beside
+    a Hub dataset, where none is published (``publish`` refuses): no request for it."""
+    if hub.is_hub(root):
+        return None
     for name in published_names(reader, options):
         url = _index.join(root, name)
         data = storage.read_small(url)
@@ -187,6 +192,11 @@ def publish(index: _index.CorpusIndex, storage: Storage, glob: str | None = None
     pattern that listed ``index``'s shards, recorded with them so that a ``Shards`` over it reads them
     from this file instead of listing the storage; another glob recorded before is kept while all of
     its shards are."""
+    if hub.is_hub(index.root):  # LIMIT(hub-publish): docs/hub.md#limits
+        raise ValueError(refusal(f"publishing the index of {index.root}", Plain("a Hub dataset"), "a folder or "
+                                 "bucket shufflepoint may write to", "nothing to do: each node keeps the listing and "
+                                 "index of a Hub commit in its cache folder (docs/hub.md); use a shared cache_dir "
+                                 "for one per job", why="publishing would be a commit to the dataset's repository"))
     url = _index.join(index.root, published_name(index.reader, index.options))
     existing = read_published(storage, index.root, index.reader, index.options)
     ours = set(index.shards.names)

@@ -34,16 +34,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from shufflepoint._errors import ShardError
+from shufflepoint._shards.index import hub_listing, index_file, sidecar
 from shufflepoint._shards.index import index as _index
-from shufflepoint._shards.index import index_file, sidecar
 from shufflepoint._shards.index.indexing import glob_key, parse_published, published_name
 from shufflepoint._shards.readers import infer_format, make_reader
+from shufflepoint._shards.storage.faults import NoAnswer
 from shufflepoint._shards.storage.storage import Storage, is_remote
 
 
 def listing(storage: Storage, sources: str | Sequence[str], format: str | None, options: dict[str, Any],
             cache_dir: str) -> tuple[list[str], _index.CorpusIndex | None]:
     """The shard URLs of ``sources``, and the published index they were read from (None: listed by the storage)."""
+    if hub_listing.is_hub_sources(sources):
+        return hub_listing.listing(storage, sources, cache_dir), None  # pinned to a commit, listed once a node
     found = from_published(storage, sources, format, options, cache_dir)
     if found is not None:
         urls = found.urls()
@@ -81,6 +84,8 @@ def _published_bytes(storage: Storage, url: str, cache_dir: str) -> tuple[bytes 
     them, else one GET for the node (under the cache's lock); and the cached copy's path, if it was read."""
     try:
         info = storage.info(url)
+    except NoAnswer:
+        raise  # the storage is not answering: listing it would wait as long again
     except ShardError:
         return None, None  # none published (or the storage will not say): listed as before
     where = hashlib.sha256(url.encode()).hexdigest()[:16]

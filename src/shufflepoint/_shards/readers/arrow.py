@@ -80,6 +80,8 @@ class OpenArrow:
         pa = extra("pyarrow", "arrow")
         try:
             table = _read_table(path, pa)
+        except ShardError:  # the storage's own account (rewritten, vanished): never re-said
+            raise
         except (pa.ArrowException, OSError, ValueError) as e:
             raise shard_error(shard, "a file that is not readable Arrow IPC", "an Arrow IPC file (stream or file "
                               "format)", why=str(e)) from e

@@ -57,6 +57,8 @@ def _npy_contents(size: int, path: str, shard: str, dtype: str) -> tuple[np.dtyp
             shape, fortran, found = (np.lib.format.read_array_header_2_0(f) if version[0] >= 2
                                      else np.lib.format.read_array_header_1_0(f))
             offset = f.tell()
+    except ShardError:  # the storage's own account (rewritten, vanished): never re-said
+        raise
     except (ValueError, OSError, EOFError) as e:
         raise shard_error(shard, "a file that is not readable .npy (truncated or corrupt?)", "a .npy file",
                           why=str(e)) from e

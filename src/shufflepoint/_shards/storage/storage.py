@@ -11,7 +11,7 @@ fsspec is imported only when a URL needs it (the ``[s3]``/``[gcs]``/``[fsspec]``
 paths and ``file://`` never touch it. fsspec filesystems hold sockets and an event loop thread,
 so each process (DataLoader workers are forked) makes its own: they are keyed by pid.
 
-Words: docs/glossary.md (shard, byte range).
+Words: docs/glossary.md (shard, byte range, storage deadline).
 """
 
 from __future__ import annotations
@@ -21,20 +21,35 @@ import glob as _glob
 import os
 import posixpath
 import random
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from stat import S_ISREG
 from typing import IO, Any, NamedTuple, TypeVar, cast
 
+from shufflepoint import _settings as settings
 from shufflepoint._errors import Plain, ShardError, refusal
 from shufflepoint._shards.index.integrity import stream_checksum
-from shufflepoint._shards.storage.faults import Truncated, changed, check_version, describe, kind, vanished
+from shufflepoint._shards.storage import hub
+from shufflepoint._shards.storage.faults import (
+    NoAnswer,
+    Truncated,
+    changed,
+    check_version,
+    describe,
+    kind,
+    out_of_range,
+    rate_limited,
+    retry_after,
+    vanished,
+)
 
 T = TypeVar("T")
 _MAX_DELAY_S = 30.0
 PUBLISHED_PREFIX = ".shufflepoint-index"  # index sidecars beside a corpus are never shards
-_EXTRAS = "pip install 'shufflepoint[s3]' (s3://), 'shufflepoint[gcs]' (gs://) or 'shufflepoint[fsspec]'"
+_EXTRAS = ("pip install 'shufflepoint[s3]' (s3://), 'shufflepoint[gcs]' (gs://), 'shufflepoint[hf]' (hf://) or "
+           "'shufflepoint[fsspec]'")
 
 
 class ObjectInfo(NamedTuple):
@@ -99,6 +114,10 @@ class Storage:
                 raise ImportError(refusal(f"reading {url!r}", Plain("no fsspec installed"), "fsspec installed",
                                           _EXTRAS)) from None
             options = {"skip_instance_cache": True, **self.storage_options}  # ours alone: no shared stale cache
+            if protocol in ("s3", "s3a"):  # every request bounded (botocore waits 60 s a read, then retries)
+                timeout = max(1.0, settings.storage_deadline() / 8)
+                options["config_kwargs"] = {"connect_timeout": timeout, "read_timeout": timeout,
+                                            **(options.get("config_kwargs") or {})}
             try:
                 found = fsspec.filesystem(protocol, **options)
             except ImportError as error:
@@ -111,13 +130,26 @@ class Storage:
         return found
 
     def _retrying(self, url: str, what: str, call: Callable[[], T],
-                  missing: Callable[[], Exception] | None = None) -> T:
-        """``call()``, retried on transient faults; anything else is raised at once."""
-        attempts = self.retries + 1
+                  missing: Callable[[], Exception] | None = None, bounded: bool = True) -> T:
+        """``call()``, retried on transient faults; anything else is raised at once. All attempts together take
+        at most ``SHUFFLEPOINT_STORAGE_DEADLINE`` seconds: an attempt still unanswered then (``bounded``: the call
+        runs in a thread of its own and is left to the backend's timeouts) or no time left for another is a
+        ShardError naming the endpoint and the request. A whole download (``bounded=False``) is bounded per
+        request by the read timeout ``_fs`` sets, and between its attempts by the deadline."""
+        deadline, started = settings.storage_deadline(), time.monotonic()
+        attempts, tried, out_of_time = self.retries + 1, 0, False
         last: BaseException | None = None
         for attempt in range(attempts):
+            left = deadline - (time.monotonic() - started)
+            if left <= 0:
+                out_of_time = True
+                break
+            tried = attempt + 1
             try:
-                return call()
+                return _within(call, left) if bounded and is_remote(url) else call()
+            except _Unanswered:
+                last, out_of_time = TimeoutError(f"attempt {tried} still unanswered at the deadline"), True
+                break
             except ShardError:
                 raise
             except Exception as error:
@@ -131,10 +163,36 @@ class Storage:
                                           "fault)") from error
                 last = error
                 if attempt + 1 < attempts:
-                    time.sleep(min(_MAX_DELAY_S, self.backoff * 2 ** attempt) * (0.5 + random.random()))
+                    backoff = min(_MAX_DELAY_S, self.backoff * 2 ** attempt) * (0.5 + random.random())
+                    pause = max(backoff, min(_MAX_DELAY_S, retry_after(error) or 0.0))
+                    if pause >= deadline - (time.monotonic() - started):
+                        out_of_time = True  # no time left for another attempt
+                        break
+                    time.sleep(pause)
+        if out_of_time and not (last is not None and rate_limited(last)):
+            raise NoAnswer(url, self._unanswered(url, what, deadline, tried, last)) from last
         if isinstance(last, Truncated):
             raise ShardError(url, f"{last} ({what} failed after {attempts} attempts)") from last
+        if last is not None and rate_limited(last):
+            raise ShardError(url, f"rate limited: {what} was answered HTTP 429 (too many requests) {tried} times, "
+                                  "with backoff in between; wait and resume, send fewer requests at once (fewer "
+                                  "processes or read-ahead), or use a token with a higher limit (Hub: HF_TOKEN); "
+                                  f"raise retries= to wait longer ({describe(last)})") from last
         raise ShardError(url, f"{what} failed after {attempts} attempts: {describe(last)}") from last
+
+    def endpoint(self, url: str) -> str:
+        """The endpoint requests for ``url`` go to, as the storage options say (or the protocol's default)."""
+        options = self.storage_options
+        client = options.get("client_kwargs")
+        found = options.get("endpoint_url") or (client.get("endpoint_url") if isinstance(client, dict) else None)
+        protocol = url.split("://", 1)[0]
+        return str(found) if found else f"{protocol}'s default endpoint"
+
+    def _unanswered(self, url: str, what: str, deadline: float, tried: int, last: BaseException | None) -> str:
+        return (f"{what} got no answer within {deadline:g} s ({tried} attempt{'s' * (tried != 1)})\n"
+                f"  endpoint: {self.endpoint(url)}\n  request: {what} {url}\n  last error: {describe(last)}\n"
+                f"  fix: check that the endpoint is up and answers from this node (storage_options' endpoint_url), "
+                f"or set {settings.STORAGE_DEADLINE} to wait longer (seconds; now {deadline:g})")
 
     # -- listing -----------------------------------------------------------------------------
     def expand(self, sources: str | Sequence[str]) -> list[str]:
@@ -231,12 +289,25 @@ class Storage:
                                      "one path or URL a line", "list the shards in it, one a line"))
         return self._listed_sources(entries)
 
+    def remember(self, url: str, info: ObjectInfo) -> None:
+        """What a listing kept elsewhere (the node's copy of a Hub listing) says of ``url``: no request for it."""
+        self._listed[url] = info
+
+    def retrying(self, url: str, what: str, call: Callable[[], T]) -> T:
+        """``call()`` with this storage's retries (``_retrying``): a ShardError naming ``url`` when they run out."""
+        return self._retrying(url, what, call)
+
     # -- one object ----------------------------------------------------------------------------
     def info(self, url: str) -> ObjectInfo:
         """Size and version of one object (from the listing when a glob listed it)."""
         listed = self._listed.get(url)
         if listed is not None:
             return listed
+        if hub.is_hub(url):
+            found = self._retrying(url, "looking it up", lambda: hub.HubFiles(self.storage_options).info(url))
+            if found is None:
+                raise ShardError(url, "not found: no such file at that commit of the Hub repository")
+            return ObjectInfo(*found)
         if not is_remote(url):
             try:
                 stat = os.stat(_local(url))
@@ -258,7 +329,7 @@ class Storage:
         resumes after the bytes already written."""
         try:
             with open(dest, "wb") as out:
-                self._retrying(url, "downloading", lambda: self._fetch_once(url, out, size, version))
+                self._retrying(url, "downloading", lambda: self._fetch_once(url, out, size, version), bounded=False)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(dest)
@@ -299,6 +370,10 @@ class Storage:
         if not is_remote(url):
             with open(self.local_path(url, size, version), "rb") as local:
                 yield lambda start, end: _read_at(local, start, end)
+            return
+        if hub.is_hub(url):  # one ranged GET per range, pinned to the commit in the URL
+            files = hub.HubFiles(self.storage_options)
+            yield lambda start, end: self._retrying(url, what, lambda: _hub_range(files, url, start, end, size))
             return
         fs = self._fs(url)
         opened: list[IO[bytes]] = []
@@ -358,11 +433,17 @@ class Storage:
     def _open(self, url: str) -> IO[bytes]:
         if not is_remote(url):
             return open(_local(url), "rb")
+        if hub.is_hub(url):
+            return self._hub_stream(url, self.info(url).size)
         source: IO[bytes] = self._fs(url).open(url, "rb", block_size=self.chunk_bytes, cache_type="none")
         return source
 
+    def _hub_stream(self, url: str, size: int) -> IO[bytes]:
+        """A pinned Hub file of ``size`` bytes, read front to back by ranged GETs (no lookup: the index knows it)."""
+        return cast(IO[bytes], hub.HubStream(hub.HubFiles(self.storage_options), url, size))
+
     def _fetch_once(self, url: str, out: IO[bytes], size: int, version: str) -> None:
-        with self._open(url) as source:
+        with self._hub_stream(url, size) if hub.is_hub(url) else self._open(url) as source:
             reported, now = _reported(source) if is_remote(url) else _stat(os.fstat(source.fileno()))
             if isinstance(reported, int):
                 check_version(url, size, version, reported, now)
@@ -379,6 +460,33 @@ class Storage:
             raise ShardError(url, changed(done, size, more=True))
         if done < size:
             raise Truncated(done, size)  # a body that ended early: retried, resuming at ``done``
+
+
+class _Unanswered(Exception):
+    """A storage call still running at the deadline (``_within``)."""
+
+
+def _within(call: Callable[[], T], seconds: float) -> T:
+    """``call()`` in a daemon thread of its own, waited for at most ``seconds``: ``_Unanswered`` after that (the
+    call is left to finish or fail by the backend's own timeouts, its result dropped)."""
+    outcome: list[tuple[bool, Any]] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome.append((True, call()))
+        except BaseException as error:  # handed to the caller's thread, raised there
+            outcome.append((False, error))
+        finally:
+            done.set()
+
+    threading.Thread(target=run, daemon=True, name="shufflepoint-storage-call").start()
+    if not done.wait(seconds):
+        raise _Unanswered
+    ok, value = outcome[0]
+    if ok:
+        return cast(T, value)
+    raise value
 
 
 def _reported(source: Any) -> tuple[int | None, str]:
@@ -420,8 +528,25 @@ def _s3_range(fs: Any, url: str, start: int, end: int, size: int, version: str) 
         finally:
             response["Body"].close()
 
-    found_size, found_version, data = cast(tuple[int | None, str, bytes], sync(fs.loop, get))
+    try:
+        found_size, found_version, data = cast(tuple[int | None, str, bytes], sync(fs.loop, get))
+    except Exception as error:
+        if not out_of_range(error):
+            raise
+        now = fs.info(url, refresh=True)  # a range past the end: the object is shorter than indexed
+        check_version(url, size, version, int(now["size"]), version_of(now))
+        raise
     check_version(url, size, version, found_size, found_version)
+    if len(data) != end - start:
+        raise Truncated(start + len(data), end)
+    return data
+
+
+def _hub_range(files: hub.HubFiles, url: str, start: int, end: int, size: int) -> bytes:
+    """Bytes [start, end) of a pinned Hub file, checked against the recorded size by the response's own
+    Content-Range (the commit in the URL pins the content: its blob cannot change under it)."""
+    found_size, data = files.read(url, start, end)
+    check_version(url, size, "", found_size, "")
     if len(data) != end - start:
         raise Truncated(start + len(data), end)
     return data
@@ -464,7 +589,8 @@ def _resolve(folder: str, line: str) -> str:
 
 
 def version_of(detail: dict[str, Any]) -> str:
-    for key in ("generation", "ETag", "etag", "mtime", "LastModified", "last_modified", "Last-Modified", "created"):
+    for key in ("generation", "ETag", "etag", "mtime", "LastModified", "last_modified", "Last-Modified", "created",
+                "blob_id"):  # blob_id: a Hub file's git object id
         if detail.get(key) is not None:
             return str(detail[key]).strip('"')
     return ""

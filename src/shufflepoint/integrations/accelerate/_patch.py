@@ -25,6 +25,8 @@ from shufflepoint.integrations.accelerate._save_state import (
 # The versions every test of this module ran on: from the first (inclusive) to the second
 # (exclusive). Each touch point below was read in the sources of 1.13.0, 1.14.0 and 1.15.0.
 TESTED_ACCELERATE: tuple[str, str] = ("1.13.0", "1.16.0")
+"""The Accelerate releases the patch is tested on: from the first (inclusive) to the second (exclusive);
+``patch_accelerate`` refuses any other unless forced."""
 
 _TOUCH_POINTS = (
     "accelerate.data_loader.DataLoaderShard.state_dict / .load_state_dict (inherited from "
@@ -164,6 +166,9 @@ def _installed_accelerate_version() -> str:
 
 
 def version_in_range(version: str) -> bool:
+    """Whether ``version`` is a final release within ``TESTED_ACCELERATE`` (a pre-release or a local build
+    is not)."""
+
     def release(text: str) -> tuple[int, ...] | None:
         parts = text.split(".")
         if len(parts) != 3 or not all(p.isdigit() for p in parts):

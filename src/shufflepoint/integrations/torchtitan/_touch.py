@@ -24,6 +24,8 @@ import os
 from shufflepoint._errors import Plain, refusal
 
 TESTED_TORCHTITAN = ("0.3.0",)
+"""The torchtitan releases the data loader is tested on (``make test-torchtitan``); ``check_version`` refuses
+any other unless ``SHUFFLEPOINT_TORCHTITAN_FORCE=1``."""
 
 
 def torchtitan_version() -> str:

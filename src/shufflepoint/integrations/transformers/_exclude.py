@@ -43,9 +43,11 @@ class ExcludeSamples(transformers.TrainerCallback):
 
     def on_train_begin(self, args: Any, state: Any, control: Any, train_dataloader: Any = None,
                        **kwargs: Any) -> None:
+        """Exclude at the start of training when ``from_step`` is reached already (0, or a resume past it)."""
         self._apply(state, train_dataloader)
 
     def on_step_end(self, args: Any, state: Any, control: Any, train_dataloader: Any = None, **kwargs: Any) -> None:
+        """Exclude after the optimizer step that reaches ``from_step``, once."""
         self._apply(state, train_dataloader)
 
     def _apply(self, state: Any, loader: Any) -> None:

@@ -20,6 +20,8 @@ from shufflepoint._errors import Plain, ResumeWarning, refusal
 # From the first (inclusive) to the second (exclusive): `make test-transformers-matrix` runs the
 # oldest (4.57.1) and the newest (5.25.0) of them.
 TESTED_TRANSFORMERS: tuple[str, str] = ("4.57.0", "5.26.0")
+"""The transformers releases the Trainer integration is tested on: from the first (inclusive) to the second
+(exclusive); the Trainer refuses any other unless ``force_version=True``."""
 # The first version whose Trainer calls the overridable hook Trainer.get_resumed_dataloader.
 RESUME_HOOK_SINCE = (5, 25, 0)
 
@@ -55,6 +57,8 @@ TOUCH_POINTS = (
     "transformers.trainer.TRAINER_STATE_NAME: the checkpoint's trainer_state.json, whose global_step and "
     "max_steps say whether the saved run had steps left",
 )
+"""Every place the integration touches transformers' internals, one line each (the code of each is in this
+module); the integration runs on ``TESTED_TRANSFORMERS`` only, unless forced."""
 
 TRAINER_STATE_FILE = "trainer_state.json"  # TOUCH POINT: transformers.trainer.TRAINER_STATE_NAME (checked in tests)
 
@@ -71,6 +75,7 @@ def installed_version() -> str:
 
 
 def version_in_range(version: str) -> bool:
+    """Whether ``version`` is a final release within ``TESTED_TRANSFORMERS``."""
     found, low, high = _release(version), _release(TESTED_TRANSFORMERS[0]), _release(TESTED_TRANSFORMERS[1])
     assert low is not None and high is not None
     return found is not None and low <= found < high

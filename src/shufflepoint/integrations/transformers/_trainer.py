@@ -41,8 +41,11 @@ else:
     _TrainerBase = object
 
 LOADER_STATE_FILE = "shufflepoint_loader.json"
+"""The loader's state in each ``checkpoint-N`` folder the Trainer saves, read back on a resume."""
 # Where max_steps ends in the data (set by the run that set max_steps; see _budget), with that run's numbers.
 BUDGET_FILE = "shufflepoint_budget.json"
+"""Where ``max_steps`` ends in the data, saved in the checkpoint by the run that set it, with that run's
+numbers, so that a resume on another world size stops at the same sample."""
 
 
 class ResumableTrainerMixin(_TrainerBase):
@@ -118,6 +121,8 @@ class ResumableTrainerMixin(_TrainerBase):
 
     # -- resume --------------------------------------------------------------------------------
     def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
+        """``Trainer.train``, resuming the loader from the checkpoint's saved state (exact, on any world size)
+        instead of skipping batches; ``True`` takes the newest ``checkpoint-N`` as the Trainer does."""
         if resume_from_checkpoint is True:  # as Trainer.train does: the newest checkpoint-N
             resume_from_checkpoint = _touch.last_checkpoint(str(self.args.output_dir))
             if resume_from_checkpoint is None:
@@ -138,6 +143,8 @@ class ResumableTrainerMixin(_TrainerBase):
         return output
 
     def set_initial_training_values(self, *args: Any, **kwargs: Any) -> Any:
+        """The Trainer's epochs, samples and ``max_steps``; with ``max_steps`` set, its steps reach the data
+        the run that set it meant, on any world size (``BUDGET_FILE``)."""
         # TOUCH POINT: Trainer.set_initial_training_values returns (num_train_epochs, ..., num_train_samples
         # at 3, ..., max_steps last), from which the loop, TrainerState.max_steps and the scheduler are
         # built; with max_steps set, its steps are made to reach the data the run that set it meant.
@@ -213,6 +220,8 @@ class ResumableTrainerMixin(_TrainerBase):
         return placement.epoch, placement.batches_done
 
     def get_batch_samples(self, epoch_iterator: Any, num_batches: int, *args: Any, **kwargs: Any) -> Any:
+        """One optimizer step's batches; after a resume between two optimizer steps, the first pull stops
+        at the next whole step, so every later pull (and DDP's gradient sync) is on a step boundary."""
         # TOUCH POINT: Trainer.get_batch_samples pulls one optimizer step's batches. After a resume
         # between two optimizer steps, the first pull stops at the next whole step, so that every
         # later pull (and DDP's gradient sync, at the last batch of a pull) is on a step boundary.

@@ -269,6 +269,8 @@ class Mixture(torch.utils.data.Dataset[Any]):
                 f"sources=[{', '.join(shown(dataset) for dataset in self.sources)}])")
 
     def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
+        """``Prefetching``: fetch in the background what these upcoming indices read, as a rank that reads
+        them densely would (``prefetch_dealt`` with density 1.0). The loader calls it; a script need not."""
         self.prefetch_dealt(indices, 1.0)
 
     def prefetch_dealt(self, indices: Sequence[int] | np.ndarray, density: float) -> None:

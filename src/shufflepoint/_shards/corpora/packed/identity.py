@@ -73,3 +73,24 @@ def _explain_packing(clear: str, packing: dict[str, int | None]) -> str:
     fix = ", ".join(f"{name}={saved[name]}" for name in differ)
     return (f"the packing changed: packing parameter {named}; build the Packed with {fix} to resume this run, "
             "or start a new run")
+
+
+def seq_lens_making(tokens: list[int], rows: int) -> tuple[int, int] | None:
+    """The seq_lens L (a range ``(low, high)``) at which sources of ``tokens`` tokens an epoch pack into ``rows``
+    rows in all, ``sum(t // L)``; None where no L does. The sum only falls as L grows: two binary searches.
+
+    >>> seq_lens_making([100, 50], 18), seq_lens_making([100, 50], 7), seq_lens_making([100, 50], 17)
+    ((8, 8), (17, 20), None)
+    """
+    def made(length: int) -> int:
+        return sum(t // length for t in tokens)
+
+    def first_at_most(count: int) -> int:  # the least L with made(L) <= count
+        low, high = 1, max(max(tokens, default=1), 1) + 1
+        while low < high:
+            middle = (low + high) // 2
+            low, high = (low, middle) if made(middle) <= count else (middle + 1, high)
+        return low
+
+    low, high = first_at_most(rows), first_at_most(rows - 1) - 1 if rows > 0 else 2**62
+    return (low, high) if rows >= 0 and low <= high and made(low) == rows else None

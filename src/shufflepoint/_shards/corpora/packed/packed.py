@@ -290,6 +290,8 @@ class Packed(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     rows_segments = rows_pieces
 
     def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
+        """``Prefetching``: fetch in the background what these upcoming indices read, as a rank that reads
+        them densely would (``prefetch_dealt`` with density 1.0). The loader calls it; a script need not."""
         self.prefetch_dealt(indices, 1.0)
 
     def prefetch_dealt(self, indices: Sequence[int] | np.ndarray, density: float) -> None:

@@ -237,8 +237,8 @@ class Columnar(torch.utils.data.Dataset[Any]):
     ...                                      collate_fn=shufflepoint.collate)
     """
 
-    def __init__(self, dataset: Any) -> None:
-        self.dataset = dataset
+    def __init__(self, dataset: Any, map_samples: Any = None) -> None:
+        self.dataset, self.map_samples = dataset, map_samples  # map_samples: a DecodesInBatches dataset's threads
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -247,11 +247,12 @@ class Columnar(torch.utils.data.Dataset[Any]):
         return self.dataset[index]
 
     def __getitems__(self, indices: Sequence[int]) -> Batch:
-        batch: Batch = self.dataset.read_batch(indices)
+        batch: Batch = (self.dataset.read_batch(indices) if self.map_samples is None
+                        else self.dataset.read_mapped(indices, self.map_samples))
         return batch
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name == "dataset":
+        if name.startswith("__") or name in ("dataset", "map_samples"):
             raise AttributeError(name)  # not set yet (unpickling): never recurse into the dataset
         return getattr(self.dataset, name)
 

@@ -23,9 +23,10 @@ from shufflepoint._errors import Plain, SampleError, refusal
 from shufflepoint._shards.corpora.shards import ids
 from shufflepoint._shards.corpora.shards.access import AccessOptions, ShardAccess
 from shufflepoint._shards.corpora.shards.batch import Batch, Columnar, Rows, Stacked, checked_indices, gather
+from shufflepoint._shards.corpora.shards.hub_dataset import hub_sources
 from shufflepoint._shards.corpora.shards.locate import located_error, shard_location
 from shufflepoint._shards.corpora.shards.shown import short
-from shufflepoint._shards.index import collector, sidecar
+from shufflepoint._shards.index import collector, hub_listing, sidecar
 from shufflepoint._shards.index import index as _index
 from shufflepoint._shards.index.indexing import Indexer
 from shufflepoint._shards.index.integrity import check_verify
@@ -49,7 +50,9 @@ class Shards(torch.utils.data.Dataset[Any]):
     Args:
         sources (str | Sequence[str]): the shards: a list of paths or URLs, a glob
             (``"data/*.parquet"``, ``"s3://bucket/c4/*.jsonl.zst"``), a manifest (``*.txt``, one path or
-            URL a line), or the folder of a Hugging Face dataset saved with ``save_to_disk``. Required.
+            URL a line), or the folder of a Hugging Face dataset saved with ``save_to_disk``. A Hub
+            dataset's files (``"hf://datasets/ORG/NAME[@REVISION]/data/*.parquet"``) are pinned to the
+            revision's commit first (docs/hub.md; ``Shards.from_hub`` takes one by name). Required.
         format (str | None): the reader: ``"parquet"``, ``"jsonl"``, ``"webdataset"``, ``"tokens"`` or
             ``"arrow"``. Default None: inferred from the first shard's suffix.
         columns (Sequence[str] | None): the columns a row holds (``parquet``, ``arrow``). Default None:
@@ -68,7 +71,8 @@ class Shards(torch.utils.data.Dataset[Any]):
             recently used shards are evicted first (one shard larger than the limit is still served).
             Default None: no limit.
         storage_options (dict[str, Any] | None): passed to fsspec for remote URLs (credentials,
-            endpoint, ...). Default None.
+            endpoint, ...; for ``hf://``: ``token`` and ``endpoint``, else ``HF_TOKEN``/``HF_ENDPOINT``).
+            Default None.
         retries (int): retries of each storage call (exponential backoff with jitter) before a
             ``ShardError`` names the shard. Default 5; 0 tries once.
         prefetch (int): remote shards downloaded ahead of the loader, in the background. Default 16;
@@ -127,13 +131,39 @@ class Shards(torch.utils.data.Dataset[Any]):
         self._starts = self._ends - rows
         self._access.attach(self.index, any(is_remote(u) for u in urls))
 
+    @classmethod
+    def from_hub(cls, name: str, config: str | None = None, split: str = "train", *, revision: str | None = None,
+                 **options: Any) -> Shards:
+        """A Hugging Face Hub dataset's split, with the files ``datasets.load_dataset(name, config, split=split,
+        revision=revision)`` reads, pinned to the revision's commit (see ``hub_dataset``): its card's
+        ``configs:`` data files, else the Hub's Parquet conversion (``refs/convert/parquet``).
+
+        Args:
+            name (str): the dataset's id, ``"ORG/NAME"``. Required.
+            config (str | None): the config (``load_dataset``'s ``name``). Default None: the card's default.
+            split (str): the split. Default ``"train"``.
+            revision (str | None): a branch, tag or commit. Default None: the default branch. A commit
+                (40 hex digits) is read with no lookup; a branch is resolved once, and the commit kept
+                in ``index.root``.
+            **options: ``Shards``' own keyword arguments (``columns``, ``transform``, ``cache_dir``,
+                ``storage_options``...).
+
+        Raises ``HubError`` (its ``reason``: ``"gated"``, ``"not_found"``, ``"revision"``, ``"config"``,
+        ``"split"``, ``"rate_limited"``) for what a person must change.
+
+        >>> corpus = Shards.from_hub("HuggingFaceFW/fineweb", "sample-10BT", columns=["text"])  # doctest: +SKIP
+        """
+        storage = Storage(storage_options=options.get("storage_options"), retries=options.get("retries", 5))
+        cache_dir = options.get("cache_dir") or sidecar.default_cache_dir()
+        return cls(hub_sources(storage, name, config, split, revision, cache_dir), **options)
+
     # -- the index ---------------------------------------------------------------------------
     _published_listing = True  # a glob ``shufflepoint index`` published is listed from its index (not by the tool)
 
     def _listing(self, storage: Storage, cache_dir: str, sources: str | Sequence[str], format: str | None,
                  options: dict[str, Any]) -> tuple[list[str], _index.CorpusIndex | None]:
-        if not self._published_listing or self._verify == "checksum":
-            return storage.expand(sources), None
+        if (not self._published_listing or self._verify == "checksum") and not hub_listing.is_hub_sources(sources):
+            return storage.expand(sources), None  # a Hub source is always pinned to a commit first
         return listing(storage, sources, format, options, cache_dir)
 
     def _load_or_build(self, urls: list[str], threads: int, progress: bool,
@@ -213,9 +243,18 @@ class Shards(torch.utils.data.Dataset[Any]):
         """``[self[i] for i in indices]``, read a batch at once (torch's DataLoader calls this)."""
         return self.read_batch(indices).samples()
 
+    def decodes_samples(self) -> bool:
+        """Whether a batch read ends with work per sample (a ``transform``) that ``map_samples`` may thread."""
+        return self._transform is not None
+
     def read_batch(self, indices: Sequence[int] | np.ndarray) -> Batch:
         """The samples at ``indices`` as one batch read shard by shard (each shard's rows at once, see
         the readers' ``take``), in the order asked; ``transform`` still sees one sample at a time."""
+        return self.read_mapped(indices, None)
+
+    def read_mapped(self, indices: Sequence[int] | np.ndarray, map_samples: Callable[..., Any] | None) -> Batch:
+        """``read_batch(indices)`` with ``transform`` mapped over the batch by ``map_samples`` (``map``'s
+        contract, in order: the loader's ``decode_threads``), or one sample after another for None."""
         flat = checked_indices("Shards", indices, len(self))
         shards = np.searchsorted(self._ends, flat, side="right")
         rows = flat - self._starts[shards]
@@ -226,8 +265,11 @@ class Shards(torch.utils.data.Dataset[Any]):
             batch = gather(shards, lambda shard, where: self._access.open(shard).take(rows[where]))
         if self._transform is None:
             return batch
-        return Rows([self._transformed(sample, index) for sample, index in zip(batch.samples(), flat.tolist(),
-                                                                                strict=True)])
+        if map_samples is None:
+            return Rows([self._transformed(sample, index) for sample, index in zip(batch.samples(), flat.tolist(),
+                                                                                    strict=True)])
+        return Rows(list(map_samples(lambda pair: self._transformed(*pair),
+                                     zip(batch.samples(), flat.tolist(), strict=True))))
 
     def _read_windows(self, shards: np.ndarray, rows: np.ndarray) -> Batch | None:
         """Token windows from several shards written into one (n, seq_len + 1) array of the tokens' type,
@@ -257,6 +299,8 @@ class Shards(torch.utils.data.Dataset[Any]):
 
     # -- read-ahead --------------------------------------------------------------------------
     def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
+        """``Prefetching``: fetch in the background what these upcoming indices read, as a rank that reads
+        them densely would (``prefetch_dealt`` with density 1.0). The loader calls it; a script need not."""
         self.prefetch_dealt(indices, 1.0)
 
     def prefetch_dealt(self, indices: Sequence[int] | np.ndarray, density: float) -> None:

@@ -1,0 +1,211 @@
+"""``skip_bad_samples=``: a sample that fails to read or decode is replaced in its slot by arithmetic, excluded
+from the next batch on, kept in the state's record; past the limits the run stops naming the samples. One rank
+here (the agreement on 2 real ranks and the fresh-process resume: tests/distributed/test_skip_resume.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import shufflepoint
+from corpus_files import jsonl_corpus
+from shufflepoint import SampleError, StateError
+from shufflepoint._core.skips import replacement
+from shufflepoint._tools.cli import main
+
+N, BATCH, SEED = 40, 4, 3
+BAD = {5, 17, 33}
+
+
+class Flaky:
+    """Samples are their indices; those in ``bad`` fail to decode."""
+
+    def __init__(self, bad=BAD, n=N):
+        self.bad, self.n = set(bad), n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, index):
+        if index in self.bad:
+            raise SampleError(f"record {index} does not decode")
+        return index
+
+
+def loader(dataset=None, policy=None, **kwargs):
+    return shufflepoint.DataLoader(Flaky() if dataset is None else dataset, BATCH, seed=SEED,
+                                   skip_bad_samples=policy or True, **kwargs)
+
+
+def read(ld, epochs=2, stop=None):
+    out = []
+    while ld.epoch < epochs:
+        for batch in ld:
+            out.append(batch.tolist())
+            if stop is not None and ld.step == stop:
+                return out
+    return out
+
+
+def test_replacement_is_pinned():
+    assert [replacement(0, 7, attempt, 100) for attempt in range(3)] == [93, 81, 67]
+
+
+@given(st.integers(0, 2**64 - 1), st.integers(2, 10**9), st.data())
+def test_replacement_is_another_index_of_the_dataset(seed, n, data):
+    index, attempt = data.draw(st.integers(0, n - 1)), data.draw(st.integers(0, 1000))
+    found = replacement(seed, index, attempt, n)
+    assert 0 <= found < n and found != index and found == replacement(seed, index, attempt, n)
+
+
+def test_raising_stays_the_default():
+    with pytest.raises(SampleError, match="record"):
+        read(shufflepoint.DataLoader(Flaky(), BATCH, seed=SEED))
+
+
+def test_bad_samples_are_replaced_excluded_and_recorded():
+    ld = loader()
+    stream = read(ld)
+    assert all(len(batch) == BATCH for batch in stream[:10])  # epoch 0: every batch full
+    served = [i for batch in stream for i in batch]
+    assert not BAD & set(served)
+    assert ld.excluded.indices().tolist() == sorted(BAD)
+    record = ld.state_dict()["skipped"]
+    assert sorted(entry[1] for entry in record) == sorted(BAD)
+    for step, index, substitute, shard, row, error in record:
+        assert substitute == replacement(SEED, index, 0, N) and (shard, row) == (None, None)
+        assert error == f"SampleError: record {index} does not decode"
+        assert substitute in stream[step]
+        assert ld.which(step) == {0: stream[step]}  # which names the replacement in the failed slot
+    assert all(ld.which(step) == {0: batch} for step, batch in enumerate(stream))
+    assert len(served) == 10 * BATCH + (N - len(BAD) + 1) // BATCH * BATCH + (N - len(BAD)) % BATCH
+
+
+def test_the_stream_is_the_same_with_any_number_of_workers():
+    assert read(loader(num_workers=2)) == read(loader()) == read(loader(num_workers=1, decode_threads=2))
+
+
+@pytest.mark.parametrize("deal", ["strided", "spans"])
+def test_a_resume_after_skips_continues_exactly(deal):
+    whole = read(loader(deal=deal))
+    for stop in (2, 6, 9, 12):
+        first = loader(deal=deal)
+        before = read(first, stop=stop)
+        state = json.loads(json.dumps(first.state_dict()))
+        resumed = loader(num_workers=2 if stop == 6 else 0, deal=deal)
+        resumed.load_state_dict(state)
+        assert before + read(resumed) == whole, stop
+        assert resumed.state_dict()["skipped"] == loader_after(deal).state_dict()["skipped"]
+
+
+def loader_after(deal):
+    ld = loader(deal=deal)
+    read(ld)
+    return ld
+
+
+def test_a_transform_that_raises_is_skipped_like_a_bad_sample():
+    def transform(sample, rng):
+        if sample == 8:
+            raise KeyError("no image")
+        return sample
+
+    ld = loader(Flaky(bad=()), transform=transform)
+    stream = read(ld, epochs=1)
+    assert 8 not in {i for batch in stream for i in batch}
+    (entry,) = ld.state_dict()["skipped"]
+    assert entry[1] == 8 and entry[5] == "SampleError: dataset index 8: transform raised KeyError: 'no image'"
+
+
+def test_a_shards_corpus_records_the_shard_and_the_row(tmp_path):
+    ids = jsonl_corpus(str(tmp_path / "corpus"), 6, rows=(3, 3))
+
+    def decode(row):
+        if row["id"] == 10:
+            raise SampleError("bad jpeg")
+        return row["id"]
+
+    corpus = shufflepoint.Shards(str(tmp_path / "corpus" / "*.jsonl"), transform=decode,
+                                 cache_dir=str(tmp_path / "cache"))
+    ld = shufflepoint.DataLoader(corpus, 3, seed=1, skip_bad_samples=True)
+    served = [i for batch in read(ld, epochs=1) for i in batch]
+    assert 10 not in served and len(served) == len(ids)
+    (entry,) = ld.state_dict()["skipped"]
+    step, index, substitute, shard, row, error = entry
+    assert index == 10 and shard.endswith("part-00003.jsonl") and row == 1 and "bad jpeg" in error
+
+
+def test_past_the_window_the_run_stops_naming_every_skipped_sample():
+    ld = loader(policy={"max_skips": 2, "window": 100})
+    with pytest.raises(RuntimeError, match=r"3 samples skipped in the last 100 steps") as raised:
+        read(ld)
+    for index in BAD:
+        assert f"dataset index {index}" in str(raised.value)
+    assert "record 33 does not decode" in str(raised.value)
+
+
+def test_reads_in_a_row_that_fail_stop_the_run_naming_them():
+    ld = loader(Flaky(bad=range(1, N)), policy={"max_in_a_row": 3})
+    with pytest.raises(RuntimeError, match=r"3 reads in a row failed for one slot") as raised:
+        read(ld)
+    assert str(raised.value).count("does not decode") == 3
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"max_in_a_row": 0}, r"skip_bad_samples\['max_in_a_row'\]: found 0"),
+    ({"max_skips": 64}, r"skip_bad_samples\['max_skips'\]: found 64"),
+    ({"window": True}, r"skip_bad_samples\['window'\]: found True"),
+])
+def test_bad_limits_are_refused_by_name(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        loader(policy=kwargs)
+
+
+def test_what_cannot_skip_is_refused_at_construction():
+    with pytest.raises(TypeError, match="skip_bad_samples: found 'yes'"):
+        shufflepoint.DataLoader(Flaky(), BATCH, skip_bad_samples="yes")
+    with pytest.raises(TypeError, match=r"skip_bad_samples: found \{'limit': 3\}"):
+        shufflepoint.DataLoader(Flaky(), BATCH, skip_bad_samples={"limit": 3})
+    with pytest.raises(ValueError, match="persistent_workers=False"):
+        loader(num_workers=1, persistent_workers=True)
+    with pytest.raises(ValueError, match="a dataset whose samples can be excluded"):
+        loader(buckets=[0] * N)
+
+
+def test_a_damaged_record_is_refused_by_name():
+    ld = loader()
+    read(ld, stop=6)
+    state = ld.state_dict()
+    state["skipped"][0][1] = N
+    with pytest.raises(StateError, match=r"state field 'skipped\[0\]'"):
+        loader().load_state_dict(state)
+
+
+def test_inspect_shows_every_skip(tmp_path, capsys):
+    ld = loader()
+    read(ld, epochs=1)
+    path = tmp_path / "loader.json"
+    path.write_text(json.dumps(ld.state_dict()))
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "excluded   : 3 samples never served again" in out
+    assert "skipped    : 3 bad samples (the latest kept), each excluded:" in out
+    for step, index, substitute, *_ in ld.state_dict()["skipped"]:
+        assert (f"step {step}: dataset index (index {index}) -> replaced by index {substitute}: "
+                f"SampleError: record {index} does not decode") in out
+
+
+def test_storage_that_does_not_answer_is_no_bad_sample():
+    from shufflepoint._shards.storage.faults import NoAnswer
+
+    class Down(Flaky):
+        def __getitem__(self, index):
+            if index == 7:
+                raise NoAnswer("s3://b/x.parquet", "reading a range got no answer within 120 s")
+            return index
+
+    with pytest.raises(NoAnswer, match="got no answer"):
+        read(loader(Down()))
