@@ -161,12 +161,14 @@ class LiveLoader:
 
     @property
     def epoch(self) -> int:
+        """The epoch the next committed step belongs to."""
         with self._lock:
             self._settle()
             return self._position.epoch
 
     @property
     def cursor(self) -> int:
+        """Positions of this epoch's stream the committed steps have read (all participants)."""
         with self._lock:
             self._settle()
             return self._position.cursor
