@@ -160,3 +160,17 @@ def test_one_group_rejoins_and_another_is_lost_at_a_fixed_global_batch(tmp_path:
     assert all(len(batch) == 12 for batch in batches.values()), "every committed step read the fixed global batch"
     assert {len(r["ids"]) for r in records(tmp_path) if r["rank"] is not None} >= {4, 6}, "shares grew"
     assert len(batches) == N // 12
+
+
+def test_fixed_with_spares(tmp_path: pathlib.Path) -> None:
+    """torchft's FIXED_WITH_SPARES (min_replica_size 2 of 3 groups): 2 participants a step, the spare reads nothing;
+    a participant lost for good is replaced by the spare."""
+    run = Run(tmp_path, 3, worker_args=["--n", str(N), "--batch", str(BATCH), "--spares", "2"])
+    run.start_all()
+    run.wait_until(lambda: run.committed_steps(0) >= 5)
+    run.kill(1)
+    run.finish()
+    judged(tmp_path)
+    dealt = [r for r in records(tmp_path) if r["step"] > 0]
+    assert {r["participants"] for r in dealt} == {2}, "2 participants every step"
+    assert any(r["rank"] is None and r["ids"] == [] for r in dealt), "a spare read nothing"

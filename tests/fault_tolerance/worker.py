@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch.distributed import TCPStore
 from torchft import Manager, ProcessGroupGloo
+from torchft.manager import WorldSizeMode
 from torchft.checkpointing.pg_transport import PGTransport
 
 from shufflepoint.integrations.torchft import DataLoader
@@ -40,6 +41,8 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--resume", default=None, help="a checkpoint file to load before the first step")
     parser.add_argument("--wait-for", type=int, default=0,
                         help="before the first step, wait until this many ranks are ready (the run's first start)")
+    parser.add_argument("--spares", type=int, default=None,
+                        help="torchft's FIXED_WITH_SPARES with this min_replica_size (default DYNAMIC, min 1)")
     parser.add_argument("--hold-at", type=int, default=None,
                         help="from this committed step on, wait for <out>/go before the next step")
     parser.add_argument("--stop-at", type=int, default=None, help="exit (as if killed) once this step committed")
@@ -60,14 +63,16 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-6)
     pg = ProcessGroupGloo(timeout=timedelta(seconds=5))
     manager = Manager(
-        pg=pg, min_replica_size=1, load_state_dict=lambda s: model.load_state_dict(s["model"]),
+        pg=pg, min_replica_size=args.spares or 1, load_state_dict=lambda s: model.load_state_dict(s["model"]),
+        world_size_mode=WorldSizeMode.FIXED_WITH_SPARES if args.spares else WorldSizeMode.DYNAMIC,
         state_dict=lambda: {"model": model.state_dict()}, replica_id=f"group_{args.group}",
         timeout=timedelta(seconds=10), quorum_timeout=timedelta(seconds=60), rank=args.group_rank,
         world_size=args.group_world, store_addr="127.0.0.1", store_port=args.store_port, hostname="127.0.0.1",
         checkpoint_transport=PGTransport(pg, timeout=timedelta(seconds=10), device=torch.device("cpu")),
     )
     sizes = {"global_batch": args.global_batch} if args.global_batch else {"batch_size": args.batch}
-    loader = DataLoader(list(range(args.n)), replica_groups=args.groups, manager=manager, seed=0, **sizes)
+    loader = DataLoader(list(range(args.n)), replica_groups=args.groups, manager=manager, seed=0,
+                        min_groups=args.spares or 1, **sizes)
     if args.resume:
         with open(args.resume) as file:
             saved = json.load(file)
