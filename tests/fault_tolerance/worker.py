@@ -19,8 +19,8 @@ from typing import Any
 import torch
 from torch.distributed import TCPStore
 from torchft import Manager, ProcessGroupGloo
-from torchft.manager import WorldSizeMode
 from torchft.checkpointing.pg_transport import PGTransport
+from torchft.manager import WorldSizeMode
 
 from shufflepoint.integrations.torchft import DataLoader
 
