@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-examples test-locality test-skips test-mixture test-hub test-wheel test-repeat test-explore exit-soak test-ray test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards bench-ranged \
+.PHONY: setup demo test test-examples test-locality test-skips test-mixture test-hub test-wheel test-repeat test-explore exit-soak test-ray test-torchft bench-torchft test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards bench-ranged \
 	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-images bench-which bench-tail bench-scale soak lint clean test-accelerate-matrix test-transformers-matrix test-trainer-options bench-data-wait bench-ray \
 	docs docs-build
 
@@ -259,6 +259,31 @@ $(RAY_STAMP): pyproject.toml
 test-ray: $(RAY_STAMP)
 	$(RAY_VENV)/bin/python -m pytest -q -p no:cacheprovider -m ray tests/ray
 
+# torchft 0.2.0 (issue 43): shufflepoint's torchft DataLoader under a real Lighthouse, each replica group its own
+# processes on Gloo, groups SIGKILLed, restarted, lost (tests/fault_tolerance). Its own venv: torch first and alone
+# (the local CPU wheel), then torchft with torch pinned in the same resolve (its deps are torch>=2.7 and
+# opentelemetry), then the package and the test tools. ~1 GB, ~1 min to build; ~5.5 min to run on the loaded 2 cores.
+TORCHFT_VENV := .venv-torchft
+TORCHFT_STAMP := $(TORCHFT_VENV)/.installed
+
+$(TORCHFT_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(TORCHFT_VENV)
+	$(TORCHFT_VENV)/bin/python -m pip install -q --upgrade pip
+	$(TORCHFT_VENV)/bin/python -m pip install -q torch==2.13.0
+	$(TORCHFT_VENV)/bin/python -m pip install -q torch==2.13.0 torchft==0.2.0
+	$(TORCHFT_VENV)/bin/python -m pip install -q torch==2.13.0 -e . pytest pytest-timeout pytest-rerunfailures hypothesis numpy
+	touch $@
+
+test-torchft: $(TORCHFT_STAMP)
+	$(TORCHFT_VENV)/bin/python -m pytest -q -p no:cacheprovider -m torchft tests/fault_tolerance
+
+# torchft's own data path (its DistributedSampler into torchdata's StatefulDataLoader) against shufflepoint's for the
+# same failures on real torchft, and the loader's cost of a membership change (benchmarks/live_membership.py;
+# results in benchmarks/results/torchft.md). torchdata joins the torchft venv. About 3.5 minutes.
+bench-torchft: $(TORCHFT_STAMP)
+	$(TORCHFT_VENV)/bin/python -m pip install -q torch==2.13.0 torchdata==0.11.0
+	$(TORCHFT_VENV)/bin/python benchmarks/live_membership.py
+
 # The documentation site (issue 46.3): mkdocs-material over README.md (the home page), docs/*.md and an API
 # reference mkdocstrings renders from the docstrings (mkdocs.yml, docs/_site/hooks.py). Its own venv, every
 # package pinned in docs/_site/requirements.txt; no torch (griffe reads src/ without importing it). About 15 s
@@ -293,7 +318,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) $(RAY_VENV) $(GRAIN_VENV) $(DOCS_VENV) $(SHARDS_VENVS) .venv-transformers-* .pytest_cache .hypothesis
+	rm -rf $(VENV) $(RAY_VENV) $(TORCHFT_VENV) $(GRAIN_VENV) $(DOCS_VENV) $(SHARDS_VENVS) .venv-transformers-* .pytest_cache .hypothesis
 
 # One venv per claimed release of an integration's library, torch first and alone (the local CPU
 # wheel), then that release; runs the integration's tests and prints one line per version.

@@ -14,6 +14,9 @@ each lives (``_shards/corpora/shards/locate.py``)::
         6 shard=1 url=/data/corpus/part-00001.jsonl row=0 line=1 byte_offset=0 bytes=10 decompressed=False
         ...
 
+For a live loader's checkpoint (torchft: ``shufflepoint.integrations.torchft``) ``--step`` is a committed step and the
+ranks are global ranks of that step's participants (participant x group ranks + group rank).
+
 For an HF Trainer checkpoint ``--step`` is the optimizer step (``global_step`` after it): the batches it
 trained, from the run's record of its steps in the checkpoint (``which_steps``), with the layout that ran it,
 before and after every resize.
@@ -81,6 +84,31 @@ def build_loader(state: dict[str, Any], dataset: Any) -> Any:
     return loader
 
 
+def build_live(state: dict[str, Any], dataset: Any) -> Any:
+    """A live loader (torchft's, ``_loading/live.py``) over ``dataset`` as the run built it, the state loaded: its
+    ``which`` takes committed steps and answers per global rank (participant x group ranks + group rank)."""
+    from shufflepoint._errors import StateError
+    from shufflepoint._loading.live import LiveLoader
+
+    position = state.get("position")
+    if not isinstance(position, dict) or any(name not in position for name in ("seed", "batch_size", "shuffle")):
+        raise WhichError("the checkpoint's live loader state has no 'position' with seed, batch_size and shuffle")
+    try:
+        group_world = int(state.get("group_world_size", 1))  # a lot is group ranks x batch (or the global batch)
+        loader = LiveLoader(dataset, max(int(position["batch_size"]) // group_world, 1),
+                            replica_groups=int(state.get("replica_groups", 1)), group_world_size=group_world,
+                            seed=position["seed"], shuffle=bool(position["shuffle"]), drop_last=position["drop_last"],
+                            dataset_fingerprint=_user_fingerprint(upgraded(position).get("dataset_fingerprint"),
+                                                                  dataset), prefetch=False)
+        loader.load_state_dict(state)
+    except StateError as error:
+        raise WhichError(f"the checkpoint's loader state does not fit this dataset, as a resume would refuse it:\n"
+                         f"{error}") from None
+    except (TypeError, ValueError) as error:
+        raise WhichError(f"the loader of the checkpoint cannot be built over this dataset: {error}") from None
+    return loader
+
+
 def _where(dataset: Any, index: int) -> dict[str, Any]:
     from shufflepoint._core.capabilities import Locatable
 
@@ -95,7 +123,7 @@ def answer(found: Found, dataset: Any, step: int, *, rank: int | None = None, ac
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise WhichError(f"--step: found {step!r}, expected an int >= 0")
     began = time.perf_counter()
-    loader = build_loader(found.state, dataset)
+    loader = build_live(found.state, dataset) if found.kind == "live" else build_loader(found.state, dataset)
     steps = _loader_steps(found, loader, step, accumulation)
     ranks: dict[int, list[dict[str, Any]]] = {}
     for loader_step in steps:
@@ -109,7 +137,8 @@ def answer(found: Found, dataset: Any, step: int, *, rank: int | None = None, ac
     if rank is not None and rank not in ranks:
         raise WhichError(f"--rank: found {rank}, but step {step} was read by ranks {sorted(_which(loader, steps[0]))}")
     return {"schema_version": SCHEMA_VERSION, "checkpoint": found.where, "kind": found.kind, "step": step,
-            "loader_steps": steps, "trainer_step": found.trainer_step, "seed": found.state["seed"],
+            "loader_steps": steps, "trainer_step": found.trainer_step,
+            "seed": found.state["position"]["seed"] if found.kind == "live" else found.state["seed"],
             "ranks": {str(r): entries for r, entries in sorted(ranks.items())},
             "seconds": round(time.perf_counter() - began, 6)}
 

@@ -55,11 +55,31 @@ class Found:
     run: dict[str, Any] | None = None  # an HF Trainer checkpoint's shufflepoint_run.json (its steps' record)
 
 
+LIVE_KIND = "shufflepoint.live"  # a live loader's state (_loading/live.py: torchft); its steps are committed steps
+
+
+def _live_state(value: Any, depth: int = 0) -> tuple[tuple[str, ...], Mapping[str, Any]] | None:
+    """The first live loader state inside ``value`` (it holds a plain loader state, its position, inside)."""
+    if not isinstance(value, Mapping) or depth > 4:
+        return None
+    if value.get("kind") == LIVE_KIND:
+        return (), value
+    for key, inner in value.items():
+        found = _live_state(inner, depth + 1)
+        if found is not None:
+            return (str(key), *found[0]), found[1]
+    return None
+
+
 def _from_file(path: str, kind: str) -> Found:
     try:
         value = _load(path)
     except InspectError as error:
         raise CheckpointError(str(error)) from None
+    live = _live_state(value)
+    if live is not None:
+        shown = os.path.basename(path) + (f" [{'.'.join(live[0])}]" if live[0] else "")
+        return Found(dict(live[1]), "live", shown)
     states = [(keys, state) for keys, state in _find(value) if state.get("format") == "shufflepoint"]
     if not states:
         found = _find(value)

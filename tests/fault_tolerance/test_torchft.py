@@ -1,0 +1,176 @@
+"""shufflepoint's torchft DataLoader under a real torchft 0.2.0: a Lighthouse, each replica group its own
+processes (Gloo on 127.0.0.1), failures by SIGKILL. Each run is judged by the ids trained in committed steps:
+every sample of the epoch exactly once, in the epoch's order, and ``which`` of every committed step from the
+final state gives that step's global batch. make test-torchft (its own venv)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import time  # noqa: F401
+
+import pytest
+
+pytest.importorskip("torchft")
+
+from harness import Run, epoch_order, global_batches, records, verdict  # noqa: E402
+
+from shufflepoint._loading.live import LiveLoader  # noqa: E402
+
+pytestmark = [pytest.mark.torchft, pytest.mark.timeout(240)]
+N, BATCH = 240, 4
+# A restarted group takes 5-10 s to start on a loaded machine: the survivors wait for it from a step on
+# (``--hold-at``), so that it comes back mid-epoch and heals from a peer.
+SLOW = ["--hold-at", "8"]
+EXACT = {"distinct": N, "twice": 0, "never": 0, "in_order": 1, "consecutive": 1}
+
+
+def judged(out: pathlib.Path, group_world: int = 1, groups: int = 3) -> dict[int, list[int]]:
+    batches = global_batches(records(out), group_world)
+    found = verdict(batches, N)
+    assert {k: found[k] for k in EXACT} == EXACT, found
+    done = sorted(out.glob("done-*.json"))
+    assert done, "no group finished the epoch"
+    final = json.loads(done[0].read_text())["state"]
+    loader = LiveLoader(list(range(N)), BATCH, replica_groups=groups, group_world_size=group_world, prefetch=False)
+    loader.load_state_dict(final)
+    for step, merged in batches.items():
+        shares = loader.which(step)
+        world = len(shares)
+        rebuilt = [0] * sum(len(s) for s in shares.values())
+        for rank, share in shares.items():
+            rebuilt[rank::world] = share
+        assert rebuilt == merged, f"which({step})"
+    return batches
+
+
+def test_no_failure(tmp_path: pathlib.Path) -> None:
+    run = Run(tmp_path, 3, worker_args=["--n", str(N), "--batch", str(BATCH)])
+    run.start_all()
+    run.finish()
+    judged(tmp_path)
+
+
+def healed(out: pathlib.Path, group: int) -> None:
+    """The restarted ``group`` healed from a peer mid-epoch: a step past 0 it took part in without reading."""
+    steps = [r for r in records(out) if r["group"] == group and r["rank"] is None and r["step"] > 0]
+    assert steps, f"group {group} did not heal from a peer (it came back after the epoch?)"
+    assert all(r["ids"] == [] for r in steps), "a healing group reads nothing"
+
+
+def test_a_group_killed_and_restarted_heals_from_a_peer(tmp_path: pathlib.Path) -> None:
+    run = Run(tmp_path, 3, worker_args=["--n", str(N), "--batch", str(BATCH), *SLOW])
+    run.start_all()
+    run.wait_until(lambda: run.committed_steps(2) >= 4)
+    run.kill(2)
+    time.sleep(1)
+    run.restart(2)
+    run.finish()
+    judged(tmp_path)
+    healed(tmp_path, 2)
+
+
+def test_a_group_lost_for_good(tmp_path: pathlib.Path) -> None:
+    run = Run(tmp_path, 3, worker_args=["--n", str(N), "--batch", str(BATCH)])
+    run.start_all()
+    run.wait_until(lambda: run.committed_steps(1) >= 4)
+    run.kill(1)
+    run.finish()
+    batches = judged(tmp_path)
+    assert len(batches) > N // (3 * BATCH), "the survivors read the lost group's share"
+
+
+def test_two_failures_in_a_row(tmp_path: pathlib.Path) -> None:
+    run = Run(tmp_path, 3, worker_args=["--n", str(N), "--batch", str(BATCH), *SLOW])
+    run.start_all()
+    run.wait_until(lambda: run.committed_steps(1) >= 3)
+    run.kill(1)
+    run.wait_until(lambda: run.committed_steps(2) >= 5)
+    run.kill(2)
+    run.restart(1)
+    run.restart(2)
+    run.finish()
+    judged(tmp_path)
+    healed(tmp_path, 1)
+    healed(tmp_path, 2)
+
+
+def test_a_step_that_fails_to_commit_is_dealt_again(tmp_path: pathlib.Path) -> None:
+    run = Run(tmp_path, 3, worker_args=["--n", str(N), "--batch", str(BATCH), "--fail-commit-at", "5"])
+    run.start_all()
+    run.finish()
+    judged(tmp_path)
+    failed = [r for r in records(tmp_path) if r["step"] == 5 and r["committed"] is False]
+    assert failed, "step 5 failed to commit at least once"
+
+
+def test_two_groups_of_two_processes(tmp_path: pathlib.Path) -> None:
+    run = Run(tmp_path, 2, group_world=2, worker_args=["--n", str(N), "--batch", str(BATCH), *SLOW])
+    run.start_all()
+    run.wait_until(lambda: run.committed_steps(1) >= 4)
+    run.kill(1)
+    time.sleep(1)
+    run.restart(1)
+    run.finish()
+    judged(tmp_path, group_world=2, groups=2)
+    healed(tmp_path, 1)
+
+
+def test_a_full_restart_from_a_checkpoint_after_live_changes(tmp_path: pathlib.Path) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    run = Run(first, 3, worker_args=["--n", str(N), "--batch", str(BATCH), *SLOW])
+    run.start_all()
+    run.wait_until(lambda: run.committed_steps(2) >= 3)
+    run.kill(2)
+    run.restart(2)  # heals and rejoins
+    run.wait_until(lambda: any(r["group"] == 2 and r["rank"] is None and r["step"] > 0 for r in records(first)))
+    run.wait_until(lambda: run.committed_steps(0) >= 8)
+    run.kill(1)  # lost for good
+    run.wait_until(lambda: run.committed_steps(0) >= 12)
+    for group in (0, 2):
+        run.kill(group)
+    run.finish()
+    saved = sorted(first.glob("ckpt-0-0-*.json"), key=lambda p: int(p.stem.split("-")[-1]))
+    checkpoint = next(p for p in saved if int(p.stem.split("-")[-1]) >= 10)
+    at = int(checkpoint.stem.split("-")[-1])
+    again = Run(second, 3, worker_args=["--n", str(N), "--batch", str(BATCH)])
+    again.start_all("--resume", str(checkpoint))
+    again.finish()
+    before = global_batches(records(first), 1, below=at)
+    after = global_batches(records(second), 1)
+    assert min(after) == at
+    trained = [i for s in sorted(before) for i in before[s]] + [i for s in sorted(after) for i in after[s]]
+    assert trained == epoch_order(N), "every sample once, in order, across the live changes and the restart"
+
+
+def test_one_group_rejoins_and_another_is_lost_at_a_fixed_global_batch(tmp_path: pathlib.Path) -> None:
+    """The issue's bar: one epoch on 3 groups in which one group dies and rejoins and another dies for good, here with
+    a fixed global batch of 12 (each participant's share grows from 4 to 6 to 12 as groups go missing)."""
+    run = Run(tmp_path, 3, worker_args=["--n", str(N), "--global-batch", "12", *SLOW])
+    run.start_all()
+    run.wait_until(lambda: run.committed_steps(2) >= 3)
+    run.kill(2)
+    time.sleep(1)
+    run.restart(2)
+    run.wait_until(lambda: any(r["group"] == 2 and r["rank"] is None and r["step"] > 0 for r in records(tmp_path)))
+    run.wait_until(lambda: run.committed_steps(0) >= 10)
+    run.kill(1)
+    run.finish()
+    batches = judged(tmp_path)
+    assert all(len(batch) == 12 for batch in batches.values()), "every committed step read the fixed global batch"
+    assert {len(r["ids"]) for r in records(tmp_path) if r["rank"] is not None} >= {4, 6}, "shares grew"
+    assert len(batches) == N // 12
+
+
+def test_fixed_with_spares(tmp_path: pathlib.Path) -> None:
+    """torchft's FIXED_WITH_SPARES (min_replica_size 2 of 3 groups): 2 participants a step, the spare reads nothing;
+    a participant lost for good is replaced by the spare."""
+    run = Run(tmp_path, 3, worker_args=["--n", str(N), "--batch", str(BATCH), "--spares", "2"])
+    run.start_all()
+    run.wait_until(lambda: run.committed_steps(0) >= 5)
+    run.kill(1)
+    run.finish()
+    judged(tmp_path)
+    dealt = [r for r in records(tmp_path) if r["step"] > 0]
+    assert {r["participants"] for r in dealt} == {2}, "2 participants every step"
+    assert any(r["rank"] is None and r["ids"] == [] for r in dealt), "a spare read nothing"

@@ -1,0 +1,230 @@
+"""The live loader (``_loading/live.py``) under a simulated fault-tolerance manager, in one process: replica
+groups fail, heal from a peer's state and rejoin, steps fail to commit, and over the committed steps every
+sample of an epoch is trained exactly once, in the order's own sequence. The real thing (torchft's Lighthouse
+and Managers, one process per rank) is tests/fault_tolerance (make test-torchft)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import shufflepoint
+from shufflepoint._core.membership import Changes, Sizing, deal_step
+from shufflepoint._errors import StateError
+from shufflepoint._loading.live import LiveLoader
+
+
+class FakeManager:
+    """What the loader reads of torchft's Manager; the simulated cluster sets the quorum."""
+
+    def __init__(self) -> None:
+        self.step, self.participants, self.rank, self.quorums = 0, 0, None, 0
+        self.heal_to: int | None = None
+
+    def start_quorum(self) -> None:
+        self.quorums += 1
+        if self.heal_to is not None:  # torchft: a healing group takes the peers' step during the quorum
+            self.step, self.heal_to = self.heal_to, None
+
+    def num_participants(self) -> int:
+        return self.participants
+
+    def participating_rank(self) -> int | None:
+        return self.rank
+
+    def current_step(self) -> int:
+        return self.step
+
+
+class Cluster:
+    """Replica groups of ``group_world`` ranks, each rank a loader and a manager; ``trained`` the global batches of
+    committed steps, in the global order the deal defines."""
+
+    def __init__(self, n: int, groups: int, group_world: int, **sizes: int) -> None:
+        self.dataset = list(range(n))
+        self.groups, self.group_world, self.sizes = groups, group_world, sizes
+        self.ranks: dict[int, list[tuple[LiveLoader, FakeManager]]] = {}
+        self.trained: list[list[int]] = []
+        for group in range(groups):
+            self.start(group)
+
+    def start(self, group: int) -> None:
+        """A fresh process group (a restart): new loaders, managers at step 0."""
+        self.ranks[group] = []
+        for rank in range(self.group_world):
+            manager = FakeManager()
+            loader = LiveLoader(self.dataset, replica_groups=self.groups, group_rank=rank,
+                                group_world_size=self.group_world, seed=7, prefetch=rank == 0, manager=manager,
+                                collate_fn=list, **self.sizes)
+            self.ranks[group].append((loader, manager))
+
+    def step(self, alive: list[int], healing: list[int], commit: bool) -> None:
+        participants = [g for g in sorted(alive) if g not in healing]
+        peer = self.ranks[participants[0]][0][0].state_dict() if healing and participants else None
+        top = max(self.ranks[g][0][1].step for g in participants) if participants else 0
+        shares: dict[int, list[int]] = {}
+        for group in sorted(alive):
+            for rank, (loader, manager) in enumerate(self.ranks[group]):
+                manager.participants = len(participants)
+                manager.rank = participants.index(group) if group in participants else None
+                if group in healing:
+                    manager.heal_to = top
+                batch = next(iter(loader))
+                if group in participants:
+                    shares[participants.index(group) * self.group_world + rank] = batch
+                else:
+                    assert batch == [], "a healing group reads nothing"
+        for group in healing:
+            for loader, _ in self.ranks[group]:
+                loader.load_state_dict(peer)  # what torchft applies inside should_commit
+        if commit:
+            world = len(participants) * self.group_world
+            size = sum(len(s) for s in shares.values())
+            merged = [0] * size
+            for q, share in shares.items():
+                merged[q::world] = share
+            self.trained.append(merged)
+            for group in alive:
+                for _, manager in self.ranks[group]:
+                    manager.step += 1
+
+
+def epoch_order(n: int, epoch: int) -> list[int]:
+    loader = shufflepoint.DataLoader(list(range(n)), batch_size=n, seed=7, world_size=1, rank=0)
+    loader.set_epoch(epoch)
+    return [int(i) for i in next(iter(loader))]
+
+
+events = st.lists(st.tuples(st.integers(0, 15), st.booleans()), min_size=1, max_size=24)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 30), groups=st.integers(1, 4), group_world=st.integers(1, 2), batch=st.integers(1, 3),
+       script=events, fixed=st.booleans())
+def test_every_sample_once_in_order_whatever_the_membership(n, groups, group_world, batch, script, fixed) -> None:
+    sizes = {"global_batch": int(np.lcm.reduce(np.arange(1, groups + 1))) * group_world * batch} if fixed \
+        else {"batch_size": batch}
+    cluster = Cluster(n, groups, group_world, **sizes)
+    alive = set(range(groups))
+    for mask, commit in script:
+        wanted = {g for g in range(groups) if mask >> g & 1}
+        if not wanted & alive:
+            wanted.add(min(alive))  # a survivor: a group comes back by healing from a peer
+        back = sorted(wanted - alive)
+        for group in back:
+            cluster.start(group)
+        alive = wanted
+        healing = back if len(back) < len(alive) else []
+        cluster.step(sorted(alive), healing, commit)
+    trained = [i for batch_ids in cluster.trained for i in batch_ids]
+    epochs = len(trained) // n
+    expected = [i for e in range(epochs + 1) for i in epoch_order(n, e)]
+    assert trained == expected[:len(trained)], "committed steps read the epochs' order, each sample once"
+    loader = cluster.ranks[min(alive)][0][0]
+    if loader.step:  # which answers every committed step, from any state of the run
+        fresh = Cluster(n, groups, group_world, **sizes).ranks[0][0][0]
+        fresh.load_state_dict(loader.state_dict())
+        for step in range(loader.step):
+            assert _interleaved(fresh.which(step)) == cluster.trained[step]
+
+
+def _interleaved(found: dict[int, list[int]]) -> list[int]:
+    world = len(found)
+    merged = [0] * sum(len(v) for v in found.values())
+    for q, share in found.items():
+        merged[q::world] = share
+    return merged
+
+
+def test_a_worked_example() -> None:
+    """The module docstring of _core/membership.py: 3 groups x 1 rank, batch 2; group 1 lost at step 1, a step
+    not committed, then group 1 back (healing at step 2, reading at step 3)."""
+    cluster = Cluster(30, 3, 1, batch_size=2)
+    order = epoch_order(30, 0)
+    cluster.step([0, 1, 2], [], True)
+    cluster.step([0, 2], [], False)
+    cluster.step([0, 2], [], True)
+    cluster.start(1)
+    cluster.step([0, 1, 2], [1], True)
+    cluster.step([0, 1, 2], [], True)
+    assert cluster.trained == [order[0:6], order[6:10], order[10:14], order[14:20]]
+    assert cluster.ranks[0][0][0].which(1) == {0: [order[6], order[8]], 1: [order[7], order[9]]}
+
+
+def test_deal_step_covers_the_step_once() -> None:
+    positions = np.arange(100, 112)
+    shares = [deal_step(positions, 3, p, 2, r) for p in range(3) for r in range(2)]
+    assert sorted(np.concatenate(shares).tolist()) == list(range(100, 112))
+    assert shares[0].tolist() == [100, 106]
+
+
+def test_refusals_name_the_field() -> None:
+    with pytest.raises(ValueError, match="global_batch"):
+        Sizing(3, 1, global_batch=64)  # 3 participants cannot split 64
+    with pytest.raises(ValueError, match="batch_size"):
+        Sizing(3, 1)
+    cluster = Cluster(10, 2, 1, batch_size=1)
+    loader, manager = cluster.ranks[0][0]
+    manager.participants, manager.rank = 3, 0
+    before = loader.state_dict()
+    with pytest.raises(ValueError, match="replica_groups"):
+        next(iter(loader))
+    assert loader.state_dict() == before
+    other = LiveLoader(list(range(10)), 1, replica_groups=2, seed=8, manager=FakeManager())
+    with pytest.raises(StateError, match="seed"):
+        loader.load_state_dict(other.state_dict())
+    assert loader.state_dict() == before
+    with pytest.raises(StateError, match="changes"):
+        loader.load_state_dict({**before, "changes": [[0, 0, 0, 1]]})
+
+
+def test_changes_stay_small_over_many_changes() -> None:
+    changes = Changes()
+    lot = 0
+    for step in range(5000):
+        participants = 1 + step % 3
+        changes = changes.committed(step, lot, participants, participants)
+        lot += participants
+    assert len(changes.entries) == 1024
+    assert changes.lot_step(4999) == (lot - 2, 2, 2)
+    with pytest.raises(ValueError, match="step"):
+        changes.lot_step(0)
+
+
+def test_prefetch_is_used_when_the_quorum_holds_and_dropped_when_it_changes() -> None:
+    cluster = Cluster(60, 2, 1, batch_size=2)
+    for _ in range(4):
+        cluster.step([0, 1], [], True)
+    loader = cluster.ranks[0][0][0]
+    assert loader.prefetch_dropped == 0
+    cluster.step([0], [], True)  # the quorum changed: what was read ahead is dropped, not handed out
+    assert loader.prefetch_dropped == 1
+    trained = [i for b in cluster.trained for i in b]
+    assert trained == epoch_order(60, 0)[:len(trained)]
+
+
+def test_shufflepoint_which_answers_committed_steps_from_a_checkpoint(tmp_path) -> None:
+    """``shufflepoint which CKPT --step N`` on a live loader's checkpoint: the committed step's global ranks."""
+    import json
+
+    from shufflepoint._tools.which import answer
+    from shufflepoint._tools.which_checkpoint import read_checkpoint
+
+    cluster = Cluster(40, 3, 2, batch_size=2)
+    for alive, commit in (([0, 1, 2], True), ([0, 2], False), ([0, 2], True)):
+        cluster.step(alive, [], commit)
+    cluster.start(1)  # group 1 restarted: it heals from a peer, then takes part again
+    cluster.step([0, 1, 2], [1], True)
+    cluster.step([0, 1, 2], [], True)
+    loader = cluster.ranks[0][0][0]
+    path = tmp_path / "checkpoint.json"
+    path.write_text(json.dumps({"loader": loader.state_dict(), "model": {}}))
+    found = read_checkpoint(str(path))
+    assert found.kind == "live"
+    for step in range(loader.step):
+        result = answer(found, list(range(40)), step, locate=False)
+        ranks = {int(r): [e["index"] for e in entries] for r, entries in result["ranks"].items()}
+        assert ranks == loader.which(step)
+        assert _interleaved(ranks) == cluster.trained[step]
