@@ -78,8 +78,8 @@ class RayDataLoader(DataLoader):
         loader.pool.resize(12)            # more actors from the next batch on; the order does not move
 
     Args:
-        dataset, batch_size, **loader_kwargs: as ``shufflepoint.DataLoader``; ``num_workers``,
-            ``persistent_workers``, ``worker_init_fn`` and ``prefetch_factor`` are refused (the actors work).
+        dataset: as ``shufflepoint.DataLoader``.
+        batch_size: as ``shufflepoint.DataLoader``.
         decode_actors: how many actors this rank's pool keeps. Default 2.
         decode_cpus: CPUs each actor reserves (``num_cpus``). Default 1.
         window: batches in flight at most, the memory the pool may hold ahead of the loop. Default twice
@@ -87,6 +87,8 @@ class RayDataLoader(DataLoader):
         actor_options: more Ray actor options (``resources``, ``scheduling_strategy``, ``runtime_env``...).
         retries: how many actors a batch may lose before the loader gives up on it. Default 3.
         start_timeout: seconds to wait for the actors to be placed before refusing. Default 120.
+        **loader_kwargs: as ``shufflepoint.DataLoader``; ``num_workers``, ``persistent_workers``,
+            ``worker_init_fn`` and ``prefetch_factor`` are refused (the actors work).
     """
 
     def __init__(self, dataset: Any, batch_size: int, *, decode_actors: int = 2, decode_cpus: float = 1.0,

@@ -24,6 +24,7 @@ from typing import Any
 from shufflepoint._errors import Plain, refusal
 
 TESTED_RAY = ("2.60.0",)
+"""The Ray releases the decode pool is tested on; others are refused unless ``SHUFFLEPOINT_RAY_FORCE=1``."""
 
 
 def ray_module() -> Any:

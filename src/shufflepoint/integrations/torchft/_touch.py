@@ -30,6 +30,8 @@ from typing import Any
 from shufflepoint._errors import Plain, refusal
 
 TESTED_TORCHFT = ("0.2.0",)
+"""The torchft releases the loader is tested on; importing the integration under another is refused unless
+``SHUFFLEPOINT_TORCHFT_FORCE=1``."""
 
 
 def torchft_version() -> str:
