@@ -217,21 +217,25 @@ class Schedule:
         found._finish()
         return found
 
-    def appended(self, start: int, weights: object, where: str = "weights") -> Schedule:
+    def appended(self, start: int, weights: object, where: str = "weights", *, replace: bool = False) -> Schedule:
         """This schedule with one more phase, ``(start, weights)``, after its last (a weight change made while the
         run trains, ``Mixture.set_weights``): ``start`` in positions, after the last phase's start. Every count
         before ``start`` is unchanged, so what was read before it is read the same. Nothing changes here."""
-        return self.with_shares(start, _weights(weights, self.sources, where), where)
+        return self.with_shares(start, _weights(weights, self.sources, where), where, replace=replace)
 
-    def with_shares(self, start: object, shares: tuple[Fraction, ...], where: str = "weights") -> Schedule:
-        """``appended`` with the phase's exact shares (a state's live phase, ``parse_shares``)."""
-        last = self._phases[-1][0]
+    def with_shares(self, start: object, shares: tuple[Fraction, ...], where: str = "weights", *,
+                    replace: bool = False) -> Schedule:
+        """``appended`` with the phase's exact shares (a state's live phase, ``parse_shares``); ``replace``: a
+        last phase that starts at ``start`` is replaced (a live phase nothing was read of yet)."""
+        kept = self._phases[:-1] if replace and len(self._phases) > 1 and self._phases[-1][0] == start else \
+            self._phases
+        last = kept[-1][0]
         if isinstance(start, bool) or not isinstance(start, numbers.Integral) or not last < int(start) < _LIMIT:
             raise ValueError(refusal(f"{where} start", start, f"a run position after the last phase's start ({last})",
                                      "change the weights from a later position",
                                      why="a phase that began is never rewritten"))
         found = object.__new__(Schedule)
-        found.sources, found._phases = self.sources, [*self._phases, (int(start), shares, 1)]
+        found.sources, found._phases = self.sources, [*kept, (int(start), shares, 1)]
         found.starts, found.shares, found._origins = _expand(*(list(column) for column in zip(*found._phases,
                                                                                                 strict=True)))
         found._finish()

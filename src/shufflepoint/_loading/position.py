@@ -390,10 +390,10 @@ class LoaderPosition:
                 and not isinstance(p[0], bool)] if isinstance(phases, list) else []
         if not isinstance(hooks, LiveWeighted) or not live:
             return lambda: None
-        return self._adopted(hooks, live)
+        return self._adopted(hooks, phases)  # all of them: a refusal names the phase's own number
 
-    def _adopted(self, hooks: LiveWeighted, live: list[Any]) -> Callable[[], None]:
-        undo = hooks.adopt_phases(live)
+    def _adopted(self, hooks: LiveWeighted, phases: list[Any]) -> Callable[[], None]:
+        undo = hooks.adopt_phases(phases)
         self.orders.forget()
         self._built[0].forget()
         self._lookup = Lookup()

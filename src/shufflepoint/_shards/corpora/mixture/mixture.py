@@ -264,7 +264,8 @@ class Mixture(torch.utils.data.Dataset[Any]):
 
         Refused with nothing changed: a Mixture without a schedule (build it with ``schedule=[(0, weights)]``)
         or with ``max_repeats``; ``weights`` not one finite number >= 0 per source (a list, or a dict naming
-        every source by its number) or all 0; ``at`` not after the last phase's start."""
+        every source by its number) or all 0; ``at`` not after the last phase's start (a phase that began is never
+        rewritten; a live phase at ``at`` itself, of which nothing was read, is replaced)."""
         if self.schedule is None:
             raise ValueError(refusal("set_weights", Plain("a Mixture built without a schedule"),
                                      "a Mixture built with schedule=", "build it as Mixture([a, b], "
@@ -279,9 +280,12 @@ class Mixture(torch.utils.data.Dataset[Any]):
         unit = self.sources[0].seq_len if self._packed else 1
         if isinstance(at, bool) or not isinstance(at, (int, np.integer)) or at < 0:
             raise ValueError(refusal("at", at, "a run position, an int >= 0", "pass where the new weights begin"))
-        schedule = self.schedule.appended(-(-int(at) // unit), listed)
-        self._take(schedule, {**self.__dict__.get("_live", {}), schedule.identities()[-1][0]:
-                              shares_text(schedule.shares[-1])})
+        live = dict(self.__dict__.get("_live", {}))
+        row = -(-int(at) // unit)
+        # a live phase at this very position (two calls between the same batches): the later one wins
+        schedule = self.schedule.appended(row, listed, replace=row in live)
+        live[row] = shares_text(schedule.shares[-1])
+        self._take(schedule, live)
 
     def _listed(self, weights: object) -> list[Any]:
         """``weights`` as one per source: a dict must name every source by its number, and only those."""
@@ -312,7 +316,8 @@ class Mixture(torch.utils.data.Dataset[Any]):
         if schedule is None:
             return undo
         for number, phase in enumerate(saved):
-            if len(phase) != 3 or int(phase[0]) <= schedule.identities()[-1][0]:
+            if not isinstance(phase, list) or len(phase) != 3 or not isinstance(phase[0], int) \
+                    or isinstance(phase[0], bool) or phase[0] <= schedule.identities()[-1][0]:
                 continue
             shares = parse_shares(phase[2], len(self.sources))
             if shares is None:
