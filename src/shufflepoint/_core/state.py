@@ -131,7 +131,7 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "excluded_at": ((list,), "a list of the steps at which exclusions took effect, or []"),
     "shuffle_block": ((int, type(None)), "an int (the order's block) or None"),
     "grid": ((int, type(None)), "an int (the global batch a schedule follows) or None"),
-    "phases": ((list,), "a list of a schedule's [start, hash] (or live [start, hash, shares]) phases, or []"),
+    "phases": ((list,), "a list of a schedule's [start, hash] phases (a live one [start, hash, shares]), or []"),
     "ramp": ((int, type(None)), "an int (the batch size set_batch_size set) or None"),
     "buckets": ((str, type(None)), "a string (the bucket keys' fingerprint) or None"),
 }

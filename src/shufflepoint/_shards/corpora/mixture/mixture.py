@@ -50,7 +50,7 @@ from shufflepoint._core.capabilities import (
     hooks_of,
 )
 from shufflepoint._core.schedule import Schedule, changed_phase, parse_shares, shares_text, unweighted
-from shufflepoint._errors import Plain, StateError, refusal
+from shufflepoint._errors import Plain, field_error, refusal
 from shufflepoint._order import check_int
 from shufflepoint._order.distinct import distinct
 from shufflepoint._shards.corpora.mixture.caps import Caps, apportion, check_budget, check_caps
@@ -321,12 +321,18 @@ class Mixture(torch.utils.data.Dataset[Any]):
                 continue
             shares = parse_shares(phase[2], len(self.sources))
             if shares is None:
-                raise StateError(refusal(f"phases[{number}]", phase, f"[start, hash, shares]: {len(self.sources)} "
-                                         "exact fractions that sum to 1", "use a checkpoint written by this run"))
-            grown = schedule.with_shares(int(phase[0]), shares, f"phases[{number}]")
+                raise field_error(f"phases[{number}]", phase, f"[start, hash, shares]: {len(self.sources)} exact "
+                                  "fractions that sum to 1", "use a checkpoint written by this run",
+                                  why="the state is damaged")
+            try:
+                grown = schedule.with_shares(int(phase[0]), shares, f"phases[{number}]")
+            except ValueError as error:
+                raise field_error(f"phases[{number}]", phase, f"a live phase after the schedule's last start "
+                                  f"({schedule.identities()[-1][0]})", "use a checkpoint written by this run",
+                                  why=str(error).splitlines()[0]) from None
             if grown.identities()[-1][1] != phase[1]:
-                raise StateError(refusal(f"phases[{number}]", phase, "shares that hash to the phase's hash",
-                                         "use a checkpoint written by this run", why="the state is damaged"))
+                raise field_error(f"phases[{number}]", phase, "shares that hash to the phase's hash",
+                                  "use a checkpoint written by this run", why="the state is damaged")
             schedule, live = grown, {**live, int(phase[0]): list(phase[2])}
         self._take(schedule, live)
         return undo
