@@ -43,7 +43,7 @@ def corpus(tmp_path):
 
 PUBLIC = ["OwnOrder", "Identified", "Locatable", "ReadsBatches", "Prefetching"]  # shufflepoint.<name>
 ON_THE_DATASET = [*PUBLIC, "ShardedCorpus", "ReadsColumns", "PrefetchesDealt", "Hooked", "DecodesInBatches"]
-ON_THE_HOOKS = ["CountsShare", "KeepsShardsOpen", "FitsDecodeBudget", "LaysOnStretches", "Scheduled",
+ON_THE_HOOKS = ["CountsShare", "KeepsShardsOpen", "FitsDecodeBudget", "LaysOnStretches", "Scheduled", "LiveWeighted",
                 "ExplainsFingerprint", "LegacyIdentified", "ExplainsOrderVersion", "ReadsIds", "ReadsIdsAscending",
                 "ReadsIdSpansAscending", "ReadsAtDensity", "ReadsAhead"]
 
@@ -89,7 +89,7 @@ def test_the_built_in_datasets_offer_what_they_declare(corpus):
                     {"LaysOnStretches", "ExplainsFingerprint", "LegacyIdentified", "ExplainsOrderVersion",
                      "ReadsAtDensity"}),
         "scheduled Mixture": (scheduled, {"OwnOrder", "Identified", *reading},
-                              {"LaysOnStretches", "Scheduled", "ExplainsFingerprint", "LegacyIdentified",
+                              {"LaysOnStretches", "Scheduled", "LiveWeighted", "ExplainsFingerprint", "LegacyIdentified",
                                "ExplainsOrderVersion", "ReadsAtDensity"}),
     }
     for name, (dataset, itself, hooks) in offers.items():
