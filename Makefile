@@ -46,7 +46,7 @@ test-skips: $(STAMP)
 # A Mixture resized again and again (issues 43.0, 44.2): hypothesis over resize sequences and caps, and a scheduled
 # Mixture of Packed corpora resized 16 -> 12 -> 6 rows a global batch in fresh processes; ~4 min
 test-mixture: $(STAMP)
-	$(PY) -m pytest -q -m mixture tests/shards tests/distributed/test_mixture_resize.py
+	$(PY) -m pytest -q -m mixture tests/shards tests/distributed/test_mixture_resize.py tests/distributed/test_live_weights_resume.py
 
 # Hugging Face Hub datasets (issue 46) against tests/hub_server.py, a local stand-in of the Hub's HTTP API, read
 # by the real huggingface_hub client: pinning, the kept listing, named refusals, a 429 storm, and the resume on 2

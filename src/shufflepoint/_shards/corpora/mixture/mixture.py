@@ -26,7 +26,7 @@ The loader sees ``len(mixture) == samples_per_epoch`` and dataset indices into t
 of the sources (``mixture[i]`` is row ``i - offset[s]`` of source s), so a mixed epoch keeps the
 locality of each source's own order.
 
-Words: docs/glossary.md (mixture, source, pass, window, phase, schedule).
+Words: docs/glossary.md (mixture, source, pass, window, phase, live phase, schedule).
 """
 
 from __future__ import annotations
