@@ -44,7 +44,8 @@ test-skips: $(STAMP)
 	$(PY) -m pytest -q -m skips tests/distributed/test_skip_resume.py
 
 # A Mixture resized again and again (issues 43.0, 44.2): hypothesis over resize sequences and caps, and a scheduled
-# Mixture of Packed corpora resized 16 -> 12 -> 6 rows a global batch in fresh processes; ~4 min
+# Mixture of Packed corpora resized 16 -> 12 -> 6 rows a global batch in fresh processes; weights changed while
+# training (issue 44.1), killed and resumed in fresh processes (+~45 s); ~5 min
 test-mixture: $(STAMP)
 	$(PY) -m pytest -q -m mixture tests/shards tests/distributed/test_mixture_resize.py tests/distributed/test_live_weights_resume.py
 

@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from shufflepoint._core import state as _state
+from shufflepoint._core.capabilities import LiveWeighted, hooks_of
 from shufflepoint._core.cut import Cut, Deal
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.history import MAX_EPOCH, Cuts, History, Place, place_after
@@ -51,7 +52,6 @@ from shufflepoint._core.plan import Layout
 from shufflepoint._core.segments import Pairs
 from shufflepoint._core.skips import Skip, kept
 from shufflepoint._core.spanskips import Handed
-from shufflepoint._core.capabilities import LiveWeighted, hooks_of
 from shufflepoint._errors import Plain, ResumeWarning, refusal, warn_user
 from shufflepoint._loading import block_choice
 from shufflepoint._loading.capabilities import check_grid, order_version_explainer
@@ -388,7 +388,7 @@ class LoaderPosition:
         phases = state.get("phases") if isinstance(state, dict) else None
         live = [p for p in phases if isinstance(p, list) and len(p) == 3 and isinstance(p[0], int)
                 and not isinstance(p[0], bool)] if isinstance(phases, list) else []
-        if not isinstance(hooks, LiveWeighted) or not live:
+        if not isinstance(hooks, LiveWeighted) or not live or not isinstance(phases, list):
             return lambda: None
         return self._adopted(hooks, phases)  # all of them: a refusal names the phase's own number
 
