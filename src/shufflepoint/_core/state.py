@@ -414,7 +414,9 @@ def build(
         "steps": steps, "history": entries, "excluded": list(excluded or []),
         "handed": list(handed or []), "excluded_at": list(excluded_at or []),
         "shuffle_block": parameters.shuffle_block, "grid": parameters.grid,
-        "phases": [[phase[0], phase[1], *([list(phase[2])] if len(phase) > 2 else [])] for phase in parameters.phases], "ramp": ramp, "buckets": buckets,
+        "phases": [[phase[0], phase[1], *([list(phase[2])] if len(phase) > 2 else [])]  # a live phase's shares
+                   for phase in parameters.phases],
+        "ramp": ramp, "buckets": buckets,
     }
     if skipped:
         state[SKIPPED] = [skip.to_state() for skip in skipped]
