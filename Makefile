@@ -31,7 +31,8 @@ test: $(STAMP)
 # example killed and resumed on 2 ranks and on 3 (81 s at load 6, 147 s at load 15; tests/distributed/test_images_resume.py
 # keeps a fresh-process resume with workers in make test); the Accelerate patched and native examples, the
 # Hugging Face Trainer example and the augmentation example stopped and resumed (~55 s; each test names the
-# scenario of make test that covers its path).
+# scenario of make test that covers its path); the online-mixing example (weights set from the sources' losses)
+# killed and resumed (~20 s; tests/distributed/test_live_weights_resume.py covers its path in make test-mixture).
 test-examples: $(STAMP)
 	$(PY) -m pytest -q -m examples tests/distributed
 

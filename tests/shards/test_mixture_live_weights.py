@@ -74,6 +74,7 @@ def test_a_live_change_is_the_schedule_with_that_phase(first, second, a, b, deal
     resumed = loader_of(mixture(), deal, batch=batch)  # the state alone brings the live phases back
     resumed.load_state_dict(state)
     assert resumed.dataset.phases == live.dataset.phases
+    assert all([resumed.dataset[i] for i in resumed.which(step)[0]] == got[step] for step in range(0, 60, 7))
     assert read(resumed, 20) == read(loader_of(built, deal, batch=batch), 80)[60:]
 
 

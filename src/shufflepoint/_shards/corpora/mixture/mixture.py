@@ -259,8 +259,9 @@ class Mixture(torch.utils.data.Dataset[Any]):
     def set_weights(self, weights: Sequence[float] | Mapping[int, float], *, at: int) -> None:
         """Read the sources by ``weights`` from run position ``at`` on (samples consumed, all ranks together;
         tokens for Packed sources, as a schedule's starts): a phase appended to the schedule, recorded in the
-        state with its weights. Under a loader call ``loader.set_weights``, which picks the next global batch
-        and agrees on the weights across ranks; this is what it calls.
+        state with its weights. Under a loader call ``loader.set_weights``, which picks the next global batch,
+        agrees on the weights across ranks and drops what was prefetched; this is what it calls. Called here
+        directly, do so before a loader or sampler reads the run past ``at`` (what it has cached is not told).
 
         Refused with nothing changed: a Mixture without a schedule (build it with ``schedule=[(0, weights)]``)
         or with ``max_repeats``; ``weights`` not one finite number >= 0 per source (a list, or a dict naming
