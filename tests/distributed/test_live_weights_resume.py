@@ -19,8 +19,8 @@ SOURCES = [list(range(0, 50)), list(range(100, 120)), list(range(200, 230))]
 CHANGES = {"4": [5, 1, 0], "13": [1, 2, 3]}  # before steps 4 and 13 (global batch 4 and 13)
 
 
-def leg(tmp_path, name, deal, steps, state_in=None):
-    spec = {"samples_per_epoch": 48, "batch_size": 3, "deal": deal, "steps": steps, "changes": CHANGES,
+def leg(tmp_path, name, deal, steps, state_in=None, differ=False):
+    spec = {"differ": differ, "samples_per_epoch": 48, "batch_size": 3, "deal": deal, "steps": steps, "changes": CHANGES,
             "state_in": state_in, "state_out": str(tmp_path / f"{name}.state"), "record": str(tmp_path / name)}
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(spec))
@@ -55,3 +55,18 @@ def test_a_live_change_resumes_exactly_in_fresh_processes(tmp_path, deal):
         assert [p[0] for p in whole_state["phases"]] == [0, 24, 78]
     for rank in range(2):
         assert scheduled(whole_state["phases"], deal, rank) == whole[rank]
+
+
+def test_different_weights_on_the_ranks_are_refused_on_every_rank_with_nothing_changed(tmp_path):
+    differing, state = leg(tmp_path, "differ", "strided", 16, differ=True)
+    for rank in range(2):
+        errors = json.loads((tmp_path / f"differ.errors{rank}").read_text())
+        assert len(errors) == 2 and all(e.startswith("set_weights: found different weights on the ranks\n")
+                                        for e in errors)
+        assert "rank 0: ['5', '1', '0']; rank 1: ['6', '2', '1']" in errors[0] and "nothing was changed" in errors[0]
+    assert [len(p) for p in state["phases"]] == [2]  # no phase was added
+    mixture = shufflepoint.Mixture(SOURCES, samples_per_epoch=48, schedule=[(0, [1, 1, 1])])
+    for rank in range(2):  # the run read on as if nothing had been called
+        loader = shufflepoint.DataLoader(mixture, 3, seed=5, deal="strided", shuffle_block=8, collate_fn=list,
+                                         world_size=2, rank=rank, verify_ranks=False)
+        assert differing[rank] == list(loader) + list(loader)  # two epochs of 8 steps

@@ -1,7 +1,7 @@
 """Runs inside each launched process: a scheduled Mixture of three small lists, read by ``shufflepoint.DataLoader``
 under the deal the spec names, loading the state a previous launch saved (if any), reading ``steps`` batches and
-calling ``loader.set_weights`` before the steps the spec lists (each rank passes the same weights), recording every
-batch's samples and saving the state (rank 0).
+calling ``loader.set_weights`` before the steps the spec lists (each rank passes the same weights, but with ``differ``),
+recording every batch's samples and any refusal, and saving the state (rank 0).
 
     python -m torch.distributed.run ... live_weights_worker.py SPEC
 """
@@ -27,10 +27,16 @@ if SPEC.get("state_in"):
     with open(SPEC["state_in"]) as f:
         loader.load_state_dict(json.load(f))
 changes = {int(step): weights for step, weights in SPEC["changes"].items()}
-records, batches = [], iter(loader)
+records, errors, batches = [], [], iter(loader)
 while len(records) < SPEC["steps"]:
     if loader.step in changes:
-        loader.set_weights(changes[loader.step])
+        weights = changes[loader.step]
+        if SPEC.get("differ") and RANK == 1:  # a rank that computed other weights: refused on every rank
+            weights = [w + 1 for w in weights]
+        try:
+            loader.set_weights(weights)
+        except ValueError as error:
+            errors.append(str(error))
     batch = next(batches, None)
     if batch is None:
         batches = iter(loader)
@@ -38,6 +44,8 @@ while len(records) < SPEC["steps"]:
     records.append(batch)
 with open(f"{SPEC['record']}.rank{RANK}", "w") as f:
     json.dump(records, f)
+with open(f"{SPEC['record']}.errors{RANK}", "w") as f:
+    json.dump(errors, f)
 if RANK == 0:
     with open(SPEC["state_out"] + ".tmp", "w") as f:
         json.dump(loader.state_dict(), f)
