@@ -182,3 +182,28 @@ def test_a_damaged_live_phase_is_refused_with_nothing_changed():
     with pytest.raises(StateError, match=r"phases\[1\]"):
         fresh.load_state_dict(state)
     assert fresh.dataset.phases == mixture().phases
+
+
+def test_packed_sources_change_at_the_next_global_batch_in_rows_and_resume_in_tokens():
+    """seq_len 5: the loader's positions are rows; the live phase starts at the next row, recorded in positions as
+    every phase is (``Mixture.set_weights`` itself takes tokens, as a schedule's starts), and a resume reads on."""
+    from test_mixture import ids, packed
+
+    def build():
+        return shufflepoint.Mixture([packed([30, 30, 30], 5, 0), packed([30, 30, 30], 5, 1)], samples_per_epoch=12,
+                                    schedule=[(0, [1, 0])])
+
+    def loader(dataset):
+        return shufflepoint.DataLoader(dataset, 1, seed=1, collate_fn=lambda b: [ids(row) for row in b],
+                                       shuffle_block=4, deal="strided", world_size=1, rank=0)
+
+    live = loader(build())
+    tags = [batch[0][0] // 10**6 for batch in read(live, 3)]
+    live.set_weights([0, 1])
+    state = live.state_dict()
+    assert [p[0] for p in state["phases"]] == [0, 3] and live.dataset.schedule.starts == [0, 3]
+    resumed = loader(build())
+    resumed.load_state_dict(state)
+    rest = [batch[0][0] // 10**6 for batch in read(resumed, 9)]
+    assert tags + rest == [0] * 3 + [1] * 9
+    assert rest == [batch[0][0] // 10**6 for batch in read(live, 9)]
