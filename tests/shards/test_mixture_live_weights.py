@@ -207,3 +207,11 @@ def test_packed_sources_change_at_the_next_global_batch_in_rows_and_resume_in_to
     rest = [batch[0][0] // 10**6 for batch in read(resumed, 9)]
     assert tags + rest == [0] * 3 + [1] * 9
     assert rest == [batch[0][0] // 10**6 for batch in read(live, 9)]
+
+
+def test_batches_prefetched_by_workers_under_the_old_weights_are_dropped():
+    live = shufflepoint.DataLoader(mixture(), 3, seed=3, deal="strided", shuffle_block=8, collate_fn=list,
+                                   world_size=1, rank=0, num_workers=2, prefetch_factor=4)
+    got = read(live, 12, {4: [0, 0, 1]})  # 8 batches were in flight when the weights changed
+    assert all(200 <= x < 230 for batch in got[4:] for x in batch)
+    assert got == read(loader_of(mixture(*phases_from(live.state_dict()))), 12)
