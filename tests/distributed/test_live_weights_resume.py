@@ -21,7 +21,8 @@ CHANGES = {"4": [5, 1, 0], "13": [1, 2, 3]}  # before steps 4 and 13 (global bat
 
 def leg(tmp_path, name, deal, steps, state_in=None, differ=False):
     spec = {"differ": differ, "samples_per_epoch": 48, "batch_size": 3, "deal": deal, "steps": steps,
-            "changes": CHANGES, "state_in": state_in, "state_out": str(tmp_path / f"{name}.state"), "record": str(tmp_path / name)}
+            "changes": CHANGES, "state_in": state_in, "state_out": str(tmp_path / f"{name}.state"),
+            "record": str(tmp_path / name)}
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(spec))
     launch([WORKER, str(path)], 2, timeout=300).check()
