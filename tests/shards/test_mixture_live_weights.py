@@ -215,3 +215,29 @@ def test_batches_prefetched_by_workers_under_the_old_weights_are_dropped():
     got = read(live, 12, {4: [0, 0, 1]})  # 8 batches were in flight when the weights changed
     assert all(200 <= x < 230 for batch in got[4:] for x in batch)
     assert got == read(loader_of(mixture(*phases_from(live.state_dict()))), 12)
+
+
+def test_a_state_from_before_a_change_loaded_into_the_same_loader_reads_as_that_state_says():
+    """A rollback: the live phases the Mixture gained after the state was saved are not the run's."""
+    loader = loader_of(mixture())
+    read(loader, 3)
+    earlier = loader.state_dict()
+    later = read(loader, 6, {5: [0, 1, 0]})[2:]
+    assert len(loader.dataset.phases) == 2
+    loader.load_state_dict(earlier)
+    assert loader.dataset.phases == mixture().phases
+    assert read(loader, 6)[2:] != later and read(loader_of(mixture()), 9)[3:9] == read_again(earlier)
+    loader.load_state_dict(loader_state_at(6, {5: [0, 1, 0]}))  # and a state with one: read by it again
+    assert len(loader.dataset.phases) == 2
+
+
+def read_again(state):
+    fresh = loader_of(mixture())
+    fresh.load_state_dict(state)
+    return read(fresh, 6)
+
+
+def loader_state_at(steps, changes):
+    fresh = loader_of(mixture())
+    read(fresh, steps, changes)
+    return fresh.state_dict()

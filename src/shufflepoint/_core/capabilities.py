@@ -327,8 +327,12 @@ class LiveWeighted(Protocol):
         """Read by ``weights`` from run position ``at`` (in the loader's positions) on; refused with nothing
         changed."""
 
+    @property
+    def has_live(self) -> bool:
+        """Whether the schedule holds live phases now."""
+
     def adopt_phases(self, saved: Sequence[Sequence[Any]]) -> Callable[[], None]:
-        """Append a state's live phases the schedule lacks; returns what undoes it."""
+        """Read by a state's live phases in place of the schedule's own; returns what undoes it."""
 
 
 @runtime_checkable

@@ -241,6 +241,15 @@ class Schedule:
         found._finish()
         return found
 
+    def first(self, count: int) -> Schedule:
+        """This schedule's first ``count`` phases as written (a Mixture's own, its live phases dropped)."""
+        found = object.__new__(Schedule)
+        found.sources, found._phases = self.sources, self._phases[:count]
+        found.starts, found.shares, found._origins = _expand(*(list(column) for column in zip(*found._phases,
+                                                                                                strict=True)))
+        found._finish()
+        return found
+
     def identities(self) -> list[tuple[int, str]]:
         """One ``(start, hash)`` per phase as written (start in positions; the hash of its exact shares, and for
         a ramp its steps and the next phase it ramps to): a few bytes per phase, however many steps."""

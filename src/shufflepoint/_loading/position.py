@@ -388,7 +388,7 @@ class LoaderPosition:
         phases = state.get("phases") if isinstance(state, dict) else None
         live = [p for p in phases if isinstance(p, list) and len(p) == 3 and isinstance(p[0], int)
                 and not isinstance(p[0], bool)] if isinstance(phases, list) else []
-        if not isinstance(hooks, LiveWeighted) or not live or not isinstance(phases, list):
+        if not isinstance(hooks, LiveWeighted) or not isinstance(phases, list) or not (live or hooks.has_live):
             return lambda: None
         return self._adopted(hooks, phases)  # all of them: a refusal names the phase's own number
 

@@ -309,13 +309,16 @@ class Mixture(torch.utils.data.Dataset[Any]):
         self.__dict__.pop("_on_grid", None)
 
     def adopt_phases(self, saved: Sequence[Sequence[Any]]) -> Callable[[], None]:
-        """Append a state's live phases (``[start, hash, shares]``) this schedule lacks, each checked against its
-        hash; returns what undoes it (a refused load changes nothing). A saved phase this schedule has, or one
-        without shares, is left to the load's check of the phases."""
+        """Read by the state's live phases (``[start, hash, shares]``), each checked against its hash, in place of
+        this Mixture's own (a state loaded into a Mixture that changed its weights since: the state is the run);
+        returns what undoes it (a refused load changes nothing). A saved phase without shares is left to the
+        load's check of the phases."""
         schedule, live = self.schedule, dict(self.__dict__.get("_live", {}))
         undo = functools.partial(self._take, schedule, live)  # type: ignore[arg-type]
         if schedule is None:
             return undo
+        if live:  # live phases always follow the phases the Mixture was built with (set_weights appends)
+            schedule, live = schedule.first(len(schedule.identities()) - len(live)), {}
         for number, phase in enumerate(saved):
             if not isinstance(phase, list) or len(phase) != 3 or not isinstance(phase[0], int) \
                     or isinstance(phase[0], bool) or phase[0] <= schedule.identities()[-1][0]:
@@ -461,8 +464,14 @@ class ScheduledMixtureHooks(MixtureHooks):
     def phases(self) -> tuple[tuple[Any, ...], ...]:
         return self._mixture.phases
 
+    @property
+    def has_live(self) -> bool:
+        """Whether ``set_weights`` (or a loaded state) appended phases to the schedule."""
+        return bool(self._mixture.__dict__.get("_live"))
+
     def adopt_phases(self, saved: Sequence[Sequence[Any]]) -> Callable[[], None]:
-        """A state's live phases appended before it is checked (``Mixture.adopt_phases``); returns the undo."""
+        """A state's live phases in place of the Mixture's own before it is checked (``Mixture.adopt_phases``);
+        returns the undo."""
         return self._mixture.adopt_phases(saved)
 
     def set_weights(self, weights: Any, at: int) -> None:
