@@ -31,7 +31,8 @@ test: $(STAMP)
 # example killed and resumed on 2 ranks and on 3 (81 s at load 6, 147 s at load 15; tests/distributed/test_images_resume.py
 # keeps a fresh-process resume with workers in make test); the Accelerate patched and native examples, the
 # Hugging Face Trainer example and the augmentation example stopped and resumed (~55 s; each test names the
-# scenario of make test that covers its path).
+# scenario of make test that covers its path); the online-mixing example (weights set from the sources' losses)
+# killed and resumed (~20 s; tests/distributed/test_live_weights_resume.py covers its path in make test-mixture).
 test-examples: $(STAMP)
 	$(PY) -m pytest -q -m examples tests/distributed
 
@@ -49,9 +50,10 @@ test-skips: $(STAMP)
 	$(PY) -m pytest -q -m skips tests/distributed/test_skip_resume.py
 
 # A Mixture resized again and again (issues 43.0, 44.2): hypothesis over resize sequences and caps, and a scheduled
-# Mixture of Packed corpora resized 16 -> 12 -> 6 rows a global batch in fresh processes; ~4 min
+# Mixture of Packed corpora resized 16 -> 12 -> 6 rows a global batch in fresh processes; weights changed while
+# training (issue 44.1), killed and resumed in fresh processes (+~45 s); ~5 min
 test-mixture: $(STAMP)
-	$(PY) -m pytest -q -m mixture tests/shards tests/distributed/test_mixture_resize.py
+	$(PY) -m pytest -q -m mixture tests/shards tests/distributed/test_mixture_resize.py tests/distributed/test_live_weights_resume.py
 
 # Hugging Face Hub datasets (issue 46) against tests/hub_server.py, a local stand-in of the Hub's HTTP API, read
 # by the real huggingface_hub client: pinning, the kept listing, named refusals, a 429 storm, and the resume on 2

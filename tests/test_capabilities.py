@@ -44,8 +44,8 @@ def corpus(tmp_path):
 PUBLIC = ["OwnOrder", "Identified", "Locatable", "ReadsBatches", "Prefetching"]  # shufflepoint.<name>
 ON_THE_DATASET = [*PUBLIC, "ShardedCorpus", "ReadsColumns", "PrefetchesDealt", "Hooked", "DecodesInBatches"]
 ON_THE_HOOKS = ["CountsShare", "KeepsShardsOpen", "FitsDecodeBudget", "LaysOnStretches", "Scheduled",
-                "ExplainsFingerprint", "LegacyIdentified", "ExplainsOrderVersion", "ReadsIds", "ReadsIdsAscending",
-                "ReadsIdSpansAscending", "ReadsAtDensity", "ReadsAhead"]
+                "LiveWeighted", "ExplainsFingerprint", "LegacyIdentified", "ExplainsOrderVersion", "ReadsIds",
+                "ReadsIdsAscending", "ReadsIdSpansAscending", "ReadsAtDensity", "ReadsAhead"]
 
 
 def _offered(dataset) -> tuple[set[str], set[str]]:
@@ -89,8 +89,8 @@ def test_the_built_in_datasets_offer_what_they_declare(corpus):
                     {"LaysOnStretches", "ExplainsFingerprint", "LegacyIdentified", "ExplainsOrderVersion",
                      "ReadsAtDensity"}),
         "scheduled Mixture": (scheduled, {"OwnOrder", "Identified", *reading},
-                              {"LaysOnStretches", "Scheduled", "ExplainsFingerprint", "LegacyIdentified",
-                               "ExplainsOrderVersion", "ReadsAtDensity"}),
+                              {"LaysOnStretches", "Scheduled", "LiveWeighted", "ExplainsFingerprint",
+                               "LegacyIdentified", "ExplainsOrderVersion", "ReadsAtDensity"}),
     }
     for name, (dataset, itself, hooks) in offers.items():
         assert _offered(dataset) == (itself, hooks), (name, _offered(dataset))

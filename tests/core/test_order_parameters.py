@@ -108,6 +108,12 @@ BAD = [  # (loader, field, value, the refusal)
     ("schedule", "phases", [[0, "ab"]], r"'phases': found \[\[0, 'ab'\]\]\n  expected: \[\[0, .*\n"
                                         r"  why: schedule\[0\] changed"),
     ("schedule", "phases", [], r"'grid': found 6\n  expected: None without phases"),
+    ("schedule", "phases", [[0, "ab"], [9, "cd", "1/2"]], r"'phases\[1\]': found \[9, 'cd', '1/2'\]\n  expected: a "),
+    ("schedule", "phases", [[0, "ab"], [9, "cd", [1, 2]]], r"'phases\[1\]': found \[9, 'cd', \[1, 2\]\]"),
+    ("schedule", "phases", [[0, "ab"], [30, "a9129eebda1c"], [60, "cd", ["1/2", "1/2"]]],
+     r"'phases\[2\]': found .*\n  expected: shares that hash to the phase's hash"),
+    ("schedule", "phases", [[0, "ab"], [30, "a9129eebda1c"], [60, "cd", ["1/2", "2/2"]]],
+     r"'phases\[2\]': found .*\n  expected: \[start, hash, shares\]: 2 exact fractions that sum to 1"),
     ("mixture", "phases", [[0, "ab"]], r"'phases': found \[\[0, 'ab'\]\]\n  expected: \[\] .*\n"
                                        r"  why: the schedule was added or removed"),
     ("array", "phases", [[0, "ab"]], r"'shuffle_block': found None\n  expected: an int where the state has phases"),

@@ -12,7 +12,7 @@ PROPERTIES = {"epoch", "step", "cursor", "rank", "world_size", "seed", "deal", "
 # Questions that compute (some take arguments) and changes of position.
 QUESTIONS = {"samples_left", "batches_left", "real_samples_left", "batches_this_epoch", "cursor_after", "which",
              "data_wait"}
-CHANGES = {"seek", "set_epoch", "set_batch_size", "exclude", "load_state_dict", "state_dict"}
+CHANGES = {"seek", "set_epoch", "set_batch_size", "set_weights", "exclude", "load_state_dict", "state_dict"}
 
 
 def test_properties_say_where_it_stands_and_methods_compute_or_move():

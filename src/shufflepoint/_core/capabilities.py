@@ -41,7 +41,7 @@ row at a time, ...). ``tests/test_capabilities.py`` checks which built-in class 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -316,6 +316,23 @@ class Scheduled(Protocol):
 
     def scheduled_order(self, seed: int, epoch: int, shuffle_block: int, grid: int) -> Any:
         """The order of one epoch, its phases on the edges of global batches of ``grid`` rows."""
+
+
+@runtime_checkable
+class LiveWeighted(Protocol):
+    """A scheduled dataset whose weights may change while the run trains (``Mixture.set_weights``): a phase
+    appended at a run position, kept in the state with its weights (``[start, hash, shares]``)."""
+
+    def set_weights(self, weights: Any, at: int) -> None:
+        """Read by ``weights`` from run position ``at`` (in the loader's positions) on; refused with nothing
+        changed."""
+
+    @property
+    def has_live(self) -> bool:
+        """Whether the schedule holds live phases now."""
+
+    def adopt_phases(self, saved: Sequence[Sequence[Any]]) -> Callable[[], None]:
+        """Read by a state's live phases in place of the schedule's own; returns what undoes it."""
 
 
 @runtime_checkable

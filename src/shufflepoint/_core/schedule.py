@@ -217,6 +217,39 @@ class Schedule:
         found._finish()
         return found
 
+    def appended(self, start: int, weights: object, where: str = "weights", *, replace: bool = False) -> Schedule:
+        """This schedule with one more phase, ``(start, weights)``, after its last (a weight change made while the
+        run trains, ``Mixture.set_weights``): ``start`` in positions, after the last phase's start. Every count
+        before ``start`` is unchanged, so what was read before it is read the same. Nothing changes here."""
+        return self.with_shares(start, _weights(weights, self.sources, where), where, replace=replace)
+
+    def with_shares(self, start: object, shares: tuple[Fraction, ...], where: str = "weights", *,
+                    replace: bool = False) -> Schedule:
+        """``appended`` with the phase's exact shares (a state's live phase, ``parse_shares``); ``replace``: a
+        last phase that starts at ``start`` is replaced (a live phase nothing was read of yet)."""
+        kept = self._phases[:-1] if replace and len(self._phases) > 1 and self._phases[-1][0] == start else \
+            self._phases
+        last = kept[-1][0]
+        if isinstance(start, bool) or not isinstance(start, numbers.Integral) or not last < int(start) < _LIMIT:
+            raise ValueError(refusal(f"{where} start", start, f"a run position after the last phase's start ({last})",
+                                     "change the weights from a later position",
+                                     why="a phase that began is never rewritten"))
+        found = object.__new__(Schedule)
+        found.sources, found._phases = self.sources, [*kept, (int(start), shares, 1)]
+        found.starts, found.shares, found._origins = _expand(*(list(column) for column in zip(*found._phases,
+                                                                                                strict=True)))
+        found._finish()
+        return found
+
+    def first(self, count: int) -> Schedule:
+        """This schedule's first ``count`` phases as written (a Mixture's own, its live phases dropped)."""
+        found = object.__new__(Schedule)
+        found.sources, found._phases = self.sources, self._phases[:count]
+        found.starts, found.shares, found._origins = _expand(*(list(column) for column in zip(*found._phases,
+                                                                                                strict=True)))
+        found._finish()
+        return found
+
     def identities(self) -> list[tuple[int, str]]:
         """One ``(start, hash)`` per phase as written (start in positions; the hash of its exact shares, and for
         a ramp its steps and the next phase it ramps to): a few bytes per phase, however many steps."""
@@ -227,6 +260,23 @@ class Schedule:
                 parts += [self._phases[i + 1][0], [str(f) for f in self._phases[i + 1][1]]]
             found.append((start, hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:12]))
         return found
+
+
+def shares_text(shares: Sequence[Fraction]) -> list[str]:
+    """Exact shares as a state keeps a live phase's weights: ``["3/4", "1/4"]`` (``parse_shares`` reads them)."""
+    return [str(share) for share in shares]
+
+
+def parse_shares(found: object, sources: int) -> tuple[Fraction, ...] | None:
+    """A state's live phase weights (``shares_text``) as exact shares, or None where they are not ``sources``
+    fractions >= 0 that sum to 1."""
+    if not isinstance(found, list) or len(found) != sources or not all(isinstance(x, str) for x in found):
+        return None
+    try:
+        shares = tuple(Fraction(x) for x in found)
+    except (ValueError, ZeroDivisionError):
+        return None
+    return shares if all(x >= 0 for x in shares) and sum(shares) == 1 else None
 
 
 def largest_remainder(shares: tuple[Fraction, ...], total: Any) -> list[Any]:
@@ -353,7 +403,8 @@ def changed_phase(saved: Sequence[Sequence[Any]], current: Sequence[tuple[int, s
         past = (epoch + 1) * samples_per_epoch
     else:
         past = reached(samples_per_epoch, grid or shuffle_block, epoch, cursor, grid is not None)
-    return compatible([(int(start), str(digest)) for start, digest in saved], list(current), past)
+    return compatible([(int(phase[0]), str(phase[1])) for phase in saved],  # a live phase's weights: its hash
+                      [(int(phase[0]), str(phase[1])) for phase in current], past)
 
 
 def compatible(saved: list[tuple[int, str]], current: list[tuple[int, str]], reached: int) -> int | None:

@@ -48,7 +48,9 @@ grid                   int or null  the global batch a scheduled ``Mixture``'s p
                                     adopted by every resume); null otherwise
 phases                 list         a scheduled ``Mixture``'s phases as ``[start, hash]`` pairs, ascending
                                     (``Schedule.identities``): a resume may append phases, never change one
-                                    that began; ``[]`` without a schedule
+                                    that began; ``[]`` without a schedule. A phase ``set_weights`` added while
+                                    the run trained is ``[start, hash, shares]``, its exact weights as
+                                    fraction strings (``["3/4", "1/4"]``), so a resume rebuilds it
 ramp                   int or null  the batch size ``set_batch_size`` set and the run still reads at (a resume
                                     built with another size is told so, ``ResumeWarning``); null otherwise
 buckets                str or null  the fingerprint of the loader's bucket keys (``buckets=``, deal ``buckets``,
@@ -129,7 +131,7 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "excluded_at": ((list,), "a list of the steps at which exclusions took effect, or []"),
     "shuffle_block": ((int, type(None)), "an int (the order's block) or None"),
     "grid": ((int, type(None)), "an int (the global batch a schedule follows) or None"),
-    "phases": ((list,), "a list of a schedule's [start, hash] phases, or []"),
+    "phases": ((list,), "a list of a schedule's [start, hash] phases (a live one [start, hash, shares]), or []"),
     "ramp": ((int, type(None)), "an int (the batch size set_batch_size set) or None"),
     "buckets": ((str, type(None)), "a string (the bucket keys' fingerprint) or None"),
 }
@@ -412,7 +414,9 @@ def build(
         "steps": steps, "history": entries, "excluded": list(excluded or []),
         "handed": list(handed or []), "excluded_at": list(excluded_at or []),
         "shuffle_block": parameters.shuffle_block, "grid": parameters.grid,
-        "phases": [[start, digest] for start, digest in parameters.phases], "ramp": ramp, "buckets": buckets,
+        "phases": [[phase[0], phase[1], *([list(phase[2])] if len(phase) > 2 else [])]  # a live phase's shares
+                   for phase in parameters.phases],
+        "ramp": ramp, "buckets": buckets,
     }
     if skipped:
         state[SKIPPED] = [skip.to_state() for skip in skipped]

@@ -168,11 +168,14 @@ def check_order_parameters(state: Mapping[str, Any]) -> None:
         if value is not None and not 1 <= value <= MAX_PARAMETER:
             raise fail(field, value, f"an int in [1, {MAX_PARAMETER}] or None", DAMAGED)
     for number, phase in enumerate(phases):
-        if not (isinstance(phase, list) and len(phase) == 2 and isinstance(phase[0], int)
+        if not (isinstance(phase, list) and len(phase) in (2, 3) and isinstance(phase[0], int)
                 and not isinstance(phase[0], bool) and 0 <= phase[0] <= MAX_PARAMETER
-                and isinstance(phase[1], str) and 0 < len(phase[1]) <= 64):
+                and isinstance(phase[1], str) and 0 < len(phase[1]) <= 64
+                and (len(phase) == 2 or (isinstance(phase[2], list) and 0 < len(phase[2]) <= MAX_SOURCES
+                                         and all(isinstance(x, str) and 0 < len(x) <= 64 for x in phase[2])))):
             raise fail(f"phases[{number}]", phase, "a [start, hash] pair: an int start in [0, 2**62] and the "
-                       "phase's hash (a non-empty string)", DAMAGED)
+                       "phase's hash (a non-empty string), or a live phase's [start, hash, shares] (its weights as "
+                       "exact fractions, one string per source)", DAMAGED)
         if number and phase[0] <= phases[number - 1][0]:
             raise fail(f"phases[{number}]", phase, f"a start after the previous phase's ({phases[number - 1][0]})",
                        DAMAGED)
@@ -184,6 +187,9 @@ def check_order_parameters(state: Mapping[str, Any]) -> None:
                    "a block)", DAMAGED)
 
 
+MAX_SOURCES = 65_536  # a live phase's shares, one per source: a bound on what a state may hold
+
+
 @dataclass(frozen=True)
 class OrderParameters:
     """The parameters of an order beyond its name and version (state version 4's own fields): the block of a
@@ -191,7 +197,7 @@ class OrderParameters:
 
     shuffle_block: int | None = None
     grid: int | None = None
-    phases: tuple[tuple[int, str], ...] = ()
+    phases: tuple[tuple[Any, ...], ...] = ()  # a live phase: (start, hash, shares)
 
 
 _SCHEDULE_CHANGED = ("schedule[{}] changed, a phase the run had started (or one starting inside the window it "

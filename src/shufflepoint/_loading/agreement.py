@@ -222,3 +222,19 @@ def agree_on_exclusion(added: Exclusion, rank: int, world_size: int, verify_rank
         "compute the indices identically everywhere, or broadcast them from rank 0, then call loader.exclude on "
         "every rank", why=f"{shown}; the state is the same on every rank, and so is what it excludes; nothing was "
         "excluded"))
+
+
+def agree_on_weights(weights: Any, rank: int, world_size: int, verify_ranks: bool, groups: Groups | None) -> None:
+    """Along the loader's ranks, check that every rank passed the same ``set_weights`` weights (one ``all_reduce``
+    per group, as ``exclude`` does); ValueError on every rank, naming them, when not."""
+    along = checked_along(verify_ranks, rank, world_size, groups)
+    shown = {str(k): repr(v) for k, v in weights.items()} if isinstance(weights, dict) else \
+        [repr(w) for w in weights] if isinstance(weights, (list, tuple)) else repr(weights)
+    if along is None or everyone_agrees({"weights": shown}, None, along):
+        return
+    found = gather_from_all(shown, along)
+    raise ValueError(refusal(
+        "set_weights", Plain("different weights on the ranks"), "the same weights on every rank",
+        "compute the weights identically everywhere (from losses all-reduced first), or broadcast them from rank 0",
+        why="; ".join(f"rank {r}: {w}" for r, w in enumerate(found)) + "; the state is the same on every rank; "
+        "nothing was changed"))

@@ -24,9 +24,9 @@ from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.plan import Layout
 from shufflepoint._core.skips import over_limit
 from shufflepoint._errors import Plain, refusal
-from shufflepoint._loading.agreement import agree_on_exclusion, validate_everywhere, watch_gloo_exit
+from shufflepoint._loading.agreement import agree_on_exclusion, agree_on_weights, validate_everywhere, watch_gloo_exit
 from shufflepoint._loading.bucketed import bucketed
-from shufflepoint._loading.capabilities import dataset_length, tell_density, tell_share
+from shufflepoint._loading.capabilities import dataset_length, is_scheduled, tell_density, tell_share
 from shufflepoint._loading.deal import deal_of, rank_chunks, warn_if_blocks_exceed_the_share
 from shufflepoint._loading.keyed import Transform, keyed_chunks
 from shufflepoint._loading.mesh import resolve_data_parallel
@@ -503,6 +503,23 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         batch_size = self._position.layout.batch_size
         object.__setattr__(self, "batch_size", batch_size)  # torch refuses a plain assignment after __init__
         self.batch_sampler.batch_size = batch_size  # type: ignore[union-attr]
+
+    def set_weights(self, weights: Any) -> None:
+        """Read a scheduled ``Mixture`` by ``weights`` from the next global batch on: one weight >= 0 per source
+        (a list, or a dict naming every source by its number), not all 0.
+
+        Call it between two batches with the same weights on every rank (checked like ``exclude``). It is a
+        phase appended to the schedule at the run position reached, kept in the state with its weights: a resume
+        on the same world continues exactly, another world serves every row once, ``which`` answers steps before
+        and after it. Under ``spans`` (the default deal) a change inside an epoch applies from the next epoch's
+        start, with a ``ResumeWarning``: each epoch's rows of a source are laid out when it begins. Refused with
+        nothing changed: another dataset, a Mixture without ``schedule=`` or with ``max_repeats``, bad weights,
+        a later phase already scheduled. See docs/shards.md#weights-changed-while-training.
+        """
+        dataset = self._position.orders.dataset
+        if is_scheduled(dataset):
+            agree_on_weights(weights, self._rank, self.world_size, self._verify_ranks, self._groups)
+        self._position.set_weights(weights)
 
     @property
     def excluded(self) -> Exclusion:

@@ -241,6 +241,10 @@ class OrderCache:
         phases = phases_of(self._dataset) if self.shuffle_block is not None else ()
         return OrderParameters(self.shuffle_block, self.grid, phases)
 
+    def forget(self) -> None:
+        """Build the next order asked for anew: the dataset's schedule changed (``set_weights``)."""
+        self._epoch, self._order = None, None
+
     def on_grid(self, grid: int | None) -> OrderCache:
         """These orders on another grid (a state's, adopted on a resume), or these when it is the same."""
         if grid is None or self.grid in (None, grid):

@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from shufflepoint._core import state as _state
+from shufflepoint._core.capabilities import LiveWeighted, hooks_of
 from shufflepoint._core.cut import Cut, Deal
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.history import MAX_EPOCH, Cuts, History, Place, place_after
@@ -51,7 +52,7 @@ from shufflepoint._core.plan import Layout
 from shufflepoint._core.segments import Pairs
 from shufflepoint._core.skips import Skip, kept
 from shufflepoint._core.spanskips import Handed
-from shufflepoint._errors import ResumeWarning, refusal, warn_user
+from shufflepoint._errors import Plain, ResumeWarning, refusal, warn_user
 from shufflepoint._loading import block_choice
 from shufflepoint._loading.capabilities import check_grid, order_version_explainer
 from shufflepoint._loading.excluded import Excluded, arrived, history_cuts, kept_steps, placeable
@@ -352,6 +353,59 @@ class LoaderPosition:
         self.exclude(merged)
         self.skipped = kept(self.skipped, skips)
 
+    def set_weights(self, weights: Any) -> int:
+        """Read the scheduled dataset by ``weights`` from the next global batch on (``LiveWeighted``): a phase at
+        the run position the loop reached, ``epoch * n + cursor`` (the past is never rewritten). Where its order
+        lays out each epoch's rows of its sources when the epoch begins (a ``Mixture`` under ``spans``) and the
+        epoch has begun, from the next epoch's start, with a ``ResumeWarning``. Returns the phase's start."""
+        hooks = hooks_of(self.orders.dataset)
+        if not isinstance(hooks, LiveWeighted) or self.orders.grid is None:
+            raise ValueError(refusal("set_weights", Plain(f"a {type(self.orders.dataset).__name__}"),
+                                     "a shufflepoint.Mixture built with schedule=", "build the Mixture as "
+                                     "Mixture([a, b], schedule=[(0, [wa, wb])]) to change its weights while training"))
+        steps, place = self.here()
+        n = self.orders.n
+        at = place.epoch * n + place.cursor
+        if self.orders.laid_under(self.deal.stretched) and place.cursor:
+            at = (place.epoch + 1) * n
+        hooks.set_weights(weights, at)  # refused with nothing changed
+        if at != place.epoch * n + place.cursor:
+            # LIMIT(live-weights-spans): docs/shards.md#limits
+            warn_user(f"set_weights: under the 'spans' deal a Mixture's epoch lays out its rows of each source when "
+                      f"it begins, so the new weights apply from the next epoch's start (epoch {place.epoch + 1}, "
+                      f"run position {at}), not from the next global batch; the rest of epoch {place.epoch} keeps "
+                      "the weights it began with.\n  fix: call set_weights at an epoch's start, or use "
+                      "deal='strided' for changes from the next global batch", ResumeWarning)
+        self.orders.forget()
+        self._lookup = Lookup()
+        self.read_on(place.epoch, self._cut_here(place), steps)  # the batches prefetched under the old weights go
+        return at
+
+    def adopt_phases(self, state: object) -> Callable[[], None]:
+        """Append a state's live phases to the dataset's schedule before the state is checked (nothing for a
+        dataset without them); returns what undoes it."""
+        hooks = hooks_of(self.orders.dataset)
+        phases = state.get("phases") if isinstance(state, dict) else None
+        live = [p for p in phases if isinstance(p, list) and len(p) == 3 and isinstance(p[0], int)
+                and not isinstance(p[0], bool)] if isinstance(phases, list) else []
+        if not isinstance(hooks, LiveWeighted) or not isinstance(phases, list) or not (live or hooks.has_live):
+            return lambda: None
+        return self._adopted(hooks, phases)  # all of them: a refusal names the phase's own number
+
+    def _adopted(self, hooks: LiveWeighted, phases: list[Any]) -> Callable[[], None]:
+        undo = hooks.adopt_phases(phases)
+        self.orders.forget()
+        self._built[0].forget()
+        self._lookup = Lookup()
+
+        def undone() -> None:
+            undo()
+            self.orders.forget()
+            self._built[0].forget()
+            self._lookup = Lookup()
+
+        return undone
+
     # -- the past: which and batches_this_epoch ----------------------------------------------
     def history_cuts(self, excluded: Excluded | None = None, orders: OrderCache | None = None) -> Cuts | None:
         """The cuts that place this run's steps from its latest exclusion on (None: nothing excluded)."""
@@ -444,6 +498,14 @@ class LoaderPosition:
         """Place the saved run's position here, in one trip: the orders and deal the state is read with (from those
         this position was built with), the state validated and agreed on (``validate``), its exclusions and
         history rebuilt, then applied. A refused state raises (``StateError``) with nothing changed."""
+        undo = self.adopt_phases(state)  # a live phase set_weights added: rebuilt from the state, undone if refused
+        try:
+            self._load(state, expected, validate)
+        except BaseException:
+            undo()
+            raise
+
+    def _load(self, state: object, expected: Expecting, validate: Validate) -> None:
         built_orders, built_deal = self._built
         deal = built_deal.for_state(recorded_deal(state))
         orders = orders_for_state(built_orders, state, deal)

@@ -26,14 +26,15 @@ The loader sees ``len(mixture) == samples_per_epoch`` and dataset indices into t
 of the sources (``mixture[i]`` is row ``i - offset[s]`` of source s), so a mixed epoch keeps the
 locality of each source's own order.
 
-Words: docs/glossary.md (mixture, source, pass, window, phase, schedule).
+Words: docs/glossary.md (mixture, source, pass, window, phase, live phase, schedule).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -48,8 +49,8 @@ from shufflepoint._core.capabilities import (
     ReadsBatches,
     hooks_of,
 )
-from shufflepoint._core.schedule import Schedule, changed_phase, unweighted
-from shufflepoint._errors import Plain, refusal
+from shufflepoint._core.schedule import Schedule, changed_phase, parse_shares, shares_text, unweighted
+from shufflepoint._errors import Plain, field_error, refusal
 from shufflepoint._order import check_int
 from shufflepoint._order.distinct import distinct
 from shufflepoint._shards.corpora.mixture.caps import Caps, apportion, check_budget, check_caps
@@ -245,9 +246,100 @@ class Mixture(torch.utils.data.Dataset[Any]):
         return FINGERPRINT_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:32]
 
     @property
-    def phases(self) -> tuple[tuple[int, str], ...]:
-        """The schedule's phases as ``(start, hash)`` pairs, recorded in a state (``()`` without a schedule)."""
-        return tuple(self.schedule.identities()) if self.schedule is not None else ()
+    def phases(self) -> tuple[tuple[Any, ...], ...]:
+        """The schedule's phases as ``(start, hash)`` pairs, recorded in a state (``()`` without a schedule); a
+        phase ``set_weights`` added while the run trained also carries its exact shares, ``(start, hash, shares)``,
+        so that a resume rebuilds it from the state."""
+        if self.schedule is None:
+            return ()
+        live = self.__dict__.get("_live", {})
+        return tuple((start, digest, list(live[start])) if start in live else (start, digest)
+                     for start, digest in self.schedule.identities())
+
+    def set_weights(self, weights: Sequence[float] | Mapping[int, float], *, at: int) -> None:
+        """Read the sources by ``weights`` from run position ``at`` on (samples consumed, all ranks together;
+        tokens for Packed sources, as a schedule's starts): a phase appended to the schedule, recorded in the
+        state with its weights. Under a loader call ``loader.set_weights``, which picks the next global batch,
+        agrees on the weights across ranks and drops what was prefetched; this is what it calls. Called here
+        directly, do so before a loader or sampler reads the run past ``at`` (what it has cached is not told).
+
+        Refused with nothing changed: a Mixture without a schedule (build it with ``schedule=[(0, weights)]``)
+        or with ``max_repeats``; ``weights`` not one finite number >= 0 per source (a list, or a dict naming
+        every source by its number) or all 0; ``at`` not after the last phase's start (a phase that began is never
+        rewritten; a live phase at ``at`` itself, of which nothing was read, is replaced)."""
+        if self.schedule is None:
+            raise ValueError(refusal("set_weights", Plain("a Mixture built without a schedule"),
+                                     "a Mixture built with schedule=", "build it as Mixture([a, b], "
+                                     "schedule=[(0, [wa, wb])]) to change its weights while the run trains",
+                                     why="a Mixture without a schedule keeps one count per source every epoch"))
+        if self._caps is not None:
+            # LIMIT(live-weights-caps): docs/shards.md#limits
+            raise ValueError(refusal("set_weights", Plain("a Mixture built with max_repeats"), "a Mixture without "
+                                     "max_repeats", "leave max_repeats out to change weights while training",
+                                     why="the caps are checked against the schedule when the Mixture is built"))
+        listed = self._listed(weights)
+        unit = self.sources[0].seq_len if self._packed else 1
+        if isinstance(at, bool) or not isinstance(at, (int, np.integer)) or at < 0:
+            raise ValueError(refusal("at", at, "a run position, an int >= 0", "pass where the new weights begin"))
+        live = dict(self.__dict__.get("_live", {}))
+        row = -(-int(at) // unit)
+        # a live phase at this very position (two calls between the same batches): the later one wins
+        schedule = self.schedule.appended(row, listed, replace=row in live)
+        live[row] = shares_text(schedule.shares[-1])
+        self._take(schedule, live)
+
+    def _listed(self, weights: object) -> list[Any]:
+        """``weights`` as one per source: a dict must name every source by its number, and only those."""
+        if not isinstance(weights, Mapping):
+            return weights  # type: ignore[return-value]  # Schedule checks the list
+        count = len(self.sources)
+        for key in weights:
+            if isinstance(key, bool) or not isinstance(key, (int, np.integer)) or not 0 <= key < count:
+                raise ValueError(refusal("weights", Plain(f"source {key!r}"), f"a source number in [0, {count})",
+                                     "name the sources by their place in the Mixture", why="an unknown source"))
+        missing = [s for s in range(count) if s not in weights]
+        if missing:
+            raise ValueError(refusal("weights", Plain(f"no weight for source {missing[0]}"), "a weight for every "
+                                     "source", "give every source its weight (0 pauses it)"))
+        return [weights[s] for s in range(count)]
+
+    def _take(self, schedule: Schedule, live: dict[int, list[str]]) -> None:
+        """Read by ``schedule`` from now on, its live phases' shares ``live``; the orders per grid are rebuilt."""
+        self.schedule, self._live = schedule, live
+        self.__dict__.pop("_on_grid", None)
+
+    def adopt_phases(self, saved: Sequence[Sequence[Any]]) -> Callable[[], None]:
+        """Read by the state's live phases (``[start, hash, shares]``), each checked against its hash, in place of
+        this Mixture's own (a state loaded into a Mixture that changed its weights since: the state is the run);
+        returns what undoes it (a refused load changes nothing). A saved phase without shares is left to the
+        load's check of the phases."""
+        schedule, live = self.schedule, dict(self.__dict__.get("_live", {}))
+        undo = functools.partial(self._take, schedule, live)  # type: ignore[arg-type]
+        if schedule is None:
+            return undo
+        if live:  # live phases always follow the phases the Mixture was built with (set_weights appends)
+            schedule, live = schedule.first(len(schedule.identities()) - len(live)), {}
+        for number, phase in enumerate(saved):
+            if not isinstance(phase, list) or len(phase) != 3 or not isinstance(phase[0], int) \
+                    or isinstance(phase[0], bool) or phase[0] <= schedule.identities()[-1][0]:
+                continue
+            shares = parse_shares(phase[2], len(self.sources))
+            if shares is None:
+                raise field_error(f"phases[{number}]", phase, f"[start, hash, shares]: {len(self.sources)} exact "
+                                  "fractions that sum to 1", "use a checkpoint written by this run",
+                                  why="the state is damaged")
+            try:
+                grown = schedule.with_shares(int(phase[0]), shares, f"phases[{number}]")
+            except ValueError as error:
+                raise field_error(f"phases[{number}]", phase, f"a live phase after the schedule's last start "
+                                  f"({schedule.identities()[-1][0]})", "use a checkpoint written by this run",
+                                  why=str(error).splitlines()[0]) from None
+            if grown.identities()[-1][1] != phase[1]:
+                raise field_error(f"phases[{number}]", phase, "shares that hash to the phase's hash",
+                                  "use a checkpoint written by this run", why="the state is damaged")
+            schedule, live = grown, {**live, int(phase[0]): list(phase[2])}
+        self._take(schedule, live)
+        return undo
 
     def schedule_on_grid(self, grid: int) -> Schedule:
         """The schedule with its phases on the edges of global batches of ``grid`` rows (kept per grid)."""
@@ -369,8 +461,23 @@ class ScheduledMixtureHooks(MixtureHooks):
         return None
 
     @property
-    def phases(self) -> tuple[tuple[int, str], ...]:
+    def phases(self) -> tuple[tuple[Any, ...], ...]:
         return self._mixture.phases
+
+    @property
+    def has_live(self) -> bool:
+        """Whether ``set_weights`` (or a loaded state) appended phases to the schedule."""
+        return bool(self._mixture.__dict__.get("_live"))
+
+    def adopt_phases(self, saved: Sequence[Sequence[Any]]) -> Callable[[], None]:
+        """A state's live phases in place of the Mixture's own before it is checked (``Mixture.adopt_phases``);
+        returns the undo."""
+        return self._mixture.adopt_phases(saved)
+
+    def set_weights(self, weights: Any, at: int) -> None:
+        """``Mixture.set_weights`` from run position ``at`` in rows (a loader's positions; tokens for Packed)."""
+        mixture = self._mixture
+        mixture.set_weights(weights, at=at * (mixture.sources[0].seq_len if mixture._packed else 1))
 
     def phase_changed(self, saved: list[list[Any]], epoch: int, cursor: int, grid: int | None,
                       shuffle_block: int, laid: bool = False) -> int | None:

@@ -1,0 +1,73 @@
+"""``loader.set_weights`` in real, fresh processes (2 ranks, gloo): weights changed twice while the run trains, the
+run killed between the changes and resumed by fresh processes from its state alone (the Mixture is built with its
+first phase only: the live phase comes back from the state). The resumed run's batches are exactly those of one
+run that never stopped, and of a Mixture built with the live phases in its schedule from the start."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+import shufflepoint
+from shufflepoint._tools.launch import launch
+
+pytestmark = [pytest.mark.timeout(600), pytest.mark.mixture]
+WORKER = os.path.join(os.path.dirname(__file__), "workers", "live_weights_worker.py")
+SOURCES = [list(range(0, 50)), list(range(100, 120)), list(range(200, 230))]
+CHANGES = {"4": [5, 1, 0], "13": [1, 2, 3]}  # before steps 4 and 13 (global batch 4 and 13)
+
+
+def leg(tmp_path, name, deal, steps, state_in=None, differ=False):
+    spec = {"differ": differ, "samples_per_epoch": 48, "batch_size": 3, "deal": deal, "steps": steps,
+            "changes": CHANGES, "state_in": state_in, "state_out": str(tmp_path / f"{name}.state"),
+            "record": str(tmp_path / name)}
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(spec))
+    launch([WORKER, str(path)], 2, timeout=300).check()
+    records = [json.loads((tmp_path / f"{name}.rank{rank}").read_text()) for rank in range(2)]
+    return records, json.loads((tmp_path / f"{name}.state").read_text())
+
+
+def scheduled(phases, deal, rank):
+    """The batches of ``rank`` when the live phases are in the schedule from the start (no set_weights)."""
+    schedule = [(0, [1, 1, 1])] + [(start, [float(x.split("/")[0]) / float(x.split("/")[1]) if "/" in x else float(x)
+                                            for x in shares]) for start, _, shares in phases[1:]]
+    mixture = shufflepoint.Mixture(SOURCES, samples_per_epoch=48, schedule=schedule)
+    loader = shufflepoint.DataLoader(mixture, 3, seed=5, deal=deal, shuffle_block=8, collate_fn=list, world_size=2,
+                                     rank=rank, verify_ranks=False)
+    found = []
+    while len(found) < 30:
+        found.extend(loader)
+    return found[:30]
+
+
+@pytest.mark.parametrize("deal", ["strided", "spans"])
+def test_a_live_change_resumes_exactly_in_fresh_processes(tmp_path, deal):
+    whole, whole_state = leg(tmp_path, "whole", deal, 30)
+    first, state = leg(tmp_path, "first", deal, 9)  # killed between the two changes
+    assert [len(p) for p in state["phases"]] == [2, 3]  # the live phase and its shares are in the state
+    second, end_state = leg(tmp_path, "second", deal, 21, str(tmp_path / "first.state"))
+    for rank in range(2):
+        assert first[rank] + second[rank] == whole[rank]
+    assert end_state["phases"] == whole_state["phases"] and len(whole_state["phases"]) == 3
+    if deal == "strided":  # from the next global batch on: 4 and 13 global batches of 6 rows
+        assert [p[0] for p in whole_state["phases"]] == [0, 24, 78]
+    for rank in range(2):
+        assert scheduled(whole_state["phases"], deal, rank) == whole[rank]
+
+
+def test_different_weights_on_the_ranks_are_refused_on_every_rank_with_nothing_changed(tmp_path):
+    differing, state = leg(tmp_path, "differ", "strided", 16, differ=True)
+    for rank in range(2):
+        errors = json.loads((tmp_path / f"differ.errors{rank}").read_text())
+        assert len(errors) == 2 and all(e.startswith("set_weights: found different weights on the ranks\n")
+                                        for e in errors)
+        assert "rank 0: ['5', '1', '0']; rank 1: ['6', '2', '1']" in errors[0] and "nothing was changed" in errors[0]
+    assert [len(p) for p in state["phases"]] == [2]  # no phase was added
+    mixture = shufflepoint.Mixture(SOURCES, samples_per_epoch=48, schedule=[(0, [1, 1, 1])])
+    for rank in range(2):  # the run read on as if nothing had been called
+        loader = shufflepoint.DataLoader(mixture, 3, seed=5, deal="strided", shuffle_block=8, collate_fn=list,
+                                         world_size=2, rank=rank, verify_ranks=False)
+        assert differing[rank] == list(loader) + list(loader)  # two epochs of 8 steps
