@@ -209,3 +209,38 @@ def test_storage_that_does_not_answer_is_no_bad_sample():
 
     with pytest.raises(NoAnswer, match="got no answer"):
         read(loader(Down()))
+
+
+@pytest.mark.parametrize("corpus_transform", [True, False])
+def test_a_shards_batch_decoded_in_threads_skips_its_bad_sample(tmp_path, corpus_transform):
+    """decode_threads reads a Shards batch in one call and decodes it in threads: a bad sample in it is still
+    skipped (found by reading the batch's samples one by one), the stream the same as without threads."""
+    jsonl_corpus(tmp_path / "corpus", 6, rows=(3, 3))
+
+    def decode(row):
+        if row["id"] == 10:
+            raise SampleError("bad jpeg")
+        return row["id"]
+
+    def user_transform(sample, rng):
+        if sample["id"] == 10:
+            raise ValueError("bad")
+        return sample["id"]
+
+    def run(threads, cache):
+        if corpus_transform:
+            corpus = shufflepoint.Shards(str(tmp_path / "corpus" / "*.jsonl"), transform=decode, cache_dir=str(cache))
+            ld = shufflepoint.DataLoader(corpus, 3, seed=SEED, decode_threads=threads, skip_bad_samples=True,
+                                         collate_fn=list)
+        else:
+            corpus = shufflepoint.Shards(str(tmp_path / "corpus" / "*.jsonl"), cache_dir=str(cache))
+            ld = shufflepoint.DataLoader(corpus, 3, seed=SEED, transform=user_transform, decode_threads=threads,
+                                         skip_bad_samples=True, collate_fn=list)
+        served = [list(batch) for batch in ld]
+        return served, ld.state_dict()["skipped"]
+
+    plain, plain_record = run(0, tmp_path / "c0")
+    threaded, threaded_record = run(2, tmp_path / "c2")
+    assert threaded == plain
+    assert 10 not in [x for batch in threaded for x in batch]
+    assert [entry[1] for entry in threaded_record] == [entry[1] for entry in plain_record] and threaded_record

@@ -230,7 +230,8 @@ def test_no_cluster_is_refused_at_start():
 def test_bad_arguments_are_refused_by_name():
     for kwargs, match in [({"num_workers": 2}, "num_workers: found 2"), ({"decode_actors": 0}, "decode_actors"),
                           ({"decode_cpus": -1}, "decode_cpus: found -1"),
-                          ({"actor_options": {"max_restarts": 3}}, "max_restarts")]:
+                          ({"actor_options": {"max_restarts": 3}}, "max_restarts"),
+                          ({"skip_bad_samples": True}, "skip_bad_samples: found True")]:
         with pytest.raises((ValueError, TypeError), match=match):
             RayDataLoader(list(range(8)), batch_size=2, **kwargs)
 

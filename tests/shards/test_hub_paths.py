@@ -58,3 +58,12 @@ def test_throttling_and_server_errors_are_retried_and_the_waits_asked_are_read()
     wrapped = RuntimeError("reading failed")
     wrapped.__cause__ = throttled
     assert faults.rate_limited(wrapped)
+
+
+def test_hub_urls_mixed_with_other_storage_are_refused_by_name():
+    from shufflepoint._shards.index.hub_listing import is_hub_sources
+
+    assert is_hub_sources(["hf://datasets/org/name/a.parquet", "hf://datasets/org/name/b.parquet"])
+    assert not is_hub_sources(["/data/a.parquet", "s3://bucket/b.parquet"])
+    with pytest.raises(ValueError, match="sources: found Hub URLs mixed with '/data/a.parquet'"):
+        is_hub_sources(["hf://datasets/org/name/a.parquet", "/data/a.parquet"])

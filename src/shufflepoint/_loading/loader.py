@@ -252,10 +252,10 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         self._skipping, places = check_skipping(skip_bad_samples, torch_dataloader_kwargs, self._position), dataset
         dataset = served(dataset, self._seed, transform, seed_per_sample, torch_dataloader_kwargs)
         prefetch = self._announcer(dataset)
+        dataset = threads(dataset)  # inside the skipping: a batch read in threads is caught as one read
         self._skipper: SkippingDataset | None = served_skipping(dataset, places, self._seed, layout.n, self._skipping,
                                                                 torch_dataloader_kwargs)
         dataset = self._skipper or dataset
-        dataset = threads(dataset)
         sampler = _PassSampler(self._position, rank, self._keyed, prefetch)
         collate = torch_dataloader_kwargs.get("collate_fn") or torch.utils.data.default_collate
         torch_dataloader_kwargs["collate_fn"] = TimedCollate(collate)  # the data wait (wait.py): a batch's times

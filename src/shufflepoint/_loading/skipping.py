@@ -195,14 +195,26 @@ def check_skipping(value: object, torch_kwargs: dict[str, Any], position: Any) -
     return policy
 
 
+def _keyed_inside(dataset: Any) -> KeyedDataset | None:
+    """The keyed dataset (the loader's ``transform``) the served dataset is, or wraps for ``decode_threads``."""
+    for _ in range(3):
+        if isinstance(dataset, KeyedDataset):
+            return dataset
+        dataset = vars(dataset).get("dataset") if hasattr(dataset, "__dict__") else None
+        if dataset is None:
+            return None
+    return None
+
+
 def served_skipping(dataset: Any, places: Any, seed: int, n: int, policy: SkipBadSamples | None,
                     torch_kwargs: dict[str, Any]) -> SkippingDataset | None:
     """The dataset as served, wrapped to replace failed samples (a transform's exceptions then count as bad
     samples); its collate (set in ``torch_kwargs``) hands on the skips. None without a policy."""
     if policy is None:
         return None
-    if isinstance(dataset, KeyedDataset):
-        dataset.skips_errors = True
+    keyed = _keyed_inside(dataset)
+    if keyed is not None:
+        keyed.skips_errors = True
     collate = torch_kwargs.get("collate_fn") or torch.utils.data.default_collate
     torch_kwargs["collate_fn"] = SkipCollate(collate)
     return SkippingDataset(dataset, places, seed, n, policy)

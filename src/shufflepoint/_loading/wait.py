@@ -40,6 +40,11 @@ def transform_timer() -> Callable[[float], None]:
     return add
 
 
+def batch_begins() -> None:
+    """A batch read in a process torch did not start (a Ray actor): its read seconds count from now."""
+    _started[0] = _clock()
+
+
 def _arrived(indices: list[Any]) -> list[Any]:
     """A batch's indices unpickled in a worker: the batch begins now."""
     _started[0] = _clock()

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from shufflepoint._errors import HubError, ShardError, refusal
+from shufflepoint._errors import HubError, Plain, ShardError, refusal
 from shufflepoint._shards.index import sidecar
 from shufflepoint._shards.storage import hub
 from shufflepoint._shards.storage.faults import rate_limited
@@ -38,9 +38,20 @@ SHARED_FOR_S = 600.0  # a node's processes of one start share a resolved commit 
 
 
 def is_hub_sources(sources: object) -> bool:
+    """Whether ``sources`` are Hub URLs (each pinned to a commit before anything is listed); a list that mixes
+    Hub URLs with others is refused by name, since its Hub entries would be read unpinned."""
     if isinstance(sources, str):
         return hub.is_hub(sources)
-    return isinstance(sources, (list, tuple)) and bool(sources) and all(hub.is_hub(s) for s in sources)
+    if not isinstance(sources, (list, tuple)) or not sources:
+        return False
+    on_hub = [isinstance(s, str) and hub.is_hub(s) for s in sources]
+    if any(on_hub) and not all(on_hub):
+        other = next(s for s, h in zip(sources, on_hub, strict=True) if not h)
+        raise ValueError(refusal("sources", Plain(f"Hub URLs mixed with {other!r}"), "all hf:// URLs, or none",
+                                 "make one Shards of the Hub files and another of the rest, and mix them with "
+                                 "shufflepoint.Mixture", why="a Hub file is read pinned to a commit, which a list "
+                                 "of other storage cannot carry"))
+    return all(on_hub)
 
 
 def pinned(storage: Storage, sources: str | Sequence[str], cache_dir: str) -> str | list[str]:

@@ -24,6 +24,8 @@ _IN_THE_ACTORS = {
     "persistent_workers": "the actors persist across passes already",
     "worker_init_fn": "set up in the dataset's own __setstate__, or in the transform, which run in the actor",
     "prefetch_factor": "pass window= (batches in flight over the whole pool)",
+    "skip_bad_samples": "leave it unset with RayDataLoader (the actors hold the excluded set they started with, and "
+                        "could fill a slot with a sample excluded since); a bad sample ends the run",
 }
 
 

@@ -15,6 +15,8 @@ import sys
 import traceback
 from typing import Any
 
+from shufflepoint._loading.wait import batch_begins
+
 
 class Failed:
     """A batch's own exception, carried back as a value so that the trainer raises that very exception (its
@@ -68,6 +70,7 @@ class BatchReader:
         return os.getpid()
 
     def read(self, keys: list[Any]) -> Any:
+        batch_begins()  # the data wait's read seconds of this batch, not of the actor's life (wait.py)
         try:
             getitems = getattr(self._dataset, "__getitems__", None)
             samples = getitems(keys) if callable(getitems) else [self._dataset[key] for key in keys]
