@@ -19,6 +19,7 @@ Words: docs/glossary.md (participant, membership change, commit, step).
 
 from __future__ import annotations
 
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -66,21 +67,24 @@ class _Feed:
     """torch's sampler: endless; each key is the loader's next prediction, numbered and remembered in order."""
 
     def __init__(self, workers: Workers) -> None:
-        self._workers = workers
+        self._workers = weakref.ref(workers)  # no cycle: the workers shut down as soon as the loader is dropped
 
     def __iter__(self) -> Iterator[Read]:
         return self
 
     def __next__(self) -> Read:
-        return self._workers.sent_next()
+        workers = self._workers()
+        if workers is None:
+            raise StopIteration
+        return workers.sent_next()
 
 
 class Workers:
     """torch's worker processes reading the predicted shares (module docstring)."""
 
-    def __init__(self, shares: Shares, predict: Callable[[], Share | None], num_workers: int,
+    def __init__(self, shares: Shares, predict: Any, num_workers: int,
                  prefetch_factor: int | None, pin_memory: bool) -> None:
-        self._predict = predict
+        self._predict = weakref.WeakMethod(predict)  # the loader's: no cycle through it either
         self._loader = torch.utils.data.DataLoader(
             shares, batch_size=None, sampler=_Feed(self), num_workers=num_workers, prefetch_factor=prefetch_factor,
             pin_memory=pin_memory, collate_fn=_as_read)
@@ -89,7 +93,8 @@ class Workers:
         self.in_flight: deque[Read] = deque()  # sent to the workers, not yet received, in order
 
     def sent_next(self) -> Read:
-        share = self._predict()
+        predict = self._predict()
+        share = predict() if predict is not None else None
         self._serial += 1
         key = (self._serial, share)
         self.in_flight.append(key)
