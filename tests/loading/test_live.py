@@ -185,6 +185,12 @@ def test_workers_drop_at_most_what_was_in_flight_and_nothing_in_a_fixed_world() 
         cluster.step([0], [], True)
     trained = [i for b in cluster.trained for i in b]
     assert trained == epoch_order(200, 0)[:len(trained)]
+    processes = loader._workers._iterator._workers  # private: torch's worker processes, to see them go
+    loader.close()
+    assert not any(process.is_alive() for process in processes)
+    cluster.step([0], [], True)  # read in the main process from here on, the order unchanged
+    trained = [i for b in cluster.trained for i in b]
+    assert trained == epoch_order(200, 0)[:len(trained)]
 
 
 def test_worker_options_are_refused_by_name() -> None:

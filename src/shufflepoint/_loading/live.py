@@ -346,6 +346,11 @@ class LiveLoader:
         shares = Shares(self.dataset, self.seed, self._transform, self._collate)
         return Workers(shares, self._predict, num_workers, prefetch_factor, self._pin)
 
+    def close(self) -> None:
+        """Shut the worker processes down now (they also go with the loader); later steps read in this process."""
+        with self._lock:
+            self._workers = self._plan = None
+
     def _restart(self, epoch: int) -> None:
         """The workers' next share is the step being dealt (under its quorum), then the steps after it."""
         participants, participant = self.last_quorum
