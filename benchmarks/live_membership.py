@@ -7,6 +7,9 @@
    Counted the same way for both: the ids of the draws of every committed step's quorum; distinct, twice, never.
 2. In one process, a simulated Manager: the loader's own cost of a step, steady and just after a membership
    change, and the step rate with a change every 10 steps against a fixed world (the loader only, no model).
+3. The same with a slow transform (2 ms of CPU a sample, batch 8, 10 ms of compute a step) at num_workers 0 (the
+   read-ahead thread) and 2 (torch's worker processes): step rate, fixed world against a change every 10 steps.
+   ``--cost-only`` runs 2 and 3 and keeps the last run's 1.
 
 Results: benchmarks/results/torchft.md and .json. Run with .venv-torchft's python (not named torchft.py: a script
 of that name beside the workers would shadow the torchft package).
@@ -119,12 +122,49 @@ def loader_cost(steps: int, change_every: int | None) -> dict[str, float]:
     return found
 
 
+def slow(sample: Any, rng: np.random.Generator) -> Any:
+    """A decode-heavy transform: 2 ms of CPU (the GIL held, as a Python decoder holds it)."""
+    until = time.perf_counter() + 0.002
+    while time.perf_counter() < until:
+        pass
+    return sample
+
+
+def waiting(sample: Any, rng: np.random.Generator) -> Any:
+    """A transform that waits 2 ms (a remote read or a decoder that releases the GIL): no CPU taken."""
+    time.sleep(0.002)
+    return sample
+
+
+def worker_cost(steps: int, change_every: int | None, workers: int, transform: Any) -> dict[str, float]:
+    """Steps per second with ``slow`` on every sample and 10 ms of compute a step, and the shares dropped."""
+    rows = np.arange(100_000, dtype=np.int64)
+    manager = Manager()
+    manager.participants = GROUPS
+    loader = LiveLoader(rows, 8, replica_groups=GROUPS, manager=manager, seed=0, transform=transform,
+                        num_workers=workers)
+    iterator = iter(loader)
+    next(iterator)  # the workers start
+    manager.step += 1
+    began = time.perf_counter()
+    for step in range(1, steps + 1):
+        if change_every is not None and step % change_every == 0:
+            manager.participants = 2 if manager.participants == GROUPS else GROUPS
+        next(iterator)
+        manager.step += 1
+        time.sleep(0.010)  # the step's compute
+    return {"steps_per_s": steps / (time.perf_counter() - began), "dropped": float(loader.prefetch_dropped)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--cost-only", action="store_true", help="only 2 and 3; 1 from the last results")
     args = parser.parse_args()
-    results: dict[str, Any] = {"real": {}, "loader": {}}
-    for name in ("killed and restarted", "lost for good"):
+    results: dict[str, Any] = {"real": {}, "loader": {}, "workers": {}}
+    if args.cost_only:
+        results["real"] = json.loads((RESULTS / "torchft.json").read_text())["real"]
+    for name in () if args.cost_only else ("killed and restarted", "lost for good"):
         for label, worker in (("torchft DistributedSampler", ROOT / "benchmarks" / "_torchft_sampler_worker.py"),
                               ("shufflepoint", ROOT / "tests" / "fault_tolerance" / "worker.py")):
             with tempfile.TemporaryDirectory() as folder:
@@ -132,7 +172,11 @@ def main() -> None:
             print(name, "|", label, found, flush=True)
     results["loader"]["fixed world"] = loader_cost(args.steps, None)
     results["loader"]["a change every 10 steps"] = loader_cost(args.steps, 10)
-    print(json.dumps(results["loader"], indent=1))
+    for kind, transform in (("2 ms CPU", slow), ("2 ms wait", waiting)):
+        for workers in (0, 2):
+            for label, every in (("fixed world", None), ("a change every 10 steps", 10)):
+                results["workers"][f"{kind} | {workers} | {label}"] = worker_cost(300, every, workers, transform)
+    print(json.dumps({key: results[key] for key in ("loader", "workers")}, indent=1))
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "torchft.json").write_text(json.dumps(results, indent=1) + "\n")
     lines = ["# torchft 0.2.0: torchft's sampler and shufflepoint's, the same failures (make bench-torchft)", "",
@@ -151,6 +195,15 @@ def main() -> None:
         change = f"{found['change_us']:.0f}" if "change_us" in found else "-"
         lines.append(f"| {key} | {found['steady_us']:.0f} | {change} | {found['steps_per_s_loader']:.0f} | "
                      f"{found['dropped']:.0f} |")
+    lines += ["", "A slow transform (2 ms a sample: of CPU, or of waiting; batch 8, 3 groups and 2 alternating at a "
+              "change, 10 ms of compute a step, 300 steps): the step rate at num_workers 0 (the read-ahead thread) "
+              "and 2 (torch's worker processes, prefetch_factor 2: at most 4 shares in flight dropped at a change). "
+              "The ideal at 2 workers is 100 steps/s (compute-bound); at 0, 62 (the 16 ms read of a step). "
+              "On this shared 2-core machine the CPU case has no core to spare for the workers.", "",
+              "| transform | num_workers | membership | steps/s | shares dropped |", "|---|---|---|---|---|"]
+    for key, found in results["workers"].items():
+        kind, workers, label = key.split(" | ")
+        lines.append(f"| {kind} | {workers} | {label} | {found['steps_per_s']:.1f} | {found['dropped']:.0f} |")
     (RESULTS / "torchft.md").write_text("\n".join(lines) + "\n")
 
 

@@ -70,6 +70,21 @@ def test_a_group_killed_and_restarted_heals_from_a_peer(tmp_path: pathlib.Path) 
     healed(tmp_path, 2)
 
 
+def test_worker_processes_through_a_kill_and_a_rejoin(tmp_path: pathlib.Path) -> None:
+    """num_workers=2 on every group: what the workers read ahead under the old quorum is never trained."""
+    run = Run(tmp_path, 3, worker_args=["--n", str(N), "--batch", str(BATCH), "--workers", "2", *SLOW])
+    run.start_all()
+    run.wait_until(lambda: run.committed_steps(2) >= 4)
+    run.kill(2)
+    time.sleep(1)
+    run.restart(2)
+    run.finish()
+    judged(tmp_path)
+    healed(tmp_path, 2)
+    dropped = [json.loads(p.read_text())["dropped"] for p in tmp_path.glob("done-*.json")]
+    assert any(dropped), "the membership changes dropped shares read ahead under the old quorum"
+
+
 def test_a_group_lost_for_good(tmp_path: pathlib.Path) -> None:
     run = Run(tmp_path, 3, worker_args=["--n", str(N), "--batch", str(BATCH)])
     run.start_all()

@@ -42,9 +42,10 @@ class Cluster:
     """Replica groups of ``group_world`` ranks, each rank a loader and a manager; ``trained`` the global batches of
     committed steps, in the global order the deal defines."""
 
-    def __init__(self, n: int, groups: int, group_world: int, **sizes: int) -> None:
+    def __init__(self, n: int, groups: int, group_world: int, options: dict | None = None, **sizes: int) -> None:
         self.dataset = list(range(n))
         self.groups, self.group_world, self.sizes = groups, group_world, sizes
+        self.options = options or {}  # rank 0 of every group; the others read in the main process, with the thread
         self.ranks: dict[int, list[tuple[LiveLoader, FakeManager]]] = {}
         self.trained: list[list[int]] = []
         for group in range(groups):
@@ -55,9 +56,10 @@ class Cluster:
         self.ranks[group] = []
         for rank in range(self.group_world):
             manager = FakeManager()
+            options = self.options if rank == 0 else {"transform": self.options.get("transform")}
             loader = LiveLoader(self.dataset, replica_groups=self.groups, group_rank=rank,
                                 group_world_size=self.group_world, seed=7, prefetch=rank == 0, manager=manager,
-                                collate_fn=list, **self.sizes)
+                                collate_fn=list, **options, **self.sizes)
             self.ranks[group].append((loader, manager))
 
     def step(self, alive: list[int], healing: list[int], commit: bool) -> None:
@@ -128,6 +130,75 @@ def test_every_sample_once_in_order_whatever_the_membership(n, groups, group_wor
         fresh.load_state_dict(loader.state_dict())
         for step in range(loader.step):
             assert _interleaved(fresh.which(step)) == cluster.trained[step]
+
+
+def tagged(sample: int, rng: np.random.Generator) -> tuple[int, int]:
+    """A transform that draws: the sample with one number of its own generator."""
+    return sample, int(rng.integers(2**30))
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 40), groups=st.integers(1, 3), batch=st.integers(1, 3), script=events,
+       workers=st.integers(1, 2))
+def test_workers_hand_out_the_batches_of_no_workers_whatever_the_membership(n, groups, batch, script,
+                                                                             workers) -> None:
+    """With worker processes reading ahead, every committed step's global batch is the one ``num_workers=0``
+    hands out (transform draws included): a share read under a quorum that did not hold is never trained."""
+    clusters = [Cluster(n, groups, 1, {"transform": tagged}, batch_size=batch),
+                Cluster(n, groups, 1, {"transform": tagged, "num_workers": workers, "prefetch_factor": 2},
+                        batch_size=batch)]
+    alive = set(range(groups))
+    for mask, commit in script:
+        wanted = {g for g in range(groups) if mask >> g & 1}
+        if not wanted & alive:
+            wanted.add(min(alive))  # a survivor: a group comes back by healing from a peer
+        back = sorted(wanted - alive)
+        for cluster in clusters:
+            for group in back:
+                cluster.start(group)
+        alive = wanted
+        healing = back if len(back) < len(alive) else []
+        for cluster in clusters:
+            cluster.step(sorted(alive), healing, commit)
+    assert clusters[1].trained == clusters[0].trained
+    trained = [sample for step in clusters[1].trained for sample in step]
+    epochs = len(trained) // n
+    order = [(e, i) for e in range(epochs + 1) for i in epoch_order(n, e)]
+    from shufflepoint._loading.randomness import sample_rng
+    expected = [(i, int(sample_rng(7, e, i).integers(2**30))) for e, i in order]
+    assert trained == expected[:len(trained)], "each sample once, in order, with its own draws"
+
+
+def test_workers_drop_at_most_what_was_in_flight_and_nothing_in_a_fixed_world() -> None:
+    cluster = Cluster(200, 2, 1, {"num_workers": 2, "prefetch_factor": 2}, batch_size=2)
+    for _ in range(8):
+        cluster.step([0, 1], [], True)
+    loader = cluster.ranks[0][0][0]
+    assert loader.prefetch_dropped == 0, "a fixed world reads nothing twice"
+    cluster.step([0], [], True)
+    assert 1 <= loader.prefetch_dropped <= 4, "a change drops at most num_workers x prefetch_factor shares"
+    dropped = loader.prefetch_dropped
+    cluster.step([0], [], False)  # not committed: dealt again, what was read ahead for the next step is dropped
+    cluster.step([0], [], True)
+    assert dropped < loader.prefetch_dropped <= dropped + 4
+    for _ in range(5):
+        cluster.step([0], [], True)
+    trained = [i for b in cluster.trained for i in b]
+    assert trained == epoch_order(200, 0)[:len(trained)]
+    processes = loader._workers._iterator._workers  # private: torch's worker processes, to see them go
+    loader.close()
+    assert not any(process.is_alive() for process in processes)
+    cluster.step([0], [], True)  # read in the main process from here on, the order unchanged
+    trained = [i for b in cluster.trained for i in b]
+    assert trained == epoch_order(200, 0)[:len(trained)]
+
+
+def test_worker_options_are_refused_by_name() -> None:
+    for options, field in (({"num_workers": -1}, "num_workers"), ({"prefetch_factor": 2}, "prefetch_factor"),
+                           ({"num_workers": 1, "prefetch_factor": 0}, "prefetch_factor"),
+                           ({"pin_memory": 1}, "pin_memory"), ({"transform": 3}, "transform")):
+        with pytest.raises((ValueError, TypeError), match=field):
+            LiveLoader(list(range(10)), 1, replica_groups=1, **options)
 
 
 def _interleaved(found: dict[int, list[int]]) -> list[int]:

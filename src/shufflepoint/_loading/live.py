@@ -17,7 +17,9 @@ A healing group receives a peer's state through the manager's state transfer (``
 state is the same few integers on every rank, and the step's own commit then advances it like its peers'.
 
 Prefetch: the next step's share is read ahead assuming the same quorum; at the next step it is used only if its
-indices are exactly the ones dealt now (else it is dropped, counted in ``prefetch_dropped``).
+indices are exactly the ones dealt now (else it is dropped, counted in ``prefetch_dropped``). With ``num_workers``,
+torch's worker processes read the shares of the next ``num_workers x prefetch_factor`` steps the same way
+(``live_workers.py``): a share read under a quorum that did not hold is dropped, counted, and read again.
 
 Words: docs/glossary.md (participant, lot, membership change, commit, step, position model, state).
 """
@@ -40,6 +42,7 @@ from shufflepoint._errors import DAMAGED, Plain, StateError, field_error, refusa
 from shufflepoint._loading.agreement import validate_everywhere
 from shufflepoint._loading.capabilities import dataset_length
 from shufflepoint._loading.deal import deal_of
+from shufflepoint._loading.live_workers import Share, Shares, Workers, pinned, read_share
 from shufflepoint._loading.orders import Identity, OrderCache
 from shufflepoint._loading.position import LoaderPosition, expected_state
 from shufflepoint._order import check_int
@@ -47,6 +50,18 @@ from shufflepoint._order import check_int
 KIND = "shufflepoint.live"  # the state's ``kind``
 VERSION = 1
 _END = object()
+
+
+def _checked_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(refusal(name, value, "a bool", f"pass {name}=True or False"))
+    return value
+
+
+def _checked_transform(transform: Any) -> Any:
+    if transform is not None and not callable(transform):
+        raise TypeError(refusal("transform", transform, "fn(sample, rng) or None", "pass a function or leave it out"))
+    return transform
 
 
 @runtime_checkable
@@ -103,7 +118,13 @@ class LiveLoader:
         deal: as ``shufflepoint.DataLoader``'s ``deal``; None: the default for the dataset.
         dataset_fingerprint: the dataset's identity, checked on load (as ``shufflepoint.DataLoader``'s).
         collate_fn: turns a list of samples into a batch. Default torch's ``default_collate``.
-        prefetch: read the next step's share in a thread while the step trains. Default True.
+        prefetch: read the next step's share in a thread while the step trains (``num_workers=0``). Default True.
+        num_workers: torch's worker processes reading the next steps' shares under the quorum the loader expects;
+            a share read under another is dropped and read again. The batches are those of 0. Default 0.
+        prefetch_factor: steps each worker reads ahead (torch's; only with ``num_workers``). Default torch's, 2.
+        pin_memory: the batches in pinned memory (where an accelerator is present). Default False.
+        transform: ``fn(sample, rng)`` applied to each sample with its own ``numpy.random.Generator`` keyed by
+            (seed, epoch, index), as ``shufflepoint.DataLoader``'s: the same numbers in any worker, after any change.
         manager: the manager to follow (``follow`` may give it later).
     """
 
@@ -111,7 +132,9 @@ class LiveLoader:
                  group_world_size: int = 1, global_batch: int | None = None, min_groups: int = 1, seed: int = 0,
                  shuffle: bool = True, drop_last: bool = False, order: str | None = None, deal: str | None = None,
                  dataset_fingerprint: str | None = None, collate_fn: Callable[[list[Any]], Any] | None = None,
-                 prefetch: bool = True, manager: Quorum | None = None) -> None:
+                 prefetch: bool = True, num_workers: int = 0, prefetch_factor: int | None = None,
+                 pin_memory: bool = False, transform: Callable[[Any, np.random.Generator], Any] | None = None,
+                 manager: Quorum | None = None) -> None:
         self.sizing = Sizing(replica_groups, group_world_size, batch_size, global_batch, min_groups)
         self.group_rank = check_int("group_rank", group_rank, 0, group_world_size - 1)
         self.seed = check_int("seed", seed, 0, 2**64 - 1)
@@ -124,10 +147,14 @@ class LiveLoader:
         self._identity = Identity(dataset_fingerprint, dataset, orders)
         self._position = LoaderPosition(layout, orders, deal_of(deal, orders))
         self._collate = collate_fn if collate_fn is not None else torch.utils.data.default_collate
+        self._transform, self._pin = _checked_transform(transform), _checked_bool("pin_memory", pin_memory)
         self._lock = threading.RLock()
         self._committed, self._changes = 0, Changes()
         self._drawn: _Drawn | None = None
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="shufflepoint-prefetch") if prefetch else None
+        self._workers = self._start_workers(num_workers, prefetch_factor)
+        self._plan: list[Any] | None = None  # what the workers are told to read next (``_predict``)
+        threads = prefetch and self._workers is None
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="shufflepoint-prefetch") if threads else None
         self._ahead: tuple[int, np.ndarray, Future[Any]] | None = None
         self._empty: Any = None
         self.prefetch_dropped = 0  # batches read ahead under a quorum that did not hold, never handed out
@@ -283,20 +310,70 @@ class LiveLoader:
         return epoch, self._indices(epoch, positions, participants, participant)
 
     def _read(self, epoch: int, indices: np.ndarray) -> Any:
+        if self._workers is not None and indices.size:
+            share = (epoch, tuple(indices.tolist()))
+            batch, dropped = self._workers.take(share, lambda: self._restart(epoch))
+            self.prefetch_dropped += dropped
+            return batch
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
             if ahead[0] == epoch and np.array_equal(ahead[1], indices):
                 return ahead[2].result()
             ahead[2].cancel()
             self.prefetch_dropped += 1
-        return self._collate([self.dataset[int(i)] for i in indices])
+        return pinned(self._samples(epoch, indices)) if self._pin else self._samples(epoch, indices)
+
+    def _samples(self, epoch: int, indices: Any) -> Any:
+        return read_share(self.dataset, epoch, indices, self.seed, self._transform, self._collate)
 
     def _prefetch(self, ahead: tuple[int, np.ndarray] | None) -> None:
         if ahead is None or self._executor is None or ahead[1].size == 0:
             return
         epoch, indices = ahead
-        future = self._executor.submit(lambda: self._collate([self.dataset[int(i)] for i in indices]))
+        future = self._executor.submit(lambda: self._samples(epoch, indices))
         self._ahead = (epoch, indices, future)
+
+    # -- worker processes (live_workers.py) -------------------------------------------------------------
+    def _start_workers(self, num_workers: int, prefetch_factor: int | None) -> Workers | None:
+        check_int("num_workers", num_workers, 0, 1024)
+        if prefetch_factor is not None:
+            check_int("prefetch_factor", prefetch_factor, 1, 1024)
+            if num_workers == 0:
+                raise ValueError(refusal("prefetch_factor", prefetch_factor, "None with num_workers=0",
+                                         "leave prefetch_factor out, or give num_workers"))
+        if num_workers == 0:
+            return None
+        shares = Shares(self.dataset, self.seed, self._transform, self._collate)
+        return Workers(shares, self._predict, num_workers, prefetch_factor, self._pin)
+
+    def close(self) -> None:
+        """Shut the worker processes down now (they also go with the loader); later steps read in this process."""
+        with self._lock:
+            self._workers = self._plan = None
+
+    def _restart(self, epoch: int) -> None:
+        """The workers' next share is the step being dealt (under its quorum), then the steps after it."""
+        participants, participant = self.last_quorum
+        with self._lock:
+            cut, done = self._position.rest()
+            self._plan = [epoch, cut, done, participants, participant, self._position.orders.get(epoch, cut), 0]
+
+    def _predict(self) -> Share | None:
+        """The share of the next step the workers are to read: under the quorum of the plan, every step committing
+        (None: nothing to read, past the epoch's end or without a plan)."""
+        with self._lock:
+            if self._plan is None or self._plan[4] is None:
+                return None
+            epoch, cut, done, participants, participant, order, ahead = self._plan
+            self._plan[6] += 1
+            span, total = self.sizing.lots(participants) * self.sizing.lot, cut.samples_per_rank()
+            start = done + ahead * span
+            if start >= total:
+                return None
+            positions = cut.rank_positions(0, start, min(start + span, total))
+            mine = deal_step(positions, participants, participant, self.sizing.group_world, self.group_rank)
+            indices = tuple(int(i) for i in order.take(mine))
+            return (epoch, indices) if indices else None
 
     def _empty_batch(self) -> Any:
         """Zero samples in the collated structure: ``collate_fn([])`` where it can, else a batch of one sample (read
@@ -305,7 +382,7 @@ class LiveLoader:
             try:
                 self._empty = self._collate([])
             except (IndexError, TypeError, ValueError, RuntimeError):  # default_collate needs one sample's shape
-                self._empty = empty_like(self._collate([self.dataset[0]]))
+                self._empty = empty_like(self._samples(0, [0]))
         return self._empty
 
     # -- the past ---------------------------------------------------------------------------------------
@@ -370,5 +447,5 @@ class LiveLoader:
             position.load(state["position"], expected, validate)
             self._identity = self._identity.for_orders(position.orders)
             self._committed, self._changes, self._drawn = step, changes, drawn
-            self._ahead = None
+            self._ahead = self._plan = None
 

@@ -31,7 +31,8 @@ class DataLoader(LiveLoader):
         group_rank: this process's rank in its replica group. Default: the Manager's.
         group_world_size: ranks per replica group. Default: the Manager's.
         **options: ``LiveLoader``'s keywords (``global_batch``, ``min_groups``, ``seed``, ``shuffle``,
-            ``drop_last``, ``order``, ``deal``, ``dataset_fingerprint``, ``collate_fn``, ``prefetch``).
+            ``drop_last``, ``order``, ``deal``, ``dataset_fingerprint``, ``collate_fn``, ``prefetch``, ``num_workers``,
+            ``prefetch_factor``, ``pin_memory``, ``transform``).
     """
 
     def __init__(self, dataset: Any, batch_size: int | None = None, *, replica_groups: int, manager: Any = None,
