@@ -299,3 +299,31 @@ def test_shufflepoint_which_answers_committed_steps_from_a_checkpoint(tmp_path) 
         ranks = {int(r): [e["index"] for e in entries] for r, entries in result["ranks"].items()}
         assert ranks == loader.which(step)
         assert _interleaved(ranks) == cluster.trained[step]
+
+
+def test_a_healing_group_can_read_its_loader_before_the_peer_state_arrives() -> None:
+    """torchft moves a healing group's step to its peers' at the quorum, and applies the peer's state only inside
+    should_commit(): in between, the loader's properties and state answer (the last state this group had)."""
+    data = list(range(40))
+
+    def group() -> tuple[LiveLoader, FakeManager]:
+        manager = FakeManager()
+        return LiveLoader(data, batch_size=2, replica_groups=2, seed=7, manager=manager, collate_fn=list,
+                          prefetch=False), manager
+
+    (a, ma), (b, mb) = group(), group()
+    steps_a = iter(a)
+    for _ in range(3):  # a trains alone
+        ma.participants, ma.rank = 1, 0
+        next(steps_a)
+        ma.step += 1
+    ma.participants = mb.participants = 1
+    ma.rank, mb.rank, mb.heal_to = 0, None, 3  # b rejoins and heals from a
+    peer = a.state_dict()
+    next(steps_a)
+    assert next(iter(b)) == []  # healing: reads nothing
+    assert (b.step, b.cursor) == (0, 0)  # answers, with its own state, until the peer's arrives
+    b.load_state_dict(peer)  # inside should_commit()
+    ma.step += 1
+    mb.step += 1
+    assert (a.step, a.cursor) == (b.step, b.cursor) == (4, 8)

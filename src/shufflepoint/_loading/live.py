@@ -79,10 +79,12 @@ class Quorum(Protocol):
 
 @dataclass(frozen=True)
 class _Drawn:
-    """A step dealt and not yet settled: its participants and lots."""
+    """A step dealt and not yet settled: its participants and lots, and whether this group took part (a group
+    that heals does not: torchft moves its step to the peers' at the quorum, before the peer's state arrives)."""
 
     participants: int
     lots: int
+    participating: bool = True
 
 
 def empty_like(batch: Any) -> Any:
@@ -213,6 +215,8 @@ class LiveLoader:
         if now == self._committed:
             return  # not committed (yet): a step dealt and not committed is dealt again at the next one
         if now != self._committed + 1:
+            if not self._drawn.participating:
+                return  # healing: the peer's state arrives inside should_commit() (load_state_dict), then settles
             self._disagree(now)
         drawn, self._drawn = self._drawn, None
         self._advance(drawn)
@@ -268,7 +272,7 @@ class LiveLoader:
         self.last_quorum = (participants, participant)
         with self._lock:
             epoch, positions = self._step_positions(participants)
-            self._drawn = _Drawn(participants, self.sizing.lots(participants))
+            self._drawn = _Drawn(participants, self.sizing.lots(participants), participant is not None)
             if participant is None:
                 self.last_indices = []
                 return self._empty_batch()
