@@ -13,6 +13,7 @@ import http.server
 import json
 import os
 import threading
+import time
 import uuid
 import warnings
 
@@ -58,6 +59,15 @@ def loader_state(corpus):
     return json.loads(json.dumps(loader.state_dict()))
 
 
+def settled(s3, quiet_s=0.3, limit_s=10.0):
+    """Wait until the server has seen no request for ``quiet_s``: a job's read-ahead threads may still fetch
+    after its first batch, and their GETs must not be counted as the next read's."""
+    deadline, seen = time.monotonic() + limit_s, -1
+    while time.monotonic() < deadline and len(s3.faults.log) != seen:
+        seen = len(s3.faults.log)
+        time.sleep(quiet_s)
+
+
 def resume(corpus, state):
     shufflepoint.DataLoader(corpus, batch_size=2, seed=3, shuffle_block=16, rank=0, world_size=1).load_state_dict(state)
 
@@ -71,6 +81,7 @@ def test_rewritten_with_the_same_size_before_its_first_read(s3, bucket, monkeypa
     name, cache = bucket
     corpus = open_bucket(s3, name, cache)
     state = loader_state(open_bucket(s3, name, cache + "-elsewhere"))  # that job's reads fill its own cache
+    settled(s3)  # its read-ahead done: the GETs counted below are corpus[10]'s own
     s3.put(name, "part-1.bin", same_size_other_bytes(1))
     s3.reset()
     with pytest.raises(shufflepoint.ShardError, match=r"part-1\.bin: rewritten since it was indexed: its "
