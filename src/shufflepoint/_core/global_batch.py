@@ -110,7 +110,42 @@ def _stretches(n: int, world_size: int) -> tuple[np.ndarray, np.ndarray]:
     return rank * base + np.minimum(rank, extra), base + (rank < extra).astype(np.int64)
 
 
-class GlobalBatchCut(SpanCut):
+class _TailedCut(SpanCut):
+    """What a cut that reads its rest in whole global batches, then one partial one padded across the ranks,
+    answers alike (``GlobalBatchCut``, ``InterleavedCut``): it sets ``_world_size``, ``_first_world_size``,
+    ``full_steps``, ``batch_size``, ``last_per_rank`` and ``_last_total``."""
+
+    _world_size: int
+    _first_world_size: int
+    full_steps: int
+    batch_size: int
+    last_per_rank: int
+    _last_total: int
+
+    @property
+    def world_size(self) -> int:
+        return self._world_size
+
+    @property
+    def first_world_size(self) -> int:
+        """The world size the epoch started with: its parts, the stretches its order is laid along."""
+        return self._first_world_size
+
+    def samples_per_rank(self) -> int:
+        """How many samples each rank reads from here to the end of the epoch."""
+        return self.full_steps * self.batch_size + self.last_per_rank
+
+    def _last_run(self, rank: int) -> tuple[int, int]:
+        """(start, length) of rank's run in the last, partial global batch laid end to end."""
+        base, extra = divmod(self._last_total, self._world_size)
+        return rank * base + min(rank, extra), base + int(rank < extra)
+
+    def real_samples(self, rank: int) -> int:
+        """Of those, how many are not padding (only the last, partial global batch pads)."""
+        return self.full_steps * self.batch_size + min(self._last_run(rank)[1], self.last_per_rank)
+
+
+class GlobalBatchCut(_TailedCut):
     """The rest of an epoch under ``spans`` at a fixed global batch: what each rank of the new world reads.
 
     A ``SpanCut`` (the same deal, the same questions; the ``spans`` deal picks which) for the position
@@ -145,28 +180,6 @@ class GlobalBatchCut(SpanCut):
         self._last_ends = np.cumsum(self._last_sizes)
         self.full_steps = self.steps if self._last_total in (0, global_batch) else self.steps - 1
         self.last_per_rank = 0 if self.full_steps == self.steps else -(-self._last_total // world_size)
-
-    @property
-    def world_size(self) -> int:
-        return self._world_size
-
-    @property
-    def first_world_size(self) -> int:
-        """The world size the epoch started with: its parts, the stretches its order is laid along."""
-        return self._first_world_size
-
-    def samples_per_rank(self) -> int:
-        """How many samples each rank reads from here to the end of the epoch."""
-        return self.full_steps * self.batch_size + self.last_per_rank
-
-    def _last_run(self, rank: int) -> tuple[int, int]:
-        """(start, length) of rank's run in the last, partial global batch laid end to end."""
-        base, extra = divmod(self._last_total, self._world_size)
-        return rank * base + min(rank, extra), base + int(rank < extra)
-
-    def real_samples(self, rank: int) -> int:
-        """Of those, how many are not padding (only the last, partial global batch pads)."""
-        return self.full_steps * self.batch_size + min(self._last_run(rank)[1], self.last_per_rank)
 
     def rank_positions(self, rank: int, start: int, stop: int) -> np.ndarray:
         """Epoch-stream positions of this rank's samples ``start..stop-1`` (counted from here)."""
@@ -227,7 +240,7 @@ def interleaved(segments: Sequence[Sequence[int]], world_size: int, batch_size: 
     return None
 
 
-class InterleavedCut(SpanCut):
+class InterleavedCut(_TailedCut):
     """The rest of an epoch under a grid, read *interleaved*: after its first world W0 read ``taken`` of each of its
     parts, global batch after global batch takes the next positions of the parts' rests in turn (position j of
     part r is the ``j * W0 + r``-th of them, the longer rests' last positions after), so every part advances by
@@ -262,25 +275,6 @@ class InterleavedCut(SpanCut):
             if self.full_steps == self.steps:
                 self._last_total = 0
         self.last_per_rank = -(-self._last_total // world_size)
-
-    @property
-    def world_size(self) -> int:
-        return self._world_size
-
-    @property
-    def first_world_size(self) -> int:
-        """The world size the epoch started with: its parts, the stretches its order is laid along."""
-        return self._first_world_size
-
-    def samples_per_rank(self) -> int:
-        return self.full_steps * self.batch_size + self.last_per_rank
-
-    def _last_run(self, rank: int) -> tuple[int, int]:
-        base, extra = divmod(self._last_total, self._world_size)
-        return rank * base + min(rank, extra), base + int(rank < extra)
-
-    def real_samples(self, rank: int) -> int:
-        return self.full_steps * self.batch_size + min(self._last_run(rank)[1], self.last_per_rank)
 
     def _before(self, x: np.ndarray) -> np.ndarray:
         """Interleave positions below each x that are part r's (x by parts: one row per x, one column per part)."""
