@@ -202,7 +202,8 @@ def test_each_pass_logs_its_data_wait_with_the_runs_logger(patched, caplog) -> N
     next(iterator)
     assert log_data_wait(accelerator, prepared, step=7).batches == 4  # the first pass's 3, and 1 since
     ((values, step),) = logged
-    assert step == 7 and set(values) == {"data_wait_share", "data_wait_s", "data_batches", "data_prefetch_depth"}
+    assert step == 7 and set(values) == {"data_wait_share", "data_wait_s", "data_batches", "data_prefetch_depth",
+                                          "data_workers_busy"}
     assert log_data_wait(accelerator, prepared).batches == 0 and len(logged) == 1  # nothing new: nothing logged
     with pytest.raises(TypeError, match="log_data_wait\\(loader=\\): found list"):
         log_data_wait(accelerator, [])

@@ -216,3 +216,14 @@ def test_a_stock_checkpoint_resumed_with_ignore_data_skip_starts_its_epoch_from_
     with pytest.warns(shufflepoint.ResumeWarning, match=f"{LOADER_STATE_FILE} not found"):
         trainer.train(resume_from_checkpoint=folder)
     assert trainer.seen[:2] == whole.seen and trainer.state.global_step == 12
+
+
+def test_the_refusal_of_another_length_names_the_epoch_that_would_restart():
+    """A checkpoint written at an epoch's end restarts the next epoch under ignore_data_skip: the refusal says so."""
+    from shufflepoint.integrations.transformers._restart import refuse_another_length
+
+    loader = shufflepoint.DataLoader(list(range(28)), batch_size=4, rank=0, world_size=1)
+    for cursor, epoch in ((8, 0), (24, 1)):
+        state = {"n": 24, "epoch": 0, "cursor": cursor, "world_size": 1, "batch_size": 4, "drop_last": False}
+        with pytest.raises(shufflepoint.StateError, match=f"ignore_data_skip=True: epoch {epoch} restarts"):
+            refuse_another_length(loader, state, "checkpoint-3")

@@ -66,6 +66,20 @@ def test_a_slow_dataset_is_waited_for_and_read_and_a_slow_loop_is_not():
     assert slow_loop.data_wait().wait_share < 0.3
 
 
+def test_busy_workers_say_which_side_is_slow_where_the_prefetch_depth_cannot():
+    """Slow workers: the loop waits and they never rest. A slow loop: they rest. The prefetch depth reads full in
+    both (torch keeps asking), so it is not the diagnosis; ``workers_busy`` is."""
+    slow_workers = shufflepoint.DataLoader(Slow(48, seconds=0.02), 4, num_workers=2)
+    _batches(slow_workers)
+    slow_loop = shufflepoint.DataLoader(Slow(48), 4, num_workers=2)
+    _batches(slow_loop, loop_seconds=0.05)
+    busy, idle = slow_workers.data_wait(), slow_loop.data_wait()
+    assert busy.wait_share > 0.5 and busy.workers_busy > 0.6, busy
+    assert idle.wait_share < 0.3 and idle.workers_busy < 0.2, idle
+    assert busy.summary()["data_workers_busy"] == round(busy.workers_busy, 4)
+    assert "workers busy" in str(busy)
+
+
 def test_the_transform_is_told_apart_from_the_read():
     def transform(sample, rng):
         time.sleep(0.01)

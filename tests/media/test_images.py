@@ -95,6 +95,8 @@ def test_a_corrupt_image_is_a_sample_error_naming_its_key_and_field(photo) -> No
 def test_a_random_crop_without_a_generator_is_refused(photo) -> None:
     with pytest.raises(ValueError, match=r"DecodeImage rng: found None\n  expected: the sample's generator"):
         shufflepoint.DecodeImage(32)({"jpg": _photos.encoded(photo, "JPEG")})
+    with pytest.raises(TypeError, match=r"DecodeImage rng: found None"):  # not "bytes that do not decode"
+        shufflepoint.DecodeImage(32)({"jpg": _photos.encoded(photo, "JPEG")[:40]})
 
 
 @pytest.mark.parametrize("arguments,match", [

@@ -91,7 +91,7 @@ def _epoch_decodes(loader, monkeypatch):
     decoded = []
     real = parquet_reader.OpenParquet._decode
     monkeypatch.setattr(parquet_reader.OpenParquet, "_decode",
-                        lambda self, unit: decoded.append((self._shard, unit)) or real(self, unit))
+                        lambda self, unit: decoded.append((self._shard, tuple(unit))) or real(self, unit))
     return [int(i) for batch in loader for i in batch["id"]], decoded
 
 

@@ -39,6 +39,12 @@ def test_over_a_budget_the_caps_count_to_the_end_of_the_epoch_it_ends_in():
     assert Mixture([(A, 3), (B, 2)], samples_per_epoch=3000, max_repeats=[None, 8], budget=8000).counts == [1800, 1200]
 
 
+def test_caps_as_a_dict_cap_the_sources_named_and_no_other():
+    assert Mixture([(A, 3), (B, 2)], samples_per_epoch=3000, max_repeats={1: 2}, spill=True).counts == [2000, 1000]
+    with pytest.raises(ValueError, match=r"^max_repeats\[1\]: found 2"):
+        Mixture([(A, 3), (B, 2)], samples_per_epoch=3000, max_repeats={1: 2})
+
+
 def test_spill_gives_the_excess_to_the_other_sources():
     mixture = Mixture([(A, 3), (B, 2)], samples_per_epoch=3000, max_repeats=[None, 2], spill=True)
     assert mixture.counts == [2000, 1000]
@@ -69,6 +75,8 @@ def test_a_scheduled_mixture_spills_phase_by_phase_and_keeps_every_epoch_within_
     (dict(max_repeats=[None, float("nan")]), r"max_repeats\[1\]"),
     (dict(max_repeats=[True, None]), r"max_repeats\[0\]"),
     (dict(max_repeats="2"), "max_repeats"),
+    (dict(max_repeats={2: 1.0}), "max_repeats"),  # no source 2
+    (dict(max_repeats={1: -1}), r"max_repeats\[1\]"),
     (dict(budget=100), "budget"),
     (dict(max_repeats=[None, 9], budget=0), "budget"),
     (dict(max_repeats=[None, 9], spill="yes"), "spill"),

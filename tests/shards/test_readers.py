@@ -158,6 +158,29 @@ def test_small_parquet_row_groups_are_decoded_together(tmp_path, monkeypatch):
         opened.close()
 
 
+def test_a_corrupt_row_group_costs_its_own_rows_not_its_units(tmp_path):
+    """Small row groups are decoded together; one whose page is overwritten fails its own rows (each read
+    names the group), while the other groups of its unit are served, by row and by batch."""
+    path = tmp_path / "s.parquet"
+    pq.write_table(pa.table({"id": np.arange(200), "x": np.arange(200) * 1.0}), path, row_group_size=10,
+                   compression="NONE")
+    offset = pq.ParquetFile(path).metadata.row_group(5).column(1).data_page_offset
+    data = bytearray(path.read_bytes())
+    data[offset:offset + 40] = b"\xff" * 40
+    path.write_bytes(bytes(data))
+    opened = make_reader("parquet").open(str(path), "s")
+    assert len(opened._units) == 1  # the 20 groups are one decode unit
+    good = [row for row in range(200) if not 50 <= row < 60]
+    assert [opened[row]["id"] for row in good] == good
+    assert [row["id"] for row in opened.take(np.asarray(good[::-1]))] == good[::-1]
+    for row in (50, 59):
+        with pytest.raises(ShardError, match="row group 5 that cannot be decoded"):
+            opened[row]
+    with pytest.raises(ShardError, match="row group 5"):
+        opened.take(np.asarray([3, 55]))
+    opened.close()
+
+
 def test_parquet_missing_column_and_corrupt_file(tmp_path):
     write_parquet(tmp_path / "s.parquet", ROWS)
     expect_shard_error(make_reader("parquet", columns=["txt"]), tmp_path / "s.parquet", "'txt'", "'text'", "'id'")

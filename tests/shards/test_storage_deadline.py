@@ -62,3 +62,19 @@ def test_a_bad_deadline_is_refused_by_name(monkeypatch):
             settings.storage_deadline()
     monkeypatch.delenv(settings.STORAGE_DEADLINE)
     assert settings.storage_deadline() == 120.0
+
+
+def test_requests_in_turn_share_the_deadline_of_the_first_one_left_unanswered(silent_endpoint, monkeypatch):
+    """A read-ahead's request unanswered, then the batch's own: the second gets one short try (deadline / 8), not
+    a whole deadline more (the trial saw 20 s for a deadline of 10); an answer from the endpoint clears it."""
+    monkeypatch.setenv(settings.STORAGE_DEADLINE, "2")
+    storage = Storage(options(silent_endpoint), retries=5)
+    with pytest.raises(shufflepoint.ShardError):
+        storage.info("s3://bucket/a.parquet")
+    started = time.monotonic()
+    with pytest.raises(shufflepoint.ShardError, match=r"(?s)storage s3://bucket/b\.parquet: .*an earlier request "
+                                                       r"to this endpoint got no answer"):
+        storage.info("s3://bucket/b.parquet")
+    assert time.monotonic() - started < 1.5  # 2 / 8 s, and the call's own set-up
+    assert storage._retrying("s3://bucket/c", "asking", lambda: 7) == 7  # an answer
+    assert not storage._silent

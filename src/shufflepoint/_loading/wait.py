@@ -143,7 +143,9 @@ class DataWait:
     the step spent waiting for data (0 to 1). ``pin_s``: seconds torch's pin thread spent pinning them.
     ``prefetch_depth``: the mean number of batches in flight (asked of the workers, not yet received) when the
     loop asked for one; ``prefetch_limit``: the most torch keeps in flight, ``num_workers * prefetch_factor``.
-    ``workers``: per worker, the batches it made and its read, transform and collate seconds.
+    ``workers``: per worker, the batches it made and its read, transform and collate seconds. ``workers_busy``: the
+    part of the loop's time the workers spent making batches (0 to 1, on average over the workers that made one):
+    with a high ``wait_share``, near 1 says the workers are the bound, low says they idle while the loop waits.
     """
 
     rank: int
@@ -165,6 +167,15 @@ class DataWait:
         """The batches in flight when the loop asked for one, on average (0 before a batch, or without workers)."""
         return self.in_flight / self.batches if self.batches else 0.0
 
+    @property
+    def workers_busy(self) -> float:
+        """The workers' read, transform and collate seconds over ``len(workers) * step_s``: how busy the processes
+        that make batches were (0 before a batch; a worker that made none in the window is not counted)."""
+        making = [w for w in self.workers if w.batches > 0]
+        if not making or self.step_s <= 0:
+            return 0.0
+        return min(sum(w.read_s + w.transform_s + w.collate_s for w in making) / (len(making) * self.step_s), 1.0)
+
     def __sub__(self, other: DataWait) -> DataWait:
         earlier = {w.worker: w for w in other.workers}
         return DataWait(self.rank, self.batches - other.batches, self.wait_s - other.wait_s,
@@ -173,17 +184,19 @@ class DataWait:
                         tuple(w - earlier.get(w.worker, WorkerTime(w.worker)) for w in self.workers))
 
     def summary(self) -> dict[str, float]:
-        """The numbers a run logs: ``data_wait_share``, ``data_wait_s``, ``data_batches``, ``data_prefetch_depth``."""
+        """The numbers a run logs: ``data_wait_share``, ``data_wait_s``, ``data_batches``, ``data_prefetch_depth``,
+        ``data_workers_busy``."""
         return {"data_wait_share": round(self.wait_share, 4), "data_wait_s": round(self.wait_s, 4),
-                "data_batches": self.batches, "data_prefetch_depth": round(self.prefetch_depth, 2)}
+                "data_batches": self.batches, "data_prefetch_depth": round(self.prefetch_depth, 2),
+                "data_workers_busy": round(self.workers_busy, 4)}
 
     def __str__(self) -> str:
         workers = ", ".join(f"{'main' if w.worker < 0 else f'worker {w.worker}'}: {w.batches} batches, read "
                             f"{w.read_s:.3f} s, transform {w.transform_s:.3f} s, collate {w.collate_s:.3f} s"
                             for w in self.workers)
         return (f"rank {self.rank}: {self.batches} batches, waited {self.wait_s:.3f} s of {self.step_s:.3f} s "
-                f"({100 * self.wait_share:.1f}%), prefetch depth {self.prefetch_depth:.1f} of {self.prefetch_limit}"
-                + (f"; {workers}" if workers else ""))
+                f"({100 * self.wait_share:.1f}%), prefetch depth {self.prefetch_depth:.1f} of {self.prefetch_limit}, "
+                f"workers busy {100 * self.workers_busy:.0f}%" + (f"; {workers}" if workers else ""))
 
 
 class WaitMeter:

@@ -134,13 +134,13 @@ class DecodeImage:
         if self.crop == "center":
             return crops.center_box(width, height, self._out[0] / self._out[1])
         if rng is None:
-            raise ValueError(refusal("DecodeImage rng", None, "the sample's generator for crop='random'",
-                                     "pass it as DataLoader(..., transform=decode), which calls decode(sample, "
-                                     "rng), or use crop='center' where no randomness is wanted"))
+            raise _no_rng()
         box = crops.random_box(width, height, rng, self.scale, self.ratio)
         return box if self.flip else Box(box.left, box.top, box.width, box.height)
 
     def __call__(self, sample: Any, rng: np.random.Generator | None = None) -> Any:
+        if rng is None and self.crop != "center":  # a call without the generator, not a bad image: said up front
+            raise _no_rng()
         name, data = image_field(sample, self.field)
         if self.decoder == "nvjpeg":
             planned = self._planned(sample, name, data, rng)
@@ -172,6 +172,18 @@ class DecodeImage:
         decoded: torch.Tensor = device_decode.decode_batch(images["bytes"], images["crop"], self._out,
                                                            torch.device(device))
         return decoded
+
+
+class _NoGenerator(TypeError, ValueError):
+    """A random crop called without the sample's generator: a call that is wrong whatever the image, so a
+    ``TypeError`` (never taken for a bad sample by ``skip_bad_samples``), and a ``ValueError`` as it always was."""
+
+
+def _no_rng() -> _NoGenerator:
+    """The refusal of a random crop called without the generator, e.g. as ``Shards(transform=decode)``."""
+    return _NoGenerator(refusal("DecodeImage rng", None, "the sample's generator for crop='random'",
+                             "pass it as DataLoader(..., transform=decode), which calls decode(sample, rng), or use "
+                             "crop='center' where no randomness is wanted (Shards(transform=) passes no generator)"))
 
 
 def _checked_size(size: object) -> tuple[int, int]:

@@ -100,6 +100,33 @@ def _held_footer(parquet: Any, pa: Any, ranged: Ranged, shard: str) -> tuple[Any
     return _over(parquet, pa, view), view.obj
 
 
+class PartlyDecoded(DecodedGroup):
+    """A decode unit of several row groups, one or more of which do not decode: the others' rows are served,
+    a row of a bad group raises its group's ``ShardError`` (so ``skip_bad_samples`` skips those rows alone).
+    ``bad``: (first row in the unit, rows, error) per bad group. Never laid out flat (``OpenParquet._group``)."""
+
+    def __init__(self, table: Any, pa: Any, bad: list[tuple[int, int, ShardError]]) -> None:
+        super().__init__(table, pa)
+        self._bad = bad
+
+    def _check(self, offsets: Sequence[int] | np.ndarray) -> None:
+        picked = np.asarray(offsets, dtype=np.int64)
+        for first, rows, error in self._bad:
+            if ((picked >= first) & (picked < first + rows)).any():
+                raise error
+
+    def row(self, offset: int) -> dict[str, Any]:
+        self._check([offset])
+        return super().row(offset)
+
+    def take(self, offsets: np.ndarray) -> Columns:
+        self._check(offsets)
+        return super().take(offsets)
+
+    def id_offsets(self, k: int) -> tuple[np.ndarray, np.ndarray] | None:
+        raise self._bad[0][2]  # a token column's rows are read as one array: every bad group named by the first
+
+
 class OpenParquet:
     """One Parquet file, its footer read; row groups decoded on demand (small ones together, see
     ``_decode_units``; "group" below means such a unit) and kept in the process's
@@ -266,14 +293,40 @@ class OpenParquet:
         return ids
 
     def _group(self, group: int) -> DecodedGroup:
-        found: DecodedGroup = GROUPS.get(self._owner, group, lambda: DecodedGroup(self._decode(group), self._pa))
+        found: DecodedGroup = GROUPS.get(self._owner, group, lambda: self._decoded(group))
+        if isinstance(found, PartlyDecoded):  # never laid out flat: its bad rows must raise when read
+            return found
         if not self._flat.held[group] and (self._owner, group) in GROUPS and self._flat.add(group, found):
             found.release = functools.partial(self._flat.forget, group)  # kept: laid out flat until let go
         return found
 
-    def _decode(self, unit: int) -> Any:
-        """Decode unit ``unit``: one row group, or a run of small ones read at once (``_decode_units``)."""
+    def _decoded(self, unit: int) -> DecodedGroup:
+        """Unit ``unit`` decoded; where it joins several row groups and one of them does not decode, the
+        others are still served (``PartlyDecoded``): a corrupt row group costs its own rows, not its unit's."""
         groups = self._units[unit][0]
+        try:
+            return DecodedGroup(self._decode(groups), self._pa)
+        except ShardError as error:
+            if len(groups) == 1 or not isinstance(error.__cause__, self._errors):
+                raise
+        tables, bad = [], []
+        for group in groups:
+            try:
+                tables.append(self._decode([group]))
+            except ShardError as error:
+                if not isinstance(error.__cause__, self._errors):
+                    raise
+                rows = self._meta.row_group(group).num_rows
+                bad.append((sum(t.num_rows for t in tables), rows, error))
+                tables.append(None)
+        schema = next(t for t in tables if t is not None).schema  # one group at least failed alone, not all
+        filled = [t if t is not None else self._pa.Table.from_arrays(
+            [self._pa.nulls(rows, f.type) for f in schema], schema=schema)
+            for t, rows in zip(tables, [self._meta.row_group(g).num_rows for g in groups], strict=True)]
+        return PartlyDecoded(self._pa.concat_tables(filled), self._pa, bad)
+
+    def _decode(self, groups: list[int]) -> Any:
+        """Decode row groups ``groups``: one, or a run of small ones read at once (``_decode_units``)."""
         try:
             if self._ranged is not None:  # a remote file read by range: this unit's column chunks in few GETs
                 self._hold(groups)

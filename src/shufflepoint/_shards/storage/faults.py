@@ -1,4 +1,5 @@
-"""Storage faults: which are worth retrying, and how an object that changed under the index is named.
+"""Storage faults: which are worth retrying, how an object that changed under the index is named, and a call
+bounded in time (``within``: the storage deadline's clock).
 
 Recognised by class name along the MRO and the cause chain, so botocore, aiohttp, urllib3, requests
 and google are never imported here (and a fault wrapped by s3fs in an OSError is still seen).
@@ -10,9 +11,13 @@ from __future__ import annotations
 
 import errno
 import re
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar, cast
 
 from shufflepoint._errors import ShardError
+
+T = TypeVar("T")
 
 
 class Truncated(OSError):
@@ -25,7 +30,11 @@ class Truncated(OSError):
 class NoAnswer(ShardError):
     """A request to the storage got no answer within the deadline (``SHUFFLEPOINT_STORAGE_DEADLINE``): the
     endpoint is down or unreachable, which no later request of this run would find otherwise. Never taken for a
-    missing object."""
+    missing object. Its subject is the object asked for (a shard, or an index sidecar: ``storage <url>``)."""
+
+    def __init__(self, shard: str, message: str) -> None:
+        super().__init__(shard, message)
+        self.args = (f"storage {shard}: {message}",)
 
 
 def vanished(url: str, what: str) -> ShardError:
@@ -171,3 +180,30 @@ def describe(error: BaseException | None) -> str:
     if cause is not None and str(cause) not in text:
         text += f" ({type(cause).__name__}: {cause})"
     return text
+
+
+class Unanswered(Exception):
+    """A storage call still running at the deadline (``within``)."""
+
+
+def within(call: Callable[[], T], seconds: float) -> T:
+    """``call()`` in a daemon thread of its own, waited for at most ``seconds``: ``Unanswered`` after that (the
+    call is left to finish or fail by the backend's own timeouts, its result dropped)."""
+    outcome: list[tuple[bool, Any]] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome.append((True, call()))
+        except BaseException as error:  # handed to the caller's thread, raised there
+            outcome.append((False, error))
+        finally:
+            done.set()
+
+    threading.Thread(target=run, daemon=True, name="shufflepoint-storage-call").start()
+    if not done.wait(seconds):
+        raise Unanswered
+    ok, value = outcome[0]
+    if ok:
+        return cast(T, value)
+    raise value

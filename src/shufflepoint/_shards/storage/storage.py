@@ -21,7 +21,6 @@ import glob as _glob
 import os
 import posixpath
 import random
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -35,6 +34,7 @@ from shufflepoint._shards.storage import hub
 from shufflepoint._shards.storage.faults import (
     NoAnswer,
     Truncated,
+    Unanswered,
     changed,
     check_version,
     describe,
@@ -43,6 +43,7 @@ from shufflepoint._shards.storage.faults import (
     rate_limited,
     retry_after,
     vanished,
+    within,
 )
 
 T = TypeVar("T")
@@ -95,10 +96,15 @@ class Storage:
         self.retries, self.backoff = retries, float(backoff)
         self._filesystems: dict[tuple[int, str], Any] = {}
         self._listed: dict[str, ObjectInfo] = {}  # what a listing already told us, by URL
+        # endpoint -> when the first request it left unanswered began (cleared by any answer): a later request
+        # shares that request's deadline, so requests made in turn (a read-ahead's, then the batch's) do not
+        # each wait the whole deadline for an endpoint already known silent
+        self._silent: dict[str, float] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_filesystems"] = {}  # never across processes
+        state["_silent"] = {}
         state["_listed"] = {}  # only the index build needs it; a worker need not carry it
         return state
 
@@ -136,19 +142,25 @@ class Storage:
         runs in a thread of its own and is left to the backend's timeouts) or no time left for another is a
         ShardError naming the endpoint and the request. A whole download (``bounded=False``) is bounded per
         request by the read timeout ``_fs`` sets, and between its attempts by the deadline."""
-        deadline, started = settings.storage_deadline(), time.monotonic()
+        deadline, endpoint = settings.storage_deadline(), self.endpoint(url)
+        silent = self._silent.get(endpoint)
+        started, last = self._clock_of(silent)
         attempts, tried, out_of_time = self.retries + 1, 0, False
-        last: BaseException | None = None
         for attempt in range(attempts):
             left = deadline - (time.monotonic() - started)
-            if left <= 0:
+            if left <= 0 and silent is not None and attempt == 0:
+                left = deadline / 8  # one short try: the endpoint may answer again
+            elif left <= 0:
                 out_of_time = True
                 break
             tried = attempt + 1
             try:
-                return _within(call, left) if bounded and is_remote(url) else call()
-            except _Unanswered:
-                last, out_of_time = TimeoutError(f"attempt {tried} still unanswered at the deadline"), True
+                answer = within(call, left) if bounded and is_remote(url) else call()
+                self._silent.pop(endpoint, None)
+                return answer
+            except Unanswered:
+                before = f"; before it: {describe(last)}" if last is not None else ""
+                last, out_of_time = TimeoutError(f"attempt {tried} still unanswered at the deadline{before}"), True
                 break
             except ShardError:
                 raise
@@ -170,6 +182,7 @@ class Storage:
                         break
                     time.sleep(pause)
         if out_of_time and not (last is not None and rate_limited(last)):
+            self._silent.setdefault(endpoint, started)
             raise NoAnswer(url, self._unanswered(url, what, deadline, tried, last)) from last
         if isinstance(last, Truncated):
             raise ShardError(url, f"{last} ({what} failed after {attempts} attempts)") from last
@@ -179,6 +192,15 @@ class Storage:
                                   "processes or read-ahead), or use a token with a higher limit (Hub: HF_TOKEN); "
                                   f"raise retries= to wait longer ({describe(last)})") from last
         raise ShardError(url, f"{what} failed after {attempts} attempts: {describe(last)}") from last
+
+    @staticmethod
+    def _clock_of(silent: float | None) -> tuple[float, BaseException | None]:
+        """(when a request's deadline counts from, the error it starts with): now, or, for an endpoint already
+        silent, the deadline of the first request it left unanswered."""
+        if silent is None:
+            return time.monotonic(), None
+        ago = time.monotonic() - silent
+        return silent, TimeoutError(f"an earlier request to this endpoint got no answer ({ago:.1f} s ago)")
 
     def endpoint(self, url: str) -> str:
         """The endpoint requests for ``url`` go to, as the storage options say (or the protocol's default)."""
@@ -460,33 +482,6 @@ class Storage:
             raise ShardError(url, changed(done, size, more=True))
         if done < size:
             raise Truncated(done, size)  # a body that ended early: retried, resuming at ``done``
-
-
-class _Unanswered(Exception):
-    """A storage call still running at the deadline (``_within``)."""
-
-
-def _within(call: Callable[[], T], seconds: float) -> T:
-    """``call()`` in a daemon thread of its own, waited for at most ``seconds``: ``_Unanswered`` after that (the
-    call is left to finish or fail by the backend's own timeouts, its result dropped)."""
-    outcome: list[tuple[bool, Any]] = []
-    done = threading.Event()
-
-    def run() -> None:
-        try:
-            outcome.append((True, call()))
-        except BaseException as error:  # handed to the caller's thread, raised there
-            outcome.append((False, error))
-        finally:
-            done.set()
-
-    threading.Thread(target=run, daemon=True, name="shufflepoint-storage-call").start()
-    if not done.wait(seconds):
-        raise _Unanswered
-    ok, value = outcome[0]
-    if ok:
-        return cast(T, value)
-    raise value
 
 
 def _reported(source: Any) -> tuple[int | None, str]:

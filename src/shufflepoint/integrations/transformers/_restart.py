@@ -50,10 +50,11 @@ def refuse_another_length(loader: Any, state: dict[str, Any], path: str) -> None
     """An exact resume of a dataset whose length changed is refused, naming the Trainer's way on."""
     saved_n, now_n = _field(state, "n", path), int(loader.state_dict()["n"])
     if saved_n != now_n:
+        epoch, _ = _epoch_of(state, path, saved_n)  # a checkpoint at an epoch's end restarts the next one
         raise StateError(refusal(
             "state field 'n'", saved_n, f"{now_n} (len(dataset) now)",
             "resume with the dataset the checkpoint was written with; or, to go on with this one, pass "
-            f"ignore_data_skip=True: epoch {_field(state, 'epoch', path)} restarts in this dataset's order, "
+            f"ignore_data_skip=True: epoch {epoch} restarts in this dataset's order, "
             "and a ResumeWarning says which samples may be trained again",
             why=f"the dataset changed length since the checkpoint ({path})"))
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -39,10 +39,17 @@ _FIX = "raise its cap, lower its weight (or samples_per_epoch), or pass spill=Tr
 
 
 def check_caps(found: object, sources: int) -> list[Fraction | None]:
-    """``max_repeats`` as given: one cap per source, None (no cap) or a finite number > 0."""
+    """``max_repeats`` as given: one cap per source, None (no cap) or a finite number > 0; or a dict of the capped
+    sources' numbers to their caps (the others uncapped)."""
+    if isinstance(found, Mapping):
+        for key in found:
+            if isinstance(key, bool) or not isinstance(key, numbers.Integral) or not 0 <= int(key) < sources:
+                raise ValueError(refusal("max_repeats", Plain(f"source {key!r}"), f"a source number in [0, {sources})",
+                                         "name the sources by their place in the Mixture", why="an unknown source"))
+        found = [found.get(s) for s in range(sources)]
     if isinstance(found, (str, bytes)) or not isinstance(found, Sequence):
-        raise TypeError(refusal("max_repeats", found, f"a list of {sources} caps, one per source (None: no cap)",
-                                "pass max_repeats=[None, 2.0, ...]"))
+        raise TypeError(refusal("max_repeats", found, f"a list of {sources} caps, one per source (None: no cap), "
+                                "or a dict {source: cap}", "pass max_repeats=[None, 2.0, ...] or {1: 2.0}"))
     if len(found) != sources:
         raise ValueError(refusal("max_repeats", Plain(f"{len(found)} cap(s)"), f"{sources}, one per source",
                                  "give every source a cap, None for none"))
