@@ -46,7 +46,9 @@ from shufflepoint._loading.skipping import (
     SkippingDataset,
     WithSkips,
     agree_on_skips,
+    can_exclude,
     check_skipping,
+    replacement_groups,
     served_skipping,
     stop_text,
 )
@@ -198,11 +200,12 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             sample then costs its batch its own time, not the sum; docs/video.md); a dataset that reads a batch
             in one call (``Shards``) keeps its one read and runs the transforms in the threads. Default 0.
         skip_bad_samples: True, or a dict of limits (``max_in_a_row`` 4, ``max_skips`` 16 in a ``window`` of
-            1000 steps: ``_core/skips.py``): a sample that fails to read or decode (``ShardError``,
-            ``SampleError``, any exception of ``transform``) is replaced in its slot by a
-            sample arithmetic chooses and excluded from the next batch on, on every rank, and kept in the state's
-            record; past the limits the run stops naming every shard and row. False (the default): a bad
-            sample ends the run. See docs/exclusion.md#bad-samples.
+            1000 steps: ``_core/skips.py``): a sample that fails to read or decode (any exception of the dataset,
+            a corpus's ``transform`` or ``transform`` but a programming error such as ``TypeError``) is replaced
+            in its slot by a sample arithmetic chooses and excluded from the next batch on, on every rank, and kept
+            in the state's record; past the limits the run stops naming every shard and row. A ``Mixture``,
+            ``Packed`` or ``buckets=`` cannot exclude: the bad sample is only replaced, the same way each time it
+            comes up. False (the default): a bad sample ends the run. See docs/exclusion.md#bad-samples.
         **torch_dataloader_kwargs: passed to ``torch.utils.data.DataLoader`` (``collate_fn``,
             ``pin_memory``, ``prefetch_factor``, ``persistent_workers``, ...), except ``sampler`` and
             ``batch_sampler``: the order is this loader's.
@@ -253,8 +256,10 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         dataset = served(dataset, self._seed, transform, seed_per_sample, torch_dataloader_kwargs)
         prefetch = self._announcer(dataset)
         dataset = threads(dataset)  # inside the skipping: a batch read in threads is caught as one read
+        self._skip_excludes = self._skipping is not None and can_exclude(self._position)  # else replace only
+        groups = replacement_groups(places, self._position.orders, layout.n) if self._skipping is not None else None
         self._skipper: SkippingDataset | None = served_skipping(dataset, places, self._seed, layout.n, self._skipping,
-                                                                torch_dataloader_kwargs)
+                                                                torch_dataloader_kwargs, groups)
         dataset = self._skipper or dataset
         sampler = _PassSampler(self._position, rank, self._keyed, prefetch)
         collate = torch_dataloader_kwargs.get("collate_fn") or torch.utils.data.default_collate
@@ -415,8 +420,9 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
                 [dataclasses.replace(skip, step=step) for skip in agreed])
 
     def _skipped(self, skips: list[Any]) -> None:
-        """Exclude the skipped samples from the next batch on and keep them in the record; stop past the limit."""
-        self._position.skip(skips)
+        """Exclude the skipped samples from the next batch on (where the loader can) and keep them in the record;
+        stop past the limit."""
+        self._position.skip(skips, exclude=self._skip_excludes)
         stop = over_limit(self._position.skipped, skips[0].step, self._skipping)  # type: ignore[arg-type]
         if stop is not None:
             raise RuntimeError(stop)

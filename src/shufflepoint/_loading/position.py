@@ -346,11 +346,12 @@ class LoaderPosition:
         self.history = self.history.record(steps, self.layout, place_after(place.epoch, start, 0),
                                            self.history_cuts(), split=True)
 
-    def skip(self, skips: Sequence[Skip]) -> None:
+    def skip(self, skips: Sequence[Skip], exclude: bool = True) -> None:
         """Record ``skips`` (agreed on every rank, ``_loading/skipping.py``) and exclude their indices from the next
-        batch on, as ``exclude`` does."""
-        _, merged = self.exclusion_with([skip.index for skip in skips])
-        self.exclude(merged)
+        batch on, as ``exclude`` does; ``exclude=False`` (an order without an inverse): only record them."""
+        if exclude:
+            _, merged = self.exclusion_with([skip.index for skip in skips])
+            self.exclude(merged)
         self.skipped = kept(self.skipped, skips)
 
     def set_weights(self, weights: Any) -> int:
