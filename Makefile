@@ -47,7 +47,7 @@ test-locality: $(STAMP)
 
 # skip_bad_samples on 2 real ranks, both deals: 0 and 2 workers, a resume in new processes, the limit (~55 s; not in make test)
 test-skips: $(STAMP)
-	$(PY) -m pytest -q -m skips tests/distributed/test_skip_resume.py
+	$(PY) -m pytest -q -m skips tests/distributed/test_skip_resume.py tests/distributed/test_skip_groups.py
 
 # A Mixture resized again and again (issues 43.0, 44.2): hypothesis over resize sequences and caps, and a scheduled
 # Mixture of Packed corpora resized 16 -> 12 -> 6 rows a global batch in fresh processes; weights changed while

@@ -331,6 +331,18 @@ def test_buckets_resume_continues_exactly_and_which_names_the_replacement():
         assert substitute in second.which(step)[0] and index not in second.which(step)[0]
 
 
+def test_inspect_says_a_replace_only_loader_did_not_exclude(tmp_path, capsys):
+    ld = loader(buckets=[index % 3 for index in range(N)])
+    read(ld, epochs=1)
+    path = tmp_path / "loader.json"
+    path.write_text(json.dumps(ld.state_dict()))
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "bad samples (the latest kept), replaced, not excluded" in out and "never served again" not in out
+    for step, index, substitute, *_ in ld.state_dict()["skipped"]:
+        assert f"step {step}: dataset index (index {index}) -> replaced by index {substitute}: SampleError" in out
+
+
 def test_replace_only_allows_persistent_workers():
     keys = [index % 3 for index in range(N)]
     plain = read(loader(buckets=keys), epochs=2)

@@ -24,6 +24,7 @@ So the batch that held a bad sample is full, its replacement is the same whichev
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
@@ -34,7 +35,7 @@ from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.skips import ERROR_CHARS, Skip, SkipBadSamples, in_a_row_error, is_bad_sample, replacement
 from shufflepoint._errors import Plain, ShardError, refusal
 from shufflepoint._loading.keyed import KeyedDataset, _Samples
-from shufflepoint._shards.corpora.shards.locate import below
+from shufflepoint._shards.corpora.shards.locate import WHERE, below
 from shufflepoint._shards.storage.faults import NoAnswer
 
 _DRAWS = 4096  # replacements drawn for one slot before giving up on finding one not excluded
@@ -121,8 +122,12 @@ def replacement_groups(dataset: Any, orders: Any, n: int) -> Groups:
     return Groups(period, [0, period])
 
 
+_ADDRESS = re.compile(r" (?:object )?at 0x[0-9a-fA-F]+")  # PIL: "<_io.BytesIO object at 0x7f...>"
+
+
 def _error_text(error: Exception) -> str:
-    text = f"{type(error).__name__}: {error}".replace("\n", " ")
+    """The error as the record keeps it: one line, no memory addresses (the same text in every process), cut."""
+    text = _ADDRESS.sub("", f"{type(error).__name__}: {error}".replace("\n", " "))
     return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 3] + "..."
 
 
@@ -170,9 +175,13 @@ class SkippingDataset(torch.utils.data.Dataset[Any]):
         return samples
 
     def _where(self, index: int, error: Exception) -> tuple[str | None, int | None]:
-        """(shard, row) of a failed index: by arithmetic for a ``Shards`` corpus, else from the dataset's
+        """(shard, row) of a failed index: as a corpus's transform marked its error, by arithmetic for a ``Shards``
+        corpus, else from the dataset's
         ``locate`` (a ``Mixture``, ``Packed``: the document in the shard that failed, if named); (None, None)
         for a dataset that cannot say."""
+        said = getattr(error, WHERE, None)  # a corpus's transform raised it: its shard and row (say_where)
+        if said is not None:
+            return said[0], said[1]
         named = error.shard if isinstance(error, ShardError) else None
         if isinstance(self.places, PlacesRows):
             shard, row = self.places.shard_of(index)
