@@ -45,7 +45,8 @@ test-trainer-options: $(STAMP)
 test-locality: $(STAMP)
 	$(PY) -m pytest -q -s -m locality tests/distributed
 
-# skip_bad_samples on 2 real ranks, both deals: 0 and 2 workers, a resume in new processes, the limit (~55 s; not in make test)
+# skip_bad_samples on real ranks: both deals, a Mixture of Packed and bucketed images (replace only); 0 and 2 workers,
+# a SIGKILL and a resume in new processes, 2 -> 3 ranks, the limit (~2 min; not in make test)
 test-skips: $(STAMP)
 	$(PY) -m pytest -q -m skips tests/distributed/test_skip_resume.py tests/distributed/test_skip_groups.py
 

@@ -29,7 +29,7 @@ replacement, the failed dataset index, the index served in its place, the shard'
 it (``None`` for a dataset that is not a corpus of shards), and the error's text (at most ``ERROR_CHARS``).
 Every skipped index is also in the state's ``excluded`` set, which keeps all of them.
 
-Words: docs/glossary.md (skip, replacement, exclusion).
+Words: docs/glossary.md (skip, replacement, exclusion, bad sample, replace only).
 """
 
 from __future__ import annotations
