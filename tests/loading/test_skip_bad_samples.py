@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shufflepoint
@@ -396,3 +396,33 @@ def test_a_mixture_of_packed_sources_survives_a_shard_that_fails():
     second = make()
     second.load_state_dict(json.loads(json.dumps(first.state_dict())))
     assert head + tokens(second) == whole
+
+
+# -- which(step) answers every step, under both deals (spans: the record replayed, position._replayed_cuts) ---------
+
+@settings(max_examples=12, deadline=None)
+@given(bad=st.sets(st.integers(0, N - 1), max_size=8), deal=st.sampled_from(["strided", "spans"]),
+       batch=st.integers(1, 5), stop=st.integers(1, 20))
+def test_which_names_every_step_of_a_run_with_skips(bad, deal, batch, stop):
+    def make():
+        return shufflepoint.DataLoader(Flaky(bad=bad), batch, seed=SEED, deal=deal,
+                                       skip_bad_samples={"max_skips": 40, "max_in_a_row": 16})
+
+    first = make()
+    head = read(first, epochs=3, stop=stop)
+    second = make()
+    second.load_state_dict(json.loads(json.dumps(first.state_dict())))  # which from a loaded state too
+    batches = head + read(second, epochs=3)
+    for ld in (first, second) if len(head) == stop else (second,):
+        for step in range(ld.step):
+            assert ld.which(step)[0] == batches[step], (step, ld.state_dict()["skipped"])
+    assert not bad & {i for b in batches for i in b}  # a bad sample is never served: its slot held a replacement
+
+
+def test_slot_replacements_name_each_slot_once():
+    from shufflepoint._core.skips import Skip, slot_replacements
+
+    record = [Skip(4, 10, 3, None, None, "e"), Skip(4, 12, 3, None, None, "e"), Skip(4, 12, 7, None, None, "e"),
+              Skip(5, 1, 2, None, None, "e")]
+    assert slot_replacements(record, 4) == {10: 3, 12: 7}  # 12 was tried for 10's slot, then failed in its own
+    assert slot_replacements(record, 5) == {1: 2} and slot_replacements(record, 6) == {}

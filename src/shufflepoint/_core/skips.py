@@ -143,6 +143,24 @@ class Skip:
         return f"shard {self.shard} row {self.row} (index {self.index})"
 
 
+def slot_replacements(record: Sequence[Skip], step: int) -> dict[int, int]:
+    """The failed index -> the replacement served in its slot, for the slots of ``step``. A slot whose
+    replacements failed too is kept as a run of skips with one replacement, the slot's own index first
+    (``[a -> c, b -> c]``: ``b`` was tried for ``a``'s slot): only the first of a run names a slot.
+
+    >>> slot_replacements([Skip(3, 5, 9, None, None, "e"), Skip(3, 7, 9, None, None, "e")], 3)
+    {5: 9}
+    """
+    found: dict[int, int] = {}
+    previous: Skip | None = None
+    for skip in record:
+        if skip.step == step and (previous is None or previous.step != step
+                                  or previous.replacement != skip.replacement):
+            found.setdefault(skip.index, skip.replacement)
+        previous = skip
+    return found
+
+
 def kept(record: Sequence[Skip], new: Sequence[Skip]) -> tuple[Skip, ...]:
     """The record with ``new`` appended, the latest ``KEPT`` kept."""
     return tuple([*record, *new][-KEPT:])

@@ -22,7 +22,7 @@ import torch.utils.data
 from shufflepoint._core.capabilities import Locatable
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.plan import Layout
-from shufflepoint._core.skips import over_limit
+from shufflepoint._core.skips import over_limit, slot_replacements
 from shufflepoint._errors import Plain, refusal
 from shufflepoint._loading.agreement import agree_on_exclusion, agree_on_weights, validate_everywhere, watch_gloo_exit
 from shufflepoint._loading.bucketed import bucketed
@@ -476,16 +476,16 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         """For each rank of the world that read ``step`` (see ``step``), the dataset indices of its batch,
         by arithmetic from the run's layout history in the state (``docs/state-format.md#which``): load
         any state saved at or after ``step``, on any rank and world size. Later steps: this loader's layout.
-        With samples excluded: the steps before the first ``exclude()`` and from the latest on (docs/exclusion.md).
+        With samples excluded: the steps before the first ``exclude()`` and from the latest on (docs/exclusion.md);
+        with ``skip_bad_samples``, every step while the state's record holds every skip.
 
         ``locate=True``: where each sample lives instead of its index, the dataset's ``locate(index)`` (a
         ``Shards`` corpus: shard, row, bytes; ``Packed``: its documents' token spans), ``{"index": i}`` for a
         dataset that cannot say more."""
         found = self._position.which(step)
-        for skip in self._position.skipped:  # a skipped sample's slot held its replacement
-            if skip.step == step:
-                found = {rank: [skip.replacement if i == skip.index else i for i in indices]
-                         for rank, indices in found.items()}
+        slots = slot_replacements(self._position.skipped, step)  # a skipped sample's slot held its replacement
+        if slots:
+            found = {rank: [slots.get(i, i) for i in indices] for rank, indices in found.items()}
         if not locate:
             return found
         dataset = self._position.orders.dataset
