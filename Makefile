@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-examples test-locality test-skips test-mixture test-hub test-wheel test-repeat test-explore exit-soak test-ray test-torchft bench-torchft test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards bench-ranged \
+.PHONY: setup demo test test-examples test-locality test-skips test-mixture test-hub test-wheel test-repeat test-explore exit-soak test-ray test-torchft bench-torchft test-torchtitan bench bench-shuffle bench-agreement bench-skip-agreement bench-exclusion bench-scaling bench-indexing bench-shards bench-ranged \
 	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-images bench-which bench-tail bench-scale soak lint clean test-accelerate-matrix test-transformers-matrix test-trainer-options bench-data-wait bench-ray \
 	docs docs-build
 
@@ -117,6 +117,10 @@ bench-shuffle: $(STAMP)
 # Rank agreement at load: one all_reduce of 24 bytes against gathering every rank's state, at 2-6 processes.
 bench-agreement: $(STAMP)
 	$(PY) benchmarks/agreement.py
+
+# skip_bad_samples: the per-step agreement on 2 Gloo ranks, blocking against pipelined (~15 s)
+bench-skip-agreement: $(STAMP)
+	$(PY) benchmarks/skip_agreement.py
 
 # loader.exclude: state bytes and per-batch cost with 10,000 scattered samples excluded, against none.
 bench-exclusion: $(STAMP)

@@ -96,7 +96,7 @@ def test_the_run_survives_and_every_rank_agrees(ran):
     assert record and record == whole[1]["skipped"] == read("whole2", 0)["skipped"]
     for rank in range(2):
         assert read("whole2", rank)["steps"] == whole[rank]["steps"]  # num_workers changes nothing
-    for step, index, replacement, shard_named, row_named, error in record:
+    for _step, index, replacement, shard_named, row_named, error in record:
         assert shard_named == shard and row_named == row, (shard_named, row_named)
         assert ("UnidentifiedImageError" if kind == "buckets" else "UnicodeDecodeError") in error
         if kind == "buckets":
@@ -104,7 +104,7 @@ def test_the_run_survives_and_every_rank_agrees(ran):
     epochs = {epoch for epoch, *_ in whole[0]["steps"]}
     assert len({entry[0] for entry in record}) >= len(epochs)  # met again every epoch: replaced, not excluded
     for rank in range(2):
-        for epoch, step, nominal, served, content in whole[rank]["steps"]:
+        for _epoch, step, nominal, served, content in whole[rank]["steps"]:
             assert len(content) == len(nominal) == len(served)  # a batch that held a bad sample is full too
             if kind == "buckets":
                 assert content == served and bad not in content  # which() names what was served

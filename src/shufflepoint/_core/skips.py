@@ -77,14 +77,14 @@ PROGRAMMING_ERRORS: tuple[type[BaseException], ...] = (
 def is_bad_sample(error: BaseException) -> bool:
     """Whether ``error``, raised reading or decoding one sample, makes it a bad sample that ``skip_bad_samples``
     replaces: any ``Exception`` (``ShardError``, ``SampleError``, ``OSError`` such as PIL's
-    ``UnidentifiedImageError``, ``ValueError`` and ``UnicodeDecodeError``, ``KeyError`` for a missing field, ``EOFError``,
-    a decoder's ``RuntimeError``, ...) but a programming error (``PROGRAMMING_ERRORS``: ``TypeError``,
+    ``UnidentifiedImageError``, ``ValueError`` and ``UnicodeDecodeError``, ``KeyError`` for a missing field,
+    ``EOFError``, a decoder's ``RuntimeError``, ...) but a programming error (``PROGRAMMING_ERRORS``: ``TypeError``,
     ``AttributeError``, ``NameError``, ...), which ends the run at once. A bug that raises one of the others fails
     every sample alike, and ``max_in_a_row`` failed reads for one slot end the run naming them.
 
     >>> is_bad_sample(OSError("cannot identify image file")), is_bad_sample(KeyError("jpg"))
     (True, True)
-    >>> is_bad_sample(AttributeError("'NoneType' object has no attribute 'convert'")), is_bad_sample(KeyboardInterrupt())
+    >>> is_bad_sample(AttributeError("'NoneType' has no attribute 'convert'")), is_bad_sample(KeyboardInterrupt())
     (False, False)
     """
     return isinstance(error, Exception) and not isinstance(error, PROGRAMMING_ERRORS)
