@@ -125,7 +125,7 @@ def test_a_shards_corpus_records_the_shard_and_the_row(tmp_path):
 
     def decode(row):
         if row["id"] == 10:
-            raise SampleError("bad jpeg")
+            raise OSError("cannot identify image file") if corpus_transform == "oserror" else SampleError("bad jpeg")
         return row["id"]
 
     corpus = shufflepoint.Shards(str(tmp_path / "corpus" / "*.jsonl"), transform=decode,
@@ -209,7 +209,7 @@ def test_storage_that_does_not_answer_is_no_bad_sample():
         read(loader(Down()))
 
 
-@pytest.mark.parametrize("corpus_transform", [True, False])
+@pytest.mark.parametrize("corpus_transform", [True, "oserror", False])
 def test_a_shards_batch_decoded_in_threads_skips_its_bad_sample(tmp_path, corpus_transform):
     """decode_threads reads a Shards batch in one call and decodes it in threads: a bad sample in it is still
     skipped (found by reading the batch's samples one by one), the stream the same as without threads."""
@@ -217,7 +217,7 @@ def test_a_shards_batch_decoded_in_threads_skips_its_bad_sample(tmp_path, corpus
 
     def decode(row):
         if row["id"] == 10:
-            raise SampleError("bad jpeg")
+            raise OSError("cannot identify image file") if corpus_transform == "oserror" else SampleError("bad jpeg")
         return row["id"]
 
     def user_transform(sample, rng):
@@ -241,14 +241,17 @@ def test_a_shards_batch_decoded_in_threads_skips_its_bad_sample(tmp_path, corpus
     threaded, threaded_record = run(2, tmp_path / "c2")
     assert threaded == plain
     assert 10 not in [x for batch in threaded for x in batch]
-    assert [entry[1] for entry in threaded_record] == [entry[1] for entry in plain_record] and threaded_record
+    assert threaded_record == plain_record and threaded_record  # the same skips, shard, row and error
+    if corpus_transform:
+        assert all(entry[3] is not None and entry[4] is not None for entry in threaded_record)
 
 
 # -- what counts as a bad sample (_core/skips.py is_bad_sample) ---------------------------------------------------
 
 @pytest.mark.parametrize("error", [OSError("cannot identify image file"), ValueError("bad header"),
                                    UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"),
-                                   EOFError("truncated"), RuntimeError("decode_jpeg failed"), KeyError("jpg")])
+                                   EOFError("truncated"), RuntimeError("decode_jpeg failed"), KeyError("jpg"),
+                                   SyntaxError("broken PNG file")])
 def test_any_error_of_a_sample_is_skipped(error):
     class Raising(Flaky):
         def __getitem__(self, index):

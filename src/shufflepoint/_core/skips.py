@@ -67,10 +67,11 @@ def replacement(seed: int, index: int, attempt: int, n: int, own: int | None = N
 
 # A programming error, not a bad sample: the code that reads or decodes is wrong, so every sample would fail
 # alike. Raised at once, as without skip_bad_samples. (RecursionError is a RuntimeError; the rest of RuntimeError,
-# which decoders such as torchvision's raise for corrupt bytes, is a bad sample.)
+# which decoders such as torchvision's raise for corrupt bytes, is a bad sample. SyntaxError is one too: PIL raises
+# it for a broken PNG chunk, and a real one is raised at import, not per sample.)
 PROGRAMMING_ERRORS: tuple[type[BaseException], ...] = (
     TypeError, AttributeError, NameError, ImportError, AssertionError, NotImplementedError, RecursionError,
-    SyntaxError, MemoryError,
+    MemoryError,
 )
 
 
