@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-examples test-locality test-skips test-mixture test-hub test-wheel test-repeat test-explore exit-soak test-ray test-torchft bench-torchft test-torchtitan bench bench-shuffle bench-agreement bench-exclusion bench-scaling bench-indexing bench-shards bench-ranged \
+.PHONY: setup demo test test-examples test-locality test-skips test-mixture test-hub test-wheel test-repeat test-explore exit-soak test-ray test-torchft bench-torchft test-torchtitan bench bench-shuffle bench-agreement bench-skip-agreement bench-exclusion bench-scaling bench-indexing bench-shards bench-ranged \
 	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-images bench-which bench-tail bench-scale soak lint clean test-accelerate-matrix test-transformers-matrix test-trainer-options bench-data-wait bench-ray \
 	docs docs-build
 
@@ -45,9 +45,10 @@ test-trainer-options: $(STAMP)
 test-locality: $(STAMP)
 	$(PY) -m pytest -q -s -m locality tests/distributed
 
-# skip_bad_samples on 2 real ranks, both deals: 0 and 2 workers, a resume in new processes, the limit (~55 s; not in make test)
+# skip_bad_samples on real ranks: both deals, a Mixture of Packed and bucketed images (replace only); 0 and 2 workers,
+# a SIGKILL and a resume in new processes, 2 -> 3 ranks, the limit (~2 min; not in make test)
 test-skips: $(STAMP)
-	$(PY) -m pytest -q -m skips tests/distributed/test_skip_resume.py
+	$(PY) -m pytest -q -m skips tests/distributed/test_skip_resume.py tests/distributed/test_skip_groups.py
 
 # A Mixture resized again and again (issues 43.0, 44.2): hypothesis over resize sequences and caps, and a scheduled
 # Mixture of Packed corpora resized 16 -> 12 -> 6 rows a global batch in fresh processes; weights changed while
@@ -116,6 +117,10 @@ bench-shuffle: $(STAMP)
 # Rank agreement at load: one all_reduce of 24 bytes against gathering every rank's state, at 2-6 processes.
 bench-agreement: $(STAMP)
 	$(PY) benchmarks/agreement.py
+
+# skip_bad_samples: the per-step agreement on 2 Gloo ranks, blocking against pipelined (~15 s)
+bench-skip-agreement: $(STAMP)
+	$(PY) benchmarks/skip_agreement.py
 
 # loader.exclude: state bytes and per-batch cost with 10,000 scattered samples excluded, against none.
 bench-exclusion: $(STAMP)

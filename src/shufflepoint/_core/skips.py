@@ -1,9 +1,15 @@
 """Bad samples skipped: the replacement arithmetic, the run's record of skips, and the limit that ends a run.
 
-A sample that fails to read or decode (``ShardError``, ``SampleError``, an exception in the loader's
-``transform``) ends the run by default. With ``DataLoader(..., skip_bad_samples=True)`` the worker
+A sample that fails to read or decode (``ShardError``, ``SampleError``, any exception of the dataset's
+``__getitem__``, of a corpus's ``transform`` or of the loader's ``transform`` but a programming error:
+``is_bad_sample``) ends the run by default. With ``DataLoader(..., skip_bad_samples=True)`` the worker
 that read it serves a *replacement* in its slot instead, so that the batch stays full, and the loader
 excludes the failed index from the next batch on, agreed on every rank (``_loading/skipping.py``).
+A loader that cannot exclude (a ``Mixture``, ``Packed``, ``buckets=``: orders without an inverse) *only replaces*:
+the failed index stays in the order, and each time it comes up (every epoch) it fails again and meets the same
+replacement, agreed and recorded again. There the replacement comes from the failed sample's *group*, so that a
+batch stays one bucket and a mixture keeps its shares: its bucket, or its mixture source (``replacement``'s
+``own``).
 
 What fills the slot is arithmetic, never the order workers happened to fail in: the replacement of dataset
 index ``i`` is ``replacement(seed, i, attempt, n)``, the first of ``attempt = 0, 1, ...`` that is neither ``i``
@@ -23,7 +29,7 @@ replacement, the failed dataset index, the index served in its place, the shard'
 it (``None`` for a dataset that is not a corpus of shards), and the error's text (at most ``ERROR_CHARS``).
 Every skipped index is also in the state's ``excluded`` set, which keeps all of them.
 
-Words: docs/glossary.md (skip, replacement, exclusion).
+Words: docs/glossary.md (skip, replacement, exclusion, bad sample, replace only).
 """
 
 from __future__ import annotations
@@ -47,12 +53,42 @@ def _mix(value: int) -> int:
     return value ^ (value >> 31)
 
 
-def replacement(seed: int, index: int, attempt: int, n: int) -> int:
+def replacement(seed: int, index: int, attempt: int, n: int, own: int | None = None) -> int:
     """The dataset index that fills failed ``index``'s slot at ``attempt`` (0, 1, ...): a keyed hash into
     ``[0, n)``, never ``index`` itself. The caller skips an excluded one, or one that fails too, with the next
-    attempt. ``n >= 2``."""
+    attempt. ``n >= 2``.
+
+    ``own``: the failed sample's place in a *group* of ``n`` (a bucket, a mixture's source) that the replacement
+    must come from: the draw, still keyed by ``index``, is then a place in the group other than ``own``."""
+    own = index if own is None else own
     drawn = _mix(_mix(_mix(seed & _MASK) ^ index) ^ (attempt + 1)) % (n - 1)
-    return drawn if drawn < index else drawn + 1  # [0, n) without index
+    return drawn if drawn < own else drawn + 1  # [0, n) without own
+
+
+# A programming error, not a bad sample: the code that reads or decodes is wrong, so every sample would fail
+# alike. Raised at once, as without skip_bad_samples. (RecursionError is a RuntimeError; the rest of RuntimeError,
+# which decoders such as torchvision's raise for corrupt bytes, is a bad sample. SyntaxError is one too: PIL raises
+# it for a broken PNG chunk, and a real one is raised at import, not per sample.)
+PROGRAMMING_ERRORS: tuple[type[BaseException], ...] = (
+    TypeError, AttributeError, NameError, ImportError, AssertionError, NotImplementedError, RecursionError,
+    MemoryError,
+)
+
+
+def is_bad_sample(error: BaseException) -> bool:
+    """Whether ``error``, raised reading or decoding one sample, makes it a bad sample that ``skip_bad_samples``
+    replaces: any ``Exception`` (``ShardError``, ``SampleError``, ``OSError`` such as PIL's
+    ``UnidentifiedImageError``, ``ValueError`` and ``UnicodeDecodeError``, ``KeyError`` for a missing field,
+    ``EOFError``, a decoder's ``RuntimeError``, ...) but a programming error (``PROGRAMMING_ERRORS``: ``TypeError``,
+    ``AttributeError``, ``NameError``, ...), which ends the run at once. A bug that raises one of the others fails
+    every sample alike, and ``max_in_a_row`` failed reads for one slot end the run naming them.
+
+    >>> is_bad_sample(OSError("cannot identify image file")), is_bad_sample(KeyError("jpg"))
+    (True, True)
+    >>> is_bad_sample(AttributeError("'NoneType' has no attribute 'convert'")), is_bad_sample(KeyboardInterrupt())
+    (False, False)
+    """
+    return isinstance(error, Exception) and not isinstance(error, PROGRAMMING_ERRORS)
 
 
 @dataclass(frozen=True)
@@ -108,13 +144,37 @@ class Skip:
         return f"shard {self.shard} row {self.row} (index {self.index})"
 
 
+def slot_replacements(record: Sequence[Skip], step: int) -> dict[int, int]:
+    """The failed index -> the replacement served in its slot, for the slots of ``step``. A slot whose
+    replacements failed too is kept as a run of skips with one replacement, the slot's own index first
+    (``[a -> c, b -> c]``: ``b`` was tried for ``a``'s slot): only the first of a run names a slot.
+
+    >>> slot_replacements([Skip(3, 5, 9, None, None, "e"), Skip(3, 7, 9, None, None, "e")], 3)
+    {5: 9}
+    """
+    found: dict[int, int] = {}
+    previous: Skip | None = None
+    for skip in record:
+        if skip.step == step and (previous is None or previous.step != step
+                                  or previous.replacement != skip.replacement):
+            found.setdefault(skip.index, skip.replacement)
+        previous = skip
+    return found
+
+
 def kept(record: Sequence[Skip], new: Sequence[Skip]) -> tuple[Skip, ...]:
     """The record with ``new`` appended, the latest ``KEPT`` kept."""
     return tuple([*record, *new][-KEPT:])
 
 
+# Orders whose dataset indices carry a pass or an epoch above the dataset's length (``Packed``: epoch * rows + row;
+# a ``Mixture``: pass * rows + offset + row): their skipped indices are bounded by int64, not by ``n``.
+UNBOUNDED_INDICES = ("packed", "mixture")
+
+
 def check_record(value: object, n: int) -> tuple[Skip, ...]:
-    """The state's ``skipped`` field, checked: ``StateError`` naming the element otherwise."""
+    """The state's ``skipped`` field, checked (indices in ``[0, n)``; ``n`` 2**63 for an order in
+    ``UNBOUNDED_INDICES``): ``StateError`` naming the element otherwise."""
     if not isinstance(value, list) or len(value) > KEPT:
         raise field_error("skipped", value, f"a list of at most {KEPT} skips", DAMAGED)
     record: list[Skip] = []

@@ -79,7 +79,7 @@ from shufflepoint._core.history import MAX_EPOCH, History, Place
 from shufflepoint._core.older_states import NEWEST_UPGRADED, OLDEST_VERSION, upgraded
 from shufflepoint._core.plan import Layout
 from shufflepoint._core.segments import Pairs, is_folded
-from shufflepoint._core.skips import Skip, check_record
+from shufflepoint._core.skips import UNBOUNDED_INDICES, Skip, check_record
 from shufflepoint._core.spanskips import Handed
 from shufflepoint._core.state_fields import DEALS as DEALS  # re-exported: the deals a state may name
 from shufflepoint._core.state_fields import (
@@ -376,7 +376,8 @@ def validate(state: object, expected: Expected, *, strict: bool = True) -> Posit
     steps, history = check_history(state, deal, bool(state["excluded"]))
     _check_changed(state, expected, strict)
     _warn_if_torch_changed(state)
-    skipped = check_record(state[SKIPPED], state["n"]) if SKIPPED in state else ()
+    bound = 2**63 if state["order"] in UNBOUNDED_INDICES else state["n"]
+    skipped = check_record(state[SKIPPED], bound) if SKIPPED in state else ()
     return Position(state["epoch"], state["cursor"], deal, deal.segments(state["segments"]), steps, history,
                     check_excluded(state, expected.kind), check_handed(state, deal), check_excluded_at(state, steps),
                     state["ramp"], skipped)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
+from shufflepoint._core.skips import is_bad_sample
 from shufflepoint._errors import SampleError
 from shufflepoint._loading.randomness import batch_rng, sample_rng, saved_globals, seed_globals, seeded_globals
 from shufflepoint._loading.threads import SamplePool
@@ -47,8 +48,8 @@ class KeyedDataset(torch.utils.data.Dataset[Any]):
     seeded from it around ``dataset[index]`` and the transform, then restored.
 
     Attributes it does not have are the wrapped dataset's (``len``, ``prefetch``, ``fingerprint``).
-    ``skips_errors`` (set under ``skip_bad_samples=``, ``skipping.py``): any exception of the transform is re-said
-    as a bad sample (``SampleError``), so that it is skipped like one.
+    ``skips_errors`` (set under ``skip_bad_samples=``, ``skipping.py``): an exception of the transform that
+    ``is_bad_sample`` (any but a programming error) is re-said as a ``SampleError``, so that it is skipped like one.
     """
 
     skips_errors = False
@@ -84,7 +85,7 @@ class KeyedDataset(torch.utils.data.Dataset[Any]):
         except SampleError as error:
             raise located_error(error, self.dataset, index) from error
         except Exception as error:
-            if not self.skips_errors:
+            if not self.skips_errors or not is_bad_sample(error):
                 raise
             bad = SampleError(f"transform raised {type(error).__name__}: {error}")
             raise located_error(bad, self.dataset, index) from error

@@ -22,7 +22,7 @@ import torch.utils.data
 from shufflepoint._core.capabilities import Locatable
 from shufflepoint._core.exclusion import Exclusion
 from shufflepoint._core.plan import Layout
-from shufflepoint._core.skips import over_limit
+from shufflepoint._core.skips import over_limit, slot_replacements
 from shufflepoint._errors import Plain, refusal
 from shufflepoint._loading.agreement import agree_on_exclusion, agree_on_weights, validate_everywhere, watch_gloo_exit
 from shufflepoint._loading.bucketed import bucketed
@@ -46,7 +46,9 @@ from shufflepoint._loading.skipping import (
     SkippingDataset,
     WithSkips,
     agree_on_skips,
+    can_exclude,
     check_skipping,
+    replacement_groups,
     served_skipping,
     stop_text,
 )
@@ -198,11 +200,12 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             sample then costs its batch its own time, not the sum; docs/video.md); a dataset that reads a batch
             in one call (``Shards``) keeps its one read and runs the transforms in the threads. Default 0.
         skip_bad_samples: True, or a dict of limits (``max_in_a_row`` 4, ``max_skips`` 16 in a ``window`` of
-            1000 steps: ``_core/skips.py``): a sample that fails to read or decode (``ShardError``,
-            ``SampleError``, any exception of ``transform``) is replaced in its slot by a
-            sample arithmetic chooses and excluded from the next batch on, on every rank, and kept in the state's
-            record; past the limits the run stops naming every shard and row. False (the default): a bad
-            sample ends the run. See docs/exclusion.md#bad-samples.
+            1000 steps: ``_core/skips.py``): a sample that fails to read or decode (any exception of the dataset,
+            a corpus's ``transform`` or ``transform`` but a programming error such as ``TypeError``) is replaced
+            in its slot by a sample arithmetic chooses and excluded from the next batch on, on every rank, and kept
+            in the state's record; past the limits the run stops naming every shard and row. A ``Mixture``,
+            ``Packed`` or ``buckets=`` cannot exclude: the bad sample is only replaced, the same way each time it
+            comes up. False (the default): a bad sample ends the run. See docs/exclusion.md#bad-samples.
         **torch_dataloader_kwargs: passed to ``torch.utils.data.DataLoader`` (``collate_fn``,
             ``pin_memory``, ``prefetch_factor``, ``persistent_workers``, ...), except ``sampler`` and
             ``batch_sampler``: the order is this loader's.
@@ -253,8 +256,10 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         dataset = served(dataset, self._seed, transform, seed_per_sample, torch_dataloader_kwargs)
         prefetch = self._announcer(dataset)
         dataset = threads(dataset)  # inside the skipping: a batch read in threads is caught as one read
+        self._skip_excludes = self._skipping is not None and can_exclude(self._position)  # else replace only
+        groups = replacement_groups(places, self._position.orders, layout.n) if self._skipping is not None else None
         self._skipper: SkippingDataset | None = served_skipping(dataset, places, self._seed, layout.n, self._skipping,
-                                                                torch_dataloader_kwargs)
+                                                                torch_dataloader_kwargs, groups)
         dataset = self._skipper or dataset
         sampler = _PassSampler(self._position, rank, self._keyed, prefetch)
         collate = torch_dataloader_kwargs.get("collate_fn") or torch.utils.data.default_collate
@@ -415,8 +420,9 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
                 [dataclasses.replace(skip, step=step) for skip in agreed])
 
     def _skipped(self, skips: list[Any]) -> None:
-        """Exclude the skipped samples from the next batch on and keep them in the record; stop past the limit."""
-        self._position.skip(skips)
+        """Exclude the skipped samples from the next batch on (where the loader can) and keep them in the record;
+        stop past the limit."""
+        self._position.skip(skips, exclude=self._skip_excludes)
         stop = over_limit(self._position.skipped, skips[0].step, self._skipping)  # type: ignore[arg-type]
         if stop is not None:
             raise RuntimeError(stop)
@@ -470,16 +476,16 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         """For each rank of the world that read ``step`` (see ``step``), the dataset indices of its batch,
         by arithmetic from the run's layout history in the state (``docs/state-format.md#which``): load
         any state saved at or after ``step``, on any rank and world size. Later steps: this loader's layout.
-        With samples excluded: the steps before the first ``exclude()`` and from the latest on (docs/exclusion.md).
+        With samples excluded: the steps before the first ``exclude()`` and from the latest on (docs/exclusion.md);
+        with ``skip_bad_samples``, every step while the state's record holds every skip.
 
         ``locate=True``: where each sample lives instead of its index, the dataset's ``locate(index)`` (a
         ``Shards`` corpus: shard, row, bytes; ``Packed``: its documents' token spans), ``{"index": i}`` for a
         dataset that cannot say more."""
         found = self._position.which(step)
-        for skip in self._position.skipped:  # a skipped sample's slot held its replacement
-            if skip.step == step:
-                found = {rank: [skip.replacement if i == skip.index else i for i in indices]
-                         for rank, indices in found.items()}
+        slots = slot_replacements(self._position.skipped, step)  # a skipped sample's slot held its replacement
+        if slots:
+            found = {rank: [slots.get(i, i) for i in indices] for rank, indices in found.items()}
         if not locate:
             return found
         dataset = self._position.orders.dataset

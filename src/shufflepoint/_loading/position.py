@@ -346,11 +346,12 @@ class LoaderPosition:
         self.history = self.history.record(steps, self.layout, place_after(place.epoch, start, 0),
                                            self.history_cuts(), split=True)
 
-    def skip(self, skips: Sequence[Skip]) -> None:
+    def skip(self, skips: Sequence[Skip], exclude: bool = True) -> None:
         """Record ``skips`` (agreed on every rank, ``_loading/skipping.py``) and exclude their indices from the next
-        batch on, as ``exclude`` does."""
-        _, merged = self.exclusion_with([skip.index for skip in skips])
-        self.exclude(merged)
+        batch on, as ``exclude`` does; ``exclude=False`` (an order without an inverse): only record them."""
+        if exclude:
+            _, merged = self.exclusion_with([skip.index for skip in skips])
+            self.exclude(merged)
         self.skipped = kept(self.skipped, skips)
 
     def set_weights(self, weights: Any) -> int:
@@ -440,11 +441,12 @@ class LoaderPosition:
         return self.history_cuts(self._which_excluded, self._lookup.orders(self.orders))
 
     def _skipped_cuts(self, step: int) -> Cuts | None | Literal[False]:
-        """Where every exclusion is a skipped sample the record still holds, under a deal that does not re-deal
-        (``strided``): the cuts that place ``step`` with the samples skipped before it excluded, the set that was in
-        effect then (None: none yet). False where the record cannot say (``placeable`` decides)."""
+        """Where every exclusion is a skipped sample the record still holds: the cuts that place ``step`` with the
+        samples skipped before it excluded, the set that was in effect then (None: none yet). False where the
+        record cannot say (``placeable`` decides). Under a deal that re-deals (``spans``) each exclusion re-dealt
+        what its epoch had left: ``_replayed_cuts`` rebuilds what it had handed out, exclusion by exclusion."""
         record, n = self.skipped, self.orders.n
-        if not record or self.deal.redeals or not self.excluded.exclusion:
+        if not record or not self.excluded.exclusion:
             return False
         at = tuple(sorted({skip.step + 1 for skip in record}))  # an exclusion takes effect at the next step
         if at != self.excluded_at or Exclusion.from_indices([s.index for s in record], n) != self.excluded.exclusion:
@@ -452,10 +454,35 @@ class LoaderPosition:
         in_effect = [skip.index for skip in record if skip.step < step]
         if not in_effect:
             return None
+        if self.deal.redeals:
+            return self._replayed_cuts(at, step)
         excluded = Excluded(n)
         excluded.replace(Exclusion.from_indices(in_effect, n), n)
         return history_cuts(self.history, self.deal, self._lookup.orders(self.orders), excluded,
                             tuple(a for a in at if a <= step), (self.epoch, None))
+
+    def _replayed_cuts(self, at: tuple[int, ...], step: int) -> Cuts:
+        """Under ``spans``, the cuts in effect at ``step`` (at or after ``at[0]``): from the first skip's exclusion
+        to the one before ``step``, each placed where the run stood at the step before it (with the cuts of the
+        exclusions before), and what its epoch had handed out by then rebuilt as ``exclude()`` built it
+        (``Deal.exclusion_start``). O(exclusions) placements; every leg from an exclusion on is in the history."""
+        n, orders = self.orders.n, self._lookup.orders(self.orders)
+        cuts: Cuts | None = None
+        for number, begins in enumerate(at):
+            if begins > step:
+                break
+            placed = self.history.place(begins - 1, cuts)  # the last batch read before this exclusion
+            done = (placed.batch + 1) * placed.layout.batch_size
+            segments = placed.cut.after(done)[1]
+            _, handed = self.deal.exclusion_start(placed.cut, done, placed.layout, segments, None)
+            live = (placed.epoch, handed)
+            if done >= placed.cut.samples_per_rank():  # it read its epoch to the end: the next one begins afresh
+                live = (placed.epoch + 1, None)
+            excluded = Excluded(n)
+            excluded.replace(Exclusion.from_indices([s.index for s in self.skipped if s.step < begins], n), n)
+            cuts = history_cuts(self.history, self.deal, orders, excluded, at[:number + 1], live)
+        assert cuts is not None  # at[0] <= step: the caller found a skip before it
+        return cuts
 
     def batches_this_epoch(self) -> int | None:
         """Batches each rank has received of the current epoch, whatever changed inside it; None where the

@@ -310,7 +310,9 @@ def render(result: dict[str, Any]) -> str:
         if state.get("excluded"):
             lines.append(f"    excluded   : {state['excluded']} samples never served again")
         if state.get("skipped"):
-            lines.append(f"    skipped    : {len(state['skipped'])} bad samples (the latest kept), each excluded:")
+            how = ("each excluded" if state.get("excluded") else
+                   "replaced, not excluded (a Mixture, Packed or buckets= cannot exclude): met again, replaced again")
+            lines.append(f"    skipped    : {len(state['skipped'])} bad samples (the latest kept), {how}:")
             lines += [f"      {line}" for line in state["skipped"]]
     for corpus in result.get("corpora", []):
         lines += _corpus.render(corpus)

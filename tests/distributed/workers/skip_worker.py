@@ -65,8 +65,7 @@ if MODE == "whole":
         ld = loader(workers)
         out[f"workers{workers}"] = read(ld)
         out[f"skipped{workers}"] = ld.state_dict().get("skipped", [])
-        out[f"which{workers}"] = {str(entry[0]): ld.which(entry[0]) for entry in out[f"skipped{workers}"]
-                                  if DEAL == "strided"}  # spans: which refuses the steps between skips
+        out[f"which{workers}"] = {str(step): ld.which(step) for step in range(ld.step)}  # every step, both deals
 elif MODE == "save":
     ld = loader(2)
     out["received"] = read(ld, SAVE_AT)
@@ -79,6 +78,7 @@ else:
         ld.load_state_dict(json.load(f))
     out["received"] = read(ld)
     out["skipped"] = ld.state_dict().get("skipped", [])
+    out["which"] = {str(step): ld.which(step) for step in range(ld.step)}  # from the loaded state's record
     tight = shufflepoint.DataLoader(Flaky(), BATCH, seed=SEED, num_workers=2, transform=transform, deal=DEAL,
                                     skip_bad_samples={"max_skips": 2, "window": 100})
     try:

@@ -70,6 +70,23 @@ def mixture_location(index: int, source: int, within: int, dataset: Any) -> dict
     return found
 
 
+WHERE = "shufflepoint_where"  # the attribute a corpus transform's exception carries: (url, row) of its sample
+
+
+def say_where(error: BaseException, url: str, row: int, index: int) -> None:
+    """Mark an exception a corpus's ``transform`` raised with its sample's shard and row, keeping its type: an
+    attribute (``WHERE``) that ``skip_bad_samples`` records, and a note the traceback shows (Python 3.11+)."""
+    if getattr(error, WHERE, None) is not None:
+        return  # said by a corpus nested deeper
+    try:
+        setattr(error, WHERE, (url, row))
+    except AttributeError:  # an exception type without attributes of its own
+        return
+    add_note = getattr(error, "add_note", None)
+    if add_note is not None:
+        add_note(f"shufflepoint: shard {url} row {row} (dataset index {index})")
+
+
 def located_error(error: SampleError, dataset: Any, index: int) -> Exception:
     """A bad sample's error, said where it lives: a ``ShardError`` naming the shard and row when ``dataset``
     can ``locate`` it down to a file (through a ``Mixture`` too), else the ``SampleError`` with its index."""

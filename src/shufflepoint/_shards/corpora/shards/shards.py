@@ -24,7 +24,7 @@ from shufflepoint._shards.corpora.shards import ids
 from shufflepoint._shards.corpora.shards.access import AccessOptions, ShardAccess
 from shufflepoint._shards.corpora.shards.batch import Batch, Columnar, Rows, Stacked, checked_indices, gather
 from shufflepoint._shards.corpora.shards.hub_dataset import hub_sources
-from shufflepoint._shards.corpora.shards.locate import located_error, shard_location
+from shufflepoint._shards.corpora.shards.locate import located_error, say_where, shard_location
 from shufflepoint._shards.corpora.shards.shown import short
 from shufflepoint._shards.index import collector, hub_listing, sidecar
 from shufflepoint._shards.index import index as _index
@@ -232,12 +232,17 @@ class Shards(torch.utils.data.Dataset[Any]):
         return self._transformed(sample, int(index)) if self._transform is not None else sample
 
     def _transformed(self, sample: Any, index: int) -> Any:
-        """``transform(sample)``; a bad sample (``SampleError``) is re-raised naming its shard and row."""
+        """``transform(sample)``; a bad sample (``SampleError``) is re-raised naming its shard and row, any other
+        exception marked with them (``say_where``)."""
         assert self._transform is not None
         try:
             return self._transform(sample)
         except SampleError as error:
             raise located_error(error, self, index) from error
+        except Exception as error:  # its type kept (a caller may catch it), its shard and row said
+            shard, row = self.shard_of(index)
+            say_where(error, self.index.url(shard), row, index)
+            raise
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
         """``[self[i] for i in indices]``, read a batch at once (torch's DataLoader calls this)."""
