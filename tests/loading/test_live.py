@@ -358,22 +358,22 @@ def test_a_worker_skips_a_share_below_the_floor_and_stops_one_it_is_reading() ->
 
 
 def sleepy(sample: int, rng: np.random.Generator) -> int:
-    """A slow read that takes no CPU: 40 ms a sample."""
+    """A slow read that takes no CPU: 20 ms a sample."""
     import time
 
-    time.sleep(0.040)
+    time.sleep(0.020)
     return sample
 
 
 def test_a_change_waits_for_its_own_share_not_behind_the_dropped_ones() -> None:
-    """Workers behind (40 ms a sample, 4 a share, 2 workers x prefetch 2, no compute): at a change the 4 shares in
-    flight are stale. The step waits for its own read (160 ms) and at most a sample of a stale share a worker had
-    begun, not behind their whole reads (a worker's queued stale share, then its own: 320 ms and more)."""
+    """Workers behind (20 ms a sample, 8 a share, 2 workers x prefetch 2, no compute): at a change the 4 shares in
+    flight are stale. The step waits for its own read (160 ms) and at most the stale sample a worker was reading,
+    not behind the dropped shares' whole reads (a worker's queued stale share, then its own: 320 ms and more)."""
     import time
 
     manager = FakeManager()
     manager.participants, manager.rank = 2, 0
-    loader = LiveLoader(list(range(400)), 4, replica_groups=2, seed=7, manager=manager, collate_fn=list,
+    loader = LiveLoader(list(range(400)), 8, replica_groups=2, seed=7, manager=manager, collate_fn=list,
                         transform=sleepy, num_workers=2, prefetch_factor=2)
     taken = []
     try:
@@ -381,12 +381,12 @@ def test_a_change_waits_for_its_own_share_not_behind_the_dropped_ones() -> None:
             if step == 5:
                 manager.participants = 1  # a membership change: the shares in flight were dealt for 2 groups
             began = time.perf_counter()
-            taken.append([sample for sample in next(iter(loader))])
+            taken.append(next(iter(loader)))
             elapsed = time.perf_counter() - began
             manager.step += 1
-        assert elapsed < 0.26, f"the step at a change waited {elapsed * 1e3:.0f} ms (its own read is 160)"
+        assert elapsed < 0.25, f"the step at a change waited {elapsed * 1e3:.0f} ms (its own read is 160)"
         assert 1 <= loader.prefetch_dropped <= 4
         order = epoch_order(400, 0)
-        assert taken == [order[s * 8:s * 8 + 8:2] for s in range(5)] + [order[40:44]]
+        assert taken == [order[s * 16:s * 16 + 16:2] for s in range(5)] + [order[80:88]]
     finally:
         loader.close()
