@@ -286,7 +286,9 @@ test-torchft: $(TORCHFT_STAMP)
 
 # torchft's own data path (its DistributedSampler into torchdata's StatefulDataLoader) against shufflepoint's for the
 # same failures on real torchft, and the loader's cost of a membership change (benchmarks/live_membership.py;
-# results in benchmarks/results/torchft.md), with a slow transform at num_workers 0 and 2. torchdata joins the torchft venv. About 4.5 minutes.
+# results in benchmarks/results/torchft.md), with a slow transform at num_workers 0 and 2: a fixed world against a
+# change every 20 steps, the steady rate and a change's cost in share reads. torchdata joins the torchft venv.
+# About 7 minutes.
 bench-torchft: $(TORCHFT_STAMP)
 	$(TORCHFT_VENV)/bin/python -m pip install -q torch==2.13.0 torchdata==0.11.0
 	$(TORCHFT_VENV)/bin/python benchmarks/live_membership.py

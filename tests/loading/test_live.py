@@ -327,3 +327,66 @@ def test_a_healing_group_can_read_its_loader_before_the_peer_state_arrives() -> 
     ma.step += 1
     mb.step += 1
     assert (a.step, a.cursor) == (b.step, b.cursor) == (4, 8)
+
+
+def test_a_worker_skips_a_share_below_the_floor_and_stops_one_it_is_reading() -> None:
+    """``live_workers.Shares`` in this process: a key below the floor is not read, and a share whose serial falls
+    below the floor while it is read stops before its next sample (what a membership change leaves in flight)."""
+    from shufflepoint._loading.live_workers import Shares
+
+    reads: list[int] = []
+
+    class Data:
+        def __len__(self) -> int:
+            return 10
+
+        def __getitem__(self, i: int) -> int:
+            reads.append(i)
+            if i == 3:
+                shares.floor[0] = 6  # the loader raised the floor: serial 5 is no longer wanted
+            return i
+
+    shares = Shares(Data(), 0, None, list)
+    assert shares[(1, (0, (0, 1)))] == (1, True, [0, 1])
+    shares.floor[0] = 3
+    assert shares[(2, (0, (7, 8)))] == (2, False, None), "below the floor: nothing read"
+    assert reads == [0, 1]
+    assert shares[(5, (0, (2, 3, 4, 9)))] == (5, False, None), "stopped after sample 3, before 4"
+    assert reads == [0, 1, 2, 3]
+    assert shares[(6, (0, (4,)))] == (6, True, [4])
+    assert shares[(7, None)] == (7, True, None)
+
+
+def sleepy(sample: int, rng: np.random.Generator) -> int:
+    """A slow read that takes no CPU: 20 ms a sample."""
+    import time
+
+    time.sleep(0.020)
+    return sample
+
+
+def test_a_change_waits_for_its_own_share_not_behind_the_dropped_ones() -> None:
+    """Workers behind (20 ms a sample, 8 a share, 2 workers x prefetch 2, no compute): at a change the 4 shares in
+    flight are stale. The step waits for its own read (160 ms) and at most the stale sample a worker was reading,
+    not behind the dropped shares' whole reads (a worker's queued stale share, then its own: 320 ms and more)."""
+    import time
+
+    manager = FakeManager()
+    manager.participants, manager.rank = 2, 0
+    loader = LiveLoader(list(range(400)), 8, replica_groups=2, seed=7, manager=manager, collate_fn=list,
+                        transform=sleepy, num_workers=2, prefetch_factor=2)
+    taken = []
+    try:
+        for step in range(6):
+            if step == 5:
+                manager.participants = 1  # a membership change: the shares in flight were dealt for 2 groups
+            began = time.perf_counter()
+            taken.append(next(iter(loader)))
+            elapsed = time.perf_counter() - began
+            manager.step += 1
+        assert elapsed < 0.25, f"the step at a change waited {elapsed * 1e3:.0f} ms (its own read is 160)"
+        assert 1 <= loader.prefetch_dropped <= 4
+        order = epoch_order(400, 0)
+        assert taken == [order[s * 16:s * 16 + 16:2] for s in range(5)] + [order[80:88]]
+    finally:
+        loader.close()
