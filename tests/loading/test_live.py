@@ -251,19 +251,6 @@ def test_refusals_name_the_field() -> None:
         loader.load_state_dict({**before, "changes": [[0, 0, 0, 1]]})
 
 
-def test_changes_stay_small_over_many_changes() -> None:
-    changes = Changes()
-    lot = 0
-    for step in range(5000):
-        participants = 1 + step % 3
-        changes = changes.committed(step, lot, participants, participants)
-        lot += participants
-    assert len(changes.entries) == 1024
-    assert changes.lot_step(4999) == (lot - 2, 2, 2)
-    with pytest.raises(ValueError, match="step"):
-        changes.lot_step(0)
-
-
 def test_prefetch_is_used_when_the_quorum_holds_and_dropped_when_it_changes() -> None:
     cluster = Cluster(60, 2, 1, batch_size=2)
     for _ in range(4):
@@ -327,3 +314,50 @@ def test_a_healing_group_can_read_its_loader_before_the_peer_state_arrives() -> 
     ma.step += 1
     mb.step += 1
     assert (a.step, a.cursor) == (b.step, b.cursor) == (4, 8)
+
+
+@pytest.mark.parametrize("sizes", [{"batch_size": 2}, {"global_batch": 12}])
+def test_which_keeps_each_step_group_size_across_a_restart_that_changes_it(sizes) -> None:
+    """A run of 3 groups x 2 ranks restarted as 3 groups x 1 rank (and back to 2): ``which`` of the earlier steps
+    deals them among the ranks they had (participants x their group size), not today's."""
+    first = Cluster(60, 3, 2, **sizes)
+    first.step([0, 1, 2], [], True)
+    first.step([0, 2], [], True)
+    second = Cluster(60, 3, 1, **sizes)
+    for group in second.ranks.values():
+        for loader, manager in group:
+            loader.load_state_dict(first.ranks[0][0][0].state_dict())
+            manager.step = 2
+    second.step([0, 1, 2], [], True)
+    second.step([1, 2], [], True)
+    third = Cluster(60, 3, 2, **sizes)
+    for group in third.ranks.values():
+        for loader, manager in group:
+            loader.load_state_dict(second.ranks[1][0][0].state_dict())
+            manager.step = 4
+    third.step([0, 1, 2], [], True)
+    trained = first.trained + second.trained + third.trained
+    order = epoch_order(60, 0)
+    assert [i for b in trained for i in b] == order[:sum(len(b) for b in trained)]
+    loader = third.ranks[2][1][0]
+    found = [loader.which(step) for step in range(5)]
+    assert [len(f) for f in found] == [6, 4, 3, 2, 6]  # participants x that step's ranks per group
+    assert [_interleaved(f) for f in found] == trained
+
+
+def test_a_version_1_state_still_loads_and_answers_which() -> None:
+    """Version 1 stored the history as a JSON list of [step, lot_step, lots, participants] (the latest 1,024)."""
+    cluster = Cluster(40, 3, 2, batch_size=2)
+    for alive in ([0, 1, 2], [0, 2], [0, 2]):
+        cluster.step(alive, [], True)
+    cluster.start(1)  # group 1 back: it heals from a peer, then takes part
+    cluster.step([0, 1, 2], [1], True)
+    cluster.step([0, 1, 2], [], True)
+    loader = cluster.ranks[2][0][0]
+    old = {**loader.state_dict(), "version": 1, "changes": [e.to_state()[:4] for e in loader._changes.entries]}
+    fresh = Cluster(40, 3, 2, batch_size=2).ranks[0][1][0]
+    fresh.load_state_dict(old)
+    assert [_interleaved(fresh.which(step)) for step in range(5)] == cluster.trained
+    assert fresh.state_dict() == loader.state_dict()  # written back as version 2
+    with pytest.raises(StateError, match="changes"):
+        fresh.load_state_dict({**old, "version": 2})

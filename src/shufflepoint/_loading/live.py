@@ -48,7 +48,7 @@ from shufflepoint._loading.position import LoaderPosition, expected_state
 from shufflepoint._order import check_int
 
 KIND = "shufflepoint.live"  # the state's ``kind``
-VERSION = 1
+VERSION = 2  # 2: the history as columns (``membership.encode``), every change kept, each with its group size
 _END = object()
 
 
@@ -232,7 +232,8 @@ class LiveLoader:
         live = self._live()
         left = -(-position.samples_left() // lot)
         lots = min(drawn.lots, left)
-        self._changes = self._changes.committed(self._committed, position.step, drawn.lots, drawn.participants)
+        self._changes = self._changes.committed(self._committed, position.step, drawn.lots, drawn.participants,
+                                                self.sizing.group_world)
         live.received += lots
         self._committed += 1
         if position.samples_left() == 0:
@@ -392,14 +393,15 @@ class LiveLoader:
     # -- the past ---------------------------------------------------------------------------------------
     def which(self, step: int) -> dict[int, list[int]]:
         """For each global rank (participant x group_world_size + group rank) of committed ``step``, the dataset
-        indices of its batch, by arithmetic from the state (the latest ``MAX_CHANGES`` membership changes)."""
+        indices of its batch, by arithmetic from the state (every membership change is in it, with the group size
+        of its steps)."""
         check_int("step", step, 0, 2**63 - 1)
         with self._lock:
             self._settle()
             if step >= self._committed:
                 raise ValueError(refusal("step", step, f"a committed step, below {self._committed}",
                                          "ask a step this run has committed"))
-            first, lots, participants = self._changes.lot_step(step)
+            first, lots, participants, group_world = self._changes.lot_step(step)
             history, epoch = self._position.history, None
             found: list[list[int]] = []
             for lot_step in range(first, first + lots):
@@ -409,7 +411,7 @@ class LiveLoader:
                 epoch = placed_epoch
                 found.append(self._position.which(lot_step)[0])
         indices = np.asarray([i for part in found for i in part], dtype=np.int64)
-        world = participants * self.sizing.group_world
+        world = participants * group_world
         return {rank: indices[rank::world].tolist() for rank in range(world)}
 
     # -- state -----------------------------------------------------------------------------------------
@@ -429,17 +431,25 @@ class LiveLoader:
             found = state.get("kind") if isinstance(state, dict) else type(state).__name__
             raise field_error("kind", found, repr(KIND), "load a state written by LiveLoader.state_dict()",
                               why=DAMAGED)
-        if state.get("version") != VERSION:
-            raise field_error("version", state.get("version"), str(VERSION), "load a state of this release")
+        if state.get("version") not in (1, VERSION):
+            raise field_error("version", state.get("version"), f"1 to {VERSION}", "load a state of this release")
+        if (state["version"] == 1) != isinstance(state.get("changes"), list):  # version 1: a list; 2: the columns
+            raise field_error("changes", Plain(type(state.get("changes")).__name__),
+                              f"{'a list' if state['version'] == 1 else 'a string'} in a version {state['version']}"
+                              " state", "load a state written by LiveLoader.state_dict()", why=DAMAGED)
+        group_world = state.get("group_world_size")
+        if isinstance(group_world, bool) or not isinstance(group_world, int) or group_world < 1:
+            raise field_error("group_world_size", group_world, "an int >= 1",
+                              "load a state written by LiveLoader.state_dict()")
         step = state.get("step")
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise field_error("step", step, "an int >= 0", "load a state written by LiveLoader.state_dict()")
         try:
-            changes = Changes.from_state(state.get("changes"))
+            changes = Changes.from_state(state.get("changes"), group_world)
         except ValueError as error:
             raise StateError(str(error)) from error
-        if changes.entries and changes.entries[-1].step >= step:
-            raise field_error("changes", Plain(f"an entry at step {changes.entries[-1].step}"),
+        if changes.last is not None and changes.last.step >= step:
+            raise field_error("changes", Plain(f"an entry at step {changes.last.step}"),
                               f"entries before step {step}", "load a state written by LiveLoader.state_dict()")
         position = self._position
         validate = lambda saved, expected: validate_everywhere(  # noqa: E731
