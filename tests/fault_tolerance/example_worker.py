@@ -84,6 +84,7 @@ def main() -> None:
     small_embedding()
 
     import torchft
+
     from shufflepoint.integrations.torchft import DataLoader
 
     records = open(os.path.join(args.out, f"records-{args.group}-0.jsonl"), "a")

@@ -22,7 +22,18 @@ Within a step the global rank ``q = participant x group_world + group_rank`` rea
 group_world]`` (``DistributedSampler``'s stride inside the step), so the union of the ranks' shares is the
 step's global batch, each position once.
 
-*Changes* map committed steps to lots: an entry ``[step, lot_step, lots, participants, group_world]`` says that
+*Stretches* (a corpus, under ``spans``, dynamic): a step that reads the next lots of the stream and deals them
+by stride would have every group read a part of every block. Instead the epoch's lots are read as K = replica
+groups stretches side by side (``stretch_lot``: read lot j is stretch j mod K's (j // K)-th), and a full step (P
+whole lots, P <= K) gives each participant one whole lot, participant p the one of stretch p where the step holds
+it (``dealt_lots``), split inside the group by group rank. With all K groups taking part, group p reads only its
+own stretch, as a fixed world's rank does; while one is missing the others read the stretches the steps hold,
+and once it is back each group is in its own stretch again (``make bench-live-locality``). Any other step (an
+epoch's last, a fixed global batch, P > K) is dealt by stride. The state keeps K (``stretches``; 0 for a state of
+version 1: lots in order), so a restart with other replica groups reads the run's stretches on; a restart with
+another lot (group size, batch size) is taken at an epoch's start only: the lots read of an epoch are no prefix.
+
+ to lots: an entry ``[step, lot_step, lots, participants, group_world]`` says that
 from ``step`` on each committed step reads ``lots`` lots from ``lot_step + (step' - step) x lots``, dealt to
 ``participants`` groups of ``group_world`` ranks, until the next entry. An entry is added only where that stops
 holding (a new P; an epoch's last step, which reads what is left; another group size after a restart). Every
@@ -47,7 +58,7 @@ from __future__ import annotations
 import base64
 import bisect
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -262,7 +273,7 @@ class Changes:
             table = _listed(stored, group_world)
         else:
             raise Refused("changes", Plain(type(stored).__name__), "the history's columns (a base64 string)", DAMAGED)
-        bad = (table < 0).any(axis=1) | (table[:, 2:] < 1).any(axis=1)
+        bad: np.ndarray = np.asarray((table < 0).any(axis=1) | (table[:, 2:] < 1).any(axis=1))
         bad[1:] |= (np.diff(table[:, 0]) <= 0) | (np.diff(table[:, 1]) < 0)
         if bad.any():
             number = int(np.argmax(bad))
@@ -332,3 +343,51 @@ def decode(text: str) -> np.ndarray:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_INT
+
+
+def stretch_lot(lot: int, lots: int, stretches: int) -> int:
+    """The lot of a cut of ``lots`` lots that is read ``lot``-th when ``stretches`` (K) stretches are read side by
+    side: the first K x q lots (q = lots // K) are K stretches of q lots, and read lot j is stretch j mod K's
+    (j // K)-th; the other lots (fewer than K, the cut's last among them) are read in order. K <= 1: in order.
+    A bijection of [0, lots), so every lot of the cut is read once whatever the steps take."""
+    per = lots // stretches if stretches > 1 else 0
+    if lot >= per * stretches or per == 0:
+        return lot
+    return lot % stretches * per + lot // stretches
+
+
+def dealt_lots(first: int, participants: int, stretches: int) -> list[int]:
+    """The read lots ``first .. first + participants - 1`` of a full step, one per participant (P <= K): the
+    participant p takes the one of stretch p (read lot j is of stretch j mod K) where the step holds it, the others
+    the rest in order. With every group taking part, participant p reads stretch p at every step."""
+    window = range(first, first + participants)
+    own = {j % stretches: j for j in window if j % stretches < participants}
+    rest = iter(j for j in window if j % stretches >= participants)
+    return [own[p] if p in own else next(rest) for p in range(participants)]
+
+
+def step_share(positions_of: Callable[[int, int], np.ndarray], lot: int, total: int, done: int, lots: int,
+               participants: int, participant: int, group_world: int, group_rank: int,
+               stretches: int = 0) -> np.ndarray:
+    """The positions global rank ``participant x group_world + group_rank`` reads of the step that reads ``lots``
+    lots of ``lot`` positions from ``done`` of a cut of ``total`` (``positions_of(start, stop)``: the cut's). Lots
+    are read in the stretches' order (``stretch_lot``); a full step (P lots, each whole, P <= K) gives each
+    participant a whole lot (``dealt_lots``), split by group rank; any other step is dealt by stride
+    (``deal_step``). Module docstring."""
+    stop = min(done + lots * lot, total)
+    if stretches <= 1:
+        positions = positions_of(done, stop) if stop > done else np.zeros(0, np.int64)
+        return deal_step(positions, participants, participant, group_world, group_rank)
+    count, cut_lots = -(-total // lot), []
+    for read in range(done // lot, -(-stop // lot)):
+        cut_lots.append(stretch_lot(read, count, stretches))
+
+    def whole(c: int) -> np.ndarray:
+        return positions_of(c * lot, min(c * lot + lot, total))
+
+    if lots == participants <= stretches and stop - done == lots * lot:
+        mine = dealt_lots(done // lot, participants, stretches)[participant] - done // lot
+        return whole(cut_lots[mine])[group_rank::group_world]
+    parts = [whole(c) for c in cut_lots]
+    positions = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    return deal_step(positions, participants, participant, group_world, group_rank)

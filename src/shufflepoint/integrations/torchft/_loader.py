@@ -96,4 +96,4 @@ def _from_sampler(settings: dict[str, Any], group_world: int, replica_groups: in
             raise ValueError(refusal(name, options[name], f"the sampler's {name}={settings[name]!r}",
                                      f"leave {name} out (the sampler's is used) or build the sampler with it"))
         options[name] = settings[name]
-    return groups
+    return int(groups)

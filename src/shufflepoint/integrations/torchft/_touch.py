@@ -84,7 +84,7 @@ def register(manager: Any, key: str, load: Any, state: Any) -> None:
 def sampler_settings(sampler: Any) -> dict[str, Any]:
     """What a ``torchft.DistributedSampler`` says of the run (TOUCH POINT 7): its ranks over all replica groups,
     ``shuffle``, ``seed`` and ``drop_last``; TypeError naming ``sampler`` for anything else."""
-    from torchft.data import DistributedSampler
+    from torchft.data import DistributedSampler  # type: ignore[import-not-found]  # the integration's own extra
 
     if not isinstance(sampler, DistributedSampler):
         raise TypeError(refusal(
