@@ -224,3 +224,35 @@ def test_the_docs_show_the_example_diff() -> None:
     example = (root / "examples" / "torchft_train_ddp.py").read_text().splitlines()
     assert 0 < len(added) <= 5 and all(line in example for line in added)
     assert not any(line in example for line in removed)
+
+
+def test_a_kill_and_rejoin_under_spans_keeps_each_group_on_its_stretch(tmp_path: pathlib.Path) -> None:
+    """``deal="spans"`` (a corpus's deal): the epoch's 60 lots read as 3 stretches of 20, one per group. A group
+    killed and restarted heals from a peer; every sample once, ``which`` = trained, and in every step all 3 groups
+    train whole, each participant's batch lies in its own stretch (positions [80p, 80p + 80))."""
+    run = Run(tmp_path, 3, worker_args=["--n", str(N), "--batch", str(BATCH), "--deal", "spans", *SLOW])
+    run.start_all()
+    run.wait_until(lambda: run.committed_steps(2) >= 4)
+    run.kill(2)
+    time.sleep(1)
+    run.restart(2)
+    run.finish()
+    found = records(tmp_path)
+    batches = global_batches(found, 1)
+    assert {k: v for k, v in verdict(batches, N).items() if k != "in_order"} == \
+        {"steps": len(batches), **{k: v for k, v in EXACT.items() if k != "in_order"}}
+    healed(tmp_path, 2)
+    final = json.loads(sorted(tmp_path.glob("done-*.json"))[0].read_text())["state"]
+    loader = LiveLoader(list(range(N)), BATCH, replica_groups=3, deal="spans", prefetch=False)
+    loader.load_state_dict(final)
+    for step, merged in batches.items():
+        shares = loader.which(step)
+        rebuilt = [0] * sum(len(s) for s in shares.values())
+        for rank, share in shares.items():
+            rebuilt[rank::len(shares)] = share
+        assert rebuilt == merged, f"which({step})"
+    position = {i: p for p, i in enumerate(epoch_order(N))}
+    whole = [r for r in found if r["committed"] and r["participants"] == 3 and len(r["ids"]) == BATCH]
+    assert len(whole) >= 6
+    for r in whole:
+        assert {position[i] // 80 for i in r["ids"]} == {r["rank"]}, r
