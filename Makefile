@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-examples test-locality test-skips test-mixture test-hub test-wheel test-repeat test-explore exit-soak test-ray test-torchft bench-torchft test-torchtitan bench bench-shuffle bench-agreement bench-skip-agreement bench-exclusion bench-scaling bench-indexing bench-shards bench-ranged \
+.PHONY: setup demo test test-examples test-locality test-skips test-mixture test-hub test-wheel test-repeat test-explore exit-soak test-ray test-torchft bench-torchft bench-live-history bench-live-locality test-torchtitan bench bench-shuffle bench-agreement bench-skip-agreement bench-exclusion bench-scaling bench-indexing bench-shards bench-ranged \
 	bench-locality bench-read bench-cold bench-busy bench-packing bench-gpu bench-images bench-which bench-tail bench-scale soak lint clean test-accelerate-matrix test-transformers-matrix test-trainer-options bench-data-wait bench-ray \
 	docs docs-build
 
@@ -292,6 +292,18 @@ test-torchft: $(TORCHFT_STAMP)
 bench-torchft: $(TORCHFT_STAMP)
 	$(TORCHFT_VENV)/bin/python -m pip install -q torch==2.13.0 torchdata==0.11.0
 	$(TORCHFT_VENV)/bin/python benchmarks/live_membership.py
+
+# The live loader's history over 1k, 10k and 100k membership changes (issue 43.2): state bytes, save and load times,
+# `which` and `shufflepoint which` checked against every served step (benchmarks/results/live_history.md). Plain
+# .venv; about 3 minutes.
+bench-live-history: $(STAMP)
+	$(VENV)/bin/python benchmarks/live_history.py
+
+# Locality of a corpus under the live loader (issue 43): 3 groups, one lost and back; shards each group touches and
+# its reads inside its own stretch, lots read in order (0.6.0) against stretches (benchmarks/results/live_locality.md).
+# Plain .venv; about 10 s.
+bench-live-locality: $(STAMP)
+	$(VENV)/bin/python benchmarks/live_locality.py
 
 # The documentation site (issue 46.3): mkdocs-material over README.md (the home page), docs/*.md and an API
 # reference mkdocstrings renders from the docstrings (mkdocs.yml, docs/_site/hooks.py). Its own venv, every

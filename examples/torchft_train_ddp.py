@@ -66,7 +66,7 @@ def main() -> None:
     # This uses the torchdata StatefulDataLoader to be able to checkpoint and
     # restore the per worker dataloader position.
     trainloader = DataLoader(
-        trainset, batch_size=64, replica_groups=NUM_REPLICA_GROUPS
+        trainset, batch_size=64, num_workers=2, sampler=sampler
     )
 
     def load_state_dict(state_dict):
@@ -211,6 +211,7 @@ def main() -> None:
             if manager.current_step() >= 10000:
                 # complete training
                 prof.stop()
+                trainloader.close()
                 exit()
 
 

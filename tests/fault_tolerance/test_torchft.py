@@ -189,3 +189,70 @@ def test_fixed_with_spares(tmp_path: pathlib.Path) -> None:
     dealt = [r for r in records(tmp_path) if r["step"] > 0]
     assert {r["participants"] for r in dealt} == {2}, "2 participants every step"
     assert any(r["rank"] is None and r["ids"] == [] for r in dealt), "a spare read nothing"
+
+
+def test_the_example(tmp_path: pathlib.Path) -> None:
+    """examples/torchft_train_ddp.py as written (torchft's train_ddp.py, ``num_workers=2``, ``close()`` at its end), 2
+    replica groups under a Lighthouse, CIFAR10 as 600 in-memory images, its stop check met after 4 committed steps
+    (tests/fault_tolerance/example_worker.py): the committed steps read the epoch's order, the model gets the images
+    the loader dealt, and each group ends by its own ``trainloader.close()`` and ``exit()``."""
+    n = 600
+    run = Run(tmp_path, 2, worker=pathlib.Path(__file__).parent / "example_worker.py",
+              worker_args=["--n", str(n), "--steps", "4"])
+    run.start_all()
+    run.wait_until(lambda: all((tmp_path / f"closed-{group}").exists() for group in range(2)), timeout=180)
+    closed = max(json.loads((tmp_path / f"closed-{group}").read_text())["time"] for group in range(2))
+    run.finish(timeout=60)
+    ended = time.time() - closed
+    assert [p.returncode for group in run.processes.values() for p in group] == [0, 0]
+    assert all(json.loads((tmp_path / f"closed-{group}").read_text())["workers"] for group in range(2))
+    found = records(tmp_path)
+    assert all(r["ids"] == r["dealt"] for r in found), "the model gets the images the loader dealt"
+    batches = global_batches(found, 1)
+    trained = [i for step in sorted(batches) for i in batches[step]]
+    assert len(batches) >= 4 and trained == epoch_order(n)[:len(trained)]
+    print(f"example: {len(batches)} committed steps, {len(trained)} images; exit {ended:.1f} s after close()")
+
+
+def test_the_docs_show_the_example_diff() -> None:
+    """docs/torchft.md's diff is the example's: its added lines are in examples/torchft_train_ddp.py, at most 5."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    page = (root / "docs" / "torchft.md").read_text()
+    block = page.split("```diff\n", 1)[1].split("```", 1)[0]
+    added = [line[1:] for line in block.splitlines() if line.startswith("+")]
+    removed = [line[1:] for line in block.splitlines() if line.startswith("-")]
+    example = (root / "examples" / "torchft_train_ddp.py").read_text().splitlines()
+    assert 0 < len(added) <= 5 and all(line in example for line in added)
+    assert not any(line in example for line in removed)
+
+
+def test_a_kill_and_rejoin_under_spans_keeps_each_group_on_its_stretch(tmp_path: pathlib.Path) -> None:
+    """``deal="spans"`` (a corpus's deal): the epoch's 60 lots read as 3 stretches of 20, one per group. A group
+    killed and restarted heals from a peer; every sample once, ``which`` = trained, and in every step all 3 groups
+    train whole, each participant's batch lies in its own stretch (positions [80p, 80p + 80))."""
+    run = Run(tmp_path, 3, worker_args=["--n", str(N), "--batch", str(BATCH), "--deal", "spans", *SLOW])
+    run.start_all()
+    run.wait_until(lambda: run.committed_steps(2) >= 4)
+    run.kill(2)
+    time.sleep(1)
+    run.restart(2)
+    run.finish()
+    found = records(tmp_path)
+    batches = global_batches(found, 1)
+    assert {k: v for k, v in verdict(batches, N).items() if k != "in_order"} == \
+        {"steps": len(batches), **{k: v for k, v in EXACT.items() if k != "in_order"}}
+    healed(tmp_path, 2)
+    final = json.loads(sorted(tmp_path.glob("done-*.json"))[0].read_text())["state"]
+    loader = LiveLoader(list(range(N)), BATCH, replica_groups=3, deal="spans", prefetch=False)
+    loader.load_state_dict(final)
+    for step, merged in batches.items():
+        shares = loader.which(step)
+        rebuilt = [0] * sum(len(s) for s in shares.values())
+        for rank, share in shares.items():
+            rebuilt[rank::len(shares)] = share
+        assert rebuilt == merged, f"which({step})"
+    position = {i: p for p, i in enumerate(epoch_order(N))}
+    whole = [r for r in found if r["committed"] and r["participants"] == 3 and len(r["ids"]) == BATCH]
+    assert len(whole) >= 6
+    for r in whole:
+        assert {position[i] // 80 for i in r["ids"]} == {r["rank"]}, r

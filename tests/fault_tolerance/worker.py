@@ -38,6 +38,7 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--global-batch", type=int, default=None)
     parser.add_argument("--compute", type=float, default=0.1)
     parser.add_argument("--workers", type=int, default=0, help="the loader's num_workers")
+    parser.add_argument("--deal", default=None, help="the loader's deal (spans: each group its own stretch)")
     parser.add_argument("--fail-commit-at", type=int, default=None)
     parser.add_argument("--resume", default=None, help="a checkpoint file to load before the first step")
     parser.add_argument("--wait-for", type=int, default=0,
@@ -73,7 +74,7 @@ def main() -> None:
     )
     sizes = {"global_batch": args.global_batch} if args.global_batch else {"batch_size": args.batch}
     loader = DataLoader(list(range(args.n)), replica_groups=args.groups, manager=manager, seed=0,
-                        min_groups=args.spares or 1, num_workers=args.workers, **sizes)
+                        min_groups=args.spares or 1, num_workers=args.workers, deal=args.deal, **sizes)
     if args.resume:
         with open(args.resume) as file:
             saved = json.load(file)

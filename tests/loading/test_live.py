@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shufflepoint
-from shufflepoint._core.membership import Changes, Sizing, deal_step
+from shufflepoint._core.membership import Sizing, deal_step
 from shufflepoint._errors import StateError
 from shufflepoint._loading.live import LiveLoader
 
@@ -56,7 +56,8 @@ class Cluster:
         self.ranks[group] = []
         for rank in range(self.group_world):
             manager = FakeManager()
-            options = self.options if rank == 0 else {"transform": self.options.get("transform")}
+            options = self.options if rank == 0 else {"transform": self.options.get("transform"), **{
+                key: self.options[key] for key in ("deal", "shuffle") if key in self.options}}
             loader = LiveLoader(self.dataset, replica_groups=self.groups, group_rank=rank,
                                 group_world_size=self.group_world, seed=7, prefetch=rank == 0, manager=manager,
                                 collate_fn=list, **options, **self.sizes)
@@ -251,19 +252,6 @@ def test_refusals_name_the_field() -> None:
         loader.load_state_dict({**before, "changes": [[0, 0, 0, 1]]})
 
 
-def test_changes_stay_small_over_many_changes() -> None:
-    changes = Changes()
-    lot = 0
-    for step in range(5000):
-        participants = 1 + step % 3
-        changes = changes.committed(step, lot, participants, participants)
-        lot += participants
-    assert len(changes.entries) == 1024
-    assert changes.lot_step(4999) == (lot - 2, 2, 2)
-    with pytest.raises(ValueError, match="step"):
-        changes.lot_step(0)
-
-
 def test_prefetch_is_used_when_the_quorum_holds_and_dropped_when_it_changes() -> None:
     cluster = Cluster(60, 2, 1, batch_size=2)
     for _ in range(4):
@@ -385,3 +373,140 @@ def test_a_change_with_workers_behind_drops_the_stale_shares_and_serves_the_step
         assert taken == [order[s * 16:s * 16 + 16:2] for s in range(5)] + [order[80:88]]
     finally:
         loader.close()
+
+
+@pytest.mark.parametrize("sizes", [{"batch_size": 2}, {"global_batch": 12}])
+def test_which_keeps_each_step_group_size_across_a_restart_that_changes_it(sizes) -> None:
+    """A run of 3 groups x 2 ranks restarted as 3 groups x 1 rank (and back to 2): ``which`` of the earlier steps
+    deals them among the ranks they had (participants x their group size), not today's."""
+    first = Cluster(60, 3, 2, **sizes)
+    first.step([0, 1, 2], [], True)
+    first.step([0, 2], [], True)
+    second = Cluster(60, 3, 1, **sizes)
+    for group in second.ranks.values():
+        for loader, manager in group:
+            loader.load_state_dict(first.ranks[0][0][0].state_dict())
+            manager.step = 2
+    second.step([0, 1, 2], [], True)
+    second.step([1, 2], [], True)
+    third = Cluster(60, 3, 2, **sizes)
+    for group in third.ranks.values():
+        for loader, manager in group:
+            loader.load_state_dict(second.ranks[1][0][0].state_dict())
+            manager.step = 4
+    third.step([0, 1, 2], [], True)
+    trained = first.trained + second.trained + third.trained
+    order = epoch_order(60, 0)
+    assert [i for b in trained for i in b] == order[:sum(len(b) for b in trained)]
+    loader = third.ranks[2][1][0]
+    found = [loader.which(step) for step in range(5)]
+    assert [len(f) for f in found] == [6, 4, 3, 2, 6]  # participants x that step's ranks per group
+    assert [_interleaved(f) for f in found] == trained
+
+
+def test_a_version_1_state_still_loads_and_answers_which() -> None:
+    """Version 1 stored the history as a JSON list of [step, lot_step, lots, participants] (the latest 1,024)."""
+    cluster = Cluster(40, 3, 2, batch_size=2)
+    for alive in ([0, 1, 2], [0, 2], [0, 2]):
+        cluster.step(alive, [], True)
+    cluster.start(1)  # group 1 back: it heals from a peer, then takes part
+    cluster.step([0, 1, 2], [1], True)
+    cluster.step([0, 1, 2], [], True)
+    loader = cluster.ranks[2][0][0]
+    old = {**loader.state_dict(), "version": 1, "changes": [e.to_state()[:4] for e in loader._changes.entries]}
+    fresh = Cluster(40, 3, 2, batch_size=2).ranks[0][1][0]
+    fresh.load_state_dict(old)
+    assert [_interleaved(fresh.which(step)) for step in range(5)] == cluster.trained
+    assert fresh.state_dict() == loader.state_dict()  # written back as version 2
+    with pytest.raises(StateError, match="changes"):
+        fresh.load_state_dict({**old, "version": 2})
+
+
+def _run_script(cluster: Cluster, groups: int, script: list[tuple[int, bool]]) -> set[int]:
+    alive = set(range(groups))
+    for mask, commit in script:
+        wanted = {g for g in range(groups) if mask >> g & 1}
+        if not wanted & alive:
+            wanted.add(min(alive))  # a survivor: a group comes back by healing from a peer
+        back = sorted(wanted - alive)
+        for group in back:
+            cluster.start(group)
+        alive = wanted
+        healing = back if len(back) < len(alive) else []
+        cluster.step(sorted(alive), healing, commit)
+    return alive
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 40), groups=st.integers(1, 4), group_world=st.integers(1, 2), batch=st.integers(1, 3),
+       script=events)
+def test_stretches_read_every_sample_once_whatever_the_membership(n, groups, group_world, batch, script) -> None:
+    """Under ``spans`` each participant reads a whole lot of its own stretch (``membership.stretch_lot``): over the
+    committed steps every epoch is read once, and ``which`` from any state gives what was trained."""
+    cluster = Cluster(n, groups, group_world, options={"deal": "spans"}, batch_size=batch)
+    alive = _run_script(cluster, groups, script)
+    read, epoch = 0, []
+    for batch_ids in cluster.trained:
+        epoch += batch_ids
+        read += len(batch_ids)
+        if read % n == 0:
+            assert sorted(epoch) == list(range(n)), "an epoch read whole, each sample once"
+            epoch = []
+    assert len(set(epoch)) == len(epoch), "the epoch read so far: no sample twice"
+    loader = cluster.ranks[min(alive)][0][0]
+    if loader.step:
+        fresh = Cluster(n, groups, group_world, options={"deal": "spans"}, batch_size=batch).ranks[0][0][0]
+        fresh.load_state_dict(loader.state_dict())
+        for step in range(loader.step):
+            assert _interleaved(fresh.which(step)) == cluster.trained[step]
+
+
+def test_each_group_reads_its_own_stretch_before_and_after_a_change() -> None:
+    """3 groups, spans, the epoch in index order: group p reads stretch p (positions [40p, 40p + 40)) while all
+    three take part; while group 1 is lost the two others read the stretches the steps hold; once it is back (healed
+    from a peer) every group is in its own stretch again."""
+    cluster = Cluster(120, 3, 1, options={"deal": "spans", "shuffle": False}, batch_size=2)
+    own = lambda group: {i // 40 for i in cluster.ranks[group][0][0].last_indices}  # noqa: E731
+    for _ in range(5):
+        cluster.step([0, 1, 2], [], True)
+        assert [own(g) for g in range(3)] == [{0}, {1}, {2}]
+    for _ in range(3):
+        cluster.step([0, 2], [], True)
+    cluster.start(1)
+    cluster.step([0, 1, 2], [1], True)
+    for _ in range(5):
+        cluster.step([0, 1, 2], [], True)
+        assert [own(g) for g in range(3)] == [{0}, {1}, {2}]
+
+
+def test_a_lot_size_change_inside_an_epoch_is_refused_under_stretches() -> None:
+    """The lots a group of a spans run has read are not a prefix of the epoch: a restart with another group size
+    (another lot) is refused by name inside an epoch, nothing changed, and taken at the next epoch's start."""
+    first = Cluster(24, 3, 2, options={"deal": "spans"}, batch_size=1)
+    first.step([0, 1, 2], [], True)
+    state = first.ranks[0][0][0].state_dict()
+    other = Cluster(24, 3, 1, options={"deal": "spans"}, batch_size=1).ranks[0][0][0]
+    before = other.state_dict()
+    with pytest.raises(StateError, match="group_world_size"):
+        other.load_state_dict(state)
+    assert other.state_dict() == before
+    for _ in range(3):  # the epoch's 24 samples: 4 steps of 6
+        first.step([0, 1, 2], [], True)
+    other.load_state_dict(first.ranks[0][0][0].state_dict())
+    assert (other.epoch, other.cursor) == (1, 0)
+
+
+def test_workers_read_the_stretches_the_steps_deal() -> None:
+    """Worker processes read ahead the lots the stretches give each participant: their batches are those of no
+    workers through a change and a heal."""
+    script = [([0, 1, 2], []), ([0, 1, 2], []), ([0, 2], []), ([0, 2], []), ([0, 1, 2], [1]), ([0, 1, 2], []),
+              ([0, 1, 2], [])]
+    clusters = [Cluster(60, 3, 1, {"deal": "spans"}, batch_size=2),
+                Cluster(60, 3, 1, {"deal": "spans", "num_workers": 1, "prefetch_factor": 2}, batch_size=2)]
+    for alive, healing in script:
+        for cluster in clusters:
+            if healing:
+                cluster.start(1)
+            cluster.step(alive, healing, True)
+    assert clusters[1].trained == clusters[0].trained
+    assert sum(cluster.ranks[0][0][0].prefetch_dropped for cluster in clusters[1:]) > 0  # the change dropped some

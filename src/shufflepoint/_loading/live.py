@@ -11,7 +11,9 @@ is arithmetic on (step positions, participants, participating rank, group rank).
    A step that did not commit is dealt again, to whoever takes part next.
 2. ``start_quorum()``, then ``num_participants()`` and ``participating_rank()`` (they wait for the quorum).
 3. The step's positions, cut from where the position stands; this rank's share read, or, for a group that is
-   healing or a spare (participating rank None), an empty batch of the same structure (nothing is read).
+   healing or a spare (participating rank None), an empty batch of the same structure (nothing is read). Under
+   ``spans`` each participant reads a whole lot of its own stretch (``membership.stretch_lot``), the order laid along
+   the stretches, so a group keeps to its shards.
 
 A healing group receives a peer's state through the manager's state transfer (``register_state_dict_fn``): the
 state is the same few integers on every rank, and the step's own commit then advances it like its peers'.
@@ -36,7 +38,7 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from shufflepoint._core.membership import Changes, Sizing, deal_step
+from shufflepoint._core.membership import Changes, Sizing, step_share
 from shufflepoint._core.plan import Layout
 from shufflepoint._errors import DAMAGED, Plain, StateError, field_error, refusal
 from shufflepoint._loading.agreement import validate_everywhere
@@ -48,7 +50,7 @@ from shufflepoint._loading.position import LoaderPosition, expected_state
 from shufflepoint._order import check_int
 
 KIND = "shufflepoint.live"  # the state's ``kind``
-VERSION = 1
+VERSION = 2  # 2: the history as columns (``membership.encode``), every change kept, each with its group size
 _END = object()
 
 
@@ -148,6 +150,8 @@ class LiveLoader:
         orders = OrderCache(order if shuffle else "identity", layout.n, self.seed, dataset=dataset)
         self._identity = Identity(dataset_fingerprint, dataset, orders)
         self._position = LoaderPosition(layout, orders, deal_of(deal, orders))
+        stretched = self._position.deal.stretched and global_batch is None  # spans: each group its own stretch
+        self._stretches = self.sizing.groups if stretched and self.sizing.groups > 1 else 0  # membership.stretch_lot
         self._collate = collate_fn if collate_fn is not None else torch.utils.data.default_collate
         self._transform, self._pin = _checked_transform(transform), _checked_bool("pin_memory", pin_memory)
         self._lock = threading.RLock()
@@ -232,7 +236,8 @@ class LiveLoader:
         live = self._live()
         left = -(-position.samples_left() // lot)
         lots = min(drawn.lots, left)
-        self._changes = self._changes.committed(self._committed, position.step, drawn.lots, drawn.participants)
+        self._changes = self._changes.committed(self._committed, position.step, drawn.lots, drawn.participants,
+                                                self.sizing.group_world)
         live.received += lots
         self._committed += 1
         if position.samples_left() == 0:
@@ -271,12 +276,11 @@ class LiveLoader:
         self.sizing.check_quorum(participants, participant)
         self.last_quorum = (participants, participant)
         with self._lock:
-            epoch, positions = self._step_positions(participants)
             self._drawn = _Drawn(participants, self.sizing.lots(participants), participant is not None)
             if participant is None:
                 self.last_indices = []
                 return self._empty_batch()
-            indices = self._indices(epoch, positions, participants, participant)
+            epoch, indices = self._step(participants, participant)
             ahead = self._predicted(participants, participant)
         batch = self._read(epoch, indices)
         self._prefetch(ahead)
@@ -288,19 +292,33 @@ class LiveLoader:
         (an adapter whose manager trains fewer groups than it numbers in some step says so here)."""
         return manager.num_participants(), manager.participating_rank()
 
-    def _step_positions(self, participants: int, received: int = 0) -> tuple[int, np.ndarray]:
-        """(epoch, positions of the next step's global batch) ``received`` lots past where the position stands."""
-        position, lot = self._position, self.sizing.lot
-        cut, done = position.rest()
-        done += received * lot
-        total = cut.samples_per_rank()
-        stop = min(done + self.sizing.lots(participants) * lot, total)
-        return position.epoch, cut.rank_positions(0, done, stop) if stop > done else np.zeros(0, np.int64)
+    def _step(self, participants: int, participant: int, received: int = 0) -> tuple[int, np.ndarray]:
+        """(epoch, this rank's indices of the next step) ``received`` lots past where the position stands."""
+        epoch, cut, done = self._placed(received)
+        mine = self._share(cut, done, participants, participant)
+        return epoch, np.asarray(self._order(epoch, cut).take(mine), dtype=np.int64)
 
-    def _indices(self, epoch: int, positions: np.ndarray, participants: int, participant: int) -> np.ndarray:
-        mine = deal_step(positions, participants, participant, self.sizing.group_world, self.group_rank)
-        order = self._position.orders.get(epoch, self._position.rest()[0])
-        return np.asarray(order.take(mine), dtype=np.int64)
+    def _order(self, epoch: int, cut: Any) -> Any:
+        """The epoch's order as ``cut`` reads it; with stretches, laid along them (a block never straddles two)."""
+        orders = self._position.orders
+        return orders.laid(epoch, self._stretches) if self._stretches else orders.get(epoch, cut)
+
+    def _placed(self, received: int = 0) -> tuple[int, Any, int]:
+        """(epoch, cut, positions of it read) ``received`` lots past the position. With stretches the cut is the one
+        the history places the lot in (its leg's), so that the lots' order (``membership.stretch_lot``) is the same
+        on a group that loaded the state as on the peer that wrote it; without, the position's own rest."""
+        position = self._position
+        if not self._stretches:
+            cut, done = position.rest()
+            return position.epoch, cut, done + received * self.sizing.lot
+        placed = position.history.place(position.step + received)
+        return placed.epoch, placed.cut, placed.batch * placed.layout.batch_size
+
+    def _share(self, cut: Any, done: int, participants: int, participant: int) -> np.ndarray:
+        """Positions of this rank's share of the step that reads ``cut`` from ``done`` (``membership.step_share``)."""
+        return step_share(lambda start, stop: cut.rank_positions(0, start, stop), self.sizing.lot,
+                          cut.samples_per_rank(), done, self.sizing.lots(participants), participants, participant,
+                          self.sizing.group_world, self.group_rank, self._stretches)
 
     def _predicted(self, participants: int, participant: int) -> tuple[int, np.ndarray] | None:
         """The next step's indices if this step commits and the quorum holds (None: the epoch ends)."""
@@ -308,10 +326,9 @@ class LiveLoader:
             return None
         position, lot = self._position, self.sizing.lot
         lots = min(self.sizing.lots(participants), -(-position.samples_left() // lot))
-        epoch, positions = self._step_positions(participants, lots)
-        if positions.size == 0:
+        if lots * lot >= position.samples_left():
             return None
-        return epoch, self._indices(epoch, positions, participants, participant)
+        return self._step(participants, participant, lots)
 
     def _read(self, epoch: int, indices: np.ndarray) -> Any:
         if self._workers is not None and indices.size:
@@ -359,8 +376,8 @@ class LiveLoader:
         """The workers' next share is the step being dealt (under its quorum), then the steps after it."""
         participants, participant = self.last_quorum
         with self._lock:
-            cut, done = self._position.rest()
-            self._plan = [epoch, cut, done, participants, participant, self._position.orders.get(epoch, cut), 0]
+            epoch, cut, done = self._placed()
+            self._plan = [epoch, cut, done, participants, participant, self._order(epoch, cut), 0]
 
     def _predict(self) -> Share | None:
         """The share of the next step the workers are to read: under the quorum of the plan, every step committing
@@ -370,12 +387,10 @@ class LiveLoader:
                 return None
             epoch, cut, done, participants, participant, order, ahead = self._plan
             self._plan[6] += 1
-            span, total = self.sizing.lots(participants) * self.sizing.lot, cut.samples_per_rank()
-            start = done + ahead * span
-            if start >= total:
+            start = done + ahead * self.sizing.lots(participants) * self.sizing.lot
+            if start >= cut.samples_per_rank():
                 return None
-            positions = cut.rank_positions(0, start, min(start + span, total))
-            mine = deal_step(positions, participants, participant, self.sizing.group_world, self.group_rank)
+            mine = self._share(cut, start, participants, participant)
             indices = tuple(int(i) for i in order.take(mine))
             return (epoch, indices) if indices else None
 
@@ -392,25 +407,25 @@ class LiveLoader:
     # -- the past ---------------------------------------------------------------------------------------
     def which(self, step: int) -> dict[int, list[int]]:
         """For each global rank (participant x group_world_size + group rank) of committed ``step``, the dataset
-        indices of its batch, by arithmetic from the state (the latest ``MAX_CHANGES`` membership changes)."""
+        indices of its batch, by arithmetic from the state (every membership change is in it, with the group size
+        of its steps)."""
         check_int("step", step, 0, 2**63 - 1)
         with self._lock:
             self._settle()
             if step >= self._committed:
                 raise ValueError(refusal("step", step, f"a committed step, below {self._committed}",
                                          "ask a step this run has committed"))
-            first, lots, participants = self._changes.lot_step(step)
-            history, epoch = self._position.history, None
-            found: list[list[int]] = []
-            for lot_step in range(first, first + lots):
-                placed_epoch = history.place(lot_step).epoch
-                if epoch is not None and placed_epoch != epoch:
-                    break  # the epoch's last step reads what is left of it
-                epoch = placed_epoch
-                found.append(self._position.which(lot_step)[0])
-        indices = np.asarray([i for part in found for i in part], dtype=np.int64)
-        world = participants * self.sizing.group_world
-        return {rank: indices[rank::world].tolist() for rank in range(world)}
+            first, lots, participants, group_world = self._changes.lot_step(step)
+            placed = self._position.history.place(first)
+            cut, lot = placed.cut, placed.layout.batch_size
+            order = self._order(placed.epoch, cut)
+            found = {}
+            for rank in range(participants * group_world):
+                mine = step_share(lambda start, stop: cut.rank_positions(0, start, stop), lot, cut.samples_per_rank(),
+                                  placed.batch * lot, lots, participants, rank // group_world, group_world,
+                                  rank % group_world, self._stretches)
+                found[rank] = np.asarray(order.take(mine), dtype=np.int64).tolist()
+        return found
 
     # -- state -----------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -418,6 +433,7 @@ class LiveLoader:
         with self._lock:
             self._settle()
             return {"kind": KIND, "version": VERSION, "step": self._committed, "changes": self._changes.to_state(),
+                    "stretches": self._stretches,
                     "replica_groups": self.sizing.groups, "group_world_size": self.sizing.group_world,
                     "position": self._position.state(kind="loader", seed=self.seed, shuffle=self._shuffle,
                                                      dataset_fingerprint=self._identity.fingerprint)}
@@ -429,17 +445,38 @@ class LiveLoader:
             found = state.get("kind") if isinstance(state, dict) else type(state).__name__
             raise field_error("kind", found, repr(KIND), "load a state written by LiveLoader.state_dict()",
                               why=DAMAGED)
-        if state.get("version") != VERSION:
-            raise field_error("version", state.get("version"), str(VERSION), "load a state of this release")
+        if state.get("version") not in (1, VERSION):
+            raise field_error("version", state.get("version"), f"1 to {VERSION}", "load a state of this release")
+        if (state["version"] == 1) != isinstance(state.get("changes"), list):  # version 1: a list; 2: the columns
+            raise field_error("changes", Plain(type(state.get("changes")).__name__),
+                              f"{'a list' if state['version'] == 1 else 'a string'} in a version {state['version']}"
+                              " state", "load a state written by LiveLoader.state_dict()", why=DAMAGED)
+        group_world = state.get("group_world_size")
+        if isinstance(group_world, bool) or not isinstance(group_world, int) or group_world < 1:
+            raise field_error("group_world_size", group_world, "an int >= 1",
+                              "load a state written by LiveLoader.state_dict()")
         step = state.get("step")
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise field_error("step", step, "an int >= 0", "load a state written by LiveLoader.state_dict()")
+        stretches = state.get("stretches", 0) if state["version"] == 1 else state.get("stretches")
+        if isinstance(stretches, bool) or not isinstance(stretches, int) or not 0 <= stretches <= 2**31:
+            raise field_error("stretches", stretches, "an int >= 0 (0: lots read in order)",
+                              "load a state written by LiveLoader.state_dict()", why=DAMAGED)
+        position_state = state.get("position")
+        saved: dict[str, Any] = position_state if isinstance(position_state, dict) else {}
+        if stretches and saved.get("batch_size") != self.sizing.lot and (saved.get("cursor") or saved.get("segments")):
+            name = "group_world_size" if group_world != self.sizing.group_world else "batch_size"
+            raise field_error(name, Plain(f"a lot of {self.sizing.lot} samples (group ranks x batch)"),
+                              f"the state's lot of {saved.get('batch_size')} until its epoch ends",
+                              f"resume with the run's {name} and change it at an epoch's start",
+                              why="under spans each group reads lots of its own stretch: the epoch's lots already "
+                              "read are not a prefix that another lot size could continue")
         try:
-            changes = Changes.from_state(state.get("changes"))
+            changes = Changes.from_state(state.get("changes"), group_world)
         except ValueError as error:
             raise StateError(str(error)) from error
-        if changes.entries and changes.entries[-1].step >= step:
-            raise field_error("changes", Plain(f"an entry at step {changes.entries[-1].step}"),
+        if changes.last is not None and changes.last.step >= step:
+            raise field_error("changes", Plain(f"an entry at step {changes.last.step}"),
                               f"entries before step {step}", "load a state written by LiveLoader.state_dict()")
         position = self._position
         validate = lambda saved, expected: validate_everywhere(  # noqa: E731
@@ -450,6 +487,6 @@ class LiveLoader:
             drawn = self._drawn
             position.load(state["position"], expected, validate)
             self._identity = self._identity.for_orders(position.orders)
-            self._committed, self._changes, self._drawn = step, changes, drawn
+            self._committed, self._changes, self._drawn, self._stretches = step, changes, drawn, stretches
             self._ahead = self._plan = None
 

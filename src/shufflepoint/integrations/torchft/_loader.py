@@ -21,12 +21,18 @@ class DataLoader(LiveLoader):
             optimizer.step()                       # should_commit(): the loader advances if it commits
 
     Args are ``shufflepoint._loading.live.LiveLoader``'s; ``group_rank`` and ``group_world_size`` default to the
-    Manager's own (torchft's ``RANK`` and ``WORLD_SIZE``) where ``manager`` is given, else 0 and 1.
+    Manager's own (torchft's ``RANK`` and ``WORLD_SIZE``) where ``manager`` is given, else 0 and 1. torchft's own
+    ``DistributedSampler`` may stand for ``replica_groups`` (the diff from torchft's example stays small): its
+    settings are read, its per-group shards are not (each step is dealt among the quorum)::
+
+        trainloader = DataLoader(trainset, batch_size=64, num_workers=2, sampler=sampler)
 
     Args:
         dataset: a map-style dataset.
         batch_size: samples per rank per step (DYNAMIC: the global batch is participants x group ranks x this).
-        replica_groups: the most replica groups the job runs (torchft's ``num_replica_groups``).
+        replica_groups: the most replica groups the job runs (torchft's ``num_replica_groups``); or ``sampler``.
+        sampler: a ``torchft.DistributedSampler``, read for its settings: ``replica_groups`` (its ranks over the
+            group size), ``shuffle``, ``seed`` and ``drop_last``. Refused where an argument given says otherwise.
         manager: the torchft ``Manager`` to follow (or ``follow(manager)`` later).
         group_rank: this process's rank in its replica group. Default: the Manager's.
         group_world_size: ranks per replica group. Default: the Manager's.
@@ -35,12 +41,18 @@ class DataLoader(LiveLoader):
             ``prefetch_factor``, ``pin_memory``, ``transform``).
     """
 
-    def __init__(self, dataset: Any, batch_size: int | None = None, *, replica_groups: int, manager: Any = None,
-                 group_rank: int | None = None, group_world_size: int | None = None, **options: Any) -> None:
+    def __init__(self, dataset: Any, batch_size: int | None = None, *, replica_groups: int | None = None,
+                 manager: Any = None, group_rank: int | None = None, group_world_size: int | None = None,
+                 sampler: Any = None, **options: Any) -> None:
         rank, world = _touch.group_defaults(manager) if manager is not None else (0, 1)
+        world = world if group_world_size is None else group_world_size
+        if sampler is not None:
+            replica_groups = _from_sampler(_touch.sampler_settings(sampler), world, replica_groups, options)
+        if replica_groups is None:
+            raise TypeError(refusal("replica_groups", None, "the most replica groups the job runs",
+                                    "pass replica_groups=NUM_REPLICA_GROUPS, or torchft's sampler=sampler"))
         super().__init__(dataset, batch_size, replica_groups=replica_groups,
-                         group_rank=rank if group_rank is None else group_rank,
-                         group_world_size=world if group_world_size is None else group_world_size, **options)
+                         group_rank=rank if group_rank is None else group_rank, group_world_size=world, **options)
         if manager is not None:
             self.follow(manager)
 
@@ -64,3 +76,24 @@ class DataLoader(LiveLoader):
                 "build the loader with the Manager's group_rank and group_world_size, or leave them out",
                 why=f"this loader deals as rank {self.group_rank} of {self.sizing.group_world} per replica group"))
         super().follow(manager, register or (lambda key, load, state: _touch.register(manager, key, load, state)))
+
+
+def _from_sampler(settings: dict[str, Any], group_world: int, replica_groups: int | None,
+                  options: dict[str, Any]) -> int:
+    """``replica_groups`` from torchft's sampler (its ranks over ``group_world``), its shuffle, seed and drop_last
+    set in ``options``; ValueError naming the argument that says otherwise (nothing built)."""
+    ranks = settings["ranks"]
+    groups, left = divmod(ranks, group_world)
+    if left or not groups or replica_groups not in (None, groups):
+        raise ValueError(refusal(
+            "replica_groups" if replica_groups is not None else "group_world_size",
+            replica_groups if replica_groups is not None else group_world,
+            f"what the sampler says: {ranks} ranks over all replica groups, so replica_groups x group_world_size "
+            f"= {ranks}", "pass the sampler's num_replica_groups (or leave replica_groups out) and the group's ranks",
+            why="torchft's DistributedSampler was built for another job's shape"))
+    for name in ("shuffle", "seed", "drop_last"):
+        if name in options and options[name] != settings[name]:
+            raise ValueError(refusal(name, options[name], f"the sampler's {name}={settings[name]!r}",
+                                     f"leave {name} out (the sampler's is used) or build the sampler with it"))
+        options[name] = settings[name]
+    return int(groups)

@@ -19,6 +19,10 @@ TOUCH POINTS (torchft 0.2.0, ``torchft/manager.py``):
    first step (``max_step == 0``, torchft's ``force_recover`` in ``src/manager.rs``) trains only the primary
    group's data: every other group heals from it with a participating rank of its own and zeroed gradients.
 
+7. ``torchft.DistributedSampler`` (``torchft/data.py``, a torch ``DistributedSampler``): a loader given one as
+   ``sampler=`` reads its settings, not its order: ``num_replicas`` (torchft sets it to the ranks of all replica
+   groups, group ranks x ``num_replica_groups``), ``shuffle``, ``seed``, ``drop_last``.
+
 torchft versions outside ``TESTED_TORCHFT`` are refused unless ``SHUFFLEPOINT_TORCHFT_FORCE=1``.
 """
 
@@ -75,3 +79,17 @@ def init_sync_step(manager: Any) -> bool:
 def register(manager: Any, key: str, load: Any, state: Any) -> None:
     """TOUCH POINT 4."""
     manager.register_state_dict_fn(key, load, state)
+
+
+def sampler_settings(sampler: Any) -> dict[str, Any]:
+    """What a ``torchft.DistributedSampler`` says of the run (TOUCH POINT 7): its ranks over all replica groups,
+    ``shuffle``, ``seed`` and ``drop_last``; TypeError naming ``sampler`` for anything else."""
+    from torchft.data import DistributedSampler  # type: ignore[import-not-found]  # the integration's own extra
+
+    if not isinstance(sampler, DistributedSampler):
+        raise TypeError(refusal(
+            "sampler", sampler, "a torchft.DistributedSampler (read for its settings: replica groups, shuffle, seed, "
+            "drop_last)", "leave sampler out and pass replica_groups=, or pass torchft's DistributedSampler",
+            why="the loader deals each step among the quorum itself; another sampler's order cannot be followed"))
+    return {"ranks": sampler.num_replicas, "shuffle": sampler.shuffle, "seed": sampler.seed,
+            "drop_last": sampler.drop_last}
