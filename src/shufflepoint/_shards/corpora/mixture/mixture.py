@@ -49,7 +49,7 @@ from shufflepoint._core.capabilities import (
     ReadsBatches,
     hooks_of,
 )
-from shufflepoint._core.schedule import Schedule, changed_phase, parse_shares, shares_text, unweighted
+from shufflepoint._core.schedule import Schedule, changed_phase, on_edge, parse_shares, shares_text, unweighted
 from shufflepoint._errors import Plain, field_error, refusal
 from shufflepoint._order import check_int
 from shufflepoint._order.distinct import distinct
@@ -350,6 +350,25 @@ class Mixture(torch.utils.data.Dataset[Any]):
         found: Schedule = kept[grid]
         return found
 
+    def live_starts(self, grid: int | None) -> list[int]:
+        """Where the live phases (``set_weights``) start, sorted: on the edges of global batches of ``grid`` rows
+        where there is one (as ``schedule_on_grid`` places them), else at the rows they name."""
+        live = sorted(self.__dict__.get("_live", {}))
+        return live if grid is None else [on_edge(start, grid, self.samples_per_epoch) for start in live]
+
+    def known_schedule(self, phases: int, grid: int | None) -> Schedule:
+        """The schedule's first ``phases`` phases (on ``grid``'s edges where there is one) counted by their
+        chains of floors, as an order laid along the stretches counts them: what was known at an event of a live
+        phase (``mixture/lays.py``). Kept per (phases, grid)."""
+        assert self.schedule is not None
+        kept = self.__dict__.setdefault("_on_grid", {})
+        key = ("known", phases, grid)
+        if key not in kept:
+            known = self.schedule.first(phases)
+            kept[key] = (known if grid is None else known.on_grid(grid, self.samples_per_epoch)).chained()
+        found: Schedule = kept[key]
+        return found
+
     def epoch_order(self, seed: int, epoch: int, shuffle_block: int, grid: int | None = None,
                     stretches: int | None = None) -> MixtureOrder | StretchedMixtureOrder:
         """The order of one epoch; ``grid`` (a loader's global batch) places a schedule's phases and shares on
@@ -410,9 +429,12 @@ class MixtureHooks:
         return STRETCHED if self._mixture.schedule is None else STRETCHED_SCHEDULED
 
     def stretched_order(self, seed: int, epoch: int, shuffle_block: int, stretches: int,
-                        grid: int | None = None) -> StretchedMixtureOrder:
-        """The order of one epoch laid along the ``spans`` deal's stretches (``Mixture.epoch_order``)."""
-        return StretchedMixtureOrder(self._mixture, seed, epoch, shuffle_block, stretches, grid)
+                        grid: int | None = None,
+                        epoch_parts: Callable[[int], int | None] | None = None) -> StretchedMixtureOrder:
+        """The order of one epoch laid along the ``spans`` deal's stretches (``Mixture.epoch_order``);
+        ``epoch_parts``: each earlier epoch's first world (the run's history), where a lay of it maps this one's
+        slots (``mixture/lays.py``)."""
+        return StretchedMixtureOrder(self._mixture, seed, epoch, shuffle_block, stretches, grid, epoch_parts)
 
     @property
     def legacy_fingerprint(self) -> str:
