@@ -28,7 +28,7 @@ at run position 4 of epoch 0 source 0 drops to 0. Epoch 0's start lays source 0'
 at 4 plans 2 (``[0, 2)`` read), so nothing new, F stays 5. Epoch 1 (weights 0:1) reads none of source 0.
 Source 1: ``[0, 5)`` at the start, then ``[5, 8)`` at 4 (its planned end 2 + 6), then ``[8, 18)`` in epoch 1.
 
-Words: docs/glossary.md (lay, live phase, frontier, stretch order).
+Words: docs/glossary.md (lay, live phase, pass, stretch order, part).
 """
 
 from __future__ import annotations

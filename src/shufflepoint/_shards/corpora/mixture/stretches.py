@@ -24,6 +24,10 @@ source's passes are whole however the world changes: a resize re-deals positions
 that begins on another world reads on where the epoch before left each pass. The count of slots the epochs
 before an epoch read is arithmetic (``e * counts``, or the schedule's count at the epoch's start).
 
+A weight changed inside an epoch (a live phase) changes the counts of the rest of it: the rows laid out when
+it began keep their places and the rest is laid anew, in *lays* (``lays.py``); without one, the order is as
+above.
+
 Versions 3 and 4 (0.5's development: each part read its own stream of a source in its own stretch, so a
 source's passes drifted apart across the parts, and another world began them anew) are refused by name.
 
@@ -202,7 +206,7 @@ class StretchedMixtureOrder:
                            // self._parts)  # a part's share of a global batch, or of a shuffle_block window
         schedule = mixture.schedule
         if schedule is not None and grid is not None:  # phases on the edges of a loader's global batches; a
-            # sampler's (no grid) start at the row they name, on any world (a resume appends only from the next epoch)
+            # sampler's (no grid) start at the row they name, on any world
             schedule = mixture.schedule_on_grid(grid)
         self._check_epoch(epoch)
         self._counts = _PartCounts(mixture, self._parts, self._window, schedule)
