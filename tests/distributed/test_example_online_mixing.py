@@ -4,8 +4,8 @@ of the run that never stopped. Under the default deal (``spans``) each change ap
 and each source's passes stay whole at every global batch edge."""
 
 import json
-from collections import Counter
 import os
+from collections import Counter
 
 import pytest
 

@@ -61,7 +61,7 @@ def test_a_live_change_resumes_exactly_in_fresh_processes(tmp_path, deal):
         if deal == "strided":
             assert built == whole[rank]
         else:  # the same source at every place, each source's rows laid anew at a change
-            assert [[x // 100 for x in batch] for batch in built] == [[x // 100 for x in batch] for batch in whole[rank]]
+            assert [[x // 100 for x in b] for b in built] == [[x // 100 for x in b] for b in whole[rank]]
     assert_passes_whole([whole], 6)
 
 

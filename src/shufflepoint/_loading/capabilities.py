@@ -124,7 +124,7 @@ def own_epoch_order(dataset: Any, seed: int, epoch: int, shuffle_block: int, gri
     hooks = hooks_of(dataset)
     if stretches is not None and isinstance(hooks, LaysOnStretches):
         if epoch_parts is not None and isinstance(hooks, LiveWeighted):
-            return hooks.stretched_order(seed, epoch, shuffle_block, stretches, grid, epoch_parts=epoch_parts)
+            return hooks.laid_order(seed, epoch, shuffle_block, stretches, grid, epoch_parts)
         return hooks.stretched_order(seed, epoch, shuffle_block, stretches, grid)
     if grid is not None and isinstance(hooks, Scheduled):
         return hooks.scheduled_order(seed, epoch, shuffle_block, grid)

@@ -429,12 +429,9 @@ class MixtureHooks:
         return STRETCHED if self._mixture.schedule is None else STRETCHED_SCHEDULED
 
     def stretched_order(self, seed: int, epoch: int, shuffle_block: int, stretches: int,
-                        grid: int | None = None,
-                        epoch_parts: Callable[[int], int | None] | None = None) -> StretchedMixtureOrder:
-        """The order of one epoch laid along the ``spans`` deal's stretches (``Mixture.epoch_order``);
-        ``epoch_parts``: each earlier epoch's first world (the run's history), where a lay of it maps this one's
-        slots (``mixture/lays.py``)."""
-        return StretchedMixtureOrder(self._mixture, seed, epoch, shuffle_block, stretches, grid, epoch_parts)
+                        grid: int | None = None) -> StretchedMixtureOrder:
+        """The order of one epoch laid along the ``spans`` deal's stretches (``Mixture.epoch_order``)."""
+        return StretchedMixtureOrder(self._mixture, seed, epoch, shuffle_block, stretches, grid)
 
     @property
     def legacy_fingerprint(self) -> str:
@@ -495,6 +492,12 @@ class ScheduledMixtureHooks(MixtureHooks):
         """A state's live phases in place of the Mixture's own before it is checked (``Mixture.adopt_phases``);
         returns the undo."""
         return self._mixture.adopt_phases(saved)
+
+    def laid_order(self, seed: int, epoch: int, shuffle_block: int, stretches: int, grid: int | None,
+                   epoch_parts: Callable[[int], int | None]) -> StretchedMixtureOrder:
+        """``stretched_order`` told each earlier epoch's first world (the run's history), where a lay of that
+        epoch maps this one's slots (``mixture/lays.py``)."""
+        return StretchedMixtureOrder(self._mixture, seed, epoch, shuffle_block, stretches, grid, epoch_parts)
 
     def set_weights(self, weights: Any, at: int) -> None:
         """``Mixture.set_weights`` from run position ``at`` in rows (a loader's positions; tokens for Packed)."""
