@@ -163,3 +163,20 @@ def test_a_live_change_inside_an_epoch_follows_its_weights_from_the_next_global_
     assert all(x < 50 for batches in got[2:] for batch in batches for x in batch)
     assert any(x >= 100 for batches in got[:2] for batch in batches for x in batch)
     check_passes(got, Counter(), [0], 8)
+
+
+def test_what_an_epoch_laid_and_left_is_read_in_the_next_on_another_world_as_it_was_laid():
+    """Source 2 paused inside epoch 0 (2 ranks): most of its rows laid out for epoch 0 are left; epoch 1 begins on 3
+    ranks with source 2 back, and reads those rows first, as epoch 0's lay placed them (on epoch 0's 2 parts, from
+    the history), then its own: each pass whole at every edge of the grid, and ``which`` as served."""
+    ranks = loaders(2)
+    before = read(ranks, 6, {2: [6, 1, 0]})  # epoch 0 (6 global batches of 8)
+    state = ranks[0].state_dict()
+    resumed = loaders(3, state=state)
+    after = read(resumed, 12, {6: [1, 1, 1]})  # epochs 1 and 2, global batches of 12
+    seen, served = Counter(), [0]
+    check_passes(before, seen, served, 8)
+    check_passes(after, seen, served, 8)
+    assert sum(1 for batches in after[:4] for batch in batches for x in batch if x >= 200) >= 10
+    assert all([resumed[r].dataset[i] for i in resumed[r].which(6 + step)[r]] == after[step][r]
+               for step in range(12) for r in range(3))
