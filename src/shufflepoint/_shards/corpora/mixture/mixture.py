@@ -124,7 +124,8 @@ class Mixture(torch.utils.data.Dataset[Any]):
             the run began, all ranks together (tokens for ``Packed`` sources), the first phase starting at
             0, and a weight may be 0 (the source pauses). A resume may append phases after the position it
             reached, never change one that began. Default None: the weights of ``sources``, the same
-            every epoch.
+            every epoch (pass ``schedule=[(0, weights)]`` instead to change them while the run trains:
+            ``set_weights``).
         max_repeats (Sequence | None): a cap per source (None: none) on how many times each of its rows may be
             read (a number > 0: its slots stay within ``cap * rows``, so no row is read more than ``ceil(cap)``
             times), in every epoch, or over ``budget``. A mixture that breaks a cap is refused, naming the
@@ -271,7 +272,10 @@ class Mixture(torch.utils.data.Dataset[Any]):
             raise ValueError(refusal("set_weights", Plain("a Mixture built without a schedule"),
                                      "a Mixture built with schedule=", "build it as Mixture([a, b], "
                                      "schedule=[(0, [wa, wb])]) to change its weights while the run trains",
-                                     why="a Mixture without a schedule keeps one count per source every epoch"))
+                                     why="a Mixture without a schedule keeps one count per source every epoch, "
+                                     "its order cut into windows of shuffle_block rows, not into the loader's "
+                                     "global batches: a change could not start at the next global batch without "
+                                     "moving rows already read"))
         if self._caps is not None:
             # LIMIT(live-weights-caps): docs/shards.md#limits
             raise ValueError(refusal("set_weights", Plain("a Mixture built with max_repeats"), "a Mixture without "
