@@ -60,6 +60,7 @@ UNKEPT_VERSIONS = (3, 4)  # each part its own stream of a source: refused by nam
 _PART_TAG, _LAYOUT_TAG = 0x50415254, 0x4C415954
 _WINDOW_TAG = 0x57494E44
 _CACHED_ORDERS = 32
+_TABLE_BUDGET = 1 << 24  # int64s of part tables kept: every part's, where they fit (a lay's owners ask any part's)
 
 
 def stretches(n: int, parts: int) -> tuple[np.ndarray, np.ndarray]:
@@ -172,7 +173,8 @@ class _PartCounts:
         key = (part, self._key(epoch))
         found = self._tables.get(key)
         if found is None:
-            if len(self._tables) >= _CACHED_ORDERS:
+            if len(self._tables) >= max(_CACHED_ORDERS, min(self._parts + 1, _TABLE_BUDGET // (
+                    3 * (self.windows + 1) * self.sources))):
                 self._tables.pop(next(iter(self._tables)))
             origin = self._origin(epoch)
             k = np.arange(self.windows, dtype=np.int64)
@@ -282,14 +284,27 @@ class StretchedMixtureOrder:
         positions, flat = checked_positions(positions, self.n)
         part = np.searchsorted(self._starts, flat, side="right") - 1
         found = np.empty_like(flat)
-        for r in distinct(part).tolist():
+        if self._lays is None:
+            for r in distinct(part).tolist():
+                where = part == r
+                source, slot, _ = self._slots_of_part(r, flat[where] - int(self._starts[r]))
+                found[where] = self._from_parts_slots(r, source, slot)
+            return found.reshape(positions.shape)
+        source, slot, window, stream = (np.empty_like(flat) for _ in range(4))
+        for r in distinct(part).tolist():  # the source and stream slot at each position, then source by source
             where = part == r
-            found[where] = self._take_part(r, flat[where] - int(self._starts[r]))
+            source[where], slot[where], window[where] = self._slots_of_part(r, flat[where] - int(self._starts[r]))
+            held, ahead, _ = self._counts.part(r, self.epoch)
+            s, k = source[where], window[where]
+            stream[where] = self._before[s] + self._edges[k, s] + ahead[k, s] + slot[where] - held[k, s]
+        for s in distinct(source).tolist():
+            where = source == s
+            found[where] = self._from_stream(s, stream[where], part[where], slot[where], window[where])
         return found.reshape(positions.shape)
 
-    def _take_part(self, part: int, local: np.ndarray) -> np.ndarray:
-        """Indices at positions ``local`` of part ``part``: its window's slots shuffled, each source's slots
-        read as the part's slots of it this epoch (``_from_slots``)."""
+    def _slots_of_part(self, part: int, local: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(source, the part's slot of it this epoch, window) at positions ``local`` of part ``part``: its
+        window's slots shuffled."""
         windows, at = distinct_inverse(local // self._window)
         held = self._counts.part(part, self.epoch)[0]
         before, sizes = held[windows], held[windows + 1] - held[windows]
@@ -299,35 +314,52 @@ class StretchedMixtureOrder:
         shuffled = take_many(local - windows[at] * self._window, at, sizes.sum(axis=1), keys, self.epoch)
         source = (shuffled[:, None] >= cumulative[at]).sum(axis=1)
         slot = before[at, source] + shuffled - (cumulative[at, source] - sizes[at, source])
-        found = np.empty_like(local)
-        held, ahead, _ = self._counts.part(part, self.epoch)
+        return source, slot, windows[at]
+
+    def _from_parts_slots(self, part: int, source: np.ndarray, slot: np.ndarray) -> np.ndarray:
+        """Indices of part's slots ``slot`` of sources ``source`` this epoch (``_from_slots``, source by source)."""
+        found = np.empty_like(slot)
         for s in distinct(source).tolist():
             where = source == s
-            if self._lays is None:
-                found[where] = self._from_slots(s, part, slot[where])
-                continue
-            k = windows[at[where]]  # the virtual order's slot of each, then the source's stream slot
-            virtual = self._edges[k, s] + ahead[k, s] + slot[where] - held[k, s]
-            found[where] = self._from_stream(s, int(self._before[s]) + virtual)
+            found[where] = self._from_slots(s, part, slot[where])
         return found
 
-    def _from_stream(self, s: int, slots: np.ndarray) -> np.ndarray:
-        """Mixture indices of source s's stream slots ``slots``: each mapped by the lay that covers it."""
+    def _from_stream(self, s: int, slots: np.ndarray, part: np.ndarray, mine: np.ndarray,
+                     window: np.ndarray) -> np.ndarray:
+        """Mixture indices of source s's stream slots ``slots`` (read by parts ``part`` as their slots ``mine`` of
+        the source, in their windows ``window``): each mapped by the lay that covers it."""
         lays = [lay for lay in self._lays or () if lay.hi[s] > lay.lo[s]]
         starts = np.array([int(lay.lo[s]) for lay in lays], dtype=np.int64)
         which = np.searchsorted(starts, slots, side="right") - 1
         found = np.empty_like(slots)
         for i in distinct(which).tolist():
             where = which == i
-            found[where] = self._from_lay(s, lays[i], slots[where])
+            found[where] = self._from_lay(s, lays[i], slots[where], part[where], mine[where], window[where])
         return encode(self._offsets, self._mixture.lengths, s, found)
 
-    def _from_lay(self, s: int, lay: Lay, slots: np.ndarray) -> np.ndarray:
-        """Source s's indices of stream slots ``slots`` of ``lay``: each slot's part in the lay's virtual order,
-        and its row of that part's share of what the lay reads of its pass (``_from_slots``, for any lay)."""
+    def _alike(self, lay: Lay) -> int:
+        """How many of this epoch's first windows ``lay``'s virtual order holds as this one does (its phases'
+        counts the same up to the next live phase's start): a slot read there is its reader's in the lay too."""
+        if lay.epoch != self.epoch:
+            return 0
+        live, everything = self._mixture.live_starts(self._grid), len(self._mixture.schedule.identities())
+        if lay.phases == everything:
+            return self._counts.windows
+        diverges = live[lay.phases - (everything - len(live))] - self.epoch * self.n
+        ends = np.append(self._counts._pieces(0, np.arange(1, self._counts.windows, dtype=np.int64))[0], self.n)
+        return int(np.searchsorted(ends, diverges, side="right"))
+
+    def _from_lay(self, s: int, lay: Lay, slots: np.ndarray, reader: np.ndarray, read: np.ndarray,
+                  window: np.ndarray) -> np.ndarray:
+        """Source s's indices of stream slots ``slots`` of ``lay``: each slot's part in the lay's virtual order
+        (its reader's where the lay's windows are this epoch's), and its row of that part's share of what the
+        lay reads of its pass (``_from_slots``, for any lay)."""
         counts, epoch, length = self._counts_of(lay), lay.epoch, self._mixture.lengths[s]
         origin, lo_s, hi_s = int(counts.before_epoch(epoch)[s]), int(lay.lo[s]), int(lay.hi[s])
-        part, mine = counts.owners(epoch, s, slots - origin)
+        alike = window < self._alike(lay)
+        part, mine = reader.copy(), read.copy()
+        if not alike.all():
+            part[~alike], mine[~alike] = counts.owners(epoch, s, slots[~alike] - origin)
         passes, sources = slots // length, self._passes[s]
         found = np.empty_like(slots)
         for p, r in np.unique(np.stack((passes, part), axis=1), axis=0).tolist():
