@@ -340,9 +340,10 @@ class StretchedMixtureOrder:
     def _alike(self, lay: Lay) -> int:
         """How many of this epoch's first windows ``lay``'s virtual order holds as this one does (its phases'
         counts the same up to the next live phase's start): a slot read there is its reader's in the lay too."""
-        if lay.epoch != self.epoch:
+        schedule = self._mixture.schedule
+        if lay.epoch != self.epoch or schedule is None:
             return 0
-        live, everything = self._mixture.live_starts(self._grid), len(self._mixture.schedule.identities())
+        live, everything = self._mixture.live_starts(self._grid), len(schedule.identities())
         if lay.phases == everything:
             return self._counts.windows
         diverges = live[lay.phases - (everything - len(live))] - self.epoch * self.n
