@@ -245,3 +245,52 @@ def loader_state_at(steps, changes):
     fresh = loader_of(mixture())
     read(fresh, steps, changes)
     return fresh.state_dict()
+
+
+def test_packed_sources_under_spans_change_inside_an_epoch_keep_each_source_s_passes_whole():
+    """Two Packed sources on 2 ranks under spans, weights changed inside epoch 0 and inside epoch 1: each source's
+    rows (index ``pass * rows + row``) whole per pass at every global batch, and a resume from a state between the
+    changes reads on exactly."""
+    from test_mixture import ids, packed
+
+    def build():
+        return shufflepoint.Mixture([packed([30, 30, 30], 5, 0), packed([30, 30, 30], 5, 1)], samples_per_epoch=16,
+                                    schedule=[(0, [1, 1])])
+
+    def ranks():
+        return [shufflepoint.DataLoader(build(), 2, seed=1, collate_fn=lambda b: [ids(row) for row in b],
+                                        shuffle_block=4, world_size=2, rank=r, verify_ranks=False) for r in range(2)]
+
+    def run(loaders, steps, changes):
+        found, batches = [], [iter(loader) for loader in loaders]
+        while len(found) < steps:
+            if loaders[0].step in changes:
+                for loader in loaders:
+                    loader.set_weights(changes[loaders[0].step])
+            got = [next(batch, None) for batch in batches]
+            if got[0] is None:
+                batches = [iter(loader) for loader in loaders]
+                continue
+            found.append(got)
+        return found
+
+    changes = {1: [3, 1], 6: [1, 4]}
+    whole = ranks()
+    got = run(whole, 16, changes)
+    mixture, seen = whole[0].dataset, Counter()
+    for step in range(16):
+        for r in range(2):
+            indices = whole[0].which(step)[r]
+            assert [ids(mixture[i]) for i in indices] == got[step][r]
+            seen.update(mixture.source_of(i)[0] * 1000 + mixture.source_of(i)[1] % mixture.lengths[0]
+                        for i in indices)
+        for s in range(2):
+            counts = [seen[s * 1000 + row] for row in range(mixture.lengths[s])]
+            assert max(counts) - min(counts) <= 1, (step, s, counts)
+    first = ranks()
+    run(first, 4, changes)
+    state = first[0].state_dict()
+    resumed = ranks()
+    for loader in resumed:
+        loader.load_state_dict(state)
+    assert run(resumed, 12, changes) == got[4:]
