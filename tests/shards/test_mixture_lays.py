@@ -104,13 +104,17 @@ def read(ranks, steps, changes):
     return found
 
 
-def check_passes(steps, seen, served, grid):
-    """Each source's passes whole at every edge of the grid the run reaches in ``steps``."""
+def check_passes(steps, seen, served, grid, mixture=None):
+    """Each source's passes whole at every edge of the grid the run reaches in ``steps``; with ``mixture``, each
+    source's rows served so far its schedule's count there (live phases included)."""
     for batches in steps:
         for batch in batches:
             seen.update(batch)
             served[0] += len(batch)
         if served[0] % grid == 0:
+            if mixture is not None:
+                expected = mixture.known_schedule(len(mixture.phases), grid).counts(served[0])
+                assert [sum(seen[x] for x in rows) for rows in SOURCES] == expected, served[0]
             for rows in SOURCES:
                 counts = [seen[x] for x in rows]
                 assert max(counts) - min(counts) <= 1, (served[0], rows[0], sorted(Counter(counts).items()))
@@ -135,7 +139,7 @@ def test_live_changes_inside_epochs_keep_passes_whole_and_which_as_served(world,
     ranks = loaders(world, schedule=built)
     before = read(ranks, stop, changes)
     seen, served = Counter(), [0]
-    check_passes(before, seen, served, world * BATCH)
+    check_passes(before, seen, served, world * BATCH, ranks[0].dataset)
     states = [loader.state_dict() for loader in ranks]
     assert all(state == states[0] for state in states)
     assert all([ranks[r].dataset[i] for i in ranks[r].which(step)[r]] == before[step][r]
@@ -148,7 +152,7 @@ def test_live_changes_inside_epochs_keep_passes_whole_and_which_as_served(world,
         return
     resumed = loaders(later, state=states[0], schedule=built)  # another world, from the state alone
     after = read(resumed, 3 * SPE // (later * BATCH), {step: w for step, w in changes.items() if step > stop})
-    check_passes(after, seen, served, world * BATCH)
+    check_passes(after, seen, served, world * BATCH, resumed[0].dataset)
     assert all(loader.state_dict() == resumed[0].state_dict() for loader in resumed)
     assert all([resumed[r].dataset[i] for i in resumed[r].which(stop + step)[r]] == after[step][r]
                for step in range(len(after)) for r in range(later))
