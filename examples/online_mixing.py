@@ -45,8 +45,8 @@ mixture = shufflepoint.Mixture([source(s, 300) for s in range(SOURCES)], samples
                                schedule=[(0, [1.0] * SOURCES)])
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-# deal="strided": a change applies from the next global batch (under "spans", from the next epoch's start)
-loader = shufflepoint.DataLoader(mixture, batch_size=8, seed=1234, deal="strided", num_workers=2)
+# the default deal ("spans"): a change applies from the next global batch, each source's passes kept whole
+loader = shufflepoint.DataLoader(mixture, batch_size=8, seed=1234, num_workers=2)
 running = torch.ones(SOURCES)  # each source's recent loss: the mixer's state, checkpointed with the rest
 weights = [1.0] * SOURCES
 if os.path.exists(args.checkpoint):

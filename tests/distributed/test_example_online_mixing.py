@@ -1,9 +1,11 @@
 """examples/online_mixing.py run as a user would: weights set from the sources' losses every 10 steps, killed after
 step 25 (after the change at step 20, before the one at 30), run again: every step's samples and weights are those
-of the run that never stopped."""
+of the run that never stopped. Under the default deal (``spans``) each change applies from the next global batch,
+and each source's passes stay whole at every global batch edge."""
 
 import json
 import os
+from collections import Counter
 
 import pytest
 
@@ -35,3 +37,9 @@ def test_online_mixing_stops_and_resumes_exactly(tmp_path):
         ids = [i // 1000 for rank in both for r in rank[start:start + 10] for i in r["ids"]]
         for s, weight in enumerate(weights):
             assert abs(ids.count(s) - len(ids) * weight / sum(weights)) <= 2, (start, weights)
+    seen = Counter()
+    for step in range(80):  # no row of a source read k + 1 times before every row of it was read k times
+        seen.update(i for rank in both for i in rank[step]["ids"])
+        for s in range(3):
+            counts = [seen[1000 * s + row] for row in range(300)]
+            assert max(counts) - min(counts) <= 1, (step, s)

@@ -1,12 +1,15 @@
 """``loader.set_weights`` in real, fresh processes (2 ranks, gloo): weights changed twice while the run trains, the
 run killed between the changes and resumed by fresh processes from its state alone (the Mixture is built with its
 first phase only: the live phase comes back from the state). The resumed run's batches are exactly those of one
-run that never stopped, and of a Mixture built with the live phases in its schedule from the start."""
+run that never stopped; their sources those of a Mixture built with the live phases in its schedule from the start
+(under ``strided`` the very rows; under ``spans`` the rows of each pass laid anew at each change, ``lays.py``), each
+source's passes whole at every global batch edge. Resumed on 3 ranks instead, every row is served once per pass."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 
 import pytest
 
@@ -19,14 +22,14 @@ SOURCES = [list(range(0, 50)), list(range(100, 120)), list(range(200, 230))]
 CHANGES = {"4": [5, 1, 0], "13": [1, 2, 3]}  # before steps 4 and 13 (global batch 4 and 13)
 
 
-def leg(tmp_path, name, deal, steps, state_in=None, differ=False):
+def leg(tmp_path, name, deal, steps, state_in=None, differ=False, world=2):
     spec = {"differ": differ, "samples_per_epoch": 48, "batch_size": 3, "deal": deal, "steps": steps,
             "changes": CHANGES, "state_in": state_in, "state_out": str(tmp_path / f"{name}.state"),
             "record": str(tmp_path / name)}
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(spec))
-    launch([WORKER, str(path)], 2, timeout=300).check()
-    records = [json.loads((tmp_path / f"{name}.rank{rank}").read_text()) for rank in range(2)]
+    launch([WORKER, str(path)], world, timeout=300).check()
+    records = [json.loads((tmp_path / f"{name}.rank{rank}").read_text()) for rank in range(world)]
     return records, json.loads((tmp_path / f"{name}.state").read_text())
 
 
@@ -52,10 +55,40 @@ def test_a_live_change_resumes_exactly_in_fresh_processes(tmp_path, deal):
     for rank in range(2):
         assert first[rank] + second[rank] == whole[rank]
     assert end_state["phases"] == whole_state["phases"] and len(whole_state["phases"]) == 3
-    if deal == "strided":  # from the next global batch on: 4 and 13 global batches of 6 rows
-        assert [p[0] for p in whole_state["phases"]] == [0, 24, 78]
+    assert [p[0] for p in whole_state["phases"]] == [0, 24, 78]  # from the next global batch on (4 and 13 of 6)
     for rank in range(2):
-        assert scheduled(whole_state["phases"], deal, rank) == whole[rank]
+        built = scheduled(whole_state["phases"], deal, rank)
+        if deal == "strided":
+            assert built == whole[rank]
+        else:  # the same source at every place, each source's rows laid anew at a change
+            assert [[x // 100 for x in b] for b in built] == [[x // 100 for x in b] for b in whole[rank]]
+    assert_passes_whole([whole], 6)
+
+
+def assert_passes_whole(legs, grid):
+    """Each source's passes whole at every edge of the run's grid: no row read k + 1 times before every row of its
+    source was read k times (``legs``: each leg's batches per rank, read in turn)."""
+    seen, served, edges = Counter(), 0, 0
+    for ranks in legs:
+        for step in range(len(ranks[0])):
+            for batches in ranks:
+                seen.update(batches[step])
+                served += len(batches[step])
+            if served % grid == 0:
+                edges += 1
+                for rows in SOURCES:
+                    counts = [seen[x] for x in rows]
+                    assert max(counts) - min(counts) <= 1, (served, rows[0], sorted(Counter(counts).items()))
+    assert edges > 10
+
+
+def test_under_spans_a_run_resumed_on_another_world_serves_every_row_once_per_pass(tmp_path):
+    """2 ranks, a change at global batch 4, killed at 9; 3 fresh ranks, a change at global batch 13: each source's
+    passes are whole at every edge of the run's grid (6 rows) and the epochs' ends, every row once per pass."""
+    first, state = leg(tmp_path, "first", "spans", 9)
+    second, _ = leg(tmp_path, "third", "spans", 16, str(tmp_path / "first.state"), world=3)
+    assert_passes_whole([first, second], 6)
+    assert [p[0] for p in json.loads((tmp_path / "third.state").read_text())["phases"]] == [0, 24, 54 + 4 * 9]
 
 
 def test_different_weights_on_the_ranks_are_refused_on_every_rank_with_nothing_changed(tmp_path):

@@ -1,7 +1,8 @@
-"""``set_weights`` on a running loader or a ``Mixture``: a phase appended at the next global batch (the next epoch
-under ``spans``, said with a ``ResumeWarning``), kept in the state with its exact shares. Proven against a Mixture
-whose schedule holds the phase from the start: the same batches, the same ``which``, a resume from the state exact on
-the same world and every row once on another; and each refusal changes nothing."""
+"""``set_weights`` on a running loader or a ``Mixture``: a phase appended at the next global batch, under either deal,
+kept in the state with its exact shares. Proven against a Mixture whose schedule holds the phase from the start: the
+same batches under ``strided`` (the same sources at every place under ``spans``, whose rows are laid anew at the
+change, ``mixture/lays.py``), the same ``which``, a resume from the state exact on the same world and every row once
+on another; and each refusal changes nothing."""
 
 from __future__ import annotations
 
@@ -63,19 +64,20 @@ def test_a_live_change_is_the_schedule_with_that_phase(first, second, a, b, deal
         got = read(live, 60, changes)
     state = live.state_dict()
     starts = [start for start, _ in phases_from(state)]
-    if deal == "strided":  # from the next global batch on, the past never rewritten
-        assert starts == sorted({step * batch for step in changes})
-        assert [[Fraction(x) for x in p[2]] for p in state["phases"][1:]][-1] == [Fraction(x, sum(b)) for x in b]
-    else:  # from the next epoch's start unless the epoch had not begun
-        assert all(start % SPE == 0 for start in starts)
+    assert starts == sorted({step * batch for step in changes})  # from the next global batch on
+    assert [[Fraction(x) for x in p[2]] for p in state["phases"][1:]][-1] == [Fraction(x, sum(b)) for x in b]
     built = mixture(*phases_from(state))
-    assert read(loader_of(built, deal, batch=batch), 60) == got
+    if deal == "strided":  # the past never rewritten
+        assert read(loader_of(built, deal, batch=batch), 60) == got
+    else:  # the same source at every place; each source's rows laid anew from the change (lays)
+        assert [[x // 100 for x in step] for step in read(loader_of(built, deal, batch=batch), 60)] == \
+            [[x // 100 for x in step] for step in got]
     assert all([live.dataset[i] for i in live.which(step)[0]] == got[step] for step in range(60))
     resumed = loader_of(mixture(), deal, batch=batch)  # the state alone brings the live phases back
     resumed.load_state_dict(state)
     assert resumed.dataset.phases == live.dataset.phases
     assert all([resumed.dataset[i] for i in resumed.which(step)[0]] == got[step] for step in range(0, 60, 7))
-    assert read(resumed, 20) == read(loader_of(built, deal, batch=batch), 80)[60:]
+    assert read(resumed, 20) == read(live, 20)
 
 
 @pytest.mark.mixture
@@ -143,12 +145,14 @@ def test_a_mixture_without_a_schedule_or_with_caps_is_refused():
         capped.set_weights([1, 1, 1], at=6)
 
 
-def test_under_spans_a_change_inside_an_epoch_waits_for_the_next_with_a_warning():
+def test_under_spans_a_change_inside_an_epoch_applies_from_the_next_global_batch_without_a_warning():
     loader = loader_of(mixture(), "spans")
     read(loader, 2)
-    with pytest.warns(ResumeWarning, match="next epoch"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         loader.set_weights([1, 0, 0])
-    assert [p[0] for p in loader.dataset.phases] == [0, SPE]
+    assert [p[0] for p in loader.dataset.phases] == [0, 6]
+    assert all(x < 50 for batch in read(loader, SPE // 3) for x in batch)
     at_start = loader_of(mixture(), "spans")
     read(at_start, SPE // 3)  # the whole first epoch: the next global batch is the next epoch's first
     with warnings.catch_warnings():
@@ -241,3 +245,52 @@ def loader_state_at(steps, changes):
     fresh = loader_of(mixture())
     read(fresh, steps, changes)
     return fresh.state_dict()
+
+
+def test_packed_sources_under_spans_change_inside_an_epoch_keep_each_source_s_passes_whole():
+    """Two Packed sources on 2 ranks under spans, weights changed inside epoch 0 and inside epoch 1: each source's
+    rows (index ``pass * rows + row``) whole per pass at every global batch, and a resume from a state between the
+    changes reads on exactly."""
+    from test_mixture import ids, packed
+
+    def build():
+        return shufflepoint.Mixture([packed([30, 30, 30], 5, 0), packed([30, 30, 30], 5, 1)], samples_per_epoch=16,
+                                    schedule=[(0, [1, 1])])
+
+    def ranks():
+        return [shufflepoint.DataLoader(build(), 2, seed=1, collate_fn=lambda b: [ids(row) for row in b],
+                                        shuffle_block=4, world_size=2, rank=r, verify_ranks=False) for r in range(2)]
+
+    def run(loaders, steps, changes):
+        found, batches = [], [iter(loader) for loader in loaders]
+        while len(found) < steps:
+            if loaders[0].step in changes:
+                for loader in loaders:
+                    loader.set_weights(changes[loaders[0].step])
+            got = [next(batch, None) for batch in batches]
+            if got[0] is None:
+                batches = [iter(loader) for loader in loaders]
+                continue
+            found.append(got)
+        return found
+
+    changes = {1: [3, 1], 6: [1, 4]}
+    whole = ranks()
+    got = run(whole, 16, changes)
+    mixture, seen = whole[0].dataset, Counter()
+    for step in range(16):
+        for r in range(2):
+            indices = whole[0].which(step)[r]
+            assert [ids(mixture[i]) for i in indices] == got[step][r]
+            seen.update(mixture.source_of(i)[0] * 1000 + mixture.source_of(i)[1] % mixture.lengths[0]
+                        for i in indices)
+        for s in range(2):
+            counts = [seen[s * 1000 + row] for row in range(mixture.lengths[s])]
+            assert max(counts) - min(counts) <= 1, (step, s, counts)
+    first = ranks()
+    run(first, 4, changes)
+    state = first[0].state_dict()
+    resumed = ranks()
+    for loader in resumed:
+        loader.load_state_dict(state)
+    assert run(resumed, 12, changes) == got[4:]

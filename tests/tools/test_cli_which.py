@@ -253,3 +253,40 @@ def test_the_text_shows_the_documents_of_a_mixtures_packed_source():
                                                                                                  "shard": 2}}]}}
     assert _lines(entry, "") == ["21 source=1 source_index=1 -> 1 epoch=0 row=1", "  document 13 tokens [8, 10)",
                                  "  document 36 tokens [0, 8) -> 36 shard=2"]
+
+
+def test_which_answers_a_mixture_whose_weights_changed_inside_epochs_under_spans():
+    """Weights changed inside epoch 0 (2 x 3) and, after a resize to 3 x 2, inside epoch 1: the answers from the
+    last state alone (a Mixture built with its first phase only) are what each rank received (``mixture/lays.py``)."""
+    from shufflepoint._shards.corpora.mixture.mixture import Mixture
+
+    def mixture():
+        return Mixture([list(range(100)), list(range(1000, 1040))], samples_per_epoch=60, schedule=[(0, [3, 1])])
+
+    def loaders(world, batch):
+        return [shufflepoint.DataLoader(mixture(), batch, seed=5, rank=r, world_size=world, collate_fn=list,
+                                        verify_ranks=False) for r in range(world)]
+
+    received, ranks, state = [], loaders(2, 3), None
+    for world, batch, steps, change in ((2, 3, 6, {2: [0, 1]}), (3, 2, 12, {9: [5, 1]})):
+        if state is not None:
+            ranks = loaders(world, batch)
+            for loader in ranks:
+                loader.load_state_dict(state)
+        iterators = [iter(loader) for loader in ranks]
+        for _ in range(steps):
+            if ranks[0].step in change:
+                for loader in ranks:
+                    loader.set_weights(change[ranks[0].step])
+            got = {r: next(i, None) for r, i in enumerate(iterators)}
+            if got[0] is None:
+                iterators = [iter(loader) for loader in ranks]
+                got = {r: next(i) for r, i in enumerate(iterators)}
+            received.append(got)
+        state = ranks[0].state_dict()
+    assert [p[0] for p in state["phases"]] == [0, 12, 36 + 3 * 6]
+    data = mixture()
+    for step, batches in enumerate(received):
+        found = answer(Found(state, "file", "ckpt"), data, step, locate=False)
+        indices = {int(r): [e["index"] for e in v] for r, v in found["ranks"].items()}
+        assert {r: [data[i] for i in ids] for r, ids in indices.items()} == batches, step

@@ -334,6 +334,11 @@ class LiveWeighted(Protocol):
     def adopt_phases(self, saved: Sequence[Sequence[Any]]) -> Callable[[], None]:
         """Read by a state's live phases in place of the schedule's own; returns what undoes it."""
 
+    def laid_order(self, seed: int, epoch: int, shuffle_block: int, stretches: int, grid: int | None,
+                   epoch_parts: Callable[[int], int | None]) -> Any:
+        """``LaysOnStretches.stretched_order``, told each earlier epoch's first world (``epoch_parts``: the run's
+        history), where a lay of that epoch maps this one's slots (a weight changed inside it)."""
+
 
 @runtime_checkable
 class ExplainsFingerprint(Protocol):

@@ -189,6 +189,17 @@ class History:
             index -= 1
         return self.legs[index].layout.world_size
 
+    def epoch_parts(self, epoch: int) -> int | None:
+        """The world size whose stretches ``epoch``'s order was laid along when it began (the cut of the latest
+        leg that began at or before its start; a first leg that began inside it: its own cut's), or None where
+        this history does not reach back to it or its deal reads no stretches."""
+        for leg in reversed(self.legs):
+            at_start = leg.start.cursor == 0 and not leg.start.segments
+            if leg.start.epoch < epoch or (leg.start.epoch == epoch and at_start):
+                return self._cut(leg, Place(epoch, 0), None).stretches
+        first = self.legs[0]
+        return self._cut(first, first.start, None).stretches if first.start.epoch == epoch else None
+
     def _cut(self, leg: Leg, start: Place, cuts: Cuts | None) -> Cut:
         """``leg``'s cut from ``start``: the deal's own, or the caller's (excluded samples skipped)."""
         if cuts is None:

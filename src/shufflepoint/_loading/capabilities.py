@@ -24,6 +24,7 @@ from shufflepoint._core.capabilities import (
     KeepsShardsOpen,
     LaysOnStretches,
     LegacyIdentified,
+    LiveWeighted,
     ReadsAhead,
     ReadsAtDensity,
     Scheduled,
@@ -115,11 +116,15 @@ def stretched_version(dataset: Any) -> int:
 
 
 def own_epoch_order(dataset: Any, seed: int, epoch: int, shuffle_block: int, grid: int | None,
-                    stretches: int | None) -> Any:
+                    stretches: int | None, epoch_parts: Callable[[int], int | None] | None = None) -> Any:
     """The epoch's order of a dataset with its own: laid along ``stretches`` (the ``spans`` deal's first world
-    size), else on the ``grid`` its schedule follows, else its plain ``epoch_order`` (``OwnOrder``)."""
+    size), else on the ``grid`` its schedule follows, else its plain ``epoch_order`` (``OwnOrder``).
+    ``epoch_parts``: each epoch's first world (the run's history), for a dataset whose weights change while the
+    run trains (``LiveWeighted``: a lay of an earlier epoch may map this one's slots)."""
     hooks = hooks_of(dataset)
     if stretches is not None and isinstance(hooks, LaysOnStretches):
+        if epoch_parts is not None and isinstance(hooks, LiveWeighted):
+            return hooks.laid_order(seed, epoch, shuffle_block, stretches, grid, epoch_parts)
         return hooks.stretched_order(seed, epoch, shuffle_block, stretches, grid)
     if grid is not None and isinstance(hooks, Scheduled):
         return hooks.scheduled_order(seed, epoch, shuffle_block, grid)

@@ -517,8 +517,8 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         Call it between two batches with the same weights on every rank (checked like ``exclude``). It is a
         phase appended to the schedule at the run position reached, kept in the state with its weights: a resume
         on the same world continues exactly, another world serves every row once, ``which`` answers steps before
-        and after it. Under ``spans`` (the default deal) a change inside an epoch applies from the next epoch's
-        start, with a ``ResumeWarning``: each epoch's rows of a source are laid out when it begins. Refused with
+        and after it. Under ``spans`` (the default deal) too: the rest of the epoch's rows of each source are laid
+        anew from the change, those laid before it kept, so each source's passes stay whole. Refused with
         nothing changed: another dataset, a Mixture without ``schedule=`` or with ``max_repeats``, bad weights,
         a later phase already scheduled. See docs/shards.md#weights-changed-while-training.
         """

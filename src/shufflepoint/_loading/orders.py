@@ -193,6 +193,9 @@ class OrderCache:
         self._stretched = self.shuffle_block is not None and lays_on_stretches(dataset)
         self._epoch: tuple[int, int | None] | None = None
         self._order: Order | None = None
+        # each epoch's first world (the run's history: ``LoaderPosition`` sets it), for a dataset's own order
+        # whose earlier epochs' lays map this one's slots (a Mixture's weights changed inside an epoch)
+        self.epoch_parts: Callable[[int], int | None] | None = None
         if self.shuffle_block is not None and self._rows is None:
             # the dataset's own order checks shuffle_block against itself: fail here, not mid-loop
             self.get(0)
@@ -276,7 +279,7 @@ class OrderCache:
                 self._order = BlockOrder(self._rows, self.seed, epoch, self.shuffle_block)
             else:
                 self._order = own_epoch_order(self._dataset, self.seed, epoch, self.shuffle_block, self.grid,
-                                              stretches)
+                                              stretches, self.epoch_parts)
             self._epoch = (epoch, stretches)
         return self._order
 

@@ -155,6 +155,7 @@ class LoaderPosition:
 
     def __init__(self, layout: Layout, orders: OrderCache, deal: Deal) -> None:
         self.layout, self.orders, self.deal = layout, orders, deal
+        orders.epoch_parts = self.epoch_parts  # a lay of an earlier epoch is laid to that epoch's parts
         self._built = (orders, deal)  # what a load starts from, whatever earlier loads adopted
         self.live: Pass | None = None  # the pass being read, if any
         self._epoch, self._steps = 0, 0  # with no live pass: the epoch and step the next pass begins at
@@ -354,11 +355,16 @@ class LoaderPosition:
             self.exclude(merged)
         self.skipped = kept(self.skipped, skips)
 
+    def epoch_parts(self, epoch: int) -> int | None:
+        """The world size whose stretches ``epoch``'s order was laid along when it began (the run's history;
+        None where it does not reach back): a lay of that epoch may map later slots (``mixture/lays.py``)."""
+        return self.history.epoch_parts(epoch)
+
     def set_weights(self, weights: Any) -> int:
         """Read the scheduled dataset by ``weights`` from the next global batch on (``LiveWeighted``): a phase at
-        the run position the loop reached, ``epoch * n + cursor`` (the past is never rewritten). Where its order
-        lays out each epoch's rows of its sources when the epoch begins (a ``Mixture`` under ``spans``) and the
-        epoch has begun, from the next epoch's start, with a ``ResumeWarning``. Returns the phase's start."""
+        the run position the loop reached, ``epoch * n + cursor`` (the past is never rewritten; under ``spans`` a
+        ``Mixture`` lays the rest of the epoch's rows anew from there, ``mixture/lays.py``). Returns the phase's
+        start."""
         hooks = hooks_of(self.orders.dataset)
         if not isinstance(hooks, LiveWeighted) or self.orders.grid is None:
             raise ValueError(refusal("set_weights", Plain(f"a {type(self.orders.dataset).__name__}"),
@@ -367,16 +373,7 @@ class LoaderPosition:
         steps, place = self.here()
         n = self.orders.n
         at = place.epoch * n + place.cursor
-        if self.orders.laid_under(self.deal.stretched) and place.cursor:
-            at = (place.epoch + 1) * n
         hooks.set_weights(weights, at)  # refused with nothing changed
-        if at != place.epoch * n + place.cursor:
-            # LIMIT(live-weights-spans): docs/shards.md#limits
-            warn_user(f"set_weights: under the 'spans' deal a Mixture's epoch lays out its rows of each source when "
-                      f"it begins, so the new weights apply from the next epoch's start (epoch {place.epoch + 1}, "
-                      f"run position {at}), not from the next global batch; the rest of epoch {place.epoch} keeps "
-                      "the weights it began with.\n  fix: call set_weights at an epoch's start, or use "
-                      "deal='strided' for changes from the next global batch", ResumeWarning)
         self.orders.forget()
         self._lookup = Lookup()
         self.read_on(place.epoch, self._cut_here(place), steps)  # the batches prefetched under the old weights go
@@ -554,5 +551,8 @@ class LoaderPosition:
                 excluded_at: tuple[int, ...] = ()) -> None:
         """Take a validated state's run as this one's (no live pass; ``jump`` places the next pass)."""
         self.orders, self.deal, self.live, self._steps, self.history = orders, deal, None, steps, history
+        if orders.epoch_parts != self.epoch_parts:  # orders built to check the state: place their lays anew
+            orders.epoch_parts = self.epoch_parts
+            orders.forget()
         self.excluded = excluded if excluded is not None else Excluded(self.layout.n)
         self.excluded_at, self._which_excluded = excluded_at, Excluded(self.layout.n)

@@ -49,7 +49,7 @@ from shufflepoint._core.capabilities import (
     ReadsBatches,
     hooks_of,
 )
-from shufflepoint._core.schedule import Schedule, changed_phase, parse_shares, shares_text, unweighted
+from shufflepoint._core.schedule import Schedule, changed_phase, on_edge, parse_shares, shares_text, unweighted
 from shufflepoint._errors import Plain, field_error, refusal
 from shufflepoint._order import check_int
 from shufflepoint._order.distinct import distinct
@@ -124,7 +124,8 @@ class Mixture(torch.utils.data.Dataset[Any]):
             the run began, all ranks together (tokens for ``Packed`` sources), the first phase starting at
             0, and a weight may be 0 (the source pauses). A resume may append phases after the position it
             reached, never change one that began. Default None: the weights of ``sources``, the same
-            every epoch.
+            every epoch (pass ``schedule=[(0, weights)]`` instead to change them while the run trains:
+            ``set_weights``).
         max_repeats (Sequence | None): a cap per source (None: none) on how many times each of its rows may be
             read (a number > 0: its slots stay within ``cap * rows``, so no row is read more than ``ceil(cap)``
             times), in every epoch, or over ``budget``. A mixture that breaks a cap is refused, naming the
@@ -271,7 +272,10 @@ class Mixture(torch.utils.data.Dataset[Any]):
             raise ValueError(refusal("set_weights", Plain("a Mixture built without a schedule"),
                                      "a Mixture built with schedule=", "build it as Mixture([a, b], "
                                      "schedule=[(0, [wa, wb])]) to change its weights while the run trains",
-                                     why="a Mixture without a schedule keeps one count per source every epoch"))
+                                     why="a Mixture without a schedule keeps one count per source every epoch, "
+                                     "its order cut into windows of shuffle_block rows, not into the loader's "
+                                     "global batches: a change could not start at the next global batch without "
+                                     "moving rows already read"))
         if self._caps is not None:
             # LIMIT(live-weights-caps): docs/shards.md#limits
             raise ValueError(refusal("set_weights", Plain("a Mixture built with max_repeats"), "a Mixture without "
@@ -348,6 +352,25 @@ class Mixture(torch.utils.data.Dataset[Any]):
         if grid not in kept:
             kept[grid] = self.schedule.on_grid(grid, self.samples_per_epoch)
         found: Schedule = kept[grid]
+        return found
+
+    def live_starts(self, grid: int | None) -> list[int]:
+        """Where the live phases (``set_weights``) start, sorted: on the edges of global batches of ``grid`` rows
+        where there is one (as ``schedule_on_grid`` places them), else at the rows they name."""
+        live = sorted(self.__dict__.get("_live", {}))
+        return live if grid is None else [on_edge(start, grid, self.samples_per_epoch) for start in live]
+
+    def known_schedule(self, phases: int, grid: int | None) -> Schedule:
+        """The schedule's first ``phases`` phases (on ``grid``'s edges where there is one) counted by their
+        chains of floors, as an order laid along the stretches counts them: what was known at an event of a live
+        phase (``mixture/lays.py``). Kept per (phases, grid)."""
+        assert self.schedule is not None
+        kept = self.__dict__.setdefault("_on_grid", {})
+        key = ("known", phases, grid)
+        if key not in kept:
+            known = self.schedule.first(phases)
+            kept[key] = (known if grid is None else known.on_grid(grid, self.samples_per_epoch)).chained()
+        found: Schedule = kept[key]
         return found
 
     def epoch_order(self, seed: int, epoch: int, shuffle_block: int, grid: int | None = None,
@@ -473,6 +496,12 @@ class ScheduledMixtureHooks(MixtureHooks):
         """A state's live phases in place of the Mixture's own before it is checked (``Mixture.adopt_phases``);
         returns the undo."""
         return self._mixture.adopt_phases(saved)
+
+    def laid_order(self, seed: int, epoch: int, shuffle_block: int, stretches: int, grid: int | None,
+                   epoch_parts: Callable[[int], int | None]) -> StretchedMixtureOrder:
+        """``stretched_order`` told each earlier epoch's first world (the run's history), where a lay of that
+        epoch maps this one's slots (``mixture/lays.py``)."""
+        return StretchedMixtureOrder(self._mixture, seed, epoch, shuffle_block, stretches, grid, epoch_parts)
 
     def set_weights(self, weights: Any, at: int) -> None:
         """``Mixture.set_weights`` from run position ``at`` in rows (a loader's positions; tokens for Packed)."""

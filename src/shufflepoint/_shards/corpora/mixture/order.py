@@ -42,6 +42,14 @@ class MixedSources(Protocol):
         """The schedule with its phases on the edges of global batches of ``grid`` rows."""
         ...
 
+    def live_starts(self, grid: int | None) -> list[int]:
+        """Where the live phases start, sorted, as an order on ``grid`` places them."""
+        ...
+
+    def known_schedule(self, phases: int, grid: int | None) -> Schedule:
+        """The schedule's first ``phases`` phases on ``grid``, counted by their chains of floors."""
+        ...
+
 
 def offsets(lengths: list[int]) -> np.ndarray:
     """Where each source starts among the sources end to end, and (last) their total rows."""

@@ -24,6 +24,10 @@ source's passes are whole however the world changes: a resize re-deals positions
 that begins on another world reads on where the epoch before left each pass. The count of slots the epochs
 before an epoch read is arithmetic (``e * counts``, or the schedule's count at the epoch's start).
 
+A weight changed inside an epoch (a live phase) changes the counts of the rest of it: the rows laid out when
+it began keep their places and the rest is laid anew, in *lays* (``lays.py``); without one, the order is as
+above.
+
 Versions 3 and 4 (0.5's development: each part read its own stream of a source in its own stretch, so a
 source's passes drifted apart across the parts, and another world began them anew) are refused by name.
 
@@ -32,6 +36,7 @@ Words: docs/glossary.md (mixture, source, pass, stretch order, stretch, window).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -44,6 +49,7 @@ from shufflepoint._order.blocks import _M64, _sub_seed, checked_positions, laid_
 from shufflepoint._order.distinct import distinct, distinct_inverse
 from shufflepoint._order.feistel import FeistelOrder
 from shufflepoint._order.feistel_many import sub_seeds, take_many
+from shufflepoint._shards.corpora.mixture.lays import Lay, plan
 from shufflepoint._shards.corpora.mixture.order import _MAX_STREAM, _SOURCE_TAG, NAME, MixedSources, encode, offsets
 from shufflepoint._shards.corpora.mixture.passes import SourcePasses
 from shufflepoint._shards.corpora.mixture.sources import is_packed
@@ -54,6 +60,7 @@ UNKEPT_VERSIONS = (3, 4)  # each part its own stream of a source: refused by nam
 _PART_TAG, _LAYOUT_TAG = 0x50415254, 0x4C415954
 _WINDOW_TAG = 0x57494E44
 _CACHED_ORDERS = 32
+_TABLE_BUDGET = 1 << 24  # int64s of part tables kept: every part's, where they fit (a lay's owners ask any part's)
 
 
 def stretches(n: int, parts: int) -> tuple[np.ndarray, np.ndarray]:
@@ -115,6 +122,49 @@ class _PartCounts:
                 np.array([origin]))
         return found
 
+    def below(self, part: int, epoch: int, s: int, slots: int) -> tuple[int, int]:
+        """Of ``epoch``'s first ``slots`` slots of source s (the virtual order): (how many are part's, how many
+        the parts' before it)."""
+        held, ahead, before = self.part(part, epoch)
+        edges = self.edges(epoch)[:, s]
+        k = min(int(np.searchsorted(edges, slots, side="right")) - 1, edges.size - 2)
+        into = slots - int(edges[k])
+        mine = int(held[k + 1, s] - held[k, s])
+        return int(held[k, s]) + min(max(into - int(ahead[k, s]), 0), mine), int(before[k, s]) + min(into,
+                                                                                                     int(ahead[k, s]))
+
+    def owners(self, epoch: int, s: int, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(part, the part's own slot of source s) of each of ``epoch``'s virtual slots ``slots`` of source s:
+        the window it is in, then the part whose piece of the window holds it (the parts in turn)."""
+        edges = self.edges(epoch)[:, s]
+        k = np.minimum(np.searchsorted(edges, slots, side="right") - 1, self.windows - 1)
+        origin, every = self._origin(epoch), np.arange(self._parts, dtype=np.int64)
+        part, mine = np.empty_like(slots), np.empty_like(slots)
+        for window in distinct(k).tolist():
+            where = k == window
+            starts = self._piece_starts(every, window)
+            counted = self._counts.counts_many(np.append(origin + starts, origin + int(self._pieces(0, np.array(
+                [window], dtype=np.int64))[0][0])))[:, s]
+            ahead = counted[:-1] - counted[-1]
+            into = slots[where] - int(edges[window])
+            owner = np.searchsorted(ahead, into, side="right") - 1
+            part[where] = owner
+            held = np.empty_like(owner)
+            for r in distinct(owner).tolist():
+                held[owner == r] = self.part(r, epoch)[0][window, s]
+            mine[where] = held + into - ahead[owner]
+        return part, mine
+
+    def _piece_starts(self, parts: np.ndarray, k: int) -> np.ndarray:
+        """Virtual start of window k of each of ``parts`` (``_pieces`` for many parts of one window)."""
+        w, base, extra = self._window, self._base, self._extra
+        kw = k * w
+        before = extra * min(base + 1, kw) + (self._parts - extra) * min(base, kw)
+        long_piece, short_piece = int(np.clip(base + 1 - kw, 0, w)), int(np.clip(base - kw, 0, w))
+        longer = np.minimum(parts, extra)
+        found: np.ndarray = before + longer * long_piece + (parts - longer) * short_piece
+        return found
+
     def part(self, part: int, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(held, ahead, before) of part's windows in ``epoch``: the slots of each source it holds before each
         window edge (windows + 1 rows), the slots of the parts before it in each window (windows rows), and
@@ -123,7 +173,8 @@ class _PartCounts:
         key = (part, self._key(epoch))
         found = self._tables.get(key)
         if found is None:
-            if len(self._tables) >= _CACHED_ORDERS:
+            if len(self._tables) >= max(_CACHED_ORDERS, min(self._parts + 1, _TABLE_BUDGET // (
+                    3 * (self.windows + 1) * self.sources))):
                 self._tables.pop(next(iter(self._tables)))
             origin = self._origin(epoch)
             k = np.arange(self.windows, dtype=np.int64)
@@ -146,7 +197,7 @@ class StretchedMixtureOrder:
     name = NAME
 
     def __init__(self, mixture: MixedSources, seed: int, epoch: int, shuffle_block: int, parts: int,
-                 grid: int | None = None) -> None:
+                 grid: int | None = None, epoch_parts: Callable[[int], int | None] | None = None) -> None:
         self.n, self.seed, self.epoch = mixture.samples_per_epoch, seed, epoch
         self._mixture = mixture
         self._block = check_int("shuffle_block", shuffle_block, 1, _MAX_STREAM)
@@ -157,7 +208,7 @@ class StretchedMixtureOrder:
                            // self._parts)  # a part's share of a global batch, or of a shuffle_block window
         schedule = mixture.schedule
         if schedule is not None and grid is not None:  # phases on the edges of a loader's global batches; a
-            # sampler's (no grid) start at the row they name, on any world (a resume appends only from the next epoch)
+            # sampler's (no grid) start at the row they name, on any world
             schedule = mixture.schedule_on_grid(grid)
         self._check_epoch(epoch)
         self._counts = _PartCounts(mixture, self._parts, self._window, schedule)
@@ -167,12 +218,42 @@ class StretchedMixtureOrder:
         self._edges = self._counts.edges(epoch)
         self._passes = [SourcePasses(length, self._block, _sub_seed(seed, _SOURCE_TAG, s))
                         for s, length in enumerate(mixture.lengths)]
+        self._grid, self._epoch_parts = grid, epoch_parts
+        self._lays = self._plan_lays()
+        self._lay_counts: dict[tuple[int, int], _PartCounts] = {}
         self._orders: dict[tuple[int, int], Any] = {}
         self._arranged: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         if self._packed:  # bind each Packed source to (seed, shuffle_block) before workers copy it
             for s in range(len(mixture.sources)):
                 self._source_pass(s, 0)
                 self._check_epoch(epoch, self._last_pass(s))
+
+    def _plan_lays(self) -> list[Lay] | None:
+        """The lays that map this epoch's slots (``lays.py``), or None: this epoch's own alone (no live phase
+        starts inside an epoch, or none leaves its mark here)."""
+        mixture = self._mixture
+        live = mixture.live_starts(self._grid)
+        if mixture.schedule is None or not live:
+            return None
+        built = len(mixture.schedule.identities()) - len(live)
+        return plan(live, built, self.n, self.epoch,
+                    lambda phases, g: mixture.known_schedule(phases, self._grid).counts_many(np.array([g]))[0])
+
+    def _counts_of(self, lay: Lay) -> _PartCounts:
+        """The virtual order ``lay`` was laid along: its epoch's, with the phases known then, on that epoch's
+        first world (the run's history says which; this epoch's where it does not know)."""
+        everything = len(self._mixture.schedule.identities()) if self._mixture.schedule is not None else 1
+        if lay.epoch == self.epoch and lay.phases == everything:
+            return self._counts
+        key = (lay.epoch, lay.phases)
+        found = self._lay_counts.get(key)
+        if found is None:
+            parts = self._epoch_parts(lay.epoch) if self._epoch_parts is not None else None
+            parts = self._parts if parts is None or lay.epoch == self.epoch else int(parts)
+            window = max(1, (self._block if self._grid is None else self._grid) // parts)
+            found = self._lay_counts[key] = _PartCounts(self._mixture, parts, window,
+                                                        self._mixture.known_schedule(lay.phases, self._grid))
+        return found
 
     def _last_pass(self, s: int) -> int:
         """The last pass of source s this epoch reads (or the one before its first, reading none)."""
@@ -203,14 +284,27 @@ class StretchedMixtureOrder:
         positions, flat = checked_positions(positions, self.n)
         part = np.searchsorted(self._starts, flat, side="right") - 1
         found = np.empty_like(flat)
-        for r in distinct(part).tolist():
+        if self._lays is None:
+            for r in distinct(part).tolist():
+                where = part == r
+                source, slot, _ = self._slots_of_part(r, flat[where] - int(self._starts[r]))
+                found[where] = self._from_parts_slots(r, source, slot)
+            return found.reshape(positions.shape)
+        source, slot, window, stream = (np.empty_like(flat) for _ in range(4))
+        for r in distinct(part).tolist():  # the source and stream slot at each position, then source by source
             where = part == r
-            found[where] = self._take_part(r, flat[where] - int(self._starts[r]))
+            source[where], slot[where], window[where] = self._slots_of_part(r, flat[where] - int(self._starts[r]))
+            held, ahead, _ = self._counts.part(r, self.epoch)
+            s, k = source[where], window[where]
+            stream[where] = self._before[s] + self._edges[k, s] + ahead[k, s] + slot[where] - held[k, s]
+        for s in distinct(source).tolist():
+            where = source == s
+            found[where] = self._from_stream(s, stream[where], part[where], slot[where], window[where])
         return found.reshape(positions.shape)
 
-    def _take_part(self, part: int, local: np.ndarray) -> np.ndarray:
-        """Indices at positions ``local`` of part ``part``: its window's slots shuffled, each source's slots
-        read as the part's slots of it this epoch (``_from_slots``)."""
+    def _slots_of_part(self, part: int, local: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(source, the part's slot of it this epoch, window) at positions ``local`` of part ``part``: its
+        window's slots shuffled."""
         windows, at = distinct_inverse(local // self._window)
         held = self._counts.part(part, self.epoch)[0]
         before, sizes = held[windows], held[windows + 1] - held[windows]
@@ -220,22 +314,64 @@ class StretchedMixtureOrder:
         shuffled = take_many(local - windows[at] * self._window, at, sizes.sum(axis=1), keys, self.epoch)
         source = (shuffled[:, None] >= cumulative[at]).sum(axis=1)
         slot = before[at, source] + shuffled - (cumulative[at, source] - sizes[at, source])
-        found = np.empty_like(local)
+        return source, slot, windows[at]
+
+    def _from_parts_slots(self, part: int, source: np.ndarray, slot: np.ndarray) -> np.ndarray:
+        """Indices of part's slots ``slot`` of sources ``source`` this epoch (``_from_slots``, source by source)."""
+        found = np.empty_like(slot)
         for s in distinct(source).tolist():
             where = source == s
             found[where] = self._from_slots(s, part, slot[where])
         return found
 
-    def _below(self, part: int, s: int, slots: int) -> tuple[int, int]:
-        """Of the epoch's first ``slots`` slots of source s (the virtual order): (how many are part's, how many
-        the parts' before it)."""
-        held, ahead, before = self._counts.part(part, self.epoch)
-        edges = self._edges[:, s]
-        k = min(int(np.searchsorted(edges, slots, side="right")) - 1, edges.size - 2)
-        into = slots - int(edges[k])
-        mine = int(held[k + 1, s] - held[k, s])
-        return int(held[k, s]) + min(max(into - int(ahead[k, s]), 0), mine), int(before[k, s]) + min(into,
-                                                                                                     int(ahead[k, s]))
+    def _from_stream(self, s: int, slots: np.ndarray, part: np.ndarray, mine: np.ndarray,
+                     window: np.ndarray) -> np.ndarray:
+        """Mixture indices of source s's stream slots ``slots`` (read by parts ``part`` as their slots ``mine`` of
+        the source, in their windows ``window``): each mapped by the lay that covers it."""
+        lays = [lay for lay in self._lays or () if lay.hi[s] > lay.lo[s]]
+        starts = np.array([int(lay.lo[s]) for lay in lays], dtype=np.int64)
+        which = np.searchsorted(starts, slots, side="right") - 1
+        found = np.empty_like(slots)
+        for i in distinct(which).tolist():
+            where = which == i
+            found[where] = self._from_lay(s, lays[i], slots[where], part[where], mine[where], window[where])
+        return encode(self._offsets, self._mixture.lengths, s, found)
+
+    def _alike(self, lay: Lay) -> int:
+        """How many of this epoch's first windows ``lay``'s virtual order holds as this one does (its phases'
+        counts the same up to the next live phase's start): a slot read there is its reader's in the lay too."""
+        schedule = self._mixture.schedule
+        if lay.epoch != self.epoch or schedule is None:
+            return 0
+        live, everything = self._mixture.live_starts(self._grid), len(schedule.identities())
+        if lay.phases == everything:
+            return self._counts.windows
+        diverges = live[lay.phases - (everything - len(live))] - self.epoch * self.n
+        ends = np.append(self._counts._pieces(0, np.arange(1, self._counts.windows, dtype=np.int64))[0], self.n)
+        return int(np.searchsorted(ends, diverges, side="right"))
+
+    def _from_lay(self, s: int, lay: Lay, slots: np.ndarray, reader: np.ndarray, read: np.ndarray,
+                  window: np.ndarray) -> np.ndarray:
+        """Source s's indices of stream slots ``slots`` of ``lay``: each slot's part in the lay's virtual order
+        (its reader's where the lay's windows are this epoch's), and its row of that part's share of what the
+        lay reads of its pass (``_from_slots``, for any lay)."""
+        counts, epoch, length = self._counts_of(lay), lay.epoch, self._mixture.lengths[s]
+        origin, lo_s, hi_s = int(counts.before_epoch(epoch)[s]), int(lay.lo[s]), int(lay.hi[s])
+        alike = window < self._alike(lay)
+        part, mine = reader.copy(), read.copy()
+        if not alike.all():
+            part[~alike], mine[~alike] = counts.owners(epoch, s, slots[~alike] - origin)
+        passes, sources = slots // length, self._passes[s]
+        found = np.empty_like(slots)
+        for p, r in np.unique(np.stack((passes, part), axis=1), axis=0).tolist():
+            where = (passes == p) & (part == r)
+            lo, hi = max(p * length, lo_s), min((p + 1) * length, hi_s)
+            mine_lo, ahead_lo = counts.below(r, epoch, s, lo - origin)
+            mine_hi, ahead_hi = counts.below(r, epoch, s, hi - origin)
+            x0 = lo - p * length
+            share = sources.share(p, x0, x0 + hi - lo, ahead_hi - ahead_lo, mine_hi - mine_lo, r)
+            found[where] = self._rows(s, p, sources.positions(p, share, mine[where] - mine_lo, r))
+        return found
 
     def _from_slots(self, s: int, part: int, slots: np.ndarray) -> np.ndarray:
         """Mixture indices of part's slots ``slots`` of source s this epoch: each slot's pass, and its row of
@@ -249,8 +385,8 @@ class StretchedMixtureOrder:
         for p in distinct(passes).tolist():
             where = passes == p
             lo, hi = max(p * length - first, 0), min((p + 1) * length - first, count)  # its slots this epoch
-            mine_lo, ahead_lo = self._below(part, s, lo)
-            mine_hi, ahead_hi = self._below(part, s, hi)
+            mine_lo, ahead_lo = self._counts.below(part, self.epoch, s, lo)
+            mine_hi, ahead_hi = self._counts.below(part, self.epoch, s, hi)
             x0 = lo + first - p * length
             share = sources.share(p, x0, x0 + hi - lo, ahead_hi - ahead_lo, mine_hi - mine_lo, part)
             found[where] = self._rows(s, p, sources.positions(p, share, slots[where] - mine_lo, part))
