@@ -184,3 +184,18 @@ def test_what_an_epoch_laid_and_left_is_read_in_the_next_on_another_world_as_it_
     assert sum(1 for batches in after[:4] for batch in batches for x in batch if x >= 200) >= 10
     assert all([resumed[r].dataset[i] for i in resumed[r].which(6 + step)[r]] == after[step][r]
                for step in range(12) for r in range(3))
+
+
+def test_a_lay_whose_epoch_the_history_no_longer_reaches_is_read_with_a_warning(monkeypatch):
+    """The run's history keeps its 32 latest layout changes: an epoch laid earlier than that is read on the reading
+    epoch's world, which may read rows twice or never, so it is said (``ResumeWarning``), never silent."""
+    from shufflepoint._core.history import History
+
+    ranks = loaders(2)
+    read(ranks, 6, {2: [6, 1, 0]})
+    state = ranks[0].state_dict()
+    real = History.epoch_parts
+    monkeypatch.setattr(History, "epoch_parts", lambda self, epoch: None if epoch == 0 else real(self, epoch))
+    resumed = loaders(3, state=state)
+    with pytest.warns(shufflepoint.ResumeWarning, match="no longer reaches back to epoch 0's world"):
+        read(resumed, 2, {6: [1, 1, 1]})

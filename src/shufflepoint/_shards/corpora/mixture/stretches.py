@@ -43,7 +43,7 @@ import numpy as np
 
 from shufflepoint._core.capabilities import ShardedCorpus
 from shufflepoint._core.schedule import Schedule
-from shufflepoint._errors import Refused
+from shufflepoint._errors import Refused, ResumeWarning, warn_user
 from shufflepoint._order import Order, check_int
 from shufflepoint._order.blocks import _M64, _sub_seed, checked_positions, laid_shards
 from shufflepoint._order.distinct import distinct, distinct_inverse
@@ -249,6 +249,13 @@ class StretchedMixtureOrder:
         found = self._lay_counts.get(key)
         if found is None:
             parts = self._epoch_parts(lay.epoch) if self._epoch_parts is not None else None
+            if parts is None and self._epoch_parts is not None and lay.epoch != self.epoch:
+                # LIMIT(lay-beyond-history): docs/shards.md#limits
+                warn_user(f"Mixture: epoch {self.epoch} reads rows that epoch {lay.epoch} laid when a weight changed "
+                          f"inside it, but the run's layout history no longer reaches back to epoch {lay.epoch}'s "
+                          "world (more than 32 layout changes since): they are taken as laid on this epoch's world, "
+                          "so rows of that source's pass may be read twice or not at all until its pass ends. "
+                          "Nothing else changes", ResumeWarning)
             parts = self._parts if parts is None or lay.epoch == self.epoch else int(parts)
             window = max(1, (self._block if self._grid is None else self._grid) // parts)
             found = self._lay_counts[key] = _PartCounts(self._mixture, parts, window,
