@@ -256,3 +256,19 @@ def test_a_kill_and_rejoin_under_spans_keeps_each_group_on_its_stretch(tmp_path:
     assert len(whole) >= 6
     for r in whole:
         assert {position[i] // 80 for i in r["ids"]} == {r["rank"]}, r
+
+
+def test_a_loader_that_disagrees_with_its_managers_group_names_the_field() -> None:
+    """A loader built as rank 1 of 2 that follows a Manager of rank 0 names ``group_rank``; of another group size,
+    ``group_world_size``; the fix says to pass ``manager=`` at construction (the defaults then agree)."""
+    from shufflepoint.integrations.torchft import DataLoader
+
+    class Manager:  # what follow() reads of a torchft 0.2.0 Manager before it registers
+        _group_rank, _group_world_size = 0, 2
+
+    for options, field in (({"group_rank": 1, "group_world_size": 2}, "group_rank"),
+                           ({"group_rank": 0, "group_world_size": 1}, "group_world_size")):
+        loader = DataLoader(list(range(40)), 2, replica_groups=2, **options)
+        with pytest.raises(ValueError, match=rf"^{field}: found \d\n  expected: \d, the Manager's .*\n(.*\n)*  fix: "
+                                             "pass manager= when the loader is built"):
+            loader.follow(Manager())

@@ -71,9 +71,12 @@ class DataLoader(LiveLoader):
         loader's."""
         rank, world = _touch.group_defaults(manager)
         if (rank, world) != (self.group_rank, self.sizing.group_world):
+            field, found, wanted = (("group_world_size", self.sizing.group_world, world)
+                                    if world != self.sizing.group_world else ("group_rank", self.group_rank, rank))
             raise ValueError(refusal(
-                "group_world_size", self.sizing.group_world, f"the Manager's: rank {rank} of {world} ranks",
-                "build the loader with the Manager's group_rank and group_world_size, or leave them out",
+                field, found, f"{wanted}, the Manager's (rank {rank} of {world} ranks per replica group)",
+                f"pass manager= when the loader is built (its group_rank and group_world_size then default to the "
+                f"Manager's), or pass {field}={wanted}",
                 why=f"this loader deals as rank {self.group_rank} of {self.sizing.group_world} per replica group"))
         super().follow(manager, register or (lambda key, load, state: _touch.register(manager, key, load, state)))
 
