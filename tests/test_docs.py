@@ -18,7 +18,8 @@ The rules, for README.md, CHANGELOG.md and every docs/*.md (a "page"):
   that is not copied from an example, so that an edited copy of an example cannot go unmarked, or
   ``<!-- runs: tests/NAME.py -->``: a whole program that test runs (it must name the page).
   README.md must carry at least one example marker.
-- **Size.** README.md is at most 15 KB (15,360 bytes).
+- **Size.** README.md is at most 19 KB (19,456 bytes): the detail lives in docs/ and on the site; 0.6 added
+  the guarantees of runs that change while they train.
 - **The API table.** README.md's ``## API`` section names, inside code, every name of
   ``shufflepoint.__all__``, every public method and property ``DataLoader`` and ``ResumableSampler`` define,
   every argument of their constructors and of ``Packed``'s and ``Mixture``'s, and the dataset methods a user
@@ -41,7 +42,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-README_MAX_BYTES = 18 * 1024
+README_MAX_BYTES = 19 * 1024
 CHANGELOG = ROOT / "CHANGELOG.md"
 PAGES = [README, CHANGELOG, *sorted((ROOT / "docs").glob("*.md"))]
 
