@@ -330,7 +330,7 @@ def decode(text: str) -> np.ndarray:
             raise ValueError(f"{len(raw) - at} bytes after the columns")
     except (ValueError, IndexError, UnicodeEncodeError, zlib.error) as error:  # binascii.Error is a ValueError
         raise Refused("changes", Plain("columns that do not decode"), "the history as LiveLoader.state_dict() "
-                      "wrote it", DAMAGED + f" ({error})") from None
+                      "wrote it", DAMAGED, why=str(error)) from None
     steps = np.cumsum(columns[0])
     lots = np.cumsum(columns[2])
     lot_steps = np.empty(count, np.int64)
