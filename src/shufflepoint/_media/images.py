@@ -174,14 +174,14 @@ class DecodeImage:
         return decoded
 
 
-class _NoGenerator(TypeError, ValueError):
+class MissingGeneratorError(TypeError, ValueError):
     """A random crop called without the sample's generator: a call that is wrong whatever the image, so a
     ``TypeError`` (never taken for a bad sample by ``skip_bad_samples``), and a ``ValueError`` as it always was."""
 
 
-def _no_rng() -> _NoGenerator:
+def _no_rng() -> MissingGeneratorError:
     """The refusal of a random crop called without the generator, e.g. as ``Shards(transform=decode)``."""
-    return _NoGenerator(refusal("DecodeImage rng", None, "the sample's generator for crop='random'",
+    return MissingGeneratorError(refusal("DecodeImage rng", None, "the sample's generator for crop='random'",
                              "pass it as DataLoader(..., transform=decode), which calls decode(sample, rng), or use "
                              "crop='center' where no randomness is wanted (Shards(transform=) passes no generator)"))
 
