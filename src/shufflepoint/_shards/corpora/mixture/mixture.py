@@ -49,11 +49,21 @@ from shufflepoint._core.capabilities import (
     ReadsBatches,
     hooks_of,
 )
-from shufflepoint._core.schedule import Schedule, changed_phase, on_edge, parse_shares, shares_text, unweighted
+from shufflepoint._core.schedule import (
+    Schedule,
+    changed_phase,
+    of_counts,
+    on_edge,
+    parse_shares,
+    shares_text,
+    unweighted,
+)
 from shufflepoint._errors import Plain, field_error, refusal
 from shufflepoint._order import check_int
 from shufflepoint._order.distinct import distinct
 from shufflepoint._shards.corpora.mixture.caps import Caps, apportion, check_budget, check_caps
+from shufflepoint._shards.corpora.mixture.fixed import VERSIONS as FIXED_VERSIONS
+from shufflepoint._shards.corpora.mixture.fixed import fixed_order
 from shufflepoint._shards.corpora.mixture.order import _MAX_STREAM, NAME, VERSION, MixtureOrder, decode, offsets
 from shufflepoint._shards.corpora.mixture.scheduled import VERSION as SCHEDULED  # the order's version with a schedule
 from shufflepoint._shards.corpora.mixture.scheduled import ScheduledMixtureOrder, check_global_batch
@@ -138,7 +148,7 @@ class Mixture(torch.utils.data.Dataset[Any]):
     """
 
     order_name = NAME
-    order_version = VERSION
+    order_version = SCHEDULED  # as a loader reads it, on its grid; a sampler reads one without a schedule in VERSION
 
     def __init__(self, sources: Sequence[Any], *, samples_per_epoch: int | None = None,
                  schedule: Sequence[tuple[int, Sequence[float]] | tuple[int, Sequence[float], int]] | None = None,
@@ -167,9 +177,9 @@ class Mixture(torch.utils.data.Dataset[Any]):
         if schedule is not None and caps is not None:
             schedule = caps.phases([tuple(phase) for phase in schedule],
                                    lambda phases: Schedule(phases, len(self.sources), unit=unit), spill)
+        self._fixed = schedule is None  # built with weights: one count per source every epoch (``fixed.py``)
         self.schedule = None if schedule is None else Schedule(schedule, len(self.sources), unit=unit)
         if self.schedule is not None:
-            self.order_version = SCHEDULED
             self.weights = [float(share) for share in self.schedule.shares[0]]
         self.counts = apportion(self.weights, length) if self.schedule is None else self.schedule.counts(length)
         if caps is not None and self.schedule is None:
@@ -179,6 +189,8 @@ class Mixture(torch.utils.data.Dataset[Any]):
             raise ValueError(refusal("weights", Plain(f"source {empty[0]} gets 0 of the {length} samples per epoch"),
                                      "a share of at least 1 sample for every source",
                                      "raise its weight or samples_per_epoch"))
+        if self._fixed:  # as a loader reads it: one phase of exactly these counts, so set_weights appends to it
+            self.schedule = of_counts(self.counts)
         self._index_limit = _MAX_STREAM if self._packed else total  # Packed: pass * rows + offset + row
 
     def __len__(self) -> int:
@@ -239,7 +251,7 @@ class Mixture(torch.utils.data.Dataset[Any]):
     def _fingerprint(self, attribute: str) -> str:
         parts = [_identity(d, legacy=attribute == "legacy_fingerprint") or f"len={n}"
                  for d, n in zip(self.sources, self.lengths, strict=True)]
-        if self.schedule is None:
+        if self._fixed:
             text = json.dumps({"sources": parts, "counts": self.counts})
             return FINGERPRINT_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:32]
         # the phases are the state's own field (``phases``), so that a resume may append phases (phase_changed)
@@ -248,9 +260,9 @@ class Mixture(torch.utils.data.Dataset[Any]):
 
     @property
     def phases(self) -> tuple[tuple[Any, ...], ...]:
-        """The schedule's phases as ``(start, hash)`` pairs, recorded in a state (``()`` without a schedule); a
-        phase ``set_weights`` added while the run trained also carries its exact shares, ``(start, hash, shares)``,
-        so that a resume rebuilds it from the state."""
+        """The schedule's phases as ``(start, hash)`` pairs, recorded in a state (built without a schedule: the one
+        phase of its counts, as a loader reads it); a phase ``set_weights`` added while the run trained also carries
+        its exact shares, ``(start, hash, shares)``, so that a resume rebuilds it from the state."""
         if self.schedule is None:
             return ()
         live = self.__dict__.get("_live", {})
@@ -264,18 +276,13 @@ class Mixture(torch.utils.data.Dataset[Any]):
         agrees on the weights across ranks and drops what was prefetched; this is what it calls. Called here
         directly, do so before a loader or sampler reads the run past ``at`` (what it has cached is not told).
 
-        Refused with nothing changed: a Mixture without a schedule (build it with ``schedule=[(0, weights)]``)
-        or with ``max_repeats``; ``weights`` not one finite number >= 0 per source (a list, or a dict naming
+        A Mixture built without a schedule reads its counts as the phase from 0 (``fixed.py``) under a loader; a
+        ``ResumableSampler``, and a run begun before 0.6, read it in its fixed order, which refuses the change.
+
+        Refused with nothing changed: a Mixture with ``max_repeats``; ``weights`` not one finite number >= 0 per source (a list, or a dict naming
         every source by its number) or all 0; ``at`` not after the last phase's start (a phase that began is never
         rewritten; a live phase at ``at`` itself, of which nothing was read, is replaced)."""
-        if self.schedule is None:
-            raise ValueError(refusal("set_weights", Plain("a Mixture built without a schedule"),
-                                     "a Mixture built with schedule=", "build it as Mixture([a, b], "
-                                     "schedule=[(0, [wa, wb])]) to change its weights while the run trains",
-                                     why="a Mixture without a schedule keeps one count per source every epoch, "
-                                     "its order cut into windows of shuffle_block rows, not into the loader's "
-                                     "global batches: a change could not start at the next global batch without "
-                                     "moving rows already read"))
+        assert self.schedule is not None  # built with one, or its counts as one (``_fixed``)
         if self._caps is not None:
             # LIMIT(live-weights-caps): docs/shards.md#limits
             raise ValueError(refusal("set_weights", Plain("a Mixture built with max_repeats"), "a Mixture without "
@@ -379,17 +386,18 @@ class Mixture(torch.utils.data.Dataset[Any]):
         its global batches (``scheduled_mixture.py``); without a schedule it changes nothing. ``stretches``
         (the ``spans`` deal's first world size) lays the order along the deal's stretches, each rank drawing
         every source from its own stretch of it (``mixture_stretches.py``)."""
+        if self._fixed and grid is None:  # a sampler's: the order of one count per source every epoch
+            return fixed_order(self, seed, epoch, shuffle_block, stretches)
         if stretches is not None:
             return StretchedMixtureOrder(self, seed, epoch, shuffle_block, stretches, grid)
-        if self.schedule is not None:
-            return ScheduledMixtureOrder(self, seed, epoch, shuffle_block, grid)
-        return MixtureOrder(self, seed, epoch, shuffle_block)
+        return ScheduledMixtureOrder(self, seed, epoch, shuffle_block, grid)
 
     def __repr__(self) -> str:
         """``Mixture(2 sources, weights=[0.75, 0.25], counts=[6, 2], samples_per_epoch=8, rows=14, schedule=None,
         sources=[list of 10 rows, list of 4 rows])``; with a schedule, its phases as written (the weights and
         counts are then the first phase's and the first epoch's)."""
-        schedule = "None" if self.schedule is None else f"{len(self.schedule.identities())} phases"
+        live = self.__dict__.get("_live", {})
+        schedule = "None" if self._fixed and not live else f"{len(self.phases)} phases"
         weights = [round(weight, 4) for weight in self.weights]
         return (f"Mixture({len(self.sources)} sources, weights={weights}, counts={self.counts}, "
                 f"samples_per_epoch={self.samples_per_epoch:,}, rows={self.rows:,}, schedule={schedule}, "
@@ -416,7 +424,7 @@ class Mixture(torch.utils.data.Dataset[Any]):
     def _loader_hooks(self) -> MixtureHooks:
         """What the loader asks of this mixture beyond its public surface (``Hooked``); ``Scheduled`` only
         where it was built with a schedule."""
-        return MixtureHooks(self) if self.schedule is None else ScheduledMixtureHooks(self)
+        return FixedMixtureHooks(self) if self._fixed else ScheduledMixtureHooks(self)
 
 
 class MixtureHooks:
@@ -429,8 +437,9 @@ class MixtureHooks:
 
     @property
     def stretched_version(self) -> int:
-        """The order's version under ``spans`` (``stretches.py``): 5, or 6 with a schedule."""
-        return STRETCHED if self._mixture.schedule is None else STRETCHED_SCHEDULED
+        """The order's version under ``spans`` (``stretches.py``) as a loader reads it: 6 (a sampler reads a Mixture
+        built without a schedule in 5, ``fixed.py``)."""
+        return STRETCHED_SCHEDULED
 
     def stretched_order(self, seed: int, epoch: int, shuffle_block: int, stretches: int,
                         grid: int | None = None) -> StretchedMixtureOrder:
@@ -456,7 +465,8 @@ class MixtureHooks:
                     "'spans' (stretches.py): start the run fresh, or resume it with the build that wrote it.")
         if saved not in (VERSION, SCHEDULED, STRETCHED, STRETCHED_SCHEDULED):
             return None
-        if (saved in (SCHEDULED, STRETCHED_SCHEDULED)) == (self._mixture.schedule is not None):
+        fixed = self._mixture._fixed
+        if fixed or saved in (SCHEDULED, STRETCHED_SCHEDULED):
             return (f"The state was written in mixture order version {saved} ({STRETCHED} and {STRETCHED_SCHEDULED}: "
                     "laid along the 'spans' deal's stretches; 1 and 2: not), which this loader does not read under "
                     "its deal: resume with the deal the run used, or start fresh.")
@@ -525,3 +535,18 @@ class ScheduledMixtureHooks(MixtureHooks):
     def scheduled_order(self, seed: int, epoch: int, shuffle_block: int, grid: int) -> ScheduledMixtureOrder:
         """The order of one epoch, its phases and shares on the global batches of ``grid`` rows."""
         return ScheduledMixtureOrder(self._mixture, seed, epoch, shuffle_block, grid)
+
+
+class FixedMixtureHooks(ScheduledMixtureHooks):
+    """A ``Mixture`` built without a schedule: a loader reads it as the schedule of its counts (``fixed.py``), and
+    it also offers ``FixedOrder``, its order before that, for a sampler and for a state written in it."""
+
+    @property
+    def fixed_versions(self) -> tuple[int, int]:
+        """The fixed order's versions: (1, 5), not laid and laid along the ``spans`` stretches."""
+        return FIXED_VERSIONS
+
+    def fixed_order(self, seed: int, epoch: int, shuffle_block: int,
+                    stretches: int | None) -> MixtureOrder | StretchedMixtureOrder:
+        """The fixed order of one epoch (``fixed.py``), laid along ``stretches`` where given."""
+        return fixed_order(self._mixture, seed, epoch, shuffle_block, stretches)
