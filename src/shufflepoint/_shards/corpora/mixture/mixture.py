@@ -248,11 +248,13 @@ class Mixture(torch.utils.data.Dataset[Any]):
         """The sources (their own fingerprints, else their lengths), weights and epoch length."""
         return self._fingerprint("fingerprint")
 
-    def _fingerprint(self, attribute: str) -> str:
+    def _fingerprint(self, attribute: str, fixed: bool | None = None, counts: list[int] | None = None) -> str:
+        """``fixed`` (with ``counts``): as a Mixture of the other kind with these sources would have it (built with
+        weights of these counts, or with a schedule), to name that change."""
         parts = [_identity(d, legacy=attribute == "legacy_fingerprint") or f"len={n}"
                  for d, n in zip(self.sources, self.lengths, strict=True)]
-        if self._fixed:
-            text = json.dumps({"sources": parts, "counts": self.counts})
+        if self._fixed if fixed is None else fixed:
+            text = json.dumps({"sources": parts, "counts": self.counts if counts is None else counts})
             return FINGERPRINT_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:32]
         # the phases are the state's own field (``phases``), so that a resume may append phases (phase_changed)
         text = json.dumps({"sources": parts, "samples_per_epoch": self.samples_per_epoch, "scheduled": True})
@@ -452,8 +454,15 @@ class MixtureHooks:
         return self._mixture._fingerprint("legacy_fingerprint")
 
     def explain_fingerprint(self, saved: str) -> str:
-        return ("the mixture changed (a source, its weight or samples_per_epoch); each source's own fingerprint "
-                "is part of the mixture's")
+        mixture = self._mixture
+        other = [mixture._fingerprint("fingerprint", fixed=not mixture._fixed, counts=counts) for counts in
+                 (mixture.counts, apportion(mixture.weights, mixture.samples_per_epoch))]  # its first phase's
+        if saved in other:
+            was, now = ("with", "without") if mixture._fixed else ("without", "with")
+            return (f"the state was written by a Mixture {was} a schedule, and this one is built {now}: build the "
+                    "Mixture as the run did (its sources and their weights or schedule) to resume it, or start fresh")
+        return ("the mixture changed (a source, its weight or samples_per_epoch, or schedule= added or removed); "
+                "each source's own fingerprint is part of the mixture's")
 
     def explain_order_version(self, saved: int) -> str | None:
         """Why a state of another order version is refused, where it is this mixture's other kind, or a version
@@ -550,3 +559,9 @@ class FixedMixtureHooks(ScheduledMixtureHooks):
                     stretches: int | None) -> MixtureOrder | StretchedMixtureOrder:
         """The fixed order of one epoch (``fixed.py``), laid along ``stretches`` where given."""
         return fixed_order(self._mixture, seed, epoch, shuffle_block, stretches)
+
+    def check_global_batch(self, global_batch: int, grid: int) -> None:
+        """Warn as a scheduled Mixture does only once its weights changed: before, one phase holds every global
+        batch, whatever its size."""
+        if self.has_live:
+            check_global_batch(grid, global_batch)
