@@ -19,14 +19,17 @@ epoch boundaries too, and no world size enters it:
    its own ``packed`` epoch p, so its stream position q is exactly its index q.
 
 With ``schedule=`` the weights follow the run's position instead of a count per epoch (order
-version 2, ``scheduled_mixture.py``); everything below 2. is the same. Both orders live beside this module
+version 2, ``scheduled_mixture.py``); everything below 2. is the same. Without one, a loader reads the
+counts as the schedule ``[(0, counts)]`` on its grid (``fixed.py``): each epoch still holds ``counts``, and
+``set_weights`` can append a phase; steps 1. and 2. above are then its *fixed order* (version 1), which a
+sampler reads, and a run begun before 0.6. Both orders live beside this module
 (``mixture_order.py``, ``scheduled_mixture.py``) and read the mixture through ``MixedSources``.
 
 The loader sees ``len(mixture) == samples_per_epoch`` and dataset indices into the concatenation
 of the sources (``mixture[i]`` is row ``i - offset[s]`` of source s), so a mixed epoch keeps the
 locality of each source's own order.
 
-Words: docs/glossary.md (mixture, source, pass, window, phase, live phase, schedule).
+Words: docs/glossary.md (mixture, source, pass, window, phase, live phase, schedule, fixed order).
 """
 
 from __future__ import annotations
@@ -134,8 +137,8 @@ class Mixture(torch.utils.data.Dataset[Any]):
             the run began, all ranks together (tokens for ``Packed`` sources), the first phase starting at
             0, and a weight may be 0 (the source pauses). A resume may append phases after the position it
             reached, never change one that began. Default None: the weights of ``sources``, the same
-            every epoch (pass ``schedule=[(0, weights)]`` instead to change them while the run trains:
-            ``set_weights``).
+            every epoch; a loader reads them as the schedule ``[(0, counts)]``, so ``set_weights`` may still
+            change them (``fixed.py``).
         max_repeats (Sequence | None): a cap per source (None: none) on how many times each of its rows may be
             read (a number > 0: its slots stay within ``cap * rows``, so no row is read more than ``ceil(cap)``
             times), in every epoch, or over ``budget``. A mixture that breaks a cap is refused, naming the
@@ -281,8 +284,8 @@ class Mixture(torch.utils.data.Dataset[Any]):
         A Mixture built without a schedule reads its counts as the phase from 0 (``fixed.py``) under a loader; a
         ``ResumableSampler``, and a run begun before 0.6, read it in its fixed order, which refuses the change.
 
-        Refused with nothing changed: a Mixture with ``max_repeats``; ``weights`` not one finite number >= 0 per source (a list, or a dict naming
-        every source by its number) or all 0; ``at`` not after the last phase's start (a phase that began is never
+        Refused with nothing changed: a Mixture with ``max_repeats``; ``weights`` not one finite number >= 0 per
+        source (a list, or a dict naming every source by its number) or all 0; ``at`` not after the last phase's start (a phase that began is never
         rewritten; a live phase at ``at`` itself, of which nothing was read, is replaced)."""
         assert self.schedule is not None  # built with one, or its counts as one (``_fixed``)
         if self._caps is not None:
