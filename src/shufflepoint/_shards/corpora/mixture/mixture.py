@@ -285,8 +285,9 @@ class Mixture(torch.utils.data.Dataset[Any]):
         ``ResumableSampler``, and a run begun before 0.6, read it in its fixed order, which refuses the change.
 
         Refused with nothing changed: a Mixture with ``max_repeats``; ``weights`` not one finite number >= 0 per
-        source (a list, or a dict naming every source by its number) or all 0; ``at`` not after the last phase's start (a phase that began is never
-        rewritten; a live phase at ``at`` itself, of which nothing was read, is replaced)."""
+        source (a list, or a dict naming every source by its number) or all 0; ``at`` not after the last phase's
+        start (a phase that began is never rewritten; a live phase at ``at`` itself, of which nothing was read, is
+        replaced)."""
         assert self.schedule is not None  # built with one, or its counts as one (``_fixed``)
         if self._caps is not None:
             # LIMIT(live-weights-caps): docs/shards.md#limits
