@@ -194,6 +194,7 @@ class OrderCache:
         # grid; a state written before 0.6: ``for_state``) in its fixed order (``mixture/fixed.py``)
         self._fixed = fixed_versions(dataset) if self.shuffle_block is not None else None
         self.fixed = self._fixed is not None and self.grid is None
+        self.began_fixed = False  # a state written in the fixed order was loaded (a run begun before 0.6)
         if self.fixed:
             self.version = self._fixed[0]  # type: ignore[index]
         # a dataset's own order laid along the spans deal's stretches (Mixture), unless a state of the order
@@ -219,6 +220,7 @@ class OrderCache:
         if self._fixed is not None and not self.fixed and saved in self._fixed:  # a run begun before 0.6
             fixed = copy.copy(self)
             fixed.fixed, fixed.grid, fixed.version, fixed._epoch, fixed._order = True, None, self._fixed[0], None, None
+            fixed.began_fixed = True
             fixed._stretched = self._stretched and saved == self._fixed[1]  # version 1 under spans: not laid
             return fixed
         if self._stretched and isinstance(state, dict) and deal.stretched and \

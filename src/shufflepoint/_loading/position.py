@@ -366,7 +366,7 @@ class LoaderPosition:
         ``Mixture`` lays the rest of the epoch's rows anew from there, ``mixture/lays.py``). Returns the phase's
         start."""
         hooks = hooks_of(self.orders.dataset)
-        if self.orders.fixed:  # a Mixture without a schedule read in its fixed order (``mixture/fixed.py``)
+        if self.orders.began_fixed:  # a Mixture without a schedule read in its fixed order (``mixture/fixed.py``)
             began = self.orders.version_for(self.deal.stretched)
             raise ValueError(refusal("set_weights", Plain(f"a run in mixture order version {began}"), "a run "
                                      "begun with shufflepoint 0.6 or later by a shufflepoint.DataLoader", "start a "
