@@ -44,8 +44,8 @@ def corpus(tmp_path):
 PUBLIC = ["OwnOrder", "Identified", "Locatable", "ReadsBatches", "Prefetching"]  # shufflepoint.<name>
 ON_THE_DATASET = [*PUBLIC, "ShardedCorpus", "ReadsColumns", "PrefetchesDealt", "Hooked", "DecodesInBatches"]
 ON_THE_HOOKS = ["CountsShare", "KeepsShardsOpen", "FitsDecodeBudget", "LaysOnStretches", "Scheduled",
-                "LiveWeighted", "FixedOrder", "ExplainsFingerprint", "LegacyIdentified", "ExplainsOrderVersion", "ReadsIds",
-                "ReadsIdsAscending", "ReadsIdSpansAscending", "ReadsAtDensity", "ReadsAhead"]
+                "LiveWeighted", "FixedOrder", "ExplainsFingerprint", "LegacyIdentified", "ExplainsOrderVersion",
+                "ReadsIds", "ReadsIdsAscending", "ReadsIdSpansAscending", "ReadsAtDensity", "ReadsAhead"]
 
 
 def _offered(dataset) -> tuple[set[str], set[str]]:
