@@ -159,7 +159,7 @@ def test_fuzz_a_parameter_is_refused_by_name_or_is_the_state_s_own(name, field, 
         assert str(error).startswith("state field") and named.split("[")[0] in ("shuffle_block", "grid", "phases")
         assert loader.state_dict() == before
     else:  # the state's own, or a grid the scheduled loader adopts (the run's first global batch)
-        adopted = name == "schedule" and field == "grid" and type(value) is int and 1 <= value <= 2**62
+        adopted = name in ("schedule", "mixture") and field == "grid" and type(value) is int and 1 <= value <= 2**62
         assert (value == before[field] and type(value) is type(before[field])) or adopted
 
 
