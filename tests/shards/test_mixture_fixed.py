@@ -125,6 +125,8 @@ def test_set_weights_follows_the_new_weights_from_the_next_global_batch_and_resu
     whole = read(ranks, 30, {at: new})
     phases = ranks[0].state_dict()["phases"]
     assert [p[0] for p in phases] == [0, at * world * batch] and len(phases[1]) == 3
+    assert all([mixture[i] for i in ranks[r].which(step)[r]] == whole[step][r]
+               for step in range(30) for r in range(world))  # which answers steps before and after the change
     built = read(loaders(mixture, world, batch, deal, schedule=[(0, counts), (at * world * batch, new)]), 30, {})
     assert (built if deal == "strided" else by_source(built)) == (whole if deal == "strided" else by_source(whole))
     killed = loaders(shufflepoint.Mixture(list(zip(SOURCES, weights, strict=True)), samples_per_epoch=length), world,
