@@ -44,8 +44,8 @@ def corpus(tmp_path):
 PUBLIC = ["OwnOrder", "Identified", "Locatable", "ReadsBatches", "Prefetching"]  # shufflepoint.<name>
 ON_THE_DATASET = [*PUBLIC, "ShardedCorpus", "ReadsColumns", "PrefetchesDealt", "Hooked", "DecodesInBatches"]
 ON_THE_HOOKS = ["CountsShare", "KeepsShardsOpen", "FitsDecodeBudget", "LaysOnStretches", "Scheduled",
-                "LiveWeighted", "ExplainsFingerprint", "LegacyIdentified", "ExplainsOrderVersion", "ReadsIds",
-                "ReadsIdsAscending", "ReadsIdSpansAscending", "ReadsAtDensity", "ReadsAhead"]
+                "LiveWeighted", "FixedOrder", "ExplainsFingerprint", "LegacyIdentified", "ExplainsOrderVersion",
+                "ReadsIds", "ReadsIdsAscending", "ReadsIdSpansAscending", "ReadsAtDensity", "ReadsAhead"]
 
 
 def _offered(dataset) -> tuple[set[str], set[str]]:
@@ -85,9 +85,9 @@ def test_the_built_in_datasets_offer_what_they_declare(corpus):
                     "ReadsIdsAscending", "ReadsIdSpansAscending", "ReadsAtDensity", "ReadsAhead"}),
         "Packed": (packed, {"OwnOrder", "Identified", *reading},
                    {"CountsShare", "LaysOnStretches", "ExplainsFingerprint", "ReadsAtDensity"}),
-        "Mixture": (mixture, {"OwnOrder", "Identified", *reading},
-                    {"LaysOnStretches", "ExplainsFingerprint", "LegacyIdentified", "ExplainsOrderVersion",
-                     "ReadsAtDensity"}),
+        "Mixture": (mixture, {"OwnOrder", "Identified", *reading},  # a loader reads its counts as a schedule
+                    {"LaysOnStretches", "Scheduled", "LiveWeighted", "FixedOrder", "ExplainsFingerprint",
+                     "LegacyIdentified", "ExplainsOrderVersion", "ReadsAtDensity"}),
         "scheduled Mixture": (scheduled, {"OwnOrder", "Identified", *reading},
                               {"LaysOnStretches", "Scheduled", "LiveWeighted", "ExplainsFingerprint",
                                "LegacyIdentified", "ExplainsOrderVersion", "ReadsAtDensity"}),

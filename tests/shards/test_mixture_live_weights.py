@@ -132,12 +132,16 @@ def test_a_change_dated_in_the_past_is_refused():
     assert [p[0] for p in dataset.phases] == [0, 30, 31]
 
 
-def test_a_mixture_without_a_schedule_or_with_caps_is_refused():
+def test_a_mixture_with_caps_or_a_past_start_or_under_a_sampler_is_refused():
     plain = shufflepoint.Mixture([(SOURCES[0], 1), (SOURCES[1], 1)])
-    with pytest.raises(ValueError, match="schedule="):
+    with pytest.raises(ValueError, match="a phase that began is never rewritten"):  # its counts: the phase at 0
         plain.set_weights([1, 2], at=0)
-    with pytest.raises(ValueError, match="schedule="):
-        loader_of(plain).set_weights([1, 2])
+    sampler = shufflepoint.ResumableSampler(plain, num_replicas=1, rank=0)
+    with pytest.raises(AttributeError):  # a sampler has no set_weights: it reads the fixed order (fixed.py)
+        sampler.set_weights([1, 2])
+    plain.set_weights([1, 2], at=4)
+    with pytest.raises(ValueError, match="set_weights: found weights changed on a Mixture read in its fixed order"):
+        list(shufflepoint.ResumableSampler(plain, num_replicas=1, rank=0))
     with pytest.raises(ValueError, match="set_weights"):
         shufflepoint.DataLoader(list(range(10)), 2, world_size=1, rank=0).set_weights([1])
     capped = shufflepoint.Mixture(SOURCES, samples_per_epoch=SPE, schedule=[(0, [1, 1, 1])], max_repeats=[9, 9, 9])

@@ -294,7 +294,7 @@ class LaysOnStretches(Protocol):
 @runtime_checkable
 class Scheduled(Protocol):
     """A dataset whose order follows a schedule (``shufflepoint.Mixture(..., schedule=...)``; a ``Mixture``
-    built without one does not offer it)."""
+    built without one offers it too, its counts read as one phase: ``FixedOrder``)."""
 
     @property
     def required_deal(self) -> str | None:
@@ -338,6 +338,20 @@ class LiveWeighted(Protocol):
                    epoch_parts: Callable[[int], int | None]) -> Any:
         """``LaysOnStretches.stretched_order``, told each earlier epoch's first world (``epoch_parts``: the run's
         history), where a lay of that epoch maps this one's slots (a weight changed inside it)."""
+
+
+@runtime_checkable
+class FixedOrder(Protocol):
+    """A scheduled dataset built with fixed weights (a ``Mixture`` without ``schedule=``): a loader reads it on its
+    grid, as the schedule of its counts; a sampler, and a state written before 0.6, read its fixed order, whose
+    versions and epochs these are (``mixture/fixed.py``)."""
+
+    @property
+    def fixed_versions(self) -> tuple[int, int]:
+        """The fixed order's versions: (not laid, laid along the ``spans`` stretches)."""
+
+    def fixed_order(self, seed: int, epoch: int, shuffle_block: int, stretches: int | None) -> Any:
+        """The fixed order of one epoch, laid along ``stretches`` where given; refused where weights changed."""
 
 
 @runtime_checkable

@@ -262,6 +262,23 @@ class Schedule:
         return found
 
 
+def of_counts(counts: Sequence[int]) -> Schedule:
+    """One phase from 0 whose shares are exactly ``counts / sum(counts)`` (no weight read as a float): a
+    ``Mixture`` built without a schedule, as a loader reads it on its grid. Its chain of floors, and its largest
+    remainders, give exactly ``e * counts`` at the end of every epoch e of ``sum(counts)`` positions.
+
+    >>> of_counts([6, 2]).counts(24)
+    [18, 6]
+    """
+    total = sum(counts)
+    found = object.__new__(Schedule)
+    found.sources, found._phases = len(counts), [(0, tuple(Fraction(int(c), total) for c in counts), 1)]
+    found.starts, found.shares, found._origins = _expand(*(list(column) for column in zip(*found._phases,
+                                                                                            strict=True)))
+    found._finish()
+    return found
+
+
 def shares_text(shares: Sequence[Fraction]) -> list[str]:
     """Exact shares as a state keeps a live phase's weights: ``["3/4", "1/4"]`` (``parse_shares`` reads them)."""
     return [str(share) for share in shares]

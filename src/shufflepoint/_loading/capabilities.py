@@ -21,6 +21,7 @@ from shufflepoint._core.capabilities import (
     ExplainsFingerprint,
     ExplainsOrderVersion,
     FitsDecodeBudget,
+    FixedOrder,
     KeepsShardsOpen,
     LaysOnStretches,
     LegacyIdentified,
@@ -129,6 +130,19 @@ def own_epoch_order(dataset: Any, seed: int, epoch: int, shuffle_block: int, gri
     if grid is not None and isinstance(hooks, Scheduled):
         return hooks.scheduled_order(seed, epoch, shuffle_block, grid)
     return dataset.epoch_order(seed, epoch, shuffle_block)
+
+
+def fixed_versions(dataset: Any) -> tuple[int, int] | None:
+    """The versions of a dataset's fixed order (``FixedOrder``: a ``Mixture`` built without a schedule), or None."""
+    hooks = hooks_of(dataset)
+    return tuple(hooks.fixed_versions) if isinstance(hooks, FixedOrder) else None  # type: ignore[return-value]
+
+
+def fixed_epoch_order(dataset: Any, seed: int, epoch: int, shuffle_block: int, stretches: int | None) -> Any:
+    """The epoch's fixed order of a ``FixedOrder`` dataset, laid along ``stretches`` where given."""
+    hooks = hooks_of(dataset)
+    assert isinstance(hooks, FixedOrder)
+    return hooks.fixed_order(seed, epoch, shuffle_block, stretches)
 
 
 def legacy_fingerprint(dataset: Any) -> str | None:

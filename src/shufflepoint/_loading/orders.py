@@ -19,6 +19,8 @@ from shufflepoint._errors import Refused, StateError, refusal
 from shufflepoint._loading.block_choice import default_block
 from shufflepoint._loading.capabilities import (
     fingerprint_explainer,
+    fixed_epoch_order,
+    fixed_versions,
     is_scheduled,
     keep_open_for,
     lays_on_stretches,
@@ -188,6 +190,13 @@ class OrderCache:
         # a loader's global batch, for a dataset whose schedule follows it (Mixture(schedule=...)); in the fingerprint
         scheduled = is_scheduled(dataset)
         self.grid = grid if self.shuffle_block is not None and scheduled else None
+        # a Mixture built without a schedule: read on the grid as the schedule of its counts, or (a sampler, no
+        # grid; a state written before 0.6: ``for_state``) in its fixed order (``mixture/fixed.py``)
+        self._fixed = fixed_versions(dataset) if self.shuffle_block is not None else None
+        self.fixed = self._fixed is not None and self.grid is None
+        self.began_fixed = False  # a state written in the fixed order was loaded (a run begun before 0.6)
+        if self.fixed:
+            self.version = self._fixed[0]  # type: ignore[index]
         # a dataset's own order laid along the spans deal's stretches (Mixture), unless a state of the order
         # before it was laid so is resumed (for_state)
         self._stretched = self.shuffle_block is not None and lays_on_stretches(dataset)
@@ -207,6 +216,13 @@ class OrderCache:
         the stretches of a deal that reads them, its order before it did so, for a state of that version.
         Adopted only once the state is valid."""
         found = state.get("order") if isinstance(state, dict) else None
+        saved = state.get("order_version") if isinstance(state, dict) else None
+        if self._fixed is not None and not self.fixed and saved in self._fixed:  # a run begun before 0.6
+            fixed = copy.copy(self)
+            fixed.fixed, fixed.grid, fixed.version, fixed._epoch, fixed._order = True, None, self._fixed[0], None, None
+            fixed.began_fixed = True
+            fixed._stretched = self._stretched and saved == self._fixed[1]  # version 1 under spans: not laid
+            return fixed
         if self._stretched and isinstance(state, dict) and deal.stretched and \
                 state.get("order_version") == self.version:  # written before Mixture laid its order on stretches
             unlaid = copy.copy(self)
@@ -225,7 +241,7 @@ class OrderCache:
         """The order's version read by a deal that reads stretches or not: a dataset's order laid along the
         stretches has its own (``LaysOnStretches``)."""
         if self.laid_under(stretched):
-            return stretched_version(self._dataset)
+            return self._fixed[1] if self.fixed and self._fixed else stretched_version(self._dataset)
         return self.version
 
     @property
@@ -241,7 +257,7 @@ class OrderCache:
     @property
     def parameters(self) -> OrderParameters:
         """The order's parameters a state records and a load checks: the block, a schedule's grid and phases."""
-        phases = phases_of(self._dataset) if self.shuffle_block is not None else ()
+        phases = phases_of(self._dataset) if self.shuffle_block is not None and not self.fixed else ()
         return OrderParameters(self.shuffle_block, self.grid, phases)
 
     def forget(self) -> None:
@@ -277,6 +293,8 @@ class OrderCache:
                 self._order = StretchBlockOrder(self._rows, self.seed, epoch, self.shuffle_block, stretches)
             elif self._rows is not None:
                 self._order = BlockOrder(self._rows, self.seed, epoch, self.shuffle_block)
+            elif self.fixed:
+                self._order = fixed_epoch_order(self._dataset, self.seed, epoch, self.shuffle_block, stretches)
             else:
                 self._order = own_epoch_order(self._dataset, self.seed, epoch, self.shuffle_block, self.grid,
                                               stretches, self.epoch_parts)

@@ -366,6 +366,14 @@ class LoaderPosition:
         ``Mixture`` lays the rest of the epoch's rows anew from there, ``mixture/lays.py``). Returns the phase's
         start."""
         hooks = hooks_of(self.orders.dataset)
+        if self.orders.began_fixed:  # a Mixture without a schedule read in its fixed order (``mixture/fixed.py``)
+            began = self.orders.version_for(self.deal.stretched)
+            raise ValueError(refusal("set_weights", Plain(f"a run in mixture order version {began}"), "a run "
+                                     "begun with shufflepoint 0.6 or later by a shufflepoint.DataLoader", "start a "
+                                     "new run to change the weights while it trains",
+                                     why=f"this run began with order version {began}, which gives each source its "
+                                     "count every epoch in windows of shuffle_block rows (a ResumableSampler reads "
+                                     "it too); a run begun with 0.6 can"))
         if not isinstance(hooks, LiveWeighted) or self.orders.grid is None:
             raise ValueError(refusal("set_weights", Plain(f"a {type(self.orders.dataset).__name__}"),
                                      "a shufflepoint.Mixture built with schedule=", "build the Mixture as "

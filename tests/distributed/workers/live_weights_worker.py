@@ -1,4 +1,5 @@
-"""Runs inside each launched process: a scheduled Mixture of three small lists, read by ``shufflepoint.DataLoader``
+"""Runs inside each launched process: a scheduled Mixture of three small lists (with ``fixed``, one built with plain
+weights), read by ``shufflepoint.DataLoader``
 under the deal the spec names, loading the state a previous launch saved (if any), reading ``steps`` batches and
 calling ``loader.set_weights`` before the steps the spec lists (each rank passes the same weights, but with ``differ``),
 recording every batch's samples and any refusal, and saving the state (rank 0).
@@ -19,8 +20,11 @@ with open(sys.argv[1]) as f:
 dist.init_process_group("gloo")
 RANK = dist.get_rank()
 
-mixture = shufflepoint.Mixture([list(range(0, 50)), list(range(100, 120)), list(range(200, 230))],
-                               samples_per_epoch=SPEC["samples_per_epoch"], schedule=[(0, [1, 1, 1])])
+SOURCES = [list(range(0, 50)), list(range(100, 120)), list(range(200, 230))]
+if SPEC.get("fixed"):  # built with plain weights, no schedule= (mixture/fixed.py): the same order on a loader
+    mixture = shufflepoint.Mixture([(source, 1) for source in SOURCES], samples_per_epoch=SPEC["samples_per_epoch"])
+else:
+    mixture = shufflepoint.Mixture(SOURCES, samples_per_epoch=SPEC["samples_per_epoch"], schedule=[(0, [1, 1, 1])])
 loader = shufflepoint.DataLoader(mixture, SPEC["batch_size"], seed=5, deal=SPEC["deal"], shuffle_block=8,
                                  collate_fn=list)
 if SPEC.get("state_in"):

@@ -19,14 +19,17 @@ epoch boundaries too, and no world size enters it:
    its own ``packed`` epoch p, so its stream position q is exactly its index q.
 
 With ``schedule=`` the weights follow the run's position instead of a count per epoch (order
-version 2, ``scheduled_mixture.py``); everything below 2. is the same. Both orders live beside this module
+version 2, ``scheduled_mixture.py``); everything below 2. is the same. Without one, a loader reads the
+counts as the schedule ``[(0, counts)]`` on its grid (``fixed.py``): each epoch still holds ``counts``, and
+``set_weights`` can append a phase; steps 1. and 2. above are then its *fixed order* (version 1), which a
+sampler reads, and a run begun before 0.6. Both orders live beside this module
 (``mixture_order.py``, ``scheduled_mixture.py``) and read the mixture through ``MixedSources``.
 
 The loader sees ``len(mixture) == samples_per_epoch`` and dataset indices into the concatenation
 of the sources (``mixture[i]`` is row ``i - offset[s]`` of source s), so a mixed epoch keeps the
 locality of each source's own order.
 
-Words: docs/glossary.md (mixture, source, pass, window, phase, live phase, schedule).
+Words: docs/glossary.md (mixture, source, pass, window, phase, live phase, schedule, fixed order).
 """
 
 from __future__ import annotations
@@ -49,11 +52,21 @@ from shufflepoint._core.capabilities import (
     ReadsBatches,
     hooks_of,
 )
-from shufflepoint._core.schedule import Schedule, changed_phase, on_edge, parse_shares, shares_text, unweighted
+from shufflepoint._core.schedule import (
+    Schedule,
+    changed_phase,
+    of_counts,
+    on_edge,
+    parse_shares,
+    shares_text,
+    unweighted,
+)
 from shufflepoint._errors import Plain, field_error, refusal
 from shufflepoint._order import check_int
 from shufflepoint._order.distinct import distinct
 from shufflepoint._shards.corpora.mixture.caps import Caps, apportion, check_budget, check_caps
+from shufflepoint._shards.corpora.mixture.fixed import VERSIONS as FIXED_VERSIONS
+from shufflepoint._shards.corpora.mixture.fixed import fixed_order
 from shufflepoint._shards.corpora.mixture.order import _MAX_STREAM, NAME, VERSION, MixtureOrder, decode, offsets
 from shufflepoint._shards.corpora.mixture.scheduled import VERSION as SCHEDULED  # the order's version with a schedule
 from shufflepoint._shards.corpora.mixture.scheduled import ScheduledMixtureOrder, check_global_batch
@@ -124,8 +137,8 @@ class Mixture(torch.utils.data.Dataset[Any]):
             the run began, all ranks together (tokens for ``Packed`` sources), the first phase starting at
             0, and a weight may be 0 (the source pauses). A resume may append phases after the position it
             reached, never change one that began. Default None: the weights of ``sources``, the same
-            every epoch (pass ``schedule=[(0, weights)]`` instead to change them while the run trains:
-            ``set_weights``).
+            every epoch; a loader reads them as the schedule ``[(0, counts)]``, so ``set_weights`` may still
+            change them (``fixed.py``).
         max_repeats (Sequence | None): a cap per source (None: none) on how many times each of its rows may be
             read (a number > 0: its slots stay within ``cap * rows``, so no row is read more than ``ceil(cap)``
             times), in every epoch, or over ``budget``. A mixture that breaks a cap is refused, naming the
@@ -138,7 +151,7 @@ class Mixture(torch.utils.data.Dataset[Any]):
     """
 
     order_name = NAME
-    order_version = VERSION
+    order_version = SCHEDULED  # as a loader reads it, on its grid; a sampler reads one without a schedule in VERSION
 
     def __init__(self, sources: Sequence[Any], *, samples_per_epoch: int | None = None,
                  schedule: Sequence[tuple[int, Sequence[float]] | tuple[int, Sequence[float], int]] | None = None,
@@ -167,9 +180,9 @@ class Mixture(torch.utils.data.Dataset[Any]):
         if schedule is not None and caps is not None:
             schedule = caps.phases([tuple(phase) for phase in schedule],
                                    lambda phases: Schedule(phases, len(self.sources), unit=unit), spill)
+        self._fixed = schedule is None  # built with weights: one count per source every epoch (``fixed.py``)
         self.schedule = None if schedule is None else Schedule(schedule, len(self.sources), unit=unit)
         if self.schedule is not None:
-            self.order_version = SCHEDULED
             self.weights = [float(share) for share in self.schedule.shares[0]]
         self.counts = apportion(self.weights, length) if self.schedule is None else self.schedule.counts(length)
         if caps is not None and self.schedule is None:
@@ -179,6 +192,8 @@ class Mixture(torch.utils.data.Dataset[Any]):
             raise ValueError(refusal("weights", Plain(f"source {empty[0]} gets 0 of the {length} samples per epoch"),
                                      "a share of at least 1 sample for every source",
                                      "raise its weight or samples_per_epoch"))
+        if self._fixed:  # as a loader reads it: one phase of exactly these counts, so set_weights appends to it
+            self.schedule = of_counts(self.counts)
         self._index_limit = _MAX_STREAM if self._packed else total  # Packed: pass * rows + offset + row
 
     def __len__(self) -> int:
@@ -236,11 +251,13 @@ class Mixture(torch.utils.data.Dataset[Any]):
         """The sources (their own fingerprints, else their lengths), weights and epoch length."""
         return self._fingerprint("fingerprint")
 
-    def _fingerprint(self, attribute: str) -> str:
+    def _fingerprint(self, attribute: str, fixed: bool | None = None, counts: list[int] | None = None) -> str:
+        """``fixed`` (with ``counts``): as a Mixture of the other kind with these sources would have it (built with
+        weights of these counts, or with a schedule), to name that change."""
         parts = [_identity(d, legacy=attribute == "legacy_fingerprint") or f"len={n}"
                  for d, n in zip(self.sources, self.lengths, strict=True)]
-        if self.schedule is None:
-            text = json.dumps({"sources": parts, "counts": self.counts})
+        if self._fixed if fixed is None else fixed:
+            text = json.dumps({"sources": parts, "counts": self.counts if counts is None else counts})
             return FINGERPRINT_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:32]
         # the phases are the state's own field (``phases``), so that a resume may append phases (phase_changed)
         text = json.dumps({"sources": parts, "samples_per_epoch": self.samples_per_epoch, "scheduled": True})
@@ -248,9 +265,9 @@ class Mixture(torch.utils.data.Dataset[Any]):
 
     @property
     def phases(self) -> tuple[tuple[Any, ...], ...]:
-        """The schedule's phases as ``(start, hash)`` pairs, recorded in a state (``()`` without a schedule); a
-        phase ``set_weights`` added while the run trained also carries its exact shares, ``(start, hash, shares)``,
-        so that a resume rebuilds it from the state."""
+        """The schedule's phases as ``(start, hash)`` pairs, recorded in a state (built without a schedule: the one
+        phase of its counts, as a loader reads it); a phase ``set_weights`` added while the run trained also carries
+        its exact shares, ``(start, hash, shares)``, so that a resume rebuilds it from the state."""
         if self.schedule is None:
             return ()
         live = self.__dict__.get("_live", {})
@@ -264,18 +281,14 @@ class Mixture(torch.utils.data.Dataset[Any]):
         agrees on the weights across ranks and drops what was prefetched; this is what it calls. Called here
         directly, do so before a loader or sampler reads the run past ``at`` (what it has cached is not told).
 
-        Refused with nothing changed: a Mixture without a schedule (build it with ``schedule=[(0, weights)]``)
-        or with ``max_repeats``; ``weights`` not one finite number >= 0 per source (a list, or a dict naming
-        every source by its number) or all 0; ``at`` not after the last phase's start (a phase that began is never
-        rewritten; a live phase at ``at`` itself, of which nothing was read, is replaced)."""
-        if self.schedule is None:
-            raise ValueError(refusal("set_weights", Plain("a Mixture built without a schedule"),
-                                     "a Mixture built with schedule=", "build it as Mixture([a, b], "
-                                     "schedule=[(0, [wa, wb])]) to change its weights while the run trains",
-                                     why="a Mixture without a schedule keeps one count per source every epoch, "
-                                     "its order cut into windows of shuffle_block rows, not into the loader's "
-                                     "global batches: a change could not start at the next global batch without "
-                                     "moving rows already read"))
+        A Mixture built without a schedule reads its counts as the phase from 0 (``fixed.py``) under a loader; a
+        ``ResumableSampler``, and a run begun before 0.6, read it in its fixed order, which refuses the change.
+
+        Refused with nothing changed: a Mixture with ``max_repeats``; ``weights`` not one finite number >= 0 per
+        source (a list, or a dict naming every source by its number) or all 0; ``at`` not after the last phase's
+        start (a phase that began is never rewritten; a live phase at ``at`` itself, of which nothing was read, is
+        replaced)."""
+        assert self.schedule is not None  # built with one, or its counts as one (``_fixed``)
         if self._caps is not None:
             # LIMIT(live-weights-caps): docs/shards.md#limits
             raise ValueError(refusal("set_weights", Plain("a Mixture built with max_repeats"), "a Mixture without "
@@ -379,17 +392,18 @@ class Mixture(torch.utils.data.Dataset[Any]):
         its global batches (``scheduled_mixture.py``); without a schedule it changes nothing. ``stretches``
         (the ``spans`` deal's first world size) lays the order along the deal's stretches, each rank drawing
         every source from its own stretch of it (``mixture_stretches.py``)."""
+        if self._fixed and grid is None:  # a sampler's: the order of one count per source every epoch
+            return fixed_order(self, seed, epoch, shuffle_block, stretches)
         if stretches is not None:
             return StretchedMixtureOrder(self, seed, epoch, shuffle_block, stretches, grid)
-        if self.schedule is not None:
-            return ScheduledMixtureOrder(self, seed, epoch, shuffle_block, grid)
-        return MixtureOrder(self, seed, epoch, shuffle_block)
+        return ScheduledMixtureOrder(self, seed, epoch, shuffle_block, grid)
 
     def __repr__(self) -> str:
         """``Mixture(2 sources, weights=[0.75, 0.25], counts=[6, 2], samples_per_epoch=8, rows=14, schedule=None,
         sources=[list of 10 rows, list of 4 rows])``; with a schedule, its phases as written (the weights and
         counts are then the first phase's and the first epoch's)."""
-        schedule = "None" if self.schedule is None else f"{len(self.schedule.identities())} phases"
+        live = self.__dict__.get("_live", {})
+        schedule = "None" if self._fixed and not live else f"{len(self.phases)} phases"
         weights = [round(weight, 4) for weight in self.weights]
         return (f"Mixture({len(self.sources)} sources, weights={weights}, counts={self.counts}, "
                 f"samples_per_epoch={self.samples_per_epoch:,}, rows={self.rows:,}, schedule={schedule}, "
@@ -416,7 +430,7 @@ class Mixture(torch.utils.data.Dataset[Any]):
     def _loader_hooks(self) -> MixtureHooks:
         """What the loader asks of this mixture beyond its public surface (``Hooked``); ``Scheduled`` only
         where it was built with a schedule."""
-        return MixtureHooks(self) if self.schedule is None else ScheduledMixtureHooks(self)
+        return FixedMixtureHooks(self) if self._fixed else ScheduledMixtureHooks(self)
 
 
 class MixtureHooks:
@@ -429,8 +443,9 @@ class MixtureHooks:
 
     @property
     def stretched_version(self) -> int:
-        """The order's version under ``spans`` (``stretches.py``): 5, or 6 with a schedule."""
-        return STRETCHED if self._mixture.schedule is None else STRETCHED_SCHEDULED
+        """The order's version under ``spans`` (``stretches.py``) as a loader reads it: 6 (a sampler reads a Mixture
+        built without a schedule in 5, ``fixed.py``)."""
+        return STRETCHED_SCHEDULED
 
     def stretched_order(self, seed: int, epoch: int, shuffle_block: int, stretches: int,
                         grid: int | None = None) -> StretchedMixtureOrder:
@@ -443,8 +458,15 @@ class MixtureHooks:
         return self._mixture._fingerprint("legacy_fingerprint")
 
     def explain_fingerprint(self, saved: str) -> str:
-        return ("the mixture changed (a source, its weight or samples_per_epoch); each source's own fingerprint "
-                "is part of the mixture's")
+        mixture = self._mixture
+        other = [mixture._fingerprint("fingerprint", fixed=not mixture._fixed, counts=counts) for counts in
+                 (mixture.counts, apportion(mixture.weights, mixture.samples_per_epoch))]  # its first phase's
+        if saved in other:
+            was, now = ("with", "without") if mixture._fixed else ("without", "with")
+            return (f"the state was written by a Mixture {was} a schedule, and this one is built {now}: build the "
+                    "Mixture as the run did (its sources and their weights or schedule) to resume it, or start fresh")
+        return ("the mixture changed (a source, its weight or samples_per_epoch, or schedule= added or removed); "
+                "each source's own fingerprint is part of the mixture's")
 
     def explain_order_version(self, saved: int) -> str | None:
         """Why a state of another order version is refused, where it is this mixture's other kind, or a version
@@ -456,7 +478,8 @@ class MixtureHooks:
                     "'spans' (stretches.py): start the run fresh, or resume it with the build that wrote it.")
         if saved not in (VERSION, SCHEDULED, STRETCHED, STRETCHED_SCHEDULED):
             return None
-        if (saved in (SCHEDULED, STRETCHED_SCHEDULED)) == (self._mixture.schedule is not None):
+        fixed = self._mixture._fixed
+        if fixed or saved in (SCHEDULED, STRETCHED_SCHEDULED):
             return (f"The state was written in mixture order version {saved} ({STRETCHED} and {STRETCHED_SCHEDULED}: "
                     "laid along the 'spans' deal's stretches; 1 and 2: not), which this loader does not read under "
                     "its deal: resume with the deal the run used, or start fresh.")
@@ -525,3 +548,24 @@ class ScheduledMixtureHooks(MixtureHooks):
     def scheduled_order(self, seed: int, epoch: int, shuffle_block: int, grid: int) -> ScheduledMixtureOrder:
         """The order of one epoch, its phases and shares on the global batches of ``grid`` rows."""
         return ScheduledMixtureOrder(self._mixture, seed, epoch, shuffle_block, grid)
+
+
+class FixedMixtureHooks(ScheduledMixtureHooks):
+    """A ``Mixture`` built without a schedule: a loader reads it as the schedule of its counts (``fixed.py``), and
+    it also offers ``FixedOrder``, its order before that, for a sampler and for a state written in it."""
+
+    @property
+    def fixed_versions(self) -> tuple[int, int]:
+        """The fixed order's versions: (1, 5), not laid and laid along the ``spans`` stretches."""
+        return FIXED_VERSIONS
+
+    def fixed_order(self, seed: int, epoch: int, shuffle_block: int,
+                    stretches: int | None) -> MixtureOrder | StretchedMixtureOrder:
+        """The fixed order of one epoch (``fixed.py``), laid along ``stretches`` where given."""
+        return fixed_order(self._mixture, seed, epoch, shuffle_block, stretches)
+
+    def check_global_batch(self, global_batch: int, grid: int) -> None:
+        """Warn as a scheduled Mixture does only once its weights changed: before, one phase holds every global
+        batch, whatever its size."""
+        if self.has_live:
+            check_global_batch(grid, global_batch)
