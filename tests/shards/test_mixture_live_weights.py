@@ -132,7 +132,27 @@ def test_a_change_dated_in_the_past_is_refused():
     assert [p[0] for p in dataset.phases] == [0, 30, 31]
 
 
-def test_a_mixture_with_caps_or_a_past_start_or_under_a_sampler_is_refused():
+@pytest.mark.parametrize("deal", ["strided", "spans"])
+def test_a_capped_mixture_takes_weights_within_its_caps_and_refuses_the_rest_with_the_numbers(deal):
+    """Source 1 (20 rows) capped at 2 reads an epoch (40 of its 48 samples): weights that give it 48 an epoch are
+    refused naming the source, its rows and share, nothing changed; weights that give it 24 are taken from the next
+    global batch."""
+    capped = shufflepoint.Mixture(SOURCES, samples_per_epoch=SPE, schedule=[(0, [1, 1, 1])], max_repeats=[None, 2, None])
+    loader = loader_of(capped, deal)
+    read(loader, 2)
+    phases = capped.phases
+    with pytest.raises(ValueError, match=r"(?s)^max_repeats\[1\]: found 2\n.*source 1 has 20 rows and a share"):
+        loader.set_weights([0, 1, 0])  # 48 a epoch: 2.4 reads of each row
+    assert capped.phases == phases
+    loader.set_weights([1, 2, 1])  # 24 of 48: 1.2 reads
+    assert len(capped.phases) == 2
+    rest = SPE // 3 - 2  # the batches left of epoch 0 (3 a batch), then epoch 1 whole
+    read(loader, rest)
+    epoch_1 = [x for batch in read(loader, SPE // 3) for x in batch]
+    assert sum(100 <= x < 120 for x in epoch_1) == 24  # half of 48: within the cap of 40
+
+
+def test_a_past_start_or_a_sampler_is_refused():
     plain = shufflepoint.Mixture([(SOURCES[0], 1), (SOURCES[1], 1)])
     with pytest.raises(ValueError, match="a phase that began is never rewritten"):  # its counts: the phase at 0
         plain.set_weights([1, 2], at=0)
@@ -144,9 +164,6 @@ def test_a_mixture_with_caps_or_a_past_start_or_under_a_sampler_is_refused():
         list(shufflepoint.ResumableSampler(plain, num_replicas=1, rank=0))
     with pytest.raises(ValueError, match="set_weights"):
         shufflepoint.DataLoader(list(range(10)), 2, world_size=1, rank=0).set_weights([1])
-    capped = shufflepoint.Mixture(SOURCES, samples_per_epoch=SPE, schedule=[(0, [1, 1, 1])], max_repeats=[9, 9, 9])
-    with pytest.raises(ValueError, match="max_repeats"):
-        capped.set_weights([1, 1, 1], at=6)
 
 
 def test_under_spans_a_change_inside_an_epoch_applies_from_the_next_global_batch_without_a_warning():

@@ -99,7 +99,7 @@ class Caps:
         if not over:
             return counts
         if not spill:
-            self._refuse(over[0], counts[over[0]] * (self.epochs or 1), Fraction(counts[over[0]], self.n))
+            self.refuse(over[0], counts[over[0]] * (self.epochs or 1), Fraction(counts[over[0]], self.n))
         fixed: dict[int, int] = {}
         while True:
             for s in over:
@@ -128,11 +128,11 @@ class Caps:
         lowered and the rest given to the others by their weights: per epoch, each phase's share at most the cap's
         (water-filled phase by phase); over a budget, the capped source's weights lowered by one factor in every
         phase. ``make`` builds a ``Schedule`` of phases (it checks them first)."""
-        found = self._over(make(phases))
+        found = self.over(make(phases))
         if found is None:
             return phases
         if not spill:
-            self._refuse(*found)
+            self.refuse(*found)
         weights = [tuple(Fraction(w) for w in phase[1]) for phase in phases]
         less: dict[int, int] = {}  # per epoch: slots taken off a cap for the chains' rounding
         factors: dict[int, Fraction] = {}  # over a budget: a capped source's factor on its shares
@@ -149,13 +149,13 @@ class Caps:
                 factors[s] = factors.get(s, Fraction(1)) * Fraction(max(limit - len(self.lengths), 0), have)
                 spilled = [_spilled(shares, factors, self._cannot_fill) for shares in weights]
             current = [(phase[0], spilled[i], *phase[2:]) for i, phase in enumerate(phases)]
-            found = self._over(make(current))
+            found = self.over(make(current))
             if found is None:
                 return current
         raise ValueError(refusal("max_repeats", Plain("caps that spilling does not meet"), "caps a schedule can "
                                  "spill into", _FIX))
 
-    def _over(self, schedule: Schedule) -> tuple[int, int, Fraction] | None:
+    def over(self, schedule: Schedule) -> tuple[int, int, Fraction] | None:
         """The first source over its cap under ``schedule``: (source, its slots, its share), or None."""
         if self.epochs is not None:
             end = self.epochs * self.n
@@ -179,7 +179,7 @@ class Caps:
         return None
 
     # -- refusals ---------------------------------------------------------------------------------------
-    def _refuse(self, s: int, have: int, share: Fraction) -> None:
+    def refuse(self, s: int, have: int, share: Fraction) -> None:
         cap, rows = self.caps[s], self.lengths[s]
         assert cap is not None
         over = ("an epoch" if self.epochs is None else

@@ -284,16 +284,12 @@ class Mixture(torch.utils.data.Dataset[Any]):
         A Mixture built without a schedule reads its counts as the phase from 0 (``fixed.py``) under a loader; a
         ``ResumableSampler``, and a run begun before 0.6, read it in its fixed order, which refuses the change.
 
-        Refused with nothing changed: a Mixture with ``max_repeats``; ``weights`` not one finite number >= 0 per
+        Refused with nothing changed: weights that break a ``max_repeats`` cap (with the numbers, as at
+        construction; ``spill`` does not move live weights); ``weights`` not one finite number >= 0 per
         source (a list, or a dict naming every source by its number) or all 0; ``at`` not after the last phase's
         start (a phase that began is never rewritten; a live phase at ``at`` itself, of which nothing was read, is
         replaced)."""
         assert self.schedule is not None  # built with one, or its counts as one (``_fixed``)
-        if self._caps is not None:
-            # LIMIT(live-weights-caps): docs/shards.md#limits
-            raise ValueError(refusal("set_weights", Plain("a Mixture built with max_repeats"), "a Mixture without "
-                                     "max_repeats", "leave max_repeats out to change weights while training",
-                                     why="the caps are checked against the schedule when the Mixture is built"))
         listed = self._listed(weights)
         unit = self.sources[0].seq_len if self._packed else 1
         if isinstance(at, bool) or not isinstance(at, (int, np.integer)) or at < 0:
@@ -302,6 +298,12 @@ class Mixture(torch.utils.data.Dataset[Any]):
         row = -(-int(at) // unit)
         # a live phase at this very position (two calls between the same batches): the later one wins
         schedule = self.schedule.appended(row, listed, replace=row in live)
+        if self._caps is not None:  # the new weights within the caps, as the schedule is checked when built
+            max_repeats, budget, _ = self._caps
+            caps = Caps(check_caps(max_repeats, len(self.sources)), self.lengths, self.samples_per_epoch, budget, unit)
+            found = caps.over(schedule)
+            if found is not None:
+                caps.refuse(*found)  # with the numbers; nothing changed (spill does not move live weights)
         live[row] = shares_text(schedule.shares[-1])
         self._take(schedule, live)
 
