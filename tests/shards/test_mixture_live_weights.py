@@ -137,7 +137,8 @@ def test_a_capped_mixture_takes_weights_within_its_caps_and_refuses_the_rest_wit
     """Source 1 (20 rows) capped at 2 reads an epoch (40 of its 48 samples): weights that give it 48 an epoch are
     refused naming the source, its rows and share, nothing changed; weights that give it 24 are taken from the next
     global batch."""
-    capped = shufflepoint.Mixture(SOURCES, samples_per_epoch=SPE, schedule=[(0, [1, 1, 1])], max_repeats=[None, 2, None])
+    capped = shufflepoint.Mixture(SOURCES, samples_per_epoch=SPE, schedule=[(0, [1, 1, 1])],
+                                  max_repeats=[None, 2, None])
     loader = loader_of(capped, deal)
     read(loader, 2)
     phases = capped.phases
