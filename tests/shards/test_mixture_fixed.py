@@ -15,6 +15,7 @@ from collections import Counter
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from test_mixture_lays import read
 
 import shufflepoint
 from shufflepoint import Packed
@@ -90,21 +91,6 @@ def test_packed_sources_hold_their_counts_every_epoch(deal):
     ranks = [shufflepoint.DataLoader(mixture, 4, seed=2, collate_fn=list, world_size=2, rank=rank, deal=deal,
                                      verify_ranks=False) for rank in range(2)]
     assert sources_per_epoch(ranks, 3) == [mixture.counts] * 3 and mixture.counts == [36, 12]
-
-
-def read(ranks, steps, changes):
-    """``steps`` global batches (each rank's batch), calling ``set_weights`` on every rank before the steps named."""
-    found, batches = [], [iter(loader) for loader in ranks]
-    while len(found) < steps:
-        if ranks[0].step in changes:
-            for loader in ranks:
-                loader.set_weights(changes[ranks[0].step])
-        got = [next(batch, None) for batch in batches]
-        if got[0] is None:
-            batches = [iter(loader) for loader in ranks]
-            continue
-        found.append(got)
-    return found
 
 
 def by_source(steps):

@@ -14,6 +14,7 @@ from fractions import Fraction
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_mixture_lays import read as read_ranks
 
 import shufflepoint
 from shufflepoint import ResumeWarning, StateError
@@ -283,22 +284,10 @@ def test_packed_sources_under_spans_change_inside_an_epoch_keep_each_source_s_pa
         return [shufflepoint.DataLoader(build(), 2, seed=1, collate_fn=lambda b: [ids(row) for row in b],
                                         shuffle_block=4, world_size=2, rank=r, verify_ranks=False) for r in range(2)]
 
-    def run(loaders, steps, changes):
-        found, batches = [], [iter(loader) for loader in loaders]
-        while len(found) < steps:
-            if loaders[0].step in changes:
-                for loader in loaders:
-                    loader.set_weights(changes[loaders[0].step])
-            got = [next(batch, None) for batch in batches]
-            if got[0] is None:
-                batches = [iter(loader) for loader in loaders]
-                continue
-            found.append(got)
-        return found
 
     changes = {1: [3, 1], 6: [1, 4]}
     whole = ranks()
-    got = run(whole, 16, changes)
+    got = read_ranks(whole, 16, changes)
     mixture, seen = whole[0].dataset, Counter()
     for step in range(16):
         for r in range(2):
@@ -310,9 +299,9 @@ def test_packed_sources_under_spans_change_inside_an_epoch_keep_each_source_s_pa
             counts = [seen[s * 1000 + row] for row in range(mixture.lengths[s])]
             assert max(counts) - min(counts) <= 1, (step, s, counts)
     first = ranks()
-    run(first, 4, changes)
+    read_ranks(first, 4, changes)
     state = first[0].state_dict()
     resumed = ranks()
     for loader in resumed:
         loader.load_state_dict(state)
-    assert run(resumed, 12, changes) == got[4:]
+    assert read_ranks(resumed, 12, changes) == got[4:]
