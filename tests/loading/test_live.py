@@ -110,17 +110,7 @@ def test_every_sample_once_in_order_whatever_the_membership(n, groups, group_wor
     sizes = {"global_batch": int(np.lcm.reduce(np.arange(1, groups + 1))) * group_world * batch} if fixed \
         else {"batch_size": batch}
     cluster = Cluster(n, groups, group_world, **sizes)
-    alive = set(range(groups))
-    for mask, commit in script:
-        wanted = {g for g in range(groups) if mask >> g & 1}
-        if not wanted & alive:
-            wanted.add(min(alive))  # a survivor: a group comes back by healing from a peer
-        back = sorted(wanted - alive)
-        for group in back:
-            cluster.start(group)
-        alive = wanted
-        healing = back if len(back) < len(alive) else []
-        cluster.step(sorted(alive), healing, commit)
+    alive = _run_script([cluster], groups, script)
     trained = [i for batch_ids in cluster.trained for i in batch_ids]
     epochs = len(trained) // n
     expected = [i for e in range(epochs + 1) for i in epoch_order(n, e)]
@@ -148,19 +138,7 @@ def test_workers_hand_out_the_batches_of_no_workers_whatever_the_membership(n, g
     clusters = [Cluster(n, groups, 1, {"transform": tagged}, batch_size=batch),
                 Cluster(n, groups, 1, {"transform": tagged, "num_workers": workers, "prefetch_factor": 2},
                         batch_size=batch)]
-    alive = set(range(groups))
-    for mask, commit in script:
-        wanted = {g for g in range(groups) if mask >> g & 1}
-        if not wanted & alive:
-            wanted.add(min(alive))  # a survivor: a group comes back by healing from a peer
-        back = sorted(wanted - alive)
-        for cluster in clusters:
-            for group in back:
-                cluster.start(group)
-        alive = wanted
-        healing = back if len(back) < len(alive) else []
-        for cluster in clusters:
-            cluster.step(sorted(alive), healing, commit)
+    _run_script(clusters, groups, script)
     assert clusters[1].trained == clusters[0].trained
     trained = [sample for step in clusters[1].trained for sample in step]
     epochs = len(trained) // n
@@ -422,18 +400,22 @@ def test_a_version_1_state_still_loads_and_answers_which() -> None:
         fresh.load_state_dict({**old, "version": 2})
 
 
-def _run_script(cluster: Cluster, groups: int, script: list[tuple[int, bool]]) -> set[int]:
+def _run_script(clusters: list[Cluster], groups: int, script: list[tuple[int, bool]]) -> set[int]:
+    """Drive ``clusters`` in lockstep through ``script`` (a mask of the groups alive and whether the step commits,
+    a step): a group back heals from a peer; returns the groups alive at the end."""
     alive = set(range(groups))
     for mask, commit in script:
         wanted = {g for g in range(groups) if mask >> g & 1}
         if not wanted & alive:
             wanted.add(min(alive))  # a survivor: a group comes back by healing from a peer
         back = sorted(wanted - alive)
-        for group in back:
-            cluster.start(group)
+        for cluster in clusters:
+            for group in back:
+                cluster.start(group)
         alive = wanted
         healing = back if len(back) < len(alive) else []
-        cluster.step(sorted(alive), healing, commit)
+        for cluster in clusters:
+            cluster.step(sorted(alive), healing, commit)
     return alive
 
 
@@ -444,7 +426,7 @@ def test_stretches_read_every_sample_once_whatever_the_membership(n, groups, gro
     """Under ``spans`` each participant reads a whole lot of its own stretch (``membership.stretch_lot``): over the
     committed steps every epoch is read once, and ``which`` from any state gives what was trained."""
     cluster = Cluster(n, groups, group_world, options={"deal": "spans"}, batch_size=batch)
-    alive = _run_script(cluster, groups, script)
+    alive = _run_script([cluster], groups, script)
     read, epoch = 0, []
     for batch_ids in cluster.trained:
         epoch += batch_ids
