@@ -162,9 +162,12 @@ class Workers:
 
 def pinned(batch: Any) -> Any:
     """``batch`` with its tensors in pinned memory (``num_workers=0`` with ``pin_memory``; torch's loader pins for
-    workers); unchanged where no accelerator can use pinned memory."""
+    workers), by torch's own pinning of any batch; unchanged where no accelerator can use pinned memory."""
     if not torch.cuda.is_available():
         return batch
+    from torch.utils.data._utils.pin_memory import pin_memory  # private: torch's own pinning of any batch
+
+    return pin_memory(batch)  # type: ignore[no-untyped-call]
     if isinstance(batch, torch.Tensor):
         return batch.pin_memory()
     if isinstance(batch, dict):
