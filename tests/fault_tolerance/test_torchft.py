@@ -58,14 +58,20 @@ def healed(out: pathlib.Path, group: int) -> None:
     assert all(r["ids"] == [] for r in steps), "a healing group reads nothing"
 
 
+def killed_and_restarted(run: Run, group: int) -> None:
+    """Every group started; ``group`` SIGKILLed after 4 committed steps, started again a second later (it heals from a
+    peer); the run to its end."""
+    run.start_all()
+    run.wait_until(lambda: run.committed_steps(group) >= 4)
+    run.kill(group)
+    time.sleep(1)
+    run.restart(group)
+    run.finish()
+
+
 def test_a_group_killed_and_restarted_heals_from_a_peer(tmp_path: pathlib.Path) -> None:
     run = Run(tmp_path, 3, worker_args=["--n", str(N), "--batch", str(BATCH), *SLOW])
-    run.start_all()
-    run.wait_until(lambda: run.committed_steps(2) >= 4)
-    run.kill(2)
-    time.sleep(1)
-    run.restart(2)
-    run.finish()
+    killed_and_restarted(run, 2)
     judged(tmp_path)
     healed(tmp_path, 2)
 
@@ -73,12 +79,7 @@ def test_a_group_killed_and_restarted_heals_from_a_peer(tmp_path: pathlib.Path) 
 def test_worker_processes_through_a_kill_and_a_rejoin(tmp_path: pathlib.Path) -> None:
     """num_workers=2 on every group: what the workers read ahead under the old quorum is never trained."""
     run = Run(tmp_path, 3, worker_args=["--n", str(N), "--batch", str(BATCH), "--workers", "2", *SLOW])
-    run.start_all()
-    run.wait_until(lambda: run.committed_steps(2) >= 4)
-    run.kill(2)
-    time.sleep(1)
-    run.restart(2)
-    run.finish()
+    killed_and_restarted(run, 2)
     judged(tmp_path)
     healed(tmp_path, 2)
     dropped = [json.loads(p.read_text())["dropped"] for p in tmp_path.glob("done-*.json")]
@@ -231,12 +232,7 @@ def test_a_kill_and_rejoin_under_spans_keeps_each_group_on_its_stretch(tmp_path:
     killed and restarted heals from a peer; every sample once, ``which`` = trained, and in every step all 3 groups
     train whole, each participant's batch lies in its own stretch (positions [80p, 80p + 80))."""
     run = Run(tmp_path, 3, worker_args=["--n", str(N), "--batch", str(BATCH), "--deal", "spans", *SLOW])
-    run.start_all()
-    run.wait_until(lambda: run.committed_steps(2) >= 4)
-    run.kill(2)
-    time.sleep(1)
-    run.restart(2)
-    run.finish()
+    killed_and_restarted(run, 2)
     found = records(tmp_path)
     batches = global_batches(found, 1)
     assert {k: v for k, v in verdict(batches, N).items() if k != "in_order"} == \
