@@ -96,3 +96,20 @@ def test_the_agreement_digest_is_canonical_and_fits_the_all_reduce():
     digests = [state_digest(dict(state, cursor=c)) for c in range(200)]
     assert len(set(digests)) == 200 and all(0 <= d < 2**56 for d in digests)  # -d fits an int64
     assert state_digest(None) not in digests
+
+
+def test_a_killed_launch_whose_pipes_a_stray_holds_does_not_hang_its_caller():
+    """A process the kill missed (here a reparented ``sleep``) keeps the launch's pipes open: the launcher stops
+    reading after its wait and closes them, with a note, instead of blocking until a test runner's timeout."""
+    import subprocess
+    import time
+
+    from shufflepoint._tools.launch import _drained
+
+    proc = subprocess.Popen(["sh", "-c", "echo started; sleep 20 & exit 0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    began = time.monotonic()
+    out, err = _drained(proc, "SHUFFLEPOINT_LAUNCH=nothing-carries-this", seconds=1.0)
+    assert time.monotonic() - began < 10
+    assert out.startswith("started") and "a process it missed held them" in err
+    assert proc.returncode == 0

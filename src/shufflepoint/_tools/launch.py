@@ -176,7 +176,8 @@ def launch(
                 if time.monotonic() > deadline:
                     raise subprocess.TimeoutExpired(cmd, timeout)
                 time.sleep(0.01)
-            out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            out, err = (_drained(proc, tag) if killed else
+                        proc.communicate(timeout=max(1.0, deadline - time.monotonic())))
     except subprocess.TimeoutExpired:
         stacks = _stacks(proc.pid, tag)
         kill_tree(proc.pid, tag)
@@ -184,9 +185,26 @@ def launch(
         raise RuntimeError(f"worker launch timed out after {timeout:.0f}s:\n{err[-4000:]}\n{stacks}") from None
     except BaseException:  # interrupted (a test runner's timeout, Ctrl-C): leave no process behind
         kill_tree(proc.pid, tag)
-        proc.communicate()
+        _drained(proc, tag)
         raise
     return LaunchResult(proc.returncode, out, err, killed)
+
+
+def _drained(proc: subprocess.Popen[str], tag: str, seconds: float = 30.0) -> tuple[str, str]:
+    """(stdout, stderr) of a launch already SIGKILLed: its pipes read to their end, or, where a process the kill
+    missed still holds them after ``seconds`` (seen once in 3 repeats of a launch whose workers were starting
+    their own), killed again and the pipes closed, with what was read: a dead launch never hangs its caller."""
+    try:
+        return proc.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired as held:
+        kill_tree(proc.pid, tag)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        proc.wait()
+        read = [part.decode(errors="replace") if isinstance(part, bytes) else (part or "")
+                for part in (held.stdout, held.stderr)]
+        return read[0], read[1] + "\n(the pipes closed after the kill: a process it missed held them)"
 
 
 def _stacks(pid: int, tag: str) -> str:
