@@ -5,7 +5,7 @@ a resize (a fresh loader loading the state): the sources at every place are thos
 phases (each global batch holds its phase's counts), each source's passes are whole at every edge of the grid (no row
 read k + 1 times before every row of its source was read k times), every rank holds the same state, and ``which``
 answers every step as served. Without a live phase inside an epoch the orders are those of version 6 (and 5)
-exactly, pinned to the values the build before lays gave."""
+exactly, pinned to the values the build before lays gave (and version 7's, pass_edges.py, to its first build's)."""
 
 from __future__ import annotations
 
@@ -21,15 +21,20 @@ from hypothesis import strategies as st
 
 import shufflepoint
 from shufflepoint._shards.corpora.mixture.lays import plan
+from shufflepoint._shards.corpora.mixture.stretches import StretchedMixtureOrder
 
 SOURCES = [list(range(0, 50)), list(range(100, 120)), list(range(200, 230))]
 SPE, BATCH = 48, 4  # every global batch (1-4 ranks x 4) divides the epoch: no tail padding to count
 
 
-def order_digest(mixture, parts, grid, epochs=4, block=8):
+def order_digest(mixture, parts, grid, epochs=4, block=8, version=6):
+    """The orders of the first epochs, as a digest; a scheduled one (a plain Mixture on a grid too) in ``version``
+    (6: every window numbered part after part; 7: pass-edge windows in the interleave order, pass_edges.py)."""
     digest = hashlib.sha256()
     for epoch in range(epochs):
         order = mixture.epoch_order(3, epoch, block, grid, stretches=parts)
+        if isinstance(order, StretchedMixtureOrder) and order.version != 5:
+            order = StretchedMixtureOrder(mixture, 3, epoch, block, parts, grid, version=version)
         digest.update(order.take(np.arange(len(mixture), dtype=np.int64)).tobytes())
     return digest.hexdigest()[:16]
 
@@ -41,6 +46,13 @@ PINNED = {  # computed by the build before lays (commit 6937c4f): versions 5 and
     ("scheduled", 3, 12): "34d7c5ee7f8b8d98", ("scheduled", 4, 8): "e824c695295052dd",
     ("scheduled", 2, None): "d3174f7a54d8bb87",
 }
+PINNED_7 = {  # version 7 (pass_edges.py), as first built; the same as 6 where no pass of a source ends in a window
+    ("plain", 1, 6): "e2698837d86749da", ("plain", 2, 6): "0d25ceae2a0aa361", ("plain", 3, 12): "54f3aa5699d91cf1",
+    ("plain", 4, 8): "8b0eb640a5fe5d8c", ("plain", 2, None): "614f7ca3a4621a0a",
+    ("scheduled", 1, 6): "b0f17b296baf928b", ("scheduled", 2, 6): "cfa03197c8e5999f",
+    ("scheduled", 3, 12): "c4ff4a7ac81c2632", ("scheduled", 4, 8): "3be2dc42a123cbd2",
+    ("scheduled", 2, None): "5d785e6d763260ae",
+}
 
 
 @pytest.mark.parametrize("name, parts, grid", list(PINNED))
@@ -51,6 +63,7 @@ def test_without_a_live_phase_inside_an_epoch_the_orders_are_unchanged(name, par
         mixture = shufflepoint.Mixture(SOURCES, samples_per_epoch=SPE, schedule=[
             (0, [1, 1, 1]), (30, [1, 0, 2]), (100, [2, 1, 1], 12), (160, [1, 1, 1])])
     assert order_digest(mixture, parts, grid) == PINNED[(name, parts, grid)]
+    assert order_digest(mixture, parts, grid, version=7) == PINNED_7[(name, parts, grid)]
     if name == "scheduled":  # a live phase at an epoch's start: that epoch's own lay, the same order
         built = shufflepoint.Mixture(SOURCES, samples_per_epoch=SPE, schedule=[
             (0, [1, 1, 1]), (30, [1, 0, 2]), (100, [2, 1, 1], 12), (160, [1, 1, 1]), (192, [3, 1, 1])])
@@ -58,6 +71,8 @@ def test_without_a_live_phase_inside_an_epoch_the_orders_are_unchanged(name, par
             (0, [1, 1, 1]), (30, [1, 0, 2]), (100, [2, 1, 1], 12), (160, [1, 1, 1])])
         live.set_weights([3, 1, 1], at=192)
         assert order_digest(live, parts, grid, epochs=6) == order_digest(built, parts, grid, epochs=6)
+        assert order_digest(live, parts, grid, epochs=6, version=7) == order_digest(built, parts, grid, epochs=6,
+                                                                                   version=7)
 
 
 def test_the_worked_example_of_lays_py():

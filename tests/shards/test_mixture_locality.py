@@ -190,7 +190,7 @@ def test_a_state_of_the_order_before_it_was_laid_on_stretches_resumes_in_that_or
 
     loaders = [make(r) for r in range(2)]
     state = loaders[0].state_dict()
-    assert state["order_version"] == 6 and state["deal"] == "spans"  # 0.6: the schedule of its counts (fixed.py)
+    assert state["order_version"] == 7 and state["deal"] == "spans"  # 0.6: the schedule of its counts (fixed.py)
     old = dict(state, order_version=1, grid=None, phases=[])  # as a run begun before laid its state
     for rank in range(2):
         resumed = make(rank)

@@ -355,6 +355,18 @@ class FixedOrder(Protocol):
 
 
 @runtime_checkable
+class EarlierLaidVersion(Protocol):
+    """A dataset whose order laid along the stretches keeps an earlier version beside its own (``LaysOnStretches``):
+    a state written in it reads on in it, and a loader whose reads need it asks for it by passing ``version=`` to
+    ``stretched_order`` (and ``laid_order``). A ``Mixture``'s 6 numbers every window's slots part after part, which
+    the torchft loader's whole lots read as a prefix (``mixture/pass_edges.py``)."""
+
+    @property
+    def earlier_laid_version(self) -> int:
+        """The earlier version of the order laid along the stretches."""
+
+
+@runtime_checkable
 class ExplainsFingerprint(Protocol):
     """A dataset that says what changed when a state's fingerprint is not its own (``Shards``: the shards)."""
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from shufflepoint._core.capabilities import (
     CountsShare,
+    EarlierLaidVersion,
     ExplainsFingerprint,
     ExplainsOrderVersion,
     FitsDecodeBudget,
@@ -117,19 +118,28 @@ def stretched_version(dataset: Any) -> int:
 
 
 def own_epoch_order(dataset: Any, seed: int, epoch: int, shuffle_block: int, grid: int | None,
-                    stretches: int | None, epoch_parts: Callable[[int], int | None] | None = None) -> Any:
+                    stretches: int | None, epoch_parts: Callable[[int], int | None] | None = None,
+                    version: int | None = None) -> Any:
     """The epoch's order of a dataset with its own: laid along ``stretches`` (the ``spans`` deal's first world
     size), else on the ``grid`` its schedule follows, else its plain ``epoch_order`` (``OwnOrder``).
     ``epoch_parts``: each epoch's first world (the run's history), for a dataset whose weights change while the
-    run trains (``LiveWeighted``: a lay of an earlier epoch may map this one's slots)."""
+    run trains (``LiveWeighted``: a lay of an earlier epoch may map this one's slots). ``version``: the laid
+    order's earlier version (``EarlierLaidVersion``), None for its own."""
     hooks = hooks_of(dataset)
     if stretches is not None and isinstance(hooks, LaysOnStretches):
+        chosen = {} if version is None else {"version": version}
         if epoch_parts is not None and isinstance(hooks, LiveWeighted):
-            return hooks.laid_order(seed, epoch, shuffle_block, stretches, grid, epoch_parts)
-        return hooks.stretched_order(seed, epoch, shuffle_block, stretches, grid)
+            return hooks.laid_order(seed, epoch, shuffle_block, stretches, grid, epoch_parts, **chosen)
+        return hooks.stretched_order(seed, epoch, shuffle_block, stretches, grid, **chosen)
     if grid is not None and isinstance(hooks, Scheduled):
         return hooks.scheduled_order(seed, epoch, shuffle_block, grid)
     return dataset.epoch_order(seed, epoch, shuffle_block)
+
+
+def earlier_laid_version(dataset: Any) -> int | None:
+    """The earlier version of a dataset's order laid along the stretches (``EarlierLaidVersion``), or None."""
+    hooks = hooks_of(dataset)
+    return int(hooks.earlier_laid_version) if isinstance(hooks, EarlierLaidVersion) else None
 
 
 def fixed_versions(dataset: Any) -> tuple[int, int] | None:

@@ -147,11 +147,16 @@ class LiveLoader:
         self._shuffle = shuffle
         self.dataset = dataset
         layout = Layout(dataset_length(dataset), 1, self.sizing.lot, drop_last)
-        orders = OrderCache(order if shuffle else "identity", layout.n, self.seed, dataset=dataset)
-        self._identity = Identity(dataset_fingerprint, dataset, orders)
-        self._position = LoaderPosition(layout, orders, deal_of(deal, orders))
-        stretched = self._position.deal.stretched and global_batch is None  # spans: each group its own stretch
+        orders = OrderCache(order if shuffle else "identity", layout.n, self.seed, dataset=dataset,
+                            grid=self.sizing.lot)
+        dealt = deal_of(deal, orders)
+        stretched = dealt.stretched and global_batch is None  # spans: each group its own stretch
         self._stretches = self.sizing.groups if stretched and self.sizing.groups > 1 else 0  # membership.stretch_lot
+        # a scheduled dataset's grid (a Mixture's): K lots, so that its windows are lots, read in the order a step
+        # reads them (a step's edge is an edge of the order's virtual stretch: shares and passes exact at each)
+        orders = orders.on_grid(self.sizing.lot * max(self._stretches, 1)).read_part_after_part()
+        self._identity = Identity(dataset_fingerprint, dataset, orders)
+        self._position = LoaderPosition(layout, orders, dealt)
         self._collate = collate_fn if collate_fn is not None else torch.utils.data.default_collate
         self._transform, self._pin = _checked_transform(transform), _checked_bool("pin_memory", pin_memory)
         self._lock = threading.RLock()

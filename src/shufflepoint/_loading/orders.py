@@ -18,6 +18,7 @@ from shufflepoint._core.state_fields import OrderParameters
 from shufflepoint._errors import Refused, StateError, refusal
 from shufflepoint._loading.block_choice import default_block
 from shufflepoint._loading.capabilities import (
+    earlier_laid_version,
     fingerprint_explainer,
     fixed_epoch_order,
     fixed_versions,
@@ -205,6 +206,9 @@ class OrderCache:
         # each epoch's first world (the run's history: ``LoaderPosition`` sets it), for a dataset's own order
         # whose earlier epochs' lays map this one's slots (a Mixture's weights changed inside an epoch)
         self.epoch_parts: Callable[[int], int | None] | None = None
+        # the earlier version of the dataset's laid order to read (a state written in it; ``read_part_after_part``),
+        # None: its own
+        self.laid_version: int | None = None
         if self.shuffle_block is not None and self._rows is None:
             # the dataset's own order checks shuffle_block against itself: fail here, not mid-loop
             self.get(0)
@@ -223,6 +227,11 @@ class OrderCache:
             fixed.began_fixed = True
             fixed._stretched = self._stretched and saved == self._fixed[1]  # version 1 under spans: not laid
             return fixed
+        if self._stretched and deal.stretched and saved is not None and saved != self.version_for(True) and \
+                saved == earlier_laid_version(self._dataset):  # a Mixture's 6: written before 0.6 (pass_edges.py)
+            in_turn = copy.copy(self)
+            in_turn.laid_version, in_turn._epoch, in_turn._order = saved, None, None
+            return in_turn
         if self._stretched and isinstance(state, dict) and deal.stretched and \
                 state.get("order_version") == self.version:  # written before Mixture laid its order on stretches
             unlaid = copy.copy(self)
@@ -241,8 +250,21 @@ class OrderCache:
         """The order's version read by a deal that reads stretches or not: a dataset's order laid along the
         stretches has its own (``LaysOnStretches``)."""
         if self.laid_under(stretched):
-            return self._fixed[1] if self.fixed and self._fixed else stretched_version(self._dataset)
+            if self.fixed and self._fixed:
+                return self._fixed[1]
+            return self.laid_version if self.laid_version is not None else stretched_version(self._dataset)
         return self.version
+
+    def read_part_after_part(self) -> OrderCache:
+        """These orders as a loader that reads each window's parts one after another, whole, reads them (the torchft
+        loader's lots): a dataset's earlier laid version where it keeps one (a ``Mixture``'s 6, whose windows number
+        their slots so: ``mixture/pass_edges.py``), else these."""
+        earlier = earlier_laid_version(self._dataset) if self._stretched else None
+        if earlier is None or self.laid_version == earlier:
+            return self
+        adopted = copy.copy(self)
+        adopted.laid_version, adopted._epoch, adopted._order = earlier, None, None
+        return adopted
 
     @property
     def dataset(self) -> Any:
@@ -297,7 +319,7 @@ class OrderCache:
                 self._order = fixed_epoch_order(self._dataset, self.seed, epoch, self.shuffle_block, stretches)
             else:
                 self._order = own_epoch_order(self._dataset, self.seed, epoch, self.shuffle_block, self.grid,
-                                              stretches, self.epoch_parts)
+                                              stretches, self.epoch_parts, self.laid_version)
             self._epoch = (epoch, stretches)
         return self._order
 

@@ -71,8 +71,8 @@ from shufflepoint._shards.corpora.mixture.order import _MAX_STREAM, NAME, VERSIO
 from shufflepoint._shards.corpora.mixture.scheduled import VERSION as SCHEDULED  # the order's version with a schedule
 from shufflepoint._shards.corpora.mixture.scheduled import ScheduledMixtureOrder, check_global_batch
 from shufflepoint._shards.corpora.mixture.sources import check_sources, is_packed
+from shufflepoint._shards.corpora.mixture.stretches import PARTS_IN_TURN_VERSION, UNKEPT_VERSIONS, StretchedMixtureOrder
 from shufflepoint._shards.corpora.mixture.stretches import SCHEDULED_VERSION as STRETCHED_SCHEDULED
-from shufflepoint._shards.corpora.mixture.stretches import UNKEPT_VERSIONS, StretchedMixtureOrder
 from shufflepoint._shards.corpora.mixture.stretches import VERSION as STRETCHED
 from shufflepoint._shards.corpora.shards.batch import Batch, Columnar, Columns, Rows, Stacked, checked_indices, gather
 from shufflepoint._shards.corpora.shards.locate import mixture_location
@@ -445,14 +445,20 @@ class MixtureHooks:
 
     @property
     def stretched_version(self) -> int:
-        """The order's version under ``spans`` (``stretches.py``) as a loader reads it: 6 (a sampler reads a Mixture
-        built without a schedule in 5, ``fixed.py``)."""
+        """The order's version under ``spans`` (``stretches.py``) as a loader reads it: 7 (a sampler reads a Mixture
+        built without a schedule in 5, ``fixed.py``; the torchft loader reads 6, ``earlier_laid_version``)."""
         return STRETCHED_SCHEDULED
 
+    @property
+    def earlier_laid_version(self) -> int:
+        """6: every window's slots numbered part after part (0.5's; the torchft loader's, ``pass_edges.py``)."""
+        return PARTS_IN_TURN_VERSION
+
     def stretched_order(self, seed: int, epoch: int, shuffle_block: int, stretches: int,
-                        grid: int | None = None) -> StretchedMixtureOrder:
-        """The order of one epoch laid along the ``spans`` deal's stretches (``Mixture.epoch_order``)."""
-        return StretchedMixtureOrder(self._mixture, seed, epoch, shuffle_block, stretches, grid)
+                        grid: int | None = None, version: int | None = None) -> StretchedMixtureOrder:
+        """The order of one epoch laid along the ``spans`` deal's stretches (``Mixture.epoch_order``), in its
+        ``version`` (None: the newest)."""
+        return StretchedMixtureOrder(self._mixture, seed, epoch, shuffle_block, stretches, grid, version=version)
 
     @property
     def legacy_fingerprint(self) -> str:
@@ -476,16 +482,19 @@ class MixtureHooks:
         if saved in UNKEPT_VERSIONS:
             return (f"The state was written in mixture order version {saved}, by a development build of shufflepoint "
                     f"0.5 (each rank read its own stream of a source in its own stretch, so a source's passes came "
-                    f"apart on another world); this one reads version {STRETCHED} or {STRETCHED_SCHEDULED} under "
-                    "'spans' (stretches.py): start the run fresh, or resume it with the build that wrote it.")
-        if saved not in (VERSION, SCHEDULED, STRETCHED, STRETCHED_SCHEDULED):
+                    f"apart on another world); this one reads version {STRETCHED}, {PARTS_IN_TURN_VERSION} or "
+                    f"{STRETCHED_SCHEDULED} under 'spans' (stretches.py): start the run fresh, or resume it with the "
+                    "build that wrote it.")
+        laid_scheduled = (PARTS_IN_TURN_VERSION, STRETCHED_SCHEDULED)
+        if saved not in (VERSION, SCHEDULED, STRETCHED, *laid_scheduled):
             return None
         fixed = self._mixture._fixed
-        if fixed or saved in (SCHEDULED, STRETCHED_SCHEDULED):
-            return (f"The state was written in mixture order version {saved} ({STRETCHED} and {STRETCHED_SCHEDULED}: "
-                    "laid along the 'spans' deal's stretches; 1 and 2: not), which this loader does not read under "
-                    "its deal: resume with the deal the run used, or start fresh.")
-        saved = SCHEDULED if saved in (SCHEDULED, STRETCHED_SCHEDULED) else VERSION
+        if fixed or saved in (SCHEDULED, *laid_scheduled):
+            return (f"The state was written in mixture order version {saved} ({STRETCHED}, {PARTS_IN_TURN_VERSION} "
+                    f"and {STRETCHED_SCHEDULED}: laid along the 'spans' deal's stretches; 1 and 2: not; "
+                    f"{PARTS_IN_TURN_VERSION}: the torchft loader's), which this loader does not read under its deal: "
+                    "resume with the loader and the deal the run used, or start fresh.")
+        saved = SCHEDULED if saved in (SCHEDULED, *laid_scheduled) else VERSION
         was, now = ("with", "without") if saved == SCHEDULED else ("without", "with")
         return (f"The state was written by a Mixture {was} a schedule, and this one is built {now}: build the "
                 "Mixture as the run did (its sources and their weights or schedule) to resume it, or start fresh.")
@@ -523,10 +532,11 @@ class ScheduledMixtureHooks(MixtureHooks):
         return self._mixture.adopt_phases(saved)
 
     def laid_order(self, seed: int, epoch: int, shuffle_block: int, stretches: int, grid: int | None,
-                   epoch_parts: Callable[[int], int | None]) -> StretchedMixtureOrder:
+                   epoch_parts: Callable[[int], int | None], version: int | None = None) -> StretchedMixtureOrder:
         """``stretched_order`` told each earlier epoch's first world (the run's history), where a lay of that
         epoch maps this one's slots (``mixture/lays.py``)."""
-        return StretchedMixtureOrder(self._mixture, seed, epoch, shuffle_block, stretches, grid, epoch_parts)
+        return StretchedMixtureOrder(self._mixture, seed, epoch, shuffle_block, stretches, grid, epoch_parts,
+                                     version)
 
     def set_weights(self, weights: Any, at: int) -> None:
         """``Mixture.set_weights`` from run position ``at`` in rows (a loader's positions; tokens for Packed)."""

@@ -43,7 +43,7 @@ import numpy as np
 
 from shufflepoint._core.capabilities import ShardedCorpus
 from shufflepoint._core.schedule import Schedule
-from shufflepoint._errors import Refused, ResumeWarning, warn_user
+from shufflepoint._errors import Refused, ResumeWarning, refusal, warn_user
 from shufflepoint._order import Order, check_int
 from shufflepoint._order.blocks import _M64, _sub_seed, checked_positions, laid_shards
 from shufflepoint._order.distinct import distinct, distinct_inverse
@@ -51,16 +51,19 @@ from shufflepoint._order.feistel import FeistelOrder
 from shufflepoint._order.feistel_many import sub_seeds, take_many
 from shufflepoint._shards.corpora.mixture.lays import Lay, plan
 from shufflepoint._shards.corpora.mixture.order import _MAX_STREAM, _SOURCE_TAG, NAME, MixedSources, encode, offsets
+from shufflepoint._shards.corpora.mixture.pass_edges import interleave_ranks, pass_edges
 from shufflepoint._shards.corpora.mixture.passes import SourcePasses
 from shufflepoint._shards.corpora.mixture.sources import is_packed
 from shufflepoint._shards.corpora.packed.stretches import EVERY_RUN, table_key
 
-VERSION, SCHEDULED_VERSION = 5, 6
+VERSION, SCHEDULED_VERSION = 5, 7
+PARTS_IN_TURN_VERSION = 6  # scheduled, every window's slots numbered part after part (0.5; the torchft loader's)
 UNKEPT_VERSIONS = (3, 4)  # each part its own stream of a source: refused by name (``Mixture._explain_order_version``)
 _PART_TAG, _LAYOUT_TAG = 0x50415254, 0x4C415954
 _WINDOW_TAG = 0x57494E44
 _CACHED_ORDERS = 32
 _TABLE_BUDGET = 1 << 24  # int64s of part tables kept: every part's, where they fit (a lay's owners ask any part's)
+_WINDOWS_RANKED = 4  # pass-edge windows whose positions' interleave ranks are kept (``pass_edges.py``)
 
 
 def stretches(n: int, parts: int) -> tuple[np.ndarray, np.ndarray]:
@@ -165,6 +168,16 @@ class _PartCounts:
         found: np.ndarray = before + longer * long_piece + (parts - longer) * short_piece
         return found
 
+    def window(self, epoch: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(length, slots of each source) of every part's piece of ``epoch``'s window k (one row a part): the
+        columns of ``part``'s tables at window k, for all parts at once."""
+        parts = np.arange(self._parts, dtype=np.int64)
+        w, base, kw = self._window, self._base, k * self._window
+        lengths = np.where(parts < self._extra, np.clip(base + 1 - kw, 0, w), np.clip(base - kw, 0, w))
+        starts = self._origin(epoch) + self._piece_starts(parts, k)
+        found = self._counts.counts_many(starts + lengths) - self._counts.counts_many(starts)
+        return lengths, found
+
     def part(self, part: int, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(held, ahead, before) of part's windows in ``epoch``: the slots of each source it holds before each
         window edge (windows + 1 rows), the slots of the parts before it in each window (windows rows), and
@@ -197,12 +210,17 @@ class StretchedMixtureOrder:
     name = NAME
 
     def __init__(self, mixture: MixedSources, seed: int, epoch: int, shuffle_block: int, parts: int,
-                 grid: int | None = None, epoch_parts: Callable[[int], int | None] | None = None) -> None:
+                 grid: int | None = None, epoch_parts: Callable[[int], int | None] | None = None,
+                 version: int | None = None) -> None:
         self.n, self.seed, self.epoch = mixture.samples_per_epoch, seed, epoch
         self._mixture = mixture
         self._block = check_int("shuffle_block", shuffle_block, 1, _MAX_STREAM)
         self._parts = check_int("parts", parts, 1, _MAX_STREAM)
-        self.version = VERSION if mixture.schedule is None else SCHEDULED_VERSION
+        self.version = VERSION if mixture.schedule is None else SCHEDULED_VERSION if version is None else version
+        if self.version not in ((VERSION,) if mixture.schedule is None else (PARTS_IN_TURN_VERSION, SCHEDULED_VERSION)):
+            raise ValueError(refusal("version", version, f"{PARTS_IN_TURN_VERSION} or {SCHEDULED_VERSION} (None: "
+                                     f"{SCHEDULED_VERSION}) for a scheduled Mixture, None for one without",
+                                     "leave version unset"))
         self._starts, self._lengths = stretches(self.n, self._parts)
         self._window = max(1, (self._block if grid is None else check_int("grid", grid, 1, _MAX_STREAM))
                            // self._parts)  # a part's share of a global batch, or of a shuffle_block window
@@ -220,6 +238,10 @@ class StretchedMixtureOrder:
                         for s, length in enumerate(mixture.lengths)]
         self._grid, self._epoch_parts = grid, epoch_parts
         self._lays = self._plan_lays()
+        # version 7: the windows where a source's pass ends, numbered in the interleave order (``pass_edges.py``)
+        self._pass_edges = pass_edges(self._before, self._edges, mixture.lengths) \
+            if self.version == SCHEDULED_VERSION else None
+        self._ranked: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._lay_counts: dict[tuple[int, int], _PartCounts] = {}
         self._orders: dict[tuple[int, int], Any] = {}
         self._arranged: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -290,17 +312,25 @@ class StretchedMixtureOrder:
         """Indices into the concatenated sources at these epoch positions (int64)."""
         positions, flat = checked_positions(positions, self.n)
         part = np.searchsorted(self._starts, flat, side="right") - 1
+        local = flat - self._starts[part]
+        source, slot, window = (np.empty_like(flat) for _ in range(3))
+        for r in distinct(part).tolist():  # the source at each position, and the part's slot of it
+            where = part == r
+            source[where], slot[where], window[where] = self._slots_of_part(r, local[where])
+        if self._pass_edges is not None:  # version 7: a pass-edge window's slots in the interleave order
+            edge = self._pass_edges[window, source]
+            if edge.any():
+                part, slot = part.copy(), slot.copy()
+                part[edge], slot[edge] = self._interleaved(part[edge], local[edge], source[edge], window[edge])
         found = np.empty_like(flat)
         if self._lays is None:
             for r in distinct(part).tolist():
                 where = part == r
-                source, slot, _ = self._slots_of_part(r, flat[where] - int(self._starts[r]))
-                found[where] = self._from_parts_slots(r, source, slot)
+                found[where] = self._from_parts_slots(r, source[where], slot[where])
             return found.reshape(positions.shape)
-        source, slot, window, stream = (np.empty_like(flat) for _ in range(4))
-        for r in distinct(part).tolist():  # the source and stream slot at each position, then source by source
+        stream = np.empty_like(flat)
+        for r in distinct(part).tolist():  # each slot's place in its source's stream, then source by source
             where = part == r
-            source[where], slot[where], window[where] = self._slots_of_part(r, flat[where] - int(self._starts[r]))
             held, ahead, _ = self._counts.part(r, self.epoch)
             s, k = source[where], window[where]
             stream[where] = self._before[s] + self._edges[k, s] + ahead[k, s] + slot[where] - held[k, s]
@@ -308,6 +338,47 @@ class StretchedMixtureOrder:
             where = source == s
             found[where] = self._from_stream(s, stream[where], part[where], slot[where], window[where])
         return found.reshape(positions.shape)
+
+    def _interleaved(self, part: np.ndarray, local: np.ndarray, source: np.ndarray,
+                     window: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the part that holds the slot in version 6's numbering, and its slot of the source) of positions ``local``
+        of parts ``part`` in pass-edge windows: each takes the slot of its rank among the window's positions of its
+        source in the interleave order (``pass_edges.py``)."""
+        owner, mine = np.empty_like(part), np.empty_like(part)
+        for k in distinct(window).tolist():
+            at = np.flatnonzero(window == k)
+            sources, ranks = self._window_ranks(k)
+            j = local[at] - k * self._window
+            for s in distinct(source[at]).tolist():
+                where = at[source[at] == s]
+                assert bool(np.all(sources[j[source[at] == s], part[where]] == s))
+                slots = self._edges[k, s] + ranks[j[source[at] == s], part[where]]
+                owner[where], mine[where] = self._counts.owners(self.epoch, s, slots)
+        return owner, mine
+
+    def _window_ranks(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The source at each position of window k of every part (offset in the window x part; -1 past a part's
+        end), as ``_slots_of_part`` gives it, and each position's rank among its source's in the interleave order."""
+        found = self._ranked.get(k)
+        if found is None:
+            if len(self._ranked) >= _WINDOWS_RANKED:
+                self._ranked.pop(next(iter(self._ranked)))
+            lengths, sizes = self._counts.window(self.epoch, k)
+            parts = np.flatnonzero(lengths > 0)
+            pieces = np.repeat(np.arange(parts.size, dtype=np.int64), lengths[parts])
+            into = np.arange(pieces.size, dtype=np.int64) - np.repeat(np.cumsum(lengths[parts]) - lengths[parts],
+                                                                    lengths[parts])
+            keyed = sub_seeds(self.seed & _M64, _PART_TAG, parts.astype(np.uint64))
+            keys = sub_seeds(keyed, _WINDOW_TAG, np.full(parts.size, k, dtype=np.uint64))
+            shuffled = take_many(into, pieces, lengths[parts], keys, self.epoch)
+            held = np.cumsum(sizes[parts], axis=1)
+            sources = np.full((self._window, self._parts), -1, dtype=np.int64)
+            sources[into, parts[pieces]] = (shuffled[:, None] >= held[pieces]).sum(axis=1)
+            ranks = np.full(sources.shape, -1, dtype=np.int64)
+            for s in distinct(sources[sources >= 0]).tolist():
+                ranks = np.where(sources == s, interleave_ranks(sources == s), ranks)
+            found = self._ranked[k] = (sources, ranks)
+        return found
 
     def _slots_of_part(self, part: int, local: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(source, the part's slot of it this epoch, window) at positions ``local`` of part ``part``: its

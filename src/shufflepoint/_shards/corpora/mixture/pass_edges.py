@@ -1,0 +1,66 @@
+"""A ``Mixture``'s *pass-edge windows* (order version 7): where a source's pass ends inside a window, that window's
+slots of the source are numbered in the *interleave order*, so that every global batch edge reads whole passes.
+
+Under ``spans`` on a grid every edge of a global batch a loader reads, on any world and at any global batch, is a
+prefix of the epoch's interleave order: position j of part r comes before position j' of part r' when (j, r) <
+(j', r') (``global_batch.py``): the parts' own global batches (every part at the same j), a fixed global batch on
+another world (the same), another global batch its first world divides (the same), and an epoch read interleaved
+(every part within one of the others). Window k of every part (``stretches.py``) is one run of that order, the
+rounds j in ``[kw, (k + 1)w)``, so an edge inside it has read every earlier window whole and none of the later
+ones. Version 6 numbers a source's slots of window k part after part: an edge inside the window (a restart on
+another global batch puts edges there) reads some of them, not the first ones, and where one of the source's
+passes ends inside the window, a row of the next pass could be read before the last rows of this one (max - min
+reads 2; issue 43, item 0). Version 7 numbers the slots of such a window in the interleave order instead: the
+window's positions that hold the source, ranked by (j, r), take its slots ``E_k, E_k + 1, ...`` of the epoch's
+virtual order (``stretches.py``); every edge then reads a prefix of each source's stream, so every pass is whole at
+every global batch edge, whatever the worlds. A slot keeps its row (the part that holds it in version 6's numbering
+maps it, ``passes.py``): the window's rows are version 6's, permuted among its positions. Windows without a pass
+edge are numbered as in version 6, so the two orders differ only inside pass-edge windows (a few an epoch: one a
+pass of each source), and there only by which position holds which of the window's rows.
+
+Cost: a pass-edge window ranks all its G positions (the grid; every part's piece of the window, one vectorised
+Feistel pass), once per window and process, kept for the window's reads; a window without a pass edge costs
+nothing more. A rank's positions there read rows another part's share holds (its locality, for that one window).
+
+The torchft loader reads whole lots, a step's edge after whole pieces of the parts in turn (``live.py``): version
+6's own numbering is its prefix order, and it keeps it.
+
+Worked (``tests/shards/test_pass_edges.py`` pins it): two parts, windows of 2, a window holding source 0 at part 0's
+positions 0, 1 and part 1's position 1, slots 4, 5, 6 of the epoch: version 6 gives part 0's positions 4, 5 and part
+1's 6; in the interleave order (0, 0), (1, 0), (1, 1) they are slots 4, 5, 6 as well; had part 1's position 0 held
+it instead, the order (0, 0), (0, 1), (1, 0) numbers them 4, 6 at part 0 and 5 at part 1.
+
+Words: docs/glossary.md (pass-edge window, interleave, window, pass, part).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def pass_edges(before: np.ndarray, edges: np.ndarray, lengths: list[int]) -> np.ndarray:
+    """Which windows hold an edge of a source's pass strictly inside them (windows x sources, bool): window k's
+    slots of source s, ``before[s] + edges[k, s] .. before[s] + edges[k + 1, s] - 1`` of its stream, span two
+    passes or more (a pass ending on the window's edge needs nothing).
+
+    >>> pass_edges(np.array([0]), np.array([[0], [3], [6], [9]]), [5]).ravel().tolist()
+    [False, True, False]
+    """
+    sizes = np.asarray(lengths, dtype=np.int64)
+    first = (before + edges[:-1]) // sizes
+    last = (before + edges[1:] - 1) // sizes
+    found: np.ndarray = (edges[1:] > edges[:-1]) & (last > first)
+    return found
+
+
+def interleave_ranks(held: np.ndarray) -> np.ndarray:
+    """For a window's positions (rows: the offset j inside the window; columns: the part r) that hold a source
+    (``held``, bool), each one's rank among them in the interleave order, (j, r) ascending; -1 elsewhere.
+
+    >>> interleave_ranks(np.array([[True, False], [True, True]])).tolist()
+    [[0, -1], [1, 2]]
+    """
+    flat = held.ravel()
+    ranks = np.cumsum(flat, dtype=np.int64) - 1
+    found: np.ndarray = np.where(flat, ranks, -1).reshape(held.shape)
+    return found
