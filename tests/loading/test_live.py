@@ -5,6 +5,8 @@ and Managers, one process per rank) is tests/fault_tolerance (make test-torchft)
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -42,8 +44,9 @@ class Cluster:
     """Replica groups of ``group_world`` ranks, each rank a loader and a manager; ``trained`` the global batches of
     committed steps, in the global order the deal defines."""
 
-    def __init__(self, n: int, groups: int, group_world: int, options: dict | None = None, **sizes: int) -> None:
-        self.dataset = list(range(n))
+    def __init__(self, n: int, groups: int, group_world: int, options: dict | None = None, dataset=None,
+                 **sizes: int) -> None:
+        self.dataset = list(range(n)) if dataset is None else dataset
         self.groups, self.group_world, self.sizes = groups, group_world, sizes
         self.options = options or {}  # rank 0 of every group; the others read in the main process, with the thread
         self.ranks: dict[int, list[tuple[LiveLoader, FakeManager]]] = {}
@@ -492,3 +495,27 @@ def test_workers_read_the_stretches_the_steps_deal() -> None:
             cluster.step(alive, healing, True)
     assert clusters[1].trained == clusters[0].trained
     assert sum(cluster.ranks[0][0][0].prefetch_dropped for cluster in clusters[1:]) > 0  # the change dropped some
+
+
+@settings(max_examples=25, deadline=None)
+@given(groups=st.integers(2, 4), group_world=st.integers(1, 2), batch=st.integers(1, 3), script=events,
+       small=st.integers(1, 9), fixed=st.booleans())
+def test_a_mixture_keeps_every_source_s_passes_and_share_at_every_committed_step(groups, group_world, batch, script,
+                                                                                   small, fixed) -> None:
+    """Issue 43, item 0, live: a weighted Mixture (a source of 1-9 rows read many times an epoch) through any
+    membership: after every committed step no row of a source was read k + 1 times before all its rows k times,
+    and each source's count is within a row of its share of the rows trained (the order's windows are the lots a
+    step reads whole: ``live.py``, ``mixture/pass_edges.py``)."""
+    a, b = [f"a{i}" for i in range(30)], [f"b{i}" for i in range(small)]
+    sizes = {"global_batch": int(np.lcm.reduce(np.arange(1, groups + 1))) * group_world * batch} if fixed \
+        else {"batch_size": batch}
+    cluster = Cluster(0, groups, group_world, dataset=shufflepoint.Mixture([(a, 3), (b, 1)], samples_per_epoch=48),
+                      **sizes)
+    _run_script([cluster], groups, script * 3)  # longer runs: several epochs
+    totals: Counter = Counter()
+    for step in cluster.trained:  # after every committed step
+        totals.update(step)
+        for rows in (a, b):
+            times = [totals[row] for row in rows]
+            assert max(times) - min(times) <= 1, sorted(Counter(times).items())
+        assert abs(sum(totals[row] for row in b) - sum(totals.values()) / 4) < 1

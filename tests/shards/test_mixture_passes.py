@@ -1,6 +1,7 @@
 """A ``Mixture`` under ``spans`` keeps each source's passes whole through any resizes (issue 43, item 0): loaders
 resized inside epochs and between them (another world size, another global batch) read, epoch by epoch, the rows
-an uninterrupted run on one rank reads, and at every epoch's end each source's rows were read k or k + 1 times.
+an uninterrupted run on one rank reads, and at every global batch's edge each source's rows were read k or k + 1
+times (order version 7: ``mixture/pass_edges.py``).
 Ranks are simulated in one process (the arithmetic; ``tests/distributed`` starts real ones)."""
 
 from __future__ import annotations
@@ -20,11 +21,14 @@ from shufflepoint._shards.corpora.packed.packed import Packed
 GLOBAL_BATCH = pytest.mark.filterwarnings("ignore:global batch. found:UserWarning")  # another G: warned about
 
 
-def read_with_resizes(make, legs, epochs, key=lambda row: row):
+def read_with_resizes(make, legs, epochs, key=lambda row: row, sources=None, units=lambda row: (row,)):
     """Per epoch, the rows ``make(rank, world, batch)`` loaders read: leg after leg ``(world, batch, steps)``, each
     leg's loaders loading the state the one before saved (the same on every rank), the last leg reading to the end
-    of ``epochs`` epochs; tail padding left out."""
+    of ``epochs`` epochs; tail padding left out. With ``sources`` (name -> its rows), each source's passes are
+    checked whole after every global batch (``assert_passes_whole``), counted in ``units(row)`` (a packed row's
+    tokens)."""
     per_epoch = [Counter() for _ in range(epochs)]
+    totals = Counter()
     state = None
     for number, (world, batch, steps) in enumerate(legs):
         loaders = [make(rank, world, batch) for rank in range(world)]
@@ -38,7 +42,10 @@ def read_with_resizes(make, legs, epochs, key=lambda row: row):
             for batches in zip(*[iter(loader) for loader in loaders], strict=True):
                 for rank, rows in enumerate(batches):
                     per_epoch[epoch].update(key(row) for row in rows[:max(real[rank], 0)])
+                    totals.update(unit for row in rows[:max(real[rank], 0)] for unit in units(row))
                     real[rank] -= len(rows)
+                if sources is not None:
+                    assert_passes_whole([totals], sources)
                 taken += 1
                 if not last and taken == steps:
                     break
@@ -69,12 +76,13 @@ def test_the_measurement_of_issue_43_a_resize_to_three_ranks_keeps_a_weighted_so
         return shufflepoint.DataLoader(mixture, batch, seed=5, rank=rank, world_size=world, collate_fn=list,
                                        shuffle_block=64)
 
-    resized = read_with_resizes(make, [(2, 25, 30 + 20), (3, 25, None)], 3)  # 60 steps of 50 an epoch: a third in
+    resized = read_with_resizes(make, [(2, 25, 30 + 20), (3, 25, None)], 3, sources={"a": a, "b": b})  # a third in
     whole = read_with_resizes(make, [(2, 25, None)], 3)
     assert resized == whole
     times = Counter(sum(resized, Counter())[row] for row in a)
     assert times == {1: 600, 2: 2400}
     assert_passes_whole(resized, {"a": a, "b": b})
+    read_with_resizes(make, [(2, 25, 50), (3, 20, 30), (1, 7, None)], 3, sources={"a": a, "b": b})  # 50 -> 60 -> 7
 
 
 @st.composite
@@ -119,15 +127,15 @@ def test_any_resizes_read_each_epoch_s_rows_once_and_keep_every_source_s_passes_
                                        collate_fn=list, shuffle_block=max(block, len(sources)))
 
     epochs = 3
+    datasets = [source[0] if isinstance(source, tuple) else source for source in sources]
+    rows = {s: [dataset[i] for i in range(len(dataset))] for s, dataset in enumerate(datasets)}
     try:
-        resized = read_with_resizes(make, legs, epochs)
+        resized = read_with_resizes(make, legs, epochs, sources=rows)  # whole passes at every global batch edge
     except ValueError as error:  # a shuffle_block too small for the weights
         assert "shuffle_block" in str(error)
         return
     world, batch, _ = legs[0]  # one rank at the run's first global batch (a schedule follows it): the same rows
     assert resized == read_with_resizes(make, [(1, world * batch, None)], epochs)
-    datasets = [source[0] if isinstance(source, tuple) else source for source in sources]
-    assert_passes_whole(resized, {s: [dataset[i] for i in range(len(dataset))] for s, dataset in enumerate(datasets)})
 
 
 @GLOBAL_BATCH
@@ -146,6 +154,8 @@ def test_a_scheduled_mixture_of_packed_sources_keeps_its_passes_and_rows_through
         return shufflepoint.DataLoader(mixture, batch, seed=3, rank=rank, world_size=world, shuffle_block=4,
                                        collate_fn=lambda rows: [ids(row) for row in rows])
 
-    resized = read_with_resizes(make, legs, 3)
+    tokens = {"documents": [t for d in documents for t in d["input_ids"]],
+              "curated": [t for d in curated for t in d["input_ids"]]}
+    resized = read_with_resizes(make, legs, 3, sources=tokens, units=lambda row: row)  # each pass's tokens, whole
     assert resized == read_with_resizes(make, [(1, legs[0][0] * legs[0][1], None)], 3)
     assert all(sum(epoch.values()) == 48 for epoch in resized)

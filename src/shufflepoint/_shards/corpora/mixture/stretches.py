@@ -241,7 +241,7 @@ class StretchedMixtureOrder:
         # version 7: the windows where a source's pass ends, numbered in the interleave order (``pass_edges.py``)
         self._pass_edges = pass_edges(self._before, self._edges, mixture.lengths) \
             if self.version == SCHEDULED_VERSION else None
-        self._ranked: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._ranked: dict[int, np.ndarray] = {}
         self._lay_counts: dict[tuple[int, int], _PartCounts] = {}
         self._orders: dict[tuple[int, int], Any] = {}
         self._arranged: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -347,18 +347,18 @@ class StretchedMixtureOrder:
         owner, mine = np.empty_like(part), np.empty_like(part)
         for k in distinct(window).tolist():
             at = np.flatnonzero(window == k)
-            sources, ranks = self._window_ranks(k)
+            ranks = self._window_ranks(k)
             j = local[at] - k * self._window
             for s in distinct(source[at]).tolist():
-                where = at[source[at] == s]
-                assert bool(np.all(sources[j[source[at] == s], part[where]] == s))
-                slots = self._edges[k, s] + ranks[j[source[at] == s], part[where]]
+                mine_s = source[at] == s
+                slots = self._edges[k, s] + ranks[j[mine_s], part[at[mine_s]]]
+                where = at[mine_s]
                 owner[where], mine[where] = self._counts.owners(self.epoch, s, slots)
         return owner, mine
 
-    def _window_ranks(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The source at each position of window k of every part (offset in the window x part; -1 past a part's
-        end), as ``_slots_of_part`` gives it, and each position's rank among its source's in the interleave order."""
+    def _window_ranks(self, k: int) -> np.ndarray:
+        """Each position of window k of every part (offset in the window x part; -1 past a part's end): its rank
+        among the window's positions of its source (``_slots_of_part`` gives the source) in the interleave order."""
         found = self._ranked.get(k)
         if found is None:
             if len(self._ranked) >= _WINDOWS_RANKED:
@@ -377,7 +377,7 @@ class StretchedMixtureOrder:
             ranks = np.full(sources.shape, -1, dtype=np.int64)
             for s in distinct(sources[sources >= 0]).tolist():
                 ranks = np.where(sources == s, interleave_ranks(sources == s), ranks)
-            found = self._ranked[k] = (sources, ranks)
+            found = self._ranked[k] = ranks
         return found
 
     def _slots_of_part(self, part: int, local: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
