@@ -43,9 +43,10 @@ def corpus(tmp_path):
 
 PUBLIC = ["OwnOrder", "Identified", "Locatable", "ReadsBatches", "Prefetching"]  # shufflepoint.<name>
 ON_THE_DATASET = [*PUBLIC, "ShardedCorpus", "ReadsColumns", "PrefetchesDealt", "Hooked", "DecodesInBatches"]
-ON_THE_HOOKS = ["CountsShare", "KeepsShardsOpen", "FitsDecodeBudget", "LaysOnStretches", "Scheduled",
-                "LiveWeighted", "FixedOrder", "ExplainsFingerprint", "LegacyIdentified", "ExplainsOrderVersion",
-                "ReadsIds", "ReadsIdsAscending", "ReadsIdSpansAscending", "ReadsAtDensity", "ReadsAhead"]
+ON_THE_HOOKS = ["CountsShare", "KeepsShardsOpen", "FitsDecodeBudget", "LaysOnStretches", "EarlierLaidVersion",
+                "Scheduled", "LiveWeighted", "FixedOrder", "ExplainsFingerprint", "LegacyIdentified",
+                "ExplainsOrderVersion", "ReadsIds", "ReadsIdsAscending", "ReadsIdSpansAscending", "ReadsAtDensity",
+                "ReadsAhead"]
 
 
 def _offered(dataset) -> tuple[set[str], set[str]]:
@@ -86,11 +87,11 @@ def test_the_built_in_datasets_offer_what_they_declare(corpus):
         "Packed": (packed, {"OwnOrder", "Identified", *reading},
                    {"CountsShare", "LaysOnStretches", "ExplainsFingerprint", "ReadsAtDensity"}),
         "Mixture": (mixture, {"OwnOrder", "Identified", *reading},  # a loader reads its counts as a schedule
-                    {"LaysOnStretches", "Scheduled", "LiveWeighted", "FixedOrder", "ExplainsFingerprint",
-                     "LegacyIdentified", "ExplainsOrderVersion", "ReadsAtDensity"}),
+                    {"LaysOnStretches", "EarlierLaidVersion", "Scheduled", "LiveWeighted", "FixedOrder",
+                     "ExplainsFingerprint", "LegacyIdentified", "ExplainsOrderVersion", "ReadsAtDensity"}),
         "scheduled Mixture": (scheduled, {"OwnOrder", "Identified", *reading},
-                              {"LaysOnStretches", "Scheduled", "LiveWeighted", "ExplainsFingerprint",
-                               "LegacyIdentified", "ExplainsOrderVersion", "ReadsAtDensity"}),
+                              {"LaysOnStretches", "EarlierLaidVersion", "Scheduled", "LiveWeighted",
+                               "ExplainsFingerprint", "LegacyIdentified", "ExplainsOrderVersion", "ReadsAtDensity"}),
     }
     for name, (dataset, itself, hooks) in offers.items():
         assert _offered(dataset) == (itself, hooks), (name, _offered(dataset))

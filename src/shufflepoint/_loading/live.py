@@ -40,7 +40,7 @@ import torch.utils.data
 
 from shufflepoint._core.membership import Changes, Sizing, step_share
 from shufflepoint._core.plan import Layout
-from shufflepoint._errors import DAMAGED, Plain, StateError, field_error, refusal
+from shufflepoint._errors import DAMAGED, Plain, ResumeWarning, StateError, field_error, refusal, warn_user
 from shufflepoint._loading.agreement import validate_everywhere
 from shufflepoint._loading.capabilities import dataset_length
 from shufflepoint._loading.deal import deal_of
@@ -494,4 +494,18 @@ class LiveLoader:
             self._identity = self._identity.for_orders(position.orders)
             self._committed, self._changes, self._drawn, self._stretches = step, changes, drawn, stretches
             self._ahead = self._plan = None
+        self._check_windows()
+
+    def _check_windows(self) -> None:
+        """Say so where a scheduled dataset's windows (its grid: the run's first K lots, kept in the state) are no
+        longer what a full step of this loader reads: its passes and shares are then exact at each window's edge
+        only, not at every committed step."""
+        grid, step = self._position.orders.grid, self.sizing.lot * max(self._stretches, 1)
+        if grid is not None and grid != step:
+            # LIMIT(live-windows-not-lots): docs/shards.md#limits
+            warn_user(f"grid: the run's Mixture reads windows of {grid} rows (its first steps' lots), and this "
+                      f"loader's steps read lots of {self.sizing.lot} rows: each source's passes and shares stay exact "
+                      "at every epoch's end and every window's edge, but only to within a window between them (a row "
+                      "may be read once more before another of its source). Keep the run's group size and batch size "
+                      "to keep them exact at every committed step", ResumeWarning)
 

@@ -25,10 +25,11 @@ nothing more. A rank's positions there read rows another part's share holds (its
 The torchft loader reads whole lots, a step's edge after whole pieces of the parts in turn (``live.py``): version
 6's own numbering is its prefix order, and it keeps it.
 
-Worked (``tests/shards/test_pass_edges.py`` pins it): two parts, windows of 2, a window holding source 0 at part 0's
-positions 0, 1 and part 1's position 1, slots 4, 5, 6 of the epoch: version 6 gives part 0's positions 4, 5 and part
-1's 6; in the interleave order (0, 0), (1, 0), (1, 1) they are slots 4, 5, 6 as well; had part 1's position 0 held
-it instead, the order (0, 0), (0, 1), (1, 0) numbers them 4, 6 at part 0 and 5 at part 1.
+Worked (``interleave_ranks``' doctest): two parts, windows of 2; the source at part 0's offsets 0 and 1 and at
+part 1's offset 1 ranks (j, r) = (0, 0), (1, 0), (1, 1) as 0, 1, 2, so they take the window's slots ``E_k``,
+``E_k + 1``, ``E_k + 2`` of it: an edge after (1, 0) has read ``E_k`` and ``E_k + 1``, a prefix, whichever part
+holds which in version 6's numbering. ``tests/shards/test_pass_edges.py`` pins a window where version 6 reads a row a
+third time at an interleave prefix while another row of its source was read once, and 7 does not.
 
 Words: docs/glossary.md (pass-edge window, interleave, window, pass, part).
 """

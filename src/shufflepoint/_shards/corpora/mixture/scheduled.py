@@ -102,9 +102,10 @@ def check_global_batch(grid: int, global_batch: int) -> None:
     global batch, which the schedule's phases and shares follow): after a resize to another global batch,
     or a ``set_batch_size`` that is not a multiple of it."""
     if global_batch % grid:
+        # LIMIT(shares-inside-a-window): docs/shards.md#limits
         warn_user(
             f"global batch: found {global_batch} rows (world size x batch size), but this run's schedule follows "
             f"its global batch of {grid} (its phases start on those edges, its shares hold per {grid} rows): a "
             f"global batch of {global_batch} may straddle two phases and holds its shares only to within a few "
-            f"rows (under 'spans', 3 at most at every global batch). Every row is still served once. Use a "
-            f"multiple of {grid} to keep both")
+            f"rows (under 'spans', about 2 x sqrt(ranks) at most: 3 on 4 ranks). Every row is still served once, "
+            f"and each source's passes stay whole. Use a multiple of {grid} to keep both")

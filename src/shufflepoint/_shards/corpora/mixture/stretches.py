@@ -1,4 +1,4 @@
-"""The ``mixture`` order under the ``spans`` deal (versions 5 and 6): laid along the deal's stretches, so that
+"""The ``mixture`` order under the ``spans`` deal (versions 5, 6 and 7): laid along the deal's stretches, so that
 a node reads its share of every source, and each source read in whole passes on any world.
 
 Under ``spans`` rank r of the epoch's first world reads its *part*, positions ``[a_r, a_r + n_r)`` of the
@@ -27,6 +27,12 @@ before an epoch read is arithmetic (``e * counts``, or the schedule's count at t
 A weight changed inside an epoch (a live phase) changes the counts of the rest of it: the rows laid out when
 it began keep their places and the rest is laid anew, in *lays* (``lays.py``); without one, the order is as
 above.
+
+Source s's slots in a window are numbered part after part above (version 6, as 0.5 read a scheduled Mixture; the
+torchft loader's, whose steps read whole windows of parts in turn). A loader's global batch edge falls on a prefix
+of the epoch's interleave order instead (position j of every part before j + 1 of any), which cuts a window where
+the global batch is not the grid's; version 7 (a loader's, and a sampler's) numbers a window where a source's pass
+ends in that order (``pass_edges.py``), so every edge reads whole passes. A state records which.
 
 Versions 3 and 4 (0.5's development: each part read its own stream of a source in its own stretch, so a
 source's passes drifted apart across the parts, and another world began them anew) are refused by name.
@@ -360,7 +366,7 @@ class StretchedMixtureOrder:
         """Each position of window k of every part (offset in the window x part; -1 past a part's end): its rank
         among the window's positions of its source (``_slots_of_part`` gives the source) in the interleave order."""
         found = self._ranked.get(k)
-        if found is None:
+        if found is None:  # LIMIT(pass-edge-window-cost): docs/shards.md#limits
             if len(self._ranked) >= _WINDOWS_RANKED:
                 self._ranked.pop(next(iter(self._ranked)))
             lengths, sizes = self._counts.window(self.epoch, k)
