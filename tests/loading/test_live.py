@@ -5,6 +5,7 @@ and Managers, one process per rank) is tests/fault_tolerance (make test-torchft)
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 
 import numpy as np
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 import shufflepoint
 from shufflepoint._core.membership import Sizing, deal_step
-from shufflepoint._errors import StateError
+from shufflepoint._errors import ResumeWarning, StateError
 from shufflepoint._loading.live import LiveLoader
 
 
@@ -519,3 +520,18 @@ def test_a_mixture_keeps_every_source_s_passes_and_share_at_every_committed_step
             times = [totals[row] for row in rows]
             assert max(times) - min(times) <= 1, sorted(Counter(times).items())
         assert abs(sum(totals[row] for row in b) - sum(totals.values()) / 4) < 1
+
+
+def test_a_restart_on_another_lot_keeps_a_mixture_s_windows_and_says_its_steps_are_exact_no_more() -> None:
+    """A Mixture's windows are the run's first lots (its grid, in the state): a restart with another batch size
+    reads on in them, with a ResumeWarning; the same lot loads silently."""
+    mixture = shufflepoint.Mixture([([f"a{i}" for i in range(30)], 3), (["b0", "b1"], 1)], samples_per_epoch=48)
+    state = LiveLoader(mixture, 2, replica_groups=3, seed=7, prefetch=False).state_dict()
+    same = LiveLoader(mixture, 2, replica_groups=3, seed=7, prefetch=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        same.load_state_dict(state)
+    other = LiveLoader(mixture, 4, replica_groups=3, seed=7, prefetch=False)
+    with pytest.warns(ResumeWarning, match="windows of 6 rows"):
+        other.load_state_dict(state)
+    assert other.state_dict()["position"]["grid"] == 6
