@@ -54,7 +54,7 @@ def test_a_live_change_resumes_exactly_in_fresh_processes(tmp_path, deal, fixed)
     whole, whole_state = leg(tmp_path, "whole", deal, 30, fixed=fixed)
     first, state = leg(tmp_path, "first", deal, 9, fixed=fixed)  # killed between the two changes
     assert [len(p) for p in state["phases"]] == [2, 3]  # the live phase and its shares are in the state
-    assert state["order_version"] == (6 if deal == "spans" else 2)
+    assert state["order_version"] == (7 if deal == "spans" else 2)
     second, end_state = leg(tmp_path, "second", deal, 21, str(tmp_path / "first.state"), fixed=fixed)
     for rank in range(2):
         assert first[rank] + second[rank] == whole[rank]

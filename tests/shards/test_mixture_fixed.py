@@ -78,7 +78,7 @@ def test_every_epoch_holds_exactly_the_counts(weights, world, batch, steps, deal
     except ValueError:
         assume(False)
     ranks = loaders(mixture, world, batch, deal)
-    assert ranks[0].state_dict()["order_version"] == (6 if deal == "spans" else 2)
+    assert ranks[0].state_dict()["order_version"] == (7 if deal == "spans" else 2)
     assert sources_per_epoch(ranks, 3) == [mixture.counts] * 3
 
 
