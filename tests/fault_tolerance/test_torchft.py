@@ -254,6 +254,26 @@ def test_a_kill_and_rejoin_under_spans_keeps_each_group_on_its_stretch(tmp_path:
         assert {position[i] // 80 for i in r["ids"]} == {r["rank"]}, r
 
 
+def test_a_mixture_keeps_each_source_s_passes_and_share_at_every_committed_step(tmp_path: pathlib.Path) -> None:
+    """Issue 43, item 0, live: a weighted Mixture (200 rows at 3, 7 rows at 1: read ~8.6 times an epoch) through a
+    group killed and healed: after every committed step no row of a source was read k + 1 times before all its rows
+    k times, each source's count is within a row of its share, and the epoch holds its 240 rows."""
+    run = Run(tmp_path, 3, worker_args=["--n", str(N), "--batch", str(BATCH), "--mixture", *SLOW])
+    killed_and_restarted(run, 2)
+    healed(tmp_path, 2)
+    batches = global_batches(records(tmp_path), 1)
+    sources = (range(200), range(1000, 1007))
+    times: dict[int, int] = {}
+    for step in sorted(batches):
+        for i in batches[step]:
+            times[i] = times.get(i, 0) + 1
+        for rows in sources:
+            counts = [times.get(i, 0) for i in rows]
+            assert max(counts) - min(counts) <= 1, (step, sorted(set(counts)))
+        assert abs(sum(times.get(i, 0) for i in sources[1]) - sum(times.values()) / 4) < 1, step
+    assert sum(times.values()) == N
+
+
 def test_a_loader_that_disagrees_with_its_managers_group_names_the_field() -> None:
     """A loader built as rank 1 of 2 that follows a Manager of rank 0 names ``group_rank``; of another group size,
     ``group_world_size``; the fix says to pass ``manager=`` at construction (the defaults then agree)."""

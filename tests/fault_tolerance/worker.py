@@ -22,6 +22,7 @@ from torchft import Manager, ProcessGroupGloo
 from torchft.checkpointing.pg_transport import PGTransport
 from torchft.manager import WorldSizeMode
 
+import shufflepoint
 from shufflepoint.integrations.torchft import DataLoader
 
 
@@ -39,6 +40,8 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--compute", type=float, default=0.1)
     parser.add_argument("--workers", type=int, default=0, help="the loader's num_workers")
     parser.add_argument("--deal", default=None, help="the loader's deal (spans: each group its own stretch)")
+    parser.add_argument("--mixture", action="store_true",
+                        help="read MIXTURE (ids 0-199 at 3, 1000-1006 at 1: a small source read many times), not ids")
     parser.add_argument("--fail-commit-at", type=int, default=None)
     parser.add_argument("--resume", default=None, help="a checkpoint file to load before the first step")
     parser.add_argument("--wait-for", type=int, default=0,
@@ -73,7 +76,9 @@ def main() -> None:
         checkpoint_transport=PGTransport(pg, timeout=timedelta(seconds=10), device=torch.device("cpu")),
     )
     sizes = {"global_batch": args.global_batch} if args.global_batch else {"batch_size": args.batch}
-    loader = DataLoader(list(range(args.n)), replica_groups=args.groups, manager=manager, seed=0,
+    dataset = shufflepoint.Mixture([(list(range(200)), 3), (list(range(1000, 1007)), 1)], samples_per_epoch=args.n) \
+        if args.mixture else list(range(args.n))
+    loader = DataLoader(dataset, replica_groups=args.groups, manager=manager, seed=0,
                         min_groups=args.spares or 1, num_workers=args.workers, deal=args.deal, **sizes)
     if args.resume:
         with open(args.resume) as file:
