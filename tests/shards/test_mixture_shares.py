@@ -100,8 +100,9 @@ def assert_shares_held(batches, mixture, grid, source_of):
 
 def test_the_issue_s_resize_2x2_to_1x3_keeps_the_anneal_in_every_global_batch():
     """4 ranks x 4 (2 nodes x 2), then 3 x 4: the global batch goes from 16 rows to 12, then 3 x 2 (6, which the
-    first world of 4 does not divide): the code source's share (0.2, then 0.5 from row 960) holds within a few
-    rows at every global batch; re-dealt, it was 149 rows off."""
+    first world of 4 does not divide): the code source's share (0.2, then 0.5 from row 960) holds within 2 rows at
+    every global batch (order version 7's spread: 1.2-1.6 over seeds; version 6's shuffle: 2.4); re-dealt, it was
+    149 rows off."""
     web, code = tagged("w", 4000), tagged("c", 1000)
 
     def make(rank, world, batch):
@@ -113,7 +114,7 @@ def test_the_issue_s_resize_2x2_to_1x3_keeps_the_anneal_in_every_global_batch():
     with pytest.warns(UserWarning, match="global batch. found"):
         batches = global_batches(make, [(4, 4, 20), (3, 4, 30), (3, 2, 40), (2, 3, None)], 2, steps)
     mixture = Mixture([web, code], samples_per_epoch=2400, schedule=[(0, [0.8, 0.2]), (960, [0.5, 0.5])])
-    assert assert_shares_held(batches, mixture, 16, lambda row: int(row[0] == "c")) <= 3
+    assert assert_shares_held(batches, mixture, 16, lambda row: int(row[0] == "c")) <= 2
     with pytest.warns(UserWarning, match="global batch. found"):  # which answers every step, before and after
         last = make(0, 2, 3)
         last.load_state_dict(loaders_state(make, [(4, 4, 20), (3, 4, 30), (3, 2, 40), (2, 3, 10)]))

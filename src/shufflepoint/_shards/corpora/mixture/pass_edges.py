@@ -15,11 +15,11 @@ window's positions that hold the source, ranked by (j, r), take its slots ``E_k,
 virtual order (``stretches.py``); every edge then reads a prefix of each source's stream, so every pass is whole at
 every global batch edge, whatever the worlds. A slot keeps its row (the part that holds it in version 6's numbering
 maps it, ``passes.py``): the window's rows are version 6's, permuted among its positions. Windows without a pass
-edge are numbered as in version 6, so the two orders differ only inside pass-edge windows (a few an epoch: one a
-pass of each source), and there only by which position holds which of the window's rows.
+edge are numbered as in version 6 (a part's slots its own; version 7 spreads them among its positions,
+``spread.py``), so a pass-edge window (a few an epoch: one a pass of each source) is where a part's rows differ.
 
-Cost: a pass-edge window ranks all its G positions (the grid; every part's piece of the window, one vectorised
-Feistel pass), once per window and process, kept for the window's reads; a window without a pass edge costs
+Cost: a pass-edge window ranks all its G positions (the grid; every part's piece of the window, spread), once per
+window and process, kept for the window's reads; a window without a pass edge costs
 nothing more. A rank's positions there read rows another part's share holds (its locality, for that one window).
 
 The torchft loader reads whole lots, a step's edge after whole pieces of the parts in turn (``live.py``): version

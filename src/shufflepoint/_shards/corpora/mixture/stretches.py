@@ -60,12 +60,13 @@ from shufflepoint._shards.corpora.mixture.order import _MAX_STREAM, _SOURCE_TAG,
 from shufflepoint._shards.corpora.mixture.pass_edges import interleave_ranks, pass_edges
 from shufflepoint._shards.corpora.mixture.passes import SourcePasses
 from shufflepoint._shards.corpora.mixture.sources import is_packed
+from shufflepoint._shards.corpora.mixture.spread import Spreads, turns
 from shufflepoint._shards.corpora.packed.stretches import EVERY_RUN, table_key
 
 VERSION, SCHEDULED_VERSION = 5, 7
 PARTS_IN_TURN_VERSION = 6  # scheduled, every window's slots numbered part after part (0.5; the torchft loader's)
 UNKEPT_VERSIONS = (3, 4)  # each part its own stream of a source: refused by name (``Mixture._explain_order_version``)
-_PART_TAG, _LAYOUT_TAG = 0x50415254, 0x4C415954
+_PART_TAG, _LAYOUT_TAG, _SPREAD_TAG = 0x50415254, 0x4C415954, 0x53505244
 _WINDOW_TAG = 0x57494E44
 _CACHED_ORDERS = 32
 _TABLE_BUDGET = 1 << 24  # int64s of part tables kept: every part's, where they fit (a lay's owners ask any part's)
@@ -248,6 +249,7 @@ class StretchedMixtureOrder:
         self._pass_edges = pass_edges(self._before, self._edges, mixture.lengths) \
             if self.version == SCHEDULED_VERSION else None
         self._ranked: dict[int, np.ndarray] = {}
+        self._spreads = Spreads()  # version 7: a window's sources spread among a part's positions (spread.py)
         self._lay_counts: dict[tuple[int, int], _PartCounts] = {}
         self._orders: dict[tuple[int, int], Any] = {}
         self._arranged: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -374,24 +376,31 @@ class StretchedMixtureOrder:
             pieces = np.repeat(np.arange(parts.size, dtype=np.int64), lengths[parts])
             into = np.arange(pieces.size, dtype=np.int64) - np.repeat(np.cumsum(lengths[parts]) - lengths[parts],
                                                                     lengths[parts])
-            keyed = sub_seeds(self.seed & _M64, _PART_TAG, parts.astype(np.uint64))
-            keys = sub_seeds(keyed, _WINDOW_TAG, np.full(parts.size, k, dtype=np.uint64))
-            shuffled = take_many(into, pieces, lengths[parts], keys, self.epoch)
-            held = np.cumsum(sizes[parts], axis=1)
             sources = np.full((self._window, self._parts), -1, dtype=np.int64)
-            sources[into, parts[pieces]] = (shuffled[:, None] >= held[pieces]).sum(axis=1)
+            sources[into, parts[pieces]] = self._spread(np.full(parts.size, k), parts, sizes[parts], into, pieces)[0]
             ranks = np.full(sources.shape, -1, dtype=np.int64)
             for s in distinct(sources[sources >= 0]).tolist():
                 ranks = np.where(sources == s, interleave_ranks(sources == s), ranks)
             found = self._ranked[k] = ranks
         return found
 
+    def _spread(self, windows: np.ndarray, parts: np.ndarray, sizes: np.ndarray, into: np.ndarray,
+                piece: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(source, its element) at offset ``into[i]`` of piece ``piece[i]``: part ``parts[p]``'s piece of window
+        ``windows[p]``, holding ``sizes[p]`` of each source, spread and turned (``spread.py``)."""
+        keys = sub_seeds(_sub_seed(self.seed, _SPREAD_TAG, self.epoch), _WINDOW_TAG, windows.astype(np.uint64))
+        return self._spreads.at(sizes, turns(keys, parts, sizes.sum(axis=1)), into, piece)
+
     def _slots_of_part(self, part: int, local: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(source, the part's slot of it this epoch, window) at positions ``local`` of part ``part``: its
-        window's slots shuffled."""
+        window's slots spread (version 7, ``spread.py``) or shuffled (6 and 5)."""
         windows, at = distinct_inverse(local // self._window)
         held = self._counts.part(part, self.epoch)[0]
         before, sizes = held[windows], held[windows + 1] - held[windows]
+        if self.version == SCHEDULED_VERSION:
+            source, element = self._spread(windows, np.full(windows.size, part), sizes,
+                                           local - windows[at] * self._window, at)
+            return source, before[at, source] + element, windows[at]
         cumulative = np.cumsum(sizes, axis=1)
         keyed = sub_seeds(self.seed & _M64, _PART_TAG, np.full(windows.size, part, dtype=np.uint64))
         keys = sub_seeds(keyed, _WINDOW_TAG, windows.astype(np.uint64))
