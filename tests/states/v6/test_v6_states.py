@@ -12,7 +12,7 @@ from collections import Counter
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from write_v6 import NEXT, SAVE_AFTER, WORLD, build, take  # noqa: E402
+from write_v6 import NEXT, SAVE_AFTER, WORLD, build, take  # noqa: E402  (take: write_fixed's)
 
 HERE = os.path.dirname(__file__)
 

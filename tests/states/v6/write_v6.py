@@ -17,6 +17,10 @@ import os
 import sys
 from typing import Any
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixed"))
+
+from write_fixed import take  # noqa: E402  (the same reading of the next batches, into the next epochs)
+
 WORLD, BATCH, SAVE_AFTER, NEXT = 2, 3, 5, 14  # 36 rows an epoch: 6 global batches
 
 
@@ -30,19 +34,6 @@ def build(rank: int, world: int = WORLD, batch: int = BATCH) -> Any:
                                    schedule=[(0, [3, 1, 2]), (50, [1, 1, 1])])
     return shufflepoint.DataLoader(mixture, batch, seed=4, rank=rank, world_size=world, shuffle_block=8,
                                    collate_fn=list)
-
-
-def take(iterator: Any, loader: Any, count: int) -> list[list[Any]]:
-    """The next ``count`` batches of a live ``iterator`` of ``loader``, into the next epochs."""
-    found: list[list[Any]] = []
-    while len(found) < count:
-        for batch in iterator:
-            found.append(list(batch))
-            if len(found) == count:
-                break
-        else:
-            iterator = iter(loader)
-    return found
 
 
 def main(folder: str) -> None:
