@@ -510,7 +510,8 @@ def test_a_mixture_keeps_every_source_s_passes_and_share_at_every_committed_step
     a, b = [f"a{i}" for i in range(30)], [f"b{i}" for i in range(small)]
     sizes = {"global_batch": int(np.lcm.reduce(np.arange(1, groups + 1))) * group_world * batch} if fixed \
         else {"batch_size": batch}
-    cluster = Cluster(0, groups, group_world, dataset=shufflepoint.Mixture([(a, 3), (b, 1)], samples_per_epoch=48),
+    n = 4 * groups * group_world * batch  # whole rounds of K lots (else a ResumeWarning: the next test)
+    cluster = Cluster(0, groups, group_world, dataset=shufflepoint.Mixture([(a, 3), (b, 1)], samples_per_epoch=n),
                       **sizes)
     _run_script([cluster], groups, script * 3)  # longer runs: several epochs
     totals: Counter = Counter()
@@ -520,6 +521,18 @@ def test_a_mixture_keeps_every_source_s_passes_and_share_at_every_committed_step
             times = [totals[row] for row in rows]
             assert max(times) - min(times) <= 1, sorted(Counter(times).items())
         assert abs(sum(totals[row] for row in b) - sum(totals.values()) / 4) < 1
+
+
+def test_a_mixture_whose_epoch_is_no_whole_number_of_rounds_of_lots_is_said_to_be_exact_at_epoch_ends_only() -> None:
+    """3 groups x batch 3 over 40 rows: the groups' stretches of whole lots drift from the Mixture's parts; a
+    ResumeWarning says so and names the multiple that keeps every committed step exact (36 or 45 here)."""
+    mixture = shufflepoint.Mixture([([f"a{i}" for i in range(30)], 3), (["b0", "b1"], 1)], samples_per_epoch=40)
+    with pytest.warns(ResumeWarning, match="no multiple of 9"):
+        LiveLoader(mixture, 3, replica_groups=3, prefetch=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        LiveLoader(mixture, 5, replica_groups=2, prefetch=False)  # 40 rows: 4 rounds of 2 lots of 5
+        LiveLoader(mixture, replica_groups=3, global_batch=12, prefetch=False)  # one stream of lots: its windows
 
 
 def test_a_restart_on_another_lot_keeps_a_mixture_s_windows_and_says_its_steps_are_exact_no_more() -> None:
