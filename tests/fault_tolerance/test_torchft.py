@@ -254,11 +254,13 @@ def test_a_kill_and_rejoin_under_spans_keeps_each_group_on_its_stretch(tmp_path:
         assert {position[i] // 80 for i in r["ids"]} == {r["rank"]}, r
 
 
-def test_a_mixture_keeps_each_source_s_passes_and_share_at_every_committed_step(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("batch", [BATCH, 3])  # 240 rows: 20 rounds of 3 lots of 4; of 9, no whole number
+def test_a_mixture_keeps_each_source_s_passes_and_share_at_every_committed_step(tmp_path: pathlib.Path,
+                                                                                batch: int) -> None:
     """Issue 43, item 0, live: a weighted Mixture (200 rows at 3, 7 rows at 1: read ~8.6 times an epoch) through a
     group killed and healed: after every committed step no row of a source was read k + 1 times before all its rows
     k times, each source's count is within a row of its share, and the epoch holds its 240 rows."""
-    run = Run(tmp_path, 3, worker_args=["--n", str(N), "--batch", str(BATCH), "--mixture", *SLOW])
+    run = Run(tmp_path, 3, worker_args=["--n", str(N), "--batch", str(batch), "--mixture", *SLOW])
     killed_and_restarted(run, 2)
     healed(tmp_path, 2)
     batches = global_batches(records(tmp_path), 1)

@@ -498,21 +498,21 @@ def test_workers_read_the_stretches_the_steps_deal() -> None:
     assert sum(cluster.ranks[0][0][0].prefetch_dropped for cluster in clusters[1:]) > 0  # the change dropped some
 
 
-@settings(max_examples=25, deadline=None)
-@given(groups=st.integers(2, 4), group_world=st.integers(1, 2), batch=st.integers(1, 3), script=events,
-       small=st.integers(1, 9), fixed=st.booleans())
+@settings(max_examples=30, deadline=None)
+@given(groups=st.integers(2, 4), group_world=st.integers(1, 2), batch=st.integers(1, 4), script=events,
+       small=st.integers(1, 9), fixed=st.booleans(), n=st.integers(8, 60))
 def test_a_mixture_keeps_every_source_s_passes_and_share_at_every_committed_step(groups, group_world, batch, script,
-                                                                                   small, fixed) -> None:
+                                                                                   small, fixed, n) -> None:
     """Issue 43, item 0, live: a weighted Mixture (a source of 1-9 rows read many times an epoch) through any
     membership: after every committed step no row of a source was read k + 1 times before all its rows k times,
     and each source's count is within a row of its share of the rows trained (the order's windows are the lots a
-    step reads whole: ``live.py``, ``mixture/pass_edges.py``)."""
+    step reads whole, its parts the groups' stretches of whole lots: ``live.py``, ``stretches.part_lengths``)."""
     a, b = [f"a{i}" for i in range(30)], [f"b{i}" for i in range(small)]
     sizes = {"global_batch": int(np.lcm.reduce(np.arange(1, groups + 1))) * group_world * batch} if fixed \
         else {"batch_size": batch}
-    n = 4 * groups * group_world * batch  # whole rounds of K lots (else a ResumeWarning: the next test)
-    cluster = Cluster(0, groups, group_world, dataset=shufflepoint.Mixture([(a, 3), (b, 1)], samples_per_epoch=n),
-                      **sizes)
+    mixture = shufflepoint.Mixture([(a, 3), (b, 1)], samples_per_epoch=n)
+    cluster = Cluster(0, groups, group_world, dataset=mixture, **sizes)
+    share = mixture.counts[1] / n  # 3:1 apportioned to whole rows of n
     _run_script([cluster], groups, script * 3)  # longer runs: several epochs
     totals: Counter = Counter()
     for step in cluster.trained:  # after every committed step
@@ -520,19 +520,26 @@ def test_a_mixture_keeps_every_source_s_passes_and_share_at_every_committed_step
         for rows in (a, b):
             times = [totals[row] for row in rows]
             assert max(times) - min(times) <= 1, sorted(Counter(times).items())
-        assert abs(sum(totals[row] for row in b) - sum(totals.values()) / 4) < 1
+        assert abs(sum(totals[row] for row in b) - sum(totals.values()) * share) < 1
 
 
-def test_a_mixture_whose_epoch_is_no_whole_number_of_rounds_of_lots_is_said_to_be_exact_at_epoch_ends_only() -> None:
-    """3 groups x batch 3 over 40 rows: the groups' stretches of whole lots drift from the Mixture's parts; a
-    ResumeWarning says so and names the multiple that keeps every committed step exact (36 or 45 here)."""
-    mixture = shufflepoint.Mixture([([f"a{i}" for i in range(30)], 3), (["b0", "b1"], 1)], samples_per_epoch=40)
-    with pytest.warns(ResumeWarning, match="no multiple of 9"):
-        LiveLoader(mixture, 3, replica_groups=3, prefetch=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        LiveLoader(mixture, 5, replica_groups=2, prefetch=False)  # 40 rows: 4 rounds of 2 lots of 5
-        LiveLoader(mixture, replica_groups=3, global_batch=12, prefetch=False)  # one stream of lots: its windows
+def test_a_mixture_whose_epoch_is_no_whole_number_of_rounds_of_lots_is_exact_at_every_committed_step() -> None:
+    """3 groups x batch 3 over 240 rows (found by a user trial: max - min reads 2 with all groups up, when the
+    order's parts split the epoch evenly and the groups read stretches of whole lots): exact, with and without a
+    group lost for a while."""
+    a, b = [f"a{i}" for i in range(200)], [f"b{i}" for i in range(7)]
+    for script in ([(7, True)] * 30, [(7, True)] * 5 + [(3, True)] * 7 + [(7, True)] * 18):
+        cluster = Cluster(0, 3, 1, dataset=shufflepoint.Mixture([(a, 3), (b, 1)], samples_per_epoch=240),
+                          batch_size=3)
+        _run_script([cluster], 3, script * 2)
+        totals: Counter = Counter()
+        for step in cluster.trained:
+            totals.update(step)
+            for rows in (a, b):
+                times = [totals[row] for row in rows]
+                assert max(times) - min(times) <= 1, sorted(Counter(times).items())
+            assert abs(sum(totals[row] for row in b) - sum(totals.values()) / 4) < 1
+        assert sum(totals.values()) >= 240
 
 
 def test_a_restart_on_another_lot_keeps_a_mixture_s_windows_and_says_its_steps_are_exact_no_more() -> None:

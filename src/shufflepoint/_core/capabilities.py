@@ -358,8 +358,9 @@ class FixedOrder(Protocol):
 class EarlierLaidVersion(Protocol):
     """A dataset whose order laid along the stretches keeps an earlier version beside its own (``LaysOnStretches``):
     a state written in it reads on in it, and a loader whose reads need it asks for it by passing ``version=`` to
-    ``stretched_order`` (and ``laid_order``). A ``Mixture``'s 6 numbers every window's slots part after part, which
-    the torchft loader's whole lots read as a prefix (``mixture/pass_edges.py``)."""
+    ``stretched_order`` (and ``laid_order``), with ``lot=`` for parts of whole lots. A ``Mixture``'s 6 numbers
+    every window's slots part after part, which the torchft loader's whole lots read as a prefix
+    (``mixture/pass_edges.py``)."""
 
     @property
     def earlier_laid_version(self) -> int:

@@ -119,15 +119,16 @@ def stretched_version(dataset: Any) -> int:
 
 def own_epoch_order(dataset: Any, seed: int, epoch: int, shuffle_block: int, grid: int | None,
                     stretches: int | None, epoch_parts: Callable[[int], int | None] | None = None,
-                    version: int | None = None) -> Any:
+                    version: int | None = None, lot: int | None = None) -> Any:
     """The epoch's order of a dataset with its own: laid along ``stretches`` (the ``spans`` deal's first world
     size), else on the ``grid`` its schedule follows, else its plain ``epoch_order`` (``OwnOrder``).
     ``epoch_parts``: each epoch's first world (the run's history), for a dataset whose weights change while the
     run trains (``LiveWeighted``: a lay of an earlier epoch may map this one's slots). ``version``: the laid
-    order's earlier version (``EarlierLaidVersion``), None for its own."""
+    order's earlier version (``EarlierLaidVersion``), None for its own; ``lot``: its parts in whole lots (the torchft
+    loader's)."""
     hooks = hooks_of(dataset)
     if stretches is not None and isinstance(hooks, LaysOnStretches):
-        chosen = {} if version is None else {"version": version}
+        chosen = {key: value for key, value in (("version", version), ("lot", lot)) if value is not None}
         if epoch_parts is not None and isinstance(hooks, LiveWeighted):
             return hooks.laid_order(seed, epoch, shuffle_block, stretches, grid, epoch_parts, **chosen)
         return hooks.stretched_order(seed, epoch, shuffle_block, stretches, grid, **chosen)

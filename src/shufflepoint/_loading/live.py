@@ -79,20 +79,6 @@ class Quorum(Protocol):
     def current_step(self) -> int: ...
 
 
-def _check_stretches_fit(orders: OrderCache, stretches: int, lot: int) -> None:
-    """Say so where a scheduled dataset's epoch is no whole number of rounds of K lots: the groups' stretches are
-    then whole lots (``membership.stretch_lot``) while its order's parts split the epoch evenly, so the two drift
-    apart and its passes and shares hold at each epoch's end only, to within a window between."""
-    if orders.grid is not None and stretches and orders.n % (stretches * lot):
-        # LIMIT(live-stretches-not-parts): docs/shards.md#limits
-        warn_user(f"samples_per_epoch: the Mixture's {orders.n} rows per epoch are no multiple of {stretches * lot} "
-                  f"(replica_groups {stretches} x lots of {lot}): each replica group reads whole lots of its own "
-                  "stretch, which then drift from the Mixture's windows, so each source's passes and shares are "
-                  "exact at each epoch's end only (a row may be read once more before another of its source, a "
-                  f"share a few rows off). Use a multiple of {stretches * lot} to keep them exact at every committed "
-                  "step", ResumeWarning)
-
-
 @dataclass(frozen=True)
 class _Drawn:
     """A step dealt and not yet settled: its participants and lots, and whether this group took part (a group
@@ -168,8 +154,7 @@ class LiveLoader:
         self._stretches = self.sizing.groups if stretched and self.sizing.groups > 1 else 0  # membership.stretch_lot
         # a scheduled dataset's grid (a Mixture's): K lots, so that its windows are lots, read in the order a step
         # reads them (a step's edge is an edge of the order's virtual stretch: shares and passes exact at each)
-        orders = orders.on_grid(self.sizing.lot * max(self._stretches, 1)).read_part_after_part()
-        _check_stretches_fit(orders, self._stretches, self.sizing.lot)
+        orders = orders.on_grid(self.sizing.lot * max(self._stretches, 1)).read_part_after_part(self.sizing.lot)
         self._identity = Identity(dataset_fingerprint, dataset, orders)
         self._position = LoaderPosition(layout, orders, dealt)
         self._collate = collate_fn if collate_fn is not None else torch.utils.data.default_collate

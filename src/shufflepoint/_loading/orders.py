@@ -209,6 +209,7 @@ class OrderCache:
         # the earlier version of the dataset's laid order to read (a state written in it; ``read_part_after_part``),
         # None: its own
         self.laid_version: int | None = None
+        self.part_lot: int | None = None  # its parts of whole lots of this size (``read_part_after_part``)
         if self.shuffle_block is not None and self._rows is None:
             # the dataset's own order checks shuffle_block against itself: fail here, not mid-loop
             self.get(0)
@@ -255,15 +256,16 @@ class OrderCache:
             return self.laid_version if self.laid_version is not None else stretched_version(self._dataset)
         return self.version
 
-    def read_part_after_part(self) -> OrderCache:
-        """These orders as a loader that reads each window's parts one after another, whole, reads them (the torchft
-        loader's lots): a dataset's earlier laid version where it keeps one (a ``Mixture``'s 6, whose windows number
-        their slots so: ``mixture/pass_edges.py``), else these."""
+    def read_part_after_part(self, lot: int) -> OrderCache:
+        """These orders as a loader that reads each window's parts one after another in whole lots of ``lot``
+        reads them (the torchft loader): a dataset's earlier laid version where it keeps one (a ``Mixture``'s 6, whose
+        windows number their slots so: ``mixture/pass_edges.py``), its parts stretches of whole lots as the loader's
+        groups read them (``stretches.part_lengths``); else these."""
         earlier = earlier_laid_version(self._dataset) if self._stretched else None
-        if earlier is None or self.laid_version == earlier:
+        if earlier is None or (self.laid_version, self.part_lot) == (earlier, lot):
             return self
         adopted = copy.copy(self)
-        adopted.laid_version, adopted._epoch, adopted._order = earlier, None, None
+        adopted.laid_version, adopted.part_lot, adopted._epoch, adopted._order = earlier, lot, None, None
         return adopted
 
     @property
@@ -319,7 +321,7 @@ class OrderCache:
                 self._order = fixed_epoch_order(self._dataset, self.seed, epoch, self.shuffle_block, stretches)
             else:
                 self._order = own_epoch_order(self._dataset, self.seed, epoch, self.shuffle_block, self.grid,
-                                              stretches, self.epoch_parts, self.laid_version)
+                                              stretches, self.epoch_parts, self.laid_version, self.part_lot)
             self._epoch = (epoch, stretches)
         return self._order
 

@@ -455,10 +455,12 @@ class MixtureHooks:
         return PARTS_IN_TURN_VERSION
 
     def stretched_order(self, seed: int, epoch: int, shuffle_block: int, stretches: int,
-                        grid: int | None = None, version: int | None = None) -> StretchedMixtureOrder:
+                        grid: int | None = None, version: int | None = None,
+                        lot: int | None = None) -> StretchedMixtureOrder:
         """The order of one epoch laid along the ``spans`` deal's stretches (``Mixture.epoch_order``), in its
-        ``version`` (None: the newest)."""
-        return StretchedMixtureOrder(self._mixture, seed, epoch, shuffle_block, stretches, grid, version=version)
+        ``version`` (None: the newest), its parts whole lots of ``lot`` where given (the torchft loader's)."""
+        return StretchedMixtureOrder(self._mixture, seed, epoch, shuffle_block, stretches, grid, version=version,
+                                     lot=lot)
 
     @property
     def legacy_fingerprint(self) -> str:
@@ -532,11 +534,12 @@ class ScheduledMixtureHooks(MixtureHooks):
         return self._mixture.adopt_phases(saved)
 
     def laid_order(self, seed: int, epoch: int, shuffle_block: int, stretches: int, grid: int | None,
-                   epoch_parts: Callable[[int], int | None], version: int | None = None) -> StretchedMixtureOrder:
+                   epoch_parts: Callable[[int], int | None], version: int | None = None,
+                   lot: int | None = None) -> StretchedMixtureOrder:
         """``stretched_order`` told each earlier epoch's first world (the run's history), where a lay of that
         epoch maps this one's slots (``mixture/lays.py``)."""
         return StretchedMixtureOrder(self._mixture, seed, epoch, shuffle_block, stretches, grid, epoch_parts,
-                                     version)
+                                     version, lot)
 
     def set_weights(self, weights: Any, at: int) -> None:
         """``Mixture.set_weights`` from run position ``at`` in rows (a loader's positions; tokens for Packed)."""

@@ -73,38 +73,54 @@ _TABLE_BUDGET = 1 << 24  # int64s of part tables kept: every part's, where they 
 _WINDOWS_RANKED = 4  # pass-edge windows whose positions' interleave ranks are kept (``pass_edges.py``)
 
 
-def stretches(n: int, parts: int) -> tuple[np.ndarray, np.ndarray]:
-    """(start, length) of each of ``parts`` near-equal stretches of n, the first ``n % parts`` one longer
-    (``spans.py``'s formula)."""
-    base, extra = divmod(n, parts)
+def part_lengths(n: int, parts: int, lot: int | None = None) -> tuple[int, int, int]:
+    """(m, first, rest): the first m parts hold ``first`` positions each, the others ``rest``. Near-equal stretches of
+    n, the first ``n % parts`` one longer (``spans.py``'s formula); with ``lot`` (the torchft loader's), stretches
+    of whole lots, as its replica groups read them (``membership.stretch_lot``), the last taking the rest.
+
+    >>> part_lengths(10, 3), part_lengths(240, 3, 9)
+    ((1, 4, 3), (2, 81, 78))
+    """
+    if lot is None:
+        base, extra = divmod(n, parts)
+        return extra, base + 1, base
+    whole = (-(-n // lot)) // parts if parts > 1 else 0
+    return parts - 1, whole * lot, n - (parts - 1) * whole * lot
+
+
+def stretches(n: int, parts: int, lot: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(start, length) of each part (``part_lengths``)."""
+    m, first, rest = part_lengths(n, parts, lot)
     rank = np.arange(parts, dtype=np.int64)
-    return rank * base + np.minimum(rank, extra), base + (rank < extra).astype(np.int64)
+    return rank * rest + np.minimum(rank, m) * (first - rest), np.where(rank < m, first, rest).astype(np.int64)
 
 
 class _PartCounts:
     """How many slots of each source a part's windows hold, and where they sit in the epoch's virtual order
     (vectorised, O(windows) per part and epoch)."""
 
-    def __init__(self, mixture: MixedSources, parts: int, window: int, schedule: Schedule | None) -> None:
+    def __init__(self, mixture: MixedSources, parts: int, window: int, schedule: Schedule | None,
+                 lot: int | None = None) -> None:
         self.n, self.sources, self._parts, self._window = mixture.samples_per_epoch, len(mixture.lengths), parts, window
-        self._base, self._extra = divmod(self.n, parts)
+        self._m, self._first, self._rest = part_lengths(self.n, parts, lot)
         self._scheduled = schedule is not None
         self._counts = schedule.chained() if schedule is not None else Schedule([(0, list(mixture.counts))],
                                                                                self.sources)
-        self.windows = -(-(self._base + int(self._extra > 0)) // window)  # part 0's: the most any part has
+        longest = max(self._first if self._m else 0, self._rest if self._m < parts else 0)
+        self.windows = -(-longest // window)  # the longest part's
         self._tables: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._edges: dict[int, np.ndarray] = {}
 
     def _pieces(self, part: int, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(virtual start, length) of part's window k: every part's windows before k, then the parts before it
         in window k, laid end to end (a full window: ``k * W * w + part * w``)."""
-        w, base, extra = self._window, self._base, self._extra
+        w, m, first, rest = self._window, self._m, self._first, self._rest
         kw = k * w
-        before = extra * np.minimum(base + 1, kw) + (self._parts - extra) * np.minimum(base, kw)
-        long_piece, short_piece = np.clip(base + 1 - kw, 0, w), np.clip(base - kw, 0, w)
-        longer = min(part, extra)
-        start = before + longer * long_piece + (part - longer) * short_piece
-        return start, long_piece if part < extra else short_piece
+        before = m * np.minimum(first, kw) + (self._parts - m) * np.minimum(rest, kw)
+        first_piece, rest_piece = np.clip(first - kw, 0, w), np.clip(rest - kw, 0, w)
+        ahead = min(part, m)
+        start = before + ahead * first_piece + (part - ahead) * rest_piece
+        return start, first_piece if part < m else rest_piece
 
     def _origin(self, epoch: int) -> int:
         return epoch * self.n if self._scheduled else 0  # without a schedule every epoch is the same
@@ -167,20 +183,20 @@ class _PartCounts:
 
     def _piece_starts(self, parts: np.ndarray, k: int) -> np.ndarray:
         """Virtual start of window k of each of ``parts`` (``_pieces`` for many parts of one window)."""
-        w, base, extra = self._window, self._base, self._extra
+        w, m, first, rest = self._window, self._m, self._first, self._rest
         kw = k * w
-        before = extra * min(base + 1, kw) + (self._parts - extra) * min(base, kw)
-        long_piece, short_piece = int(np.clip(base + 1 - kw, 0, w)), int(np.clip(base - kw, 0, w))
-        longer = np.minimum(parts, extra)
-        found: np.ndarray = before + longer * long_piece + (parts - longer) * short_piece
+        before = m * min(first, kw) + (self._parts - m) * min(rest, kw)
+        first_piece, rest_piece = int(np.clip(first - kw, 0, w)), int(np.clip(rest - kw, 0, w))
+        ahead = np.minimum(parts, m)
+        found: np.ndarray = before + ahead * first_piece + (parts - ahead) * rest_piece
         return found
 
     def window(self, epoch: int, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(length, slots of each source) of every part's piece of ``epoch``'s window k (one row a part): the
         columns of ``part``'s tables at window k, for all parts at once."""
         parts = np.arange(self._parts, dtype=np.int64)
-        w, base, kw = self._window, self._base, k * self._window
-        lengths = np.where(parts < self._extra, np.clip(base + 1 - kw, 0, w), np.clip(base - kw, 0, w))
+        w, kw = self._window, k * self._window
+        lengths = np.where(parts < self._m, np.clip(self._first - kw, 0, w), np.clip(self._rest - kw, 0, w))
         starts = self._origin(epoch) + self._piece_starts(parts, k)
         found = self._counts.counts_many(starts + lengths) - self._counts.counts_many(starts)
         return lengths, found
@@ -218,7 +234,7 @@ class StretchedMixtureOrder:
 
     def __init__(self, mixture: MixedSources, seed: int, epoch: int, shuffle_block: int, parts: int,
                  grid: int | None = None, epoch_parts: Callable[[int], int | None] | None = None,
-                 version: int | None = None) -> None:
+                 version: int | None = None, lot: int | None = None) -> None:
         self.n, self.seed, self.epoch = mixture.samples_per_epoch, seed, epoch
         self._mixture = mixture
         self._block = check_int("shuffle_block", shuffle_block, 1, _MAX_STREAM)
@@ -228,7 +244,8 @@ class StretchedMixtureOrder:
             raise ValueError(refusal("version", version, f"{PARTS_IN_TURN_VERSION} or {SCHEDULED_VERSION} (None: "
                                      f"{SCHEDULED_VERSION}) for a scheduled Mixture, None for one without",
                                      "leave version unset"))
-        self._starts, self._lengths = stretches(self.n, self._parts)
+        self._lot = lot  # the torchft loader's: parts of whole lots, as its groups read them (``part_lengths``)
+        self._starts, self._lengths = stretches(self.n, self._parts, lot)
         self._window = max(1, (self._block if grid is None else check_int("grid", grid, 1, _MAX_STREAM))
                            // self._parts)  # a part's share of a global batch, or of a shuffle_block window
         schedule = mixture.schedule
@@ -236,7 +253,7 @@ class StretchedMixtureOrder:
             # sampler's (no grid) start at the row they name, on any world
             schedule = mixture.schedule_on_grid(grid)
         self._check_epoch(epoch)
-        self._counts = _PartCounts(mixture, self._parts, self._window, schedule)
+        self._counts = _PartCounts(mixture, self._parts, self._window, schedule, lot)
         self._offsets = offsets(mixture.lengths)
         self._packed = is_packed(mixture.sources[0])
         self._before = self._counts.before_epoch(epoch)  # each source's slots in the epochs before
@@ -289,7 +306,7 @@ class StretchedMixtureOrder:
             parts = self._parts if parts is None or lay.epoch == self.epoch else int(parts)
             window = max(1, (self._block if self._grid is None else self._grid) // parts)
             found = self._lay_counts[key] = _PartCounts(self._mixture, parts, window,
-                                                        self._mixture.known_schedule(lay.phases, self._grid))
+                                                        self._mixture.known_schedule(lay.phases, self._grid), self._lot)
         return found
 
     def _last_pass(self, s: int) -> int:
