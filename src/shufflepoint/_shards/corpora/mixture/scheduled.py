@@ -107,5 +107,5 @@ def check_global_batch(grid: int, global_batch: int) -> None:
             f"global batch: found {global_batch} rows (world size x batch size), but this run's schedule follows "
             f"its global batch of {grid} (its phases start on those edges, its shares hold per {grid} rows): a "
             f"global batch of {global_batch} may straddle two phases and holds its shares only to within a few "
-            f"rows (under 'spans', 1-3 on a few ranks, about 5 on hundreds). Every row is still served once, "
+            f"rows (under 'spans', 1-3 on a few ranks, 5-7 on hundreds). Every row is still served once, "
             f"and each source's passes stay whole. Use a multiple of {grid} to keep both")

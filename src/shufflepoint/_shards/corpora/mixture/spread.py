@@ -12,7 +12,7 @@ on, round (h_k keyed per epoch and window, the same for every part; v(r) the bas
 edge inside a round of the interleave) and for all of them, so where one part has read a source's element early
 others read theirs later: the parts' errors cancel rather than add. The 2 x 2 -> 1 x 3 resize of issue 43 (global
 batch 16 -> 12): each source within 1 row of the schedule's count at every global batch, where version 6 was up to
-4 off; at every prefix of the interleave, 2-4 sources: 2-3 rows on 2-8 ranks, 5 on 16-256, where version 6 grew as
+4 off; at every prefix of the interleave, 2-4 sources: 2-3 rows on 2-8 ranks, 5-7 on 16-256, where version 6 grew as
 2 x sqrt(ranks) (9 on 16, 29 on 256). The slots stay the part's own, and so its rows: a part reads its element e
 as its slot ``held + e`` of the source.
 

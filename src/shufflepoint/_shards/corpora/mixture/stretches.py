@@ -345,7 +345,6 @@ class StretchedMixtureOrder:
         if self._pass_edges is not None:  # version 7: a pass-edge window's slots in the interleave order
             edge = self._pass_edges[window, source]
             if edge.any():
-                part, slot = part.copy(), slot.copy()
                 part[edge], slot[edge] = self._interleaved(part[edge], local[edge], source[edge], window[edge])
         found = np.empty_like(flat)
         if self._lays is None:
